@@ -1,0 +1,396 @@
+//! Bodies in fragments: the blast/window protocol shared by both directions.
+//!
+//! A body of any size is cut into fragments of `frag_bytes` (the last may be
+//! shorter; an empty body is one empty fragment).  The sender blasts up to a
+//! window of fragments without waiting; the receiver acknowledges every half
+//! window, on the last fragment and on every duplicate, with a selective ack
+//! (`base`: everything below arrived; `mask`: which of the next 64 did).  An
+//! ack both slides the window and reveals holes, which the sender fills at
+//! once; a hole whose refill is lost is found again by the sender's timer,
+//! which resends the first missing fragment as a probe that draws a fresh
+//! ack.  Single-fragment bodies, the common case, are never acknowledged by
+//! an ack of their own: the reply acknowledges the request, and the next
+//! request (or a timeout) acknowledges the reply.
+
+use bytes::Bytes;
+use shoal_wire::Frag;
+
+use crate::bitset::BitSet;
+
+/// Sender side of one body.
+#[derive(Debug, Clone)]
+pub struct Outgoing {
+    body: Bytes,
+    frag_bytes: usize,
+    count: u32,
+    window: u32,
+    acked: BitSet,
+    /// Fragments refilled since the last timeout, so one hole is refilled
+    /// once per round, not once per ack.
+    refilled: BitSet,
+    /// First fragment not yet acknowledged.
+    base: u32,
+    /// First fragment never sent.
+    next_new: u32,
+}
+
+impl Outgoing {
+    /// Prepares `body` for sending in fragments of `frag_bytes`, at most
+    /// `window` unacknowledged at a time.
+    pub fn new(body: Bytes, frag_bytes: usize, window: u32) -> Self {
+        assert!(frag_bytes > 0 && window > 0);
+        let count = body.len().div_ceil(frag_bytes).max(1);
+        let count = u32::try_from(count).expect("body too large for u32 fragments");
+        Self {
+            body,
+            frag_bytes,
+            count,
+            window,
+            acked: BitSet::new(count),
+            refilled: BitSet::new(count),
+            base: 0,
+            next_new: 0,
+        }
+    }
+
+    /// Fragments in the body.
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// Bytes in the body.
+    pub fn total_len(&self) -> u64 {
+        self.body.len() as u64
+    }
+
+    /// Fragment `index` and its bytes.
+    pub fn fragment(&self, index: u32) -> (Frag, &[u8]) {
+        let start = index as usize * self.frag_bytes;
+        let end = (start + self.frag_bytes).min(self.body.len());
+        (
+            Frag {
+                index,
+                count: self.count,
+            },
+            &self.body[start.min(end)..end],
+        )
+    }
+
+    /// Fragments to send at the start: the first window.
+    pub fn start(&mut self) -> Vec<u32> {
+        self.advance()
+    }
+
+    /// Whether every fragment has been acknowledged.
+    pub fn is_acked(&self) -> bool {
+        self.base >= self.count
+    }
+
+    /// Applies an acknowledgement; returns the fragments to send now: holes
+    /// the ack reveals, then new fragments the window admits.  Returns
+    /// whether the ack made progress alongside.
+    pub fn on_ack(&mut self, base: u32, mask: u64) -> (Vec<u32>, bool) {
+        let base = base.min(self.count);
+        let mut progress = false;
+        while self.base < base {
+            progress |= self.acked.set(self.base);
+            self.base += 1;
+        }
+        let mut highest = None;
+        for i in 0..64u32 {
+            let idx = base.saturating_add(1).saturating_add(i);
+            if idx >= self.count {
+                break;
+            }
+            if mask & (1 << i) != 0 {
+                progress |= self.acked.set(idx);
+                highest = Some(idx);
+            }
+        }
+        while self.base < self.count && self.acked.get(self.base) {
+            self.base += 1;
+        }
+        let mut send = Vec::new();
+        if let Some(highest) = highest {
+            for idx in self.base..highest {
+                if !self.acked.get(idx) && idx < self.next_new && self.refilled.set(idx) {
+                    send.push(idx);
+                }
+            }
+        }
+        send.extend(self.advance());
+        (send, progress)
+    }
+
+    /// After a timeout: the fragment to resend as a probe (the first one not
+    /// acknowledged, or the last one if all are), and a fresh refill round.
+    pub fn probe(&mut self) -> u32 {
+        self.refilled.clear_all();
+        if self.base < self.count {
+            self.base
+        } else {
+            self.count - 1
+        }
+    }
+
+    fn advance(&mut self) -> Vec<u32> {
+        let limit = self.base.saturating_add(self.window).min(self.count);
+        let from = self.next_new;
+        if from < limit {
+            self.next_new = limit;
+        }
+        (from..limit).collect()
+    }
+}
+
+/// Receiver side of one body.
+#[derive(Debug, Clone)]
+pub struct Incoming {
+    total_len: u64,
+    count: u32,
+    frag_bytes: Option<usize>,
+    data: Vec<u8>,
+    received: BitSet,
+    received_count: u32,
+    /// First fragment not yet received.
+    base: u32,
+}
+
+/// What adding a fragment did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Added {
+    /// A fragment not seen before.
+    New,
+    /// A fragment already held.
+    Duplicate,
+    /// A fragment inconsistent with the others: ignored.
+    Invalid,
+}
+
+impl Incoming {
+    /// Starts reassembling a body of `total_len` bytes in `count` fragments.
+    /// `None` if it would exceed `max_bytes` or the two do not fit together.
+    pub fn new(total_len: u64, count: u32, max_bytes: u64) -> Option<Self> {
+        if total_len > max_bytes || count == 0 || (count as u64) > total_len.max(1) {
+            return None;
+        }
+        Some(Self {
+            total_len,
+            count,
+            frag_bytes: None,
+            data: vec![0; usize::try_from(total_len).ok()?],
+            received: BitSet::new(count),
+            received_count: 0,
+            base: 0,
+        })
+    }
+
+    /// Fragments in the body.
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// Bytes in the whole body.
+    pub fn total_len(&self) -> u64 {
+        self.total_len
+    }
+
+    /// Adds one fragment.
+    pub fn add(&mut self, frag: Frag, total_len: u64, payload: &[u8]) -> Added {
+        if frag.count != self.count || total_len != self.total_len || frag.index >= self.count {
+            return Added::Invalid;
+        }
+        if self.received.get(frag.index) {
+            return Added::Duplicate;
+        }
+        let last = frag.index == self.count - 1;
+        let frag_bytes = match self.frag_bytes {
+            Some(f) => f,
+            None if self.count == 1 => payload.len().max(1),
+            None if last => {
+                // (count-1) * f + len == total_len
+                let rest = self.total_len.saturating_sub(payload.len() as u64);
+                let n = (self.count - 1) as u64;
+                if rest == 0 || rest % n != 0 {
+                    return Added::Invalid;
+                }
+                (rest / n) as usize
+            }
+            None => payload.len(),
+        };
+        if frag_bytes == 0
+            || (payload.len() as u64) > self.total_len
+            || self.total_len.div_ceil(frag_bytes as u64).max(1) != self.count as u64
+        {
+            return Added::Invalid;
+        }
+        let start = frag.index as u64 * frag_bytes as u64;
+        let expected = if last {
+            self.total_len.checked_sub(start)
+        } else {
+            Some(frag_bytes as u64)
+        };
+        if expected != Some(payload.len() as u64)
+            || (last && (payload.len() > frag_bytes || (self.count > 1 && payload.is_empty())))
+        {
+            return Added::Invalid;
+        }
+        self.frag_bytes = Some(frag_bytes);
+        let start = start as usize;
+        let Some(slot) = self.data.get_mut(start..start + payload.len()) else {
+            return Added::Invalid;
+        };
+        slot.copy_from_slice(payload);
+        self.received.set(frag.index);
+        self.received_count += 1;
+        while self.base < self.count && self.received.get(self.base) {
+            self.base += 1;
+        }
+        Added::New
+    }
+
+    /// Whether every fragment arrived.
+    pub fn is_complete(&self) -> bool {
+        self.received_count == self.count
+    }
+
+    /// Fragments received so far.
+    pub fn received_count(&self) -> u32 {
+        self.received_count
+    }
+
+    /// The selective ack describing what arrived: `(base, mask)`.
+    pub fn ack_state(&self) -> (u32, u64) {
+        let mut mask = 0u64;
+        for i in 0..64u32 {
+            let idx = self.base.saturating_add(1).saturating_add(i);
+            if idx >= self.count {
+                break;
+            }
+            if self.received.get(idx) {
+                mask |= 1 << i;
+            }
+        }
+        (self.base, mask)
+    }
+
+    /// The reassembled body.  Call only when complete.
+    pub fn into_body(self) -> Vec<u8> {
+        debug_assert!(self.is_complete());
+        self.data
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn transfer(len: usize, frag: usize, window: u32, drop_every: usize) -> Vec<u8> {
+        let body: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+        let mut out = Outgoing::new(Bytes::from(body.clone()), frag, window);
+        let mut inc = Incoming::new(out.total_len(), out.count(), u64::MAX).unwrap();
+        let mut queue = out.start();
+        let mut sent = 0usize;
+        let mut rounds = 0;
+        while !inc.is_complete() {
+            rounds += 1;
+            assert!(rounds < 100_000, "transfer did not converge");
+            if queue.is_empty() {
+                queue.push(out.probe());
+            }
+            let mut acks = Vec::new();
+            for idx in std::mem::take(&mut queue) {
+                sent += 1;
+                if drop_every > 0 && sent % drop_every == 0 {
+                    continue;
+                }
+                let (f, p) = out.fragment(idx);
+                let added = inc.add(f, out.total_len(), p);
+                assert_ne!(added, Added::Invalid);
+                if added == Added::Duplicate
+                    || inc.received_count() % (window / 2).max(1) == 0
+                    || idx == out.count() - 1
+                {
+                    acks.push(inc.ack_state());
+                }
+            }
+            for (b, m) in acks {
+                queue.extend(out.on_ack(b, m).0);
+            }
+        }
+        let (b, m) = inc.ack_state();
+        out.on_ack(b, m);
+        assert!(out.is_acked());
+        inc.into_body()
+    }
+
+    #[test]
+    fn bodies_of_many_sizes_arrive_whole() {
+        for len in [0, 1, 99, 100, 101, 1000, 12_345] {
+            for drop in [0, 3, 7] {
+                let expect: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+                assert_eq!(transfer(len, 100, 8, drop), expect, "len {len} drop {drop}");
+            }
+        }
+    }
+
+    #[test]
+    fn inconsistent_fragments_are_rejected() {
+        let mut inc = Incoming::new(250, 3, u64::MAX).unwrap();
+        assert_eq!(
+            inc.add(Frag { index: 0, count: 3 }, 250, &[0; 100]),
+            Added::New
+        );
+        assert_eq!(
+            inc.add(Frag { index: 1, count: 3 }, 250, &[0; 99]),
+            Added::Invalid
+        );
+        assert_eq!(
+            inc.add(Frag { index: 2, count: 3 }, 250, &[0; 60]),
+            Added::Invalid
+        );
+        assert_eq!(
+            inc.add(Frag { index: 2, count: 4 }, 250, &[0; 50]),
+            Added::Invalid
+        );
+        assert_eq!(
+            inc.add(Frag { index: 2, count: 3 }, 251, &[0; 50]),
+            Added::Invalid
+        );
+        assert_eq!(
+            inc.add(Frag { index: 2, count: 3 }, 250, &[0; 50]),
+            Added::New
+        );
+        assert_eq!(
+            inc.add(Frag { index: 0, count: 3 }, 250, &[0; 100]),
+            Added::Duplicate
+        );
+        assert!(!inc.is_complete());
+    }
+
+    #[test]
+    fn last_fragment_first_fixes_the_fragment_size() {
+        let mut inc = Incoming::new(250, 3, u64::MAX).unwrap();
+        assert_eq!(
+            inc.add(Frag { index: 2, count: 3 }, 250, &[2; 50]),
+            Added::New
+        );
+        assert_eq!(
+            inc.add(Frag { index: 0, count: 3 }, 250, &[0; 100]),
+            Added::New
+        );
+        assert_eq!(
+            inc.add(Frag { index: 1, count: 3 }, 250, &[1; 100]),
+            Added::New
+        );
+        let body = inc.into_body();
+        assert_eq!(&body[200..], &[2; 50]);
+    }
+
+    #[test]
+    fn oversized_bodies_are_refused_before_allocating() {
+        assert!(Incoming::new(1 << 40, 3, 1 << 30).is_none());
+        assert!(Incoming::new(10, 11, u64::MAX).is_none());
+        assert!(Incoming::new(10, 0, u64::MAX).is_none());
+    }
+}

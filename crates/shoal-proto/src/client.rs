@@ -1,0 +1,521 @@
+//! The client end of RPC: one endpoint, one transaction at a time (a
+//! program that wants several in flight opens several endpoints, as an
+//! Amoeba thread does one `trans` at a time).
+//!
+//! A transaction runs through four states:
+//!
+//! ```text
+//!   Locating ──Here──▶ Sending ──Working/ack of all──▶ Waiting
+//!      ▲                 │ ╲                              │
+//!      └── NotHere or ───┘  ╲──────── Reply fragment ─────┴──▶ Receiving ──▶ done
+//!          refused, while
+//!          provably undelivered
+//! ```
+//!
+//! **At-most-once.**  Every request names the server instance that locate
+//! returned.  The client only moves a request to another server when it is
+//! sure the first never executed it: the server said so ([`NotHere`]), or its
+//! address refused the very first burst (nothing had reached a live server).
+//! In every other failure the request may have run, and the client reports
+//! that ([`TransError::ServerRestarted`], [`TransError::ServerUnreachable`])
+//! instead of sending it again elsewhere.  Retransmissions to the *same*
+//! instance are always safe: the server filters duplicates.
+//!
+//! **Locate.**  Answers are cached per put-port.  A cached endpoint that turns
+//! out dead or replaced is dropped, and the next one (several servers may
+//! serve one port) or a fresh locate takes its place, without the caller
+//! noticing.
+//!
+//! [`NotHere`]: shoal_wire::NotHere
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use shoal_cap::PutPort;
+use shoal_wire::{
+    Ack, AckDir, ClientId, ClusterKey, Endpoint, Locate, Nonce, Packet, ReplyStatus, Request, Seq,
+    TxnId, decode, encode,
+};
+
+use crate::body::{Added, Incoming, Outgoing};
+use crate::error::TransError;
+use crate::stats::Stats;
+use crate::time::Time;
+use crate::transmit::{Dest, Transmit};
+
+/// Tuning of a client endpoint.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Body bytes per fragment.
+    pub frag_bytes: usize,
+    /// Fragments sent ahead of acknowledgement.
+    pub window: u32,
+    /// First retransmission timeout; doubles while nothing is heard.
+    pub rto_initial: Duration,
+    /// Longest retransmission timeout.
+    pub rto_max: Duration,
+    /// First locate retry interval; doubles while nobody answers.
+    pub locate_initial: Duration,
+    /// Largest reply this client accepts.
+    pub max_reply_bytes: u64,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        Self {
+            frag_bytes: 60_000,
+            window: 16,
+            rto_initial: Duration::from_millis(20),
+            rto_max: Duration::from_millis(500),
+            locate_initial: Duration::from_millis(20),
+            max_reply_bytes: 4 << 30,
+        }
+    }
+}
+
+/// What the client endpoint is doing, so the shell knows what to listen to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// No transaction.
+    Idle,
+    /// Waiting for locate answers from the node daemons.
+    Locating,
+    /// Talking to the server endpoint at this address.
+    Talking(SocketAddr),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Locating,
+    Sending,
+    Waiting,
+    Receiving,
+}
+
+#[derive(Debug)]
+struct Txn {
+    seq: Seq,
+    port: PutPort,
+    body: Bytes,
+    started: Time,
+    deadline: Time,
+    state: State,
+    request: Outgoing,
+    reply: Option<Incoming>,
+    target: Option<Endpoint>,
+    nonce: Nonce,
+    /// Transmission rounds to the current target: 1 while only the first
+    /// burst went out.
+    rounds: u32,
+    /// When the current target last said anything.
+    heard: Option<Time>,
+    timer: Time,
+    rto: Duration,
+}
+
+/// One client endpoint's protocol state.
+#[derive(Debug)]
+pub struct ClientCore {
+    id: ClientId,
+    key: ClusterKey,
+    config: ClientConfig,
+    next_seq: u64,
+    next_nonce: u64,
+    cache: HashMap<PutPort, Vec<Endpoint>>,
+    txn: Option<Txn>,
+    transmits: VecDeque<Transmit>,
+    outcome: Option<Result<Vec<u8>, TransError>>,
+    stats: Stats,
+}
+
+impl ClientCore {
+    /// A client endpoint with identity `id` (fresh for each endpoint).
+    pub fn new(id: ClientId, key: ClusterKey, config: ClientConfig) -> Self {
+        Self {
+            id,
+            key,
+            config,
+            next_seq: 1,
+            next_nonce: id.0.rotate_left(32),
+            cache: HashMap::new(),
+            txn: None,
+            transmits: VecDeque::new(),
+            outcome: None,
+            stats: Stats::default(),
+        }
+    }
+
+    /// This endpoint's identity.
+    pub fn id(&self) -> ClientId {
+        self.id
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Where the transaction stands.
+    pub fn phase(&self) -> Phase {
+        match &self.txn {
+            None => Phase::Idle,
+            Some(t) => match (t.state, t.target) {
+                (State::Locating, _) | (_, None) => Phase::Locating,
+                (_, Some(e)) => Phase::Talking(e.addr),
+            },
+        }
+    }
+
+    /// The endpoints cached for `port`.
+    pub fn cached(&self, port: &PutPort) -> &[Endpoint] {
+        self.cache.get(port).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// Forgets where `port` is served, so the next call locates it afresh.
+    pub fn forget(&mut self, port: &PutPort) {
+        self.cache.remove(port);
+    }
+
+    /// Starts a transaction: send `body` to a server of `port`, give up at
+    /// `deadline`.  The previous transaction must be finished.
+    pub fn start(&mut self, now: Time, port: PutPort, body: Bytes, deadline: Time) {
+        assert!(self.txn.is_none(), "one transaction at a time per client");
+        self.outcome = None;
+        let seq = Seq(self.next_seq);
+        self.next_seq += 1;
+        let request = Outgoing::new(body.clone(), self.config.frag_bytes, self.config.window);
+        self.txn = Some(Txn {
+            seq,
+            port,
+            body,
+            started: now,
+            deadline,
+            state: State::Locating,
+            request,
+            reply: None,
+            target: None,
+            nonce: Nonce(0),
+            rounds: 0,
+            heard: None,
+            timer: now,
+            rto: self.config.rto_initial,
+        });
+        self.choose_target(now);
+    }
+
+    /// Abandons the transaction in progress.
+    pub fn cancel(&mut self) {
+        if self.txn.is_some() {
+            self.finish(Err(TransError::Cancelled));
+        }
+    }
+
+    /// The next datagram to send.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.transmits.pop_front()
+    }
+
+    /// When [`ClientCore::handle_timeout`] must be called next.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        self.txn.as_ref().map(|t| t.timer.min(t.deadline))
+    }
+
+    /// The result of the finished transaction, once.
+    pub fn poll_outcome(&mut self) -> Option<Result<Vec<u8>, TransError>> {
+        self.outcome.take()
+    }
+
+    /// A datagram arrived from `from`.
+    pub fn handle_datagram(&mut self, now: Time, from: SocketAddr, datagram: &[u8]) {
+        self.stats.datagrams_in += 1;
+        let packet = match decode(datagram, &self.key) {
+            Ok(p) => p,
+            Err(e) => return self.stats.count_wire_error(e),
+        };
+        let Some(txn) = self.txn.as_mut() else {
+            self.stats.dropped_stale += 1;
+            return;
+        };
+        let this = TxnId {
+            client: self.id,
+            seq: txn.seq,
+        };
+        let from_target = txn.target.is_some_and(|t| t.addr == from);
+        let instance = txn.target.map(|t| t.instance);
+        match packet {
+            Packet::Here(h)
+                if txn.state == State::Locating
+                    && h.nonce == txn.nonce
+                    && h.port == txn.port
+                    && !h.endpoints.is_empty() =>
+            {
+                self.cache.insert(h.port, h.endpoints);
+                self.choose_target(now);
+            }
+            Packet::Working(w) if from_target && w.txn == this && Some(w.instance) == instance => {
+                txn.heard = Some(now);
+                if txn.state == State::Sending {
+                    txn.state = State::Waiting;
+                }
+                txn.rto = self.config.rto_initial;
+                txn.timer = now + txn.rto;
+            }
+            Packet::Ack(a)
+                if from_target
+                    && a.txn == this
+                    && a.dir == AckDir::Request
+                    && Some(a.instance) == instance =>
+            {
+                txn.heard = Some(now);
+                if txn.state == State::Sending {
+                    let (send, progress) = txn.request.on_ack(a.base, a.mask);
+                    if progress {
+                        txn.rto = self.config.rto_initial;
+                    }
+                    txn.timer = now + txn.rto;
+                    for idx in send {
+                        self.send_fragment(idx);
+                    }
+                }
+            }
+            Packet::Reply(r) if from_target && r.txn == this && Some(r.instance) == instance => {
+                txn.heard = Some(now);
+                match r.status {
+                    ReplyStatus::Ok => {}
+                    ReplyStatus::Busy => {
+                        let port = txn.port;
+                        return self.finish(Err(TransError::Busy { port }));
+                    }
+                    ReplyStatus::TooLarge => {
+                        let (port, bytes) = (txn.port, txn.body.len() as u64);
+                        return self.finish(Err(TransError::TooLarge { port, bytes }));
+                    }
+                }
+                if txn.reply.is_none() {
+                    match Incoming::new(r.total_len, r.frag.count, self.config.max_reply_bytes) {
+                        Some(inc) => txn.reply = Some(inc),
+                        None => {
+                            let (port, bytes) = (txn.port, r.total_len);
+                            return self.finish(Err(TransError::ReplyTooLarge { port, bytes }));
+                        }
+                    }
+                }
+                txn.state = State::Receiving;
+                let reply = txn.reply.as_mut().expect("set above");
+                let added = reply.add(r.frag, r.total_len, r.payload);
+                match added {
+                    Added::Invalid => {
+                        self.stats.dropped_malformed += 1;
+                        return;
+                    }
+                    Added::Duplicate => self.stats.duplicates += 1,
+                    Added::New => {
+                        txn.rto = self.config.rto_initial;
+                    }
+                }
+                txn.timer = now + txn.rto;
+                let half = (self.config.window / 2).max(1);
+                let count = reply.count();
+                if reply.is_complete() {
+                    if count > 1 {
+                        // Final acknowledgement: the server may free the reply.
+                        self.send_reply_ack();
+                    }
+                    let txn = self.txn.as_mut().expect("in a transaction");
+                    let body = txn.reply.take().expect("complete").into_body();
+                    return self.finish(Ok(body));
+                }
+                if added == Added::Duplicate
+                    || reply.received_count() % half == 0
+                    || r.frag.index == count - 1
+                {
+                    self.send_reply_ack();
+                }
+            }
+            Packet::NotHere(n) if from_target && n.txn == this && Some(n.wanted) == instance => {
+                self.target_gone(now);
+            }
+            _ => self.stats.dropped_stale += 1,
+        }
+    }
+
+    /// The network reported `addr` unreachable (ICMP port unreachable: no
+    /// socket is bound there now).
+    pub fn handle_unreachable(&mut self, now: Time, addr: SocketAddr) {
+        if let Some(txn) = &self.txn
+            && txn.state != State::Locating
+            && txn.target.is_some_and(|t| t.addr == addr)
+        {
+            self.target_gone(now);
+        }
+    }
+
+    /// A timer set by [`ClientCore::poll_timeout`] expired.
+    pub fn handle_timeout(&mut self, now: Time) {
+        let Some(txn) = self.txn.as_mut() else { return };
+        if now >= txn.deadline {
+            let port = txn.port;
+            let recently_heard = txn
+                .heard
+                .is_some_and(|h| now.saturating_since(h) < self.config.rto_max * 2);
+            let err = match txn.state {
+                State::Locating => TransError::NotFound {
+                    port,
+                    waited: now.saturating_since(txn.started),
+                },
+                _ if recently_heard => TransError::DeadlineExceeded { port },
+                _ => {
+                    self.cache.remove(&port);
+                    TransError::ServerUnreachable { port }
+                }
+            };
+            return self.finish(Err(err));
+        }
+        if now < txn.timer {
+            return;
+        }
+        self.stats.retransmits += 1;
+        match txn.state {
+            State::Locating => {
+                txn.rto = (txn.rto * 2).min(self.config.rto_max);
+                txn.timer = now + txn.rto;
+                self.send_locate();
+            }
+            State::Sending | State::Waiting => {
+                txn.rounds += 1;
+                txn.rto = (txn.rto * 2).min(self.config.rto_max);
+                txn.timer = now + txn.rto;
+                let idx = if txn.state == State::Sending {
+                    txn.request.probe()
+                } else {
+                    txn.request.count() - 1
+                };
+                self.send_fragment(idx);
+            }
+            State::Receiving => {
+                txn.rto = (txn.rto * 2).min(self.config.rto_max);
+                txn.timer = now + txn.rto;
+                self.send_reply_ack();
+            }
+        }
+    }
+
+    /// The current target is gone: move on if the request provably never
+    /// reached a live server there, otherwise report it.
+    fn target_gone(&mut self, now: Time) {
+        let txn = self.txn.as_mut().expect("in a transaction");
+        let target = txn.target.expect("talking to a target");
+        if let Some(eps) = self.cache.get_mut(&txn.port) {
+            eps.retain(|e| *e != target);
+            if eps.is_empty() {
+                self.cache.remove(&txn.port);
+            }
+        }
+        if txn.rounds <= 1 && txn.heard.is_none() {
+            self.choose_target(now);
+        } else {
+            let port = txn.port;
+            self.finish(Err(TransError::ServerRestarted { port }));
+        }
+    }
+
+    /// Picks a cached endpoint and sends the first burst, or locates.
+    fn choose_target(&mut self, now: Time) {
+        let txn = self.txn.as_mut().expect("in a transaction");
+        txn.rounds = 0;
+        txn.heard = None;
+        txn.rto = self.config.rto_initial;
+        txn.timer = now + txn.rto;
+        match self.cache.get(&txn.port).and_then(|eps| eps.first()) {
+            Some(&endpoint) => {
+                txn.target = Some(endpoint);
+                txn.state = State::Sending;
+                txn.rounds = 1;
+                txn.request =
+                    Outgoing::new(txn.body.clone(), self.config.frag_bytes, self.config.window);
+                for idx in txn.request.start() {
+                    self.send_fragment(idx);
+                }
+            }
+            None => {
+                txn.target = None;
+                txn.state = State::Locating;
+                txn.rto = self.config.locate_initial;
+                txn.timer = now + txn.rto;
+                txn.nonce = Nonce(self.next_nonce);
+                self.next_nonce = self.next_nonce.wrapping_add(1);
+                self.send_locate();
+            }
+        }
+    }
+
+    fn send_locate(&mut self) {
+        let txn = self.txn.as_ref().expect("in a transaction");
+        let bytes = encode(
+            &Packet::Locate(Locate {
+                nonce: txn.nonce,
+                port: txn.port,
+            }),
+            &self.key,
+        );
+        self.stats.locates += 1;
+        self.push(Dest::Nodes, bytes);
+    }
+
+    fn send_fragment(&mut self, idx: u32) {
+        let txn = self.txn.as_ref().expect("in a transaction");
+        let target = txn.target.expect("talking to a target");
+        let (frag, payload) = txn.request.fragment(idx);
+        let bytes = encode(
+            &Packet::Request(Request {
+                txn: TxnId {
+                    client: self.id,
+                    seq: txn.seq,
+                },
+                instance: target.instance,
+                port: txn.port,
+                frag,
+                total_len: txn.request.total_len(),
+                payload,
+            }),
+            &self.key,
+        );
+        self.push(Dest::Addr(target.addr), bytes);
+    }
+
+    fn send_reply_ack(&mut self) {
+        let txn = self.txn.as_ref().expect("in a transaction");
+        let target = txn.target.expect("talking to a target");
+        let (base, mask) = txn.reply.as_ref().map_or((0, 0), Incoming::ack_state);
+        let bytes = encode(
+            &Packet::Ack(Ack {
+                txn: TxnId {
+                    client: self.id,
+                    seq: txn.seq,
+                },
+                instance: target.instance,
+                dir: AckDir::Reply,
+                base,
+                mask,
+            }),
+            &self.key,
+        );
+        self.push(Dest::Addr(target.addr), bytes);
+    }
+
+    fn push(&mut self, dest: Dest, bytes: Vec<u8>) {
+        self.stats.datagrams_out += 1;
+        self.transmits.push_back(Transmit { dest, bytes });
+    }
+
+    fn finish(&mut self, result: Result<Vec<u8>, TransError>) {
+        self.txn = None;
+        match &result {
+            Ok(_) => self.stats.transactions += 1,
+            Err(_) => self.stats.failures += 1,
+        }
+        self.outcome = Some(result);
+    }
+}

@@ -1,0 +1,214 @@
+//! Node liveness: every node sends a [`Heartbeat`] to every member it knows
+//! (and to its seeds) each interval; a member not heard from for
+//! `dead_after` is reported unreachable.  Heartbeats carry the sender's
+//! member list, so a node that joined through one seed soon knows all.
+//!
+//! This is a failure *detector* for operators and placement, not a
+//! consensus: two nodes may briefly disagree about a third.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use shoal_wire::{ClusterKey, Heartbeat, MAX_MEMBERS, Member, NodeId, Packet, encode};
+
+use crate::time::Time;
+use crate::transmit::{Dest, Transmit};
+
+/// Heartbeat timing.
+#[derive(Debug, Clone)]
+pub struct MembershipConfig {
+    pub interval: Duration,
+    pub dead_after: Duration,
+}
+
+impl Default for MembershipConfig {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_millis(250),
+            dead_after: Duration::from_millis(1500),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Peer {
+    addr: SocketAddr,
+    name: String,
+    incarnation: u64,
+    last_heard: Option<Time>,
+}
+
+/// One member as this node sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberView {
+    pub node: NodeId,
+    pub name: String,
+    pub addr: SocketAddr,
+    pub incarnation: u64,
+    /// Heard from within `dead_after` (always true for this node itself).
+    pub alive: bool,
+    /// Time since last heard, if ever.
+    pub silent_for: Option<Duration>,
+}
+
+/// Membership state of one node.
+#[derive(Debug)]
+pub struct Membership {
+    me: NodeId,
+    name: String,
+    addr: SocketAddr,
+    incarnation: u64,
+    seeds: Vec<SocketAddr>,
+    peers: BTreeMap<NodeId, Peer>,
+    key: ClusterKey,
+    config: MembershipConfig,
+    next_beat: Time,
+    transmits: Vec<Transmit>,
+}
+
+impl Membership {
+    /// Membership for node `me`, reachable at `addr`, joining through `seeds`.
+    pub fn new(
+        me: NodeId,
+        name: String,
+        addr: SocketAddr,
+        incarnation: u64,
+        seeds: Vec<SocketAddr>,
+        key: ClusterKey,
+        config: MembershipConfig,
+    ) -> Self {
+        Self {
+            me,
+            name,
+            addr,
+            incarnation,
+            seeds,
+            peers: BTreeMap::new(),
+            key,
+            config,
+            next_beat: Time(0),
+            transmits: Vec::new(),
+        }
+    }
+
+    /// A heartbeat arrived.
+    pub fn handle_heartbeat(&mut self, now: Time, hb: &Heartbeat) {
+        if hb.node == self.me {
+            return;
+        }
+        let peer = self.peers.entry(hb.node).or_insert_with(|| Peer {
+            addr: hb.addr,
+            name: hb.name.clone(),
+            incarnation: hb.incarnation,
+            last_heard: None,
+        });
+        peer.addr = hb.addr;
+        peer.name.clone_from(&hb.name);
+        peer.incarnation = hb.incarnation;
+        peer.last_heard = Some(now);
+        for m in &hb.members {
+            if m.node != self.me
+                && !self.peers.contains_key(&m.node)
+                && self.peers.len() < MAX_MEMBERS - 1
+            {
+                self.peers.insert(
+                    m.node,
+                    Peer {
+                        addr: m.addr,
+                        name: String::new(),
+                        incarnation: 0,
+                        last_heard: None,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Sends heartbeats when due.
+    pub fn handle_timeout(&mut self, now: Time) {
+        if now < self.next_beat {
+            return;
+        }
+        self.next_beat = now + self.config.interval;
+        let mut members = vec![Member {
+            node: self.me,
+            addr: self.addr,
+        }];
+        members.extend(
+            self.peers
+                .iter()
+                .take(MAX_MEMBERS - 1)
+                .map(|(node, p)| Member {
+                    node: *node,
+                    addr: p.addr,
+                }),
+        );
+        let bytes = encode(
+            &Packet::Heartbeat(Heartbeat {
+                node: self.me,
+                incarnation: self.incarnation,
+                name: self.name.clone(),
+                addr: self.addr,
+                members,
+            }),
+            &self.key,
+        );
+        let mut dests: Vec<SocketAddr> = self.peers.values().map(|p| p.addr).collect();
+        for s in &self.seeds {
+            if !dests.contains(s) && *s != self.addr {
+                dests.push(*s);
+            }
+        }
+        for addr in dests {
+            self.transmits.push(Transmit {
+                dest: Dest::Addr(addr),
+                bytes: bytes.clone(),
+            });
+        }
+    }
+
+    /// The next heartbeat to send.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.transmits.pop()
+    }
+
+    /// When heartbeats are next due.
+    pub fn poll_timeout(&self) -> Time {
+        self.next_beat
+    }
+
+    /// Every member known, this node first.
+    pub fn view(&self, now: Time) -> Vec<MemberView> {
+        let mut out = vec![MemberView {
+            node: self.me,
+            name: self.name.clone(),
+            addr: self.addr,
+            incarnation: self.incarnation,
+            alive: true,
+            silent_for: Some(Duration::ZERO),
+        }];
+        out.extend(self.peers.iter().map(|(node, p)| {
+            let silent_for = p.last_heard.map(|t| now.saturating_since(t));
+            MemberView {
+                node: *node,
+                name: p.name.clone(),
+                addr: p.addr,
+                incarnation: p.incarnation,
+                alive: silent_for.is_some_and(|d| d < self.config.dead_after),
+                silent_for,
+            }
+        }));
+        out
+    }
+
+    /// Addresses of members currently alive, this node excluded.
+    pub fn alive_addrs(&self, now: Time) -> Vec<SocketAddr> {
+        self.view(now)
+            .into_iter()
+            .skip(1)
+            .filter(|m| m.alive)
+            .map(|m| m.addr)
+            .collect()
+    }
+}

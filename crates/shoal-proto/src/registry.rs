@@ -1,0 +1,95 @@
+//! A node's locate responder: which server endpoints on this node serve
+//! which put-ports.
+//!
+//! Servers register through their node (which computes the put-port from
+//! the get-port the server presents, Amoeba's F-box, so only a holder of the
+//! get-port can be registered for a put-port).  A [`Locate`] for a port with
+//! endpoints here is answered with all of them; a port not served here is
+//! not answered at all, so a broadcast draws answers only from nodes that
+//! can help.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use shoal_cap::PutPort;
+use shoal_wire::{
+    ClusterKey, Endpoint, Here, Instance, Locate, MAX_HERE_ENDPOINTS, NodeId, Packet, encode,
+};
+
+use crate::transmit::{Dest, Transmit};
+
+/// Registered endpoints of one node.
+#[derive(Debug)]
+pub struct Registry {
+    node: NodeId,
+    key: ClusterKey,
+    ports: HashMap<PutPort, Vec<Endpoint>>,
+}
+
+impl Registry {
+    /// An empty registry for `node`.
+    pub fn new(node: NodeId, key: ClusterKey) -> Self {
+        Self {
+            node,
+            key,
+            ports: HashMap::new(),
+        }
+    }
+
+    /// Adds an endpoint for `port`.  Returns `false` if the port already has
+    /// as many endpoints here as one answer can carry.
+    pub fn register(&mut self, port: PutPort, endpoint: Endpoint) -> bool {
+        let eps = self.ports.entry(port).or_default();
+        if eps.contains(&endpoint) {
+            return true;
+        }
+        if eps.len() >= MAX_HERE_ENDPOINTS {
+            return false;
+        }
+        eps.push(endpoint);
+        true
+    }
+
+    /// Removes the endpoint `instance` of `port`.
+    pub fn deregister(&mut self, port: PutPort, instance: Instance) {
+        if let Some(eps) = self.ports.get_mut(&port) {
+            eps.retain(|e| e.instance != instance);
+            if eps.is_empty() {
+                self.ports.remove(&port);
+            }
+        }
+    }
+
+    /// The endpoints registered for `port`.
+    pub fn lookup(&self, port: &PutPort) -> &[Endpoint] {
+        self.ports.get(port).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// Ports with at least one endpoint.
+    pub fn len(&self) -> usize {
+        self.ports.len()
+    }
+
+    /// Whether nothing is registered.
+    pub fn is_empty(&self) -> bool {
+        self.ports.is_empty()
+    }
+
+    /// The answer to a locate from `from`, if this node serves the port.
+    pub fn handle_locate(&self, from: SocketAddr, locate: &Locate) -> Option<Transmit> {
+        let endpoints = self.ports.get(&locate.port)?;
+        let bytes = encode(
+            &Packet::Here(Here {
+                nonce: locate.nonce,
+                port: locate.port,
+                node: self.node,
+                endpoints: endpoints.clone(),
+            }),
+            &self.key,
+        );
+        Some(Transmit {
+            dest: Dest::Addr(from),
+            bytes,
+        })
+    }
+}

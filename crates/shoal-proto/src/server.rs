@@ -1,0 +1,454 @@
+//! The server end of RPC: one endpoint (one socket, one put-port, one
+//! instance), shared by any number of server threads.
+//!
+//! **At-most-once.**  The core keeps one record per client: the sequence
+//! number of its latest transaction and where that transaction stands
+//! (reassembling, executing, replied, done).  A fragment of a newer
+//! transaction starts it and implicitly acknowledges the older one's reply;
+//! a fragment of the current one is a duplicate (answered with [`Working`]
+//! or the cached reply, never executed again); an older one is dropped.
+//! Requests addressed to another instance of the port (the one before a
+//! restart) are answered with [`NotHere`] and not executed, so a restart can
+//! never turn a retransmission into a second execution.
+//!
+//! Records live for [`ServerConfig::record_ttl`] after their last packet,
+//! far longer than any client retransmits, and their number is bounded: a
+//! full table refuses new clients with `Busy` rather than forget old ones.
+//!
+//! The core never sets a retransmission timer of its own: clients drive
+//! every exchange, so a server whose client vanished holds nothing but the
+//! record until it expires.
+//!
+//! [`Working`]: shoal_wire::Working
+//! [`NotHere`]: shoal_wire::NotHere
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use shoal_cap::PutPort;
+use shoal_wire::{
+    Ack, AckDir, ClientId, ClusterKey, Frag, Instance, NotHere, Packet, Reply, ReplyStatus,
+    Request, Seq, TxnId, Working, decode, encode,
+};
+
+use crate::body::{Added, Incoming, Outgoing};
+use crate::stats::Stats;
+use crate::time::Time;
+use crate::transmit::{Dest, Transmit};
+
+/// Tuning and limits of a server endpoint.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Body bytes per reply fragment.
+    pub frag_bytes: usize,
+    /// Reply fragments sent ahead of acknowledgement.
+    pub window: u32,
+    /// Largest request accepted.
+    pub max_request_bytes: u64,
+    /// Most bytes of partial requests held at once.
+    pub max_assembling_bytes: u64,
+    /// Most client records held at once.
+    pub max_records: usize,
+    /// How long a client record outlives its last packet.
+    pub record_ttl: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            frag_bytes: 60_000,
+            window: 16,
+            max_request_bytes: 4 << 30,
+            max_assembling_bytes: 8 << 30,
+            max_records: 100_000,
+            record_ttl: Duration::from_secs(120),
+        }
+    }
+}
+
+/// A complete request, ready for the application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivered {
+    pub txn: TxnId,
+    pub from: SocketAddr,
+    pub body: Vec<u8>,
+}
+
+#[derive(Debug)]
+enum RecState {
+    Assembling(Incoming),
+    Executing,
+    Replied(Outgoing),
+    Done,
+}
+
+#[derive(Debug)]
+struct Record {
+    seq: Seq,
+    from: SocketAddr,
+    touched: Time,
+    state: RecState,
+}
+
+/// One server endpoint's protocol state.
+#[derive(Debug)]
+pub struct ServerCore {
+    port: PutPort,
+    instance: Instance,
+    key: ClusterKey,
+    config: ServerConfig,
+    records: HashMap<ClientId, Record>,
+    assembling_bytes: u64,
+    ready: VecDeque<Delivered>,
+    transmits: VecDeque<Transmit>,
+    next_sweep: Time,
+    stats: Stats,
+}
+
+impl ServerCore {
+    /// A server endpoint for `port` (the put-port of the get-port the
+    /// server holds), incarnation `instance`.
+    pub fn new(port: PutPort, instance: Instance, key: ClusterKey, config: ServerConfig) -> Self {
+        Self {
+            port,
+            instance,
+            key,
+            config,
+            records: HashMap::new(),
+            assembling_bytes: 0,
+            ready: VecDeque::new(),
+            transmits: VecDeque::new(),
+            next_sweep: Time(0),
+            stats: Stats::default(),
+        }
+    }
+
+    /// The put-port served.
+    pub fn port(&self) -> PutPort {
+        self.port
+    }
+
+    /// This incarnation.
+    pub fn instance(&self) -> Instance {
+        self.instance
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Client records held.
+    pub fn records(&self) -> usize {
+        self.records.len()
+    }
+
+    /// The next datagram to send.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.transmits.pop_front()
+    }
+
+    /// The next complete request for the application.
+    pub fn poll_request(&mut self) -> Option<Delivered> {
+        self.ready.pop_front()
+    }
+
+    /// When [`ServerCore::handle_timeout`] should run next (record expiry).
+    pub fn poll_timeout(&self) -> Time {
+        self.next_sweep
+    }
+
+    /// Expires old client records.
+    pub fn handle_timeout(&mut self, now: Time) {
+        if now < self.next_sweep {
+            return;
+        }
+        let ttl = self.config.record_ttl;
+        let mut freed = 0;
+        self.records.retain(|_, r| {
+            let keep =
+                matches!(r.state, RecState::Executing) || now.saturating_since(r.touched) < ttl;
+            if !keep && let RecState::Assembling(inc) = &r.state {
+                freed += inc.total_len();
+            }
+            keep
+        });
+        self.assembling_bytes -= freed;
+        self.next_sweep = now + ttl / 4;
+    }
+
+    /// A datagram arrived from `from`.
+    pub fn handle_datagram(&mut self, now: Time, from: SocketAddr, datagram: &[u8]) {
+        self.stats.datagrams_in += 1;
+        match decode(datagram, &self.key) {
+            Ok(Packet::Request(r)) => self.on_request(now, from, r),
+            Ok(Packet::Ack(a)) if a.dir == AckDir::Reply => self.on_reply_ack(now, a),
+            Ok(_) => self.stats.dropped_stale += 1,
+            Err(e) => self.stats.count_wire_error(e),
+        }
+    }
+
+    /// The application's reply to a delivered request.  Returns `false`
+    /// (and sends nothing) if the client has moved on meanwhile.
+    pub fn reply(&mut self, now: Time, txn: TxnId, body: Bytes) -> bool {
+        let mut out = Outgoing::new(body, self.config.frag_bytes, self.config.window);
+        let (records, mut tx) = self.split();
+        let Some(rec) = records.get_mut(&txn.client) else {
+            return false;
+        };
+        if rec.seq != txn.seq || !matches!(rec.state, RecState::Executing) {
+            return false;
+        }
+        rec.touched = now;
+        for idx in out.start() {
+            tx.reply_fragment(rec.from, txn, &out, idx);
+        }
+        rec.state = RecState::Replied(out);
+        true
+    }
+
+    fn on_request(&mut self, now: Time, from: SocketAddr, r: Request<'_>) {
+        if r.port != self.port || (r.instance != self.instance && r.instance != Instance(0)) {
+            let actual = if r.port == self.port {
+                self.instance
+            } else {
+                Instance(0)
+            };
+            self.stats.refused += 1;
+            let packet = Packet::NotHere(NotHere {
+                txn: r.txn,
+                port: r.port,
+                wanted: r.instance,
+                actual,
+            });
+            return self.sender().send(from, &packet);
+        }
+        let half = (self.config.window / 2).max(1);
+        let (records, mut tx) = self.split();
+        let complete = match records.get_mut(&r.txn.client) {
+            Some(rec) if r.txn.seq < rec.seq => {
+                tx.stats.dropped_stale += 1;
+                false
+            }
+            Some(rec) if r.txn.seq == rec.seq => {
+                rec.touched = now;
+                rec.from = from;
+                match &mut rec.state {
+                    RecState::Assembling(inc) => match inc.add(r.frag, r.total_len, r.payload) {
+                        Added::New if inc.is_complete() => true,
+                        Added::New => {
+                            if inc.received_count() % half == 0 || r.frag.index == r.frag.count - 1
+                            {
+                                tx.request_ack(from, r.txn, inc.ack_state());
+                            }
+                            false
+                        }
+                        Added::Duplicate => {
+                            tx.stats.duplicates += 1;
+                            tx.request_ack(from, r.txn, inc.ack_state());
+                            false
+                        }
+                        Added::Invalid => {
+                            tx.stats.dropped_malformed += 1;
+                            false
+                        }
+                    },
+                    RecState::Executing => {
+                        tx.stats.duplicates += 1;
+                        tx.working(from, r.txn);
+                        false
+                    }
+                    RecState::Replied(out) => {
+                        tx.stats.duplicates += 1;
+                        tx.stats.retransmits += 1;
+                        let idx = out.probe();
+                        tx.reply_fragment(from, r.txn, out, idx);
+                        false
+                    }
+                    RecState::Done => {
+                        tx.stats.duplicates += 1;
+                        false
+                    }
+                }
+            }
+            _ => return self.start_txn(now, from, r),
+        };
+        if complete {
+            self.complete(r.txn);
+        }
+    }
+
+    fn start_txn(&mut self, now: Time, from: SocketAddr, r: Request<'_>) {
+        if let Some(old) = self.records.remove(&r.txn.client)
+            && let RecState::Assembling(inc) = &old.state
+        {
+            self.assembling_bytes -= inc.total_len();
+        }
+        if self.records.len() >= self.config.max_records {
+            self.next_sweep = now;
+            self.handle_timeout(now);
+        }
+        let refuse = if self.records.len() >= self.config.max_records {
+            Some(ReplyStatus::Busy)
+        } else if r.total_len > self.config.max_request_bytes {
+            Some(ReplyStatus::TooLarge)
+        } else if r.frag.count > 1
+            && self.assembling_bytes.saturating_add(r.total_len) > self.config.max_assembling_bytes
+        {
+            Some(ReplyStatus::Busy)
+        } else {
+            None
+        };
+        if let Some(status) = refuse {
+            self.stats.refused += 1;
+            let packet = Packet::Reply(Reply {
+                txn: r.txn,
+                instance: self.instance,
+                status,
+                frag: Frag { index: 0, count: 1 },
+                total_len: 0,
+                payload: &[],
+            });
+            return self.sender().send(from, &packet);
+        }
+        let Some(mut inc) = Incoming::new(r.total_len, r.frag.count, self.config.max_request_bytes)
+        else {
+            self.stats.dropped_malformed += 1;
+            return;
+        };
+        if inc.add(r.frag, r.total_len, r.payload) != Added::New {
+            self.stats.dropped_malformed += 1;
+            return;
+        }
+        let complete = inc.is_complete();
+        if !complete {
+            self.assembling_bytes += inc.total_len();
+        }
+        self.records.insert(
+            r.txn.client,
+            Record {
+                seq: r.txn.seq,
+                from,
+                touched: now,
+                state: RecState::Assembling(inc),
+            },
+        );
+        if complete {
+            self.complete(r.txn);
+        }
+    }
+
+    /// The request of `txn` is whole: hand it to the application.
+    fn complete(&mut self, txn: TxnId) {
+        let rec = self.records.get_mut(&txn.client).expect("record exists");
+        let RecState::Assembling(inc) = std::mem::replace(&mut rec.state, RecState::Executing)
+        else {
+            unreachable!("completing a request that is not being assembled");
+        };
+        let from = rec.from;
+        if inc.count() > 1 {
+            self.assembling_bytes -= inc.total_len();
+            // Tell the client the whole request is here, so it stops sending.
+            self.sender().working(from, txn);
+        }
+        self.stats.transactions += 1;
+        self.ready.push_back(Delivered {
+            txn,
+            from,
+            body: inc.into_body(),
+        });
+    }
+
+    fn on_reply_ack(&mut self, now: Time, a: Ack) {
+        let (records, mut tx) = self.split();
+        let rec = match records.get_mut(&a.txn.client) {
+            Some(rec) if rec.seq == a.txn.seq && a.instance == tx.instance => rec,
+            _ => {
+                tx.stats.dropped_stale += 1;
+                return;
+            }
+        };
+        rec.touched = now;
+        let RecState::Replied(out) = &mut rec.state else {
+            tx.stats.dropped_stale += 1;
+            return;
+        };
+        let (send, _) = out.on_ack(a.base, a.mask);
+        for idx in send {
+            tx.reply_fragment(rec.from, a.txn, out, idx);
+        }
+        if out.is_acked() {
+            rec.state = RecState::Done;
+        }
+    }
+
+    fn sender(&mut self) -> Sender<'_> {
+        self.split().1
+    }
+
+    /// The records and the output half, borrowed apart.
+    fn split(&mut self) -> (&mut HashMap<ClientId, Record>, Sender<'_>) {
+        (
+            &mut self.records,
+            Sender {
+                key: &self.key,
+                instance: self.instance,
+                transmits: &mut self.transmits,
+                stats: &mut self.stats,
+            },
+        )
+    }
+}
+
+/// The output half of the core, borrowed apart from the records so a
+/// record can be updated and answered in one step.
+struct Sender<'a> {
+    key: &'a ClusterKey,
+    instance: Instance,
+    transmits: &'a mut VecDeque<Transmit>,
+    stats: &'a mut Stats,
+}
+
+impl Sender<'_> {
+    fn send(&mut self, to: SocketAddr, packet: &Packet<'_>) {
+        self.stats.datagrams_out += 1;
+        self.transmits.push_back(Transmit {
+            dest: Dest::Addr(to),
+            bytes: encode(packet, self.key),
+        });
+    }
+
+    fn reply_fragment(&mut self, to: SocketAddr, txn: TxnId, out: &Outgoing, idx: u32) {
+        let (frag, payload) = out.fragment(idx);
+        let packet = Packet::Reply(Reply {
+            txn,
+            instance: self.instance,
+            status: ReplyStatus::Ok,
+            frag,
+            total_len: out.total_len(),
+            payload,
+        });
+        self.send(to, &packet);
+    }
+
+    fn working(&mut self, to: SocketAddr, txn: TxnId) {
+        let packet = Packet::Working(Working {
+            txn,
+            instance: self.instance,
+        });
+        self.send(to, &packet);
+    }
+
+    fn request_ack(&mut self, to: SocketAddr, txn: TxnId, (base, mask): (u32, u64)) {
+        let packet = Packet::Ack(Ack {
+            txn,
+            instance: self.instance,
+            dir: AckDir::Request,
+            base,
+            mask,
+        });
+        self.send(to, &packet);
+    }
+}

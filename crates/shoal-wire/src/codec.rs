@@ -1,0 +1,343 @@
+//! Encoding and decoding.  The decoder checks the MAC before it reads any
+//! field, never panics, and allocates at most what the datagram's bounded
+//! lists need.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use shoal_cap::PutPort;
+
+use crate::ids::{ClientId, Instance, NodeId, Nonce, Seq, TxnId};
+use crate::key::ClusterKey;
+use crate::packet::*;
+use crate::{HEADER_LEN, MAGIC, MAX_DATAGRAM, VERSION, WireError};
+
+/// Encodes `packet` into a new buffer, MAC included.
+pub fn encode(packet: &Packet<'_>, key: &ClusterKey) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_LEN + 64 + payload_len(packet));
+    encode_into(packet, key, &mut out);
+    out
+}
+
+fn payload_len(packet: &Packet<'_>) -> usize {
+    match packet {
+        Packet::Request(r) => r.payload.len(),
+        Packet::Reply(r) => r.payload.len(),
+        _ => 0,
+    }
+}
+
+/// Encodes `packet` into `out` (cleared first), MAC included.
+pub fn encode_into(packet: &Packet<'_>, key: &ClusterKey, out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(&MAGIC);
+    out.push(VERSION);
+    out.push(packet.kind());
+    out.extend_from_slice(&[0u8; 16]);
+    let mut w = Writer(out);
+    match packet {
+        Packet::Request(r) => {
+            w.txn(r.txn);
+            w.u64(r.instance.0);
+            w.bytes(r.port.as_bytes());
+            w.frag(r.frag);
+            w.u64(r.total_len);
+            w.bytes(r.payload);
+        }
+        Packet::Reply(r) => {
+            w.txn(r.txn);
+            w.u64(r.instance.0);
+            w.u8(r.status as u8);
+            w.frag(r.frag);
+            w.u64(r.total_len);
+            w.bytes(r.payload);
+        }
+        Packet::Ack(a) => {
+            w.txn(a.txn);
+            w.u64(a.instance.0);
+            w.u8(a.dir as u8);
+            w.u32(a.base);
+            w.u64(a.mask);
+        }
+        Packet::Working(p) => {
+            w.txn(p.txn);
+            w.u64(p.instance.0);
+        }
+        Packet::NotHere(p) => {
+            w.txn(p.txn);
+            w.bytes(p.port.as_bytes());
+            w.u64(p.wanted.0);
+            w.u64(p.actual.0);
+        }
+        Packet::Locate(p) => {
+            w.u64(p.nonce.0);
+            w.bytes(p.port.as_bytes());
+        }
+        Packet::Here(p) => {
+            assert!(p.endpoints.len() <= MAX_HERE_ENDPOINTS);
+            w.u64(p.nonce.0);
+            w.bytes(p.port.as_bytes());
+            w.u64(p.node.0);
+            w.u8(p.endpoints.len() as u8);
+            for e in &p.endpoints {
+                w.addr(e.addr);
+                w.u64(e.instance.0);
+            }
+        }
+        Packet::Heartbeat(h) => {
+            assert!(h.members.len() <= MAX_MEMBERS);
+            assert!(h.name.len() <= MAX_NAME_BYTES);
+            w.u64(h.node.0);
+            w.u64(h.incarnation);
+            w.u8(h.name.len() as u8);
+            w.bytes(h.name.as_bytes());
+            w.addr(h.addr);
+            w.u16(h.members.len() as u16);
+            for m in &h.members {
+                w.u64(m.node.0);
+                w.addr(m.addr);
+            }
+        }
+    }
+    let mac = key.mac(out);
+    out[4..HEADER_LEN].copy_from_slice(&mac);
+}
+
+/// Checks the MAC of `datagram` and decodes it.
+pub fn decode<'a>(datagram: &'a [u8], key: &ClusterKey) -> Result<Packet<'a>, WireError> {
+    if datagram.len() < HEADER_LEN {
+        return Err(WireError::Truncated);
+    }
+    if datagram.len() > MAX_DATAGRAM {
+        return Err(WireError::Oversized);
+    }
+    if datagram[..2] != MAGIC {
+        return Err(WireError::BadMagic);
+    }
+    if datagram[2] != VERSION {
+        return Err(WireError::BadVersion(datagram[2]));
+    }
+    let kind = datagram[3];
+    if !(1..=8).contains(&kind) {
+        return Err(WireError::BadKind(kind));
+    }
+    let mac = key.mac(datagram);
+    if !constant_time_eq(&mac, &datagram[4..HEADER_LEN]) {
+        return Err(WireError::BadMac);
+    }
+    let mut r = Reader(&datagram[HEADER_LEN..]);
+    let packet = match kind {
+        1 => Packet::Request(Request {
+            txn: r.txn()?,
+            instance: Instance(r.u64()?),
+            port: r.port()?,
+            frag: r.frag()?,
+            total_len: r.u64()?,
+            payload: r.rest(),
+        }),
+        2 => {
+            let txn = r.txn()?;
+            let instance = Instance(r.u64()?);
+            let status =
+                ReplyStatus::from_u8(r.u8()?).ok_or(WireError::Malformed("reply status"))?;
+            Packet::Reply(Reply {
+                txn,
+                instance,
+                status,
+                frag: r.frag()?,
+                total_len: r.u64()?,
+                payload: r.rest(),
+            })
+        }
+        3 => {
+            let txn = r.txn()?;
+            let instance = Instance(r.u64()?);
+            let dir = match r.u8()? {
+                0 => AckDir::Request,
+                1 => AckDir::Reply,
+                _ => return Err(WireError::Malformed("ack direction")),
+            };
+            Packet::Ack(Ack {
+                txn,
+                instance,
+                dir,
+                base: r.u32()?,
+                mask: r.u64()?,
+            })
+        }
+        4 => Packet::Working(Working {
+            txn: r.txn()?,
+            instance: Instance(r.u64()?),
+        }),
+        5 => Packet::NotHere(NotHere {
+            txn: r.txn()?,
+            port: r.port()?,
+            wanted: Instance(r.u64()?),
+            actual: Instance(r.u64()?),
+        }),
+        6 => Packet::Locate(Locate {
+            nonce: Nonce(r.u64()?),
+            port: r.port()?,
+        }),
+        7 => {
+            let nonce = Nonce(r.u64()?);
+            let port = r.port()?;
+            let node = NodeId(r.u64()?);
+            let n = r.u8()? as usize;
+            if n > MAX_HERE_ENDPOINTS {
+                return Err(WireError::Malformed("too many endpoints"));
+            }
+            let mut endpoints = Vec::with_capacity(n);
+            for _ in 0..n {
+                endpoints.push(Endpoint {
+                    addr: r.addr()?,
+                    instance: Instance(r.u64()?),
+                });
+            }
+            Packet::Here(Here {
+                nonce,
+                port,
+                node,
+                endpoints,
+            })
+        }
+        8 => {
+            let node = NodeId(r.u64()?);
+            let incarnation = r.u64()?;
+            let name_len = r.u8()? as usize;
+            if name_len > MAX_NAME_BYTES {
+                return Err(WireError::Malformed("node name too long"));
+            }
+            let name = std::str::from_utf8(r.take(name_len)?)
+                .map_err(|_| WireError::Malformed("node name is not UTF-8"))?
+                .to_string();
+            let addr = r.addr()?;
+            let n = r.u16()? as usize;
+            if n > MAX_MEMBERS {
+                return Err(WireError::Malformed("too many members"));
+            }
+            let mut members = Vec::with_capacity(n.min(r.0.len() / 15));
+            for _ in 0..n {
+                members.push(Member {
+                    node: NodeId(r.u64()?),
+                    addr: r.addr()?,
+                });
+            }
+            Packet::Heartbeat(Heartbeat {
+                node,
+                incarnation,
+                name,
+                addr,
+                members,
+            })
+        }
+        _ => unreachable!("kind checked above"),
+    };
+    if !r.0.is_empty() {
+        return Err(WireError::Oversized);
+    }
+    if let Packet::Request(Request { frag, .. }) | Packet::Reply(Reply { frag, .. }) = &packet
+        && (frag.count == 0 || frag.index >= frag.count)
+    {
+        return Err(WireError::Malformed("fragment index out of range"));
+    }
+    Ok(packet)
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+struct Writer<'a>(&'a mut Vec<u8>);
+
+impl Writer<'_> {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u16(&mut self, v: u16) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn bytes(&mut self, v: &[u8]) {
+        self.0.extend_from_slice(v);
+    }
+    fn txn(&mut self, t: TxnId) {
+        self.u64(t.client.0);
+        self.u64(t.seq.0);
+    }
+    fn frag(&mut self, f: Frag) {
+        self.u32(f.index);
+        self.u32(f.count);
+    }
+    fn addr(&mut self, a: SocketAddr) {
+        match a.ip() {
+            IpAddr::V4(ip) => {
+                self.u8(4);
+                self.bytes(&ip.octets());
+            }
+            IpAddr::V6(ip) => {
+                self.u8(6);
+                self.bytes(&ip.octets());
+            }
+        }
+        self.u16(a.port());
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
+        if self.0.len() < n {
+            return Err(WireError::Truncated);
+        }
+        let (head, tail) = self.0.split_at(n);
+        self.0 = tail;
+        Ok(head)
+    }
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], WireError> {
+        Ok(self.take(N)?.try_into().expect("length checked"))
+    }
+    fn u8(&mut self) -> Result<u8, WireError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16, WireError> {
+        Ok(u16::from_le_bytes(self.array()?))
+    }
+    fn u32(&mut self) -> Result<u32, WireError> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+    fn u64(&mut self) -> Result<u64, WireError> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+    fn rest(&mut self) -> &'a [u8] {
+        std::mem::take(&mut self.0)
+    }
+    fn txn(&mut self) -> Result<TxnId, WireError> {
+        Ok(TxnId {
+            client: ClientId(self.u64()?),
+            seq: Seq(self.u64()?),
+        })
+    }
+    fn port(&mut self) -> Result<PutPort, WireError> {
+        Ok(PutPort::from_bytes(self.array()?))
+    }
+    fn frag(&mut self) -> Result<Frag, WireError> {
+        Ok(Frag {
+            index: self.u32()?,
+            count: self.u32()?,
+        })
+    }
+    fn addr(&mut self) -> Result<SocketAddr, WireError> {
+        let ip = match self.u8()? {
+            4 => IpAddr::V4(Ipv4Addr::from(self.array::<4>()?)),
+            6 => IpAddr::V6(Ipv6Addr::from(self.array::<16>()?)),
+            _ => return Err(WireError::Malformed("address family")),
+        };
+        Ok(SocketAddr::new(ip, self.u16()?))
+    }
+}

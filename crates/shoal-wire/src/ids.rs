@@ -1,0 +1,73 @@
+//! Newtypes for the identifiers that travel in packets, so a sequence
+//! number can never be passed where a client id is expected.
+
+use std::fmt;
+
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+        pub struct $name(pub u64);
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{:016x}", self.0)
+            }
+        }
+
+        impl $name {
+            /// A fresh random identifier (never zero: zero means "unknown").
+            pub fn random() -> Self {
+                loop {
+                    let v: u64 = rand::random();
+                    if v != 0 {
+                        return Self(v);
+                    }
+                }
+            }
+        }
+    };
+}
+
+id_type!(
+    /// One client endpoint, new each time a program opens one.  Together with
+    /// [`Seq`] it names a transaction for at-most-once filtering.
+    ClientId
+);
+id_type!(
+    /// One incarnation of a server endpoint (its "boot id").  A request names
+    /// the instance it was meant for, so a restarted server is detected and
+    /// never silently re-executes a request.
+    Instance
+);
+id_type!(
+    /// A node daemon's persistent identity.
+    NodeId
+);
+id_type!(
+    /// Matches a locate answer to its question.
+    Nonce
+);
+
+/// A transaction's sequence number within its client; strictly increasing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Seq(pub u64);
+
+impl fmt::Display for Seq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A transaction: which client, which of its requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TxnId {
+    pub client: ClientId,
+    pub seq: Seq,
+}
+
+impl fmt::Display for TxnId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}#{}", self.client, self.seq)
+    }
+}

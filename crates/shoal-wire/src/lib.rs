@@ -1,0 +1,63 @@
+//! shoal's wire formats.
+//!
+//! Every datagram that crosses the cluster network starts with the same
+//! 20-byte header:
+//!
+//! ```text
+//!  0      2     3     4                              20
+//!  +------+-----+-----+------------------------------+---------------
+//!  | "SH" | ver | kind| MAC (16 bytes)               | body ...
+//!  +------+-----+-----+------------------------------+---------------
+//! ```
+//!
+//! The MAC is the keyed BLAKE3 of bytes `0..4` and `20..` under the
+//! cluster key, truncated to 128 bits: a datagram from outside the cluster,
+//! or one changed in flight, is dropped before any field is parsed.  The body
+//! is a fixed little-endian layout per kind ([`Packet`]); variable parts
+//! (payloads, lists) are bounded, so a decoder never allocates more than the
+//! datagram it was given.
+//!
+//! **Architecture invariant:** this crate does no I/O and keeps no state; it
+//! turns bytes into [`Packet`]s and back.
+
+mod codec;
+mod ids;
+mod key;
+mod packet;
+
+pub use codec::{decode, encode, encode_into};
+pub use ids::{ClientId, Instance, NodeId, Nonce, Seq, TxnId};
+pub use key::ClusterKey;
+pub use packet::{
+    Ack, AckDir, Endpoint, Frag, Heartbeat, Here, Locate, MAX_HERE_ENDPOINTS, MAX_MEMBERS,
+    MAX_NAME_BYTES, Member, NotHere, Packet, Reply, ReplyStatus, Request, Working,
+};
+
+/// Bytes of the common header (magic, version, kind, MAC).
+pub const HEADER_LEN: usize = 20;
+/// The magic bytes every shoal datagram starts with.
+pub const MAGIC: [u8; 2] = *b"SH";
+/// The wire version this build speaks.
+pub const VERSION: u8 = 1;
+/// The largest UDP payload shoal ever sends or accepts.
+pub const MAX_DATAGRAM: usize = 65_507;
+
+/// Why a datagram was not accepted.  Every case is counted by the node that
+/// dropped it; none of them is fatal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    #[error("datagram too short for its kind")]
+    Truncated,
+    #[error("datagram longer than its kind allows")]
+    Oversized,
+    #[error("not a shoal datagram (bad magic)")]
+    BadMagic,
+    #[error("unsupported wire version {0}")]
+    BadVersion(u8),
+    #[error("unknown packet kind {0}")]
+    BadKind(u8),
+    #[error("MAC does not match the cluster key: dropped")]
+    BadMac,
+    #[error("malformed field: {0}")]
+    Malformed(&'static str),
+}

@@ -1,0 +1,218 @@
+//! The packet kinds and their fields.
+//!
+//! RPC (client ⇄ server endpoint):
+//! - [`Request`]: one fragment of a request body, addressed to a put-port
+//!   and to the server instance the client located.
+//! - [`Reply`]: one fragment of a reply body.
+//! - [`Ack`]: which fragments of a multi-fragment body arrived (blast/window
+//!   flow control); an ack that covers every reply fragment is the final
+//!   acknowledgement that lets the server free the reply.
+//! - [`Working`]: "your request is here and running": the answer to a
+//!   retransmission while the server works, so a slow server is not taken
+//!   for a dead one.
+//! - [`NotHere`]: "this endpoint did not and will not execute your
+//!   request": wrong port, or a different (restarted) instance.
+//!
+//! Locate (client ⇄ node daemons): [`Locate`] asks who serves a put-port;
+//! [`Here`] answers with the endpoints registered on one node.
+//!
+//! Membership (node ⇄ node): [`Heartbeat`].
+
+use std::net::SocketAddr;
+
+use shoal_cap::PutPort;
+
+use crate::ids::{ClientId, Instance, NodeId, Nonce, TxnId};
+
+/// Most endpoints one [`Here`] lists.
+pub const MAX_HERE_ENDPOINTS: usize = 32;
+/// Most members one [`Heartbeat`] lists.
+pub const MAX_MEMBERS: usize = 256;
+/// Longest node name, in bytes.
+pub const MAX_NAME_BYTES: usize = 64;
+
+/// Position of one fragment within a body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frag {
+    /// Zero-based index of this fragment.
+    pub index: u32,
+    /// Fragments in the whole body (at least 1, even for an empty body).
+    pub count: u32,
+}
+
+/// One fragment of a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request<'a> {
+    pub txn: TxnId,
+    /// The server instance the client located; [`Instance`]`(0)` if any will do.
+    pub instance: Instance,
+    pub port: PutPort,
+    pub frag: Frag,
+    /// Length of the whole body.
+    pub total_len: u64,
+    pub payload: &'a [u8],
+}
+
+/// Outcome carried by a reply, besides its body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ReplyStatus {
+    /// The server executed the request; the body is its reply.
+    Ok = 0,
+    /// The server refused the request without executing it: it cannot take
+    /// more clients right now.
+    Busy = 1,
+    /// The server refused the request without executing it: the body is
+    /// larger than it accepts.
+    TooLarge = 2,
+}
+
+impl ReplyStatus {
+    pub(crate) fn from_u8(v: u8) -> Option<Self> {
+        match v {
+            0 => Some(Self::Ok),
+            1 => Some(Self::Busy),
+            2 => Some(Self::TooLarge),
+            _ => None,
+        }
+    }
+}
+
+/// One fragment of a reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply<'a> {
+    pub txn: TxnId,
+    /// The instance that executed the request.
+    pub instance: Instance,
+    pub status: ReplyStatus,
+    pub frag: Frag,
+    pub total_len: u64,
+    pub payload: &'a [u8],
+}
+
+/// Which body an [`Ack`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum AckDir {
+    /// Sent by the server about request fragments.
+    Request = 0,
+    /// Sent by the client about reply fragments.
+    Reply = 1,
+}
+
+/// Selective acknowledgement of body fragments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ack {
+    pub txn: TxnId,
+    pub instance: Instance,
+    pub dir: AckDir,
+    /// Every fragment below `base` arrived; `base` itself did not (or
+    /// `base == count`: the body is complete).
+    pub base: u32,
+    /// Bit `i` set: fragment `base + 1 + i` arrived.
+    pub mask: u64,
+}
+
+/// "Your request arrived and is being executed."
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Working {
+    pub txn: TxnId,
+    pub instance: Instance,
+}
+
+/// "This endpoint did not execute your request and never will."
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotHere {
+    pub txn: TxnId,
+    pub port: PutPort,
+    /// The instance the request addressed.
+    pub wanted: Instance,
+    /// The instance that is listening here now, or 0 if the port is not
+    /// served by this endpoint at all.
+    pub actual: Instance,
+}
+
+/// "Who serves this put-port?"
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Locate {
+    pub nonce: Nonce,
+    pub port: PutPort,
+}
+
+/// A server endpoint: where it listens, and which incarnation it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Endpoint {
+    pub addr: SocketAddr,
+    pub instance: Instance,
+}
+
+/// A node's answer to [`Locate`]: the endpoints registered there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Here {
+    pub nonce: Nonce,
+    pub port: PutPort,
+    pub node: NodeId,
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// One cluster member as another node knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub node: NodeId,
+    pub addr: SocketAddr,
+}
+
+/// Periodic liveness and membership gossip between node daemons.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Heartbeat {
+    pub node: NodeId,
+    /// Changes each time the daemon starts.
+    pub incarnation: u64,
+    pub name: String,
+    /// The daemon's node-protocol address.
+    pub addr: SocketAddr,
+    /// Members the sender knows of, so a node that joined through one seed
+    /// learns about all the others.
+    pub members: Vec<Member>,
+}
+
+/// Every kind of datagram.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Packet<'a> {
+    Request(Request<'a>),
+    Reply(Reply<'a>),
+    Ack(Ack),
+    Working(Working),
+    NotHere(NotHere),
+    Locate(Locate),
+    Here(Here),
+    Heartbeat(Heartbeat),
+}
+
+impl Packet<'_> {
+    /// The kind byte on the wire.
+    pub fn kind(&self) -> u8 {
+        match self {
+            Packet::Request(_) => 1,
+            Packet::Reply(_) => 2,
+            Packet::Ack(_) => 3,
+            Packet::Working(_) => 4,
+            Packet::NotHere(_) => 5,
+            Packet::Locate(_) => 6,
+            Packet::Here(_) => 7,
+            Packet::Heartbeat(_) => 8,
+        }
+    }
+
+    /// The client id the packet concerns, for RPC kinds.
+    pub fn client(&self) -> Option<ClientId> {
+        match self {
+            Packet::Request(p) => Some(p.txn.client),
+            Packet::Reply(p) => Some(p.txn.client),
+            Packet::Ack(p) => Some(p.txn.client),
+            Packet::Working(p) => Some(p.txn.client),
+            Packet::NotHere(p) => Some(p.txn.client),
+            _ => None,
+        }
+    }
+}
