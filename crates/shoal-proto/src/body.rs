@@ -119,6 +119,11 @@ impl Outgoing {
             }
         }
         send.extend(self.advance());
+        if send.is_empty() && !progress && self.base < self.next_new {
+            // An ack that tells nothing new is the receiver's timer asking
+            // for what it misses: resend the first hole.
+            send.push(self.base);
+        }
         (send, progress)
     }
 
@@ -154,6 +159,8 @@ pub struct Incoming {
     received_count: u32,
     /// First fragment not yet received.
     base: u32,
+    /// Highest fragment received.
+    highest: u32,
 }
 
 /// What adding a fragment did.
@@ -161,6 +168,8 @@ pub struct Incoming {
 pub enum Added {
     /// A fragment not seen before.
     New,
+    /// A fragment not seen before that filled a hole below others.
+    Refill,
     /// A fragment already held.
     Duplicate,
     /// A fragment inconsistent with the others: ignored.
@@ -182,6 +191,7 @@ impl Incoming {
             received: BitSet::new(count),
             received_count: 0,
             base: 0,
+            highest: 0,
         })
     }
 
@@ -243,10 +253,27 @@ impl Incoming {
         slot.copy_from_slice(payload);
         self.received.set(frag.index);
         self.received_count += 1;
+        let filled_hole = frag.index < self.highest;
+        self.highest = self.highest.max(frag.index);
         while self.base < self.count && self.received.get(self.base) {
             self.base += 1;
         }
-        Added::New
+        if filled_hole {
+            Added::Refill
+        } else {
+            Added::New
+        }
+    }
+
+    /// Whether the sender should hear about this fragment now: every half
+    /// window, at the last fragment, and whenever a hole was filled or a
+    /// duplicate arrived (both mean the sender is recovering).
+    pub fn wants_ack(&self, added: Added, index: u32, window: u32) -> bool {
+        match added {
+            Added::Invalid => false,
+            Added::Duplicate | Added::Refill => true,
+            Added::New => self.received_count % (window / 2).max(1) == 0 || index == self.count - 1,
+        }
     }
 
     /// Whether every fragment arrived.
@@ -307,10 +334,7 @@ mod tests {
                 let (f, p) = out.fragment(idx);
                 let added = inc.add(f, out.total_len(), p);
                 assert_ne!(added, Added::Invalid);
-                if added == Added::Duplicate
-                    || inc.received_count() % (window / 2).max(1) == 0
-                    || idx == out.count() - 1
-                {
+                if inc.wants_ack(added, idx, window) {
                     acks.push(inc.ack_state());
                 }
             }
@@ -377,11 +401,11 @@ mod tests {
         );
         assert_eq!(
             inc.add(Frag { index: 0, count: 3 }, 250, &[0; 100]),
-            Added::New
+            Added::Refill
         );
         assert_eq!(
             inc.add(Frag { index: 1, count: 3 }, 250, &[1; 100]),
-            Added::New
+            Added::Refill
         );
         let body = inc.into_body();
         assert_eq!(&body[200..], &[2; 50]);

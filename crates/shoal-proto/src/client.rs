@@ -5,17 +5,26 @@
 //! A transaction runs through four states:
 //!
 //! ```text
-//!   Locating ──Here──▶ Sending ──Working/ack of all──▶ Waiting
-//!      ▲                 │ ╲                              │
-//!      └── NotHere or ───┘  ╲──────── Reply fragment ─────┴──▶ Receiving ──▶ done
-//!          refused, while
-//!          provably undelivered
+//!   Locating ──Here──▶ Sending ──Working──▶ Waiting
+//!      ▲                 │  ╲                    │
+//!      │     refused or  │   ╲── Reply fragment ─┴──▶ Receiving ──▶ done
+//!      │     replaced    ▼
+//!      └─ Drained ── Verifying ── anything else ──▶ ServerRestarted
 //! ```
 //!
 //! **At-most-once.**  Every request names the server instance that locate
 //! returned.  The client only moves a request to another server when it is
-//! sure the first never executed it: the server said so ([`NotHere`]), or its
-//! address refused the very first burst (nothing had reached a live server).
+//! sure the first never executed it:
+//!
+//! - the instance itself refused it while draining ([`NotHere`] naming
+//!   itself), or
+//! - the instance's address refused the request (or another instance
+//!   answered there) before the first retransmission, nothing had been
+//!   heard from it, *and* its node confirms the instance left by draining
+//!   ([`Fate::Drained`]).  A drained instance refused everything new for
+//!   longer than one retransmission interval before it closed, so no copy
+//!   of this request, however duplicated, can have run there.
+//!
 //! In every other failure the request may have run, and the client reports
 //! that ([`TransError::ServerRestarted`], [`TransError::ServerUnreachable`])
 //! instead of sending it again elsewhere.  Retransmissions to the *same*
@@ -27,6 +36,7 @@
 //! noticing.
 //!
 //! [`NotHere`]: shoal_wire::NotHere
+//! [`Fate::Drained`]: shoal_wire::Fate::Drained
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -35,8 +45,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use shoal_cap::PutPort;
 use shoal_wire::{
-    Ack, AckDir, ClientId, ClusterKey, Endpoint, Locate, Nonce, Packet, ReplyStatus, Request, Seq,
-    TxnId, decode, encode,
+    Ack, AckDir, ClientId, ClusterKey, Endpoint, Fate, Instance, Locate, Nonce, Packet,
+    ReplyStatus, Request, Seq, TxnId, decode, encode,
 };
 
 use crate::body::{Added, Incoming, Outgoing};
@@ -89,6 +99,8 @@ pub enum Phase {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Locating,
+    /// Asking the node of a refused instance whether it drained.
+    Verifying,
     Sending,
     Waiting,
     Receiving,
@@ -104,7 +116,7 @@ struct Txn {
     state: State,
     request: Outgoing,
     reply: Option<Incoming>,
-    target: Option<Endpoint>,
+    target: Option<Located>,
     nonce: Nonce,
     /// Transmission rounds to the current target: 1 while only the first
     /// burst went out.
@@ -115,6 +127,13 @@ struct Txn {
     rto: Duration,
 }
 
+/// A server endpoint and the node that told us about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Located {
+    endpoint: Endpoint,
+    node: SocketAddr,
+}
+
 /// One client endpoint's protocol state.
 #[derive(Debug)]
 pub struct ClientCore {
@@ -123,7 +142,7 @@ pub struct ClientCore {
     config: ClientConfig,
     next_seq: u64,
     next_nonce: u64,
-    cache: HashMap<PutPort, Vec<Endpoint>>,
+    cache: HashMap<PutPort, Vec<Located>>,
     txn: Option<Txn>,
     transmits: VecDeque<Transmit>,
     outcome: Option<Result<Vec<u8>, TransError>>,
@@ -162,15 +181,18 @@ impl ClientCore {
         match &self.txn {
             None => Phase::Idle,
             Some(t) => match (t.state, t.target) {
-                (State::Locating, _) | (_, None) => Phase::Locating,
-                (_, Some(e)) => Phase::Talking(e.addr),
+                (State::Locating | State::Verifying, _) | (_, None) => Phase::Locating,
+                (_, Some(e)) => Phase::Talking(e.endpoint.addr),
             },
         }
     }
 
     /// The endpoints cached for `port`.
-    pub fn cached(&self, port: &PutPort) -> &[Endpoint] {
-        self.cache.get(port).map(Vec::as_slice).unwrap_or(&[])
+    pub fn cached(&self, port: &PutPort) -> Vec<Endpoint> {
+        self.cache
+            .get(port)
+            .map(|l| l.iter().map(|l| l.endpoint).collect())
+            .unwrap_or_default()
     }
 
     /// Forgets where `port` is served, so the next call locates it afresh.
@@ -179,8 +201,9 @@ impl ClientCore {
     }
 
     /// Starts a transaction: send `body` to a server of `port`, give up at
-    /// `deadline`.  The previous transaction must be finished.
-    pub fn start(&mut self, now: Time, port: PutPort, body: Bytes, deadline: Time) {
+    /// `deadline`.  The previous transaction must be finished.  Returns the
+    /// transaction's id.
+    pub fn start(&mut self, now: Time, port: PutPort, body: Bytes, deadline: Time) -> TxnId {
         assert!(self.txn.is_none(), "one transaction at a time per client");
         self.outcome = None;
         let seq = Seq(self.next_seq);
@@ -203,6 +226,10 @@ impl ClientCore {
             rto: self.config.rto_initial,
         });
         self.choose_target(now);
+        TxnId {
+            client: self.id,
+            seq,
+        }
     }
 
     /// Abandons the transaction in progress.
@@ -242,8 +269,8 @@ impl ClientCore {
             client: self.id,
             seq: txn.seq,
         };
-        let from_target = txn.target.is_some_and(|t| t.addr == from);
-        let instance = txn.target.map(|t| t.instance);
+        let from_target = txn.target.is_some_and(|t| t.endpoint.addr == from);
+        let instance = txn.target.map(|t| t.endpoint.instance);
         match packet {
             Packet::Here(h)
                 if txn.state == State::Locating
@@ -251,8 +278,26 @@ impl ClientCore {
                     && h.port == txn.port
                     && !h.endpoints.is_empty() =>
             {
-                self.cache.insert(h.port, h.endpoints);
+                let located = h
+                    .endpoints
+                    .iter()
+                    .map(|&endpoint| Located {
+                        endpoint,
+                        node: from,
+                    })
+                    .collect();
+                self.cache.insert(h.port, located);
                 self.choose_target(now);
+            }
+            Packet::Here(h)
+                if txn.state == State::Verifying && h.nonce == txn.nonce && h.port == txn.port =>
+            {
+                if h.fate == Fate::Drained {
+                    self.choose_target(now);
+                } else {
+                    let port = txn.port;
+                    self.finish(Err(TransError::ServerRestarted { port }));
+                }
             }
             Packet::Working(w) if from_target && w.txn == this && Some(w.instance) == instance => {
                 txn.heard = Some(now);
@@ -311,15 +356,11 @@ impl ClientCore {
                         return;
                     }
                     Added::Duplicate => self.stats.duplicates += 1,
-                    Added::New => {
-                        txn.rto = self.config.rto_initial;
-                    }
+                    Added::New | Added::Refill => txn.rto = self.config.rto_initial,
                 }
                 txn.timer = now + txn.rto;
-                let half = (self.config.window / 2).max(1);
-                let count = reply.count();
                 if reply.is_complete() {
-                    if count > 1 {
+                    if reply.count() > 1 {
                         // Final acknowledgement: the server may free the reply.
                         self.send_reply_ack();
                     }
@@ -327,15 +368,24 @@ impl ClientCore {
                     let body = txn.reply.take().expect("complete").into_body();
                     return self.finish(Ok(body));
                 }
-                if added == Added::Duplicate
-                    || reply.received_count() % half == 0
-                    || r.frag.index == count - 1
-                {
+                if reply.wants_ack(added, r.frag.index, self.config.window) {
                     self.send_reply_ack();
                 }
             }
-            Packet::NotHere(n) if from_target && n.txn == this && Some(n.wanted) == instance => {
-                self.target_gone(now);
+            Packet::NotHere(n)
+                if from_target
+                    && n.txn == this
+                    && Some(n.wanted) == instance
+                    && !matches!(txn.state, State::Locating | State::Verifying) =>
+            {
+                if n.actual == n.wanted {
+                    // The instance itself refused: it is draining and never
+                    // ran this request.
+                    self.drop_target();
+                    self.choose_target(now);
+                } else {
+                    self.target_gone(now);
+                }
             }
             _ => self.stats.dropped_stale += 1,
         }
@@ -345,8 +395,8 @@ impl ClientCore {
     /// socket is bound there now).
     pub fn handle_unreachable(&mut self, now: Time, addr: SocketAddr) {
         if let Some(txn) = &self.txn
-            && txn.state != State::Locating
-            && txn.target.is_some_and(|t| t.addr == addr)
+            && !matches!(txn.state, State::Locating | State::Verifying)
+            && txn.target.is_some_and(|t| t.endpoint.addr == addr)
         {
             self.target_gone(now);
         }
@@ -365,6 +415,7 @@ impl ClientCore {
                     port,
                     waited: now.saturating_since(txn.started),
                 },
+                State::Verifying => TransError::ServerRestarted { port },
                 _ if recently_heard => TransError::DeadlineExceeded { port },
                 _ => {
                     self.cache.remove(&port);
@@ -378,7 +429,7 @@ impl ClientCore {
         }
         self.stats.retransmits += 1;
         match txn.state {
-            State::Locating => {
+            State::Locating | State::Verifying => {
                 txn.rto = (txn.rto * 2).min(self.config.rto_max);
                 txn.timer = now + txn.rto;
                 self.send_locate();
@@ -402,9 +453,8 @@ impl ClientCore {
         }
     }
 
-    /// The current target is gone: move on if the request provably never
-    /// reached a live server there, otherwise report it.
-    fn target_gone(&mut self, now: Time) {
+    /// Removes the current target from the cache.
+    fn drop_target(&mut self) {
         let txn = self.txn.as_mut().expect("in a transaction");
         let target = txn.target.expect("talking to a target");
         if let Some(eps) = self.cache.get_mut(&txn.port) {
@@ -413,8 +463,23 @@ impl ClientCore {
                 self.cache.remove(&txn.port);
             }
         }
+    }
+
+    /// The current target's address refused the request, or another
+    /// instance answers there.  If the refusal came before any
+    /// retransmission and nothing was heard from the target, ask its node
+    /// whether it drained (then the request provably never ran there);
+    /// otherwise it may have run, and the caller must be told.
+    fn target_gone(&mut self, now: Time) {
+        self.drop_target();
+        let txn = self.txn.as_mut().expect("in a transaction");
         if txn.rounds <= 1 && txn.heard.is_none() {
-            self.choose_target(now);
+            txn.state = State::Verifying;
+            txn.rto = self.config.locate_initial;
+            txn.timer = now + txn.rto;
+            txn.nonce = Nonce(self.next_nonce);
+            self.next_nonce = self.next_nonce.wrapping_add(1);
+            self.send_locate();
         } else {
             let port = txn.port;
             self.finish(Err(TransError::ServerRestarted { port }));
@@ -429,8 +494,8 @@ impl ClientCore {
         txn.rto = self.config.rto_initial;
         txn.timer = now + txn.rto;
         match self.cache.get(&txn.port).and_then(|eps| eps.first()) {
-            Some(&endpoint) => {
-                txn.target = Some(endpoint);
+            Some(&located) => {
+                txn.target = Some(located);
                 txn.state = State::Sending;
                 txn.rounds = 1;
                 txn.request =
@@ -451,22 +516,29 @@ impl ClientCore {
         }
     }
 
+    /// Sends the locate of the current state: a broadcast while locating,
+    /// a question to the target's node while verifying.
     fn send_locate(&mut self) {
         let txn = self.txn.as_ref().expect("in a transaction");
+        let (dest, instance) = match (txn.state, txn.target) {
+            (State::Verifying, Some(t)) => (Dest::Addr(t.node), t.endpoint.instance),
+            _ => (Dest::Nodes, Instance(0)),
+        };
         let bytes = encode(
             &Packet::Locate(Locate {
                 nonce: txn.nonce,
                 port: txn.port,
+                instance,
             }),
             &self.key,
         );
         self.stats.locates += 1;
-        self.push(Dest::Nodes, bytes);
+        self.push(dest, bytes);
     }
 
     fn send_fragment(&mut self, idx: u32) {
         let txn = self.txn.as_ref().expect("in a transaction");
-        let target = txn.target.expect("talking to a target");
+        let target = txn.target.expect("talking to a target").endpoint;
         let (frag, payload) = txn.request.fragment(idx);
         let bytes = encode(
             &Packet::Request(Request {
@@ -487,7 +559,7 @@ impl ClientCore {
 
     fn send_reply_ack(&mut self) {
         let txn = self.txn.as_ref().expect("in a transaction");
-        let target = txn.target.expect("talking to a target");
+        let target = txn.target.expect("talking to a target").endpoint;
         let (base, mask) = txn.reply.as_ref().map_or((0, 0), Incoming::ack_state);
         let bytes = encode(
             &Packet::Ack(Ack {

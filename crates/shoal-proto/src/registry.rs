@@ -7,14 +7,22 @@
 //! endpoints here is answered with all of them; a port not served here is
 //! not answered at all, so a broadcast draws answers only from nodes that
 //! can help.
+//!
+//! The registry also remembers what became of instances that left (a
+//! bounded list of tombstones): a client whose request was refused at a
+//! departed instance's address asks the instance's node, and may send the
+//! request elsewhere only if the instance left by draining ([`Fate`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 
 use shoal_cap::PutPort;
 use shoal_wire::{
-    ClusterKey, Endpoint, Here, Instance, Locate, MAX_HERE_ENDPOINTS, NodeId, Packet, encode,
+    ClusterKey, Endpoint, Fate, Here, Instance, Locate, MAX_HERE_ENDPOINTS, NodeId, Packet, encode,
 };
+
+/// Tombstones kept; the oldest is forgotten first.
+const MAX_TOMBSTONES: usize = 4096;
 
 use crate::transmit::{Dest, Transmit};
 
@@ -24,6 +32,7 @@ pub struct Registry {
     node: NodeId,
     key: ClusterKey,
     ports: HashMap<PutPort, Vec<Endpoint>>,
+    tombstones: VecDeque<(Instance, Fate)>,
 }
 
 impl Registry {
@@ -33,6 +42,7 @@ impl Registry {
             node,
             key,
             ports: HashMap::new(),
+            tombstones: VecDeque::new(),
         }
     }
 
@@ -50,7 +60,9 @@ impl Registry {
         true
     }
 
-    /// Removes the endpoint `instance` of `port`.
+    /// Removes the endpoint `instance` of `port`: it stopped, or started
+    /// draining.  Until [`Registry::drained`] says otherwise, it counts as
+    /// [`Fate::Vanished`].
     pub fn deregister(&mut self, port: PutPort, instance: Instance) {
         if let Some(eps) = self.ports.get_mut(&port) {
             eps.retain(|e| e.instance != instance);
@@ -58,6 +70,36 @@ impl Registry {
                 self.ports.remove(&port);
             }
         }
+        if self.fate(instance) == Fate::Unknown {
+            if self.tombstones.len() >= MAX_TOMBSTONES {
+                self.tombstones.pop_front();
+            }
+            self.tombstones.push_back((instance, Fate::Vanished));
+        }
+    }
+
+    /// `instance` finished draining and closed.
+    pub fn drained(&mut self, instance: Instance) {
+        if let Some(t) = self.tombstones.iter_mut().find(|t| t.0 == instance) {
+            t.1 = Fate::Drained;
+        }
+    }
+
+    /// What this node knows of `instance`.
+    pub fn fate(&self, instance: Instance) -> Fate {
+        if self
+            .ports
+            .values()
+            .flatten()
+            .any(|e| e.instance == instance)
+        {
+            return Fate::Serving;
+        }
+        self.tombstones
+            .iter()
+            .rev()
+            .find(|t| t.0 == instance)
+            .map_or(Fate::Unknown, |t| t.1)
     }
 
     /// The endpoints registered for `port`.
@@ -75,15 +117,23 @@ impl Registry {
         self.ports.is_empty()
     }
 
-    /// The answer to a locate from `from`, if this node serves the port.
+    /// The answer to a locate from `from`: always when it asks about an
+    /// instance, otherwise only if this node serves the port.
     pub fn handle_locate(&self, from: SocketAddr, locate: &Locate) -> Option<Transmit> {
-        let endpoints = self.ports.get(&locate.port)?;
+        let endpoints = self.ports.get(&locate.port);
+        let fate = if locate.instance == Instance(0) {
+            endpoints?;
+            Fate::Unknown
+        } else {
+            self.fate(locate.instance)
+        };
         let bytes = encode(
             &Packet::Here(Here {
                 nonce: locate.nonce,
                 port: locate.port,
                 node: self.node,
-                endpoints: endpoints.clone(),
+                fate,
+                endpoints: endpoints.cloned().unwrap_or_default(),
             }),
             &self.key,
         );

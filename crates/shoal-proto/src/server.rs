@@ -15,6 +15,13 @@
 //! far longer than any client retransmits, and their number is bounded: a
 //! full table refuses new clients with `Busy` rather than forget old ones.
 //!
+//! **Draining.**  A server that stops on purpose first drains
+//! ([`ServerCore::drain`]): it keeps finishing what it has, but refuses every
+//! new transaction with a [`NotHere`] naming itself, for longer than a
+//! client's first retransmission interval.  That refusal, and the node's
+//! record that the instance drained, are what let a client move a request
+//! to another server knowing it never ran here.
+//!
 //! The core never sets a retransmission timer of its own: clients drive
 //! every exchange, so a server whose client vanished holds nothing but the
 //! record until it expires.
@@ -104,6 +111,7 @@ pub struct ServerCore {
     ready: VecDeque<Delivered>,
     transmits: VecDeque<Transmit>,
     next_sweep: Time,
+    draining: bool,
     stats: Stats,
 }
 
@@ -121,6 +129,7 @@ impl ServerCore {
             ready: VecDeque::new(),
             transmits: VecDeque::new(),
             next_sweep: Time(0),
+            draining: false,
             stats: Stats::default(),
         }
     }
@@ -138,6 +147,17 @@ impl ServerCore {
     /// Counters.
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    /// Stops accepting new transactions: each is refused with a
+    /// [`NotHere`] naming this instance.  Transactions already begun finish.
+    pub fn drain(&mut self) {
+        self.draining = true;
+    }
+
+    /// Whether the endpoint is draining.
+    pub fn is_draining(&self) -> bool {
+        self.draining
     }
 
     /// Client records held.
@@ -225,7 +245,7 @@ impl ServerCore {
             });
             return self.sender().send(from, &packet);
         }
-        let half = (self.config.window / 2).max(1);
+        let window = self.config.window;
         let (records, mut tx) = self.split();
         let complete = match records.get_mut(&r.txn.client) {
             Some(rec) if r.txn.seq < rec.seq => {
@@ -236,25 +256,24 @@ impl ServerCore {
                 rec.touched = now;
                 rec.from = from;
                 match &mut rec.state {
-                    RecState::Assembling(inc) => match inc.add(r.frag, r.total_len, r.payload) {
-                        Added::New if inc.is_complete() => true,
-                        Added::New => {
-                            if inc.received_count() % half == 0 || r.frag.index == r.frag.count - 1
-                            {
+                    RecState::Assembling(inc) => {
+                        let added = inc.add(r.frag, r.total_len, r.payload);
+                        match added {
+                            Added::Invalid => tx.stats.dropped_malformed += 1,
+                            Added::Duplicate => tx.stats.duplicates += 1,
+                            Added::New | Added::Refill => {}
+                        }
+                        if inc.is_complete() {
+                            // Only the fragment that completed it gets here
+                            // (later duplicates find the request executing).
+                            true
+                        } else {
+                            if inc.wants_ack(added, r.frag.index, window) {
                                 tx.request_ack(from, r.txn, inc.ack_state());
                             }
                             false
                         }
-                        Added::Duplicate => {
-                            tx.stats.duplicates += 1;
-                            tx.request_ack(from, r.txn, inc.ack_state());
-                            false
-                        }
-                        Added::Invalid => {
-                            tx.stats.dropped_malformed += 1;
-                            false
-                        }
-                    },
+                    }
                     RecState::Executing => {
                         tx.stats.duplicates += 1;
                         tx.working(from, r.txn);
@@ -281,6 +300,16 @@ impl ServerCore {
     }
 
     fn start_txn(&mut self, now: Time, from: SocketAddr, r: Request<'_>) {
+        if self.draining {
+            self.stats.refused += 1;
+            let packet = Packet::NotHere(NotHere {
+                txn: r.txn,
+                port: r.port,
+                wanted: self.instance,
+                actual: self.instance,
+            });
+            return self.sender().send(from, &packet);
+        }
         if let Some(old) = self.records.remove(&r.txn.client)
             && let RecState::Assembling(inc) = &old.state
         {

@@ -1,1 +1,33 @@
-//! shoal-sim
+//! Deterministic simulation of shoal's protocol cores.
+//!
+//! One thread, one seeded random generator, one virtual clock: the
+//! simulator hosts node daemons (locate [`Registry`], [`Membership`]),
+//! server endpoints ([`ServerCore`] with an echo application that records
+//! every execution) and client endpoints ([`ClientCore`] running a script of
+//! transactions), and moves their datagrams through a network that drops,
+//! duplicates, delays (and so reorders) packets, partitions nodes, and
+//! answers datagrams to closed ports with "unreachable" as a kernel would.
+//! Scripted faults crash and restart servers and whole nodes, and move
+//! servers between nodes.
+//!
+//! Everything that happens is a function of the seed: a failing run replays
+//! exactly with the same seed (see `docs/testing.md`).  The checks
+//! ([`Sim::check`]) are the protocol's promises:
+//!
+//! - **at-most-once**: no (client, sequence) is ever executed twice, by any
+//!   instance of any server;
+//! - **integrity**: every successful reply is the reply to that request;
+//! - **no hang**: every transaction ends by its deadline;
+//! - **honest errors**: a request reported as never executed was not;
+//! - **liveness** (after the faults heal): every transaction succeeds.
+//!
+//! [`Registry`]: shoal_proto::Registry
+//! [`Membership`]: shoal_proto::Membership
+//! [`ServerCore`]: shoal_proto::ServerCore
+//! [`ClientCore`]: shoal_proto::ClientCore
+
+mod net;
+mod sim;
+
+pub use net::Faults;
+pub use sim::{Outcome, Report, Sim, SimConfig};

@@ -71,12 +71,14 @@ pub fn encode_into(packet: &Packet<'_>, key: &ClusterKey, out: &mut Vec<u8>) {
         Packet::Locate(p) => {
             w.u64(p.nonce.0);
             w.bytes(p.port.as_bytes());
+            w.u64(p.instance.0);
         }
         Packet::Here(p) => {
             assert!(p.endpoints.len() <= MAX_HERE_ENDPOINTS);
             w.u64(p.nonce.0);
             w.bytes(p.port.as_bytes());
             w.u64(p.node.0);
+            w.u8(p.fate as u8);
             w.u8(p.endpoints.len() as u8);
             for e in &p.endpoints {
                 w.addr(e.addr);
@@ -177,11 +179,13 @@ pub fn decode<'a>(datagram: &'a [u8], key: &ClusterKey) -> Result<Packet<'a>, Wi
         6 => Packet::Locate(Locate {
             nonce: Nonce(r.u64()?),
             port: r.port()?,
+            instance: Instance(r.u64()?),
         }),
         7 => {
             let nonce = Nonce(r.u64()?);
             let port = r.port()?;
             let node = NodeId(r.u64()?);
+            let fate = Fate::from_u8(r.u8()?).ok_or(WireError::Malformed("instance fate"))?;
             let n = r.u8()? as usize;
             if n > MAX_HERE_ENDPOINTS {
                 return Err(WireError::Malformed("too many endpoints"));
@@ -197,6 +201,7 @@ pub fn decode<'a>(datagram: &'a [u8], key: &ClusterKey) -> Result<Packet<'a>, Wi
                 nonce,
                 port,
                 node,
+                fate,
                 endpoints,
             })
         }

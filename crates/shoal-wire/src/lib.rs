@@ -29,7 +29,7 @@ pub use codec::{decode, encode, encode_into};
 pub use ids::{ClientId, Instance, NodeId, Nonce, Seq, TxnId};
 pub use key::ClusterKey;
 pub use packet::{
-    Ack, AckDir, Endpoint, Frag, Heartbeat, Here, Locate, MAX_HERE_ENDPOINTS, MAX_MEMBERS,
+    Ack, AckDir, Endpoint, Fate, Frag, Heartbeat, Here, Locate, MAX_HERE_ENDPOINTS, MAX_MEMBERS,
     MAX_NAME_BYTES, Member, NotHere, Packet, Reply, ReplyStatus, Request, Working,
 };
 

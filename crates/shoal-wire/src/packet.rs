@@ -121,6 +121,10 @@ pub struct Working {
 }
 
 /// "This endpoint did not execute your request and never will."
+///
+/// `actual == wanted` is the addressed instance itself refusing a new
+/// request while it drains before stopping: proof the request never ran
+/// there.  Otherwise another instance (or none) listens at the address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NotHere {
     pub txn: TxnId,
@@ -132,11 +136,42 @@ pub struct NotHere {
     pub actual: Instance,
 }
 
-/// "Who serves this put-port?"
+/// "Who serves this put-port?"  Broadcast to find a port; sent to one node
+/// with `instance` set to ask what became of that server instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Locate {
     pub nonce: Nonce,
     pub port: PutPort,
+    /// An instance whose [`Fate`] the asker wants to know, or 0.
+    pub instance: Instance,
+}
+
+/// What a node knows of one server instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Fate {
+    /// Never registered here, or forgotten.
+    Unknown = 0,
+    /// Registered and serving.
+    Serving = 1,
+    /// Stopped after draining: it refused every new request for the drain
+    /// period before closing, so a request refused at its address in the
+    /// first retransmission interval never ran there.
+    Drained = 2,
+    /// Gone without draining (crashed, killed, or still draining).
+    Vanished = 3,
+}
+
+impl Fate {
+    pub(crate) fn from_u8(v: u8) -> Option<Self> {
+        match v {
+            0 => Some(Self::Unknown),
+            1 => Some(Self::Serving),
+            2 => Some(Self::Drained),
+            3 => Some(Self::Vanished),
+            _ => None,
+        }
+    }
 }
 
 /// A server endpoint: where it listens, and which incarnation it is.
@@ -146,12 +181,15 @@ pub struct Endpoint {
     pub instance: Instance,
 }
 
-/// A node's answer to [`Locate`]: the endpoints registered there.
+/// A node's answer to [`Locate`]: the endpoints registered there, and the
+/// fate of the instance asked about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Here {
     pub nonce: Nonce,
     pub port: PutPort,
     pub node: NodeId,
+    /// Fate of [`Locate::instance`] ([`Fate::Unknown`] if none was asked).
+    pub fate: Fate,
     pub endpoints: Vec<Endpoint>,
 }
 

@@ -95,20 +95,23 @@ fn arb_packet(payload: &'static [u8]) -> impl Strategy<Value = Packet<'static>> 
                 actual: Instance(a),
             })
         }),
-        (any::<u64>(), arb_port()).prop_map(|(n, port)| Packet::Locate(Locate {
+        (any::<u64>(), arb_port(), any::<u64>()).prop_map(|(n, port, i)| Packet::Locate(Locate {
             nonce: Nonce(n),
-            port
+            port,
+            instance: Instance(i),
         })),
         (
             any::<u64>(),
             arb_port(),
             any::<u64>(),
+            0u8..4,
             prop::collection::vec((arb_addr(), any::<u64>()), 0..MAX_HERE_ENDPOINTS)
         )
-            .prop_map(|(n, port, node, eps)| Packet::Here(Here {
+            .prop_map(|(n, port, node, fate, eps)| Packet::Here(Here {
                 nonce: Nonce(n),
                 port,
                 node: NodeId(node),
+                fate: [Fate::Unknown, Fate::Serving, Fate::Drained, Fate::Vanished][fate as usize],
                 endpoints: eps
                     .into_iter()
                     .map(|(addr, i)| Endpoint {
@@ -183,6 +186,7 @@ fn another_clusters_key_is_rejected() {
     let p = Packet::Locate(Locate {
         nonce: Nonce(1),
         port: PutPort::from_bytes([1; 16]),
+        instance: Instance(0),
     });
     let bytes = encode(&p, &key());
     let other = ClusterKey::from_bytes([8u8; 32]);
