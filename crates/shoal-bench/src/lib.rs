@@ -1,1 +1,3 @@
-//! shoal-bench
+//! shoal's benchmark suite.
+
+pub mod grpc;

@@ -1,1 +1,32 @@
-//! shoal-node
+//! The shoal node daemon, one per machine.
+//!
+//! ```text
+//!            programs on this machine                 other nodes
+//!   ┌──────────────┐  ┌──────────────┐
+//!   │ client (lib) │  │ server (lib) │               ┌───────────┐
+//!   └──────┬───────┘  └──┬────────┬──┘               │  daemon   │
+//!          │ hello       │register│  RPC datagrams   └─────┬─────┘
+//!          ▼             ▼        └──────────────────────── │ ─ ─ ▶ clients
+//!   ┌────────────────────────────┐  locate, heartbeats      │
+//!   │ link (Unix socket, JSON)   │◀────── UDP ─────────────▶│
+//!   │ registry │ membership      │
+//!   │ node service (RPC: status) │   metrics (HTTP, Prometheus text)
+//!   └────────────────────────────┘
+//! ```
+//!
+//! The daemon is not on the RPC data path: clients and servers exchange
+//! datagrams directly.  It answers locate questions from its registry,
+//! keeps the membership view, hands programs the cluster key through the
+//! link socket, serves its own status over shoal RPC (it is a client of its
+//! own link, like any server), and exports counters for Prometheus.
+
+mod config;
+mod daemon;
+mod link_server;
+mod metrics;
+pub mod service;
+mod state;
+
+pub use config::{NodeConfig, NodeConfigFile};
+pub use daemon::{Daemon, run};
+pub use service::{MemberStatus, NodeStatus, node_port};

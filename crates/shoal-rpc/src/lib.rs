@@ -1,1 +1,56 @@
-//! shoal-rpc
+//! shoal's user-level RPC, for programs and daemons alike.
+//!
+//! A server holds a secret [`GetPort`] and serves its public [`PutPort`]
+//! (the node computes one from the other, so only the holder of the
+//! get-port can serve); a client calls the put-port and never needs to know
+//! where the server runs: the library locates it (broadcast on the cluster
+//! network, or by asking every node), caches the answer, and finds the
+//! server again if it moves.  Requests and replies are byte strings of any
+//! size.  A request runs at most once, whatever the network loses or
+//! duplicates and whatever crashes; when the library cannot know whether a
+//! request ran, it says so ([`TransError`]).
+//!
+//! ```no_run
+//! use shoal_rpc::{Context, GetPort};
+//!
+//! # fn main() -> Result<(), shoal_rpc::Error> {
+//! let ctx = Context::from_env()?;            // attach to this machine's node
+//! let get = GetPort::random();
+//! let server = ctx.serve(get)?;               // register the port
+//! std::thread::spawn(move || loop {
+//!     let req = server.getreq().unwrap();     // next request
+//!     let reply = req.body().to_ascii_uppercase();
+//!     server.putrep(&req, reply).unwrap();    // its reply
+//! });
+//! let mut client = ctx.client()?;
+//! let reply = client.trans(&get.put_port(), b"hello".to_vec())?;
+//! assert_eq!(reply, b"HELLO");
+//! # Ok(()) }
+//! ```
+//!
+//! Each call to [`Client::trans`] runs on the calling thread, on the
+//! client's own sockets: there is no hidden I/O thread, so a call costs one
+//! wake-up, as a plain UDP exchange does.  A [`Server`] may be shared by any
+//! number of threads calling [`Server::getreq`]; whichever thread is
+//! reading the socket when a request completes takes it.
+//!
+//! **Architecture invariant:** this crate is an I/O shell around the
+//! protocol cores of `shoal-proto`; it decides nothing about the protocol.
+
+mod client;
+mod clock;
+mod context;
+mod error;
+pub mod link;
+mod server;
+mod socket;
+
+pub use client::{CallOptions, CancelToken, Client};
+pub use context::{Context, ContextConfig};
+pub use error::Error;
+pub use server::{Request, Server};
+pub use shoal_cap::{GetPort, PutPort};
+pub use shoal_proto::TransError;
+
+/// Where programs find their node when `SHOAL_NODE` is not set.
+pub const DEFAULT_NODE_SOCKET: &str = "/run/shoal/node.sock";

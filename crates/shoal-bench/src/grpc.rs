@@ -1,0 +1,1 @@
+//! gRPC peer (placeholder being written).

@@ -1,0 +1,147 @@
+//! Node configuration: a TOML file, overridden by command-line flags.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The configuration file's contents; every field optional.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct NodeConfigFile {
+    /// Node name, unique in the cluster.
+    pub name: Option<String>,
+    /// Where the node keeps its identity and link socket.
+    pub state_dir: Option<PathBuf>,
+    /// The address other nodes and programs reach this node at.
+    pub addr: Option<SocketAddr>,
+    /// The address to bind (default: `addr`); `0.0.0.0:PORT` also receives
+    /// broadcasts.
+    pub bind: Option<SocketAddr>,
+    /// The cluster network's broadcast address, if it has one.
+    pub broadcast: Option<SocketAddr>,
+    /// Nodes to join through.
+    pub seeds: Option<Vec<SocketAddr>>,
+    /// File holding the cluster key (64 hex characters).
+    pub key_file: Option<PathBuf>,
+    /// Where to serve Prometheus metrics.
+    pub metrics: Option<SocketAddr>,
+    /// Body bytes per datagram.
+    pub frag_bytes: Option<usize>,
+    /// The link socket (default: `STATE_DIR/node.sock`).
+    pub socket: Option<PathBuf>,
+}
+
+impl NodeConfigFile {
+    /// Reads and parses a configuration file.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read config {}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| format!("bad config {}: {}", path.display(), e.message()))
+    }
+
+    /// Fields set in `over` replace those here.
+    pub fn merge(self, over: NodeConfigFile) -> NodeConfigFile {
+        NodeConfigFile {
+            name: over.name.or(self.name),
+            state_dir: over.state_dir.or(self.state_dir),
+            addr: over.addr.or(self.addr),
+            bind: over.bind.or(self.bind),
+            broadcast: over.broadcast.or(self.broadcast),
+            seeds: over.seeds.or(self.seeds),
+            key_file: over.key_file.or(self.key_file),
+            metrics: over.metrics.or(self.metrics),
+            frag_bytes: over.frag_bytes.or(self.frag_bytes),
+            socket: over.socket.or(self.socket),
+        }
+    }
+}
+
+/// A complete node configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeConfig {
+    pub name: String,
+    pub state_dir: PathBuf,
+    pub addr: SocketAddr,
+    pub bind: SocketAddr,
+    pub broadcast: Option<SocketAddr>,
+    pub seeds: Vec<SocketAddr>,
+    pub key_file: PathBuf,
+    pub metrics: Option<SocketAddr>,
+    pub frag_bytes: usize,
+    pub socket: PathBuf,
+}
+
+impl NodeConfig {
+    /// Fills defaults and checks that nothing required is missing.
+    pub fn resolve(file: NodeConfigFile) -> Result<NodeConfig, String> {
+        let state_dir = file
+            .state_dir
+            .ok_or("no state directory: set state_dir in the config or pass --state-dir")?;
+        let addr = file
+            .addr
+            .ok_or("no node address: set addr in the config or pass --addr")?;
+        let key_file = file
+            .key_file
+            .ok_or("no cluster key: set key_file in the config or pass --key-file")?;
+        let name = file.name.unwrap_or_else(|| addr.to_string());
+        if name.is_empty() || name.len() > shoal_wire::MAX_NAME_BYTES {
+            return Err(format!(
+                "node name must be 1 to {} bytes",
+                shoal_wire::MAX_NAME_BYTES
+            ));
+        }
+        let frag_bytes = file.frag_bytes.unwrap_or(60_000);
+        if !(512..=shoal_wire::MAX_DATAGRAM - 128).contains(&frag_bytes) {
+            return Err(format!(
+                "frag_bytes must be between 512 and {}",
+                shoal_wire::MAX_DATAGRAM - 128
+            ));
+        }
+        Ok(NodeConfig {
+            socket: file.socket.unwrap_or_else(|| state_dir.join("node.sock")),
+            name,
+            bind: file.bind.unwrap_or(addr),
+            addr,
+            broadcast: file.broadcast,
+            seeds: file.seeds.unwrap_or_default(),
+            key_file,
+            metrics: file.metrics,
+            frag_bytes,
+            state_dir,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_the_file_and_defaults_fill_the_rest() {
+        let file: NodeConfigFile = toml::from_str(
+            r#"
+            name = "a"
+            state_dir = "/tmp/a"
+            addr = "127.0.0.1:7701"
+            key_file = "/tmp/key"
+            "#,
+        )
+        .unwrap();
+        let flags = NodeConfigFile {
+            name: Some("b".into()),
+            ..Default::default()
+        };
+        let c = NodeConfig::resolve(file.merge(flags)).unwrap();
+        assert_eq!(c.name, "b");
+        assert_eq!(c.bind, c.addr);
+        assert_eq!(c.socket, PathBuf::from("/tmp/a/node.sock"));
+    }
+
+    #[test]
+    fn unknown_keys_and_missing_fields_are_clear_errors() {
+        assert!(toml::from_str::<NodeConfigFile>("nmae = 'x'").is_err());
+        let e = NodeConfig::resolve(NodeConfigFile::default()).unwrap_err();
+        assert!(e.contains("state"), "{e}");
+    }
+}

@@ -1,0 +1,259 @@
+//! The daemon's threads and shared state.
+//!
+//! - `net`: the node socket: answers locate questions from the registry,
+//!   takes and sends heartbeats.
+//! - `link-accept` and one `link` thread per program (see `link_server`).
+//! - `service`: the node service, a shoal RPC server like any other.
+//! - `metrics`: Prometheus text over HTTP, when configured.
+//!
+//! They share one [`State`] under a mutex; nothing on the RPC data path
+//! takes it.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use shoal_proto::{Dest, Membership, MembershipConfig, Registry, Stats, Time};
+use shoal_rpc::{Context, Server};
+use shoal_wire::{ClusterKey, MAX_DATAGRAM, NodeId, Packet, decode};
+
+use crate::config::NodeConfig;
+use crate::service::{MemberStatus, NodeRequest, NodeStatus, node_port};
+
+/// Longest the net thread sleeps before it looks at the stop flag.
+const POLL: Duration = Duration::from_millis(50);
+
+/// Now on the daemon's clock (shared with the RPC library's).
+pub(crate) fn now() -> Time {
+    static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    Time(ORIGIN.get_or_init(Instant::now).elapsed().as_micros() as u64)
+}
+
+pub(crate) struct State {
+    pub registry: Registry,
+    pub membership: Membership,
+    pub stats: Stats,
+    pub links: u64,
+}
+
+pub(crate) struct Shared {
+    pub config: NodeConfig,
+    pub key: ClusterKey,
+    pub node: NodeId,
+    pub started: Instant,
+    pub state: Mutex<State>,
+    pub stop: Arc<AtomicBool>,
+}
+
+impl Shared {
+    pub fn status(&self) -> NodeStatus {
+        let state = self.state.lock();
+        let members = state
+            .membership
+            .view(now())
+            .into_iter()
+            .map(|m| MemberStatus {
+                name: m.name,
+                node: m.node.to_string(),
+                addr: m.addr.to_string(),
+                alive: m.alive,
+                silent_ms: m.silent_for.map(|d| d.as_millis() as u64),
+            })
+            .collect();
+        NodeStatus {
+            name: self.config.name.clone(),
+            node: self.node.to_string(),
+            addr: self.config.addr.to_string(),
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            ports: state.registry.len(),
+            links: state.links,
+            members,
+            counters: state
+                .stats
+                .entries()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+        }
+    }
+}
+
+/// A running node daemon.
+pub struct Daemon {
+    shared: Arc<Shared>,
+    service: Server,
+    metrics: Option<SocketAddr>,
+}
+
+impl Daemon {
+    /// Starts every thread of a node with `config`.  `stop` ends it.
+    pub fn start(config: NodeConfig, stop: Arc<AtomicBool>) -> Result<Daemon, String> {
+        let key_text = std::fs::read_to_string(&config.key_file).map_err(|e| {
+            format!("cannot read cluster key {}: {e}", config.key_file.display())
+        })?;
+        let key = ClusterKey::from_str(&key_text)
+            .map_err(|e| format!("{}: {e}", config.key_file.display()))?;
+        let node = crate::state::node_id(&config.state_dir)?;
+        let socket = shoal_rpc_socket(config.bind)?;
+        let incarnation: u64 = rand::random();
+        let membership = Membership::new(
+            node,
+            config.name.clone(),
+            config.addr,
+            incarnation,
+            config.seeds.clone(),
+            key.clone(),
+            MembershipConfig::default(),
+        );
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                registry: Registry::new(node, key.clone()),
+                membership,
+                stats: Stats::default(),
+                links: 0,
+            }),
+            key,
+            node,
+            started: Instant::now(),
+            stop,
+            config,
+        });
+        {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("net".into())
+                .spawn(move || net_loop(&shared, &socket))
+                .map_err(|e| format!("cannot start net thread: {e}"))?;
+        }
+        crate::link_server::start(shared.clone())?;
+        let metrics = match shared.config.metrics {
+            Some(addr) => Some(crate::metrics::start(shared.clone(), addr)?),
+            None => None,
+        };
+        let ctx = Context::attach(&shared.config.socket).map_err(|e| e.to_string())?;
+        let service = ctx
+            .serve(node_port(&shared.key, &shared.config.name))
+            .map_err(|e| format!("cannot serve the node service: {e}"))?;
+        {
+            let shared = shared.clone();
+            let service = service.clone();
+            std::thread::Builder::new()
+                .name("service".into())
+                .spawn(move || service_loop(&shared, &service))
+                .map_err(|e| format!("cannot start service thread: {e}"))?;
+        }
+        tracing::info!(
+            name = %shared.config.name,
+            node = %shared.node,
+            addr = %shared.config.addr,
+            socket = %shared.config.socket.display(),
+            "node up"
+        );
+        Ok(Daemon {
+            shared,
+            service,
+            metrics,
+        })
+    }
+
+    /// The metrics endpoint, if serving.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics
+    }
+
+    /// This node's status.
+    pub fn status(&self) -> NodeStatus {
+        self.shared.status()
+    }
+
+    /// Stops the node: drains its service and removes the link socket.
+    pub fn shutdown(self) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Err(e) = self.service.shutdown() {
+            tracing::warn!("node service shutdown: {e}");
+        }
+        let _ = std::fs::remove_file(&self.shared.config.socket);
+        tracing::info!(name = %self.shared.config.name, "node down");
+    }
+}
+
+fn shoal_rpc_socket(bind: SocketAddr) -> Result<UdpSocket, String> {
+    let socket = UdpSocket::bind(bind).map_err(|e| format!("cannot bind node address {bind}: {e}"))?;
+    socket
+        .set_broadcast(true)
+        .map_err(|e| format!("cannot allow broadcast: {e}"))?;
+    Ok(socket)
+}
+
+/// Runs a node until SIGTERM or SIGINT.
+pub fn run(config: NodeConfig) -> Result<(), String> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, stop.clone())
+            .map_err(|e| format!("cannot handle signals: {e}"))?;
+    }
+    let daemon = Daemon::start(config, stop.clone())?;
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(POLL);
+    }
+    daemon.shutdown();
+    Ok(())
+}
+
+fn net_loop(shared: &Shared, socket: &UdpSocket) {
+    let mut buf = vec![0u8; MAX_DATAGRAM];
+    while !shared.stop.load(Ordering::Acquire) {
+        let timeout = {
+            let state = shared.state.lock();
+            let next = state.membership.poll_timeout();
+            Duration::from_micros(next.0.saturating_sub(now().0)).clamp(Duration::from_micros(100), POLL)
+        };
+        let _ = socket.set_read_timeout(Some(timeout));
+        let received = socket.recv_from(&mut buf);
+        let now = now();
+        let mut out = Vec::new();
+        {
+            let mut state = shared.state.lock();
+            if let Ok((n, from)) = received {
+                state.stats.datagrams_in += 1;
+                match decode(&buf[..n], &shared.key) {
+                    Ok(Packet::Locate(l)) => {
+                        state.stats.locates += 1;
+                        if let Some(t) = state.registry.handle_locate(from, &l) {
+                            out.push(t);
+                        }
+                    }
+                    Ok(Packet::Heartbeat(h)) => state.membership.handle_heartbeat(now, &h),
+                    Ok(_) => state.stats.dropped_stale += 1,
+                    Err(e) => state.stats.count_wire_error(e),
+                }
+            }
+            state.membership.handle_timeout(now);
+            while let Some(t) = state.membership.poll_transmit() {
+                out.push(t);
+            }
+            state.stats.datagrams_out += out.len() as u64;
+        }
+        for t in out {
+            if let Dest::Addr(addr) = t.dest {
+                let _ = socket.send_to(&t.bytes, addr);
+            }
+        }
+    }
+}
+
+fn service_loop(shared: &Shared, service: &Server) {
+    while let Ok(request) = service.getreq() {
+        let reply = match serde_json::from_slice::<NodeRequest>(request.body()) {
+            Ok(NodeRequest::Status) => serde_json::to_vec(&shared.status()),
+            Err(e) => serde_json::to_vec(&serde_json::json!({ "error": e.to_string() })),
+        }
+        .expect("status serializes");
+        if service.putrep(&request, reply).is_err() {
+            break;
+        }
+    }
+}

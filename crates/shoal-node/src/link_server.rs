@@ -1,0 +1,183 @@
+//! The node's side of the program link (see `shoal_rpc::link`): one thread
+//! per connected program; registrations die with their connection.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use shoal_cap::{GetPort, PutPort};
+use shoal_rpc::link::{Hello, LinkRequest, LinkResponse};
+use shoal_wire::{Endpoint, Instance};
+
+use crate::daemon::Shared;
+
+/// Binds the link socket (replacing a stale one) and serves it.
+pub fn start(shared: Arc<Shared>) -> Result<(), String> {
+    let path = &shared.config.socket;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            return Err(format!(
+                "another node is already running on {}",
+                path.display()
+            ));
+        }
+        let _ = std::fs::remove_file(path);
+    }
+    let listener =
+        UnixListener::bind(path).map_err(|e| format!("cannot bind {}: {e}", path.display()))?;
+    // Whoever can connect gets the cluster key: owner and group only.
+    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660));
+    std::thread::Builder::new()
+        .name("link-accept".into())
+        .spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                if shared.stop.load(Ordering::Acquire) {
+                    break;
+                }
+                let shared = shared.clone();
+                let _ = std::thread::Builder::new()
+                    .name("link".into())
+                    .spawn(move || serve(shared, stream));
+            }
+        })
+        .map_err(|e| format!("cannot start link thread: {e}"))?;
+    Ok(())
+}
+
+fn serve(shared: Arc<Shared>, stream: UnixStream) {
+    shared.state.lock().links += 1;
+    let mut registered: Vec<(PutPort, Instance)> = Vec::new();
+    let mut writer = match stream.try_clone() {
+        Ok(w) => w,
+        Err(_) => return,
+    };
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        // Bounded: a line longer than 64 KiB is not a link request.
+        match (&mut reader).take(64 * 1024).read_line(&mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let response = match serde_json::from_str::<LinkRequest>(&line) {
+            Ok(request) => handle(&shared, request, &mut registered),
+            Err(e) => LinkResponse::Error {
+                message: format!("bad link request: {e}"),
+            },
+        };
+        let mut out = serde_json::to_string(&response).expect("responses serialize");
+        out.push('\n');
+        if writer.write_all(out.as_bytes()).is_err() {
+            break;
+        }
+    }
+    // The program is gone: so are its endpoints.
+    let mut state = shared.state.lock();
+    for (port, instance) in registered {
+        tracing::info!(%port, %instance, "server endpoint gone with its program");
+        state.registry.deregister(port, instance);
+    }
+    state.links -= 1;
+}
+
+fn handle(
+    shared: &Shared,
+    request: LinkRequest,
+    registered: &mut Vec<(PutPort, Instance)>,
+) -> LinkResponse {
+    let error = |message: String| LinkResponse::Error { message };
+    match request {
+        LinkRequest::Hello => {
+            let locate = match shared.config.broadcast {
+                Some(b) => vec![b],
+                None => {
+                    let state = shared.state.lock();
+                    let mut addrs = vec![shared.config.addr];
+                    addrs.extend(
+                        state
+                            .membership
+                            .view(crate::daemon::now())
+                            .into_iter()
+                            .skip(1)
+                            .map(|m| m.addr),
+                    );
+                    for s in &shared.config.seeds {
+                        if !addrs.contains(s) {
+                            addrs.push(*s);
+                        }
+                    }
+                    addrs
+                }
+            };
+            LinkResponse::Hello(Hello {
+                key: shared.key.to_hex(),
+                node: shared.node.to_string(),
+                name: shared.config.name.clone(),
+                node_addr: shared.config.addr,
+                locate,
+                frag_bytes: shared.config.frag_bytes,
+            })
+        }
+        LinkRequest::Register {
+            get_port,
+            addr,
+            instance,
+        } => {
+            let Ok(get) = GetPort::from_str(&get_port) else {
+                return error("get_port must be 32 hex characters".into());
+            };
+            let Some(instance) = parse_instance(&instance) else {
+                return error("instance must be 16 hex digits, not zero".into());
+            };
+            // The F-box: the node, not the program, turns get into put.
+            let port = get.put_port();
+            let mut state = shared.state.lock();
+            if !state.registry.register(port, Endpoint { addr, instance }) {
+                return error(format!("port {port} has too many endpoints on this node"));
+            }
+            registered.push((port, instance));
+            tracing::info!(%port, %addr, %instance, "server endpoint registered");
+            LinkResponse::Registered {
+                put_port: port.to_string(),
+            }
+        }
+        LinkRequest::Drain { instance } => {
+            let Some(instance) = parse_instance(&instance) else {
+                return error("instance must be 16 hex digits, not zero".into());
+            };
+            let Some(&(port, _)) = registered.iter().find(|r| r.1 == instance) else {
+                return error("no such endpoint registered on this link".into());
+            };
+            shared.state.lock().registry.deregister(port, instance);
+            tracing::info!(%port, %instance, "server endpoint draining");
+            LinkResponse::Ok
+        }
+        LinkRequest::Drained { instance } => {
+            let Some(instance) = parse_instance(&instance) else {
+                return error("instance must be 16 hex digits, not zero".into());
+            };
+            let Some(i) = registered.iter().position(|r| r.1 == instance) else {
+                return error("no such endpoint registered on this link".into());
+            };
+            registered.remove(i);
+            shared.state.lock().registry.drained(instance);
+            LinkResponse::Ok
+        }
+    }
+}
+
+fn parse_instance(text: &str) -> Option<Instance> {
+    match u64::from_str_radix(text, 16) {
+        Ok(0) | Err(_) => None,
+        Ok(v) => Some(Instance(v)),
+    }
+}

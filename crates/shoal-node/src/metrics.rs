@@ -1,0 +1,68 @@
+//! Prometheus metrics over a minimal HTTP/1.1 responder: every request,
+//! whatever its path, gets the text exposition of the node's counters.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::daemon::Shared;
+
+/// Serves metrics on `addr`; returns the bound address.
+pub fn start(shared: Arc<Shared>, addr: SocketAddr) -> Result<SocketAddr, String> {
+    let listener =
+        TcpListener::bind(addr).map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf);
+                let body = render(&shared);
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(head.as_bytes());
+                let _ = stream.write_all(body.as_bytes());
+            }
+        })
+        .map_err(|e| format!("cannot start metrics thread: {e}"))?;
+    Ok(bound)
+}
+
+/// The exposition text.
+pub fn render(shared: &Shared) -> String {
+    let status = shared.status();
+    let mut out = String::new();
+    let mut gauge = |name: &str, help: &str, value: f64| {
+        out.push_str(&format!(
+            "# HELP shoal_node_{name} {help}\n# TYPE shoal_node_{name} gauge\nshoal_node_{name}{{node=\"{}\"}} {value}\n",
+            status.name
+        ));
+    };
+    gauge("up", "1 while the node daemon runs.", 1.0);
+    gauge("uptime_seconds", "Seconds since the daemon started.", status.uptime_s);
+    gauge("ports", "Ports served by endpoints on this node.", status.ports as f64);
+    gauge("links", "Programs linked to this node.", status.links as f64);
+    gauge(
+        "members_alive",
+        "Members this node hears from (itself included).",
+        status.members.iter().filter(|m| m.alive).count() as f64,
+    );
+    gauge(
+        "members_known",
+        "Members this node knows of (itself included).",
+        status.members.len() as f64,
+    );
+    for (name, value) in &status.counters {
+        out.push_str(&format!(
+            "# TYPE shoal_node_{name}_total counter\nshoal_node_{name}_total{{node=\"{}\"}} {value}\n",
+            status.name
+        ));
+    }
+    out
+}

@@ -1,0 +1,234 @@
+//! The client endpoint: [`Client::trans`] runs one transaction on the
+//! calling thread.
+//!
+//! Two sockets: one connected to the current server (so the kernel reports
+//! a closed port as `ECONNREFUSED`, which the core needs to notice a
+//! departed server at once), and one unconnected for locate traffic with
+//! the nodes.
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use shoal_cap::PutPort;
+use shoal_proto::{ClientConfig, ClientCore, Dest, Phase, Stats};
+use shoal_wire::{ClientId, MAX_DATAGRAM};
+
+use crate::clock;
+use crate::context::ContextConfig;
+use crate::error::Error;
+use crate::socket;
+
+/// Cancels a call in progress from another thread.
+#[derive(Debug, Clone, Default)]
+pub struct CancelToken(Arc<AtomicBool>);
+
+impl CancelToken {
+    /// A token not yet cancelled.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Cancels the call that holds this token.
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    /// Whether [`CancelToken::cancel`] was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// Options of one call.
+#[derive(Debug, Clone, Default)]
+pub struct CallOptions {
+    /// Give up after this long (default: the context's deadline).
+    pub deadline: Option<Duration>,
+    /// Cancel from another thread.
+    pub cancel: Option<CancelToken>,
+}
+
+/// Longest a cancellable call sleeps before it looks at its token.
+const CANCEL_POLL: Duration = Duration::from_millis(20);
+
+/// A client endpoint.
+pub struct Client {
+    config: Arc<ContextConfig>,
+    core: ClientCore,
+    server_sock: UdpSocket,
+    locate_sock: UdpSocket,
+    connected: Option<SocketAddr>,
+    timeout_set: Option<Duration>,
+    buf: Vec<u8>,
+}
+
+impl Client {
+    pub(crate) fn new(config: Arc<ContextConfig>) -> Result<Client, Error> {
+        let any = SocketAddr::new(config.bind_ip, 0);
+        let core_config = ClientConfig {
+            frag_bytes: config.frag_bytes,
+            ..ClientConfig::default()
+        };
+        Ok(Client {
+            core: ClientCore::new(ClientId::random(), config.key.clone(), core_config),
+            server_sock: socket::bind(any)?,
+            locate_sock: socket::bind(any)?,
+            config,
+            connected: None,
+            timeout_set: None,
+            buf: vec![0; MAX_DATAGRAM],
+        })
+    }
+
+    /// Sends `request` to a server of `port` and returns its reply.
+    pub fn trans(&mut self, port: &PutPort, request: impl Into<Bytes>) -> Result<Vec<u8>, Error> {
+        self.trans_with(port, request, &CallOptions::default())
+    }
+
+    /// [`Client::trans`] with a deadline and cancellation.
+    pub fn trans_with(
+        &mut self,
+        port: &PutPort,
+        request: impl Into<Bytes>,
+        options: &CallOptions,
+    ) -> Result<Vec<u8>, Error> {
+        let deadline = options.deadline.unwrap_or(self.config.deadline);
+        let now = clock::now();
+        self.core
+            .start(now, *port, request.into(), now + deadline);
+        loop {
+            self.flush()?;
+            if let Some(outcome) = self.core.poll_outcome() {
+                return outcome.map_err(Error::from);
+            }
+            if options.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
+                self.core.cancel();
+                continue;
+            }
+            self.wait(options.cancel.is_some())?;
+        }
+    }
+
+    /// Counters of this endpoint.
+    pub fn stats(&self) -> &Stats {
+        self.core.stats()
+    }
+
+    /// Forgets where `port` is served; the next call locates it afresh.
+    pub fn forget(&mut self, port: &PutPort) {
+        self.core.forget(port);
+    }
+
+    fn flush(&mut self) -> Result<(), Error> {
+        while let Some(t) = self.core.poll_transmit() {
+            match t.dest {
+                Dest::Addr(addr) if self.core.phase() == Phase::Talking(addr) => {
+                    if self.connected != Some(addr) {
+                        self.server_sock.connect(addr)?;
+                        self.connected = Some(addr);
+                    }
+                    match self.server_sock.send(&t.bytes) {
+                        Ok(_) => {}
+                        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                            self.core.handle_unreachable(clock::now(), addr);
+                        }
+                        Err(e) => tracing::debug!("send to {addr}: {e}"),
+                    }
+                }
+                Dest::Addr(addr) => {
+                    if let Err(e) = self.locate_sock.send_to(&t.bytes, addr) {
+                        tracing::debug!("send to {addr}: {e}");
+                    }
+                }
+                Dest::Nodes => {
+                    for addr in &self.config.locate {
+                        if let Err(e) = self.locate_sock.send_to(&t.bytes, addr) {
+                            tracing::debug!("locate to {addr}: {e}");
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the next datagram or timer, and hands it to the core.
+    fn wait(&mut self, cancellable: bool) -> Result<(), Error> {
+        let Some(timer) = self.core.poll_timeout() else {
+            return Ok(());
+        };
+        let (sock, target) = match self.core.phase() {
+            Phase::Talking(addr) => (&self.server_sock, Some(addr)),
+            _ => (&self.locate_sock, None),
+        };
+        let until = clock::instant(timer);
+        let received = if target.is_some() && !self.config.spin.is_zero() {
+            spin_recv(sock, &mut self.buf, self.config.spin.min(until.saturating_duration_since(Instant::now())))
+        } else {
+            Ok(None)
+        };
+        let received = match received {
+            Ok(Some(n)) => Ok(Some((n, target.expect("spun on the server socket")))),
+            Ok(None) => {
+                let mut left = until.saturating_duration_since(Instant::now());
+                if cancellable {
+                    left = left.min(CANCEL_POLL);
+                }
+                if left.is_zero() {
+                    Ok(None)
+                } else {
+                    if self.timeout_set != Some(left) {
+                        socket::set_timeout(sock, left)?;
+                        self.timeout_set = Some(left);
+                    }
+                    match sock.recv_from(&mut self.buf) {
+                        Ok((n, from)) => Ok(Some((n, from))),
+                        Err(e) => Err(e),
+                    }
+                }
+            }
+            Err(e) => Err(e),
+        };
+        let now = clock::now();
+        match received {
+            Ok(Some((n, from))) => self.core.handle_datagram(now, from, &self.buf[..n]),
+            Ok(None) => {}
+            Err(e) if socket::is_timeout(&e) => {}
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                if let Some(addr) = target {
+                    self.core.handle_unreachable(now, addr);
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+        if self.core.poll_timeout().is_some_and(|t| t <= now) {
+            self.core.handle_timeout(now);
+        }
+        Ok(())
+    }
+}
+
+/// Polls `sock` for up to `spin` without sleeping.
+fn spin_recv(sock: &UdpSocket, buf: &mut [u8], spin: Duration) -> io::Result<Option<usize>> {
+    let start = Instant::now();
+    loop {
+        if let Some(n) = socket::try_recv(sock, buf)? {
+            return Ok(Some(n));
+        }
+        if start.elapsed() >= spin {
+            return Ok(None);
+        }
+        std::hint::spin_loop();
+    }
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").field("id", &self.core.id()).finish()
+    }
+}
+

@@ -1,0 +1,116 @@
+//! A program's membership of a cluster: the key, how to reach the nodes,
+//! and (for servers) the link to the local node.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use shoal_cap::GetPort;
+use shoal_wire::ClusterKey;
+
+use crate::client::Client;
+use crate::error::Error;
+use crate::link::{Link, LinkRequest, LinkResponse};
+use crate::server::Server;
+
+/// Everything a context needs.
+#[derive(Debug, Clone)]
+pub struct ContextConfig {
+    /// The cluster key.
+    pub key: ClusterKey,
+    /// Where locate requests go: a broadcast address, or every node.
+    pub locate: Vec<SocketAddr>,
+    /// The address servers and clients bind to (port chosen by the kernel).
+    pub bind_ip: IpAddr,
+    /// The local node's link socket; servers need it to register.
+    pub node_socket: Option<PathBuf>,
+    /// Body bytes per datagram.
+    pub frag_bytes: usize,
+    /// Deadline of a call when the caller gives none.
+    pub deadline: Duration,
+    /// How long a waiting caller polls before it sleeps (spin-then-block):
+    /// polling saves the wake-up of a sleeping thread, which on some
+    /// machines costs more than the network.  Zero sleeps at once.
+    pub spin: Duration,
+    /// How long a server that shuts down refuses new requests before it
+    /// closes; longer than a client's first retransmission interval plus
+    /// the network's delay (see `shoal-proto`'s client).
+    pub drain: Duration,
+}
+
+impl ContextConfig {
+    /// A configuration with defaults for everything but the key and the
+    /// locate targets.
+    pub fn new(key: ClusterKey, locate: Vec<SocketAddr>) -> Self {
+        Self {
+            key,
+            locate,
+            bind_ip: IpAddr::from([0, 0, 0, 0]),
+            node_socket: None,
+            frag_bytes: 60_000,
+            deadline: Duration::from_secs(5),
+            spin: spin_from_env().unwrap_or(Duration::ZERO),
+            drain: Duration::from_millis(250),
+        }
+    }
+}
+
+fn spin_from_env() -> Option<Duration> {
+    let us: u64 = std::env::var("SHOAL_SPIN_US").ok()?.parse().ok()?;
+    Some(Duration::from_micros(us))
+}
+
+/// A program's handle on the cluster; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Context {
+    config: Arc<ContextConfig>,
+}
+
+impl Context {
+    /// A context from explicit settings.
+    pub fn new(config: ContextConfig) -> Context {
+        Context {
+            config: Arc::new(config),
+        }
+    }
+
+    /// Attaches to the node whose link socket `SHOAL_NODE` names (default
+    /// [`crate::DEFAULT_NODE_SOCKET`]).
+    pub fn from_env() -> Result<Context, Error> {
+        let path = std::env::var_os("SHOAL_NODE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(crate::DEFAULT_NODE_SOCKET));
+        Context::attach(&path)
+    }
+
+    /// Attaches to the node listening on `path`.
+    pub fn attach(path: &Path) -> Result<Context, Error> {
+        let mut link = Link::connect(path)?;
+        let LinkResponse::Hello(hello) = link.call(&LinkRequest::Hello)? else {
+            return Err(Error::Node("unexpected answer to hello".into()));
+        };
+        let key = ClusterKey::from_str(&hello.key).map_err(Error::Node)?;
+        let mut config = ContextConfig::new(key, hello.locate);
+        config.bind_ip = hello.node_addr.ip();
+        config.node_socket = Some(path.to_path_buf());
+        config.frag_bytes = hello.frag_bytes;
+        Ok(Context::new(config))
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> &ContextConfig {
+        &self.config
+    }
+
+    /// A new client endpoint (one call at a time; open one per thread).
+    pub fn client(&self) -> Result<Client, Error> {
+        Client::new(self.config.clone())
+    }
+
+    /// Serves the put-port of `get_port` from this process.
+    pub fn serve(&self, get_port: GetPort) -> Result<Server, Error> {
+        Server::new(self.config.clone(), get_port)
+    }
+}

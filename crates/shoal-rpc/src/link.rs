@@ -1,0 +1,113 @@
+//! The link between a program and its node daemon: a Unix stream socket
+//! carrying one JSON object per line, request then response.
+//!
+//! A program says [`LinkRequest::Hello`] to learn the cluster key and how to
+//! reach the nodes, and [`LinkRequest::Register`] to serve a port.  The
+//! node ties each registration to the connection that made it: when the
+//! program exits, however it exits, the kernel closes the connection and the
+//! node withdraws the registration at once (the instance's fate becomes
+//! `Vanished`).  A server that stops on purpose says
+//! [`LinkRequest::Drain`] first, then [`LinkRequest::Drained`] when its
+//! drain period is over.
+//!
+//! The socket's file permissions decide who may join the cluster: the key
+//! is handed to whoever can connect.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+
+/// A program's request to its node.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum LinkRequest {
+    /// Who are you, and how do I reach the cluster?
+    Hello,
+    /// Serve the put-port of `get_port` (hex) at `addr` as `instance` (hex).
+    Register {
+        get_port: String,
+        addr: SocketAddr,
+        instance: String,
+    },
+    /// `instance` stops taking new requests: withdraw it from locate.
+    Drain { instance: String },
+    /// `instance` finished draining and closes.
+    Drained { instance: String },
+}
+
+/// The node's answer.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum LinkResponse {
+    Hello(Hello),
+    Registered { put_port: String },
+    Ok,
+    Error { message: String },
+}
+
+/// What a program needs to take part in the cluster.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Hello {
+    /// The cluster key, hex.
+    pub key: String,
+    /// The node's id, hex.
+    pub node: String,
+    /// The node's name.
+    pub name: String,
+    /// The node daemon's address.
+    pub node_addr: SocketAddr,
+    /// Where locate requests go: the cluster's broadcast address, or every
+    /// known node.
+    pub locate: Vec<SocketAddr>,
+    /// Body bytes per datagram on this cluster's network.
+    pub frag_bytes: usize,
+}
+
+/// An open link to the node.
+#[derive(Debug)]
+pub struct Link {
+    path: PathBuf,
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+}
+
+impl Link {
+    /// Connects to the node's socket at `path`.
+    pub fn connect(path: &Path) -> Result<Link, Error> {
+        let stream = UnixStream::connect(path).map_err(|source| Error::NoNode {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok(Link {
+            path: path.to_path_buf(),
+            reader: BufReader::new(stream.try_clone()?),
+            writer: stream,
+        })
+    }
+
+    /// Sends one request and waits for its response.
+    pub fn call(&mut self, request: &LinkRequest) -> Result<LinkResponse, Error> {
+        let no_node = |source| Error::NoNode {
+            path: self.path.clone(),
+            source,
+        };
+        let mut line = serde_json::to_string(request).expect("link requests serialize");
+        line.push('\n');
+        self.writer.write_all(line.as_bytes()).map_err(no_node)?;
+        let mut answer = String::new();
+        let n = self.reader.read_line(&mut answer).map_err(no_node)?;
+        if n == 0 {
+            return Err(Error::Node("the node closed the link".into()));
+        }
+        match serde_json::from_str(&answer) {
+            Ok(LinkResponse::Error { message }) => Err(Error::Node(message)),
+            Ok(r) => Ok(r),
+            Err(e) => Err(Error::Node(format!("unreadable answer from the node: {e}"))),
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! The server endpoint: one socket and one protocol core, shared by every
+//! thread that calls [`Server::getreq`].
+//!
+//! Threads take turns reading the socket (leader/followers): the thread
+//! holding the reader lock receives datagrams and feeds them to the core;
+//! when a request completes it returns it to its own caller and another
+//! waiting thread takes over the socket.  With one server thread, a request
+//! goes from the socket to the application without any thread hand-off.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use shoal_cap::{GetPort, PutPort};
+use shoal_proto::{Delivered, Dest, ServerConfig, ServerCore, Stats};
+use shoal_wire::{Instance, MAX_DATAGRAM, TxnId};
+
+use crate::clock;
+use crate::context::ContextConfig;
+use crate::error::Error;
+use crate::link::{Link, LinkRequest, LinkResponse};
+use crate::socket;
+
+/// Longest a reading thread sleeps before it checks for shutdown.
+const POLL: Duration = Duration::from_millis(100);
+
+/// A request received by a server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    txn: TxnId,
+    from: SocketAddr,
+    body: Vec<u8>,
+}
+
+impl Request {
+    /// The request body.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// Takes the body out.
+    pub fn into_body(self) -> Vec<u8> {
+        self.body
+    }
+
+    /// Where the request came from.
+    pub fn from(&self) -> SocketAddr {
+        self.from
+    }
+
+    /// The transaction's id.
+    pub fn txn(&self) -> TxnId {
+        self.txn
+    }
+}
+
+struct Shared {
+    socket: UdpSocket,
+    core: Mutex<ServerCore>,
+    reader: Mutex<Vec<u8>>,
+    link: Mutex<Option<Link>>,
+    closed: AtomicBool,
+    instance: Instance,
+    drain: Duration,
+}
+
+/// A server endpoint serving one put-port.  Clone it to share it between
+/// threads.
+#[derive(Clone)]
+pub struct Server {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    port: PutPort,
+}
+
+impl Server {
+    pub(crate) fn new(config: Arc<ContextConfig>, get_port: GetPort) -> Result<Server, Error> {
+        let Some(path) = &config.node_socket else {
+            return Err(Error::Node(
+                "serving needs a link to the local node (attach with Context::from_env)".into(),
+            ));
+        };
+        let socket = socket::bind(SocketAddr::new(config.bind_ip, 0))?;
+        let addr = socket.local_addr()?;
+        let instance = Instance::random();
+        let mut link = Link::connect(path)?;
+        let LinkResponse::Registered { put_port } = link.call(&LinkRequest::Register {
+            get_port: get_port.to_hex(),
+            addr,
+            instance: instance.to_string(),
+        })?
+        else {
+            return Err(Error::Node("unexpected answer to register".into()));
+        };
+        let port = get_port.put_port();
+        if put_port != port.to_string() {
+            return Err(Error::Node("the node computed a different put-port".into()));
+        }
+        let core_config = ServerConfig {
+            frag_bytes: config.frag_bytes,
+            ..ServerConfig::default()
+        };
+        let core = ServerCore::new(port, instance, config.key.clone(), core_config);
+        Ok(Server {
+            shared: Arc::new(Shared {
+                socket,
+                core: Mutex::new(core),
+                reader: Mutex::new(vec![0; MAX_DATAGRAM]),
+                link: Mutex::new(Some(link)),
+                closed: AtomicBool::new(false),
+                instance,
+                drain: config.drain,
+            }),
+            addr,
+            port,
+        })
+    }
+
+    /// The put-port served.
+    pub fn port(&self) -> PutPort {
+        self.port
+    }
+
+    /// The address the endpoint listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// This incarnation's id.
+    pub fn instance(&self) -> Instance {
+        self.shared.instance
+    }
+
+    /// Counters of this endpoint.
+    pub fn stats(&self) -> Stats {
+        self.shared.core.lock().stats().clone()
+    }
+
+    /// Waits for the next request.
+    pub fn getreq(&self) -> Result<Request, Error> {
+        let shared = &*self.shared;
+        loop {
+            if let Some(d) = shared.core.lock().poll_request() {
+                return Ok(request(d));
+            }
+            if shared.closed.load(Ordering::Acquire) {
+                return Err(Error::Closed);
+            }
+            let mut buf = shared.reader.lock();
+            // Another reader may have queued a request meanwhile.
+            if let Some(d) = shared.core.lock().poll_request() {
+                return Ok(request(d));
+            }
+            let timer = shared.core.lock().poll_timeout();
+            let left = clock::instant(timer)
+                .saturating_duration_since(Instant::now())
+                .clamp(Duration::from_millis(1), POLL);
+            socket::set_timeout(&shared.socket, left)?;
+            let received = shared.socket.recv_from(&mut buf);
+            let now = clock::now();
+            let mut core = shared.core.lock();
+            match received {
+                Ok((n, from)) => core.handle_datagram(now, from, &buf[..n]),
+                Err(e) if socket::is_timeout(&e) => {}
+                // An ICMP error for an earlier reply: nothing to do.
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
+                Err(e) => return Err(e.into()),
+            }
+            if core.poll_timeout() <= now {
+                core.handle_timeout(now);
+            }
+            send_all(&shared.socket, &mut core);
+            if let Some(d) = core.poll_request() {
+                return Ok(request(d));
+            }
+        }
+    }
+
+    /// Sends the reply to `request`.  A reply to a client that gave up
+    /// meanwhile is dropped silently.
+    pub fn putrep(&self, request: &Request, reply: impl Into<Bytes>) -> Result<(), Error> {
+        let mut core = self.shared.core.lock();
+        core.reply(clock::now(), request.txn, reply.into());
+        send_all(&self.shared.socket, &mut core);
+        Ok(())
+    }
+
+    /// Stops serving on purpose: withdraws the port from locate, refuses new
+    /// requests for the drain period (answering those already begun), then
+    /// closes.  Clients move to other servers without losing a request.
+    /// Some thread must be in [`Server::getreq`] meanwhile, or the drain
+    /// answers nothing; this call keeps the socket served itself.
+    pub fn shutdown(&self) -> Result<(), Error> {
+        let shared = &*self.shared;
+        let instance = shared.instance.to_string();
+        if let Some(link) = shared.link.lock().as_mut() {
+            link.call(&LinkRequest::Drain {
+                instance: instance.clone(),
+            })?;
+        }
+        shared.core.lock().drain();
+        let until = Instant::now() + shared.drain;
+        // Serve the drain ourselves, in case no thread is in getreq.
+        while Instant::now() < until {
+            let Some(mut buf) = shared.reader.try_lock_for(Duration::from_millis(5)) else {
+                continue;
+            };
+            let left = until.saturating_duration_since(Instant::now());
+            socket::set_timeout(&shared.socket, left.min(Duration::from_millis(10)))?;
+            if let Ok((n, from)) = shared.socket.recv_from(&mut buf) {
+                let mut core = shared.core.lock();
+                core.handle_datagram(clock::now(), from, &buf[..n]);
+                send_all(&shared.socket, &mut core);
+            }
+        }
+        shared.closed.store(true, Ordering::Release);
+        if let Some(mut link) = shared.link.lock().take() {
+            link.call(&LinkRequest::Drained { instance })?;
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("port", &self.port)
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+fn request(d: Delivered) -> Request {
+    Request {
+        txn: d.txn,
+        from: d.from,
+        body: d.body,
+    }
+}
+
+fn send_all(socket: &UdpSocket, core: &mut ServerCore) {
+    while let Some(t) = core.poll_transmit() {
+        if let Dest::Addr(addr) = t.dest
+            && let Err(e) = socket.send_to(&t.bytes, addr)
+        {
+            tracing::debug!("reply to {addr}: {e}");
+        }
+    }
+}
