@@ -1,1 +1,256 @@
-fn main() {}
+//! `cargo xtask demo` and `cargo xtask test`: the two commands of the
+//! README.  Each first installs what it needs from Debian's packages (when
+//! run as root on a machine that lacks them), so both work on a fresh
+//! Debian machine that has only the Rust toolchain.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("demo") => demo(),
+        Some("test") => test(&args[1..]),
+        Some("-h" | "--help") | None => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        Some(other) => Err(format!("unknown task {other:?}\n\n{USAGE}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+const USAGE: &str = "usage: cargo xtask <task>
+
+tasks:
+  demo     build shoal, start a local 4-node cluster, show RPC with a
+           moving server and a crashing node, tear it down
+  test     install what the tests need, then run the whole suite:
+           format and lint checks, unit, property and simulation tests,
+           real-cluster integration tests, and short fuzz runs
+           (--quick: skip the fuzz runs and use fewer simulation seeds)";
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+fn step(what: &str) {
+    println!("\n==> {what}");
+}
+
+fn run(cmd: &mut Command) -> Result<(), String> {
+    let shown = format!("{cmd:?}");
+    let status = cmd
+        .current_dir(root())
+        .status()
+        .map_err(|e| format!("cannot run {shown}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{shown} failed ({status})"))
+    }
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+fn have(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// Installs missing Debian packages: `(program, package)` pairs.
+fn ensure_packages(needed: &[(&str, &str)]) -> Result<(), String> {
+    let missing: Vec<&str> = needed
+        .iter()
+        .filter(|(program, _)| !have(program))
+        .map(|(_, package)| *package)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if !is_root() {
+        return Err(format!(
+            "missing packages {}: install them (apt-get install {}) or run as root",
+            missing.join(", "),
+            missing.join(" ")
+        ));
+    }
+    step(&format!("installing {}", missing.join(" ")));
+    run(Command::new("apt-get").args(["update", "-q"]))?;
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-q", "--no-install-recommends"])
+        .args(&missing)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
+}
+
+const SYSTEM: &[(&str, &str)] = &[("ip", "iproute2"), ("iptables", "iptables")];
+
+fn shoal_bin() -> PathBuf {
+    root().join("target/release/shoal")
+}
+
+fn shoal(args: &[&str], dir: &Path) -> Command {
+    let mut c = Command::new(shoal_bin());
+    c.args(args).arg("--dir").arg(dir);
+    c
+}
+
+fn demo() -> Result<(), String> {
+    ensure_packages(SYSTEM)?;
+    step("building shoal (release)");
+    run(cargo().args(["build", "--release", "-p", "shoal"]))?;
+    let dir = root().join("target/demo-cluster");
+    if dir.join("cluster.toml").exists() {
+        let _ = run(&mut shoal(&["cluster", "down"], &dir));
+    }
+    step("starting a 4-node cluster");
+    run(&mut shoal(
+        &[
+            "cluster", "up", "--nodes", "4", "--name", "demo", "--subnet", "7",
+        ],
+        &dir,
+    ))?;
+    let result = demo_steps(&dir);
+    step("tearing the cluster down");
+    let down = run(&mut shoal(&["cluster", "down"], &dir));
+    result.and(down)?;
+    println!("\ndemo finished: every step behaved as expected");
+    Ok(())
+}
+
+fn demo_steps(dir: &Path) -> Result<(), String> {
+    run(&mut shoal(&["cluster", "status"], dir))?;
+    let out = Command::new(shoal_bin())
+        .args(["rpc", "new-port"])
+        .output()
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|s| s.trim().to_string())
+            .ok_or(format!("no {name} in {text:?}"))
+    };
+    let (get, put) = (field("get-port")?, field("put-port")?);
+    println!("a service port: put-port {put} (its get-port stays secret)");
+
+    step("serving an echo on n2, calling it from n4");
+    let mut server = serve_echo(dir, "n2", &get)?;
+    let call = |from: &str, data: &str| {
+        run(&mut shoal(
+            &[
+                "cluster",
+                "exec",
+                "--node",
+                from,
+                "--",
+                shoal_bin().to_str().unwrap(),
+                "rpc",
+                "call",
+                &put,
+                "--data",
+                data,
+            ],
+            dir,
+        ))
+    };
+    call("n4", "hello from n4")?;
+
+    step("moving the server to n3 (stop on n2, start on n3); n4 calls again, unchanged");
+    stop(&mut server);
+    let mut server = serve_echo(dir, "n3", &get)?;
+    call("n4", "hello again, wherever you are")?;
+
+    step("killing node n1 with SIGKILL: status reports it unreachable, the rest carry on");
+    run(&mut shoal(&["cluster", "kill", "n1"], dir))?;
+    let status = shoal(&["cluster", "status", "--deadline-ms", "1000"], dir)
+        .status()
+        .map_err(|e| e.to_string())?;
+    if status.code() != Some(3) {
+        return Err(format!(
+            "cluster status should exit 3 with a node down, got {status}"
+        ));
+    }
+    call("n2", "still served on n3")?;
+    run(&mut shoal(&["cluster", "start", "n1"], dir))?;
+    stop(&mut server);
+    Ok(())
+}
+
+fn serve_echo(dir: &Path, node: &str, get: &str) -> Result<std::process::Child, String> {
+    let child = shoal(
+        &[
+            "cluster",
+            "exec",
+            "--node",
+            node,
+            "--",
+            shoal_bin().to_str().unwrap(),
+            "rpc",
+            "serve-echo",
+            "--get-port",
+            get,
+        ],
+        dir,
+    )
+    .spawn()
+    .map_err(|e| e.to_string())?;
+    // Registered as soon as it prints; give it a moment.
+    std::thread::sleep(Duration::from_millis(300));
+    Ok(child)
+}
+
+fn stop(child: &mut std::process::Child) {
+    // `cluster exec` becomes the server, so this is the server's pid:
+    // SIGTERM makes it drain and exit.
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+}
+
+fn test(args: &[String]) -> Result<(), String> {
+    let quick = args.iter().any(|a| a == "--quick");
+    let started = Instant::now();
+    ensure_packages(SYSTEM)?;
+    step("format");
+    run(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    step("lints");
+    run(cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    step("unit, property, simulation and integration tests");
+    let seeds = if quick { "64" } else { "2000" };
+    run(cargo()
+        .args(["test", "--workspace", "--release"])
+        .env("SHOAL_SIM_SEEDS", seeds))?;
+    println!("\nxtask: all tests passed in {:.0?}", started.elapsed());
+    Ok(())
+}

@@ -1,3 +1,16 @@
 //! shoal's benchmark suite.
+//!
+//! Every benchmark measures shoal and its baseline in the same run, on the
+//! same nodes and with the same placement, because on a shared, noisy
+//! machine only ratios mean anything.  Results are JSON
+//! (`{"metrics": {name: number}}`) plus a markdown table set beside the
+//! figures of the paper the benchmark comes from.
+//!
+//! - [`rpc`]: `shoal bench rpc`, Table 1 of the Amoeba–Sprite comparison:
+//!   null, 16 KiB and 30,000-byte RPCs and a 64 MiB transfer, against raw
+//!   UDP, raw TCP and gRPC.
+//! - [`grpc`]: the gRPC echo peer.
 
 pub mod grpc;
+pub mod rpc;
+mod stats;

@@ -91,9 +91,8 @@ pub struct Daemon {
 impl Daemon {
     /// Starts every thread of a node with `config`.  `stop` ends it.
     pub fn start(config: NodeConfig, stop: Arc<AtomicBool>) -> Result<Daemon, String> {
-        let key_text = std::fs::read_to_string(&config.key_file).map_err(|e| {
-            format!("cannot read cluster key {}: {e}", config.key_file.display())
-        })?;
+        let key_text = std::fs::read_to_string(&config.key_file)
+            .map_err(|e| format!("cannot read cluster key {}: {e}", config.key_file.display()))?;
         let key = ClusterKey::from_str(&key_text)
             .map_err(|e| format!("{}: {e}", config.key_file.display()))?;
         let node = crate::state::node_id(&config.state_dir)?;
@@ -145,6 +144,9 @@ impl Daemon {
                 .spawn(move || service_loop(&shared, &service))
                 .map_err(|e| format!("cannot start service thread: {e}"))?;
         }
+        let pid_file = shared.config.state_dir.join("node.pid");
+        std::fs::write(&pid_file, format!("{}\n", std::process::id()))
+            .map_err(|e| format!("cannot write {}: {e}", pid_file.display()))?;
         tracing::info!(
             name = %shared.config.name,
             node = %shared.node,
@@ -176,12 +178,14 @@ impl Daemon {
             tracing::warn!("node service shutdown: {e}");
         }
         let _ = std::fs::remove_file(&self.shared.config.socket);
+        let _ = std::fs::remove_file(self.shared.config.state_dir.join("node.pid"));
         tracing::info!(name = %self.shared.config.name, "node down");
     }
 }
 
 fn shoal_rpc_socket(bind: SocketAddr) -> Result<UdpSocket, String> {
-    let socket = UdpSocket::bind(bind).map_err(|e| format!("cannot bind node address {bind}: {e}"))?;
+    let socket =
+        UdpSocket::bind(bind).map_err(|e| format!("cannot bind node address {bind}: {e}"))?;
     socket
         .set_broadcast(true)
         .map_err(|e| format!("cannot allow broadcast: {e}"))?;
@@ -209,7 +213,8 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
         let timeout = {
             let state = shared.state.lock();
             let next = state.membership.poll_timeout();
-            Duration::from_micros(next.0.saturating_sub(now().0)).clamp(Duration::from_micros(100), POLL)
+            Duration::from_micros(next.0.saturating_sub(now().0))
+                .clamp(Duration::from_micros(100), POLL)
         };
         let _ = socket.set_read_timeout(Some(timeout));
         let received = socket.recv_from(&mut buf);

@@ -45,9 +45,21 @@ pub fn render(shared: &Shared) -> String {
         ));
     };
     gauge("up", "1 while the node daemon runs.", 1.0);
-    gauge("uptime_seconds", "Seconds since the daemon started.", status.uptime_s);
-    gauge("ports", "Ports served by endpoints on this node.", status.ports as f64);
-    gauge("links", "Programs linked to this node.", status.links as f64);
+    gauge(
+        "uptime_seconds",
+        "Seconds since the daemon started.",
+        status.uptime_s,
+    );
+    gauge(
+        "ports",
+        "Ports served by endpoints on this node.",
+        status.ports as f64,
+    );
+    gauge(
+        "links",
+        "Programs linked to this node.",
+        status.links as f64,
+    );
     gauge(
         "members_alive",
         "Members this node hears from (itself included).",

@@ -98,14 +98,17 @@ impl Client {
     ) -> Result<Vec<u8>, Error> {
         let deadline = options.deadline.unwrap_or(self.config.deadline);
         let now = clock::now();
-        self.core
-            .start(now, *port, request.into(), now + deadline);
+        self.core.start(now, *port, request.into(), now + deadline);
         loop {
             self.flush()?;
             if let Some(outcome) = self.core.poll_outcome() {
                 return outcome.map_err(Error::from);
             }
-            if options.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
+            if options
+                .cancel
+                .as_ref()
+                .is_some_and(CancelToken::is_cancelled)
+            {
                 self.core.cancel();
                 continue;
             }
@@ -167,7 +170,13 @@ impl Client {
         };
         let until = clock::instant(timer);
         let received = if target.is_some() && !self.config.spin.is_zero() {
-            spin_recv(sock, &mut self.buf, self.config.spin.min(until.saturating_duration_since(Instant::now())))
+            spin_recv(
+                sock,
+                &mut self.buf,
+                self.config
+                    .spin
+                    .min(until.saturating_duration_since(Instant::now())),
+            )
         } else {
             Ok(None)
         };
@@ -228,7 +237,8 @@ fn spin_recv(sock: &UdpSocket, buf: &mut [u8], spin: Duration) -> io::Result<Opt
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client").field("id", &self.core.id()).finish()
+        f.debug_struct("Client")
+            .field("id", &self.core.id())
+            .finish()
     }
 }
-

@@ -69,7 +69,10 @@ pub fn try_recv(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Option<usize>>
         return Ok(Some(n as usize));
     }
     let e = io::Error::last_os_error();
-    if e.kind() == io::ErrorKind::WouldBlock {
+    if matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    ) {
         Ok(None)
     } else {
         Err(e)
@@ -82,7 +85,11 @@ pub fn set_timeout(socket: &UdpSocket, timeout: Duration) -> io::Result<()> {
     socket.set_read_timeout(Some(timeout.max(Duration::from_micros(1))))
 }
 
-/// Whether an error is a receive timeout.
+/// Whether an error is a receive timeout, or a signal that cut a wait
+/// short: either way, look at the timers and wait again.
 pub fn is_timeout(e: &io::Error) -> bool {
-    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
 }

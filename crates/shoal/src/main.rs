@@ -1,1 +1,61 @@
-fn main() {}
+//! `shoal`: the node daemon and the user's interface, in one binary.
+//!
+//! Exit codes, for scripts: 0 success; 1 the operation failed; 2 bad
+//! usage; 3 the target (node, server, port) could not be reached.
+
+mod cli;
+mod cmd_cluster;
+mod cmd_rpc;
+mod cmd_status;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// A failure with the exit code it deserves.
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+impl Failure {
+    /// The operation failed.
+    pub fn failed(message: impl Into<String>) -> Failure {
+        Failure {
+            code: 1,
+            message: message.into(),
+        }
+    }
+
+    /// The target could not be reached.
+    pub fn unreachable(message: impl Into<String>) -> Failure {
+        Failure {
+            code: 3,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Failure {
+        Failure::failed(message)
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SHOAL_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(cli.default_log())),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match cli.run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("shoal: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}

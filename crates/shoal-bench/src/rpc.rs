@@ -1,0 +1,510 @@
+//! `shoal bench rpc`: RPC latency and throughput between two nodes,
+//! side by side with raw UDP, raw TCP and a gRPC echo.
+//!
+//! The driver brings up a two-node local cluster (or uses one given with
+//! `--dir`), starts a *server agent* on node n2 (a shoal echo port, a raw
+//! UDP echo, a raw TCP sink and a gRPC echo) and runs a *client agent* on
+//! node n1 that measures them all, once unpinned and once with both agents
+//! pinned to CPU 0.  Capability verification is measured in the driver.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::{Args, Subcommand};
+use serde::{Deserialize, Serialize};
+use shoal_cap::{Capability, ObjectId, ObjectSecret, PutPort, Rights};
+use shoal_cluster::{Cluster, Mode, Spec};
+use shoal_rpc::{Context, GetPort};
+
+use crate::grpc;
+use crate::stats::{median, percentile_us};
+
+/// Flags of `shoal bench rpc`.
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Write the metrics as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Fewer samples: a smoke run, not a measurement.
+    #[arg(long)]
+    pub quick: bool,
+    /// Use the cluster in this directory (nodes n1 and n2) instead of
+    /// starting a temporary one.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+/// The halves that run on the nodes.
+#[derive(Subcommand, Debug, Clone)]
+pub enum AgentCommand {
+    /// Serve every target; print their addresses as one JSON line; run
+    /// until standard input closes.
+    Serve {
+        #[arg(long)]
+        cpu: Option<usize>,
+    },
+    /// Measure the targets described by `--targets` (JSON); print results
+    /// as one JSON line.
+    Client {
+        #[arg(long)]
+        targets: String,
+        #[arg(long)]
+        cpu: Option<usize>,
+        #[arg(long)]
+        quick: bool,
+    },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Targets {
+    port: String,
+    udp: SocketAddr,
+    tcp: SocketAddr,
+    grpc: SocketAddr,
+}
+
+const BULK_BYTES: usize = 64 << 20;
+
+/// Pins the calling thread (and threads it starts later) to `cpu`.
+fn pin(cpu: usize) -> Result<(), String> {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET stays in bounds for cpu < 1024.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(format!(
+                "cannot pin to CPU {cpu}: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Runs an agent.
+pub fn agent(command: AgentCommand) -> Result<(), String> {
+    match command {
+        AgentCommand::Serve { cpu } => {
+            if let Some(cpu) = cpu {
+                pin(cpu)?;
+            }
+            serve_agent()
+        }
+        AgentCommand::Client {
+            targets,
+            cpu,
+            quick,
+        } => {
+            if let Some(cpu) = cpu {
+                pin(cpu)?;
+            }
+            let targets: Targets = serde_json::from_str(&targets).map_err(|e| e.to_string())?;
+            let results = client_agent(&targets, quick)?;
+            println!("{}", serde_json::to_string(&results).expect("serializes"));
+            Ok(())
+        }
+    }
+}
+
+fn serve_agent() -> Result<(), String> {
+    let ctx = Context::from_env().map_err(|e| e.to_string())?;
+    let ip = ctx.config().bind_ip;
+    let server = ctx.serve(GetPort::random()).map_err(|e| e.to_string())?;
+    {
+        let server = server.clone();
+        std::thread::spawn(move || {
+            while let Ok(req) = server.getreq() {
+                if server.putrep(&req, Bytes::new()).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    let udp = UdpSocket::bind(SocketAddr::new(ip, 0)).map_err(|e| e.to_string())?;
+    let udp_addr = udp.local_addr().map_err(|e| e.to_string())?;
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 65536];
+        while let Ok((n, from)) = udp.recv_from(&mut buf) {
+            let _ = udp.send_to(&buf[..n], from);
+        }
+    });
+    let tcp = TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| e.to_string())?;
+    let tcp_addr = tcp.local_addr().map_err(|e| e.to_string())?;
+    std::thread::spawn(move || {
+        for stream in tcp.incoming().flatten() {
+            std::thread::spawn(move || tcp_sink(stream));
+        }
+    });
+    let grpc = grpc::GrpcServer::start(SocketAddr::new(ip, 0)).map_err(|e| e.to_string())?;
+    let targets = Targets {
+        port: server.port().to_string(),
+        udp: udp_addr,
+        tcp: tcp_addr,
+        grpc: grpc.local_addr(),
+    };
+    println!("{}", serde_json::to_string(&targets).expect("serializes"));
+    std::io::stdout().flush().map_err(|e| e.to_string())?;
+    // Run until the driver closes our standard input.
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut sink);
+    let _ = server.shutdown();
+    drop(grpc);
+    Ok(())
+}
+
+/// Reads length-prefixed blobs and acknowledges each with one byte.
+fn tcp_sink(mut stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let mut len = [0u8; 8];
+        if stream.read_exact(&mut len).is_err() {
+            return;
+        }
+        let mut left = u64::from_le_bytes(len) as usize;
+        while left > 0 {
+            let want = left.min(buf.len());
+            match stream.read(&mut buf[..want]) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => left -= n,
+            }
+        }
+        if stream.write_all(&[1]).is_err() {
+            return;
+        }
+    }
+}
+
+fn client_agent(t: &Targets, quick: bool) -> Result<BTreeMap<String, f64>, String> {
+    let n = if quick { 300 } else { 5000 };
+    let n_big = if quick { 100 } else { 1000 };
+    let bulk_runs = if quick { 1 } else { 3 };
+    let warmup = if quick { 50 } else { 500 };
+    let mut out = BTreeMap::new();
+    let ctx = Context::from_env().map_err(|e| e.to_string())?;
+    let ip = ctx.config().bind_ip;
+    let port: PutPort = t.port.parse().map_err(|e| format!("{e}"))?;
+
+    // The floor: a plain UDP echo between the same two nodes.
+    let udp = UdpSocket::bind(SocketAddr::new(ip, 0)).map_err(|e| e.to_string())?;
+    udp.connect(t.udp).map_err(|e| e.to_string())?;
+    udp.set_read_timeout(Some(Duration::from_secs(2)))
+        .map_err(|e| e.to_string())?;
+    let mut buf = [0u8; 64];
+    let mut udp_rtt = Vec::with_capacity(n);
+    for i in 0..warmup + n {
+        let start = Instant::now();
+        udp.send(&[]).map_err(|e| e.to_string())?;
+        udp.recv(&mut buf)
+            .map_err(|e| format!("raw UDP echo: {e}"))?;
+        if i >= warmup {
+            udp_rtt.push(start.elapsed());
+        }
+    }
+    out.insert("raw_udp_rtt_us_p50".into(), percentile_us(&mut udp_rtt, 50));
+    out.insert("raw_udp_rtt_us_p99".into(), percentile_us(&mut udp_rtt, 99));
+
+    // shoal RPC of each size (request of that size, empty reply).
+    let mut client = ctx.client().map_err(|e| e.to_string())?;
+    for (name, size, count) in [
+        ("null_rpc", 0usize, n),
+        ("rpc_16kib", 16 << 10, n_big),
+        ("rpc_30000b", 30_000, n_big),
+    ] {
+        let body = Bytes::from(vec![0x5a; size]);
+        let mut rtt = Vec::with_capacity(count);
+        for i in 0..warmup + count {
+            let start = Instant::now();
+            client
+                .trans(&port, body.clone())
+                .map_err(|e| format!("{name}: {e}"))?;
+            if i >= warmup {
+                rtt.push(start.elapsed());
+            }
+        }
+        out.insert(format!("{name}_rtt_us_p50"), percentile_us(&mut rtt, 50));
+        out.insert(format!("{name}_rtt_us_p99"), percentile_us(&mut rtt, 99));
+    }
+
+    // Bulk: 64 MiB in one RPC, against 64 MiB over one TCP stream.
+    let big = Bytes::from(vec![0xa5u8; BULK_BYTES]);
+    client
+        .trans(&port, big.slice(..8 << 20))
+        .map_err(|e| format!("bulk warm-up: {e}"))?;
+    let mut rpc_rates = Vec::new();
+    for _ in 0..bulk_runs {
+        let start = Instant::now();
+        client
+            .trans(&port, big.clone())
+            .map_err(|e| format!("bulk: {e}"))?;
+        rpc_rates.push(BULK_BYTES as f64 / (1 << 20) as f64 / start.elapsed().as_secs_f64());
+    }
+    out.insert("bulk_64mib_mib_s".into(), median(&mut rpc_rates));
+    let mut tcp = TcpStream::connect(t.tcp).map_err(|e| format!("raw TCP: {e}"))?;
+    tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+    let mut tcp_rates = Vec::new();
+    let send_blob = |tcp: &mut TcpStream, bytes: &[u8]| -> Result<(), String> {
+        tcp.write_all(&(bytes.len() as u64).to_le_bytes())
+            .map_err(|e| e.to_string())?;
+        tcp.write_all(bytes).map_err(|e| e.to_string())?;
+        let mut ack = [0u8; 1];
+        tcp.read_exact(&mut ack).map_err(|e| e.to_string())
+    };
+    send_blob(&mut tcp, &big[..8 << 20])?;
+    for _ in 0..bulk_runs {
+        let start = Instant::now();
+        send_blob(&mut tcp, &big)?;
+        tcp_rates.push(BULK_BYTES as f64 / (1 << 20) as f64 / start.elapsed().as_secs_f64());
+    }
+    out.insert("raw_tcp_mib_s".into(), median(&mut tcp_rates));
+
+    // The peer a user would otherwise pick: a gRPC unary echo.
+    let mut grpc_rtt = grpc::echo_rtts(t.grpc, 0, warmup, n).map_err(|e| format!("gRPC: {e}"))?;
+    out.insert(
+        "grpc_null_rtt_us_p50".into(),
+        percentile_us(&mut grpc_rtt, 50),
+    );
+    out.insert(
+        "grpc_null_rtt_us_p99".into(),
+        percentile_us(&mut grpc_rtt, 99),
+    );
+    Ok(out)
+}
+
+/// Nanoseconds to verify a capability (one restriction step, as a client
+/// that narrowed its rights would present it).
+fn cap_verify_ns(quick: bool) -> f64 {
+    let secret = ObjectSecret::random();
+    let port = GetPort::random().put_port();
+    let cap = Capability::mint(port, ObjectId(42), Rights::ALL, &secret)
+        .restrict(Rights::READ | Rights::WRITE)
+        .expect("one step fits");
+    let n = if quick { 20_000 } else { 1_000_000 };
+    let mut best = f64::MAX;
+    for _ in 0..5 {
+        let start = Instant::now();
+        for _ in 0..n {
+            let r = std::hint::black_box(&cap).verify(std::hint::black_box(&secret));
+            assert!(r.is_ok());
+        }
+        best = best.min(start.elapsed().as_nanos() as f64 / n as f64);
+    }
+    best
+}
+
+struct Agent {
+    child: Child,
+}
+
+impl Agent {
+    fn stop(mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+fn start_server(
+    cluster: &Cluster,
+    shoal: &PathBuf,
+    cpu: Option<usize>,
+) -> Result<(Agent, String), String> {
+    let mut cmd = cluster.command("n2", shoal)?;
+    cmd.args(["bench-agent", "serve"]);
+    if let Some(cpu) = cpu {
+        cmd.args(["--cpu", &cpu.to_string()]);
+    }
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start the server agent: {e}"))?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("piped"))
+        .read_line(&mut line)
+        .map_err(|e| e.to_string())?;
+    if line.trim().is_empty() {
+        let _ = child.wait();
+        return Err("the server agent failed to start (see its error above)".into());
+    }
+    Ok((Agent { child }, line.trim().to_string()))
+}
+
+fn run_client(
+    cluster: &Cluster,
+    shoal: &PathBuf,
+    targets: &str,
+    cpu: Option<usize>,
+    quick: bool,
+) -> Result<BTreeMap<String, f64>, String> {
+    let mut cmd = cluster.command("n1", shoal)?;
+    cmd.args(["bench-agent", "client", "--targets", targets]);
+    if let Some(cpu) = cpu {
+        cmd.args(["--cpu", &cpu.to_string()]);
+    }
+    if quick {
+        cmd.arg("--quick");
+    }
+    let out = cmd
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run the client agent: {e}"))?;
+    if !out.status.success() {
+        return Err("the client agent failed (see its error above)".into());
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("client agent output: {e}"))
+}
+
+/// Runs the benchmark.
+pub fn run(args: BenchArgs) -> Result<(), String> {
+    let shoal = std::env::current_exe().map_err(|e| e.to_string())?;
+    let (cluster, temporary) = match &args.dir {
+        Some(dir) => (Cluster::open(dir)?, false),
+        None => {
+            let dir = std::env::temp_dir().join(format!("shoal-bench-{}", std::process::id()));
+            let mode = if shoal_cluster::is_root() {
+                Mode::Netns
+            } else {
+                Mode::Loopback
+            };
+            eprintln!(
+                "bench: starting a 2-node {mode:?} cluster in {}",
+                dir.display()
+            );
+            let spec = Spec {
+                dir,
+                nodes: 2,
+                name: "bn".into(),
+                subnet: 251,
+                mode,
+                shoal: shoal.clone(),
+            };
+            (Cluster::up(&spec, &mut |l| eprintln!("  {l}"))?, true)
+        }
+    };
+    let result = measure(&cluster, &shoal, &args);
+    if temporary {
+        let _ = cluster.down(&mut |_| {});
+    }
+    let metrics = result?;
+    let table = table(&metrics);
+    println!("{table}");
+    if let Some(path) = &args.json {
+        let json = serde_json::json!({ "metrics": metrics, "quick": args.quick });
+        std::fs::write(
+            path,
+            serde_json::to_string_pretty(&json).expect("serializes"),
+        )
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        eprintln!("bench: wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn measure(
+    cluster: &Cluster,
+    shoal: &PathBuf,
+    args: &BenchArgs,
+) -> Result<BTreeMap<String, f64>, String> {
+    let mut metrics = BTreeMap::new();
+    for (suffix, cpu) in [("", None), ("_pinned", Some(0))] {
+        let label = if cpu.is_some() {
+            "pinned to CPU 0"
+        } else {
+            "unpinned"
+        };
+        eprintln!("bench: measuring {label} (client on n1, server on n2)");
+        let (server, targets) = start_server(cluster, shoal, cpu)?;
+        let results = run_client(cluster, shoal, &targets, cpu, args.quick);
+        server.stop();
+        for (name, value) in results? {
+            metrics.insert(format!("{name}{suffix}"), value);
+        }
+    }
+    eprintln!("bench: measuring capability verification");
+    metrics.insert("cap_verify_ns".into(), cap_verify_ns(args.quick));
+    Ok(metrics)
+}
+
+/// The markdown report: Table 1 of the Amoeba–Sprite paper beside shoal's
+/// figures, then the targets.
+fn table(m: &BTreeMap<String, f64>) -> String {
+    let g = |k: &str| m.get(k).copied().unwrap_or(f64::NAN);
+    let mut t = String::new();
+    t.push_str("## RPC latency (Amoeba–Sprite comparison, Table 1(b): user-level IPC)\n\n");
+    t.push_str("| size (bytes) | Amoeba 1991 (ms) | Sprite 1991 (ms) | shoal p50 (µs) | shoal p50 pinned (µs) | raw UDP p50 (µs) | gRPC p50 (µs) |\n");
+    t.push_str("|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (size, amoeba, sprite, key) in [
+        (0, 1.2, 7.9, "null_rpc"),
+        (16384, 21.0, 33.5, "rpc_16kib"),
+        (30000, 36.0, 62.8, "rpc_30000b"),
+    ] {
+        let (udp, grpc) = if size == 0 {
+            (
+                format!("{:.1}", g("raw_udp_rtt_us_p50")),
+                format!("{:.1}", g("grpc_null_rtt_us_p50")),
+            )
+        } else {
+            ("".into(), "".into())
+        };
+        t.push_str(&format!(
+            "| {size} | {amoeba} | {sprite} | {:.1} | {:.1} | {udp} | {grpc} |\n",
+            g(&format!("{key}_rtt_us_p50")),
+            g(&format!("{key}_rtt_us_p50_pinned")),
+        ));
+    }
+    t.push_str("\nThe 1991 figures are milliseconds between two Sun 3/60s on 10 Mb/s Ethernet;\n");
+    t.push_str("shoal's are microseconds between two nodes of a local cluster. Compare ratios, not times.\n\n");
+    t.push_str("## Bulk transfer (64 MiB)\n\n| | MiB/s | MiB/s pinned |\n|---|---:|---:|\n");
+    t.push_str(&format!(
+        "| shoal RPC | {:.0} | {:.0} |\n| raw TCP | {:.0} | {:.0} |\n| Amoeba 1991 kernel RPC | 0.79 | |\n| Sprite 1991 kernel RPC | 0.80 | |\n",
+        g("bulk_64mib_mib_s"),
+        g("bulk_64mib_mib_s_pinned"),
+        g("raw_tcp_mib_s"),
+        g("raw_tcp_mib_s_pinned"),
+    ));
+    t.push_str("\n## Targets\n\n| target | measured | goal | |\n|---|---:|---:|---|\n");
+    let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
+    for (name, value, goal, ok) in [
+        (
+            "null RPC p50 / raw UDP p50",
+            g("null_rpc_rtt_us_p50") / g("raw_udp_rtt_us_p50"),
+            "≤ 1.30",
+            g("null_rpc_rtt_us_p50") / g("raw_udp_rtt_us_p50") <= 1.3,
+        ),
+        (
+            "same, pinned",
+            g("null_rpc_rtt_us_p50_pinned") / g("raw_udp_rtt_us_p50_pinned"),
+            "≤ 1.30",
+            g("null_rpc_rtt_us_p50_pinned") / g("raw_udp_rtt_us_p50_pinned") <= 1.3,
+        ),
+        (
+            "64 MiB RPC / raw TCP",
+            g("bulk_64mib_mib_s") / g("raw_tcp_mib_s"),
+            "≥ 0.70",
+            g("bulk_64mib_mib_s") / g("raw_tcp_mib_s") >= 0.7,
+        ),
+        (
+            "gRPC p50 / null RPC p50",
+            g("grpc_null_rtt_us_p50") / g("null_rpc_rtt_us_p50"),
+            "≥ 3.0",
+            g("grpc_null_rtt_us_p50") / g("null_rpc_rtt_us_p50") >= 3.0,
+        ),
+        (
+            "capability verify (ns)",
+            g("cap_verify_ns"),
+            "≤ 1000",
+            g("cap_verify_ns") <= 1000.0,
+        ),
+    ] {
+        t.push_str(&format!(
+            "| {name} | {value:.2} | {goal} | {} |\n",
+            verdict(ok)
+        ));
+    }
+    t
+}

@@ -1,0 +1,124 @@
+//! The command line: clap definitions and dispatch.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::Failure;
+
+/// shoal turns a set of Linux machines into one system.
+#[derive(Parser)]
+#[command(name = "shoal", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the node daemon (one per machine).
+    Node(NodeArgs),
+    /// Show one node's status.
+    Status(crate::cmd_status::StatusArgs),
+    /// Manage a local cluster of nodes on this machine.
+    #[command(subcommand)]
+    Cluster(crate::cmd_cluster::ClusterCommand),
+    /// Call and serve ports from the command line.
+    #[command(subcommand)]
+    Rpc(crate::cmd_rpc::RpcCommand),
+    /// Run benchmarks side by side with their baselines.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+    /// Internal: the halves of a benchmark that run on cluster nodes.
+    #[command(hide = true, subcommand)]
+    BenchAgent(shoal_bench::rpc::AgentCommand),
+}
+
+/// Flags of `shoal node`; each overrides the config file.
+#[derive(Args)]
+struct NodeArgs {
+    /// TOML configuration file.
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// Node name, unique in the cluster.
+    #[arg(long)]
+    name: Option<String>,
+    /// Directory for the node's identity and link socket.
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// Address other nodes and programs reach this node at.
+    #[arg(long)]
+    addr: Option<SocketAddr>,
+    /// Address to bind, if not --addr (0.0.0.0:PORT also hears broadcasts).
+    #[arg(long)]
+    bind: Option<SocketAddr>,
+    /// The cluster network's broadcast address, for locate.
+    #[arg(long)]
+    broadcast: Option<SocketAddr>,
+    /// A node to join through (repeatable).
+    #[arg(long = "seed")]
+    seeds: Vec<SocketAddr>,
+    /// File holding the cluster key.
+    #[arg(long)]
+    key_file: Option<PathBuf>,
+    /// Serve Prometheus metrics on this address.
+    #[arg(long)]
+    metrics: Option<SocketAddr>,
+    /// Body bytes per datagram.
+    #[arg(long)]
+    frag_bytes: Option<usize>,
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// RPC latency and throughput against raw UDP, raw TCP and gRPC.
+    Rpc(shoal_bench::rpc::BenchArgs),
+}
+
+impl Cli {
+    /// The log filter when SHOAL_LOG is unset: the daemon logs its life,
+    /// commands stay quiet.
+    pub fn default_log(&self) -> &'static str {
+        match self.command {
+            Command::Node(_) => "info",
+            _ => "warn",
+        }
+    }
+
+    pub fn run(self) -> Result<(), Failure> {
+        match self.command {
+            Command::Node(args) => run_node(args),
+            Command::Status(args) => crate::cmd_status::run(args),
+            Command::Cluster(c) => crate::cmd_cluster::run(c),
+            Command::Rpc(c) => crate::cmd_rpc::run(c),
+            Command::Bench(BenchCommand::Rpc(args)) => {
+                shoal_bench::rpc::run(args).map_err(Failure::failed)
+            }
+            Command::BenchAgent(c) => shoal_bench::rpc::agent(c).map_err(Failure::failed),
+        }
+    }
+}
+
+fn run_node(args: NodeArgs) -> Result<(), Failure> {
+    use shoal_node::{NodeConfig, NodeConfigFile};
+    let file = match &args.config {
+        Some(path) => NodeConfigFile::load(path)?,
+        None => NodeConfigFile::default(),
+    };
+    let flags = NodeConfigFile {
+        name: args.name,
+        state_dir: args.state_dir,
+        addr: args.addr,
+        bind: args.bind,
+        broadcast: args.broadcast,
+        seeds: (!args.seeds.is_empty()).then_some(args.seeds),
+        key_file: args.key_file,
+        metrics: args.metrics,
+        frag_bytes: args.frag_bytes,
+        socket: None,
+    };
+    let config = NodeConfig::resolve(file.merge(flags))?;
+    shoal_node::run(config)?;
+    Ok(())
+}

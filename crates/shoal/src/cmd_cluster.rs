@@ -1,0 +1,229 @@
+//! `shoal cluster ...`: local clusters for development, demos and tests.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use shoal_cluster::{Cluster, Mode, Spec};
+
+use crate::Failure;
+
+#[derive(Args, Clone)]
+pub struct DirArg {
+    /// The cluster's directory (default: $SHOAL_CLUSTER or /tmp/shoal-cluster).
+    #[arg(long, global = true)]
+    pub dir: Option<PathBuf>,
+}
+
+impl DirArg {
+    fn dir(&self) -> PathBuf {
+        self.dir.clone().unwrap_or_else(shoal_cluster::default_dir)
+    }
+}
+
+#[derive(Subcommand)]
+pub enum ClusterCommand {
+    /// Start N nodes on this machine (namespaces as root, loopback otherwise).
+    Up {
+        /// How many nodes.
+        #[arg(long, default_value_t = 4)]
+        nodes: usize,
+        /// Short name used in namespace and interface names (1-4 characters).
+        #[arg(long, default_value = "c")]
+        name: String,
+        /// Subnet 10.77.SUBNET.0/24 (or port block on loopback), 1-250.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=250))]
+        subnet: u8,
+        /// Share loopback instead of namespaces, even as root.
+        #[arg(long)]
+        loopback: bool,
+        #[command(flatten)]
+        dir: DirArg,
+    },
+    /// Stop every node and remove the cluster.
+    Down {
+        #[command(flatten)]
+        dir: DirArg,
+    },
+    /// Every node's state, as seen from this machine.
+    Status {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Wait this long for each node before calling it unreachable.
+        #[arg(long, default_value_t = 1000)]
+        deadline_ms: u64,
+        #[command(flatten)]
+        dir: DirArg,
+    },
+    /// Run a program on a node (in its namespace, attached to it).
+    Exec {
+        /// The node, e.g. n2.
+        #[arg(long)]
+        node: String,
+        /// The program and its arguments.
+        #[arg(required = true, last = true)]
+        command: Vec<String>,
+        #[command(flatten)]
+        dir: DirArg,
+    },
+    /// Start a node's daemon again (after kill or stop).
+    Start(NodeArg),
+    /// Stop a node's daemon cleanly (SIGTERM).
+    Stop(NodeArg),
+    /// Kill a node's daemon (SIGKILL), as a crash would.
+    Kill(NodeArg),
+    /// Cut a node off the cluster network (iptables in its namespace).
+    Partition(NodeArg),
+    /// Drop a share of a node's packets at random, each way.
+    Loss {
+        #[command(flatten)]
+        node: NodeArg,
+        /// Percentage of packets dropped.
+        #[arg(long)]
+        percent: f64,
+    },
+    /// Undo partition and loss on a node.
+    Heal(NodeArg),
+}
+
+#[derive(Args)]
+pub struct NodeArg {
+    /// The node, e.g. n2.
+    pub node: String,
+    #[command(flatten)]
+    pub dir: DirArg,
+}
+
+fn progress(line: &str) {
+    eprintln!("  {line}");
+}
+
+pub fn run(command: ClusterCommand) -> Result<(), Failure> {
+    match command {
+        ClusterCommand::Up {
+            nodes,
+            name,
+            subnet,
+            loopback,
+            dir,
+        } => {
+            let mode = if loopback || !shoal_cluster::is_root() {
+                Mode::Loopback
+            } else {
+                Mode::Netns
+            };
+            let shoal = std::env::current_exe().map_err(|e| e.to_string())?;
+            let spec = Spec {
+                dir: dir.dir(),
+                nodes,
+                name,
+                subnet,
+                mode,
+                shoal,
+            };
+            eprintln!(
+                "starting {nodes} nodes ({mode:?}) in {}",
+                spec.dir.display()
+            );
+            let cluster = Cluster::up(&spec, &mut progress)?;
+            eprintln!("cluster up: {} nodes", cluster.file().nodes.len());
+            Ok(())
+        }
+        ClusterCommand::Down { dir } => {
+            let cluster = Cluster::open(&dir.dir())?;
+            cluster.down(&mut progress)?;
+            Ok(())
+        }
+        ClusterCommand::Status {
+            json,
+            deadline_ms,
+            dir,
+        } => status(&dir.dir(), json, Duration::from_millis(deadline_ms)),
+        ClusterCommand::Exec { node, command, dir } => {
+            use std::os::unix::process::CommandExt;
+            let cluster = Cluster::open(&dir.dir())?;
+            let mut cmd = cluster.command(&node, &command[0])?;
+            cmd.args(&command[1..]);
+            // Become the program, so signals and the exit code are its own.
+            let e = cmd.exec();
+            Err(Failure::failed(format!("cannot run {}: {e}", command[0])))
+        }
+        ClusterCommand::Start(n) => {
+            let cluster = Cluster::open(&n.dir.dir())?;
+            cluster.start_node(&n.node)?;
+            eprintln!("{} started", n.node);
+            Ok(())
+        }
+        ClusterCommand::Stop(n) => Ok(Cluster::open(&n.dir.dir())?.stop(&n.node)?),
+        ClusterCommand::Kill(n) => Ok(Cluster::open(&n.dir.dir())?.kill(&n.node)?),
+        ClusterCommand::Partition(n) => Ok(Cluster::open(&n.dir.dir())?.partition(&n.node)?),
+        ClusterCommand::Loss { node, percent } => {
+            Ok(Cluster::open(&node.dir.dir())?.loss(&node.node, percent)?)
+        }
+        ClusterCommand::Heal(n) => Ok(Cluster::open(&n.dir.dir())?.heal(&n.node)?),
+    }
+}
+
+fn status(dir: &std::path::Path, json: bool, deadline: Duration) -> Result<(), Failure> {
+    let cluster = Cluster::open(dir)?;
+    let ctx = cluster.context();
+    let mut rows = Vec::new();
+    let mut unreachable = 0;
+    for node in &cluster.file().nodes {
+        let pid = cluster.pid(&node.name);
+        let status = cluster.status(&ctx, &node.name, deadline);
+        if status.is_err() {
+            unreachable += 1;
+        }
+        rows.push((node.clone(), pid, status));
+    }
+    if json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(n, pid, s)| match s {
+                Ok(s) => serde_json::json!({"name": n.name, "addr": n.addr, "pid": pid, "state": "up", "status": s}),
+                Err(e) => serde_json::json!({"name": n.name, "addr": n.addr, "pid": pid, "state": "unreachable", "error": e}),
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v).expect("serializes"));
+    } else {
+        println!(
+            "{:<6} {:<20} {:<12} {:>8} {:>8} {:>6} {:>6}",
+            "NODE", "ADDRESS", "STATE", "PID", "UPTIME", "SEES", "PORTS"
+        );
+        for (n, pid, s) in &rows {
+            let pid = pid.map_or("-".to_string(), |p| p.to_string());
+            match s {
+                Ok(s) => println!(
+                    "{:<6} {:<20} {:<12} {:>8} {:>7.1}s {:>6} {:>6}",
+                    n.name,
+                    n.addr.to_string(),
+                    "up",
+                    pid,
+                    s.uptime_s,
+                    format!(
+                        "{}/{}",
+                        s.members.iter().filter(|m| m.alive).count(),
+                        s.members.len()
+                    ),
+                    s.ports
+                ),
+                Err(e) => println!(
+                    "{:<6} {:<20} {:<12} {:>8}        -      -      -   {e}",
+                    n.name,
+                    n.addr.to_string(),
+                    "unreachable",
+                    pid
+                ),
+            }
+        }
+    }
+    if unreachable > 0 {
+        return Err(Failure::unreachable(format!(
+            "{unreachable} of {} nodes unreachable",
+            rows.len()
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,69 @@
+//! `shoal status`: one node's view of itself and the cluster.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use shoal_cluster::Cluster;
+use shoal_node::NodeStatus;
+
+use crate::Failure;
+
+#[derive(Args)]
+pub struct StatusArgs {
+    /// The local cluster's directory (default: $SHOAL_CLUSTER or /tmp/shoal-cluster).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// The node to ask (default: the first).
+    #[arg(long)]
+    pub node: Option<String>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Give up on an unreachable node after this many milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    pub deadline_ms: u64,
+}
+
+pub fn run(args: StatusArgs) -> Result<(), Failure> {
+    let dir = args.dir.unwrap_or_else(shoal_cluster::default_dir);
+    let cluster = Cluster::open(&dir)?;
+    let name = match args.node {
+        Some(n) => n,
+        None => cluster.file().nodes[0].name.clone(),
+    };
+    cluster.node(&name)?;
+    let ctx = cluster.context();
+    let status = cluster
+        .status(&ctx, &name, Duration::from_millis(args.deadline_ms))
+        .map_err(|e| Failure::unreachable(format!("{name} is unreachable: {e}")))?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&status).expect("serializes")
+        );
+    } else {
+        print_status(&status);
+    }
+    Ok(())
+}
+
+pub fn print_status(s: &NodeStatus) {
+    println!("node     {} ({})", s.name, s.node);
+    println!("address  {}", s.addr);
+    println!("uptime   {:.1}s", s.uptime_s);
+    println!("ports    {}", s.ports);
+    println!("links    {}", s.links);
+    println!(
+        "members  {} of {} alive",
+        s.members.iter().filter(|m| m.alive).count(),
+        s.members.len()
+    );
+    for m in &s.members {
+        let state = if m.alive { "alive" } else { "unreachable" };
+        let silent = m
+            .silent_ms
+            .map_or("never heard".to_string(), |ms| format!("heard {ms} ms ago"));
+        println!("  {:<8} {:<22} {:<12} {}", m.name, m.addr, state, silent);
+    }
+}

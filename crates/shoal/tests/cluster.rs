@@ -1,0 +1,345 @@
+//! Integration tests on real local clusters: real daemons, real sockets,
+//! network namespaces on a bridge, iptables partitions and loss, SIGKILL.
+//! They need root (CI and the development machines run as root).
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use shoal_cluster::{Cluster, Mode, Spec};
+use shoal_rpc::{CallOptions, Error, GetPort, TransError};
+
+fn shoal() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_shoal"))
+}
+
+struct TestCluster {
+    cluster: Option<Cluster>,
+    _dir: tempfile::TempDir,
+}
+
+impl TestCluster {
+    /// A cluster of `nodes`; each test uses its own `name` and `subnet`.
+    fn up(name: &str, subnet: u8, nodes: usize, mode: Mode) -> TestCluster {
+        if mode == Mode::Netns {
+            assert!(
+                shoal_cluster::is_root(),
+                "namespaced cluster tests need root"
+            );
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let spec = Spec {
+            dir: dir.path().join("cluster"),
+            nodes,
+            name: name.into(),
+            subnet,
+            mode,
+            shoal: shoal(),
+        };
+        let cluster = Cluster::up(&spec, &mut |l| eprintln!("[{name}] {l}")).unwrap();
+        TestCluster {
+            cluster: Some(cluster),
+            _dir: dir,
+        }
+    }
+
+    fn get(&self) -> &Cluster {
+        self.cluster.as_ref().unwrap()
+    }
+
+    /// Runs `shoal ARGS` with this cluster's directory.
+    fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(shoal())
+            .args(args)
+            .arg("--dir")
+            .arg(self.get().dir())
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        if let Some(c) = self.cluster.take() {
+            let _ = c.down(&mut |_| {});
+        }
+    }
+}
+
+/// An echo server on `node`, logging executions; returns once registered.
+struct Echo {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Echo {
+    fn start(c: &Cluster, node: &str, get: GetPort) -> Echo {
+        let mut child = c
+            .command(node, shoal())
+            .unwrap()
+            .args(["rpc", "serve-echo", "--log", "--get-port", &get.to_hex()])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, lines) = mpsc::channel();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let first = lines
+            .recv_timeout(Duration::from_secs(10))
+            .expect("echo server started");
+        assert!(first.starts_with("serving"), "{first}");
+        Echo { child, lines }
+    }
+
+    /// Stops the server on purpose (SIGTERM: drain, then exit).
+    fn stop(mut self) -> Vec<String> {
+        // SAFETY: plain kill(2) of our child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "echo server exited with {status}");
+        self.lines.iter().collect()
+    }
+}
+
+fn call(
+    client: &mut shoal_rpc::Client,
+    port: &shoal_rpc::PutPort,
+    data: &str,
+) -> Result<Vec<u8>, Error> {
+    let options = CallOptions {
+        deadline: Some(Duration::from_secs(3)),
+        cancel: None,
+    };
+    client.trans_with(port, data.as_bytes().to_vec(), &options)
+}
+
+#[test]
+fn clients_follow_a_server_that_moves() {
+    let t = TestCluster::up("ta", 11, 4, Mode::Netns);
+    let c = t.get();
+    let get = GetPort::random();
+    let port = get.put_port();
+    let ctx = c.context();
+    let mut client = ctx.client().unwrap();
+    let echo = Echo::start(c, "n2", get);
+    assert_eq!(call(&mut client, &port, "one").unwrap(), b"one");
+    let executed = |lines: Vec<String>| lines.iter().filter(|l| l.starts_with("executed")).count();
+    assert_eq!(executed(echo.stop()), 1);
+    // Same client, no action of its own: it finds the server again.
+    let echo = Echo::start(c, "n3", get);
+    assert_eq!(call(&mut client, &port, "two").unwrap(), b"two");
+    assert_eq!(call(&mut client, &port, "three").unwrap(), b"three");
+    assert_eq!(executed(echo.stop()), 2);
+    let echo = Echo::start(c, "n4", get);
+    assert_eq!(call(&mut client, &port, "four").unwrap(), b"four");
+    assert_eq!(executed(echo.stop()), 1);
+}
+
+#[test]
+fn a_killed_node_is_reported_unreachable_within_the_deadline() {
+    let t = TestCluster::up("tb", 12, 4, Mode::Netns);
+    let c = t.get();
+    c.kill("n3").unwrap();
+    let ctx = c.context();
+    let deadline = Duration::from_millis(800);
+    let started = Instant::now();
+    let err = c.status(&ctx, "n3", deadline).unwrap_err();
+    let waited = started.elapsed();
+    assert!(err.contains("no server for port"), "{err}");
+    assert!(
+        waited < deadline + Duration::from_secs(2),
+        "took {waited:?}"
+    );
+    // The CLI says so too, with exit code 3, and the others are up.
+    let out = t.cli(&["cluster", "status", "--deadline-ms", "800"]);
+    assert_eq!(out.status.code(), Some(3));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("n3") && l.contains("unreachable")),
+        "{text}"
+    );
+    assert_eq!(
+        text.lines().filter(|l| l.contains(" up ")).count(),
+        3,
+        "{text}"
+    );
+    // The survivors' membership notices the death.
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = c.status(&ctx, "n1", Duration::from_secs(1)).unwrap();
+        let n3 = s.members.iter().find(|m| m.name == "n3").unwrap();
+        if !n3.alive {
+            break;
+        }
+        assert!(Instant::now() < until, "n1 still thinks n3 is alive");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // And it comes back.
+    c.start_node("n3").unwrap();
+    c.wait_ready(Duration::from_secs(10), &mut |_| {}).unwrap();
+}
+
+#[test]
+fn a_partitioned_node_gets_a_clear_error_not_a_hang() {
+    let t = TestCluster::up("tc", 13, 4, Mode::Netns);
+    let c = t.get();
+    let get = GetPort::random();
+    let put = get.put_port().to_string();
+    let echo = Echo::start(c, "n1", get);
+    let from_n4 = |deadline_ms: &str| {
+        c.command("n4", shoal())
+            .unwrap()
+            .args([
+                "rpc",
+                "call",
+                &put,
+                "--data",
+                "ping",
+                "--deadline-ms",
+                deadline_ms,
+            ])
+            .output()
+            .unwrap()
+    };
+    let out = from_n4("3000");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c.partition("n4").unwrap();
+    let started = Instant::now();
+    let out = from_n4("1500");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not-found") && err.contains("cut off"),
+        "{err}"
+    );
+    c.heal("n4").unwrap();
+    let out = from_n4("3000");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    echo.stop();
+}
+
+#[test]
+fn requests_run_at_most_once_over_a_lossy_network() {
+    let t = TestCluster::up("td", 14, 2, Mode::Netns);
+    let c = t.get();
+    let get = GetPort::random();
+    let port = get.put_port();
+    let echo = Echo::start(c, "n2", get);
+    c.loss("n2", 25.0).unwrap();
+    let ctx = c.context();
+    let mut client = ctx.client().unwrap();
+    let mut ok = 0;
+    for i in 0..150 {
+        let body = format!("request {i}");
+        match call(&mut client, &port, &body) {
+            Ok(reply) => {
+                assert_eq!(reply, body.as_bytes());
+                ok += 1;
+            }
+            Err(Error::Trans(
+                TransError::ServerUnreachable { .. } | TransError::DeadlineExceeded { .. },
+            )) => {}
+            Err(e) => panic!("unexpected error: {e}"),
+        }
+    }
+    c.heal("n2").unwrap();
+    let lines = echo.stop();
+    let mut runs: HashMap<&str, u32> = HashMap::new();
+    for l in &lines {
+        if let Some(txn) = l.strip_prefix("executed ") {
+            *runs.entry(txn).or_default() += 1;
+        }
+    }
+    assert!(ok >= 100, "only {ok} of 150 calls succeeded at 25% loss");
+    assert!(
+        runs.len() >= ok,
+        "{} executions for {ok} successes",
+        runs.len()
+    );
+    for (txn, n) in runs {
+        assert_eq!(n, 1, "{txn} executed {n} times");
+    }
+    assert!(
+        client.stats().retransmits > 0,
+        "loss caused no retransmission"
+    );
+}
+
+#[test]
+fn loopback_clusters_locate_by_asking_every_node() {
+    let t = TestCluster::up("te", 15, 3, Mode::Loopback);
+    let c = t.get();
+    let get = GetPort::random();
+    let echo = Echo::start(c, "n3", get);
+    let out = c
+        .command("n1", shoal())
+        .unwrap()
+        .args(["rpc", "call", &get.put_port().to_string(), "--data", "hi"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "hi");
+    echo.stop();
+}
+
+#[test]
+fn large_bodies_cross_in_fragments() {
+    let t = TestCluster::up("tf", 16, 2, Mode::Netns);
+    let c = t.get();
+    let get = GetPort::random();
+    let echo = Echo::start(c, "n2", get);
+    let ctx = c.context();
+    let mut client = ctx.client().unwrap();
+    for size in [0usize, 1, 59_999, 60_000, 60_001, 1 << 20, 9 << 20] {
+        let body: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+        let reply = client
+            .trans(&get.put_port(), body.clone())
+            .unwrap_or_else(|e| panic!("{size} bytes: {e}"));
+        assert_eq!(reply.len(), size);
+        assert!(reply == body, "{size} bytes came back different");
+    }
+    echo.stop();
+}
+
+#[test]
+fn bad_cli_input_gets_one_line_errors() {
+    let out = Command::new(shoal())
+        .args(["rpc", "call", "nothex"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = Command::new(shoal())
+        .args(["status", "--dir", "/nonexistent/shoal"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("no cluster"), "{err}");
+    let out = Command::new(shoal())
+        .args(["cluster", "up", "--nodes", "0", "--dir", "/tmp/shoal-never"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+}
