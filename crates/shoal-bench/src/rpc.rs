@@ -245,6 +245,7 @@ fn client_agent(t: &Targets, quick: bool) -> Result<BTreeMap<String, f64>, Strin
         rpc_rates.push(BULK_BYTES as f64 / (1 << 20) as f64 / start.elapsed().as_secs_f64());
     }
     out.insert("bulk_64mib_mib_s".into(), median(&mut rpc_rates));
+    out.insert("rpc_retransmits".into(), client.stats().retransmits as f64);
     let mut tcp = TcpStream::connect(t.tcp).map_err(|e| format!("raw TCP: {e}"))?;
     tcp.set_nodelay(true).map_err(|e| e.to_string())?;
     let mut tcp_rates = Vec::new();
