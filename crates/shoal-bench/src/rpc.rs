@@ -412,15 +412,23 @@ fn measure(
     args: &BenchArgs,
 ) -> Result<BTreeMap<String, f64>, String> {
     let mut metrics = BTreeMap::new();
-    for (suffix, cpu) in [("", None), ("_pinned", Some(0))] {
-        let label = if cpu.is_some() {
-            "pinned to CPU 0"
-        } else {
-            "unpinned"
-        };
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut placements = vec![
+        ("", None, None, "unpinned"),
+        ("_pinned", Some(0), Some(0), "both pinned to CPU 0"),
+    ];
+    if cpus > 1 {
+        placements.push((
+            "_split",
+            Some(0),
+            Some(1),
+            "client on CPU 0, server on CPU 1",
+        ));
+    }
+    for (suffix, client_cpu, server_cpu, label) in placements {
         eprintln!("bench: measuring {label} (client on n1, server on n2)");
-        let (server, targets) = start_server(cluster, shoal, cpu)?;
-        let results = run_client(cluster, shoal, &targets, cpu, args.quick);
+        let (server, targets) = start_server(cluster, shoal, server_cpu)?;
+        let results = run_client(cluster, shoal, &targets, client_cpu, args.quick);
         server.stop();
         for (name, value) in results? {
             metrics.insert(format!("{name}{suffix}"), value);

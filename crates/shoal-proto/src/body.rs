@@ -2,8 +2,8 @@
 //!
 //! A body of any size is cut into fragments of `frag_bytes` (the last may be
 //! shorter; an empty body is one empty fragment).  The sender blasts up to a
-//! window of fragments without waiting; the receiver acknowledges every half
-//! window, on the last fragment and on every duplicate, with a selective ack
+//! window of fragments without waiting; the receiver acknowledges every
+//! quarter window, on the last fragment and on every duplicate, with a selective ack
 //! (`base`: everything below arrived; `mask`: which of the next 64 did).  An
 //! ack both slides the window and reveals holes, which the sender fills at
 //! once; a hole whose refill is lost is found again by the sender's timer,
@@ -187,7 +187,7 @@ impl Incoming {
             total_len,
             count,
             frag_bytes: None,
-            data: vec![0; usize::try_from(total_len).ok()?],
+            data: crate::pool::take(usize::try_from(total_len).ok()?),
             received: BitSet::new(count),
             received_count: 0,
             base: 0,
@@ -265,14 +265,17 @@ impl Incoming {
         }
     }
 
-    /// Whether the sender should hear about this fragment now: every half
-    /// window, at the last fragment, and whenever a hole was filled or a
+    /// Whether the sender should hear about this fragment now: every
+    /// quarter window (so the sender refills long before the receiver
+    /// runs dry, even when waking the sender is slow), at the last fragment, and whenever a hole was filled or a
     /// duplicate arrived (both mean the sender is recovering).
     pub fn wants_ack(&self, added: Added, index: u32, window: u32) -> bool {
         match added {
             Added::Invalid => false,
             Added::Duplicate | Added::Refill => true,
-            Added::New => self.received_count % (window / 2).max(1) == 0 || index == self.count - 1,
+            Added::New => {
+                self.received_count.is_multiple_of((window / 4).max(1)) || index == self.count - 1
+            }
         }
     }
 

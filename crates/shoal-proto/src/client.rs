@@ -46,7 +46,7 @@ use bytes::Bytes;
 use shoal_cap::PutPort;
 use shoal_wire::{
     Ack, AckDir, ClientId, ClusterKey, Endpoint, Fate, Instance, Locate, Nonce, Packet,
-    ReplyStatus, Request, Seq, TxnId, decode, encode,
+    ReplyStatus, Request, Seq, TxnId, decode, encode_into,
 };
 
 use crate::body::{Added, Incoming, Outgoing};
@@ -76,7 +76,7 @@ impl Default for ClientConfig {
     fn default() -> Self {
         Self {
             frag_bytes: 60_000,
-            window: 16,
+            window: 32,
             rto_initial: Duration::from_millis(20),
             rto_max: Duration::from_millis(500),
             locate_initial: Duration::from_millis(20),
@@ -524,13 +524,15 @@ impl ClientCore {
             (State::Verifying, Some(t)) => (Dest::Addr(t.node), t.endpoint.instance),
             _ => (Dest::Nodes, Instance(0)),
         };
-        let bytes = encode(
+        let mut bytes = crate::pool::datagram();
+        encode_into(
             &Packet::Locate(Locate {
                 nonce: txn.nonce,
                 port: txn.port,
                 instance,
             }),
             &self.key,
+            &mut bytes,
         );
         self.stats.locates += 1;
         self.push(dest, bytes);
@@ -540,7 +542,8 @@ impl ClientCore {
         let txn = self.txn.as_ref().expect("in a transaction");
         let target = txn.target.expect("talking to a target").endpoint;
         let (frag, payload) = txn.request.fragment(idx);
-        let bytes = encode(
+        let mut bytes = crate::pool::datagram();
+        encode_into(
             &Packet::Request(Request {
                 txn: TxnId {
                     client: self.id,
@@ -553,6 +556,7 @@ impl ClientCore {
                 payload,
             }),
             &self.key,
+            &mut bytes,
         );
         self.push(Dest::Addr(target.addr), bytes);
     }
@@ -561,7 +565,8 @@ impl ClientCore {
         let txn = self.txn.as_ref().expect("in a transaction");
         let target = txn.target.expect("talking to a target").endpoint;
         let (base, mask) = txn.reply.as_ref().map_or((0, 0), Incoming::ack_state);
-        let bytes = encode(
+        let mut bytes = crate::pool::datagram();
+        encode_into(
             &Packet::Ack(Ack {
                 txn: TxnId {
                     client: self.id,
@@ -573,6 +578,7 @@ impl ClientCore {
                 mask,
             }),
             &self.key,
+            &mut bytes,
         );
         self.push(Dest::Addr(target.addr), bytes);
     }

@@ -31,6 +31,7 @@ mod body;
 mod client;
 mod error;
 mod membership;
+pub mod pool;
 mod registry;
 mod server;
 mod stats;

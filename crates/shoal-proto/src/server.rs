@@ -37,7 +37,7 @@ use bytes::Bytes;
 use shoal_cap::PutPort;
 use shoal_wire::{
     Ack, AckDir, ClientId, ClusterKey, Frag, Instance, NotHere, Packet, Reply, ReplyStatus,
-    Request, Seq, TxnId, Working, decode, encode,
+    Request, Seq, TxnId, Working, decode, encode_into,
 };
 
 use crate::body::{Added, Incoming, Outgoing};
@@ -66,7 +66,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             frag_bytes: 60_000,
-            window: 16,
+            window: 32,
             max_request_bytes: 4 << 30,
             max_assembling_bytes: 8 << 30,
             max_records: 100_000,
@@ -443,9 +443,11 @@ struct Sender<'a> {
 impl Sender<'_> {
     fn send(&mut self, to: SocketAddr, packet: &Packet<'_>) {
         self.stats.datagrams_out += 1;
+        let mut bytes = crate::pool::datagram();
+        encode_into(packet, self.key, &mut bytes);
         self.transmits.push_back(Transmit {
             dest: Dest::Addr(to),
-            bytes: encode(packet, self.key),
+            bytes,
         });
     }
 

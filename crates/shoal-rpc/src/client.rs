@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use shoal_cap::PutPort;
-use shoal_proto::{ClientConfig, ClientCore, Dest, Phase, Stats};
+use shoal_proto::{ClientConfig, ClientCore, Dest, Phase, Stats, pool};
 use shoal_wire::{ClientId, MAX_DATAGRAM};
 
 use crate::clock;
@@ -62,24 +62,26 @@ pub struct Client {
     server_sock: UdpSocket,
     locate_sock: UdpSocket,
     connected: Option<SocketAddr>,
-    timeout_set: Option<Duration>,
+    timeout: socket::Timeout,
     buf: Vec<u8>,
 }
 
 impl Client {
     pub(crate) fn new(config: Arc<ContextConfig>) -> Result<Client, Error> {
         let any = SocketAddr::new(config.bind_ip, 0);
+        let server_sock = socket::bind(any)?;
         let core_config = ClientConfig {
             frag_bytes: config.frag_bytes,
+            window: socket::window_for(&server_sock, config.frag_bytes),
             ..ClientConfig::default()
         };
         Ok(Client {
             core: ClientCore::new(ClientId::random(), config.key.clone(), core_config),
-            server_sock: socket::bind(any)?,
+            server_sock,
             locate_sock: socket::bind(any)?,
             config,
             connected: None,
-            timeout_set: None,
+            timeout: socket::Timeout::default(),
             buf: vec![0; MAX_DATAGRAM],
         })
     }
@@ -155,6 +157,7 @@ impl Client {
                     }
                 }
             }
+            pool::give(t.bytes);
         }
         Ok(())
     }
@@ -169,19 +172,15 @@ impl Client {
             _ => (&self.locate_sock, None),
         };
         let until = clock::instant(timer);
-        let received = if target.is_some() && !self.config.spin.is_zero() {
-            spin_recv(
-                sock,
-                &mut self.buf,
-                self.config
-                    .spin
-                    .min(until.saturating_duration_since(Instant::now())),
-            )
+        let spin = if target.is_some() {
+            self.config
+                .spin
+                .min(until.saturating_duration_since(Instant::now()))
         } else {
-            Ok(None)
+            Duration::ZERO
         };
-        let received = match received {
-            Ok(Some(n)) => Ok(Some((n, target.expect("spun on the server socket")))),
+        let received = match socket::spin_recv(sock, &mut self.buf, spin) {
+            Ok(Some(got)) => Ok(Some(got)),
             Ok(None) => {
                 let mut left = until.saturating_duration_since(Instant::now());
                 if cancellable {
@@ -190,14 +189,8 @@ impl Client {
                 if left.is_zero() {
                     Ok(None)
                 } else {
-                    if self.timeout_set != Some(left) {
-                        socket::set_timeout(sock, left)?;
-                        self.timeout_set = Some(left);
-                    }
-                    match sock.recv_from(&mut self.buf) {
-                        Ok((n, from)) => Ok(Some((n, from))),
-                        Err(e) => Err(e),
-                    }
+                    self.timeout.set(sock, left)?;
+                    sock.recv_from(&mut self.buf).map(Some)
                 }
             }
             Err(e) => Err(e),
@@ -218,20 +211,6 @@ impl Client {
             self.core.handle_timeout(now);
         }
         Ok(())
-    }
-}
-
-/// Polls `sock` for up to `spin` without sleeping.
-fn spin_recv(sock: &UdpSocket, buf: &mut [u8], spin: Duration) -> io::Result<Option<usize>> {
-    let start = Instant::now();
-    loop {
-        if let Some(n) = socket::try_recv(sock, buf)? {
-            return Ok(Some(n));
-        }
-        if start.elapsed() >= spin {
-            return Ok(None);
-        }
-        std::hint::spin_loop();
     }
 }
 

@@ -51,11 +51,17 @@ impl ContextConfig {
             node_socket: None,
             frag_bytes: 60_000,
             deadline: Duration::from_secs(5),
-            spin: spin_from_env().unwrap_or(Duration::ZERO),
+            spin: spin_from_env().unwrap_or(DEFAULT_SPIN),
             drain: Duration::from_millis(250),
         }
     }
 }
+
+/// How long a waiting thread polls before it sleeps, unless
+/// `SHOAL_SPIN_US` says otherwise.  A little longer than a small RPC's
+/// round trip on a local network, so a busy caller or server rarely
+/// sleeps, and an idle one wastes at most this much CPU per wait.
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 
 fn spin_from_env() -> Option<Duration> {
     let us: u64 = std::env::var("SHOAL_SPIN_US").ok()?.parse().ok()?;

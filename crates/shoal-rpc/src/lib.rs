@@ -52,5 +52,11 @@ pub use server::{Request, Server};
 pub use shoal_cap::{GetPort, PutPort};
 pub use shoal_proto::TransError;
 
+/// Hands a reply buffer you are done with back to shoal, so the next large
+/// body reuses its memory instead of faulting in fresh pages.  Optional.
+pub fn recycle(buffer: Vec<u8>) {
+    shoal_proto::pool::give(buffer);
+}
+
 /// Where programs find their node when `SHOAL_NODE` is not set.
 pub const DEFAULT_NODE_SOCKET: &str = "/run/shoal/node.sock";

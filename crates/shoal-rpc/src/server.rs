@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use parking_lot::Mutex;
 use shoal_cap::{GetPort, PutPort};
-use shoal_proto::{Delivered, Dest, ServerConfig, ServerCore, Stats};
+use shoal_proto::{Delivered, Dest, ServerConfig, ServerCore, Stats, pool};
 use shoal_wire::{Instance, MAX_DATAGRAM, TxnId};
 
 use crate::clock;
@@ -28,7 +28,7 @@ use crate::socket;
 const POLL: Duration = Duration::from_millis(100);
 
 /// A request received by a server.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Request {
     txn: TxnId,
     from: SocketAddr,
@@ -42,8 +42,8 @@ impl Request {
     }
 
     /// Takes the body out.
-    pub fn into_body(self) -> Vec<u8> {
-        self.body
+    pub fn into_body(mut self) -> Vec<u8> {
+        std::mem::take(&mut self.body)
     }
 
     /// Where the request came from.
@@ -57,14 +57,22 @@ impl Request {
     }
 }
 
+/// What the reading thread owns: the receive buffer and the socket's
+/// timeout setting.
+struct Reader {
+    buf: Vec<u8>,
+    timeout: socket::Timeout,
+}
+
 struct Shared {
     socket: UdpSocket,
     core: Mutex<ServerCore>,
-    reader: Mutex<Vec<u8>>,
+    reader: Mutex<Reader>,
     link: Mutex<Option<Link>>,
     closed: AtomicBool,
     instance: Instance,
     drain: Duration,
+    spin: Duration,
 }
 
 /// A server endpoint serving one put-port.  Clone it to share it between
@@ -101,6 +109,7 @@ impl Server {
         }
         let core_config = ServerConfig {
             frag_bytes: config.frag_bytes,
+            window: socket::window_for(&socket, config.frag_bytes),
             ..ServerConfig::default()
         };
         let core = ServerCore::new(port, instance, config.key.clone(), core_config);
@@ -108,11 +117,15 @@ impl Server {
             shared: Arc::new(Shared {
                 socket,
                 core: Mutex::new(core),
-                reader: Mutex::new(vec![0; MAX_DATAGRAM]),
+                reader: Mutex::new(Reader {
+                    buf: vec![0; MAX_DATAGRAM],
+                    timeout: socket::Timeout::default(),
+                }),
                 link: Mutex::new(Some(link)),
                 closed: AtomicBool::new(false),
                 instance,
                 drain: config.drain,
+                spin: config.spin,
             }),
             addr,
             port,
@@ -149,17 +162,24 @@ impl Server {
             if shared.closed.load(Ordering::Acquire) {
                 return Err(Error::Closed);
             }
-            let mut buf = shared.reader.lock();
+            let mut reader = shared.reader.lock();
+            let Reader { buf, timeout } = &mut *reader;
             // Another reader may have queued a request meanwhile.
             if let Some(d) = shared.core.lock().poll_request() {
                 return Ok(request(d));
             }
-            let timer = shared.core.lock().poll_timeout();
-            let left = clock::instant(timer)
-                .saturating_duration_since(Instant::now())
-                .clamp(Duration::from_millis(1), POLL);
-            socket::set_timeout(&shared.socket, left)?;
-            let received = shared.socket.recv_from(&mut buf);
+            let received = match socket::spin_recv(&shared.socket, buf, shared.spin) {
+                Ok(Some(got)) => Ok(got),
+                Ok(None) => {
+                    let timer = shared.core.lock().poll_timeout();
+                    let left = clock::instant(timer)
+                        .saturating_duration_since(Instant::now())
+                        .clamp(Duration::from_millis(1), POLL);
+                    timeout.set(&shared.socket, left)?;
+                    shared.socket.recv_from(buf)
+                }
+                Err(e) => Err(e),
+            };
             let now = clock::now();
             let mut core = shared.core.lock();
             match received {
@@ -205,12 +225,13 @@ impl Server {
         let until = Instant::now() + shared.drain;
         // Serve the drain ourselves, in case no thread is in getreq.
         while Instant::now() < until {
-            let Some(mut buf) = shared.reader.try_lock_for(Duration::from_millis(5)) else {
+            let Some(mut reader) = shared.reader.try_lock_for(Duration::from_millis(5)) else {
                 continue;
             };
+            let Reader { buf, timeout } = &mut *reader;
             let left = until.saturating_duration_since(Instant::now());
-            socket::set_timeout(&shared.socket, left.min(Duration::from_millis(10)))?;
-            if let Ok((n, from)) = shared.socket.recv_from(&mut buf) {
+            timeout.set(&shared.socket, left.min(Duration::from_millis(10)))?;
+            if let Ok((n, from)) = shared.socket.recv_from(buf) {
                 let mut core = shared.core.lock();
                 core.handle_datagram(clock::now(), from, &buf[..n]);
                 send_all(&shared.socket, &mut core);
@@ -233,6 +254,13 @@ impl std::fmt::Debug for Server {
     }
 }
 
+impl Drop for Request {
+    /// A large body's memory goes back to the pool for the next request.
+    fn drop(&mut self) {
+        pool::give(std::mem::take(&mut self.body));
+    }
+}
+
 fn request(d: Delivered) -> Request {
     Request {
         txn: d.txn,
@@ -248,5 +276,6 @@ fn send_all(socket: &UdpSocket, core: &mut ServerCore) {
         {
             tracing::debug!("reply to {addr}: {e}");
         }
+        pool::give(t.bytes);
     }
 }

@@ -55,34 +55,78 @@ fn set_force(socket: &Socket, bytes: usize) -> io::Result<()> {
 }
 
 /// Receives without blocking: `Ok(None)` if nothing is queued.
-pub fn try_recv(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Option<usize>> {
-    // SAFETY: buf is valid for writes of buf.len() bytes.
-    let n = unsafe {
-        libc::recv(
-            socket.as_raw_fd(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            libc::MSG_DONTWAIT,
-        )
-    };
-    if n >= 0 {
-        return Ok(Some(n as usize));
-    }
-    let e = io::Error::last_os_error();
-    if matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-    ) {
-        Ok(None)
-    } else {
+pub fn try_recv_from(
+    socket: &UdpSocket,
+    buf: &mut [u8],
+) -> io::Result<Option<(usize, SocketAddr)>> {
+    // SAFETY: initialized bytes are valid MaybeUninit<u8>; the callee only
+    // writes to them.
+    let uninit = unsafe { &mut *(buf as *mut [u8] as *mut [std::mem::MaybeUninit<u8>]) };
+    match socket2::SockRef::from(socket).recv_from_with_flags(uninit, libc::MSG_DONTWAIT) {
+        Ok((n, addr)) => Ok(addr.as_socket().map(|a| (n, a))),
         Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            ) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(e),
     }
 }
 
-/// Sets a read timeout, at least one microsecond (zero would mean
-/// "forever").
-pub fn set_timeout(socket: &UdpSocket, timeout: Duration) -> io::Result<()> {
-    socket.set_read_timeout(Some(timeout.max(Duration::from_micros(1))))
+/// Fragments a peer can have in flight towards `socket` without
+/// overflowing its receive buffer (assuming peers are set up alike): half
+/// the buffer, between 4 and 64 fragments.
+pub fn window_for(socket: &UdpSocket, frag_bytes: usize) -> u32 {
+    let bytes = Socket::from(socket.try_clone().expect("dup a socket"))
+        .recv_buffer_size()
+        .unwrap_or(BUFFER_BYTES);
+    ((bytes / 2) / (frag_bytes + 128)).clamp(4, 64) as u32
+}
+
+/// A socket's read timeout, set only when it changes.  Timeouts are
+/// rounded up to whole milliseconds: the cores' timers are tens of
+/// milliseconds, and a wait that ends up to a millisecond late costs
+/// nothing, while a `setsockopt` on every wait costs a system call.
+#[derive(Debug, Default)]
+pub struct Timeout(Option<Duration>);
+
+impl Timeout {
+    /// Makes `socket`'s next receive wait at most about `left`.
+    pub fn set(&mut self, socket: &UdpSocket, left: Duration) -> io::Result<()> {
+        let ms = left.as_micros().div_ceil(1000).max(1) as u64;
+        let rounded = Duration::from_millis(ms);
+        if self.0 != Some(rounded) {
+            socket.set_read_timeout(Some(rounded))?;
+            self.0 = Some(rounded);
+        }
+        Ok(())
+    }
+}
+
+/// Polls `socket` for up to `spin` without sleeping, yielding the CPU
+/// between polls so that a peer on the same core can run and answer.
+pub fn spin_recv(
+    socket: &UdpSocket,
+    buf: &mut [u8],
+    spin: Duration,
+) -> io::Result<Option<(usize, SocketAddr)>> {
+    if spin.is_zero() {
+        return Ok(None);
+    }
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(got) = try_recv_from(socket, buf)? {
+            return Ok(Some(got));
+        }
+        if start.elapsed() >= spin {
+            return Ok(None);
+        }
+        // SAFETY: sched_yield has no preconditions.
+        unsafe { libc::sched_yield() };
+    }
 }
 
 /// Whether an error is a receive timeout, or a signal that cut a wait

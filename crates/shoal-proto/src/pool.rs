@@ -1,0 +1,94 @@
+//! Recycled buffers.
+//!
+//! Fresh memory is expensive at these sizes: every 4 KiB page of a new
+//! allocation faults and is cleared by the kernel, which for a 64 MiB body
+//! costs more than moving its bytes.  Datagram buffers and large bodies
+//! therefore go back to a small pool when their user is done with them
+//! ([`give`]), and the cores take from it ([`take`], [`datagram`]).
+//!
+//! Safety of reuse: a body buffer is handed out only once every byte has
+//! been overwritten by the fragments that make up the new body, so no
+//! content of an earlier body can leak into a later one.
+
+use std::sync::Mutex;
+
+/// Bodies at least this big are pooled.
+const BIG: usize = 1 << 20;
+/// Most big buffers kept.
+const BIG_KEEP: usize = 4;
+/// Most datagram buffers kept.
+const SMALL_KEEP: usize = 256;
+
+static BIGS: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+static SMALLS: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+
+/// A buffer of exactly `len` initialized bytes (zeros, or an earlier
+/// body's bytes that the caller will overwrite entirely).
+pub fn take(len: usize) -> Vec<u8> {
+    if len >= BIG {
+        let mut bigs = BIGS.lock().expect("pool lock");
+        let best = bigs
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.capacity() >= len)
+            .min_by_key(|(_, b)| b.capacity())
+            .map(|(i, _)| i);
+        if let Some(i) = best {
+            let mut buf = bigs.swap_remove(i);
+            drop(bigs);
+            if buf.len() >= len {
+                buf.truncate(len);
+            } else {
+                buf.resize(len, 0);
+            }
+            return buf;
+        }
+    }
+    vec![0; len]
+}
+
+/// An empty buffer for encoding a datagram.
+pub fn datagram() -> Vec<u8> {
+    SMALLS
+        .lock()
+        .expect("pool lock")
+        .pop()
+        .unwrap_or_else(|| Vec::with_capacity(shoal_wire::MAX_DATAGRAM))
+}
+
+/// Returns a buffer to the pool (or frees it, if the pool is full or the
+/// buffer is of no use to it).
+pub fn give(mut buf: Vec<u8>) {
+    if buf.capacity() >= BIG {
+        let mut bigs = BIGS.lock().expect("pool lock");
+        if bigs.len() < BIG_KEEP {
+            bigs.push(buf);
+        }
+    } else if buf.capacity() >= shoal_wire::MAX_DATAGRAM {
+        buf.clear();
+        let mut smalls = SMALLS.lock().expect("pool lock");
+        if smalls.len() < SMALL_KEEP {
+            smalls.push(buf);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn big_buffers_come_back_with_the_asked_length() {
+        let mut a = take(3 << 20);
+        a.iter_mut().for_each(|b| *b = 7);
+        give(a);
+        let b = take(2 << 20);
+        assert_eq!(b.len(), 2 << 20);
+        let c = take(5 << 20);
+        assert_eq!(c.len(), 5 << 20);
+        give(b);
+        give(c);
+        let d = take(4 << 20);
+        assert_eq!(d.len(), 4 << 20);
+    }
+}
