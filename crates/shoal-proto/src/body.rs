@@ -81,6 +81,11 @@ impl Outgoing {
         self.advance()
     }
 
+    /// Whether nothing has been sent yet.
+    pub fn is_fresh(&self) -> bool {
+        self.next_new == 0
+    }
+
     /// Whether every fragment has been acknowledged.
     pub fn is_acked(&self) -> bool {
         self.base >= self.count

@@ -39,6 +39,7 @@
 //! [`Fate::Drained`]: shoal_wire::Fate::Drained
 
 use std::collections::{HashMap, VecDeque};
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -498,8 +499,10 @@ impl ClientCore {
                 txn.target = Some(located);
                 txn.state = State::Sending;
                 txn.rounds = 1;
-                txn.request =
-                    Outgoing::new(txn.body.clone(), self.config.frag_bytes, self.config.window);
+                if !txn.request.is_fresh() {
+                    txn.request =
+                        Outgoing::new(txn.body.clone(), self.config.frag_bytes, self.config.window);
+                }
                 for idx in txn.request.start() {
                     self.send_fragment(idx);
                 }

@@ -17,10 +17,15 @@ const BIG: usize = 1 << 20;
 /// Most big buffers kept.
 const BIG_KEEP: usize = 4;
 /// Most datagram buffers kept.
-const SMALL_KEEP: usize = 256;
+const SMALL_KEEP: usize = 64;
 
 static BIGS: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
-static SMALLS: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+
+thread_local! {
+    /// Datagram buffers, per thread: taken and given back on the hot path,
+    /// so no lock.
+    static SMALLS: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 /// A buffer of exactly `len` initialized bytes (zeros, or an earlier
 /// body's bytes that the caller will overwrite entirely).
@@ -50,9 +55,7 @@ pub fn take(len: usize) -> Vec<u8> {
 /// An empty buffer for encoding a datagram.
 pub fn datagram() -> Vec<u8> {
     SMALLS
-        .lock()
-        .expect("pool lock")
-        .pop()
+        .with_borrow_mut(Vec::pop)
         .unwrap_or_else(|| Vec::with_capacity(shoal_wire::MAX_DATAGRAM))
 }
 
@@ -66,10 +69,11 @@ pub fn give(mut buf: Vec<u8>) {
         }
     } else if buf.capacity() >= shoal_wire::MAX_DATAGRAM {
         buf.clear();
-        let mut smalls = SMALLS.lock().expect("pool lock");
-        if smalls.len() < SMALL_KEEP {
-            smalls.push(buf);
-        }
+        SMALLS.with_borrow_mut(|smalls| {
+            if smalls.len() < SMALL_KEEP {
+                smalls.push(buf);
+            }
+        });
     }
 }
 

@@ -29,11 +29,12 @@
 //! [`Working`]: shoal_wire::Working
 //! [`NotHere`]: shoal_wire::NotHere
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
+use rustc_hash::FxHashMap;
 use shoal_cap::PutPort;
 use shoal_wire::{
     Ack, AckDir, ClientId, ClusterKey, Frag, Instance, NotHere, Packet, Reply, ReplyStatus,
@@ -106,7 +107,7 @@ pub struct ServerCore {
     instance: Instance,
     key: ClusterKey,
     config: ServerConfig,
-    records: HashMap<ClientId, Record>,
+    records: FxHashMap<ClientId, Record>,
     assembling_bytes: u64,
     ready: VecDeque<Delivered>,
     transmits: VecDeque<Transmit>,
@@ -124,7 +125,7 @@ impl ServerCore {
             instance,
             key,
             config,
-            records: HashMap::new(),
+            records: FxHashMap::default(),
             assembling_bytes: 0,
             ready: VecDeque::new(),
             transmits: VecDeque::new(),
@@ -418,7 +419,7 @@ impl ServerCore {
     }
 
     /// The records and the output half, borrowed apart.
-    fn split(&mut self) -> (&mut HashMap<ClientId, Record>, Sender<'_>) {
+    fn split(&mut self) -> (&mut FxHashMap<ClientId, Record>, Sender<'_>) {
         (
             &mut self.records,
             Sender {

@@ -23,13 +23,21 @@ fn main() -> Result<(), Error> {
     let mut client = ctx.client()?;
     let body: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8).collect();
     let body = bytes::Bytes::from(body);
+    let mut rtts = Vec::with_capacity(count);
     for _ in 0..count {
         let start = Instant::now();
         let reply = client.trans(&port, body.clone())?;
         let took = start.elapsed();
         assert!(reply == body, "the echo came back different");
-        let mib_s = (2 * bytes) as f64 / (1 << 20) as f64 / took.as_secs_f64();
-        println!("{bytes} bytes there and back in {took:?} ({mib_s:.0} MiB/s)");
+        if count <= 10 {
+            let mib_s = (2 * bytes) as f64 / (1 << 20) as f64 / took.as_secs_f64();
+            println!("{bytes} bytes there and back in {took:?} ({mib_s:.0} MiB/s)");
+        }
+        rtts.push(took);
+    }
+    rtts.sort();
+    if let Some(p50) = rtts.get(count / 2) {
+        println!("{count} calls of {bytes} bytes: median round trip {p50:?}");
     }
     println!("{:?}", client.stats());
     Ok(())

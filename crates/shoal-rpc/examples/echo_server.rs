@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! shoal rpc new-port                      # prints a get-port and its put-port
-//! SHOAL_NODE=/path/to/node.sock cargo run --example echo_server -- GET_PORT
+//! SHOAL_NODE=/path/to/node.sock cargo run --example echo_server -- GET_PORT [THREADS]
 //! ```
 //!
 //! Run it on any node (inside a local cluster: `shoal cluster exec --node n2
@@ -19,6 +19,10 @@ fn main() -> Result<(), Error> {
             eprintln!("usage: echo_server GET_PORT   (make one with `shoal rpc new-port`)");
             std::process::exit(2);
         });
+    let threads: usize = std::env::args()
+        .nth(2)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(4);
     let ctx = Context::from_env()?;
     let server = ctx.serve(get)?;
     println!(
@@ -26,8 +30,8 @@ fn main() -> Result<(), Error> {
         server.port(),
         server.local_addr()
     );
-    // Four server threads share the endpoint; each takes the next request.
-    let threads: Vec<_> = (0..4)
+    // Server threads share the endpoint; each takes the next request.
+    let threads: Vec<_> = (0..threads)
         .map(|_| {
             let server = server.clone();
             std::thread::spawn(move || -> Result<(), Error> {

@@ -174,7 +174,7 @@ impl Client {
         let until = clock::instant(timer);
         let spin = if target.is_some() {
             self.config
-                .spin
+                .client_spin
                 .min(until.saturating_duration_since(Instant::now()))
         } else {
             Duration::ZERO

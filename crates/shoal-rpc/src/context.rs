@@ -30,10 +30,16 @@ pub struct ContextConfig {
     pub frag_bytes: usize,
     /// Deadline of a call when the caller gives none.
     pub deadline: Duration,
-    /// How long a waiting caller polls before it sleeps (spin-then-block):
-    /// polling saves the wake-up of a sleeping thread, which on some
-    /// machines costs more than the network.  Zero sleeps at once.
-    pub spin: Duration,
+    /// How long a server thread waiting for requests polls before it
+    /// sleeps (spin-then-block): polling saves the wake-up of a sleeping
+    /// thread, which on some machines costs more than the network.  Zero
+    /// sleeps at once.  `SHOAL_SPIN_US` overrides the default.
+    pub server_spin: Duration,
+    /// The same for a client waiting for its reply.  Off by default: when
+    /// client and server share a core, a polling client only delays the
+    /// server it waits for; when they do not, polling saves the client's
+    /// wake-up.  `SHOAL_CLIENT_SPIN_US` overrides the default.
+    pub client_spin: Duration,
     /// How long a server that shuts down refuses new requests before it
     /// closes; longer than a client's first retransmission interval plus
     /// the network's delay (see `shoal-proto`'s client).
@@ -51,20 +57,20 @@ impl ContextConfig {
             node_socket: None,
             frag_bytes: 60_000,
             deadline: Duration::from_secs(5),
-            spin: spin_from_env().unwrap_or(DEFAULT_SPIN),
+            server_spin: micros_from_env("SHOAL_SPIN_US").unwrap_or(DEFAULT_SPIN),
+            client_spin: micros_from_env("SHOAL_CLIENT_SPIN_US").unwrap_or(Duration::ZERO),
             drain: Duration::from_millis(250),
         }
     }
 }
 
-/// How long a waiting thread polls before it sleeps, unless
-/// `SHOAL_SPIN_US` says otherwise.  A little longer than a small RPC's
-/// round trip on a local network, so a busy caller or server rarely
-/// sleeps, and an idle one wastes at most this much CPU per wait.
+/// How long a server thread polls before it sleeps: a little longer than
+/// a small RPC's round trip on a local network, so a busy server rarely
+/// sleeps, and an idle one wastes at most this much CPU per request.
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 
-fn spin_from_env() -> Option<Duration> {
-    let us: u64 = std::env::var("SHOAL_SPIN_US").ok()?.parse().ok()?;
+fn micros_from_env(name: &str) -> Option<Duration> {
+    let us: u64 = std::env::var(name).ok()?.parse().ok()?;
     Some(Duration::from_micros(us))
 }
 

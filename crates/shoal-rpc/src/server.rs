@@ -125,7 +125,7 @@ impl Server {
                 closed: AtomicBool::new(false),
                 instance,
                 drain: config.drain,
-                spin: config.spin,
+                spin: config.server_spin,
             }),
             addr,
             port,
