@@ -227,7 +227,9 @@ impl Cluster {
             toml::from_str(&text).map_err(|e| format!("{}: {}", path.display(), e.message()))?;
         let key_text = std::fs::read_to_string(&file.key_file)
             .map_err(|e| format!("cannot read {}: {e}", file.key_file.display()))?;
-        let key = key_text.parse().map_err(|e| format!("{e}"))?;
+        let key = key_text
+            .parse()
+            .map_err(|e: String| format!("{}: {e}", file.key_file.display()))?;
         Ok(Cluster {
             dir: dir.to_path_buf(),
             file,

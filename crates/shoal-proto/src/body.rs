@@ -226,7 +226,7 @@ impl Incoming {
                 // (count-1) * f + len == total_len
                 let rest = self.total_len.saturating_sub(payload.len() as u64);
                 let n = (self.count - 1) as u64;
-                if rest == 0 || rest % n != 0 {
+                if rest == 0 || !rest.is_multiple_of(n) {
                     return Added::Invalid;
                 }
                 (rest / n) as usize
@@ -336,7 +336,7 @@ mod tests {
             let mut acks = Vec::new();
             for idx in std::mem::take(&mut queue) {
                 sent += 1;
-                if drop_every > 0 && sent % drop_every == 0 {
+                if drop_every > 0 && sent.is_multiple_of(drop_every) {
                     continue;
                 }
                 let (f, p) = out.fragment(idx);
