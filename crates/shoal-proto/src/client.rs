@@ -81,7 +81,7 @@ impl Default for ClientConfig {
             rto_initial: Duration::from_millis(20),
             rto_max: Duration::from_millis(500),
             locate_initial: Duration::from_millis(20),
-            max_reply_bytes: 4 << 30,
+            max_reply_bytes: 1 << 30,
         }
     }
 }

@@ -68,8 +68,8 @@ impl Default for ServerConfig {
         Self {
             frag_bytes: 60_000,
             window: 32,
-            max_request_bytes: 4 << 30,
-            max_assembling_bytes: 8 << 30,
+            max_request_bytes: 1 << 30,
+            max_assembling_bytes: 2 << 30,
             max_records: 100_000,
             record_ttl: Duration::from_secs(120),
         }

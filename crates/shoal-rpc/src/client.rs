@@ -62,7 +62,8 @@ pub struct Client {
     server_sock: UdpSocket,
     locate_sock: UdpSocket,
     connected: Option<SocketAddr>,
-    timeout: socket::Timeout,
+    /// Read timeouts of `server_sock` and `locate_sock`, each socket its own.
+    timeouts: [socket::Timeout; 2],
     buf: Vec<u8>,
 }
 
@@ -81,7 +82,7 @@ impl Client {
             locate_sock: socket::bind(any)?,
             config,
             connected: None,
-            timeout: socket::Timeout::default(),
+            timeouts: Default::default(),
             buf: vec![0; MAX_DATAGRAM],
         })
     }
@@ -167,9 +168,9 @@ impl Client {
         let Some(timer) = self.core.poll_timeout() else {
             return Ok(());
         };
-        let (sock, target) = match self.core.phase() {
-            Phase::Talking(addr) => (&self.server_sock, Some(addr)),
-            _ => (&self.locate_sock, None),
+        let (sock, timeout, target) = match self.core.phase() {
+            Phase::Talking(addr) => (&self.server_sock, &mut self.timeouts[0], Some(addr)),
+            _ => (&self.locate_sock, &mut self.timeouts[1], None),
         };
         let until = clock::instant(timer);
         let spin = if target.is_some() {
@@ -189,7 +190,7 @@ impl Client {
                 if left.is_zero() {
                     Ok(None)
                 } else {
-                    self.timeout.set(sock, left)?;
+                    timeout.set(sock, left)?;
                     sock.recv_from(&mut self.buf).map(Some)
                 }
             }

@@ -27,6 +27,9 @@ enum Command {
     /// Call and serve ports from the command line.
     #[command(subcommand)]
     Rpc(crate::cmd_rpc::RpcCommand),
+    /// Inspect and restrict capabilities (offline: no server needed).
+    #[command(subcommand)]
+    Cap(crate::cmd_cap::CapCommand),
     /// Run benchmarks side by side with their baselines.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -92,6 +95,7 @@ impl Cli {
             Command::Status(args) => crate::cmd_status::run(args),
             Command::Cluster(c) => crate::cmd_cluster::run(c),
             Command::Rpc(c) => crate::cmd_rpc::run(c),
+            Command::Cap(c) => crate::cmd_cap::run(c),
             Command::Bench(BenchCommand::Rpc(args)) => {
                 shoal_bench::rpc::run(args).map_err(Failure::failed)
             }

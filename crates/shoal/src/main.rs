@@ -4,6 +4,7 @@
 //! usage; 3 the target (node, server, port) could not be reached.
 
 mod cli;
+mod cmd_cap;
 mod cmd_cluster;
 mod cmd_rpc;
 mod cmd_status;
@@ -43,7 +44,22 @@ impl From<String> for Failure {
 }
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            // --help and --version: print as asked, succeed.
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // One line: what is wrong, and where to look.
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("bad usage");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("shoal: {first} (see --help)");
+            return ExitCode::from(2);
+        }
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SHOAL_LOG")

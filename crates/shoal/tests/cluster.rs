@@ -343,3 +343,98 @@ fn bad_cli_input_gets_one_line_errors() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
 }
+
+#[test]
+fn a_call_can_be_cancelled_from_another_thread() {
+    let t = TestCluster::up("tg", 17, 2, Mode::Netns);
+    let ctx = t.get().context();
+    let mut client = ctx.client().unwrap();
+    let cancel = shoal_rpc::CancelToken::new();
+    let options = CallOptions {
+        deadline: Some(Duration::from_secs(30)),
+        cancel: Some(cancel.clone()),
+    };
+    // Nobody serves this port: without cancellation the call would wait
+    // out its 30 s deadline.
+    let port = GetPort::random().put_port();
+    let canceller = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        cancel.cancel();
+    });
+    let started = Instant::now();
+    let err = client
+        .trans_with(&port, b"x".to_vec(), &options)
+        .unwrap_err();
+    canceller.join().unwrap();
+    assert!(matches!(err, Error::Trans(TransError::Cancelled)), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn datagrams_without_the_cluster_key_are_dropped_and_counted() {
+    let t = TestCluster::up("th", 18, 2, Mode::Netns);
+    let c = t.get();
+    let ctx = c.context();
+    let before = c.status(&ctx, "n1", Duration::from_secs(2)).unwrap();
+    let target = c.node("n1").unwrap().addr;
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    // A datagram that looks like shoal's but carries a MAC made with
+    // another key, and plain garbage of several sizes.
+    let other = shoal_wire::ClusterKey::random();
+    let forged = shoal_wire::encode(
+        &shoal_wire::Packet::Locate(shoal_wire::Locate {
+            nonce: shoal_wire::Nonce(1),
+            port: GetPort::random().put_port(),
+            instance: shoal_wire::Instance(0),
+        }),
+        &other,
+    );
+    for _ in 0..10 {
+        socket.send_to(&forged, target).unwrap();
+    }
+    for len in [0usize, 1, 19, 20, 100, 5000] {
+        socket.send_to(&vec![0x53; len], target).unwrap();
+    }
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let after = c.status(&ctx, "n1", Duration::from_secs(2)).unwrap();
+        let bad_mac = after.counters["dropped_bad_mac"] - before.counters["dropped_bad_mac"];
+        let malformed = after.counters["dropped_malformed"] - before.counters["dropped_malformed"];
+        if bad_mac >= 10 && malformed >= 6 {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "bad MAC {bad_mac}, malformed {malformed}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The node is unharmed.
+    c.wait_ready(Duration::from_secs(5), &mut |_| {}).unwrap();
+}
+
+#[test]
+fn any_server_of_a_replicated_port_answers() {
+    let t = TestCluster::up("ti", 19, 3, Mode::Netns);
+    let c = t.get();
+    let get = GetPort::random();
+    let port = get.put_port();
+    let a = Echo::start(c, "n2", get);
+    let b = Echo::start(c, "n3", get);
+    let ctx = c.context();
+    let mut client = ctx.client().unwrap();
+    for i in 0..5 {
+        let body = format!("a{i}");
+        assert_eq!(call(&mut client, &port, &body).unwrap(), body.as_bytes());
+    }
+    // Stop one of them (the one in use, or not): every call still succeeds.
+    let first = a.stop();
+    for i in 0..5 {
+        let body = format!("b{i}");
+        assert_eq!(call(&mut client, &port, &body).unwrap(), body.as_bytes());
+    }
+    let second = b.stop();
+    let executed = |lines: &[String]| lines.iter().filter(|l| l.starts_with("executed")).count();
+    // Each call ran exactly once, on one server or the other.
+    assert_eq!(executed(&first) + executed(&second), 10);
+}
