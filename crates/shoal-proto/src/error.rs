@@ -11,7 +11,8 @@ pub enum TransError {
     /// Locate found no server for the port before the deadline.  The
     /// request was not sent anywhere.
     #[error(
-        "no server for port {port} answered within {waited:?} (not running, or this node is cut off)"
+        "no server for port {port} answered within {:.1}s (not running, or this node is cut off)",
+        waited.as_secs_f64()
     )]
     NotFound { port: PutPort, waited: Duration },
     /// The located server stopped answering.  The request may or may not
