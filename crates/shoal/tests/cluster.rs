@@ -417,7 +417,10 @@ fn datagrams_without_the_cluster_key_are_dropped_and_counted() {
         .unwrap_or_else(|| panic!("no bad-MAC counter in:\n{metrics}"));
     let value: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(value >= 10, "{line}");
-    assert!(metrics.contains("shoal_node_members_alive{node=\"n1\"} 2"), "{metrics}");
+    assert!(
+        metrics.contains("shoal_node_members_alive{node=\"n1\"} 2"),
+        "{metrics}"
+    );
     // The node is unharmed.
     c.wait_ready(Duration::from_secs(5), &mut |_| {}).unwrap();
 }
@@ -425,7 +428,8 @@ fn datagrams_without_the_cluster_key_are_dropped_and_counted() {
 fn fetch_metrics(addr: std::net::SocketAddr) -> String {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
     let mut text = String::new();
     s.read_to_string(&mut text).unwrap();
     assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
