@@ -12,6 +12,11 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("demo") => demo(),
         Some("test") => test(&args[1..]),
+        Some("fuzz") => match args.get(1).map(|s| s.parse::<u64>()) {
+            None => fuzz(60),
+            Some(Ok(seconds)) => fuzz(seconds),
+            Some(Err(_)) => Err(format!("fuzz takes a number of seconds\n\n{USAGE}")),
+        },
         Some("-h" | "--help") | None => {
             println!("{USAGE}");
             Ok(())
@@ -35,7 +40,10 @@ tasks:
   test     install what the tests need, then run the whole suite:
            format and lint checks, unit, property and simulation tests,
            real-cluster integration tests, and short fuzz runs
-           (--quick: skip the fuzz runs and use fewer simulation seeds)";
+           (--quick: skip the fuzz runs and use fewer simulation seeds)
+  fuzz [SECONDS]
+           build the fuzz targets (fuzz/, stable Rust, no cargo-fuzz
+           needed) and run each for SECONDS (default 60; 0: build only)";
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -111,9 +119,12 @@ fn shoal_bin() -> PathBuf {
     root().join("target/release/shoal")
 }
 
+/// `shoal SUBCOMMAND ACTION --dir DIR REST...`: the directory goes before
+/// anything that might follow a `--`.
 fn shoal(args: &[&str], dir: &Path) -> Command {
     let mut c = Command::new(shoal_bin());
-    c.args(args).arg("--dir").arg(dir);
+    let (head, rest) = args.split_at(args.len().min(2));
+    c.args(head).arg("--dir").arg(dir).args(rest);
     c
 }
 
@@ -251,6 +262,119 @@ fn test(args: &[String]) -> Result<(), String> {
     run(cargo()
         .args(["test", "--workspace", "--release"])
         .env("SHOAL_SIM_SEEDS", seeds))?;
+    if !quick {
+        fuzz(10)?;
+    }
     println!("\nxtask: all tests passed in {:.0?}", started.elapsed());
     Ok(())
+}
+
+/// The fuzz targets of `fuzz/Cargo.toml`.
+const FUZZ_TARGETS: &[&str] = &[
+    "wire_decode",
+    "capability",
+    "cores",
+    "link_request",
+    "node_config",
+];
+
+/// cargo-fuzz's instrumentation flags, less `-Zsanitizer=address`, the one
+/// that needs nightly: libFuzzer's coverage (8-bit counters, PC table) and
+/// comparison tracing, `cfg(fuzzing)`, debug assertions and overflow checks.
+const FUZZ_RUSTFLAGS: &str = "--cfg fuzzing \
+    -Cpasses=sancov-module \
+    -Cllvm-args=-sanitizer-coverage-level=4 \
+    -Cllvm-args=-sanitizer-coverage-inline-8bit-counters \
+    -Cllvm-args=-sanitizer-coverage-pc-table \
+    -Cllvm-args=-sanitizer-coverage-trace-compares \
+    -Cdebug-assertions -Coverflow-checks";
+
+/// Builds every fuzz target with libFuzzer on stable Rust and runs each for
+/// `seconds` (none if 0); fails if any finds a crash (the input is kept in
+/// `fuzz/artifacts/TARGET/`).  Corpora grow in `fuzz/corpus/TARGET/`.
+fn fuzz(seconds: u64) -> Result<(), String> {
+    ensure_packages(&[("c++", "g++")])?; // libfuzzer-sys compiles libFuzzer
+    let host = Command::new("rustc")
+        .arg("-vV")
+        .output()
+        .map_err(|e| format!("cannot run rustc: {e}"))?;
+    let host = String::from_utf8_lossy(&host.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .ok_or("rustc -vV names no host")?
+        .to_string();
+    step("building the fuzz targets");
+    // An explicit --target keeps the instrumentation out of build scripts
+    // and proc macros; a separate target dir keeps the main build intact.
+    run(cargo()
+        .args(["build", "--release", "--bins", "--manifest-path"])
+        .args(["fuzz/Cargo.toml", "--target-dir", "fuzz/target", "--target"])
+        .arg(&host)
+        .env("RUSTFLAGS", FUZZ_RUSTFLAGS)
+        .env_remove("CARGO_ENCODED_RUSTFLAGS"))?;
+    if seconds == 0 {
+        return Ok(());
+    }
+    let fuzz = root().join("fuzz");
+    let mut failed = Vec::new();
+    for target in FUZZ_TARGETS {
+        step(&format!("fuzzing {target} for {seconds} s"));
+        let (corpus, artifacts) = (
+            fuzz.join("corpus").join(target),
+            fuzz.join("artifacts").join(target),
+        );
+        for dir in [&corpus, &artifacts] {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        }
+        let mut cmd = Command::new(fuzz.join("target").join(&host).join("release").join(target));
+        cmd.arg(&corpus)
+            .arg(format!("-artifact_prefix={}/", artifacts.display()))
+            .arg(format!(
+                "-dict={}",
+                fuzz.join("dict").join(format!("{target}.dict")).display()
+            ))
+            .arg(format!("-max_total_time={seconds}"))
+            .arg("-print_final_stats=1");
+        let shown = format!("{cmd:?}");
+        let out = cmd
+            .current_dir(root())
+            .output()
+            .map_err(|e| format!("cannot run {shown}: {e}"))?;
+        // libFuzzer reports on stderr, a line per finding: show the summary,
+        // or, on a crash, everything from the panic on (its message, the
+        // backtrace, the input and where it was saved).
+        let log = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<&str> = log.lines().collect();
+        if out.status.success() {
+            for line in lines
+                .iter()
+                .filter(|l| l.contains("DONE") || l.starts_with("stat::"))
+            {
+                println!("{line}");
+            }
+        } else {
+            let from = lines.iter().position(|l| l.contains("panicked at"));
+            for line in &lines[from.unwrap_or(lines.len().saturating_sub(60))..] {
+                println!("{line}");
+            }
+            let artifact = lines
+                .iter()
+                .find_map(|l| l.split_once("Test unit written to "))
+                .map_or("ARTIFACT", |(_, path)| path.trim());
+            println!(
+                "\n{target} crashed ({}); reproduce with:\n  fuzz/target/{host}/release/{target} {artifact}",
+                out.status
+            );
+            failed.push(*target);
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "fuzz targets crashed: {} (inputs in fuzz/artifacts/)",
+            failed.join(", ")
+        ))
+    }
 }
