@@ -259,14 +259,48 @@ fn test(args: &[String]) -> Result<(), String> {
     ]))?;
     step("unit, property, simulation and integration tests");
     let seeds = if quick { "64" } else { "2000" };
-    run(cargo()
-        .args(["test", "--workspace", "--release"])
-        .env("SHOAL_SIM_SEEDS", seeds))?;
+    let (passed, failed) = cargo_test(&["test", "--workspace", "--release"], seeds)?;
     if !quick {
         fuzz(10)?;
     }
     println!("\nxtask: all tests passed in {:.0?}", started.elapsed());
+    println!("tests: {passed} passed, {failed} failed");
     Ok(())
+}
+
+/// Runs `cargo ARGS`, echoing its output, and adds up the "test result"
+/// lines: `(passed, failed)`.  Fails if cargo does.
+fn cargo_test(args: &[&str], seeds: &str) -> Result<(u64, u64), String> {
+    use std::io::{BufRead, BufReader};
+    let mut child = cargo()
+        .args(args)
+        .env("SHOAL_SIM_SEEDS", seeds)
+        .current_dir(root())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run cargo test: {e}"))?;
+    let (mut passed, mut failed) = (0, 0);
+    for line in BufReader::new(child.stdout.take().expect("piped")).lines() {
+        let line = line.map_err(|e| e.to_string())?;
+        println!("{line}");
+        if let Some(rest) = line.strip_prefix("test result: ") {
+            let count = |word: &str| {
+                rest.split(';')
+                    .find_map(|part| part.trim().strip_suffix(word))
+                    .and_then(|n| n.split_whitespace().last()?.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            passed += count(" passed");
+            failed += count(" failed");
+        }
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    if !status.success() {
+        return Err(format!(
+            "cargo test failed ({status}): {passed} passed, {failed} failed"
+        ));
+    }
+    Ok((passed, failed))
 }
 
 /// The fuzz targets of `fuzz/Cargo.toml`.

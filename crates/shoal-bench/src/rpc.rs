@@ -190,43 +190,54 @@ fn client_agent(t: &Targets, quick: bool) -> Result<BTreeMap<String, f64>, Strin
     let ip = ctx.config().bind_ip;
     let port: PutPort = t.port.parse().map_err(|e| format!("{e}"))?;
 
-    // The floor: a plain UDP echo between the same two nodes.
+    // The floor, a plain UDP echo between the same two nodes, and shoal's
+    // RPCs of each size (request of that size, empty reply), sampled in
+    // interleaved rounds so that drift in the machine's state during the
+    // run weighs on all of them alike.
     let udp = UdpSocket::bind(SocketAddr::new(ip, 0)).map_err(|e| e.to_string())?;
     udp.connect(t.udp).map_err(|e| e.to_string())?;
     udp.set_read_timeout(Some(Duration::from_secs(2)))
         .map_err(|e| e.to_string())?;
     let mut buf = [0u8; 64];
+    let mut client = ctx.client().map_err(|e| e.to_string())?;
+    let kinds = [
+        ("null_rpc", 0usize, n),
+        ("rpc_16kib", 16 << 10, n_big),
+        ("rpc_30000b", 30_000, n_big),
+    ];
+    let bodies: Vec<Bytes> = kinds.iter().map(|k| Bytes::from(vec![0x5a; k.1])).collect();
     let mut udp_rtt = Vec::with_capacity(n);
-    for i in 0..warmup + n {
-        let start = Instant::now();
-        udp.send(&[]).map_err(|e| e.to_string())?;
-        udp.recv(&mut buf)
-            .map_err(|e| format!("raw UDP echo: {e}"))?;
-        if i >= warmup {
-            udp_rtt.push(start.elapsed());
+    let mut rtts: Vec<Vec<Duration>> = kinds.iter().map(|k| Vec::with_capacity(k.2)).collect();
+    const ROUNDS: usize = 10;
+    for round in 0..=ROUNDS {
+        // Round 0 is the warm-up; its samples are dropped.
+        let keep = round > 0;
+        let count = if keep { n / ROUNDS } else { warmup };
+        for _ in 0..count {
+            let start = Instant::now();
+            udp.send(&[]).map_err(|e| e.to_string())?;
+            udp.recv(&mut buf)
+                .map_err(|e| format!("raw UDP echo: {e}"))?;
+            if keep {
+                udp_rtt.push(start.elapsed());
+            }
+        }
+        for (k, (name, _, total)) in kinds.iter().enumerate() {
+            let count = if keep { total / ROUNDS } else { warmup };
+            for _ in 0..count {
+                let start = Instant::now();
+                client
+                    .trans(&port, bodies[k].clone())
+                    .map_err(|e| format!("{name}: {e}"))?;
+                if keep {
+                    rtts[k].push(start.elapsed());
+                }
+            }
         }
     }
     out.insert("raw_udp_rtt_us_p50".into(), percentile_us(&mut udp_rtt, 50));
     out.insert("raw_udp_rtt_us_p99".into(), percentile_us(&mut udp_rtt, 99));
-
-    // shoal RPC of each size (request of that size, empty reply).
-    let mut client = ctx.client().map_err(|e| e.to_string())?;
-    for (name, size, count) in [
-        ("null_rpc", 0usize, n),
-        ("rpc_16kib", 16 << 10, n_big),
-        ("rpc_30000b", 30_000, n_big),
-    ] {
-        let body = Bytes::from(vec![0x5a; size]);
-        let mut rtt = Vec::with_capacity(count);
-        for i in 0..warmup + count {
-            let start = Instant::now();
-            client
-                .trans(&port, body.clone())
-                .map_err(|e| format!("{name}: {e}"))?;
-            if i >= warmup {
-                rtt.push(start.elapsed());
-            }
-        }
+    for ((name, _, _), mut rtt) in kinds.iter().zip(rtts) {
         out.insert(format!("{name}_rtt_us_p50"), percentile_us(&mut rtt, 50));
         out.insert(format!("{name}_rtt_us_p99"), percentile_us(&mut rtt, 99));
     }

@@ -21,6 +21,7 @@ use crate::clock;
 use crate::context::ContextConfig;
 use crate::error::Error;
 use crate::socket;
+use crate::spin::SpinPolicy;
 
 /// Cancels a call in progress from another thread.
 #[derive(Debug, Clone, Default)]
@@ -64,6 +65,7 @@ pub struct Client {
     connected: Option<SocketAddr>,
     /// Read timeouts of `server_sock` and `locate_sock`, each socket its own.
     timeouts: [socket::Timeout; 2],
+    spin: SpinPolicy,
     buf: Vec<u8>,
 }
 
@@ -71,6 +73,10 @@ impl Client {
     pub(crate) fn new(config: Arc<ContextConfig>) -> Result<Client, Error> {
         let any = SocketAddr::new(config.bind_ip, 0);
         let server_sock = socket::bind(any)?;
+        let spin = match config.client_spin {
+            Some(d) => SpinPolicy::fixed(d),
+            None => SpinPolicy::adaptive(crate::context::DEFAULT_SPIN),
+        };
         let core_config = ClientConfig {
             frag_bytes: config.frag_bytes,
             window: socket::window_for(&server_sock, config.frag_bytes),
@@ -83,6 +89,7 @@ impl Client {
             config,
             connected: None,
             timeouts: Default::default(),
+            spin,
             buf: vec![0; MAX_DATAGRAM],
         })
     }
@@ -100,11 +107,20 @@ impl Client {
         options: &CallOptions,
     ) -> Result<Vec<u8>, Error> {
         let deadline = options.deadline.unwrap_or(self.config.deadline);
+        let request = request.into();
+        let small = request.len() <= self.config.frag_bytes;
+        let started = Instant::now();
         let now = clock::now();
-        self.core.start(now, *port, request.into(), now + deadline);
+        self.core.start(now, *port, request, now + deadline);
         loop {
             self.flush()?;
             if let Some(outcome) = self.core.poll_outcome() {
+                if let Ok(reply) = &outcome
+                    && small
+                    && reply.len() <= self.config.frag_bytes
+                {
+                    self.spin.record(started.elapsed());
+                }
                 return outcome.map_err(Error::from);
             }
             if options
@@ -174,8 +190,8 @@ impl Client {
         };
         let until = clock::instant(timer);
         let spin = if target.is_some() {
-            self.config
-                .client_spin
+            self.spin
+                .spin()
                 .min(until.saturating_duration_since(Instant::now()))
         } else {
             Duration::ZERO

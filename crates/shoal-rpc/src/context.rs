@@ -35,11 +35,12 @@ pub struct ContextConfig {
     /// thread, which on some machines costs more than the network.  Zero
     /// sleeps at once.  `SHOAL_SPIN_US` overrides the default.
     pub server_spin: Duration,
-    /// The same for a client waiting for its reply.  Off by default: when
-    /// client and server share a core, a polling client only delays the
-    /// server it waits for; when they do not, polling saves the client's
-    /// wake-up.  `SHOAL_CLIENT_SPIN_US` overrides the default.
-    pub client_spin: Duration,
+    /// The same for a client waiting for its reply: `None` (the default)
+    /// adapts, polling for [`DEFAULT_SPIN`] only while that proves faster
+    /// (it is when the server runs on another core, and is not when they
+    /// share one); `Some(d)` always polls for `d` (zero: never).
+    /// `SHOAL_CLIENT_SPIN_US` sets a fixed value.
+    pub client_spin: Option<Duration>,
     /// How long a server that shuts down refuses new requests before it
     /// closes; longer than a client's first retransmission interval plus
     /// the network's delay (see `shoal-proto`'s client).
@@ -58,7 +59,7 @@ impl ContextConfig {
             frag_bytes: 60_000,
             deadline: Duration::from_secs(5),
             server_spin: micros_from_env("SHOAL_SPIN_US").unwrap_or(DEFAULT_SPIN),
-            client_spin: micros_from_env("SHOAL_CLIENT_SPIN_US").unwrap_or(Duration::ZERO),
+            client_spin: micros_from_env("SHOAL_CLIENT_SPIN_US"),
             drain: Duration::from_millis(250),
         }
     }

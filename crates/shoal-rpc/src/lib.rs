@@ -44,9 +44,10 @@ mod error;
 pub mod link;
 mod server;
 mod socket;
+mod spin;
 
 pub use client::{CallOptions, CancelToken, Client};
-pub use context::{Context, ContextConfig};
+pub use context::{Context, ContextConfig, DEFAULT_SPIN};
 pub use error::Error;
 pub use server::{Request, Server};
 pub use shoal_cap::{GetPort, PutPort};
