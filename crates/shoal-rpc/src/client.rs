@@ -80,6 +80,7 @@ impl Client {
         let core_config = ClientConfig {
             frag_bytes: config.frag_bytes,
             window: socket::window_for(&server_sock, config.frag_bytes),
+            max_reply_bytes: config.max_body_bytes,
             ..ClientConfig::default()
         };
         Ok(Client {

@@ -28,6 +28,10 @@ pub struct ContextConfig {
     pub node_socket: Option<PathBuf>,
     /// Body bytes per datagram.
     pub frag_bytes: usize,
+    /// Largest request a server accepts and largest reply a client
+    /// accepts, in bytes (bodies beyond a fragment are reassembled in
+    /// memory).
+    pub max_body_bytes: u64,
     /// Deadline of a call when the caller gives none.
     pub deadline: Duration,
     /// How long a server thread waiting for requests polls before it
@@ -57,6 +61,7 @@ impl ContextConfig {
             bind_ip: IpAddr::from([0, 0, 0, 0]),
             node_socket: None,
             frag_bytes: 60_000,
+            max_body_bytes: 1 << 30,
             deadline: Duration::from_secs(5),
             server_spin: micros_from_env("SHOAL_SPIN_US").unwrap_or(DEFAULT_SPIN),
             client_spin: micros_from_env("SHOAL_CLIENT_SPIN_US"),

@@ -110,6 +110,8 @@ impl Server {
         let core_config = ServerConfig {
             frag_bytes: config.frag_bytes,
             window: socket::window_for(&socket, config.frag_bytes),
+            max_request_bytes: config.max_body_bytes,
+            max_assembling_bytes: config.max_body_bytes.saturating_mul(2),
             ..ServerConfig::default()
         };
         let core = ServerCore::new(port, instance, config.key.clone(), core_config);

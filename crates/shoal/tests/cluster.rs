@@ -461,3 +461,56 @@ fn any_server_of_a_replicated_port_answers() {
     // Each call ran exactly once, on one server or the other.
     assert_eq!(executed(&first) + executed(&second), 10);
 }
+
+#[test]
+fn many_server_threads_share_one_endpoint() {
+    // On a loopback cluster, this test process can attach to a node and
+    // serve from its own threads.
+    let t = TestCluster::up("tj", 20, 2, Mode::Loopback);
+    let c = t.get();
+    let ctx = shoal_rpc::Context::attach(&c.node("n2").unwrap().socket).unwrap();
+    let server = ctx.serve(GetPort::random()).unwrap();
+    let port = server.port();
+    let served: Vec<_> = (0..4)
+        .map(|_| {
+            let server = server.clone();
+            std::thread::spawn(move || {
+                let mut n = 0u32;
+                while let Ok(req) = server.getreq() {
+                    // Work long enough that requests overlap.
+                    std::thread::sleep(Duration::from_millis(2));
+                    let mut reply = req.body().to_vec();
+                    reply.reverse();
+                    server.putrep(&req, reply).unwrap();
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let callers: Vec<_> = (0..4)
+        .map(|k| {
+            let ctx = c.context();
+            std::thread::spawn(move || {
+                let mut client = ctx.client().unwrap();
+                for i in 0..50 {
+                    let body = format!("caller {k} call {i}");
+                    let reply = client.trans(&port, body.clone().into_bytes()).unwrap();
+                    let mut expect = body.into_bytes();
+                    expect.reverse();
+                    assert_eq!(reply, expect);
+                }
+            })
+        })
+        .collect();
+    for c in callers {
+        c.join().unwrap();
+    }
+    server.shutdown().unwrap();
+    let counts: Vec<u32> = served.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(counts.iter().sum::<u32>(), 200, "{counts:?}");
+    assert!(
+        counts.iter().filter(|&&n| n > 0).count() >= 2,
+        "only one server thread did any work: {counts:?}"
+    );
+}
