@@ -185,6 +185,17 @@ fn a_killed_node_is_reported_unreachable_within_the_deadline() {
     // And it comes back.
     c.start_node("n3").unwrap();
     c.wait_ready(Duration::from_secs(10), &mut |_| {}).unwrap();
+    // SIGTERM, unlike SIGKILL, is a clean stop: the node removes its link
+    // socket and pid file and logs its end.
+    let n2 = c.node("n2").unwrap().clone();
+    c.stop("n2").unwrap();
+    assert!(!n2.socket.exists(), "link socket left behind");
+    assert!(
+        !n2.state_dir.join("node.pid").exists(),
+        "pid file left behind"
+    );
+    let log = std::fs::read_to_string(&n2.log).unwrap();
+    assert!(log.contains("node down"), "{log}");
 }
 
 #[test]
@@ -329,6 +340,24 @@ fn bad_cli_input_gets_one_line_errors() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("nothex") && err.contains("--help"), "{err}");
+    let out = Command::new(shoal())
+        .args(["cluster", "up", "--nodez", "3"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim().lines().count(),
+        1
+    );
+    let out = Command::new(shoal())
+        .args(["cluster", "up", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("--nodes"));
     let out = Command::new(shoal())
         .args(["status", "--dir", "/nonexistent/shoal"])
         .output()
