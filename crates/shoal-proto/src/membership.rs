@@ -212,3 +212,71 @@ impl Membership {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shoal_wire::decode;
+
+    fn node(i: u8, seeds: Vec<SocketAddr>) -> Membership {
+        Membership::new(
+            NodeId(i as u64),
+            format!("n{i}"),
+            SocketAddr::from(([10, 0, 0, i], 7700)),
+            1,
+            seeds,
+            ClusterKey::from_bytes([5; 32]),
+            MembershipConfig::default(),
+        )
+    }
+
+    /// Delivers every pending heartbeat between the nodes.
+    fn exchange(nodes: &mut [Membership], now: Time) {
+        let key = ClusterKey::from_bytes([5; 32]);
+        let mut mail = Vec::new();
+        for n in nodes.iter_mut() {
+            n.handle_timeout(now);
+            while let Some(t) = n.poll_transmit() {
+                mail.push(t);
+            }
+        }
+        for t in mail {
+            let Dest::Addr(to) = t.dest else { continue };
+            let Ok(Packet::Heartbeat(hb)) = decode(&t.bytes, &key) else {
+                panic!("not a heartbeat")
+            };
+            if let Some(n) = nodes.iter_mut().find(|n| n.addr == to) {
+                n.handle_heartbeat(now, &hb);
+            }
+        }
+    }
+
+    #[test]
+    fn nodes_joining_through_one_seed_learn_of_each_other() {
+        let seed = SocketAddr::from(([10, 0, 0, 1], 7700));
+        let mut nodes = vec![node(1, vec![]), node(2, vec![seed]), node(3, vec![seed])];
+        let mut now = Time(0);
+        for _ in 0..4 {
+            exchange(&mut nodes, now);
+            now = now + Duration::from_millis(250);
+        }
+        for n in &nodes {
+            let view = n.view(now);
+            assert_eq!(view.len(), 3, "{view:?}");
+            assert!(view.iter().all(|m| m.alive), "{view:?}");
+        }
+        // Node 3 goes silent: the others notice after dead_after.
+        let mut two = nodes.drain(..2).collect::<Vec<_>>();
+        for _ in 0..8 {
+            exchange(&mut two, now);
+            now = now + Duration::from_millis(250);
+        }
+        let view = two[0].view(now);
+        let n3 = view.iter().find(|m| m.node == NodeId(3)).unwrap();
+        assert!(!n3.alive);
+        assert_eq!(
+            two[0].alive_addrs(now),
+            vec![SocketAddr::from(([10, 0, 0, 2], 7700))]
+        );
+    }
+}

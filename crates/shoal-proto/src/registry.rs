@@ -143,3 +143,88 @@ impl Registry {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shoal_cap::GetPort;
+    use shoal_wire::{Nonce, decode};
+
+    fn setup() -> (Registry, PutPort, Endpoint, ClusterKey) {
+        let key = ClusterKey::from_bytes([1; 32]);
+        let reg = Registry::new(NodeId(7), key.clone());
+        let port = GetPort::from_bytes([2; 16]).put_port();
+        let ep = Endpoint {
+            addr: "10.0.0.1:4000".parse().unwrap(),
+            instance: Instance(9),
+        };
+        (reg, port, ep, key)
+    }
+
+    fn ask(reg: &Registry, key: &ClusterKey, port: PutPort, instance: Instance) -> Option<Here> {
+        let t = reg.handle_locate(
+            "10.0.0.2:5000".parse().unwrap(),
+            &Locate {
+                nonce: Nonce(3),
+                port,
+                instance,
+            },
+        )?;
+        match decode(&t.bytes, key).unwrap() {
+            Packet::Here(h) => Some(h),
+            p => panic!("unexpected {p:?}"),
+        }
+    }
+
+    #[test]
+    fn broadcast_locates_are_answered_only_where_the_port_is_served() {
+        let (mut reg, port, ep, key) = setup();
+        assert!(ask(&reg, &key, port, Instance(0)).is_none());
+        assert!(reg.register(port, ep));
+        let here = ask(&reg, &key, port, Instance(0)).unwrap();
+        assert_eq!(here.endpoints, vec![ep]);
+        assert_eq!(here.node, NodeId(7));
+        assert_eq!(here.fate, Fate::Unknown);
+    }
+
+    #[test]
+    fn an_instance_is_serving_then_vanished_then_drained() {
+        let (mut reg, port, ep, key) = setup();
+        assert_eq!(
+            ask(&reg, &key, port, ep.instance).unwrap().fate,
+            Fate::Unknown
+        );
+        reg.register(port, ep);
+        assert_eq!(reg.fate(ep.instance), Fate::Serving);
+        reg.deregister(port, ep.instance);
+        assert_eq!(reg.fate(ep.instance), Fate::Vanished);
+        assert!(reg.lookup(&port).is_empty());
+        // A question about a departed instance is answered even though the
+        // port has no endpoint here any more.
+        assert_eq!(
+            ask(&reg, &key, port, ep.instance).unwrap().fate,
+            Fate::Vanished
+        );
+        reg.drained(ep.instance);
+        assert_eq!(reg.fate(ep.instance), Fate::Drained);
+    }
+
+    #[test]
+    fn registration_is_bounded_per_port_and_tombstones_are_bounded() {
+        let (mut reg, port, ep, _) = setup();
+        for i in 0..MAX_HERE_ENDPOINTS as u64 {
+            assert!(reg.register(
+                port,
+                Endpoint {
+                    instance: Instance(100 + i),
+                    ..ep
+                }
+            ));
+        }
+        assert!(!reg.register(port, ep));
+        for i in 0..(MAX_TOMBSTONES as u64 + 10) {
+            reg.deregister(port, Instance(10_000 + i));
+        }
+        assert!(reg.tombstones.len() <= MAX_TOMBSTONES);
+    }
+}

@@ -484,3 +484,133 @@ impl Sender<'_> {
         self.send(to, &packet);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shoal_cap::GetPort;
+
+    const CLIENT: &str = "10.0.0.1:5000";
+
+    fn core() -> (ServerCore, ClusterKey) {
+        let key = ClusterKey::from_bytes([4; 32]);
+        let port = GetPort::from_bytes([1; 16]).put_port();
+        let config = ServerConfig {
+            max_request_bytes: 1000,
+            max_records: 2,
+            ..ServerConfig::default()
+        };
+        (ServerCore::new(port, Instance(5), key.clone(), config), key)
+    }
+
+    fn request(
+        core: &ServerCore,
+        key: &ClusterKey,
+        client: u64,
+        seq: u64,
+        instance: u64,
+        body: &[u8],
+    ) -> Vec<u8> {
+        shoal_wire::encode(
+            &Packet::Request(Request {
+                txn: TxnId {
+                    client: ClientId(client),
+                    seq: Seq(seq),
+                },
+                instance: Instance(instance),
+                port: core.port(),
+                frag: Frag { index: 0, count: 1 },
+                total_len: body.len() as u64,
+                payload: body,
+            }),
+            key,
+        )
+    }
+
+    /// Everything the core sent, decoded.  The bytes are leaked (a few
+    /// hundred per test) so the packets can borrow them.
+    fn sent(core: &mut ServerCore, key: &ClusterKey) -> Vec<Packet<'static>> {
+        let mut out = Vec::new();
+        while let Some(t) = core.poll_transmit() {
+            let bytes: &'static [u8] = Box::leak(t.bytes.into_boxed_slice());
+            out.push(shoal_wire::decode(bytes, key).unwrap());
+        }
+        out
+    }
+
+    fn feed(core: &mut ServerCore, bytes: &[u8]) {
+        core.handle_datagram(Time(1), CLIENT.parse().unwrap(), bytes);
+    }
+
+    #[test]
+    fn a_request_runs_once_and_duplicates_get_working_then_the_cached_reply() {
+        let (mut s, key) = core();
+        let req = request(&s, &key, 1, 1, 5, b"hi");
+        feed(&mut s, &req);
+        let d = s.poll_request().expect("delivered");
+        assert_eq!(d.body, b"hi");
+        feed(&mut s, &req);
+        assert!(s.poll_request().is_none(), "a duplicate must not run again");
+        assert!(matches!(&sent(&mut s, &key)[..], [Packet::Working(_)]));
+        assert!(s.reply(Time(2), d.txn, Bytes::from_static(b"ok")));
+        assert!(matches!(&sent(&mut s, &key)[..], [Packet::Reply(r)] if r.payload == b"ok"));
+        feed(&mut s, &req);
+        assert!(s.poll_request().is_none());
+        assert!(matches!(&sent(&mut s, &key)[..], [Packet::Reply(r)] if r.payload == b"ok"));
+        // An older sequence number is dropped silently.
+        let r = request(&s, &key, 1, 0, 5, b"old");
+        feed(&mut s, &r);
+        assert!(s.poll_request().is_none());
+        assert!(sent(&mut s, &key).is_empty());
+    }
+
+    #[test]
+    fn another_instance_and_a_draining_one_refuse_without_running() {
+        let (mut s, key) = core();
+        let r = request(&s, &key, 1, 1, 99, b"x");
+        feed(&mut s, &r);
+        assert!(s.poll_request().is_none());
+        assert!(matches!(&sent(&mut s, &key)[..],
+            [Packet::NotHere(n)] if n.wanted == Instance(99) && n.actual == Instance(5)));
+        s.drain();
+        let r = request(&s, &key, 1, 1, 5, b"x");
+        feed(&mut s, &r);
+        assert!(s.poll_request().is_none());
+        assert!(matches!(&sent(&mut s, &key)[..],
+            [Packet::NotHere(n)] if n.wanted == Instance(5) && n.actual == Instance(5)));
+    }
+
+    #[test]
+    fn too_large_and_too_many_clients_are_refused_without_running() {
+        let (mut s, key) = core();
+        let r = request(&s, &key, 1, 1, 5, &[0; 1001]);
+        feed(&mut s, &r);
+        assert!(s.poll_request().is_none());
+        assert!(matches!(&sent(&mut s, &key)[..],
+            [Packet::Reply(r)] if r.status == ReplyStatus::TooLarge));
+        for client in 1..=2 {
+            let r = request(&s, &key, client, 1, 5, b"x");
+            feed(&mut s, &r);
+            assert!(s.poll_request().is_some());
+        }
+        let r = request(&s, &key, 3, 1, 5, b"x");
+        feed(&mut s, &r);
+        assert!(s.poll_request().is_none());
+        assert!(matches!(&sent(&mut s, &key)[..],
+            [Packet::Reply(r)] if r.status == ReplyStatus::Busy));
+        assert_eq!(s.records(), 2);
+    }
+
+    #[test]
+    fn forged_datagrams_are_counted_not_answered() {
+        let (mut s, key) = core();
+        let mut req = request(&s, &key, 1, 1, 5, b"x");
+        req[30] ^= 1;
+        feed(&mut s, &req);
+        feed(&mut s, &[1, 2, 3]);
+        assert!(s.poll_request().is_none());
+        assert!(sent(&mut s, &key).is_empty());
+        assert_eq!(s.stats().dropped_bad_mac, 1);
+        assert_eq!(s.stats().dropped_malformed, 1);
+    }
+}
