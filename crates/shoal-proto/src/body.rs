@@ -2,8 +2,8 @@
 //!
 //! A body of any size is cut into fragments of `frag_bytes` (the last may be
 //! shorter; an empty body is one empty fragment).  The sender blasts up to a
-//! window of fragments without waiting; the receiver acknowledges every
-//! quarter window, on the last fragment and on every duplicate, with a selective ack
+//! window of fragments (4 to 64) without waiting; the receiver acknowledges
+//! every few fragments (see [`Incoming::wants_ack`]), on the last fragment and on every duplicate, with a selective ack
 //! (`base`: everything below arrived; `mask`: which of the next 64 did).  An
 //! ack both slides the window and reveals holes, which the sender fills at
 //! once; a hole whose refill is lost is found again by the sender's timer,
@@ -114,6 +114,11 @@ impl Outgoing {
         }
         while self.base < self.count && self.acked.get(self.base) {
             self.base += 1;
+        }
+        if !progress {
+            // An ack that tells nothing new comes from the receiver's
+            // timer: holes refilled before may have been lost again.
+            self.refilled.clear_all();
         }
         let mut send = Vec::new();
         if let Some(highest) = highest {
@@ -271,15 +276,19 @@ impl Incoming {
     }
 
     /// Whether the sender should hear about this fragment now: every
-    /// quarter window (so the sender refills long before the receiver
-    /// runs dry, even when waking the sender is slow), at the last fragment, and whenever a hole was filled or a
-    /// duplicate arrived (both mean the sender is recovering).
+    /// quarter of a window of at most 16 (so a sender refills long before
+    /// the receiver runs dry, and a sender whose window is smaller than
+    /// ours, down to 4, never waits for an ack that is not coming), at the
+    /// last fragment, and whenever a hole was filled or a duplicate arrived
+    /// (both mean the sender is recovering).
     pub fn wants_ack(&self, added: Added, index: u32, window: u32) -> bool {
         match added {
             Added::Invalid => false,
             Added::Duplicate | Added::Refill => true,
             Added::New => {
-                self.received_count.is_multiple_of((window / 4).max(1)) || index == self.count - 1
+                self.received_count
+                    .is_multiple_of((window.min(16) / 4).max(1))
+                    || index == self.count - 1
             }
         }
     }

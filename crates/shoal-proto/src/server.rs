@@ -11,9 +11,13 @@
 //! restart) are answered with [`NotHere`] and not executed, so a restart can
 //! never turn a retransmission into a second execution.
 //!
-//! Records live for [`ServerConfig::record_ttl`] after their last packet,
-//! far longer than any client retransmits, and their number is bounded: a
-//! full table refuses new clients with `Busy` rather than forget old ones.
+//! Records live for [`ServerConfig::record_ttl`] after their last packet
+//! (two minutes: a client retransmits a request only until its deadline,
+//! so deadlines longer than that weaken the guarantee), and their number is
+//! bounded: a full table refuses new clients with `Busy` rather than
+//! forget old ones.  A refusal is final: the client's record (or, when the
+//! table is full, a bounded list) remembers it, so no late copy of a
+//! refused request can run after the client was told it did not.
 //!
 //! **Draining.**  A server that stops on purpose first drains
 //! ([`ServerCore::drain`]): it keeps finishing what it has, but refuses every
@@ -45,6 +49,9 @@ use crate::body::{Added, Incoming, Outgoing};
 use crate::stats::Stats;
 use crate::time::Time;
 use crate::transmit::{Dest, Transmit};
+
+/// Refusals remembered without a record (when the table is full).
+const MAX_REFUSED: usize = 4096;
 
 /// Tuning and limits of a server endpoint.
 #[derive(Debug, Clone)]
@@ -90,6 +97,8 @@ enum RecState {
     Executing,
     Replied(Outgoing),
     Done,
+    /// Refused without running; every copy gets the same answer.
+    Refused(ReplyStatus),
 }
 
 #[derive(Debug)]
@@ -113,6 +122,8 @@ pub struct ServerCore {
     transmits: VecDeque<Transmit>,
     next_sweep: Time,
     draining: bool,
+    /// Transactions refused while the record table was full.
+    refused: VecDeque<TxnId>,
     stats: Stats,
 }
 
@@ -131,6 +142,7 @@ impl ServerCore {
             transmits: VecDeque::new(),
             next_sweep: Time(0),
             draining: false,
+            refused: VecDeque::new(),
             stats: Stats::default(),
         }
     }
@@ -291,6 +303,11 @@ impl ServerCore {
                         tx.stats.duplicates += 1;
                         false
                     }
+                    RecState::Refused(status) => {
+                        tx.stats.duplicates += 1;
+                        tx.refusal(from, r.txn, *status);
+                        false
+                    }
                 }
             }
             _ => return self.start_txn(now, from, r),
@@ -311,37 +328,46 @@ impl ServerCore {
             });
             return self.sender().send(from, &packet);
         }
-        if let Some(old) = self.records.remove(&r.txn.client)
-            && let RecState::Assembling(inc) = &old.state
-        {
-            self.assembling_bytes -= inc.total_len();
+        if self.refused.contains(&r.txn) {
+            // Refused before without a record: refused for good.
+            return self.refuse(from, r.txn, ReplyStatus::Busy);
         }
-        if self.records.len() >= self.config.max_records {
+        let known = self.records.contains_key(&r.txn.client);
+        if !known && self.records.len() >= self.config.max_records {
             self.next_sweep = now;
             self.handle_timeout(now);
         }
-        let refuse = if self.records.len() >= self.config.max_records {
-            Some(ReplyStatus::Busy)
-        } else if r.total_len > self.config.max_request_bytes {
+        let full = !known && self.records.len() >= self.config.max_records;
+        let old_assembling = match self.records.get(&r.txn.client).map(|r| &r.state) {
+            Some(RecState::Assembling(inc)) => inc.total_len(),
+            _ => 0,
+        };
+        let refuse = if r.total_len > self.config.max_request_bytes {
             Some(ReplyStatus::TooLarge)
+        } else if full {
+            Some(ReplyStatus::Busy)
         } else if r.frag.count > 1
-            && self.assembling_bytes.saturating_add(r.total_len) > self.config.max_assembling_bytes
+            && (self.assembling_bytes - old_assembling).saturating_add(r.total_len)
+                > self.config.max_assembling_bytes
         {
             Some(ReplyStatus::Busy)
         } else {
             None
         };
         if let Some(status) = refuse {
-            self.stats.refused += 1;
-            let packet = Packet::Reply(Reply {
-                txn: r.txn,
-                instance: self.instance,
-                status,
-                frag: Frag { index: 0, count: 1 },
-                total_len: 0,
-                payload: &[],
-            });
-            return self.sender().send(from, &packet);
+            // The refusal is final for this transaction: remember it (in
+            // the client's record, replacing the older transaction's, or,
+            // when the table is full, in a bounded list), so no later copy
+            // or fragment of it can start it after all.
+            if full {
+                if self.refused.len() >= MAX_REFUSED {
+                    self.refused.pop_front();
+                }
+                self.refused.push_back(r.txn);
+            } else {
+                self.set_record(r.txn, from, now, RecState::Refused(status));
+            }
+            return self.refuse(from, r.txn, status);
         }
         let Some(mut inc) = Incoming::new(r.total_len, r.frag.count, self.config.max_request_bytes)
         else {
@@ -356,18 +382,36 @@ impl ServerCore {
         if !complete {
             self.assembling_bytes += inc.total_len();
         }
-        self.records.insert(
-            r.txn.client,
-            Record {
-                seq: r.txn.seq,
-                from,
-                touched: now,
-                state: RecState::Assembling(inc),
-            },
-        );
+        self.set_record(r.txn, from, now, RecState::Assembling(inc));
         if complete {
             self.complete(r.txn);
         }
+    }
+
+    /// Makes `state` the client's record for `txn`, replacing (and so
+    /// implicitly acknowledging) its older transaction.
+    fn set_record(&mut self, txn: TxnId, from: SocketAddr, now: Time, state: RecState) {
+        let old = self.records.insert(
+            txn.client,
+            Record {
+                seq: txn.seq,
+                from,
+                touched: now,
+                state,
+            },
+        );
+        if let Some(Record {
+            state: RecState::Assembling(inc),
+            ..
+        }) = old
+        {
+            self.assembling_bytes -= inc.total_len();
+        }
+    }
+
+    fn refuse(&mut self, to: SocketAddr, txn: TxnId, status: ReplyStatus) {
+        self.stats.refused += 1;
+        self.sender().refusal(to, txn, status);
     }
 
     /// The request of `txn` is whole: hand it to the application.
@@ -461,6 +505,18 @@ impl Sender<'_> {
             frag,
             total_len: out.total_len(),
             payload,
+        });
+        self.send(to, &packet);
+    }
+
+    fn refusal(&mut self, to: SocketAddr, txn: TxnId, status: ReplyStatus) {
+        let packet = Packet::Reply(Reply {
+            txn,
+            instance: self.instance,
+            status,
+            frag: Frag { index: 0, count: 1 },
+            total_len: 0,
+            payload: &[],
         });
         self.send(to, &packet);
     }
@@ -583,22 +639,34 @@ mod tests {
     #[test]
     fn too_large_and_too_many_clients_are_refused_without_running() {
         let (mut s, key) = core();
-        let r = request(&s, &key, 1, 1, 5, &[0; 1001]);
-        feed(&mut s, &r);
-        assert!(s.poll_request().is_none());
-        assert!(matches!(&sent(&mut s, &key)[..],
-            [Packet::Reply(r)] if r.status == ReplyStatus::TooLarge));
-        for client in 1..=2 {
-            let r = request(&s, &key, client, 1, 5, b"x");
+        let big = request(&s, &key, 1, 1, 5, &[0; 1001]);
+        for _ in 0..2 {
+            // The refusal is final: a copy gets the same answer.
+            feed(&mut s, &big);
+            assert!(s.poll_request().is_none());
+            assert!(matches!(&sent(&mut s, &key)[..],
+                [Packet::Reply(r)] if r.status == ReplyStatus::TooLarge));
+        }
+        for (client, seq) in [(1, 2), (2, 1)] {
+            let r = request(&s, &key, client, seq, 5, b"x");
             feed(&mut s, &r);
             assert!(s.poll_request().is_some());
         }
         let r = request(&s, &key, 3, 1, 5, b"x");
+        for _ in 0..2 {
+            feed(&mut s, &r);
+            assert!(s.poll_request().is_none());
+            assert!(matches!(&sent(&mut s, &key)[..],
+                [Packet::Reply(r)] if r.status == ReplyStatus::Busy));
+        }
+        assert_eq!(s.records(), 2);
+        // A late copy of the request that preceded a refused one cannot
+        // run again: the refusal replaced its record, not erased it.
+        let r = request(&s, &key, 1, 1, 5, &[0; 1001]);
+        feed(&mut s, &r);
+        let r = request(&s, &key, 2, 0, 5, b"older");
         feed(&mut s, &r);
         assert!(s.poll_request().is_none());
-        assert!(matches!(&sent(&mut s, &key)[..],
-            [Packet::Reply(r)] if r.status == ReplyStatus::Busy));
-        assert_eq!(s.records(), 2);
     }
 
     #[test]

@@ -35,8 +35,14 @@ pub struct SimConfig {
     pub max_body: usize,
     /// Fragment size, small so that bodies span many fragments.
     pub frag_bytes: usize,
-    /// Fragments per window.
+    /// Fragments per window, clients.
     pub window: u32,
+    /// Fragments per window, servers (peers need not agree).
+    pub server_window: u32,
+    /// Client records a server holds before it refuses new clients.
+    pub server_max_records: usize,
+    /// Largest request a server accepts.
+    pub server_max_request: u64,
     /// Network behaviour until `fault_phase_us`; clean afterwards.
     pub faults: Faults,
     /// Length of the fault phase (microseconds of virtual time).
@@ -68,6 +74,9 @@ impl Default for SimConfig {
             max_body: 6_000,
             frag_bytes: 1_000,
             window: 4,
+            server_window: 4,
+            server_max_records: 64,
+            server_max_request: 1 << 30,
             faults: Faults::harsh(),
             fault_phase_us: 3_000_000,
             crash_servers: true,
@@ -367,6 +376,16 @@ impl Sim {
 
     /// Checks every promise over what happened; see the crate docs.
     pub fn check(&self) -> Result<Report, String> {
+        self.check_promises(true)
+    }
+
+    /// Checks the safety promises only (at-most-once, integrity, deadlines,
+    /// honest errors), for scenarios where calls may fail by design.
+    pub fn check_safety(&self) -> Result<Report, String> {
+        self.check_promises(false)
+    }
+
+    fn check_promises(&self, liveness: bool) -> Result<Report, String> {
         let fail = |what: String| Err(format!("seed {}: {what}", self.seed));
         if let Some(v) = self.violations.first() {
             return fail(v.clone());
@@ -389,7 +408,8 @@ impl Sim {
                             o.txn
                         ));
                     }
-                    if let Some(healed) = self.healed_at
+                    if liveness
+                        && let Some(healed) = self.healed_at
                         && o.started >= healed + Duration::from_secs(3)
                     {
                         return fail(format!(
@@ -404,7 +424,8 @@ impl Sim {
             }
         }
         report.executions = self.executions.values().map(|&n| n as usize).sum();
-        if let Some(healed) = self.healed_at
+        if liveness
+            && let Some(healed) = self.healed_at
             && self.now >= healed + Duration::from_secs(3)
         {
             for (i, n) in self.nodes.iter().enumerate() {
@@ -488,8 +509,9 @@ impl Sim {
         let instance = Instance(self.rng.random::<u64>() | 1);
         let config = ServerConfig {
             frag_bytes: self.config.frag_bytes,
-            window: self.config.window,
-            max_records: 64,
+            window: self.config.server_window,
+            max_records: self.config.server_max_records,
+            max_request_bytes: self.config.server_max_request,
             ..ServerConfig::default()
         };
         let i = self.servers.len();

@@ -71,6 +71,36 @@ fn promises_hold_under_faults() {
     );
 }
 
+/// Servers that refuse (too many clients, bodies too large) and windows
+/// that differ between the ends: refusals are honest (never followed by a
+/// late execution) and final, and nothing runs twice.
+#[test]
+fn refusals_are_final_and_windows_need_not_agree() {
+    let mut refused = 0;
+    for seed in seeds() {
+        let config = SimConfig {
+            clients: 5,
+            window: 4,
+            server_window: 16,
+            server_max_records: 3,
+            server_max_request: 4_000,
+            max_body: 6_000,
+            ..SimConfig::default()
+        };
+        // After healing, some calls are still refused by design, so only
+        // the safety promises are checked here.
+        let mut sim = Sim::new(seed, config);
+        let _ = sim.run_until(|_| false);
+        let r = sim.check_safety().unwrap_or_else(|e| panic!("{e}"));
+        refused += r.errors.get("busy").copied().unwrap_or(0)
+            + r.errors.get("too-large").copied().unwrap_or(0);
+    }
+    assert!(
+        refused > 0,
+        "no request was ever refused: the scenario checks nothing"
+    );
+}
+
 /// With a clean network and no faults, every transaction succeeds.
 #[test]
 fn clean_network_every_transaction_succeeds() {
