@@ -287,12 +287,19 @@ impl Cluster {
             })
     }
 
-    /// The pid of node `name`'s daemon, if it runs.
+    /// The pid of node `name`'s daemon, if it runs.  The pid file may be
+    /// stale (a killed daemon leaves it) and its number reused, so the
+    /// process must also be running this node's configuration.
     pub fn pid(&self, name: &str) -> Option<i32> {
         let node = self.node(name).ok()?;
         let text = std::fs::read_to_string(node.state_dir.join("node.pid")).ok()?;
         let pid: i32 = text.trim().parse().ok()?;
-        pid_alive(pid).then_some(pid)
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let config = node.config.to_string_lossy();
+        let ours = cmdline
+            .split(|b| *b == 0)
+            .any(|arg| arg == config.as_bytes());
+        (ours && pid_alive(pid)).then_some(pid)
     }
 
     /// A context for talking to the cluster from outside any node (from

@@ -15,6 +15,9 @@ use shoal_wire::{ClusterKey, Heartbeat, MAX_MEMBERS, Member, NodeId, Packet, enc
 use crate::time::Time;
 use crate::transmit::{Dest, Transmit};
 
+/// A member silent for this many `dead_after` periods is forgotten.
+const FORGET_FACTOR: u32 = 40;
+
 /// Heartbeat timing.
 #[derive(Debug, Clone)]
 pub struct MembershipConfig {
@@ -33,6 +36,8 @@ impl Default for MembershipConfig {
 
 #[derive(Debug, Clone)]
 struct Peer {
+    /// When this node first learned of the peer.
+    added: Time,
     addr: SocketAddr,
     name: String,
     incarnation: u64,
@@ -97,7 +102,11 @@ impl Membership {
         if hb.node == self.me {
             return;
         }
+        if !self.peers.contains_key(&hb.node) && self.peers.len() >= MAX_MEMBERS - 1 {
+            return;
+        }
         let peer = self.peers.entry(hb.node).or_insert_with(|| Peer {
+            added: now,
             addr: hb.addr,
             name: hb.name.clone(),
             incarnation: hb.incarnation,
@@ -115,6 +124,7 @@ impl Membership {
                 self.peers.insert(
                     m.node,
                     Peer {
+                        added: now,
                         addr: m.addr,
                         name: String::new(),
                         incarnation: 0,
@@ -131,6 +141,11 @@ impl Membership {
             return;
         }
         self.next_beat = now + self.config.interval;
+        // Forget members silent for long (a node that left, or an identity
+        // that never existed): they would cost a datagram every interval.
+        let forget_after = self.config.dead_after * FORGET_FACTOR;
+        self.peers
+            .retain(|_, p| now.saturating_since(p.last_heard.unwrap_or(p.added)) < forget_after);
         let mut members = vec![Member {
             node: self.me,
             addr: self.addr,

@@ -114,7 +114,9 @@ impl Client {
         let now = clock::now();
         self.core.start(now, *port, request, now + deadline);
         loop {
-            self.flush()?;
+            if let Err(e) = self.flush() {
+                return Err(self.abandon(e));
+            }
             if let Some(outcome) = self.core.poll_outcome() {
                 if let Ok(reply) = &outcome
                     && small
@@ -132,8 +134,18 @@ impl Client {
                 self.core.cancel();
                 continue;
             }
-            self.wait(options.cancel.is_some())?;
+            if let Err(e) = self.wait(options.cancel.is_some()) {
+                return Err(self.abandon(e));
+            }
         }
+    }
+
+    /// A socket error ended the call: close the transaction, so the client
+    /// stays usable, and pass the error on.  The request may have run.
+    fn abandon(&mut self, e: Error) -> Error {
+        self.core.cancel();
+        let _ = self.core.poll_outcome();
+        e
     }
 
     /// Counters of this endpoint.

@@ -20,7 +20,8 @@ pub enum Error {
     /// The server was shut down.
     #[error("server endpoint is shut down")]
     Closed,
-    /// A socket operation failed.
+    /// A socket operation failed.  If it happened during a call, the
+    /// request may or may not have run.
     #[error("network i/o failed: {0}")]
     Io(#[from] io::Error),
 }

@@ -68,6 +68,9 @@ pub struct Hello {
     pub frag_bytes: usize,
 }
 
+/// Longest a program waits for its node to answer.
+const LINK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// An open link to the node.
 #[derive(Debug)]
 pub struct Link {
@@ -79,10 +82,18 @@ pub struct Link {
 impl Link {
     /// Connects to the node's socket at `path`.
     pub fn connect(path: &Path) -> Result<Link, Error> {
-        let stream = UnixStream::connect(path).map_err(|source| Error::NoNode {
+        let no_node = |source| Error::NoNode {
             path: path.to_path_buf(),
             source,
-        })?;
+        };
+        let stream = UnixStream::connect(path).map_err(no_node)?;
+        // A node that hangs must not hang its programs.
+        stream
+            .set_read_timeout(Some(LINK_TIMEOUT))
+            .map_err(no_node)?;
+        stream
+            .set_write_timeout(Some(LINK_TIMEOUT))
+            .map_err(no_node)?;
         Ok(Link {
             path: path.to_path_buf(),
             reader: BufReader::new(stream.try_clone()?),

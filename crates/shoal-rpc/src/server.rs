@@ -218,11 +218,16 @@ impl Server {
     pub fn shutdown(&self) -> Result<(), Error> {
         let shared = &*self.shared;
         let instance = shared.instance.to_string();
-        if let Some(link) = shared.link.lock().as_mut() {
-            link.call(&LinkRequest::Drain {
-                instance: instance.clone(),
-            })?;
-        }
+        // Withdraw from locate; if the node is gone, drain and close all
+        // the same, and report the node's error at the end.
+        let withdrawn = match shared.link.lock().as_mut() {
+            Some(link) => link
+                .call(&LinkRequest::Drain {
+                    instance: instance.clone(),
+                })
+                .map(drop),
+            None => Ok(()),
+        };
         shared.core.lock().drain();
         let until = Instant::now() + shared.drain;
         // Serve the drain ourselves, in case no thread is in getreq.
@@ -240,10 +245,13 @@ impl Server {
             }
         }
         shared.closed.store(true, Ordering::Release);
-        if let Some(mut link) = shared.link.lock().take() {
-            link.call(&LinkRequest::Drained { instance })?;
-        }
-        Ok(())
+        let drained = match shared.link.lock().take() {
+            Some(mut link) if withdrawn.is_ok() => {
+                link.call(&LinkRequest::Drained { instance }).map(drop)
+            }
+            _ => Ok(()),
+        };
+        withdrawn.and(drained)
     }
 }
 

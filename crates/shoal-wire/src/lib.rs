@@ -10,9 +10,11 @@
 //!  +------+-----+-----+------------------------------+---------------
 //! ```
 //!
-//! The MAC is the keyed BLAKE3 of bytes `0..4` and `20..` under the
-//! cluster key, truncated to 128 bits: a datagram from outside the cluster,
-//! or one changed in flight, is dropped before any field is parsed.  The body
+//! The MAC covers bytes `0..4` and `20..` under a key derived from the
+//! cluster key (SipHash-2-4-128 up to 1 KiB, keyed BLAKE3 truncated to 128
+//! bits above; see [`ClusterKey::mac`]): a datagram from outside the
+//! cluster, or one changed in flight, is dropped before any field is
+//! parsed.  The body
 //! is a fixed little-endian layout per kind ([`Packet`]); variable parts
 //! (payloads, lists) are bounded, so a decoder never allocates more than the
 //! datagram it was given.
