@@ -342,14 +342,12 @@ impl ServerCore {
             Some(RecState::Assembling(inc)) => inc.total_len(),
             _ => 0,
         };
+        let no_room = r.frag.count > 1
+            && (self.assembling_bytes - old_assembling).saturating_add(r.total_len)
+                > self.config.max_assembling_bytes;
         let refuse = if r.total_len > self.config.max_request_bytes {
             Some(ReplyStatus::TooLarge)
-        } else if full {
-            Some(ReplyStatus::Busy)
-        } else if r.frag.count > 1
-            && (self.assembling_bytes - old_assembling).saturating_add(r.total_len)
-                > self.config.max_assembling_bytes
-        {
+        } else if full || no_room {
             Some(ReplyStatus::Busy)
         } else {
             None
