@@ -101,6 +101,33 @@ impl Link {
         })
     }
 
+    /// Whether the node closed the link (it stopped or restarted).  Does
+    /// not block.
+    pub fn is_closed(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let mut byte = 0u8;
+        // SAFETY: a valid fd and a one-byte buffer.
+        let n = unsafe {
+            libc::recv(
+                self.writer.as_raw_fd(),
+                (&mut byte as *mut u8).cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        n == 0
+            || (n < 0
+                && !matches!(
+                    std::io::Error::last_os_error().kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                ))
+    }
+
+    /// The socket this link was opened on.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Sends one request and waits for its response.
     pub fn call(&mut self, request: &LinkRequest) -> Result<LinkResponse, Error> {
         let no_node = |source| Error::NoNode {

@@ -69,10 +69,55 @@ struct Shared {
     core: Mutex<ServerCore>,
     reader: Mutex<Reader>,
     link: Mutex<Option<Link>>,
+    /// When the link was last checked (see [`Shared::keep_registered`]).
+    link_checked: Mutex<Instant>,
+    get_port: GetPort,
+    addr: SocketAddr,
     closed: AtomicBool,
     instance: Instance,
     drain: Duration,
     spin: Duration,
+}
+
+/// How often an idle server checks that its node still knows it.
+const LINK_CHECK: Duration = Duration::from_secs(1);
+
+impl Shared {
+    /// If the node restarted (the link closed), registers again with the
+    /// new daemon, as the same instance: clients that cached this endpoint
+    /// are unaffected, and new ones can locate it again.
+    fn keep_registered(&self) {
+        {
+            let mut checked = self.link_checked.lock();
+            if checked.elapsed() < LINK_CHECK {
+                return;
+            }
+            *checked = Instant::now();
+        }
+        let mut link = self.link.lock();
+        let Some(current) = link.as_ref() else {
+            return; // shut down
+        };
+        if !current.is_closed() {
+            return;
+        }
+        let path = current.path().to_path_buf();
+        let registered = Link::connect(&path).and_then(|mut fresh| {
+            fresh.call(&LinkRequest::Register {
+                get_port: self.get_port.to_hex(),
+                addr: self.addr,
+                instance: self.instance.to_string(),
+            })?;
+            Ok(fresh)
+        });
+        match registered {
+            Ok(fresh) => {
+                tracing::info!(port = %self.get_port.put_port(), "registered again with a restarted node");
+                *link = Some(fresh);
+            }
+            Err(e) => tracing::debug!("node not back yet: {e}"),
+        }
+    }
 }
 
 /// A server endpoint serving one put-port.  Clone it to share it between
@@ -124,6 +169,9 @@ impl Server {
                     timeout: socket::Timeout::default(),
                 }),
                 link: Mutex::new(Some(link)),
+                link_checked: Mutex::new(Instant::now()),
+                get_port,
+                addr,
                 closed: AtomicBool::new(false),
                 instance,
                 drain: config.drain,
@@ -164,6 +212,7 @@ impl Server {
             if shared.closed.load(Ordering::Acquire) {
                 return Err(Error::Closed);
             }
+            shared.keep_registered();
             let mut reader = shared.reader.lock();
             let Reader { buf, timeout } = &mut *reader;
             // Another reader may have queued a request meanwhile.

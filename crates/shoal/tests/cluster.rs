@@ -543,3 +543,34 @@ fn many_server_threads_share_one_endpoint() {
         "only one server thread did any work: {counts:?}"
     );
 }
+
+#[test]
+fn servers_register_again_when_their_node_restarts() {
+    let t = TestCluster::up("tk", 21, 3, Mode::Netns);
+    let c = t.get();
+    let get = GetPort::random();
+    let port = get.put_port();
+    let echo = Echo::start(c, "n2", get);
+    let ctx = c.context();
+    assert_eq!(
+        call(&mut ctx.client().unwrap(), &port, "before").unwrap(),
+        b"before"
+    );
+    c.kill("n2").unwrap();
+    c.start_node("n2").unwrap();
+    c.wait_ready(Duration::from_secs(10), &mut |_| {}).unwrap();
+    // A new client (nothing cached) finds the server through the new
+    // daemon once the server has noticed the restart.
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        match call(&mut ctx.client().unwrap(), &port, "after") {
+            Ok(reply) => {
+                assert_eq!(reply, b"after");
+                break;
+            }
+            Err(Error::Trans(TransError::NotFound { .. })) if Instant::now() < until => {}
+            Err(e) => panic!("server not found again after its node restarted: {e}"),
+        }
+    }
+    echo.stop();
+}
