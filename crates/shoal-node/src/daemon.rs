@@ -26,10 +26,10 @@ use crate::service::{MemberStatus, NodeRequest, NodeStatus, node_port};
 /// Longest the net thread sleeps before it looks at the stop flag.
 const POLL: Duration = Duration::from_millis(50);
 
-/// Now on the daemon's clock (shared with the RPC library's).
+/// Now on the process's protocol clock (the RPC library's, which the
+/// node service also runs on).
 pub(crate) fn now() -> Time {
-    static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    Time(ORIGIN.get_or_init(Instant::now).elapsed().as_micros() as u64)
+    shoal_rpc::clock::now()
 }
 
 pub(crate) struct State {

@@ -38,7 +38,7 @@
 //! protocol cores of `shoal-proto`; it decides nothing about the protocol.
 
 mod client;
-mod clock;
+pub mod clock;
 mod context;
 mod error;
 pub mod link;
