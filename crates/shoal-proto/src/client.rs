@@ -475,12 +475,7 @@ impl ClientCore {
         self.drop_target();
         let txn = self.txn.as_mut().expect("in a transaction");
         if txn.rounds <= 1 && txn.heard.is_none() {
-            txn.state = State::Verifying;
-            txn.rto = self.config.locate_initial;
-            txn.timer = now + txn.rto;
-            txn.nonce = Nonce(self.next_nonce);
-            self.next_nonce = self.next_nonce.wrapping_add(1);
-            self.send_locate();
+            self.begin_locate(now, State::Verifying);
         } else {
             let port = txn.port;
             self.finish(Err(TransError::ServerRestarted { port }));
@@ -509,14 +504,21 @@ impl ClientCore {
             }
             None => {
                 txn.target = None;
-                txn.state = State::Locating;
-                txn.rto = self.config.locate_initial;
-                txn.timer = now + txn.rto;
-                txn.nonce = Nonce(self.next_nonce);
-                self.next_nonce = self.next_nonce.wrapping_add(1);
-                self.send_locate();
+                self.begin_locate(now, State::Locating);
             }
         }
+    }
+
+    /// Starts a round of locate questions (`Locating` or `Verifying`) with
+    /// a fresh nonce, so answers to earlier rounds are told apart.
+    fn begin_locate(&mut self, now: Time, state: State) {
+        let txn = self.txn.as_mut().expect("in a transaction");
+        txn.state = state;
+        txn.rto = self.config.locate_initial;
+        txn.timer = now + txn.rto;
+        txn.nonce = Nonce(self.next_nonce);
+        self.next_nonce = self.next_nonce.wrapping_add(1);
+        self.send_locate();
     }
 
     /// Sends the locate of the current state: a broadcast while locating,
@@ -527,68 +529,66 @@ impl ClientCore {
             (State::Verifying, Some(t)) => (Dest::Addr(t.node), t.endpoint.instance),
             _ => (Dest::Nodes, Instance(0)),
         };
-        let mut bytes = crate::pool::datagram();
-        encode_into(
-            &Packet::Locate(Locate {
-                nonce: txn.nonce,
-                port: txn.port,
-                instance,
-            }),
-            &self.key,
-            &mut bytes,
-        );
+        let packet = Packet::Locate(Locate {
+            nonce: txn.nonce,
+            port: txn.port,
+            instance,
+        });
         self.stats.locates += 1;
-        self.push(dest, bytes);
+        self.push(dest, &packet);
     }
 
     fn send_fragment(&mut self, idx: u32) {
         let txn = self.txn.as_ref().expect("in a transaction");
         let target = txn.target.expect("talking to a target").endpoint;
         let (frag, payload) = txn.request.fragment(idx);
-        let mut bytes = crate::pool::datagram();
-        encode_into(
-            &Packet::Request(Request {
-                txn: TxnId {
-                    client: self.id,
-                    seq: txn.seq,
-                },
-                instance: target.instance,
-                port: txn.port,
-                frag,
-                total_len: txn.request.total_len(),
-                payload,
-            }),
+        let packet = Packet::Request(Request {
+            txn: TxnId {
+                client: self.id,
+                seq: txn.seq,
+            },
+            instance: target.instance,
+            port: txn.port,
+            frag,
+            total_len: txn.request.total_len(),
+            payload,
+        });
+        // The payload borrows the transaction, so queue through the fields.
+        enqueue(
             &self.key,
-            &mut bytes,
+            &mut self.stats,
+            &mut self.transmits,
+            Dest::Addr(target.addr),
+            &packet,
         );
-        self.push(Dest::Addr(target.addr), bytes);
     }
 
     fn send_reply_ack(&mut self) {
         let txn = self.txn.as_ref().expect("in a transaction");
         let target = txn.target.expect("talking to a target").endpoint;
         let (base, mask) = txn.reply.as_ref().map_or((0, 0), Incoming::ack_state);
-        let mut bytes = crate::pool::datagram();
-        encode_into(
-            &Packet::Ack(Ack {
-                txn: TxnId {
-                    client: self.id,
-                    seq: txn.seq,
-                },
-                instance: target.instance,
-                dir: AckDir::Reply,
-                base,
-                mask,
-            }),
-            &self.key,
-            &mut bytes,
-        );
-        self.push(Dest::Addr(target.addr), bytes);
+        let packet = Packet::Ack(Ack {
+            txn: TxnId {
+                client: self.id,
+                seq: txn.seq,
+            },
+            instance: target.instance,
+            dir: AckDir::Reply,
+            base,
+            mask,
+        });
+        self.push(Dest::Addr(target.addr), &packet);
     }
 
-    fn push(&mut self, dest: Dest, bytes: Vec<u8>) {
-        self.stats.datagrams_out += 1;
-        self.transmits.push_back(Transmit { dest, bytes });
+    /// Encodes `packet` into a pooled buffer and queues it for `dest`.
+    fn push(&mut self, dest: Dest, packet: &Packet<'_>) {
+        enqueue(
+            &self.key,
+            &mut self.stats,
+            &mut self.transmits,
+            dest,
+            packet,
+        );
     }
 
     fn finish(&mut self, result: Result<Vec<u8>, TransError>) {
@@ -599,4 +599,18 @@ impl ClientCore {
         }
         self.outcome = Some(result);
     }
+}
+
+/// Encodes `packet` into a pooled buffer and queues it for `dest`.
+fn enqueue(
+    key: &ClusterKey,
+    stats: &mut Stats,
+    transmits: &mut VecDeque<Transmit>,
+    dest: Dest,
+    packet: &Packet<'_>,
+) {
+    let mut bytes = crate::pool::datagram();
+    encode_into(packet, key, &mut bytes);
+    stats.datagrams_out += 1;
+    transmits.push_back(Transmit { dest, bytes });
 }

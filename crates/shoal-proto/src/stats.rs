@@ -14,10 +14,6 @@ macro_rules! stats {
                 vec![$((stringify!($name), self.$name)),*]
             }
 
-            /// Adds `other`'s counters to these.
-            pub fn add(&mut self, other: &Stats) {
-                $(self.$name += other.$name;)*
-            }
         }
     };
 }

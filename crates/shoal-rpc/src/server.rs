@@ -9,7 +9,7 @@
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -69,8 +69,10 @@ struct Shared {
     core: Mutex<ServerCore>,
     reader: Mutex<Reader>,
     link: Mutex<Option<Link>>,
-    /// When the link was last checked (see [`Shared::keep_registered`]).
-    link_checked: Mutex<Instant>,
+    /// When the link was last checked, on the protocol clock, in
+    /// microseconds (see [`Shared::keep_registered`]): an atomic, because
+    /// every `getreq` looks at it.
+    link_checked: AtomicU64,
     get_port: GetPort,
     addr: SocketAddr,
     closed: AtomicBool,
@@ -87,12 +89,15 @@ impl Shared {
     /// new daemon, as the same instance: clients that cached this endpoint
     /// are unaffected, and new ones can locate it again.
     fn keep_registered(&self) {
+        let now = clock::now().0;
+        let last = self.link_checked.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < LINK_CHECK.as_micros() as u64
+            || self
+                .link_checked
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
         {
-            let mut checked = self.link_checked.lock();
-            if checked.elapsed() < LINK_CHECK {
-                return;
-            }
-            *checked = Instant::now();
+            return;
         }
         let mut link = self.link.lock();
         let Some(current) = link.as_ref() else {
@@ -169,7 +174,7 @@ impl Server {
                     timeout: socket::Timeout::default(),
                 }),
                 link: Mutex::new(Some(link)),
-                link_checked: Mutex::new(Instant::now()),
+                link_checked: AtomicU64::new(clock::now().0),
                 get_port,
                 addr,
                 closed: AtomicBool::new(false),
