@@ -7,6 +7,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use shoal_cap::PutPort;
 
 use crate::ids::{ClientId, Instance, NodeId, Nonce, Seq, TxnId};
+use crate::group::{GROUP_KIND_BASE, GROUP_KIND_LAST};
 use crate::key::ClusterKey;
 use crate::packet::*;
 use crate::{HEADER_LEN, MAGIC, MAX_DATAGRAM, VERSION, WireError};
@@ -22,6 +23,7 @@ fn payload_len(packet: &Packet<'_>) -> usize {
     match packet {
         Packet::Request(r) => r.payload.len(),
         Packet::Reply(r) => r.payload.len(),
+        Packet::Group(g) => g.body.payload_len(),
         _ => 0,
     }
 }
@@ -99,6 +101,7 @@ pub fn encode_into(packet: &Packet<'_>, key: &ClusterKey, out: &mut Vec<u8>) {
                 w.addr(m.addr);
             }
         }
+        Packet::Group(g) => crate::group::encode_group(g, &mut w),
     }
     let mac = key.mac(out);
     out[4..HEADER_LEN].copy_from_slice(&mac);
@@ -119,7 +122,7 @@ pub fn decode<'a>(datagram: &'a [u8], key: &ClusterKey) -> Result<Packet<'a>, Wi
         return Err(WireError::BadVersion(datagram[2]));
     }
     let kind = datagram[3];
-    if !(1..=8).contains(&kind) {
+    if !(1..=8).contains(&kind) && !(GROUP_KIND_BASE..=GROUP_KIND_LAST).contains(&kind) {
         return Err(WireError::BadKind(kind));
     }
     let mac = key.mac(datagram);
@@ -235,6 +238,7 @@ pub fn decode<'a>(datagram: &'a [u8], key: &ClusterKey) -> Result<Packet<'a>, Wi
                 members,
             })
         }
+        GROUP_KIND_BASE..=GROUP_KIND_LAST => Packet::Group(crate::group::decode_group(kind, &mut r)?),
         _ => unreachable!("kind checked above"),
     };
     if !r.0.is_empty() {
@@ -252,33 +256,33 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-struct Writer<'a>(&'a mut Vec<u8>);
+pub(crate) struct Writer<'a>(pub(crate) &'a mut Vec<u8>);
 
 impl Writer<'_> {
-    fn u8(&mut self, v: u8) {
+    pub(crate) fn u8(&mut self, v: u8) {
         self.0.push(v);
     }
-    fn u16(&mut self, v: u16) {
+    pub(crate) fn u16(&mut self, v: u16) {
         self.0.extend_from_slice(&v.to_le_bytes());
     }
-    fn u32(&mut self, v: u32) {
+    pub(crate) fn u32(&mut self, v: u32) {
         self.0.extend_from_slice(&v.to_le_bytes());
     }
-    fn u64(&mut self, v: u64) {
+    pub(crate) fn u64(&mut self, v: u64) {
         self.0.extend_from_slice(&v.to_le_bytes());
     }
-    fn bytes(&mut self, v: &[u8]) {
+    pub(crate) fn bytes(&mut self, v: &[u8]) {
         self.0.extend_from_slice(v);
     }
-    fn txn(&mut self, t: TxnId) {
+    pub(crate) fn txn(&mut self, t: TxnId) {
         self.u64(t.client.0);
         self.u64(t.seq.0);
     }
-    fn frag(&mut self, f: Frag) {
+    pub(crate) fn frag(&mut self, f: Frag) {
         self.u32(f.index);
         self.u32(f.count);
     }
-    fn addr(&mut self, a: SocketAddr) {
+    pub(crate) fn addr(&mut self, a: SocketAddr) {
         match a.ip() {
             IpAddr::V4(ip) => {
                 self.u8(4);
@@ -293,10 +297,10 @@ impl Writer<'_> {
     }
 }
 
-struct Reader<'a>(&'a [u8]);
+pub(crate) struct Reader<'a>(pub(crate) &'a [u8]);
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
         if self.0.len() < n {
             return Err(WireError::Truncated);
         }
@@ -304,45 +308,82 @@ impl<'a> Reader<'a> {
         self.0 = tail;
         Ok(head)
     }
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], WireError> {
+    pub(crate) fn array<const N: usize>(&mut self) -> Result<[u8; N], WireError> {
         Ok(self.take(N)?.try_into().expect("length checked"))
     }
-    fn u8(&mut self) -> Result<u8, WireError> {
+    pub(crate) fn u8(&mut self) -> Result<u8, WireError> {
         Ok(self.take(1)?[0])
     }
-    fn u16(&mut self) -> Result<u16, WireError> {
+    pub(crate) fn u16(&mut self) -> Result<u16, WireError> {
         Ok(u16::from_le_bytes(self.array()?))
     }
-    fn u32(&mut self) -> Result<u32, WireError> {
+    pub(crate) fn u32(&mut self) -> Result<u32, WireError> {
         Ok(u32::from_le_bytes(self.array()?))
     }
-    fn u64(&mut self) -> Result<u64, WireError> {
+    pub(crate) fn u64(&mut self) -> Result<u64, WireError> {
         Ok(u64::from_le_bytes(self.array()?))
     }
-    fn rest(&mut self) -> &'a [u8] {
+    pub(crate) fn rest(&mut self) -> &'a [u8] {
         std::mem::take(&mut self.0)
     }
-    fn txn(&mut self) -> Result<TxnId, WireError> {
+    pub(crate) fn txn(&mut self) -> Result<TxnId, WireError> {
         Ok(TxnId {
             client: ClientId(self.u64()?),
             seq: Seq(self.u64()?),
         })
     }
-    fn port(&mut self) -> Result<PutPort, WireError> {
+    pub(crate) fn port(&mut self) -> Result<PutPort, WireError> {
         Ok(PutPort::from_bytes(self.array()?))
     }
-    fn frag(&mut self) -> Result<Frag, WireError> {
+    pub(crate) fn frag(&mut self) -> Result<Frag, WireError> {
         Ok(Frag {
             index: self.u32()?,
             count: self.u32()?,
         })
     }
-    fn addr(&mut self) -> Result<SocketAddr, WireError> {
+    pub(crate) fn addr(&mut self) -> Result<SocketAddr, WireError> {
         let ip = match self.u8()? {
             4 => IpAddr::V4(Ipv4Addr::from(self.array::<4>()?)),
             6 => IpAddr::V6(Ipv6Addr::from(self.array::<16>()?)),
             _ => return Err(WireError::Malformed("address family")),
         };
         Ok(SocketAddr::new(ip, self.u16()?))
+    }
+}
+
+impl Reader<'_> {
+    pub(crate) fn bool(&mut self) -> Result<bool, WireError> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(WireError::Malformed("flag")),
+        }
+    }
+    pub(crate) fn remaining(&self) -> usize {
+        self.0.len()
+    }
+    pub(crate) fn finish(&self) -> Result<(), WireError> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(WireError::Oversized)
+        }
+    }
+    pub(crate) fn member(&mut self) -> Result<crate::group::MemberEntry, WireError> {
+        Ok(crate::group::MemberEntry {
+            id: crate::MemberId(self.u64()?),
+            addr: self.addr()?,
+        })
+    }
+    pub(crate) fn members(&mut self) -> Result<Vec<crate::group::MemberEntry>, WireError> {
+        let n = self.u16()? as usize;
+        if n > crate::group::MAX_GROUP_MEMBERS {
+            return Err(WireError::Malformed("too many members"));
+        }
+        let mut list = Vec::with_capacity(n.min(self.0.len() / 15));
+        for _ in 0..n {
+            list.push(self.member()?);
+        }
+        Ok(list)
     }
 }

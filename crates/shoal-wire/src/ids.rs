@@ -45,6 +45,10 @@ id_type!(
     NodeId
 );
 id_type!(
+    /// One member of a group: a process's endpoint in it, new each time it joins.
+    MemberId
+);
+id_type!(
     /// Matches a locate answer to its question.
     Nonce
 );

@@ -23,12 +23,13 @@
 //! turns bytes into [`Packet`]s and back.
 
 mod codec;
+pub mod group;
 mod ids;
 mod key;
 mod packet;
 
 pub use codec::{decode, encode, encode_into};
-pub use ids::{ClientId, Instance, NodeId, Nonce, Seq, TxnId};
+pub use ids::{ClientId, Instance, MemberId, NodeId, Nonce, Seq, TxnId};
 pub use key::ClusterKey;
 pub use packet::{
     Ack, AckDir, Endpoint, Fate, Frag, Heartbeat, Here, Locate, MAX_HERE_ENDPOINTS, MAX_MEMBERS,

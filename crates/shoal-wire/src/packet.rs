@@ -225,6 +225,8 @@ pub enum Packet<'a> {
     Locate(Locate),
     Here(Here),
     Heartbeat(Heartbeat),
+    /// Group communication (kinds 16–31, see [`crate::group`]).
+    Group(crate::group::GroupPacket<'a>),
 }
 
 impl Packet<'_> {
@@ -239,6 +241,7 @@ impl Packet<'_> {
             Packet::Locate(_) => 6,
             Packet::Here(_) => 7,
             Packet::Heartbeat(_) => 8,
+            Packet::Group(g) => g.body.kind(),
         }
     }
 

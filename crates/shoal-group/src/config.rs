@@ -1,0 +1,93 @@
+//! Group parameters: those fixed when the group is created (resilience,
+//! the PB/BB threshold) and local timing and memory limits.
+
+use std::time::Duration;
+
+/// Parameters of one member.  `resilience` and `large_bytes` are the
+/// group's: every member should use the creator's values (they travel in
+/// the group's description; see `shoal-rpc`'s `group` module).
+#[derive(Debug, Clone)]
+pub struct GroupConfig {
+    /// Resilience degree r: a message is delivered only once r members
+    /// besides the sequencer hold it, so it survives any r simultaneous
+    /// crashes.
+    pub resilience: usize,
+    /// Messages of at least this many bytes are broadcast by their sender
+    /// (BB); smaller ones go through the sequencer (PB).
+    pub large_bytes: usize,
+    /// Largest fragment payload this member sends.
+    pub frag_bytes: usize,
+    /// Bytes of history the sequencer keeps before it stops accepting new
+    /// messages and expels the member that holds it back.  Members keep
+    /// at most twice this.
+    pub history_bytes: usize,
+    /// Messages a member may have in flight (sent, not yet ordered).
+    pub send_window: usize,
+    /// Bytes a member may have in flight.
+    pub send_window_bytes: usize,
+    /// Internal clock tick: retries and failure checks run this often.
+    pub tick: Duration,
+    /// The sequencer broadcasts a heartbeat when it has been quiet this long.
+    pub heartbeat: Duration,
+    /// A member suspects the sequencer after this much silence.
+    pub suspect_after: Duration,
+    /// The sequencer suspects a member after this much silence, despite
+    /// status requests; also how long a member may hold history back
+    /// before it is expelled.
+    pub dead_after: Duration,
+    /// Retransmission interval for data, acks, nacks, invites and joins.
+    pub retransmit: Duration,
+    /// A sender retries this many times before it suspects the sequencer.
+    pub send_retries: u32,
+    /// A recovery coordinator waits this long for every member's vote
+    /// before it settles for a quorum.
+    pub vote_wait: Duration,
+    /// A recovery that has not installed a new incarnation after this long
+    /// fails (and is tried again after `suspect_after`).
+    pub recovery_timeout: Duration,
+    /// A joiner gives up after this long.
+    pub join_timeout: Duration,
+    /// Least number of members a reset needs, besides the resilience rule
+    /// (see [`GroupConfig::quorum`]); `None`: a majority.
+    pub min_members: Option<usize>,
+}
+
+impl Default for GroupConfig {
+    fn default() -> Self {
+        Self {
+            resilience: 0,
+            large_bytes: 8 * 1024,
+            frag_bytes: 60_000,
+            history_bytes: 64 << 20,
+            send_window: 64,
+            send_window_bytes: 16 << 20,
+            tick: Duration::from_millis(10),
+            heartbeat: Duration::from_millis(40),
+            suspect_after: Duration::from_millis(200),
+            dead_after: Duration::from_millis(600),
+            retransmit: Duration::from_millis(30),
+            send_retries: 8,
+            vote_wait: Duration::from_millis(100),
+            recovery_timeout: Duration::from_millis(1500),
+            join_timeout: Duration::from_secs(5),
+            min_members: None,
+        }
+    }
+}
+
+impl GroupConfig {
+    /// Members that must vote for a reset of a group of `n` members:
+    /// at least `n - r` (so the voters include a holder of every delivered
+    /// message) and at least `min_members`, by default a majority (so two
+    /// sides of a partition can never both reset).
+    pub fn quorum(&self, n: usize) -> usize {
+        let floor = self.min_members.unwrap_or(n / 2 + 1);
+        floor.max(n.saturating_sub(self.resilience)).clamp(1, n.max(1))
+    }
+
+    /// Members besides the sequencer that must hold an entry before it
+    /// is delivered, in a group of `n` members.
+    pub fn acks_needed(&self, n: usize) -> usize {
+        self.resilience.min(n.saturating_sub(1))
+    }
+}

@@ -1,0 +1,514 @@
+//! Recovery (reset): when the sequencer or a member is lost, a surviving
+//! member becomes coordinator and installs a new incarnation.
+//!
+//! ```text
+//!  coordinator                          members
+//!  ballot b = (max incarnation seen + 1, my id)
+//!  Invite(b) ───────────────────────▶  promise b if higher than any promise;
+//!                                      stop taking part in the old incarnation
+//!            ◀─────────────────────── Vote(b, last normal incarnation, held, commit)
+//!  wait for every member, or for a quorum after `vote_wait`
+//!  best = highest (last normal incarnation, held) among the votes
+//!  Fetch(b, my held+1 ..= best.held) ─▶ best voter
+//!            ◀─────────────────────── Order(FETCHED) entries
+//!  quorum check against the membership at the end of the log
+//!  Install = view entry of incarnation b, voters as members ─▶ all
+//!                                      keep the log up to what is known
+//!                                      committed (or all of it, if it comes
+//!                                      from the same incarnation), ask for
+//!                                      the rest; the coordinator is the new
+//!                                      sequencer
+//! ```
+//!
+//! Safety rests on two facts.  A delivered entry is held by r + 1 members
+//! (or all of them, in a smaller group), and a reset needs votes from at
+//! least `n − r` members, so some voter holds it and the best log contains
+//! it.  Every quorum is also a majority (unless the application lowers the
+//! minimum), so two sides of a partition never both install a new
+//! incarnation.  As in Viewstamped Replication, the log is taken from the
+//! voter with the latest *normal* incarnation, so a tentative entry of an
+//! abandoned incarnation never displaces a committed one.
+
+use std::net::SocketAddr;
+
+use rustc_hash::{FxHashMap, FxHashSet};
+use shoal_proto::Time;
+use shoal_wire::MemberId;
+use shoal_wire::group::{
+    Fetch, GroupBody, GroupHeader, Invite, Nack, Order, Reject, Vote, decode_members,
+};
+
+use crate::core::{GroupCore, Status};
+use crate::event::Event;
+
+/// The coordinator's state during a reset.
+#[derive(Debug)]
+pub(crate) struct Coordinator {
+    pub ballot: u64,
+    pub started: Time,
+    pub last_invite: Time,
+    pub votes: FxHashMap<MemberId, Vote>,
+    pub addrs: FxHashMap<MemberId, SocketAddr>,
+    pub exclude: FxHashSet<MemberId>,
+    pub min_override: Option<usize>,
+    /// Entries must be fetched up to here from this voter.
+    pub fetch: Option<(MemberId, u64, Time)>,
+    /// The best log's incarnation.
+    pub best_inc: u64,
+}
+
+impl GroupCore {
+    /// Starts a reset coordinated by this member.  `exclude` are members
+    /// known dead or to be expelled; `min_override` replaces the quorum
+    /// (the application's choice, see [`GroupCore::reset`]).
+    pub(crate) fn start_recovery(
+        &mut self,
+        now: Time,
+        exclude: FxHashSet<MemberId>,
+        min_override: Option<usize>,
+    ) {
+        if matches!(self.status, Status::Out | Status::Left | Status::Joining) {
+            return;
+        }
+        if let Some(c) = self.coord.as_mut() {
+            c.exclude.extend(exclude);
+            if min_override.is_some() {
+                c.min_override = min_override;
+            }
+            return;
+        }
+        let ballot = self.inc.max(self.promised.0) + 1;
+        self.promised = (ballot, self.me.id);
+        self.status = Status::Recovering;
+        self.seq = None;
+        self.voted_at = None;
+        self.recovery_failed_at = None;
+        let own = Vote {
+            ballot,
+            coord: self.me.id,
+            last_normal: self.last_normal,
+            held: self.held,
+            commit: self.commit,
+        };
+        let mut votes = FxHashMap::default();
+        votes.insert(self.me.id, own);
+        let addrs = self
+            .members
+            .iter()
+            .chain(self.prev_members.iter())
+            .map(|m| (m.id, m.addr))
+            .collect();
+        self.coord = Some(Coordinator {
+            ballot,
+            started: now,
+            last_invite: now,
+            votes,
+            addrs,
+            exclude,
+            min_override,
+            fetch: None,
+            best_inc: self.last_normal,
+        });
+        self.invite(now);
+        self.evaluate(now);
+    }
+
+    /// Starts a reset on the application's request; `min_members`, if
+    /// given, replaces the quorum rule (accepting that messages delivered
+    /// only by absent members may be lost).
+    pub fn reset(&mut self, now: Time, min_members: Option<usize>) {
+        self.now = now;
+        if let Some(c) = self.coord.as_mut() {
+            c.min_override = min_members;
+            self.evaluate(now);
+            return;
+        }
+        if self.status == Status::Recovering {
+            self.status = Status::Normal;
+        }
+        self.start_recovery(now, FxHashSet::default(), min_members);
+    }
+
+    fn invite(&mut self, now: Time) {
+        let Some(c) = self.coord.as_mut() else { return };
+        c.last_invite = now;
+        let ballot = c.ballot;
+        let targets: Vec<SocketAddr> = self
+            .members
+            .iter()
+            .filter(|m| m.id != self.me.id && !c.exclude.contains(&m.id) && !c.votes.contains_key(&m.id))
+            .map(|m| m.addr)
+            .collect();
+        let hdr = self.hdr();
+        for addr in targets {
+            self.emit(
+                crate::core::GroupDest::Addr(addr),
+                hdr,
+                GroupBody::Invite(Invite { ballot }),
+            );
+        }
+    }
+
+    pub(crate) fn on_invite(&mut self, now: Time, hdr: GroupHeader, ballot: u64, from: SocketAddr) {
+        let b = (ballot, hdr.from);
+        if self.status == Status::Normal && !self.is_member(hdr.from) {
+            // Someone from an older incarnation: tell it where we are.
+            self.reject(from);
+            return;
+        }
+        if b < self.promised {
+            self.reject(from);
+            return;
+        }
+        if b > self.promised {
+            self.promised = b;
+            self.coord = None;
+            self.seq = None;
+            self.status = Status::Recovering;
+            self.voted_at = Some(now);
+        }
+        if self.promised == b && self.coord.is_none() {
+            let vote = Vote {
+                ballot,
+                coord: hdr.from,
+                last_normal: self.last_normal,
+                held: self.held,
+                commit: self.commit,
+            };
+            let hdr = self.hdr();
+            self.emit(crate::core::GroupDest::Addr(from), hdr, GroupBody::Vote(vote));
+        }
+    }
+
+    fn reject(&mut self, to: SocketAddr) {
+        let hdr = self.hdr();
+        self.emit(
+            crate::core::GroupDest::Addr(to),
+            hdr,
+            GroupBody::Reject(Reject {
+                ballot: self.promised.0,
+                coord: self.promised.1,
+                sequencer: self.sequencer,
+            }),
+        );
+    }
+
+    pub(crate) fn on_vote(&mut self, now: Time, hdr: GroupHeader, v: &Vote, from: SocketAddr) {
+        let Some(c) = self.coord.as_mut() else { return };
+        if v.ballot != c.ballot || v.coord != self.me.id || c.exclude.contains(&hdr.from) {
+            return;
+        }
+        c.addrs.insert(hdr.from, from);
+        c.votes.insert(hdr.from, *v);
+        self.evaluate(now);
+    }
+
+    pub(crate) fn on_reject(&mut self, now: Time, hdr: GroupHeader, r: &Reject, from: SocketAddr) {
+        if (r.ballot, r.coord) > self.promised {
+            self.promised = (r.ballot, r.coord);
+            if self.coord.is_some() {
+                self.coord = None;
+                self.voted_at = Some(now);
+            }
+        }
+        if hdr.inc > self.inc {
+            // The group moved on without us: ask its sequencer, which sends
+            // us its view entry if we are still a member, or tells us we
+            // are not.
+            let to = self.addr_of(r.sequencer).unwrap_or(from);
+            let hdr = self.hdr();
+            self.emit(
+                crate::core::GroupDest::Addr(to),
+                hdr,
+                GroupBody::Nack(Nack {
+                    held: self.held,
+                    from: self.held + 1,
+                    to: self.held + 1,
+                }),
+            );
+        }
+    }
+
+    pub(crate) fn on_fetch(&mut self, _now: Time, hdr: GroupHeader, f: &Fetch, from: SocketAddr) {
+        if self.promised != (f.ballot, hdr.from) {
+            return;
+        }
+        let start = self.log_start();
+        if f.from < start && f.from <= self.held {
+            let hdr = GroupHeader {
+                inc: self.inc.max(f.ballot),
+                ..self.hdr()
+            };
+            self.emit(
+                crate::core::GroupDest::Addr(from),
+                hdr,
+                GroupBody::NotMember(shoal_wire::group::NotMember {
+                    sequencer: self.sequencer,
+                }),
+            );
+            return;
+        }
+        let mut budget = 4 * self.cfg.frag_bytes.max(64 * 1024);
+        for seq in f.from..=f.to.min(self.held) {
+            let Some(e) = self.log.get(&seq).cloned() else {
+                continue;
+            };
+            self.emit_entry(
+                crate::core::GroupDest::Addr(from),
+                seq,
+                &e,
+                shoal_wire::group::ORDER_FETCHED,
+                f.ballot,
+            );
+            budget = budget.saturating_sub(e.body.len() + 64);
+            if budget == 0 {
+                break;
+            }
+        }
+    }
+
+    pub(crate) fn coord_on_fetched(&mut self, now: Time, hdr: GroupHeader, o: &Order<'_>) {
+        let Some(c) = self.coord.as_ref() else { return };
+        if hdr.inc != c.ballot || c.fetch.is_none() {
+            return;
+        }
+        if o.seq > self.held && !self.log.contains_key(&o.seq) {
+            if o.frag.count == 1 {
+                if o.total_len == o.payload.len() as u64 {
+                    let e = crate::core::entry_from_order(o, bytes::Bytes::copy_from_slice(o.payload));
+                    self.place(o.seq, e);
+                }
+            } else {
+                self.add_fragment_fetched(o);
+            }
+            self.after_hold(now);
+        }
+        self.evaluate(now);
+    }
+
+    fn add_fragment_fetched(&mut self, o: &Order<'_>) {
+        self.add_fragment(o);
+    }
+
+    /// Decides what to do next in a reset this member coordinates.
+    pub(crate) fn evaluate(&mut self, now: Time) {
+        let Some(c) = self.coord.as_ref() else { return };
+        let invited: Vec<MemberId> = self
+            .members
+            .iter()
+            .filter(|m| !c.exclude.contains(&m.id))
+            .map(|m| m.id)
+            .collect();
+        let all_in = invited.iter().all(|id| c.votes.contains_key(id));
+        if !all_in && now.saturating_since(c.started) < self.cfg.vote_wait {
+            return;
+        }
+        // The best log: latest normal incarnation, then longest.
+        let (best_id, best) = c
+            .votes
+            .iter()
+            .max_by_key(|(id, v)| (v.last_normal, v.held, **id == self.me.id))
+            .map(|(id, v)| (*id, *v))
+            .expect("own vote");
+        let fetch = c.fetch;
+        if fetch.is_none() {
+            if best.last_normal > self.last_normal || best.held > self.held {
+                if best.last_normal > self.last_normal {
+                    // Our tail may be tentative entries of an abandoned
+                    // incarnation: keep only what we know is committed.
+                    self.truncate_to(self.commit);
+                }
+                let c = self.coord.as_mut().expect("coordinating");
+                c.best_inc = best.last_normal;
+                c.fetch = Some((best_id, best.held, now));
+                let ballot = c.ballot;
+                let addr = c.addrs.get(&best_id).copied();
+                if self.held < best.held {
+                    if let Some(addr) = addr {
+                        let hdr = self.hdr();
+                        self.emit(
+                            crate::core::GroupDest::Addr(addr),
+                            hdr,
+                            GroupBody::Fetch(Fetch {
+                                ballot,
+                                from: self.held + 1,
+                                to: best.held,
+                            }),
+                        );
+                    }
+                    return;
+                }
+            } else {
+                let c = self.coord.as_mut().expect("coordinating");
+                c.best_inc = best.last_normal;
+                c.fetch = Some((self.me.id, self.held, now));
+            }
+        }
+        let c = self.coord.as_ref().expect("coordinating");
+        let (_, upto, _) = c.fetch.expect("set above");
+        if self.held < upto {
+            return;
+        }
+        // Quorum against the membership at the end of the log, and the one
+        // before its last change (which may not be committed).
+        if !self.is_member(self.me.id) {
+            self.expelled();
+            return;
+        }
+        let voters: FxHashSet<MemberId> = c.votes.keys().copied().collect();
+        let mut ok = true;
+        let mut have_need = (0, 0);
+        let lists = [self.members.clone(), self.prev_members.clone()];
+        for list in lists.iter().filter(|l| !l.is_empty()) {
+            let have = list.iter().filter(|m| voters.contains(&m.id)).count();
+            let need = match c.min_override {
+                Some(min) => min.clamp(1, list.len()),
+                None => self.cfg.quorum(list.len()),
+            };
+            if have < need {
+                ok = false;
+                have_need = (have, need);
+            }
+        }
+        // Members we learned of from the fetched log are invited too.
+        let uninvited: Vec<_> = self
+            .members
+            .iter()
+            .filter(|m| !c.exclude.contains(&m.id) && !c.votes.contains_key(&m.id))
+            .map(|m| m.id)
+            .collect();
+        if ok && (uninvited.is_empty() || now.saturating_since(c.started) >= self.cfg.vote_wait) {
+            let new_members: Vec<_> = self
+                .members
+                .iter()
+                .filter(|m| voters.contains(&m.id))
+                .copied()
+                .collect();
+            let ballot = c.ballot;
+            let continues = c.best_inc;
+            self.install(now, ballot, new_members, continues);
+            return;
+        }
+        if now.saturating_since(c.started) >= self.cfg.recovery_timeout {
+            let (have, need) = have_need;
+            self.coord = None;
+            self.recovery_failed_at = Some(now);
+            self.events.push_back(Event::ResetFailed { have, need });
+        }
+    }
+
+    /// Drops log entries after `keep` (they may be tentative entries of an
+    /// abandoned incarnation) and the membership changes they made.
+    pub(crate) fn truncate_to(&mut self, keep: u64) {
+        let keep = keep.max(self.delivered);
+        let tail: Vec<u64> = self.log.range(keep + 1..).map(|(s, _)| *s).collect();
+        for seq in tail {
+            let e = self.log.remove(&seq).expect("present");
+            self.log_bytes -= e.body.len();
+            if e.kind == shoal_wire::group::EntryKind::App {
+                let last = self.senders.entry(e.sender).or_insert(0);
+                *last = (*last).min(e.msg_id.saturating_sub(1));
+            }
+        }
+        self.partial.clear();
+        self.accepted.clear();
+        if self.held > keep {
+            self.held = keep;
+        }
+        self.last_known = self.last_known.min(self.held);
+        self.restore_membership(keep);
+    }
+
+    /// A view entry of a later incarnation: the new sequencer's install.
+    pub(crate) fn on_install(&mut self, now: Time, hdr: GroupHeader, o: &Order<'_>) {
+        if (hdr.inc, hdr.from) < self.promised || o.frag.count != 1 {
+            return;
+        }
+        let Ok(list) = decode_members(o.payload) else {
+            return;
+        };
+        if !list.iter().any(|m| m.id == self.me.id) {
+            self.expelled();
+            return;
+        }
+        let end = o.seq - 1;
+        let keep = if self.last_normal == o.msg_id {
+            self.held.min(end)
+        } else {
+            self.commit.min(end)
+        };
+        self.truncate_to(keep);
+        // Entries beyond the new log's end are not part of it.
+        let beyond: Vec<u64> = self.log.range(end + 1..).map(|(s, _)| *s).collect();
+        for seq in beyond {
+            let e = self.log.remove(&seq).expect("present");
+            self.log_bytes -= e.body.len();
+        }
+        self.inc = hdr.inc;
+        self.last_normal = hdr.inc;
+        self.sequencer = hdr.from;
+        self.promised = self.promised.max((hdr.inc, hdr.from));
+        self.status = Status::Normal;
+        self.seq = None;
+        self.coord = None;
+        self.voted_at = None;
+        self.recovery_failed_at = None;
+        self.heard_seq = now;
+        self.last_known = self.last_known.max(o.seq);
+        let e = crate::core::entry_from_order(o, bytes::Bytes::copy_from_slice(o.payload));
+        self.place(o.seq, e);
+        self.learn(o.commit, o.stable, o.seq);
+        self.after_hold(now);
+        self.send_ack(now);
+        self.check_gap(now, false);
+        self.deliver();
+        for p in self.outgoing.iter_mut() {
+            p.tries = 0;
+        }
+        for i in 0..self.outgoing.len() {
+            self.transmit_pending(now, i, true);
+        }
+    }
+
+    pub(crate) fn recovery_tick(&mut self, now: Time) {
+        if let Some(c) = self.coord.as_ref() {
+            if now.saturating_since(c.last_invite) >= self.cfg.retransmit {
+                self.invite(now);
+                if let Some((id, upto, last)) = self.coord.as_ref().and_then(|c| c.fetch)
+                    && self.held < upto
+                    && now.saturating_since(last) >= self.cfg.retransmit
+                {
+                    let c = self.coord.as_mut().expect("coordinating");
+                    c.fetch = Some((id, upto, now));
+                    let ballot = c.ballot;
+                    if let Some(addr) = c.addrs.get(&id).copied() {
+                        let hdr = self.hdr();
+                        self.emit(
+                            crate::core::GroupDest::Addr(addr),
+                            hdr,
+                            GroupBody::Fetch(Fetch {
+                                ballot,
+                                from: self.held + 1,
+                                to: upto,
+                            }),
+                        );
+                    }
+                }
+            }
+            self.evaluate(now);
+            return;
+        }
+        if let Some(at) = self.voted_at
+            && now.saturating_since(at) >= self.cfg.recovery_timeout
+        {
+            self.voted_at = None;
+            self.start_recovery(now, FxHashSet::default(), None);
+            return;
+        }
+        if let Some(at) = self.recovery_failed_at
+            && now.saturating_since(at) >= self.cfg.suspect_after
+        {
+            self.start_recovery(now, FxHashSet::default(), None);
+        }
+    }
+}

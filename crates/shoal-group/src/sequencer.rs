@@ -1,0 +1,517 @@
+//! The sequencer's duties: stamp messages with the next sequence number
+//! and broadcast them (PB) or a short accept (BB); with resilience r, wait
+//! for r members to hold an entry before committing it; keep the history
+//! and retransmit from it; purge what every member holds; order joins and
+//! leaves one at a time; notice dead and lagging members.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+use rustc_hash::{FxHashMap, FxHashSet};
+use shoal_proto::Time;
+use shoal_wire::MemberId;
+use shoal_wire::group::{
+    Data, EntryKind, GroupBody, GroupHeader, MemberEntry, ORDER_ACCEPT, ORDER_RETRANSMIT,
+    ORDER_TENTATIVE, Sync, encode_member,
+};
+
+use crate::assembly::Assembly;
+use crate::core::{Entry, GroupCore, GroupDest, Status};
+
+/// What the sequencer knows of one member.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MemberHeld {
+    /// Highest entry the member holds without a gap, in this incarnation.
+    pub held: u64,
+    /// Last datagram from it.
+    pub heard: Time,
+    /// It acknowledged in this incarnation (a joiner that has not yet
+    /// received its state, or a member that missed the install, has not).
+    pub acked: bool,
+}
+
+/// Sequencer state.
+#[derive(Debug)]
+pub(crate) struct Sequencer {
+    /// Next sequence number to assign.
+    pub next: u64,
+    /// Sequence number of this incarnation's view entry.
+    pub view_seq: u64,
+    pub members: FxHashMap<MemberId, MemberHeld>,
+    /// Joins and leaves waiting for the previous membership change to commit.
+    pub changes: VecDeque<Change>,
+    /// BB bodies being received from their senders.
+    pub bb: FxHashMap<(MemberId, u64), Assembly>,
+    pub last_broadcast: Time,
+    /// Since when the history has been full.
+    pub full_since: Option<Time>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Change {
+    Join(MemberEntry),
+    Leave(MemberId),
+}
+
+impl Sequencer {
+    pub(crate) fn new(now: Time, next: u64, view_seq: u64, members: &[MemberEntry]) -> Self {
+        Self {
+            next,
+            view_seq,
+            members: members
+                .iter()
+                .map(|m| {
+                    (
+                        m.id,
+                        MemberHeld {
+                            held: 0,
+                            heard: now,
+                            acked: false,
+                        },
+                    )
+                })
+                .collect(),
+            changes: VecDeque::new(),
+            bb: FxHashMap::default(),
+            last_broadcast: now,
+            full_since: None,
+        }
+    }
+}
+
+impl GroupCore {
+    /// A member's message fragment reached the sequencer.
+    pub(crate) fn seq_on_data(&mut self, now: Time, hdr: GroupHeader, d: &Data<'_>) {
+        if self.seq.is_none() {
+            return;
+        }
+        if !self.is_member(hdr.from) {
+            if let Some(addr) = self.addr_of(hdr.from) {
+                self.tell_not_member(addr);
+            }
+            return;
+        }
+        if hdr.inc == self.inc {
+            self.seq_on_held(now, hdr, d.held);
+        } else if let Some(m) = self.seq.as_mut().and_then(|s| s.members.get_mut(&hdr.from)) {
+            m.heard = now;
+        }
+        let body = if d.frag.count == 1 {
+            if d.total_len != d.payload.len() as u64 {
+                return;
+            }
+            Bytes::copy_from_slice(d.payload)
+        } else {
+            let key = (hdr.from, d.msg_id);
+            let history = self.cfg.history_bytes;
+            let s = self.seq.as_mut().expect("sequencer");
+            let pending: usize = s.bb.values().map(|a| a.total()).sum();
+            if !s.bb.contains_key(&key) && pending + d.total_len as usize > history {
+                return;
+            }
+            let asm = match s.bb.entry(key) {
+                std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    let Some(a) = Assembly::new(d.total_len, d.frag.count) else {
+                        return;
+                    };
+                    v.insert(a)
+                }
+            };
+            if !asm.add(d.total_len, d.frag.count, d.frag.index, d.payload) || !asm.is_complete()
+            {
+                return;
+            }
+            s.bb.remove(&key).expect("present").finish()
+        };
+        self.seq_accept_data(now, hdr.from, d.msg_id, body, d.bb);
+    }
+
+    /// Orders a complete message, if it is the sender's next one and there
+    /// is room.
+    pub(crate) fn seq_accept_data(
+        &mut self,
+        now: Time,
+        sender: MemberId,
+        msg_id: u64,
+        body: Bytes,
+        bb: bool,
+    ) {
+        let last = self.senders.get(&sender).copied().unwrap_or(0);
+        if msg_id <= last {
+            // Already ordered: tell the sender how far the stream goes, so
+            // it asks for what it missed.
+            if sender != self.me.id {
+                let sync = self.sync_body(false);
+                self.send_to(sender, sync);
+            }
+            return;
+        }
+        if msg_id != last + 1 || self.change_pending() {
+            return;
+        }
+        if self.log_bytes + body.len() > self.cfg.history_bytes {
+            let s = self.seq.as_mut().expect("sequencer");
+            s.full_since.get_or_insert(now);
+            return;
+        }
+        let entry = Entry {
+            inc: self.inc,
+            sender,
+            msg_id,
+            kind: EntryKind::App,
+            body,
+        };
+        self.seq_order(now, entry, bb);
+    }
+
+    /// A membership change is ordered but not committed: nothing more is
+    /// ordered until it is, so that a reset sees at most one.
+    pub(crate) fn change_pending(&self) -> bool {
+        self.members_seq > self.commit
+    }
+
+    /// Stamps `entry` with the next sequence number and broadcasts it.
+    pub(crate) fn seq_order(&mut self, now: Time, entry: Entry, bb: bool) {
+        let seq = self.seq.as_ref().expect("sequencer").next;
+        debug_assert_eq!(seq, self.held + 1);
+        let need = self.cfg.acks_needed(self.members.len());
+        let kind = entry.kind;
+        self.place(seq, entry.clone());
+        self.after_hold(now);
+        assert_eq!(self.held, seq, "the sequencer holds every entry it orders");
+        if kind == EntryKind::Join
+            && let Ok(m) = shoal_wire::group::decode_member(&entry.body)
+        {
+            let s = self.seq.as_mut().expect("sequencer");
+            s.members.insert(
+                m.id,
+                MemberHeld {
+                    held: seq,
+                    heard: now,
+                    acked: false,
+                },
+            );
+        }
+        if need == 0 {
+            self.commit = seq;
+        }
+        let mut flags = if need > 0 { ORDER_TENTATIVE } else { 0 };
+        if bb {
+            flags |= ORDER_ACCEPT;
+        }
+        self.emit_entry(GroupDest::Members, seq, &entry, flags, self.inc);
+        self.seq.as_mut().expect("sequencer").last_broadcast = now;
+        self.seq_recompute(now);
+        self.deliver();
+    }
+
+    /// The sequencer's own hold advanced (it orders, or a new incarnation
+    /// starts).
+    pub(crate) fn seq_after_hold(&mut self, now: Time) {
+        if self.seq.is_some() {
+            self.seq_recompute(now);
+        }
+    }
+
+    /// A member reported how far it holds the stream.
+    pub(crate) fn seq_on_held(&mut self, now: Time, hdr: GroupHeader, held: u64) {
+        let inc = self.inc;
+        let Some(s) = self.seq.as_mut() else { return };
+        let Some(m) = s.members.get_mut(&hdr.from) else {
+            if !self.is_member(hdr.from)
+                && let Some(addr) = self.addr_of(hdr.from)
+            {
+                self.tell_not_member(addr);
+            }
+            return;
+        };
+        m.heard = now;
+        if hdr.inc != inc {
+            return;
+        }
+        let first = !m.acked;
+        m.acked = true;
+        m.held = m.held.max(held.min(self.held));
+        if first {
+            self.state_done(hdr.from);
+        }
+        self.seq_recompute(now);
+        self.try_change(now);
+    }
+
+    /// Recomputes the commit and stable points; broadcasts an accept when
+    /// the commit point moved.
+    fn seq_recompute(&mut self, now: Time) {
+        let need = self.cfg.acks_needed(self.members.len());
+        let Some(s) = self.seq.as_ref() else { return };
+        let mut helds: Vec<u64> = self
+            .members
+            .iter()
+            .filter(|m| m.id != self.me.id)
+            .filter_map(|m| s.members.get(&m.id))
+            .filter(|h| h.acked)
+            .map(|h| h.held)
+            .collect();
+        helds.sort_unstable_by(|a, b| b.cmp(a));
+        let commit = if need == 0 {
+            self.held
+        } else if helds.len() >= need {
+            helds[need - 1].min(self.held)
+        } else {
+            self.commit
+        };
+        let stable = self
+            .members
+            .iter()
+            .filter(|m| m.id != self.me.id)
+            .map(|m| s.members.get(&m.id).map(|h| h.held).unwrap_or(0))
+            .min()
+            .unwrap_or(self.held)
+            .min(self.held);
+        let moved = commit > self.commit;
+        self.commit = self.commit.max(commit);
+        self.stable = self.stable.max(stable);
+        if moved && need > 0 {
+            let sync = self.sync_body(false);
+            self.broadcast(sync);
+            self.seq.as_mut().expect("sequencer").last_broadcast = now;
+        }
+        if moved {
+            self.deliver();
+            self.try_change(now);
+        }
+        self.purge();
+        if self.log_bytes < self.cfg.history_bytes {
+            self.seq.as_mut().expect("sequencer").full_since = None;
+        }
+    }
+
+    pub(crate) fn sync_body(&self, want_status: bool) -> GroupBody<'static> {
+        GroupBody::Sync(Sync {
+            last: self.held,
+            commit: self.commit,
+            stable: self.stable,
+            want_status,
+        })
+    }
+
+    /// Retransmits entries `from..=to` to `member`.
+    pub(crate) fn seq_retransmit(&mut self, member: MemberId, from: u64, to: u64) {
+        let Some(addr) = self.addr_of(member) else {
+            return;
+        };
+        if from < self.log_start() && from <= self.held {
+            // Gone from history: the member must join again for a state.
+            self.tell_not_member(addr);
+            return;
+        }
+        let mut budget = 4 * self.cfg.frag_bytes.max(64 * 1024);
+        for seq in from..=to.min(self.held) {
+            let Some(e) = self.log.get(&seq).cloned() else {
+                continue;
+            };
+            let mut flags = ORDER_RETRANSMIT;
+            if seq > self.commit {
+                flags |= ORDER_TENTATIVE;
+            }
+            self.stats.retransmissions += 1;
+            self.emit_entry(GroupDest::Addr(addr), seq, &e, flags, self.inc);
+            budget = budget.saturating_sub(e.body.len() + 64);
+            if budget == 0 {
+                break;
+            }
+        }
+    }
+
+    /// Sends this incarnation's view entry to a member that missed it.
+    pub(crate) fn seq_resend_view(&mut self, member: MemberId) {
+        let Some(view_seq) = self.seq.as_ref().map(|s| s.view_seq) else {
+            return;
+        };
+        let Some(addr) = self.addr_of(member) else {
+            return;
+        };
+        if !self.is_member(member) {
+            self.tell_not_member(addr);
+            return;
+        }
+        if let Some(e) = self.log.get(&view_seq).cloned() {
+            let flags = if view_seq > self.commit {
+                ORDER_TENTATIVE | ORDER_RETRANSMIT
+            } else {
+                ORDER_RETRANSMIT
+            };
+            self.emit_entry(GroupDest::Addr(addr), view_seq, &e, flags, self.inc);
+        }
+    }
+
+    /// A member asked to leave.
+    pub(crate) fn seq_on_leave(&mut self, now: Time, hdr: GroupHeader) {
+        if self.seq.is_none() || !self.is_member(hdr.from) {
+            return;
+        }
+        self.queue_change(now, Change::Leave(hdr.from));
+    }
+
+    pub(crate) fn queue_change(&mut self, now: Time, change: Change) {
+        let s = self.seq.as_mut().expect("sequencer");
+        if !s.changes.contains(&change) {
+            s.changes.push_back(change);
+        }
+        self.try_change(now);
+    }
+
+    /// Orders the next queued join or leave, once everything before is
+    /// committed.
+    pub(crate) fn try_change(&mut self, now: Time) {
+        if self.seq.is_none() || self.change_pending() || self.commit < self.held {
+            return;
+        }
+        loop {
+            let Some(change) = self.seq.as_mut().expect("sequencer").changes.pop_front() else {
+                return;
+            };
+            let (kind, body) = match change {
+                Change::Join(m) => {
+                    if self.is_member(m.id) {
+                        continue;
+                    }
+                    let mut body = Vec::new();
+                    encode_member(&m, &mut body);
+                    (EntryKind::Join, body)
+                }
+                Change::Leave(id) => {
+                    if !self.is_member(id) {
+                        continue;
+                    }
+                    (EntryKind::Leave, id.0.to_le_bytes().to_vec())
+                }
+            };
+            let entry = Entry {
+                inc: self.inc,
+                sender: self.me.id,
+                msg_id: 0,
+                kind,
+                body: Bytes::from(body),
+            };
+            self.seq_order(now, entry, false);
+            return;
+        }
+    }
+
+    pub(crate) fn seq_tick(&mut self, now: Time) {
+        // Our own messages wait when the history is full or a membership
+        // change is pending; try them again.
+        for i in 0..self.outgoing.len() {
+            if now.saturating_since(self.outgoing[i].last_sent) >= self.cfg.retransmit {
+                self.transmit_pending(now, i, false);
+            }
+        }
+        if let Some(since) = self.leaving
+            && now.saturating_since(since) >= self.cfg.retransmit
+        {
+            self.leaving = Some(now);
+            self.queue_change(now, Change::Leave(self.me.id));
+        }
+        self.try_change(now);
+        let hb = self.cfg.heartbeat;
+        let (quiet, lagging, unacked, dead, blocker) = {
+            let s = self.seq.as_ref().expect("sequencer");
+            let quiet = now.saturating_since(s.last_broadcast) >= hb;
+            let mut lagging = false;
+            let mut unacked = Vec::new();
+            let mut dead = FxHashSet::default();
+            let mut blocker: Option<(u64, MemberId)> = None;
+            for m in &self.members {
+                if m.id == self.me.id {
+                    continue;
+                }
+                let Some(h) = s.members.get(&m.id) else {
+                    continue;
+                };
+                if h.held < self.held || now.saturating_since(h.heard) >= 2 * hb {
+                    lagging = true;
+                }
+                if !h.acked {
+                    unacked.push(m.id);
+                }
+                if now.saturating_since(h.heard) >= self.cfg.dead_after {
+                    dead.insert(m.id);
+                }
+                if blocker.is_none_or(|(held, _)| h.held < held) {
+                    blocker = Some((h.held, m.id));
+                }
+            }
+            let blocker = match (s.full_since, blocker) {
+                (Some(since), Some((_, id))) if now.saturating_since(since) >= self.cfg.dead_after => {
+                    Some(id)
+                }
+                _ => None,
+            };
+            (quiet, lagging, unacked, dead, blocker)
+        };
+        if quiet || (lagging && self.commit < self.held) {
+            let sync = self.sync_body(lagging);
+            self.broadcast(sync);
+            self.seq.as_mut().expect("sequencer").last_broadcast = now;
+        }
+        if quiet {
+            for id in unacked {
+                self.seq_resend_view(id);
+            }
+        }
+        let mut expel = dead;
+        if let Some(id) = blocker {
+            expel.insert(id);
+        }
+        if !expel.is_empty() {
+            self.start_recovery(now, expel, None);
+        }
+    }
+
+    /// Makes this member the sequencer of incarnation `inc` with
+    /// `members`; the view entry goes at `held + 1`.  `continues` is the
+    /// incarnation whose log this one continues (0 for a new group).
+    pub(crate) fn install(
+        &mut self,
+        now: Time,
+        inc: u64,
+        members: Vec<MemberEntry>,
+        continues: u64,
+    ) {
+        self.inc = inc;
+        self.last_normal = inc;
+        self.sequencer = self.me.id;
+        self.status = Status::Normal;
+        self.coord = None;
+        self.voted_at = None;
+        self.recovery_failed_at = None;
+        let view_seq = self.held + 1;
+        self.members = members.clone();
+        self.seq = Some(Sequencer::new(now, view_seq, view_seq, &members));
+        let mut body = Vec::new();
+        shoal_wire::group::encode_members(&members, &mut body);
+        let entry = Entry {
+            inc,
+            sender: self.me.id,
+            msg_id: continues,
+            kind: EntryKind::View,
+            body: Bytes::from(body),
+        };
+        // The view entry replaces the membership: every later quorum is
+        // counted against it.
+        self.stats.resets += 1;
+        self.heard_seq = now;
+        self.seq_order(now, entry, false);
+        // Unordered messages of ours go again, in the new incarnation.
+        for i in 0..self.outgoing.len() {
+            self.transmit_pending(now, i, false);
+        }
+        if self.members.len() <= 1 {
+            self.commit = self.held;
+            self.deliver();
+        }
+        let _ = ORDER_ACCEPT;
+    }
+}
