@@ -1136,6 +1136,11 @@ impl GroupCore {
             .position(|m| m.id == self.me.id)
             .unwrap_or(0) as u32;
         let patience = self.cfg.suspect_after + self.cfg.tick * (2 * rank);
+        // Retries run out only against a silent sequencer: one that is
+        // heard but does not order (its history is full) is waiting for a
+        // laggard to be expelled.
+        let exhausted =
+            exhausted && now.saturating_since(self.heard_seq) >= self.cfg.retransmit * 2;
         if exhausted || now.saturating_since(self.heard_seq) >= patience {
             let exclude = if self.is_member(self.sequencer) {
                 [self.sequencer].into_iter().collect()

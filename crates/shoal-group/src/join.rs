@@ -123,7 +123,13 @@ impl GroupCore {
         if !asm.is_complete() {
             return;
         }
-        let (at_seq, _, asm) = self.joining.take().expect("joining").state.expect("state");
+        let (at_seq, _, asm) = self
+            .joining
+            .as_mut()
+            .expect("joining")
+            .state
+            .take()
+            .expect("state");
         let body = asm.finish();
         let Ok((meta, app)) = decode_state(&body) else {
             self.status = Status::Out;
@@ -131,6 +137,11 @@ impl GroupCore {
             return;
         };
         let app = body.slice_ref(app);
+        if !meta.members.iter().any(|m| m.id == self.me.id) {
+            // A state from before our join was ordered: wait for another.
+            return;
+        }
+        self.joining = None;
         self.inc = meta.inc;
         self.last_normal = meta.inc;
         self.sequencer = meta.sequencer;
@@ -223,7 +234,10 @@ impl GroupCore {
     fn resend_state(&mut self, joiner: MemberId, from_frag: u32) {
         if self.state_out.contains_key(&joiner) {
             self.send_state(joiner, from_frag);
-        } else if self.seq.is_some() && self.is_member(joiner) {
+        } else if self.seq.is_some()
+            && self.is_member(joiner)
+            && self.members_at(self.delivered).iter().any(|m| m.id == joiner)
+        {
             self.events.push_back(Event::StateWanted { joiner });
         }
     }
@@ -236,10 +250,15 @@ impl GroupCore {
             return;
         }
         let at = self.app_seq;
+        // The state must include the joiner's own join.
+        let members = self.members_at(at);
+        if !members.iter().any(|m| m.id == joiner) {
+            return;
+        }
         let meta = StateMeta {
             inc: self.inc,
             sequencer: self.sequencer,
-            members: self.members_at(at),
+            members,
             senders: self.senders.iter().map(|(k, v)| (*k, *v)).collect(),
         };
         let mut body = Vec::with_capacity(state.len() + 64);

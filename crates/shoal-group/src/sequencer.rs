@@ -243,10 +243,17 @@ impl GroupCore {
     /// Recomputes the commit and stable points; broadcasts an accept when
     /// the commit point moved.
     fn seq_recompute(&mut self, now: Time) {
-        let need = self.cfg.acks_needed(self.members.len());
+        // A membership change that is not committed yet is committed by the
+        // membership before it (a joiner cannot hold anything before its
+        // state arrives, which needs the join committed).
+        let voters = if self.change_pending() {
+            &self.prev_members
+        } else {
+            &self.members
+        };
+        let need = self.cfg.acks_needed(voters.len());
         let Some(s) = self.seq.as_ref() else { return };
-        let mut helds: Vec<u64> = self
-            .members
+        let mut helds: Vec<u64> = voters
             .iter()
             .filter(|m| m.id != self.me.id)
             .filter_map(|m| s.members.get(&m.id))
@@ -301,6 +308,14 @@ impl GroupCore {
         let Some(addr) = self.addr_of(member) else {
             return;
         };
+        // A nack overtaken by a later ack asks for what the member has.
+        let known = self
+            .seq
+            .as_ref()
+            .and_then(|s| s.members.get(&member))
+            .filter(|h| h.acked)
+            .map_or(0, |h| h.held);
+        let from = from.max(known + 1);
         if from < self.log_start() && from <= self.held {
             // Gone from history: the member must join again for a state.
             self.tell_not_member(addr);

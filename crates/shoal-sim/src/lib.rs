@@ -26,8 +26,10 @@
 //! [`ServerCore`]: shoal_proto::ServerCore
 //! [`ClientCore`]: shoal_proto::ClientCore
 
+mod group;
 mod net;
 mod sim;
 
+pub use group::{GroupReport, GroupSim, GroupSimConfig};
 pub use net::Faults;
 pub use sim::{Outcome, Report, Sim, SimConfig};
