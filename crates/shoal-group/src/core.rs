@@ -145,6 +145,8 @@ pub struct GroupCore {
     pub(crate) last_ack: Time,
     pub(crate) next_tick: Time,
     pub(crate) now: Time,
+    /// Source of the datagram being handled.
+    pub(crate) src: SocketAddr,
 
     pub(crate) transmits: VecDeque<GroupTransmit>,
     pub(crate) events: VecDeque<Event>,
@@ -236,6 +238,7 @@ impl GroupCore {
             last_ack: Time(0),
             next_tick: now,
             now,
+            src: me.addr,
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             stats: GroupStats::default(),
@@ -560,6 +563,7 @@ impl GroupCore {
     /// forward join requests unchanged).
     pub fn handle_packet(&mut self, now: Time, from: SocketAddr, p: &GroupPacket<'_>, raw: &[u8]) {
         self.now = now;
+        self.src = from;
         if p.hdr.group != self.group || p.hdr.from == self.me.id {
             return;
         }
@@ -936,9 +940,7 @@ impl GroupCore {
             return;
         }
         if !self.is_member(hdr.from) {
-            if let Some(addr) = self.addr_of(hdr.from) {
-                self.tell_not_member(addr);
-            }
+            self.tell_not_member();
             return;
         }
         if hdr.inc != self.inc {
@@ -950,7 +952,13 @@ impl GroupCore {
         self.seq_retransmit(hdr.from, n.from, n.to);
     }
 
-    pub(crate) fn tell_not_member(&mut self, addr: SocketAddr) {
+    /// Tells the sender of the datagram being handled that it is not a
+    /// member of this incarnation.
+    pub(crate) fn tell_not_member(&mut self) {
+        self.tell_not_member_at(self.src);
+    }
+
+    pub(crate) fn tell_not_member_at(&mut self, addr: SocketAddr) {
         let hdr = self.hdr();
         self.emit(
             GroupDest::Addr(addr),
@@ -1102,19 +1110,32 @@ impl GroupCore {
         }
     }
 
-    fn member_tick(&mut self, now: Time) {
-        // Retry unordered messages.
+    /// Sends again this member's unordered messages that are due (or all
+    /// of them); true if one has run out of retries.
+    pub(crate) fn retransmit_due(&mut self, now: Time, all: bool) -> bool {
+        let due: Vec<u64> = self
+            .outgoing
+            .iter()
+            .filter(|p| all || now.saturating_since(p.last_sent) >= self.cfg.retransmit)
+            .map(|p| p.msg_id)
+            .collect();
         let mut exhausted = false;
-        for i in 0..self.outgoing.len() {
-            let p = &self.outgoing[i];
-            if now.saturating_since(p.last_sent) >= self.cfg.retransmit {
-                if p.tries >= self.cfg.send_retries {
-                    exhausted = true;
-                    break;
-                }
-                self.transmit_pending(now, i, false);
+        for msg_id in due {
+            // Ordering one message may complete others: look it up again.
+            let Some(i) = self.outgoing.iter().position(|p| p.msg_id == msg_id) else {
+                continue;
+            };
+            if self.seq.is_none() && self.outgoing[i].tries >= self.cfg.send_retries {
+                exhausted = true;
+                continue;
             }
+            self.transmit_pending(now, i, false);
         }
+        exhausted
+    }
+
+    fn member_tick(&mut self, now: Time) {
+        let exhausted = self.retransmit_due(now, false);
         if let Some(since) = self.leaving
             && now.saturating_since(since) >= self.cfg.retransmit
         {

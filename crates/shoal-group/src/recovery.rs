@@ -358,7 +358,20 @@ impl GroupCore {
         let voters: FxHashSet<MemberId> = c.votes.keys().copied().collect();
         let mut ok = true;
         let mut have_need = (0, 0);
-        let lists = [self.members.clone(), self.prev_members.clone()];
+        // The last membership change, if not known committed, may be
+        // undone: then both memberships need a quorum.
+        let known_commit = c
+            .votes
+            .values()
+            .map(|v| v.commit)
+            .max()
+            .unwrap_or(0)
+            .max(self.commit);
+        let lists = if self.members_seq <= known_commit {
+            vec![self.members.clone()]
+        } else {
+            vec![self.members.clone(), self.prev_members.clone()]
+        };
         for list in lists.iter().filter(|l| !l.is_empty()) {
             let have = list.iter().filter(|m| voters.contains(&m.id)).count();
             let need = match c.min_override {
@@ -465,9 +478,7 @@ impl GroupCore {
         for p in self.outgoing.iter_mut() {
             p.tries = 0;
         }
-        for i in 0..self.outgoing.len() {
-            self.transmit_pending(now, i, true);
-        }
+        self.retransmit_due(now, true);
     }
 
     pub(crate) fn recovery_tick(&mut self, now: Time) {

@@ -86,9 +86,7 @@ impl GroupCore {
             return;
         }
         if !self.is_member(hdr.from) {
-            if let Some(addr) = self.addr_of(hdr.from) {
-                self.tell_not_member(addr);
-            }
+            self.tell_not_member();
             return;
         }
         if hdr.inc == self.inc {
@@ -201,7 +199,9 @@ impl GroupCore {
             flags |= ORDER_ACCEPT;
         }
         self.emit_entry(GroupDest::Members, seq, &entry, flags, self.inc);
-        self.seq.as_mut().expect("sequencer").last_broadcast = now;
+        if let Some(s) = self.seq.as_mut() {
+            s.last_broadcast = now;
+        }
         self.seq_recompute(now);
         self.deliver();
     }
@@ -219,10 +219,8 @@ impl GroupCore {
         let inc = self.inc;
         let Some(s) = self.seq.as_mut() else { return };
         let Some(m) = s.members.get_mut(&hdr.from) else {
-            if !self.is_member(hdr.from)
-                && let Some(addr) = self.addr_of(hdr.from)
-            {
-                self.tell_not_member(addr);
+            if !self.is_member(hdr.from) {
+                self.tell_not_member();
             }
             return;
         };
@@ -282,15 +280,19 @@ impl GroupCore {
         if moved && need > 0 {
             let sync = self.sync_body(false);
             self.broadcast(sync);
-            self.seq.as_mut().expect("sequencer").last_broadcast = now;
+            if let Some(s) = self.seq.as_mut() {
+                s.last_broadcast = now;
+            }
         }
         if moved {
             self.deliver();
             self.try_change(now);
         }
         self.purge();
-        if self.log_bytes < self.cfg.history_bytes {
-            self.seq.as_mut().expect("sequencer").full_since = None;
+        if self.log_bytes < self.cfg.history_bytes
+            && let Some(s) = self.seq.as_mut()
+        {
+            s.full_since = None;
         }
     }
 
@@ -318,7 +320,7 @@ impl GroupCore {
         let from = from.max(known + 1);
         if from < self.log_start() && from <= self.held {
             // Gone from history: the member must join again for a state.
-            self.tell_not_member(addr);
+            self.tell_not_member_at(addr);
             return;
         }
         let mut budget = 4 * self.cfg.frag_bytes.max(64 * 1024);
@@ -348,7 +350,7 @@ impl GroupCore {
             return;
         };
         if !self.is_member(member) {
-            self.tell_not_member(addr);
+            self.tell_not_member_at(addr);
             return;
         }
         if let Some(e) = self.log.get(&view_seq).cloned() {
@@ -418,10 +420,9 @@ impl GroupCore {
     pub(crate) fn seq_tick(&mut self, now: Time) {
         // Our own messages wait when the history is full or a membership
         // change is pending; try them again.
-        for i in 0..self.outgoing.len() {
-            if now.saturating_since(self.outgoing[i].last_sent) >= self.cfg.retransmit {
-                self.transmit_pending(now, i, false);
-            }
+        self.retransmit_due(now, false);
+        if self.seq.is_none() {
+            return;
         }
         if let Some(since) = self.leaving
             && now.saturating_since(since) >= self.cfg.retransmit
@@ -520,9 +521,7 @@ impl GroupCore {
         self.heard_seq = now;
         self.seq_order(now, entry, false);
         // Unordered messages of ours go again, in the new incarnation.
-        for i in 0..self.outgoing.len() {
-            self.transmit_pending(now, i, false);
-        }
+        self.retransmit_due(now, true);
         if self.members.len() <= 1 {
             self.commit = self.held;
             self.deliver();
