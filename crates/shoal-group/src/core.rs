@@ -137,6 +137,8 @@ pub struct GroupCore {
     pub(crate) recovery_failed_at: Option<Time>,
     pub(crate) joining: Option<Joining>,
     pub(crate) leaving: Option<Time>,
+    /// Our own leave was delivered here (a sequencer lingers after it).
+    pub(crate) left_at: Option<(u64, Time)>,
     pub(crate) state_out: crate::join::StateOut,
 
     /// Last datagram from the sequencer (or, as sequencer, last broadcast).
@@ -232,6 +234,7 @@ impl GroupCore {
             recovery_failed_at: None,
             joining: None,
             leaving: None,
+            left_at: None,
             state_out: Default::default(),
             heard_seq: now,
             last_nack: Time(0),
@@ -1028,10 +1031,15 @@ impl GroupCore {
                         let id = MemberId(u64::from_le_bytes(bytes));
                         self.events.push_back(Event::Left { seq, member: id });
                         if id == self.me.id {
-                            self.status = Status::Left;
-                            self.seq = None;
-                            self.events.push_back(Event::LeftGroup);
-                            return;
+                            if self.seq.is_some() {
+                                // A leaving sequencer stays until every
+                                // member holds its leave (or a while), so
+                                // the others can take over with it.
+                                self.left_at = Some((seq, self.now));
+                            } else {
+                                self.finish_leave();
+                                return;
+                            }
                         }
                         if id == self.sequencer {
                             // The sequencer left: the first remaining
@@ -1053,6 +1061,16 @@ impl GroupCore {
                 }
             }
         }
+    }
+
+    fn finish_leave(&mut self) {
+        if self.status == Status::Left {
+            return;
+        }
+        self.status = Status::Left;
+        self.seq = None;
+        self.coord = None;
+        self.events.push_back(Event::LeftGroup);
     }
 
     /// This member's message `msg_id` was delivered: it and every earlier
@@ -1096,6 +1114,12 @@ impl GroupCore {
             return;
         }
         self.next_tick = now + self.cfg.tick;
+        if let Some((seq, at)) = self.left_at
+            && (self.stable >= seq || now.saturating_since(at) >= self.cfg.dead_after)
+        {
+            self.finish_leave();
+            return;
+        }
         match self.status {
             Status::Out | Status::Left => {}
             Status::Joining => self.joining_tick(now),

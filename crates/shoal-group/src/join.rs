@@ -101,6 +101,19 @@ impl GroupCore {
 
     /// Datagrams while joining: only state fragments matter.
     pub(crate) fn joining_packet(&mut self, now: Time, from: SocketAddr, p: &GroupPacket<'_>) {
+        if let GroupBody::Invite(i) = &p.body {
+            // A reset while we wait for our state: we hold nothing.
+            let vote = shoal_wire::group::Vote {
+                ballot: i.ballot,
+                coord: p.hdr.from,
+                last_normal: 0,
+                held: 0,
+                commit: 0,
+            };
+            let hdr = self.hdr();
+            self.emit(GroupDest::Addr(from), hdr, GroupBody::Vote(vote));
+            return;
+        }
         let GroupBody::State(s) = &p.body else {
             return;
         };
@@ -178,7 +191,13 @@ impl GroupCore {
         if now.saturating_since(j.last_try) < self.cfg.retransmit * 4 {
             return;
         }
+        let stalled = now.saturating_since(j.last_try) >= self.cfg.retransmit * 16;
         match &j.state {
+            Some(_) if stalled => {
+                // The member sending our state went away: ask again.
+                self.joining.as_mut().expect("joining").state = None;
+                self.send_join(now);
+            }
             Some((at, addr, asm)) => {
                 let req = StateReq {
                     min_seq: 0,

@@ -55,6 +55,10 @@ pub(crate) struct Coordinator {
     pub fetch: Option<(MemberId, u64, Time)>,
     /// The best log's incarnation.
     pub best_inc: u64,
+    /// Members that answered holding nothing (joiners still waiting for
+    /// their state): they cannot hold a delivered entry, so they neither
+    /// count towards nor against the quorum, and are left out of the view.
+    pub empty: FxHashSet<MemberId>,
 }
 
 impl GroupCore {
@@ -108,6 +112,7 @@ impl GroupCore {
             min_override,
             fetch: None,
             best_inc: self.last_normal,
+            empty: FxHashSet::default(),
         });
         self.invite(now);
         self.evaluate(now);
@@ -136,7 +141,12 @@ impl GroupCore {
         let targets: Vec<SocketAddr> = self
             .members
             .iter()
-            .filter(|m| m.id != self.me.id && !c.exclude.contains(&m.id) && !c.votes.contains_key(&m.id))
+            .filter(|m| {
+                m.id != self.me.id
+                    && !c.exclude.contains(&m.id)
+                    && !c.votes.contains_key(&m.id)
+                    && !c.empty.contains(&m.id)
+            })
             .map(|m| m.addr)
             .collect();
         let hdr = self.hdr();
@@ -199,7 +209,11 @@ impl GroupCore {
             return;
         }
         c.addrs.insert(hdr.from, from);
-        c.votes.insert(hdr.from, *v);
+        if v.last_normal == 0 {
+            c.empty.insert(hdr.from);
+        } else {
+            c.votes.insert(hdr.from, *v);
+        }
         self.evaluate(now);
     }
 
@@ -299,7 +313,9 @@ impl GroupCore {
             .filter(|m| !c.exclude.contains(&m.id))
             .map(|m| m.id)
             .collect();
-        let all_in = invited.iter().all(|id| c.votes.contains_key(id));
+        let all_in = invited
+            .iter()
+            .all(|id| c.votes.contains_key(id) || c.empty.contains(id));
         if !all_in && now.saturating_since(c.started) < self.cfg.vote_wait {
             return;
         }
@@ -372,7 +388,11 @@ impl GroupCore {
         } else {
             vec![self.members.clone(), self.prev_members.clone()]
         };
-        for list in lists.iter().filter(|l| !l.is_empty()) {
+        for list in &lists {
+            let list: Vec<_> = list.iter().filter(|m| !c.empty.contains(&m.id)).collect();
+            if list.is_empty() {
+                continue;
+            }
             let have = list.iter().filter(|m| voters.contains(&m.id)).count();
             let need = match c.min_override {
                 Some(min) => min.clamp(1, list.len()),
@@ -387,7 +407,9 @@ impl GroupCore {
         let uninvited: Vec<_> = self
             .members
             .iter()
-            .filter(|m| !c.exclude.contains(&m.id) && !c.votes.contains_key(&m.id))
+            .filter(|m| {
+                !c.exclude.contains(&m.id) && !c.votes.contains_key(&m.id) && !c.empty.contains(&m.id)
+            })
             .map(|m| m.id)
             .collect();
         if ok && (uninvited.is_empty() || now.saturating_since(c.started) >= self.cfg.vote_wait) {

@@ -145,7 +145,7 @@ impl GroupCore {
             }
             return;
         }
-        if msg_id != last + 1 || self.change_pending() {
+        if msg_id != last + 1 || self.change_pending() || self.left_at.is_some() {
             return;
         }
         if self.log_bytes + body.len() > self.cfg.history_bytes {
@@ -382,7 +382,11 @@ impl GroupCore {
     /// Orders the next queued join or leave, once everything before is
     /// committed.
     pub(crate) fn try_change(&mut self, now: Time) {
-        if self.seq.is_none() || self.change_pending() || self.commit < self.held {
+        if self.seq.is_none()
+            || self.change_pending()
+            || self.commit < self.held
+            || self.left_at.is_some()
+        {
             return;
         }
         loop {
