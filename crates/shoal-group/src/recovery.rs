@@ -326,38 +326,33 @@ impl GroupCore {
             .max_by_key(|(id, v)| (v.last_normal, v.held, **id == self.me.id))
             .map(|(id, v)| (*id, *v))
             .expect("own vote");
-        let fetch = c.fetch;
-        if fetch.is_none() {
-            if best.last_normal > self.last_normal || best.held > self.held {
-                if best.last_normal > self.last_normal {
-                    // Our tail may be tentative entries of an abandoned
-                    // incarnation: keep only what we know is committed.
-                    self.truncate_to(self.commit);
-                }
-                let c = self.coord.as_mut().expect("coordinating");
-                c.best_inc = best.last_normal;
-                c.fetch = Some((best_id, best.held, now));
-                let ballot = c.ballot;
-                let addr = c.addrs.get(&best_id).copied();
-                if self.held < best.held {
-                    if let Some(addr) = addr {
-                        let hdr = self.hdr();
-                        self.emit(
-                            crate::core::GroupDest::Addr(addr),
-                            hdr,
-                            GroupBody::Fetch(Fetch {
-                                ballot,
-                                from: self.held + 1,
-                                to: best.held,
-                            }),
-                        );
-                    }
-                    return;
-                }
-            } else {
-                let c = self.coord.as_mut().expect("coordinating");
-                c.best_inc = best.last_normal;
-                c.fetch = Some((self.me.id, self.held, now));
+        // Adopt the best log seen so far; a better vote may arrive while
+        // we fetch, and then we fetch from it instead.
+        let target = c.fetch.map(|(_, upto, _)| (c.best_inc, upto));
+        if target.is_none_or(|t| (best.last_normal, best.held) > t) {
+            if best.last_normal > self.last_normal {
+                // Our tail may be tentative entries of an abandoned
+                // incarnation: keep only what we know is committed.
+                self.truncate_to(self.commit);
+            }
+            let c = self.coord.as_mut().expect("coordinating");
+            c.best_inc = best.last_normal;
+            c.fetch = Some((best_id, best.held, now));
+            let ballot = c.ballot;
+            let addr = c.addrs.get(&best_id).copied();
+            if self.held < best.held
+                && let Some(addr) = addr
+            {
+                let hdr = self.hdr();
+                self.emit(
+                    crate::core::GroupDest::Addr(addr),
+                    hdr,
+                    GroupBody::Fetch(Fetch {
+                        ballot,
+                        from: self.held + 1,
+                        to: best.held,
+                    }),
+                );
             }
         }
         let c = self.coord.as_ref().expect("coordinating");
