@@ -441,7 +441,7 @@ impl GroupCore {
             let quiet = now.saturating_since(s.last_broadcast) >= hb;
             let mut lagging = false;
             let mut unacked = Vec::new();
-            let mut dead = FxHashSet::default();
+            let mut dead = Vec::new();
             let mut blocker: Option<(u64, MemberId)> = None;
             for m in &self.members {
                 if m.id == self.me.id {
@@ -457,7 +457,7 @@ impl GroupCore {
                     unacked.push(m.id);
                 }
                 if now.saturating_since(h.heard) >= self.cfg.dead_after {
-                    dead.insert(m.id);
+                    dead.push((m.id, h.acked));
                 }
                 if blocker.is_none_or(|(held, _)| h.held < held) {
                     blocker = Some((h.held, m.id));
@@ -481,12 +481,18 @@ impl GroupCore {
                 self.seq_resend_view(id);
             }
         }
-        let mut expel = dead;
+        let mut expel: FxHashSet<MemberId> = dead.iter().map(|(id, _)| *id).collect();
         if let Some(id) = blocker {
             expel.insert(id);
         }
         if !expel.is_empty() {
             self.start_recovery(now, expel, None);
+            // A joiner that never acknowledged was never counted as holding
+            // anything: it does not count towards the quorum either.
+            if let Some(c) = self.coord.as_mut() {
+                c.empty.extend(dead.iter().filter(|(_, acked)| !acked).map(|(id, _)| *id));
+            }
+            self.evaluate(now);
         }
     }
 

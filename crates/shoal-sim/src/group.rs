@@ -392,6 +392,19 @@ impl GroupSim {
                 self.after(p);
             }
             Ev::Crash => {
+                // Crash only a group at full strength (a group of one that
+                // loses its only member is simply gone); else try later.
+                let normal = self
+                    .procs
+                    .iter()
+                    .filter(|p| p.alive && p.core.as_ref().is_some_and(|c| c.status() == Status::Normal))
+                    .count();
+                if normal < self.cfg.members {
+                    if self.faults_on {
+                        self.at(Time(self.now.0 + 100_000), Ev::Crash);
+                    }
+                    return;
+                }
                 // The sequencer first, then anyone still a member.
                 let victim = (0..self.procs.len())
                     .find(|&i| {
@@ -422,7 +435,9 @@ impl GroupSim {
                             && self.procs[i].core.as_ref().is_some_and(|c| c.status() == Status::Normal)
                     })
                     .collect();
-                if cand.len() > 2 {
+                // A leave must not leave the group without a majority once
+                // the scheduled crashes happen.
+                if cand.len() > 2 + self.cfg.crashes {
                     let v = cand[self.rng.random_range(0..cand.len())];
                     self.log(|| format!("leave p{v}"));
                     self.procs[v].left = true;
