@@ -161,7 +161,6 @@ impl GroupCore {
 
     pub(crate) fn on_invite(&mut self, now: Time, hdr: GroupHeader, ballot: u64, from: SocketAddr) {
         let b = (ballot, hdr.from);
-        eprintln!("DEBUG {} {:?} invite {:?} promised {:?} status {:?} held {} coord {}", now.0, self.me.addr, b, self.promised, self.status, self.held, self.coord.is_some());
         if self.status == Status::Normal && !self.is_member(hdr.from) {
             // Someone from an older incarnation: tell it where we are.
             self.reject(from);
@@ -329,7 +328,6 @@ impl GroupCore {
             .expect("own vote");
         // Adopt the best log seen so far; a better vote may arrive while
         // we fetch, and then we fetch from it instead.
-        eprintln!("DEBUG {} {:?} evaluate ballot {} votes {:?} held {} fetch {:?}", now.0, self.me.addr, c.ballot, c.votes.iter().map(|(id, v)| (id.0 % 1000, v.last_normal, v.held)).collect::<Vec<_>>(), self.held, c.fetch);
         let target = c.fetch.map(|(_, upto, _)| (c.best_inc, upto));
         if target.is_none_or(|t| (best.last_normal, best.held) > t) {
             if best.last_normal > self.last_normal {

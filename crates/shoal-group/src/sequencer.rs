@@ -28,6 +28,9 @@ pub(crate) struct MemberHeld {
     /// It acknowledged in this incarnation (a joiner that has not yet
     /// received its state, or a member that missed the install, has not).
     pub acked: bool,
+    /// It joined in this incarnation and has never acknowledged: it cannot
+    /// hold anything the group delivered before its join.
+    pub joiner: bool,
 }
 
 /// Sequencer state.
@@ -67,6 +70,7 @@ impl Sequencer {
                             held: 0,
                             heard: now,
                             acked: false,
+                            joiner: false,
                         },
                     )
                 })
@@ -188,6 +192,7 @@ impl GroupCore {
                     held: seq,
                     heard: now,
                     acked: false,
+                    joiner: true,
                 },
             );
         }
@@ -230,6 +235,7 @@ impl GroupCore {
         }
         let first = !m.acked;
         m.acked = true;
+        m.joiner = false;
         m.held = m.held.max(held.min(self.held));
         if first {
             self.state_done(hdr.from);
@@ -457,7 +463,7 @@ impl GroupCore {
                     unacked.push(m.id);
                 }
                 if now.saturating_since(h.heard) >= self.cfg.dead_after {
-                    dead.push((m.id, h.acked));
+                    dead.push((m.id, h.joiner));
                 }
                 if blocker.is_none_or(|(held, _)| h.held < held) {
                     blocker = Some((h.held, m.id));
@@ -490,7 +496,7 @@ impl GroupCore {
             // A joiner that never acknowledged was never counted as holding
             // anything: it does not count towards the quorum either.
             if let Some(c) = self.coord.as_mut() {
-                c.empty.extend(dead.iter().filter(|(_, acked)| !acked).map(|(id, _)| *id));
+                c.empty.extend(dead.iter().filter(|(_, joiner)| *joiner).map(|(id, _)| *id));
             }
             self.evaluate(now);
         }
