@@ -519,6 +519,9 @@ impl GroupCore {
         self.coord = None;
         self.voted_at = None;
         self.recovery_failed_at = None;
+        // Entries beyond our hold (buffered out of order) are not part of
+        // the new incarnation's log.
+        self.truncate_to(self.held);
         let view_seq = self.held + 1;
         self.members = members.clone();
         self.seq = Some(Sequencer::new(now, view_seq, view_seq, &members));
