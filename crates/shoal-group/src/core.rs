@@ -13,7 +13,7 @@ use shoal_proto::Time;
 use shoal_wire::group::{
     Data, EntryKind, GAck, GroupBody, GroupHeader, GroupPacket, MemberEntry, Nack, Order,
     ORDER_ACCEPT, ORDER_FETCHED, ORDER_RETRANSMIT, ORDER_TENTATIVE, decode_member,
-    decode_members,
+    decode_view,
 };
 use shoal_wire::{ClusterKey, Frag, MemberId, Packet, encode};
 
@@ -87,7 +87,7 @@ pub struct GroupCore {
     /// Current incarnation (changes at each reset).
     pub(crate) inc: u64,
     /// Last incarnation in which this member was a normal member.
-    pub(crate) last_normal: u64,
+    pub(crate) last_normal: (u64, MemberId),
     pub(crate) sequencer: MemberId,
     /// Membership after entry `members_seq`.
     pub(crate) members: Vec<MemberEntry>,
@@ -205,7 +205,7 @@ impl GroupCore {
             me,
             status: Status::Joining,
             inc: 0,
-            last_normal: 0,
+            last_normal: (0, MemberId(0)),
             sequencer: MemberId(0),
             members: Vec::new(),
             members_seq: 0,
@@ -259,7 +259,7 @@ impl GroupCore {
     ) -> Self {
         let mut core = Self::blank(now, key, group, me, cfg);
         core.promised = (1, me.id);
-        core.install(now, 1, vec![me], 0);
+        core.install(now, 1, vec![me], (0, MemberId(0)));
         core
     }
 
@@ -414,6 +414,7 @@ impl GroupCore {
         GroupHeader {
             group: self.group,
             inc: self.inc,
+            seqr: self.sequencer,
             from: self.me.id,
         }
     }
@@ -465,7 +466,7 @@ impl GroupCore {
         seq: u64,
         entry: &Entry,
         flags: u8,
-        hdr_inc: u64,
+        hdr_inc: (u64, MemberId),
     ) {
         let body = if flags & ORDER_ACCEPT != 0 {
             Bytes::new()
@@ -485,7 +486,8 @@ impl GroupCore {
                 &body[frag_range(total, count, i)]
             };
             let hdr = GroupHeader {
-                inc: hdr_inc,
+                inc: hdr_inc.0,
+                seqr: hdr_inc.1,
                 ..self.hdr()
             };
             let order = Order {
@@ -683,7 +685,10 @@ impl GroupCore {
             self.coord_on_fetched(now, hdr, o);
             return;
         }
-        if o.kind == EntryKind::View && o.entry_inc == hdr.inc && hdr.inc > self.inc {
+        if o.kind == EntryKind::View
+            && o.entry_inc == hdr.inc
+            && (hdr.inc, hdr.from) > (self.inc, self.sequencer)
+        {
             self.on_install(now, hdr, o);
             return;
         }
@@ -825,9 +830,10 @@ impl GroupCore {
                 self.members.retain(|m| m.id != id);
             }
             EntryKind::View => {
-                let Ok(list) = decode_members(body) else {
+                let Ok(view) = decode_view(body) else {
                     return;
                 };
+                let list = view.members;
                 self.prev_members = list.clone();
                 self.members = list;
             }
@@ -940,13 +946,16 @@ impl GroupCore {
 
     fn on_nack(&mut self, now: Time, hdr: GroupHeader, n: &Nack) {
         if self.seq.is_none() {
+            if self.status == Status::Normal && !self.is_member(hdr.from) {
+                self.tell_not_member();
+            }
             return;
         }
         if !self.is_member(hdr.from) {
             self.tell_not_member();
             return;
         }
-        if hdr.inc != self.inc {
+        if hdr.inc != self.inc || hdr.seqr != self.me.id {
             // A member that missed the new incarnation: send its start.
             self.seq_resend_view(hdr.from);
             return;
@@ -974,7 +983,9 @@ impl GroupCore {
 
     fn on_not_member(&mut self, _now: Time, hdr: GroupHeader) {
         // Only a later incarnation can expel us.
-        if hdr.inc > self.inc || (hdr.inc == self.inc && hdr.from == self.sequencer) {
+        if (hdr.inc, hdr.seqr) > (self.inc, self.sequencer)
+            || (hdr.inc == self.inc && hdr.from == self.sequencer)
+        {
             self.expelled();
         }
     }
@@ -1051,11 +1062,11 @@ impl GroupCore {
                     }
                 }
                 EntryKind::View => {
-                    if let Ok(list) = decode_members(&e.body) {
+                    if let Ok(view) = decode_view(&e.body) {
                         self.events.push_back(Event::View {
                             seq,
                             inc: e.inc,
-                            members: list,
+                            members: view.members,
                         });
                     }
                 }

@@ -107,6 +107,7 @@ impl GroupCore {
                 ballot: i.ballot,
                 coord: p.hdr.from,
                 last_normal: 0,
+                last_normal_seqr: MemberId(0),
                 held: 0,
                 commit: 0,
             };
@@ -156,7 +157,7 @@ impl GroupCore {
         }
         self.joining = None;
         self.inc = meta.inc;
-        self.last_normal = meta.inc;
+        self.last_normal = (meta.inc, meta.sequencer);
         self.sequencer = meta.sequencer;
         self.promised = (meta.inc, meta.sequencer);
         self.members = meta.members.clone();

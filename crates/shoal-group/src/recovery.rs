@@ -35,7 +35,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use shoal_proto::Time;
 use shoal_wire::MemberId;
 use shoal_wire::group::{
-    Fetch, GroupBody, GroupHeader, Invite, Nack, Order, Reject, Vote, decode_members,
+    Fetch, GroupBody, GroupHeader, Invite, Nack, Order, Reject, Vote, decode_view,
 };
 
 use crate::core::{GroupCore, Status};
@@ -54,7 +54,7 @@ pub(crate) struct Coordinator {
     /// Entries must be fetched up to here from this voter.
     pub fetch: Option<(MemberId, u64, Time)>,
     /// The best log's incarnation.
-    pub best_inc: u64,
+    pub best_inc: (u64, MemberId),
     /// Members that answered holding nothing (joiners still waiting for
     /// their state): they cannot hold a delivered entry, so they neither
     /// count towards nor against the quorum, and are left out of the view.
@@ -90,7 +90,8 @@ impl GroupCore {
         let own = Vote {
             ballot,
             coord: self.me.id,
-            last_normal: self.last_normal,
+            last_normal: self.last_normal.0,
+            last_normal_seqr: self.last_normal.1,
             held: self.held,
             commit: self.commit,
         };
@@ -162,8 +163,9 @@ impl GroupCore {
     pub(crate) fn on_invite(&mut self, now: Time, hdr: GroupHeader, ballot: u64, from: SocketAddr) {
         let b = (ballot, hdr.from);
         if self.status == Status::Normal && !self.is_member(hdr.from) {
-            // Someone from an older incarnation: tell it where we are.
-            self.reject(from);
+            // Someone the group left behind: tell it (it ignores this if it
+            // knows a later incarnation than ours).
+            self.tell_not_member();
             return;
         }
         if b < self.promised {
@@ -181,7 +183,8 @@ impl GroupCore {
             let vote = Vote {
                 ballot,
                 coord: hdr.from,
-                last_normal: self.last_normal,
+                last_normal: self.last_normal.0,
+                last_normal_seqr: self.last_normal.1,
                 held: self.held,
                 commit: self.commit,
             };
@@ -225,7 +228,7 @@ impl GroupCore {
                 self.voted_at = Some(now);
             }
         }
-        if hdr.inc > self.inc {
+        if (hdr.inc, hdr.seqr) > (self.inc, self.sequencer) {
             // The group moved on without us: ask its sequencer, which sends
             // us its view entry if we are still a member, or tells us we
             // are not.
@@ -272,7 +275,7 @@ impl GroupCore {
                 seq,
                 &e,
                 shoal_wire::group::ORDER_FETCHED,
-                f.ballot,
+                (f.ballot, hdr.from),
             );
             budget = budget.saturating_sub(e.body.len() + 64);
             if budget == 0 {
@@ -283,7 +286,7 @@ impl GroupCore {
 
     pub(crate) fn coord_on_fetched(&mut self, now: Time, hdr: GroupHeader, o: &Order<'_>) {
         let Some(c) = self.coord.as_ref() else { return };
-        if hdr.inc != c.ballot || c.fetch.is_none() {
+        if hdr.inc != c.ballot || hdr.seqr != self.me.id || c.fetch.is_none() {
             return;
         }
         if o.seq > self.held && !self.log.contains_key(&o.seq) {
@@ -323,20 +326,21 @@ impl GroupCore {
         let (best_id, best) = c
             .votes
             .iter()
-            .max_by_key(|(id, v)| (v.last_normal, v.held, **id == self.me.id))
+            .max_by_key(|(id, v)| ((v.last_normal, v.last_normal_seqr), v.held, **id == self.me.id))
             .map(|(id, v)| (*id, *v))
             .expect("own vote");
         // Adopt the best log seen so far; a better vote may arrive while
         // we fetch, and then we fetch from it instead.
         let target = c.fetch.map(|(_, upto, _)| (c.best_inc, upto));
-        if target.is_none_or(|t| (best.last_normal, best.held) > t) {
-            if best.last_normal > self.last_normal {
+        let best_inc = (best.last_normal, best.last_normal_seqr);
+        if target.is_none_or(|t| (best_inc, best.held) > t) {
+            if best_inc > self.last_normal {
                 // Our tail may be tentative entries of an abandoned
                 // incarnation: keep only what we know is committed.
                 self.truncate_to(self.commit);
             }
             let c = self.coord.as_mut().expect("coordinating");
-            c.best_inc = best.last_normal;
+            c.best_inc = best_inc;
             c.fetch = Some((best_id, best.held, now));
             let ballot = c.ballot;
             let addr = c.addrs.get(&best_id).copied();
@@ -454,15 +458,15 @@ impl GroupCore {
         if (hdr.inc, hdr.from) < self.promised || o.frag.count != 1 {
             return;
         }
-        let Ok(list) = decode_members(o.payload) else {
+        let Ok(view) = decode_view(o.payload) else {
             return;
         };
-        if !list.iter().any(|m| m.id == self.me.id) {
+        if !view.members.iter().any(|m| m.id == self.me.id) {
             self.expelled();
             return;
         }
         let end = o.seq - 1;
-        let keep = if self.last_normal == o.msg_id {
+        let keep = if self.last_normal == (view.continues, view.continues_seqr) {
             self.held.min(end)
         } else {
             self.commit.min(end)
@@ -475,7 +479,7 @@ impl GroupCore {
             self.log_bytes -= e.body.len();
         }
         self.inc = hdr.inc;
-        self.last_normal = hdr.inc;
+        self.last_normal = (hdr.inc, hdr.from);
         self.sequencer = hdr.from;
         self.promised = self.promised.max((hdr.inc, hdr.from));
         self.status = Status::Normal;

@@ -93,7 +93,7 @@ impl GroupCore {
             self.tell_not_member();
             return;
         }
-        if hdr.inc == self.inc {
+        if hdr.inc == self.inc && hdr.seqr == self.me.id {
             self.seq_on_held(now, hdr, d.held);
         } else if let Some(m) = self.seq.as_mut().and_then(|s| s.members.get_mut(&hdr.from)) {
             m.heard = now;
@@ -203,7 +203,7 @@ impl GroupCore {
         if bb {
             flags |= ORDER_ACCEPT;
         }
-        self.emit_entry(GroupDest::Members, seq, &entry, flags, self.inc);
+        self.emit_entry(GroupDest::Members, seq, &entry, flags, (self.inc, self.sequencer));
         if let Some(s) = self.seq.as_mut() {
             s.last_broadcast = now;
         }
@@ -230,7 +230,7 @@ impl GroupCore {
             return;
         };
         m.heard = now;
-        if hdr.inc != inc {
+        if hdr.inc != inc || hdr.seqr != self.me.id {
             return;
         }
         let first = !m.acked;
@@ -339,7 +339,7 @@ impl GroupCore {
                 flags |= ORDER_TENTATIVE;
             }
             self.stats.retransmissions += 1;
-            self.emit_entry(GroupDest::Addr(addr), seq, &e, flags, self.inc);
+            self.emit_entry(GroupDest::Addr(addr), seq, &e, flags, (self.inc, self.sequencer));
             budget = budget.saturating_sub(e.body.len() + 64);
             if budget == 0 {
                 break;
@@ -365,7 +365,7 @@ impl GroupCore {
             } else {
                 ORDER_RETRANSMIT
             };
-            self.emit_entry(GroupDest::Addr(addr), view_seq, &e, flags, self.inc);
+            self.emit_entry(GroupDest::Addr(addr), view_seq, &e, flags, (self.inc, self.sequencer));
         }
     }
 
@@ -510,10 +510,10 @@ impl GroupCore {
         now: Time,
         inc: u64,
         members: Vec<MemberEntry>,
-        continues: u64,
+        continues: (u64, MemberId),
     ) {
         self.inc = inc;
-        self.last_normal = inc;
+        self.last_normal = (inc, self.me.id);
         self.sequencer = self.me.id;
         self.status = Status::Normal;
         self.coord = None;
@@ -526,11 +526,16 @@ impl GroupCore {
         self.members = members.clone();
         self.seq = Some(Sequencer::new(now, view_seq, view_seq, &members));
         let mut body = Vec::new();
-        shoal_wire::group::encode_members(&members, &mut body);
+        let view = shoal_wire::group::View {
+            continues: continues.0,
+            continues_seqr: continues.1,
+            members: members.clone(),
+        };
+        shoal_wire::group::encode_view(&view, &mut body);
         let entry = Entry {
             inc,
             sender: self.me.id,
-            msg_id: continues,
+            msg_id: 0,
             kind: EntryKind::View,
             body: Bytes::from(body),
         };

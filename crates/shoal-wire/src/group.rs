@@ -34,8 +34,11 @@ pub const MAX_GROUP_MEMBERS: usize = 1024;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GroupHeader {
     pub group: PutPort,
-    /// The sender's incarnation of the group (0 for a joiner or outsider).
+    /// The sender's incarnation of the group (0 for a joiner or outsider):
+    /// a number and the member that installed it (its sequencer), so two
+    /// resets that chose the same number are never confused.
     pub inc: u64,
+    pub seqr: MemberId,
     pub from: MemberId,
 }
 
@@ -64,7 +67,7 @@ pub enum EntryKind {
     /// A member leaves or is expelled (payload: member id, 8 bytes).
     Leave = 2,
     /// A new incarnation's membership, first entry after a reset (payload:
-    /// [`encode_members`]).
+    /// [`encode_view`]).
     View = 3,
 }
 
@@ -176,8 +179,10 @@ pub struct Invite {
 pub struct Vote {
     pub ballot: u64,
     pub coord: MemberId,
-    /// Last incarnation in which the voter was a normal member.
+    /// Last incarnation in which the voter was a normal member (number and
+    /// sequencer; 0 if it holds nothing yet).
     pub last_normal: u64,
+    pub last_normal_seqr: MemberId,
     pub held: u64,
     pub commit: u64,
 }
@@ -287,6 +292,7 @@ impl GroupBody<'_> {
 pub(crate) fn encode_group(p: &GroupPacket<'_>, w: &mut Writer<'_>) {
     w.bytes(p.hdr.group.as_bytes());
     w.u64(p.hdr.inc);
+    w.u64(p.hdr.seqr.0);
     w.u64(p.hdr.from.0);
     match &p.body {
         GroupBody::Data(d) => {
@@ -342,6 +348,7 @@ pub(crate) fn encode_group(p: &GroupPacket<'_>, w: &mut Writer<'_>) {
             w.u64(v.ballot);
             w.u64(v.coord.0);
             w.u64(v.last_normal);
+            w.u64(v.last_normal_seqr.0);
             w.u64(v.held);
             w.u64(v.commit);
         }
@@ -372,6 +379,7 @@ pub(crate) fn decode_group<'a>(
     let hdr = GroupHeader {
         group: r.port()?,
         inc: r.u64()?,
+        seqr: MemberId(r.u64()?),
         from: MemberId(r.u64()?),
     };
     let body = match kind - GROUP_KIND_BASE {
@@ -428,6 +436,7 @@ pub(crate) fn decode_group<'a>(
             ballot: r.u64()?,
             coord: MemberId(r.u64()?),
             last_normal: r.u64()?,
+            last_normal_seqr: MemberId(r.u64()?),
             held: r.u64()?,
             commit: r.u64()?,
         }),
@@ -501,6 +510,37 @@ pub fn decode_members(bytes: &[u8]) -> Result<Vec<MemberEntry>, WireError> {
     let list = r.members()?;
     r.finish()?;
     Ok(list)
+}
+
+/// A view entry: the incarnation whose log the new one continues, and the
+/// new membership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct View {
+    pub continues: u64,
+    pub continues_seqr: MemberId,
+    pub members: Vec<MemberEntry>,
+}
+
+/// Encodes a view entry's payload.
+pub fn encode_view(view: &View, out: &mut Vec<u8>) {
+    let mut w = Writer(out);
+    w.u64(view.continues);
+    w.u64(view.continues_seqr.0);
+    encode_members(&view.members, out);
+}
+
+/// Decodes a view entry's payload; the whole input must be used.
+pub fn decode_view(bytes: &[u8]) -> Result<View, WireError> {
+    let mut r = Reader(bytes);
+    let continues = r.u64()?;
+    let continues_seqr = MemberId(r.u64()?);
+    let members = r.members()?;
+    r.finish()?;
+    Ok(View {
+        continues,
+        continues_seqr,
+        members,
+    })
 }
 
 /// What a joiner learns besides the application's state.
