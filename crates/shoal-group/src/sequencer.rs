@@ -234,9 +234,15 @@ impl GroupCore {
             return;
         }
         let first = !m.acked;
+        // A joiner's first ack replaces the placeholder (its join); its
+        // state may be from before the join.
+        m.held = if first {
+            held.min(self.held)
+        } else {
+            m.held.max(held.min(self.held))
+        };
         m.acked = true;
         m.joiner = false;
-        m.held = m.held.max(held.min(self.held));
         if first {
             self.state_done(hdr.from);
         }
@@ -316,15 +322,21 @@ impl GroupCore {
         let Some(addr) = self.addr_of(member) else {
             return;
         };
-        // A nack overtaken by a later ack asks for what the member has.
+        // A nack overtaken by a later ack may ask for entries the member
+        // has and we purged.
         let known = self
             .seq
             .as_ref()
             .and_then(|s| s.members.get(&member))
             .filter(|h| h.acked)
             .map_or(0, |h| h.held);
-        let from = from.max(known + 1);
-        if from < self.log_start() && from <= self.held {
+        let start = self.log_start();
+        let from = if from < start && known + 1 >= start {
+            start
+        } else {
+            from
+        };
+        if from < start && from <= self.held {
             // Gone from history: the member must join again for a state.
             self.tell_not_member_at(addr);
             return;

@@ -770,7 +770,21 @@ impl GroupSim {
             self.violation(format!("liveness: members end in incarnations {incs:?}"));
         }
         if lasts.len() > 1 {
-            self.violation(format!("liveness: members end at different points {lasts:?}"));
+            let detail: Vec<String> = live
+                .iter()
+                .filter_map(|&i| {
+                    let c = self.procs[i].core.as_ref()?;
+                    let info = c.info();
+                    Some(format!(
+                        "p{i}: inc {} seqr {} held {} commit {} known {}",
+                        info.incarnation, info.sequencer, info.held, info.committed, info.last_known
+                    ))
+                })
+                .collect();
+            self.violation(format!(
+                "liveness: members end at different points {lasts:?} ({})",
+                detail.join("; ")
+            ));
         }
         // Every completed send is in the agreed stream.
         let delivered: HashSet<u64> = self.agreed.values().map(|(s, _)| *s).collect();
