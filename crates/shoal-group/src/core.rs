@@ -1161,8 +1161,9 @@ impl GroupCore {
                 continue;
             };
             if self.seq.is_none() && self.outgoing[i].tries >= self.cfg.send_retries {
+                // Out of retries: suspicion if the sequencer is silent
+                // (see `member_tick`); keep trying while it is not.
                 exhausted = true;
-                continue;
             }
             self.transmit_pending(now, i, false);
         }

@@ -149,7 +149,7 @@ impl GroupCore {
             }
             return;
         }
-        if msg_id != last + 1 || self.change_pending() || self.left_at.is_some() {
+        if msg_id != last + 1 || self.left_at.is_some() {
             return;
         }
         if self.log_bytes + body.len() > self.cfg.history_bytes {
@@ -167,8 +167,8 @@ impl GroupCore {
         self.seq_order(now, entry, bb);
     }
 
-    /// A membership change is ordered but not committed: nothing more is
-    /// ordered until it is, so that a reset sees at most one.
+    /// A membership change is ordered but not committed: no other change
+    /// is ordered until it is, so that a reset sees at most one.
     pub(crate) fn change_pending(&self) -> bool {
         self.members_seq > self.commit
     }
@@ -253,11 +253,19 @@ impl GroupCore {
     /// Recomputes the commit and stable points; broadcasts an accept when
     /// the commit point moved.
     fn seq_recompute(&mut self, now: Time) {
-        // A membership change that is not committed yet is committed by the
-        // membership before it (a joiner cannot hold anything before its
-        // state arrives, which needs the join committed).
+        // While a membership change is not committed, entries are committed
+        // by the members before and after it: a joiner cannot hold anything
+        // before its state arrives (which needs the join committed), and a
+        // leaver's copy must not count, for it will not vote in a reset.
+        let both: Vec<MemberEntry>;
         let voters = if self.change_pending() {
-            &self.prev_members
+            both = self
+                .members
+                .iter()
+                .filter(|m| self.prev_members.iter().any(|p| p.id == m.id))
+                .copied()
+                .collect();
+            &both
         } else {
             &self.members
         };
