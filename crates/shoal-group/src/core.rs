@@ -645,10 +645,17 @@ impl GroupCore {
         if let Some(done) = self.bb_done.get(&key) {
             return Some(done.clone());
         }
-        let bb_bytes: usize = self.bb.values().map(|a| a.total()).sum();
+        let bb_bytes: usize = self.bb.values().map(|a| a.total()).sum::<usize>()
+            + self.bb_done.values().map(|b| b.len()).sum::<usize>();
         if !self.bb.contains_key(&key) && bb_bytes + d.total_len as usize > self.cfg.history_bytes
         {
-            return None;
+            // Bodies whose accept never came (their sender's message was
+            // lost in a reset) make room; the sequencer has the others.
+            self.bb.clear();
+            self.bb_done.clear();
+            if d.total_len as usize > self.cfg.history_bytes {
+                return None;
+            }
         }
         let asm = match self.bb.entry(key) {
             std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
@@ -793,6 +800,10 @@ impl GroupCore {
                 let last = self.senders.entry(sender).or_insert(0);
                 *last = (*last).max(msg_id);
                 self.bb_done.remove(&(sender, msg_id));
+                self.bb.remove(&(sender, msg_id));
+                if let Some(s) = self.seq.as_mut() {
+                    s.bb.remove(&(sender, msg_id));
+                }
             }
             if seq > self.members_seq {
                 self.apply_membership(seq, kind, &body);

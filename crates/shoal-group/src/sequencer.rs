@@ -109,7 +109,12 @@ impl GroupCore {
             let s = self.seq.as_mut().expect("sequencer");
             let pending: usize = s.bb.values().map(|a| a.total()).sum();
             if !s.bb.contains_key(&key) && pending + d.total_len as usize > history {
-                return;
+                // Partial bodies that stopped arriving make room (their
+                // senders send them again).
+                s.bb.clear();
+                if d.total_len as usize > history {
+                    return;
+                }
             }
             let asm = match s.bb.entry(key) {
                 std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),

@@ -738,7 +738,39 @@ impl GroupSim {
         }
     }
 
+    /// One line per live member: what its core says.
+    fn describe(&self) -> String {
+        (0..self.procs.len())
+            .filter_map(|i| {
+                let c = self.procs[i].core.as_ref()?;
+                let info = c.info();
+                Some(format!(
+                    "p{i}: {:?} inc {} seqr {} held {} commit {} stable {} known {} history {} B, {} in flight",
+                    info.status,
+                    info.incarnation,
+                    info.sequencer,
+                    info.held,
+                    info.committed,
+                    info.stable,
+                    info.last_known,
+                    info.history_bytes,
+                    info.in_flight
+                ))
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
     fn final_checks(&mut self) {
+        let before = self.report.violations.len();
+        self.settled();
+        if self.report.violations.len() > before {
+            let state = self.describe();
+            self.report.violations.push(format!("(state at the end: {state})"));
+        }
+    }
+
+    fn settled(&mut self) {
         // The group must have settled: every live process a member of one
         // incarnation, everything sent delivered, all streams equal.
         let live: Vec<usize> = (0..self.procs.len())
@@ -761,8 +793,11 @@ impl GroupSim {
             lasts.insert(proc.last);
             if !proc.pending.is_empty() || proc.quota > 0 {
                 let (n, q) = (proc.pending.len(), proc.quota);
+                let info = core.info();
                 self.violation(format!(
-                    "liveness: p{i} still has {n} unconfirmed and {q} unsent messages at the end"
+                    "liveness: p{i} still has {n} unconfirmed and {q} unsent messages at the end \
+                     (inc {} seqr {} held {} commit {} in flight {})",
+                    info.incarnation, info.sequencer, info.held, info.committed, info.in_flight
                 ));
             }
         }
