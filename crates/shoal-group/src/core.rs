@@ -1053,15 +1053,10 @@ impl GroupCore {
                         let id = MemberId(u64::from_le_bytes(bytes));
                         self.events.push_back(Event::Left { seq, member: id });
                         if id == self.me.id {
-                            if self.seq.is_some() {
-                                // A leaving sequencer stays until every
-                                // member holds its leave (or a while), so
-                                // the others can take over with it.
-                                self.left_at = Some((seq, self.now));
-                            } else {
-                                self.finish_leave();
-                                return;
-                            }
+                            // A leaver stays until every member holds its
+                            // leave (or a while): a reset may need its vote
+                            // to learn that the leave is committed.
+                            self.left_at = Some((seq, self.now));
                         }
                         if id == self.sequencer {
                             // The sequencer left: the first remaining
@@ -1209,6 +1204,9 @@ impl GroupCore {
         // laggard to be expelled.
         let exhausted =
             exhausted && now.saturating_since(self.heard_seq) >= self.cfg.retransmit * 2;
+        if self.left_at.is_some() {
+            return;
+        }
         if exhausted || now.saturating_since(self.heard_seq) >= patience {
             let exclude = if self.is_member(self.sequencer) {
                 [self.sequencer].into_iter().collect()

@@ -139,9 +139,14 @@ impl GroupCore {
         let Some(c) = self.coord.as_mut() else { return };
         c.last_invite = now;
         let ballot = c.ballot;
+        // The members before the last change too: it may not be committed,
+        // and then their votes count.
+        let mut seen = FxHashSet::default();
         let targets: Vec<SocketAddr> = self
             .members
             .iter()
+            .chain(self.undecided_members())
+            .filter(|m| seen.insert(m.id))
             .filter(|m| {
                 m.id != self.me.id
                     && !c.exclude.contains(&m.id)
@@ -158,6 +163,13 @@ impl GroupCore {
                 GroupBody::Invite(Invite { ballot }),
             );
         }
+    }
+
+    /// The members before the last membership change, if we do not know
+    /// that change to be committed.
+    fn undecided_members(&self) -> impl Iterator<Item = &shoal_wire::group::MemberEntry> {
+        let undecided = self.members_seq > self.commit;
+        self.prev_members.iter().filter(move |_| undecided)
     }
 
     pub(crate) fn on_invite(&mut self, now: Time, hdr: GroupHeader, ballot: u64, from: SocketAddr) {
@@ -313,6 +325,7 @@ impl GroupCore {
         let invited: Vec<MemberId> = self
             .members
             .iter()
+            .chain(self.undecided_members())
             .filter(|m| !c.exclude.contains(&m.id))
             .map(|m| m.id)
             .collect();
@@ -367,7 +380,14 @@ impl GroupCore {
         // Quorum against the membership at the end of the log, and the one
         // before its last change (which may not be committed).
         if !self.is_member(self.me.id) {
-            self.expelled();
+            if self.leaving.is_some() {
+                // Our own leave is in the log: let a member coordinate, and
+                // vote when asked.
+                self.coord = None;
+                self.voted_at = Some(now);
+            } else {
+                self.expelled();
+            }
             return;
         }
         let voters: FxHashSet<MemberId> = c.votes.keys().copied().collect();
