@@ -139,6 +139,7 @@ impl GroupCore {
         let Some(c) = self.coord.as_mut() else { return };
         c.last_invite = now;
         let ballot = c.ballot;
+        let c = self.coord.as_ref().expect("coordinating");
         // The members before the last change too: it may not be committed,
         // and then their votes count.
         let mut seen = FxHashSet::default();
