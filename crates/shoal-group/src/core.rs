@@ -152,6 +152,9 @@ pub struct GroupCore {
 
     pub(crate) transmits: VecDeque<GroupTransmit>,
     pub(crate) events: VecDeque<Event>,
+    /// Own messages ordered: (msg_id, seq), apart from the event stream so
+    /// a sender learns of them without reading every delivery first.
+    pub(crate) sent: VecDeque<(u64, u64)>,
     pub(crate) stats: GroupStats,
 }
 
@@ -244,6 +247,7 @@ impl GroupCore {
             src: me.addr,
             transmits: VecDeque::new(),
             events: VecDeque::new(),
+            sent: VecDeque::new(),
             stats: GroupStats::default(),
         }
     }
@@ -333,6 +337,13 @@ impl GroupCore {
 
     pub fn poll_transmit(&mut self) -> Option<GroupTransmit> {
         self.transmits.pop_front()
+    }
+
+    /// The next of this member's messages known to be ordered and
+    /// committed: (message number, sequence number).  It will be delivered
+    /// everywhere, even if r members crash.
+    pub fn poll_sent(&mut self) -> Option<(u64, u64)> {
+        self.sent.pop_front()
     }
 
     /// The next event for the application, in stream order.
@@ -1099,10 +1110,7 @@ impl GroupCore {
             }
             let p = self.outgoing.pop_front().expect("present");
             self.outgoing_bytes -= p.body.len();
-            self.events.push_back(Event::Sent {
-                msg_id: p.msg_id,
-                seq,
-            });
+            self.sent.push_back((p.msg_id, seq));
         }
     }
 

@@ -36,9 +36,6 @@ pub enum Event {
     /// [`crate::GroupCore::provide_state`] after handling every event polled
     /// so far.
     StateWanted { joiner: MemberId },
-    /// This member's message `msg_id` is ordered and committed: it will be
-    /// delivered everywhere, even if r members crash.
-    Sent { msg_id: u64, seq: u64 },
     /// This member is no longer in the group (expelled after a partition,
     /// for falling behind, or left out of a reset): join again.
     Expelled,

@@ -74,6 +74,10 @@ impl GroupCore {
         if matches!(self.status, Status::Out | Status::Left | Status::Joining) {
             return;
         }
+        if !self.is_member(self.me.id) && min_override.is_none() {
+            // Our leave is in the log: a member coordinates, we vote.
+            return;
+        }
         if let Some(c) = self.coord.as_mut() {
             c.exclude.extend(exclude);
             if min_override.is_some() {
@@ -175,7 +179,7 @@ impl GroupCore {
 
     pub(crate) fn on_invite(&mut self, now: Time, hdr: GroupHeader, ballot: u64, from: SocketAddr) {
         let b = (ballot, hdr.from);
-        if self.status == Status::Normal && !self.is_member(hdr.from) {
+        if !self.is_member(hdr.from) && !self.undecided_members().any(|m| m.id == hdr.from) {
             // Someone the group left behind: tell it (it ignores this if it
             // knows a later incarnation than ours).
             self.tell_not_member();

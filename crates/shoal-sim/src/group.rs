@@ -549,6 +549,13 @@ impl GroupSim {
     }
 
     fn run_app(&mut self, p: usize) {
+        while let Some((msg_id, _seq)) = self.procs[p].core.as_mut().and_then(|c| c.poll_sent()) {
+            let id = self.procs[p].core.as_ref().map(|c| c.id()).unwrap_or_default();
+            if let Some(h) = self.procs[p].pending.remove(&msg_id) {
+                self.sent_ok.insert((id, msg_id), h);
+                self.report.sent_ok += 1;
+            }
+        }
         loop {
             let Some(ev) = self.procs[p].core.as_mut().and_then(|c| c.poll_event()) else {
                 break;
@@ -689,13 +696,6 @@ impl GroupSim {
                 let now = self.now;
                 if let Some(core) = self.procs[p].core.as_mut() {
                     core.provide_state(now, joiner, &state);
-                }
-            }
-            Event::Sent { msg_id, .. } => {
-                let id = self.procs[p].core.as_ref().map(|c| c.id()).unwrap_or_default();
-                if let Some(h) = self.procs[p].pending.remove(&msg_id) {
-                    self.sent_ok.insert((id, msg_id), h);
-                    self.report.sent_ok += 1;
                 }
             }
             Event::Expelled | Event::JoinFailed => {
