@@ -41,6 +41,7 @@ mod client;
 pub mod clock;
 mod context;
 mod error;
+pub mod group;
 pub mod link;
 mod server;
 mod socket;

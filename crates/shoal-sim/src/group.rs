@@ -394,12 +394,22 @@ impl GroupSim {
             Ev::Crash => {
                 // Crash only a group at full strength (a group of one that
                 // loses its only member is simply gone); else try later.
-                let normal = self
-                    .procs
-                    .iter()
-                    .filter(|p| p.alive && p.core.as_ref().is_some_and(|c| c.status() == Status::Normal))
-                    .count();
-                if normal < self.cfg.members {
+                let full = self.procs.iter().find_map(|p| {
+                    let c = p.core.as_ref().filter(|c| p.alive && c.is_sequencer())?;
+                    let inc = c.incarnation();
+                    let settled = c.members().iter().all(|m| {
+                        self.procs.iter().any(|q| {
+                            q.alive
+                                && q.core.as_ref().is_some_and(|qc| {
+                                    qc.id() == m.id
+                                        && qc.status() == Status::Normal
+                                        && qc.incarnation() == inc
+                                })
+                        })
+                    });
+                    Some(settled && c.members().len() >= self.cfg.members)
+                });
+                if full != Some(true) {
                     if self.faults_on {
                         self.at(Time(self.now.0 + 100_000), Ev::Crash);
                     }

@@ -1,0 +1,727 @@
+//! Group communication for programs: reliable, totally ordered broadcast
+//! with a resilience degree (Amoeba's `CreateGroup`, `JoinGroup`,
+//! `SendToGroup`, `ReceiveFromGroup`, `LeaveGroup`, `ResetGroup`,
+//! `GetInfoGroup`).
+//!
+//! ```no_run
+//! use shoal_rpc::Context;
+//! use shoal_rpc::group::{Delivery, Group, GroupOptions};
+//!
+//! # fn main() -> Result<(), shoal_rpc::group::GroupError> {
+//! let ctx = Context::from_env()?;
+//! let group = Group::create(&ctx, GroupOptions { resilience: 1, ..Default::default() })?;
+//! println!("join with {}", group.port());          // give this to the others
+//! group.send(b"hello")?;                             // returns once ordered
+//! loop {
+//!     match group.receive(None)? {
+//!         Delivery::Message { seq, body, .. } => println!("{seq}: {body:?}"),
+//!         other => println!("{other:?}"),
+//!     }
+//! }
+//! # }
+//! ```
+//!
+//! Each member runs the protocol core (`shoal-group`) in its own process,
+//! with one I/O thread that reads its sockets and runs its timers; the node
+//! daemon only makes the group's members findable (they register the
+//! group's locate port, as servers register theirs).  Messages go by IP
+//! multicast on a cluster network that has broadcast (the local cluster's
+//! bridge), else by one datagram per member.
+//!
+//! **Architecture invariant:** an I/O shell; every protocol decision is in
+//! `shoal-group`.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::{Condvar, Mutex};
+use shoal_cap::{GetPort, PutPort};
+use shoal_group::{Event, GroupConfig, GroupCore, GroupDest, MemberEntry, MemberId, Status};
+pub use shoal_group::{GroupInfo, SendError};
+use shoal_wire::{Endpoint, Instance, MAX_DATAGRAM, Nonce, Packet};
+
+use crate::clock;
+use crate::context::Context;
+use crate::link::{Link, LinkRequest, LinkResponse};
+use crate::socket;
+
+/// Why a group call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum GroupError {
+    #[error(transparent)]
+    Rpc(#[from] crate::Error),
+    #[error("no member of group {0} answered (is the group running? was it created on this cluster?)")]
+    NotFound(PutPort),
+    #[error("joining group {0} timed out: its members did not admit this process")]
+    JoinFailed(PutPort),
+    #[error("this process is no longer a member of the group (expelled or left); join again")]
+    NotMember,
+    #[error("the group has not ordered the message within {0:?}; it may still be ordered")]
+    Timeout(Duration),
+    #[error("message of {len} bytes is larger than the group allows ({limit} bytes)")]
+    TooLarge { len: usize, limit: usize },
+    #[error("network i/o failed: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// What [`Group::receive`] returns, in the group's total order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    Message {
+        seq: u64,
+        sender: MemberId,
+        body: Bytes,
+    },
+    Joined {
+        seq: u64,
+        member: MemberId,
+        addr: SocketAddr,
+    },
+    Left {
+        seq: u64,
+        member: MemberId,
+    },
+    /// A reset installed a new incarnation with these members.
+    View {
+        seq: u64,
+        incarnation: u64,
+        members: Vec<MemberId>,
+    },
+    /// This member joined: the group's state (from the state callback of
+    /// the member that admitted it) as of `seq`.
+    State { seq: u64, state: Bytes },
+    /// A reset could not gather enough members; the group retries.  Call
+    /// [`Group::reset`] with a lower minimum to go on with fewer (accepting
+    /// that messages only the absent members hold may be lost).
+    ResetFailed { have: usize, need: usize },
+}
+
+/// Parameters of a group.
+#[derive(Debug, Clone)]
+pub struct GroupOptions {
+    /// Resilience degree r: a sent message survives any r simultaneous
+    /// member crashes (the sequencer's included).  Fixed at creation.
+    pub resilience: usize,
+    /// Messages of at least this many bytes are broadcast by their sender
+    /// (BB), smaller ones go through the sequencer (PB).
+    pub large_bytes: usize,
+    /// Least number of members a reset needs (default: a majority, and at
+    /// least all but r).
+    pub min_members: Option<usize>,
+    /// Bytes of history the sequencer keeps before a lagging member is
+    /// expelled.
+    pub history_bytes: usize,
+    /// Use IP multicast: `None` decides from the cluster network (yes on a
+    /// network with broadcast).
+    pub multicast: Option<bool>,
+    /// How long [`Group::send`] waits for its message to be ordered.
+    pub send_timeout: Duration,
+    /// How long joining may take.
+    pub join_timeout: Duration,
+}
+
+impl Default for GroupOptions {
+    fn default() -> Self {
+        let core = GroupConfig::default();
+        Self {
+            resilience: 0,
+            large_bytes: core.large_bytes,
+            min_members: None,
+            history_bytes: core.history_bytes,
+            multicast: None,
+            send_timeout: Duration::from_secs(10),
+            join_timeout: core.join_timeout,
+        }
+    }
+}
+
+/// The port under which a group's members register with their nodes, so a
+/// joiner can find them: derived from the group's port, so anyone who knows
+/// the group can find it and only members register it.
+pub fn locate_port(group: &PutPort) -> GetPort {
+    let mut key = [0u8; 32];
+    key[..16].copy_from_slice(group.as_bytes());
+    GetPort::derive(&key, "shoal 2026 group locate v1")
+}
+
+/// The multicast address of a group: 239.77.x.y, port 20000–39999, from
+/// the group's port.
+pub fn multicast_addr(group: &PutPort) -> SocketAddrV4 {
+    let h = blake3_like(group.as_bytes());
+    SocketAddrV4::new(
+        Ipv4Addr::new(239, 77, (h >> 8) as u8, h as u8),
+        20_000 + ((h >> 16) % 20_000) as u16,
+    )
+}
+
+fn blake3_like(bytes: &[u8]) -> u64 {
+    // FNV-1a: the address only has to spread groups, not resist anyone.
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+type StateFn = Box<dyn FnMut() -> Vec<u8> + Send>;
+
+struct Shared {
+    core: Mutex<Inner>,
+    changed: Condvar,
+    socket: UdpSocket,
+    mcast: Option<(UdpSocket, SocketAddrV4)>,
+    closed: AtomicBool,
+    group: PutPort,
+}
+
+struct Inner {
+    core: GroupCore,
+    /// Own messages ordered: msg_id → seq.
+    sent: HashMap<u64, u64>,
+    state_fn: Option<StateFn>,
+    /// Deliveries polled from the core and not yet returned (a state
+    /// transfer answered in between).
+    out: std::collections::VecDeque<Delivery>,
+}
+
+/// One member of a group.  Dropping it leaves the group.
+pub struct Group {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+    _link: Option<Link>,
+    send_timeout: Duration,
+}
+
+impl Group {
+    /// Creates a new group with this process as its only member (and
+    /// sequencer).  Others join with [`Group::port`].
+    pub fn create(ctx: &Context, opts: GroupOptions) -> Result<Group, GroupError> {
+        let group = GetPort::random().put_port();
+        let (socket, mcast, me) = open_sockets(ctx, &group, &opts)?;
+        let cfg = core_config(ctx, &opts);
+        let core = GroupCore::create(clock::now(), ctx.config().key.clone(), group, me, cfg);
+        let link = register(ctx, &group, me.addr)?;
+        Ok(Group::start(group, core, socket, mcast, link, &opts))
+    }
+
+    /// Joins the group named `group`.  Returns once this process is a
+    /// member; its first delivery is [`Delivery::State`].
+    pub fn join(ctx: &Context, group: PutPort, opts: GroupOptions) -> Result<Group, GroupError> {
+        let contacts = locate(ctx, &group)?;
+        if contacts.is_empty() {
+            return Err(GroupError::NotFound(group));
+        }
+        let (socket, mcast, me) = open_sockets(ctx, &group, &opts)?;
+        let cfg = core_config(ctx, &opts);
+        let core = GroupCore::join(
+            clock::now(),
+            ctx.config().key.clone(),
+            group,
+            me,
+            cfg,
+            contacts,
+            Nonce::random().0,
+        );
+        let mut g = Group::start(group, core, socket, mcast, None, &opts);
+        // Wait until admitted.
+        let deadline = Instant::now() + opts.join_timeout + Duration::from_millis(500);
+        {
+            let mut inner = g.shared.core.lock();
+            loop {
+                match inner.core.status() {
+                    Status::Normal => break,
+                    Status::Out | Status::Left => return Err(GroupError::JoinFailed(group)),
+                    _ => {}
+                }
+                if g.shared.changed.wait_until(&mut inner, deadline).timed_out() {
+                    return Err(GroupError::JoinFailed(group));
+                }
+            }
+        }
+        g._link = register(ctx, &group, me.addr)?;
+        Ok(g)
+    }
+
+    fn start(
+        group: PutPort,
+        core: GroupCore,
+        socket: UdpSocket,
+        mcast: Option<(UdpSocket, SocketAddrV4)>,
+        link: Option<Link>,
+        opts: &GroupOptions,
+    ) -> Group {
+        let shared = Arc::new(Shared {
+            core: Mutex::new(Inner {
+                core,
+                sent: HashMap::new(),
+                state_fn: None,
+                out: Default::default(),
+            }),
+            changed: Condvar::new(),
+            socket,
+            mcast,
+            closed: AtomicBool::new(false),
+            group,
+        });
+        {
+            let mut inner = shared.core.lock();
+            shared.flush(&mut inner);
+        }
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("shoal-group".into())
+            .spawn(move || s.run())
+            .expect("spawn the group thread");
+        Group {
+            shared,
+            thread: Some(thread),
+            _link: link,
+            send_timeout: opts.send_timeout,
+        }
+    }
+
+    /// The group's name: give it to processes that should join.
+    pub fn port(&self) -> PutPort {
+        self.shared.group
+    }
+
+    /// This member's id.
+    pub fn id(&self) -> MemberId {
+        self.shared.core.lock().core.id()
+    }
+
+    /// Sets the state-transfer callback: called (on a thread inside
+    /// [`Group::receive`], between two deliveries) when a process joins; it
+    /// returns the application's state after every delivery received so
+    /// far.  Without one, joiners get an empty state.
+    pub fn on_state_wanted(&self, f: impl FnMut() -> Vec<u8> + Send + 'static) {
+        self.shared.core.lock().state_fn = Some(Box::new(f));
+    }
+
+    /// Sends `body` to every member; returns its sequence number once the
+    /// message is ordered (and, with resilience r, held by r + 1 members).
+    pub fn send(&self, body: &[u8]) -> Result<u64, GroupError> {
+        let deadline = Instant::now() + self.send_timeout;
+        let body = Bytes::copy_from_slice(body);
+        let mut inner = self.shared.core.lock();
+        let msg_id = loop {
+            match inner.core.send(clock::now(), body.clone()) {
+                Ok(id) => break id,
+                Err(SendError::WindowFull) => {}
+                Err(SendError::NotMember) => {
+                    if matches!(inner.core.status(), Status::Out | Status::Left) {
+                        return Err(GroupError::NotMember);
+                    }
+                    // Joining or recovering: wait for the group.
+                }
+                Err(SendError::TooLarge { limit }) => {
+                    return Err(GroupError::TooLarge {
+                        len: body.len(),
+                        limit,
+                    });
+                }
+            }
+            if self.shared.changed.wait_until(&mut inner, deadline).timed_out() {
+                return Err(GroupError::Timeout(self.send_timeout));
+            }
+        };
+        self.shared.flush(&mut inner);
+        loop {
+            if let Some(seq) = inner.sent.remove(&msg_id) {
+                return Ok(seq);
+            }
+            if matches!(inner.core.status(), Status::Out | Status::Left) {
+                return Err(GroupError::NotMember);
+            }
+            if self.shared.changed.wait_until(&mut inner, deadline).timed_out() {
+                return Err(GroupError::Timeout(self.send_timeout));
+            }
+        }
+    }
+
+    /// The next delivery, in the group's total order; waits at most
+    /// `timeout` (`None`: forever) and returns `Ok(None)` on timeout.
+    pub fn receive(&self, timeout: Option<Duration>) -> Result<Delivery, GroupError> {
+        self.receive_timeout(timeout)?.ok_or(GroupError::Timeout(
+            timeout.unwrap_or(Duration::MAX),
+        ))
+    }
+
+    /// Like [`Group::receive`], but a timeout is `Ok(None)`.
+    pub fn receive_timeout(&self, timeout: Option<Duration>) -> Result<Option<Delivery>, GroupError> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut inner = self.shared.core.lock();
+        loop {
+            if let Some(d) = inner.out.pop_front() {
+                return Ok(Some(d));
+            }
+            while let Some(ev) = inner.core.poll_event() {
+                match ev {
+                    Event::Message {
+                        seq, sender, body, ..
+                    } => return Ok(Some(Delivery::Message { seq, sender, body })),
+                    Event::Joined { seq, member } => {
+                        return Ok(Some(Delivery::Joined {
+                            seq,
+                            member: member.id,
+                            addr: member.addr,
+                        }));
+                    }
+                    Event::Left { seq, member } => return Ok(Some(Delivery::Left { seq, member })),
+                    Event::View { seq, inc, members } => {
+                        return Ok(Some(Delivery::View {
+                            seq,
+                            incarnation: inc,
+                            members: members.iter().map(|m| m.id).collect(),
+                        }));
+                    }
+                    Event::State { seq, state, .. } => {
+                        return Ok(Some(Delivery::State { seq, state }));
+                    }
+                    Event::StateWanted { joiner } => {
+                        // The application's state is exactly that after
+                        // every delivery it has received: call it without
+                        // holding up the I/O thread.
+                        let mut f = inner.state_fn.take();
+                        let state = parking_lot::MutexGuard::unlocked(&mut inner, || {
+                            f.as_mut().map(|f| f()).unwrap_or_default()
+                        });
+                        if inner.state_fn.is_none() {
+                            inner.state_fn = f;
+                        }
+                        inner.core.provide_state(clock::now(), joiner, &state);
+                        self.shared.flush(&mut inner);
+                    }
+                    Event::ResetFailed { have, need } => {
+                        return Ok(Some(Delivery::ResetFailed { have, need }));
+                    }
+                    Event::Expelled | Event::JoinFailed | Event::LeftGroup => {
+                        return Err(GroupError::NotMember);
+                    }
+                }
+            }
+            if matches!(inner.core.status(), Status::Out | Status::Left) {
+                return Err(GroupError::NotMember);
+            }
+            match deadline {
+                Some(d) => {
+                    if self.shared.changed.wait_until(&mut inner, d).timed_out() {
+                        return Ok(None);
+                    }
+                }
+                None => self.shared.changed.wait(&mut inner),
+            }
+        }
+    }
+
+    /// Starts a reset now; with `min_members`, one that goes on with that
+    /// many members even if fewer than the safe quorum answer.
+    pub fn reset(&self, min_members: Option<usize>) {
+        let mut inner = self.shared.core.lock();
+        inner.core.reset(clock::now(), min_members);
+        self.shared.flush(&mut inner);
+    }
+
+    /// The group as this member sees it.
+    pub fn info(&self) -> GroupInfo {
+        self.shared.core.lock().core.info()
+    }
+
+    /// Leaves the group; returns once the leave is ordered (or after a
+    /// short while if the group does not answer).
+    pub fn leave(mut self) {
+        self.leave_inner();
+    }
+
+    fn leave_inner(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        {
+            let mut inner = self.shared.core.lock();
+            inner.core.leave(clock::now());
+            self.shared.flush(&mut inner);
+            while !matches!(inner.core.status(), Status::Left | Status::Out) {
+                if self.shared.changed.wait_until(&mut inner, deadline).timed_out() {
+                    break;
+                }
+            }
+        }
+        self.shared.closed.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            self.leave_inner();
+        }
+    }
+}
+
+impl Shared {
+    /// Sends what the core queued and collects completed sends.
+    fn flush(&self, inner: &mut Inner) {
+        while let Some(t) = inner.core.poll_transmit() {
+            match t.dest {
+                GroupDest::Addr(a) => {
+                    let _ = self.socket.send_to(&t.bytes, a);
+                }
+                GroupDest::Members => match &self.mcast {
+                    Some((_, addr)) => {
+                        let _ = self.socket.send_to(&t.bytes, *addr);
+                    }
+                    None => {
+                        let me = inner.core.id();
+                        for m in inner.core.members() {
+                            if m.id != me {
+                                let _ = self.socket.send_to(&t.bytes, m.addr);
+                            }
+                        }
+                    }
+                },
+            }
+        }
+        while let Some((msg_id, seq)) = inner.core.poll_sent() {
+            inner.sent.insert(msg_id, seq);
+        }
+    }
+
+    /// The I/O thread: read both sockets, run the timers.
+    fn run(&self) {
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let mut fds = vec![libc::pollfd {
+            fd: self.socket.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        if let Some((m, _)) = &self.mcast {
+            fds.push(libc::pollfd {
+                fd: m.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        while !self.closed.load(Ordering::Acquire) {
+            let wait_ms = {
+                let inner = self.core.lock();
+                match inner.core.poll_timeout() {
+                    Some(t) => (clock::instant(t).saturating_duration_since(Instant::now()))
+                        .as_millis()
+                        .clamp(0, 50) as i32,
+                    None => 50,
+                }
+            };
+            for f in fds.iter_mut() {
+                f.revents = 0;
+            }
+            // SAFETY: `fds` is a valid array of pollfd for its length.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait_ms) };
+            let mut inner = self.core.lock();
+            if n > 0 {
+                let sockets: Vec<&UdpSocket> = std::iter::once(&self.socket)
+                    .chain(self.mcast.as_ref().map(|(m, _)| m))
+                    .collect();
+                for s in sockets {
+                    while let Ok(Some((len, from))) = socket::try_recv_from(s, &mut buf) {
+                        inner.core.handle_datagram(clock::now(), from, &buf[..len]);
+                    }
+                }
+            }
+            inner.core.handle_timeout(clock::now());
+            self.flush(&mut inner);
+            drop(inner);
+            self.changed.notify_all();
+        }
+    }
+}
+
+fn core_config(ctx: &Context, opts: &GroupOptions) -> GroupConfig {
+    GroupConfig {
+        resilience: opts.resilience,
+        large_bytes: opts.large_bytes,
+        frag_bytes: ctx.config().frag_bytes,
+        history_bytes: opts.history_bytes,
+        min_members: opts.min_members,
+        join_timeout: opts.join_timeout,
+        ..GroupConfig::default()
+    }
+}
+
+/// Whether the cluster network has broadcast (and so multicast): locate
+/// then goes to one broadcast address.
+fn network_has_broadcast(ctx: &Context) -> bool {
+    let locate = &ctx.config().locate;
+    locate.len() == 1
+        && matches!(locate[0].ip(), IpAddr::V4(ip) if ip.octets()[3] == 255 || ip.is_broadcast())
+}
+
+fn open_sockets(
+    ctx: &Context,
+    group: &PutPort,
+    opts: &GroupOptions,
+) -> Result<(UdpSocket, Option<(UdpSocket, SocketAddrV4)>, MemberEntry), GroupError> {
+    let bind_ip = ctx.config().bind_ip;
+    let socket = socket::bind(SocketAddr::new(bind_ip, 0))?;
+    let me = MemberEntry {
+        id: MemberId::random(),
+        addr: socket.local_addr()?,
+    };
+    let use_mcast = opts.multicast.unwrap_or_else(|| network_has_broadcast(ctx));
+    let mcast = match (use_mcast, bind_ip) {
+        (true, IpAddr::V4(ip)) => Some(open_multicast(&socket, group, ip)?),
+        _ => None,
+    };
+    Ok((socket, mcast, me))
+}
+
+fn open_multicast(
+    unicast: &UdpSocket,
+    group: &PutPort,
+    ip: Ipv4Addr,
+) -> Result<(UdpSocket, SocketAddrV4), GroupError> {
+    let addr = multicast_addr(group);
+    let s = socket2::Socket::new(
+        socket2::Domain::IPV4,
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )?;
+    s.set_reuse_address(true)?;
+    s.set_reuse_port(true)?;
+    let _ = s.set_recv_buffer_size(8 << 20);
+    s.bind(&SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, addr.port())).into())?;
+    s.join_multicast_v4(addr.ip(), &ip)?;
+    let u = socket2::SockRef::from(unicast);
+    u.set_multicast_if_v4(&ip)?;
+    u.set_multicast_loop_v4(true)?;
+    u.set_multicast_ttl_v4(1)?;
+    Ok((s.into(), addr))
+}
+
+/// Registers this member under the group's locate port with the local node.
+fn register(ctx: &Context, group: &PutPort, addr: SocketAddr) -> Result<Option<Link>, GroupError> {
+    let Some(path) = &ctx.config().node_socket else {
+        return Ok(None);
+    };
+    let mut link = Link::connect(path)?;
+    let answer = link.call(&LinkRequest::Register {
+        get_port: locate_port(group).to_hex(),
+        addr,
+        instance: Instance::random().to_string(),
+    })?;
+    match answer {
+        LinkResponse::Registered { .. } => Ok(Some(link)),
+        other => Err(crate::Error::Node(format!("unexpected answer to register: {other:?}")).into()),
+    }
+}
+
+/// Finds members of `group`: asks the nodes (broadcast or each in turn)
+/// who serves its locate port, for a short while.
+pub fn locate(ctx: &Context, group: &PutPort) -> Result<Vec<SocketAddr>, GroupError> {
+    let port = locate_port(group).put_port();
+    let socket = socket::bind(SocketAddr::new(ctx.config().bind_ip, 0))?;
+    let key = &ctx.config().key;
+    let nonce = Nonce::random();
+    let ask = shoal_wire::encode(
+        &Packet::Locate(shoal_wire::Locate {
+            nonce,
+            port,
+            instance: Instance(0),
+        }),
+        key,
+    );
+    let mut found: Vec<Endpoint> = Vec::new();
+    let mut buf = vec![0u8; MAX_DATAGRAM];
+    for round in 0..4 {
+        for to in &ctx.config().locate {
+            let _ = socket.send_to(&ask, to);
+        }
+        let until = Instant::now() + Duration::from_millis(60 << round.min(2));
+        while let Some(left) = until.checked_duration_since(Instant::now()) {
+            socket.set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
+            match socket.recv_from(&mut buf) {
+                Ok((len, _)) => {
+                    if let Ok(Packet::Here(h)) = shoal_wire::decode(&buf[..len], key)
+                        && h.nonce == nonce
+                    {
+                        for e in h.endpoints {
+                            if !found.contains(&e) {
+                                found.push(e);
+                            }
+                        }
+                    }
+                }
+                Err(e) if socket::is_timeout(&e) => break,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if !found.is_empty() {
+            break;
+        }
+    }
+    Ok(found.into_iter().map(|e| e.addr).collect())
+}
+
+/// Asks the members of `group` for their view of it (`shoal group info`).
+pub fn inspect(ctx: &Context, group: &PutPort) -> Result<Vec<serde_json::Value>, GroupError> {
+    let members = locate(ctx, group)?;
+    if members.is_empty() {
+        return Err(GroupError::NotFound(*group));
+    }
+    let socket = socket::bind(SocketAddr::new(ctx.config().bind_ip, 0))?;
+    let key = &ctx.config().key;
+    let nonce = Nonce::random().0;
+    let ask = shoal_wire::encode(
+        &Packet::Group(shoal_wire::group::GroupPacket {
+            hdr: shoal_wire::group::GroupHeader {
+                group: *group,
+                inc: 0,
+                seqr: MemberId(0),
+                from: MemberId::random(),
+            },
+            body: shoal_wire::group::GroupBody::InfoReq(shoal_wire::group::InfoReq { nonce }),
+        }),
+        key,
+    );
+    let mut answers: HashMap<SocketAddr, serde_json::Value> = HashMap::new();
+    let mut buf = vec![0u8; MAX_DATAGRAM];
+    for _ in 0..3 {
+        for m in &members {
+            if !answers.contains_key(m) {
+                let _ = socket.send_to(&ask, m);
+            }
+        }
+        let until = Instant::now() + Duration::from_millis(200);
+        while answers.len() < members.len() {
+            let Some(left) = until.checked_duration_since(Instant::now()) else {
+                break;
+            };
+            socket.set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
+            match socket.recv_from(&mut buf) {
+                Ok((len, from)) => {
+                    if let Ok(Packet::Group(p)) = shoal_wire::decode(&buf[..len], key)
+                        && let shoal_wire::group::GroupBody::Info(i) = p.body
+                        && i.nonce == nonce
+                        && let Ok(v) = serde_json::from_slice(i.json)
+                    {
+                        answers.insert(from, v);
+                    }
+                }
+                Err(e) if socket::is_timeout(&e) => break,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if answers.len() == members.len() {
+            break;
+        }
+    }
+    let mut list: Vec<_> = answers.into_values().collect();
+    list.sort_by_key(|v| v["member"].as_str().unwrap_or_default().to_string());
+    Ok(list)
+}
