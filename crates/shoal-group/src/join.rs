@@ -156,6 +156,10 @@ impl GroupCore {
             return;
         }
         self.joining = None;
+        // The group's parameters are the creator's, whatever ours were.
+        self.cfg.resilience = meta.resilience as usize;
+        self.cfg.large_bytes = meta.large_bytes as usize;
+        self.cfg.min_members = (meta.min_members > 0).then_some(meta.min_members as usize);
         self.inc = meta.inc;
         self.last_normal = (meta.inc, meta.sequencer);
         self.sequencer = meta.sequencer;
@@ -278,6 +282,9 @@ impl GroupCore {
         let meta = StateMeta {
             inc: self.inc,
             sequencer: self.sequencer,
+            resilience: self.cfg.resilience as u32,
+            large_bytes: self.cfg.large_bytes as u64,
+            min_members: self.cfg.min_members.unwrap_or(0) as u32,
             members,
             senders: self.senders.iter().map(|(k, v)| (*k, *v)).collect(),
         };

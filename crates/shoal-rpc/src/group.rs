@@ -192,7 +192,7 @@ struct Inner {
 /// One member of a group.  Dropping it leaves the group.
 pub struct Group {
     shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
     _link: Option<Link>,
     send_timeout: Duration,
 }
@@ -279,7 +279,7 @@ impl Group {
             .expect("spawn the group thread");
         Group {
             shared,
-            thread: Some(thread),
+            thread: Mutex::new(Some(thread)),
             _link: link,
             send_timeout: opts.send_timeout,
         }
@@ -433,12 +433,12 @@ impl Group {
     }
 
     /// Leaves the group; returns once the leave is ordered (or after a
-    /// short while if the group does not answer).
-    pub fn leave(mut self) {
-        self.leave_inner();
-    }
-
-    fn leave_inner(&mut self) {
+    /// short while if the group does not answer).  Later calls fail with
+    /// [`GroupError::NotMember`].
+    pub fn leave(&self) {
+        let Some(thread) = self.thread.lock().take() else {
+            return;
+        };
         let deadline = Instant::now() + Duration::from_secs(2);
         {
             let mut inner = self.shared.core.lock();
@@ -451,17 +451,14 @@ impl Group {
             }
         }
         self.shared.closed.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        let _ = thread.join();
+        self.shared.changed.notify_all();
     }
 }
 
 impl Drop for Group {
     fn drop(&mut self) {
-        if self.thread.is_some() {
-            self.leave_inner();
-        }
+        self.leave();
     }
 }
 

@@ -297,7 +297,13 @@ impl GroupSim {
     }
 
     fn start_join(&mut self, p: usize) {
-        let cfg = self.group_config();
+        // A joiner's own parameters do not matter: it adopts the group's
+        // with its state (this checks that it does).
+        let cfg = GroupConfig {
+            resilience: 0,
+            large_bytes: 1 << 20,
+            ..self.group_config()
+        };
         let id = self.member_id();
         let contacts: Vec<SocketAddr> = (0..self.procs.len())
             .filter(|&q| q != p)

@@ -548,6 +548,11 @@ pub fn decode_view(bytes: &[u8]) -> Result<View, WireError> {
 pub struct StateMeta {
     pub inc: u64,
     pub sequencer: MemberId,
+    /// The group's parameters, fixed at creation: resilience degree,
+    /// PB/BB threshold, reset minimum (0: the default rule).
+    pub resilience: u32,
+    pub large_bytes: u64,
+    pub min_members: u32,
     /// Membership after entry `at_seq`.
     pub members: Vec<MemberEntry>,
     /// Last message number sequenced for each sender.
@@ -561,6 +566,9 @@ pub fn encode_state(meta: &StateMeta, app: &[u8], out: &mut Vec<u8>) {
     let mut w = Writer(out);
     w.u64(meta.inc);
     w.u64(meta.sequencer.0);
+    w.u32(meta.resilience);
+    w.u64(meta.large_bytes);
+    w.u32(meta.min_members);
     w.u16(meta.senders.len() as u16);
     for (id, last) in &meta.senders {
         w.u64(id.0);
@@ -575,6 +583,9 @@ pub fn decode_state(bytes: &[u8]) -> Result<(StateMeta, &[u8]), WireError> {
     let members = r.members()?;
     let inc = r.u64()?;
     let sequencer = MemberId(r.u64()?);
+    let resilience = r.u32()?;
+    let large_bytes = r.u64()?;
+    let min_members = r.u32()?;
     let n = r.u16()? as usize;
     if n > MAX_GROUP_MEMBERS {
         return Err(WireError::Malformed("too many senders"));
@@ -588,6 +599,9 @@ pub fn decode_state(bytes: &[u8]) -> Result<(StateMeta, &[u8]), WireError> {
         StateMeta {
             inc,
             sequencer,
+            resilience,
+            large_bytes,
+            min_members,
             members,
             senders,
         },

@@ -27,6 +27,9 @@ enum Command {
     /// Call and serve ports from the command line.
     #[command(subcommand)]
     Rpc(crate::cmd_rpc::RpcCommand),
+    /// Process groups: reliable, totally ordered broadcast.
+    #[command(subcommand)]
+    Group(crate::cmd_group::GroupCommand),
     /// Inspect and restrict capabilities (offline: no server needed).
     #[command(subcommand)]
     Cap(crate::cmd_cap::CapCommand),
@@ -96,6 +99,7 @@ impl Cli {
             Command::Cluster(c) => crate::cmd_cluster::run(c),
             Command::Rpc(c) => crate::cmd_rpc::run(c),
             Command::Cap(c) => crate::cmd_cap::run(c),
+            Command::Group(c) => crate::cmd_group::run(c),
             Command::Bench(BenchCommand::Rpc(args)) => {
                 shoal_bench::rpc::run(args).map_err(Failure::failed)
             }
