@@ -187,6 +187,50 @@ struct Inner {
     /// Deliveries polled from the core and not yet returned (a state
     /// transfer answered in between).
     out: std::collections::VecDeque<Delivery>,
+    /// Injected delay, for tests (`SHOAL_NET_DELAY_MS`).
+    delay: Option<Delay>,
+}
+
+/// Datagrams held back by an injected delay: this kernel has no `netem`, so
+/// tests of real clusters delay (and so reorder) datagrams here.  Set
+/// `SHOAL_NET_DELAY_MS=MIN-MAX` (milliseconds) in a member's environment.
+struct Delay {
+    min_us: u64,
+    max_us: u64,
+    rng: u64,
+    queue: std::collections::BinaryHeap<std::cmp::Reverse<(Instant, u64, SocketAddr, Vec<u8>)>>,
+    count: u64,
+}
+
+impl Delay {
+    fn from_env() -> Option<Delay> {
+        let v = std::env::var("SHOAL_NET_DELAY_MS").ok()?;
+        let (a, b) = v.split_once('-').unwrap_or((&v, &v));
+        let min: u64 = a.trim().parse().ok()?;
+        let max: u64 = b.trim().parse().ok()?;
+        Some(Delay {
+            min_us: min * 1000,
+            max_us: max.max(min) * 1000,
+            rng: u64::from(std::process::id()) | 1,
+            queue: Default::default(),
+            count: 0,
+        })
+    }
+
+    fn push(&mut self, to: SocketAddr, bytes: Vec<u8>) {
+        // xorshift: any spread will do.
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        let span = self.max_us - self.min_us + 1;
+        let due = Instant::now() + Duration::from_micros(self.min_us + self.rng % span);
+        self.count += 1;
+        self.queue.push(std::cmp::Reverse((due, self.count, to, bytes)));
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        self.queue.peek().map(|r| r.0.0)
+    }
 }
 
 /// One member of a group.  Dropping it leaves the group.
@@ -261,6 +305,7 @@ impl Group {
                 sent: HashMap::new(),
                 state_fn: None,
                 out: Default::default(),
+                delay: Delay::from_env(),
             }),
             changed: Condvar::new(),
             socket,
@@ -466,23 +511,38 @@ impl Shared {
     /// Sends what the core queued and collects completed sends.
     fn flush(&self, inner: &mut Inner) {
         while let Some(t) = inner.core.poll_transmit() {
+            let mut targets: Vec<SocketAddr> = Vec::new();
             match t.dest {
-                GroupDest::Addr(a) => {
-                    let _ = self.socket.send_to(&t.bytes, a);
-                }
+                GroupDest::Addr(a) => targets.push(a),
                 GroupDest::Members => match &self.mcast {
-                    Some((_, addr)) => {
-                        let _ = self.socket.send_to(&t.bytes, *addr);
-                    }
+                    Some((_, addr)) => targets.push(SocketAddr::V4(*addr)),
                     None => {
                         let me = inner.core.id();
-                        for m in inner.core.members() {
-                            if m.id != me {
-                                let _ = self.socket.send_to(&t.bytes, m.addr);
-                            }
-                        }
+                        targets.extend(
+                            inner
+                                .core
+                                .members()
+                                .iter()
+                                .filter(|m| m.id != me)
+                                .map(|m| m.addr),
+                        );
                     }
                 },
+            }
+            for to in targets {
+                match inner.delay.as_mut() {
+                    Some(d) => d.push(to, t.bytes.clone()),
+                    None => {
+                        let _ = self.socket.send_to(&t.bytes, to);
+                    }
+                }
+            }
+        }
+        if let Some(d) = inner.delay.as_mut() {
+            let now = Instant::now();
+            while d.next_due().is_some_and(|due| due <= now) {
+                let std::cmp::Reverse((_, _, to, bytes)) = d.queue.pop().expect("peeked");
+                let _ = self.socket.send_to(&bytes, to);
             }
         }
         while let Some((msg_id, seq)) = inner.core.poll_sent() {
@@ -508,8 +568,16 @@ impl Shared {
         while !self.closed.load(Ordering::Acquire) {
             let wait_ms = {
                 let inner = self.core.lock();
-                match inner.core.poll_timeout() {
-                    Some(t) => (clock::instant(t).saturating_duration_since(Instant::now()))
+                let due = inner
+                    .core
+                    .poll_timeout()
+                    .map(clock::instant)
+                    .into_iter()
+                    .chain(inner.delay.as_ref().and_then(|d| d.next_due()))
+                    .min();
+                match due {
+                    Some(t) => t
+                        .saturating_duration_since(Instant::now())
                         .as_millis()
                         .clamp(0, 50) as i32,
                     None => 50,

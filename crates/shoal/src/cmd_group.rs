@@ -11,7 +11,11 @@
 //! SEQ DIGEST leave MEMBER
 //! SEQ DIGEST view INCARNATION MEMBER,MEMBER,...
 //! SEQ DIGEST state                (a joiner's starting point)
-//! sent SEQ                        (one of this member's lines is ordered)
+//! sent SEQ TEXT                   (this input line is ordered at SEQ)
+//! unsent TEXT                     (this line may or may not be ordered:
+//!                                  the member was expelled meanwhile)
+//! rejoin                          (expelled, e.g. after a partition: the
+//!                                  member joins again and gets a state)
 //! ```
 //!
 //! DIGEST is a running hash of the deliveries so far (the member's
@@ -135,7 +139,7 @@ pub fn run(command: GroupCommand) -> Result<(), Failure> {
             };
             let group = Group::create(&ctx, opts).map_err(group_failure)?;
             say(&format!("group {} member {}", group.port(), group.id()));
-            take_part(group, 0, member)
+            take_part(&ctx, group, member)
         }
         GroupCommand::Join { port, member } => {
             let ctx = attach()?;
@@ -145,7 +149,7 @@ pub fn run(command: GroupCommand) -> Result<(), Failure> {
             };
             let group = Group::join(&ctx, port, opts).map_err(group_failure)?;
             say(&format!("joined {} member {}", group.port(), group.id()));
-            take_part(group, 0, member)
+            take_part(&ctx, group, member)
         }
         GroupCommand::Send {
             port,
@@ -158,7 +162,7 @@ pub fn run(command: GroupCommand) -> Result<(), Failure> {
             for _ in 0..repeat {
                 for m in &messages {
                     let seq = group.send(m.as_bytes()).map_err(group_failure)?;
-                    say(&format!("sent {seq}"));
+                    say(&format!("sent {seq} {m}"));
                 }
             }
             group.leave();
@@ -180,18 +184,19 @@ pub fn run(command: GroupCommand) -> Result<(), Failure> {
                 "HISTORY", "HISTORY-B"
             );
             for a in &answers {
+                let n = |k: &str| a[k].to_string();
                 println!(
                     "{:<17} {:<10} {:>4} {:<17} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12}",
                     a["member"].as_str().unwrap_or("?"),
                     a["status"].as_str().unwrap_or("?"),
-                    a["incarnation"],
+                    n("incarnation"),
                     a["sequencer"].as_str().unwrap_or("?"),
-                    a["held"],
-                    a["committed"],
-                    a["stable"],
-                    a["delivered"],
-                    a["history_entries"],
-                    format!("{}/{}", a["history_bytes"], a["history_limit_bytes"]),
+                    n("held"),
+                    n("committed"),
+                    n("stable"),
+                    n("delivered"),
+                    n("history_entries"),
+                    format!("{}/{}", n("history_bytes"), n("history_limit_bytes")),
                 );
             }
             if let Some(first) = answers.first() {
@@ -222,33 +227,35 @@ fn say(line: &str) {
 
 /// Runs a shell member until stdin's lines are sent and `count` deliveries
 /// are printed, or SIGTERM/SIGINT: then leaves the group.
-fn take_part(group: Group, _start: u64, member: MemberArgs) -> Result<(), Failure> {
-    let group = Arc::new(group);
+fn take_part(ctx: &Context, group: Group, member: MemberArgs) -> Result<(), Failure> {
+    let port = group.port();
+    let current = Arc::new(Mutex::new(Arc::new(group)));
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, stop.clone()).map_err(|e| e.to_string())?;
     }
     // The application state handed to joiners: SEQ and DIGEST.
     let state = Arc::new(Mutex::new((0u64, 0u64)));
-    {
+    let provide = |group: &Group| {
         let state = state.clone();
         group.on_state_wanted(move || {
             let (seq, digest) = *state.lock();
             format!("{seq} {digest:016x}").into_bytes()
         });
-    }
+    };
+    provide(&current.lock());
     if !member.no_input {
-        let group = group.clone();
-        let stop = stop.clone();
+        let current = current.clone();
         std::thread::spawn(move || {
             for line in std::io::stdin().lock().lines() {
                 let Ok(line) = line else { break };
+                let group = current.lock().clone();
                 match group.send(line.as_bytes()) {
-                    Ok(seq) => say(&format!("sent {seq}")),
+                    Ok(seq) => say(&format!("sent {seq} {line}")),
+                    Err(GroupError::NotMember) => say(&format!("unsent {line}")),
                     Err(e) => {
                         eprintln!("shoal: send failed: {e}");
-                        stop.store(true, Ordering::Release);
-                        break;
+                        say(&format!("unsent {line}"));
                     }
                 }
             }
@@ -256,9 +263,29 @@ fn take_part(group: Group, _start: u64, member: MemberArgs) -> Result<(), Failur
     }
     let mut delivered = 0u64;
     while !stop.load(Ordering::Acquire) {
+        let group = current.lock().clone();
         let d = match group.receive_timeout(Some(Duration::from_millis(100))) {
             Ok(Some(d)) => d,
             Ok(None) => continue,
+            Err(GroupError::NotMember) => {
+                // Expelled (a partition, or falling behind): join again and
+                // start from the group's state.
+                say("rejoin");
+                let opts = GroupOptions {
+                    multicast: member.multicast.map(|m| matches!(m, YesNo::Yes)),
+                    ..GroupOptions::default()
+                };
+                let fresh = loop {
+                    match Group::join(ctx, port, opts.clone()) {
+                        Ok(g) => break g,
+                        Err(e) if stop.load(Ordering::Acquire) => return Err(group_failure(e)),
+                        Err(_) => std::thread::sleep(Duration::from_millis(200)),
+                    }
+                };
+                provide(&fresh);
+                *current.lock() = Arc::new(fresh);
+                continue;
+            }
             Err(e) => return Err(group_failure(e)),
         };
         let (seq, text) = match d {
@@ -314,6 +341,6 @@ fn take_part(group: Group, _start: u64, member: MemberArgs) -> Result<(), Failur
             break;
         }
     }
-    group.leave();
+    current.lock().leave();
     Ok(())
 }

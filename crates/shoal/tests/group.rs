@@ -1,0 +1,444 @@
+//! Group communication on real local clusters: members are `shoal group`
+//! processes in separate network namespaces, talking over real sockets
+//! (IP multicast on the cluster bridge), with iptables loss and partitions,
+//! delay injected by the library (`SHOAL_NET_DELAY_MS`), and SIGKILL.
+//!
+//! Every member prints what it delivers and which of its lines were
+//! ordered; [`check`] verifies on those logs the promises the simulator
+//! checks: total order agreement (with membership), no gaps, no
+//! duplicates, and no lost sends.  Needs root, like `cluster.rs`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use shoal_cluster::{Cluster, Mode, Spec};
+
+fn shoal() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_shoal"))
+}
+
+struct TestCluster {
+    cluster: Option<Cluster>,
+    _dir: tempfile::TempDir,
+}
+
+impl TestCluster {
+    fn up(name: &str, subnet: u8, nodes: usize) -> TestCluster {
+        assert!(shoal_cluster::is_root(), "cluster tests need root");
+        let dir = tempfile::tempdir().unwrap();
+        let spec = Spec {
+            dir: dir.path().join("cluster"),
+            nodes,
+            name: name.into(),
+            subnet,
+            mode: Mode::Netns,
+            shoal: shoal(),
+        };
+        let cluster = Cluster::up(&spec, &mut |l| eprintln!("[{name}] {l}")).unwrap();
+        TestCluster {
+            cluster: Some(cluster),
+            _dir: dir,
+        }
+    }
+
+    fn get(&self) -> &Cluster {
+        self.cluster.as_ref().unwrap()
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        if let Some(c) = self.cluster.take() {
+            let _ = c.down(&mut |_| {});
+        }
+    }
+}
+
+/// A `shoal group create|join` process on one node.
+struct Member {
+    name: String,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Member {
+    fn spawn(c: &Cluster, node: &str, args: &[&str]) -> Member {
+        let mut child = c
+            .command(node, shoal())
+            .unwrap()
+            .arg("group")
+            .args(args)
+            .env("SHOAL_NET_DELAY_MS", "0-2")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let out = BufReader::new(child.stdout.take().unwrap());
+        {
+            let lines = lines.clone();
+            std::thread::spawn(move || {
+                for line in out.lines().map_while(Result::ok) {
+                    lines.lock().unwrap().push(line);
+                }
+            });
+        }
+        let m = Member {
+            name: node.to_string(),
+            stdin: child.stdin.take(),
+            child,
+            lines,
+        };
+        assert!(
+            m.wait(Duration::from_secs(15), |l| l
+                .iter()
+                .any(|x| x.starts_with("group ") || x.starts_with("joined "))),
+            "{node}: the member did not start: {:?}",
+            m.log()
+        );
+        m
+    }
+
+    /// Creates a group with resilience `r`; returns the member and the port.
+    fn create(c: &Cluster, node: &str, r: usize) -> (Member, String) {
+        let m = Member::spawn(c, node, &["create", "-r", &r.to_string()]);
+        let port = m.log()[0].split_whitespace().nth(1).unwrap().to_string();
+        (m, port)
+    }
+
+    fn join(c: &Cluster, node: &str, port: &str) -> Member {
+        Member::spawn(c, node, &["join", port])
+    }
+
+    fn say(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn log(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    fn wait(&self, timeout: Duration, done: impl Fn(&[String]) -> bool) -> bool {
+        let until = Instant::now() + timeout;
+        while Instant::now() < until {
+            if done(&self.lines.lock().unwrap()) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// Lines of this member that the group ordered.
+    fn sent(&self) -> usize {
+        self.log().iter().filter(|l| l.starts_with("sent ")).count()
+    }
+
+    fn messages(&self) -> usize {
+        self.log().iter().filter(|l| is_msg(l)).count()
+    }
+
+    fn kill(&mut self) {
+        // SAFETY: plain kill(2) of our child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+
+    fn stop(&mut self) {
+        // SAFETY: plain kill(2) of our child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn is_msg(line: &str) -> bool {
+    line.split_whitespace().nth(2) == Some("msg")
+}
+
+/// What [`check`] found.
+#[derive(Debug, Default)]
+struct Summary {
+    entries: usize,
+    ordered_sends: usize,
+    views: usize,
+}
+
+/// Checks the promises on the members' logs; `finals` are the members
+/// that stay to the end, which must have delivered every ordered send.
+fn check(members: &[&Member], finals: &[&Member]) -> Summary {
+    use std::collections::{BTreeMap, HashSet};
+    let mut agreed: BTreeMap<u64, (String, String, String)> = BTreeMap::new();
+    let mut summary = Summary::default();
+    for m in members {
+        let mut last: Option<u64> = None;
+        let mut seen: HashSet<String> = HashSet::new();
+        for line in m.log() {
+            let mut f = line.splitn(3, ' ');
+            let first = f.next().unwrap_or("");
+            let Ok(seq) = first.parse::<u64>() else {
+                if line == "rejoin" {
+                    // A new membership: a state comes first again.
+                    last = None;
+                    seen.clear();
+                }
+                continue;
+            };
+            let digest = f.next().unwrap().to_string();
+            let rest = f.next().unwrap_or("").to_string();
+            if rest == "state" {
+                // no_gaps: deliveries go on from the state's point.
+                last = Some(seq);
+                if let Some((d, _, who)) = agreed.get(&seq) {
+                    assert_eq!(
+                        d, &digest,
+                        "total_order_agreement: {}'s state at {seq} differs from {who}'s stream",
+                        m.name
+                    );
+                }
+                continue;
+            }
+            if let Some(prev) = last {
+                assert_eq!(seq, prev + 1, "no_gaps: {} delivered {seq} after {prev}", m.name);
+            } else {
+                assert!(
+                    rest.starts_with("view "),
+                    "no_gaps: {} delivered {seq} before joining",
+                    m.name
+                );
+            }
+            last = Some(seq);
+            if rest.starts_with("msg ") {
+                assert!(
+                    seen.insert(rest.clone()),
+                    "no_duplicates: {} delivered `{rest}` twice",
+                    m.name
+                );
+            }
+            match agreed.get(&seq) {
+                Some((d, r, who)) => {
+                    assert_eq!(
+                        r, &rest,
+                        "total_order_agreement: at {seq} {} delivered `{rest}`, {who} `{r}`",
+                        m.name
+                    );
+                    assert_eq!(
+                        d, &digest,
+                        "total_order_agreement: {}'s stream up to {seq} differs from {who}'s",
+                        m.name
+                    );
+                }
+                None => {
+                    if rest.starts_with("view ") {
+                        summary.views += 1;
+                    }
+                    agreed.insert(seq, (digest, rest, m.name.clone()));
+                }
+            }
+        }
+    }
+    summary.entries = agreed.len();
+    // no_lost_sends: every ordered line is in the stream at its place, and
+    // every final member got that far.
+    let reached: Vec<u64> = finals
+        .iter()
+        .map(|m| {
+            m.log()
+                .iter()
+                .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for m in members {
+        for line in m.log() {
+            let Some(rest) = line.strip_prefix("sent ") else {
+                continue;
+            };
+            let (seq, text) = rest.split_once(' ').unwrap();
+            let seq: u64 = seq.parse().unwrap();
+            let (_, delivered, _) = agreed
+                .get(&seq)
+                .unwrap_or_else(|| panic!("no_lost_sends: {}'s `{text}` ordered at {seq}, never delivered", m.name));
+            assert!(
+                delivered.starts_with("msg ") && delivered.ends_with(&format!(" {text}")),
+                "no_lost_sends: {}'s `{text}` ordered at {seq}, but {seq} is `{delivered}`",
+                m.name
+            );
+            for (f, r) in finals.iter().zip(&reached) {
+                assert!(*r >= seq, "no_lost_sends: {} stopped at {r} before {seq}", f.name);
+            }
+            summary.ordered_sends += 1;
+        }
+    }
+    summary
+}
+
+/// Waits until every member in `ms` has delivered `n` messages.
+fn wait_messages(ms: &[&Member], n: usize, timeout: Duration) {
+    for m in ms {
+        assert!(
+            m.wait(timeout, |l| l.iter().filter(|x| is_msg(x)).count() >= n),
+            "liveness: {} delivered {} of {n} messages: {:?}",
+            m.name,
+            m.messages(),
+            m.log().iter().rev().take(5).collect::<Vec<_>>()
+        );
+    }
+}
+
+fn run(c: &Cluster, args: &[&str]) {
+    let status = Command::new(shoal())
+        .args(["cluster"])
+        .args(args)
+        .arg("--dir")
+        .arg(c.dir())
+        .status()
+        .unwrap();
+    assert!(status.success(), "shoal cluster {args:?} failed");
+}
+
+/// Three members, resilience 1, 20 % loss on one node and injected delay
+/// everywhere: every member delivers every message, in one order.
+#[test]
+fn three_members_agree_under_loss_and_delay() {
+    let tc = TestCluster::up("ga", 22, 3);
+    let c = tc.get();
+    let (mut a, port) = Member::create(c, "n1", 1);
+    let mut b = Member::join(c, "n2", &port);
+    let mut d = Member::join(c, "n3", &port);
+    run(c, &["loss", "--percent", "20", "n2"]);
+    for k in 0..20 {
+        a.say(&format!("a-{k}"));
+        b.say(&format!("b-{k}"));
+        d.say(&format!("d-{k}"));
+    }
+    wait_messages(&[&a, &b, &d], 60, Duration::from_secs(60));
+    run(c, &["heal", "n2"]);
+    let s = check(&[&a, &b, &d], &[&a, &b, &d]);
+    assert_eq!(s.ordered_sends, 60, "{s:?}");
+    for m in [&mut a, &mut b, &mut d] {
+        m.stop();
+    }
+}
+
+/// Five members, resilience 2, loss on two nodes.
+#[test]
+fn five_members_with_resilience_two_agree_under_loss() {
+    let tc = TestCluster::up("gb", 23, 5);
+    let c = tc.get();
+    let (a, port) = Member::create(c, "n1", 2);
+    let mut ms = vec![a];
+    for n in 2..=5 {
+        ms.push(Member::join(c, &format!("n{n}"), &port));
+    }
+    run(c, &["loss", "--percent", "10", "n2"]);
+    run(c, &["loss", "--percent", "10", "n4"]);
+    for k in 0..10 {
+        for (i, m) in ms.iter_mut().enumerate() {
+            m.say(&format!("m{i}-{k}"));
+        }
+    }
+    let refs: Vec<&Member> = ms.iter().collect();
+    wait_messages(&refs, 50, Duration::from_secs(60));
+    let s = check(&refs, &refs);
+    assert_eq!(s.ordered_sends, 50, "{s:?}");
+}
+
+/// SIGKILL of the sequencer in the middle of a stream of sends: the
+/// survivors reset, no ordered message is lost, and sending goes on.
+#[test]
+fn sequencer_killed_mid_stream_group_carries_on() {
+    let tc = TestCluster::up("gc", 24, 3);
+    let c = tc.get();
+    let (mut a, port) = Member::create(c, "n1", 1);
+    let mut b = Member::join(c, "n2", &port);
+    let mut d = Member::join(c, "n3", &port);
+    for k in 0..10 {
+        a.say(&format!("a-{k}"));
+        b.say(&format!("b-{k}"));
+        d.say(&format!("d-{k}"));
+    }
+    wait_messages(&[&b, &d], 30, Duration::from_secs(30));
+    // A stream from the survivors, and the sequencer dies in its middle.
+    for k in 10..40 {
+        b.say(&format!("b-{k}"));
+        d.say(&format!("d-{k}"));
+        if k == 15 {
+            a.kill();
+        }
+    }
+    for m in [&b, &d] {
+        assert!(
+            m.wait(Duration::from_secs(30), |l| l
+                .iter()
+                .filter(|x| x.starts_with("sent ") || x.starts_with("unsent "))
+                .count()
+                >= 40),
+            "{}: sends did not finish: {:?}",
+            m.name,
+            m.log().iter().rev().take(5).collect::<Vec<_>>()
+        );
+    }
+    // Sends after the reset succeed.
+    b.say("b-after");
+    d.say("d-after");
+    assert!(b.wait(Duration::from_secs(10), |l| l.iter().any(|x| x.ends_with(" d-after") && is_msg(x))));
+    assert!(d.wait(Duration::from_secs(10), |l| l.iter().any(|x| x.ends_with(" b-after") && is_msg(x))));
+    let s = check(&[&a, &b, &d], &[&b, &d]);
+    assert!(s.views >= 2, "the survivors installed a new view: {s:?}");
+    assert!(b.sent() + d.sent() >= 80, "survivors' sends were ordered: {s:?}");
+}
+
+/// A member cut off by a partition: the others carry on; after the heal
+/// it is a member again, with the group's state, and agrees with them.
+#[test]
+fn partitioned_member_rejoins_after_heal() {
+    let tc = TestCluster::up("gd", 25, 3);
+    let c = tc.get();
+    let (mut a, port) = Member::create(c, "n1", 1);
+    let mut b = Member::join(c, "n2", &port);
+    let d = Member::join(c, "n3", &port);
+    for k in 0..5 {
+        a.say(&format!("a-{k}"));
+    }
+    wait_messages(&[&a, &b, &d], 5, Duration::from_secs(20));
+    run(c, &["partition", "n3"]);
+    for k in 5..15 {
+        a.say(&format!("a-{k}"));
+        b.say(&format!("b-{k}"));
+    }
+    wait_messages(&[&a, &b], 25, Duration::from_secs(30));
+    // Long enough for the others to give n3 up and reset without it.
+    std::thread::sleep(Duration::from_secs(2));
+    run(c, &["heal", "n3"]);
+    assert!(
+        d.wait(Duration::from_secs(30), |l| l
+            .iter()
+            .skip_while(|x| *x != "rejoin")
+            .any(|x| x.ends_with(" state"))),
+        "n3 did not rejoin: {:?}",
+        d.log()
+    );
+    a.say("a-after-heal");
+    assert!(
+        d.wait(Duration::from_secs(20), |l| l.iter().any(|x| x.ends_with(" a-after-heal"))),
+        "n3 does not receive after rejoining: {:?}\nn1: {:?}\nn2: {:?}",
+        d.log().iter().rev().take(5).collect::<Vec<_>>(),
+        a.log().iter().rev().take(6).collect::<Vec<_>>(),
+        b.log().iter().rev().take(6).collect::<Vec<_>>(),
+    );
+    check(&[&a, &b, &d], &[&a, &b, &d]);
+}
