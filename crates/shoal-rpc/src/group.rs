@@ -177,6 +177,8 @@ struct Shared {
     mcast: Option<(UdpSocket, SocketAddrV4)>,
     closed: AtomicBool,
     group: PutPort,
+    /// How long a thread polls the sockets before it sleeps.
+    spin: Duration,
 }
 
 struct Inner {
@@ -189,6 +191,8 @@ struct Inner {
     out: std::collections::VecDeque<Delivery>,
     /// Injected delay, for tests (`SHOAL_NET_DELAY_MS`).
     delay: Option<Delay>,
+    /// Receive buffer of whichever thread reads the sockets.
+    rx: Vec<u8>,
 }
 
 /// Datagrams held back by an injected delay: this kernel has no `netem`, so
@@ -250,7 +254,7 @@ impl Group {
         let cfg = core_config(ctx, &opts);
         let core = GroupCore::create(clock::now(), ctx.config().key.clone(), group, me, cfg);
         let link = register(ctx, &group, me.addr)?;
-        Ok(Group::start(group, core, socket, mcast, link, &opts))
+        Ok(Group::start(ctx, group, core, socket, mcast, link, &opts))
     }
 
     /// Joins the group named `group`.  Returns once this process is a
@@ -271,7 +275,7 @@ impl Group {
             contacts,
             Nonce::random().0,
         );
-        let mut g = Group::start(group, core, socket, mcast, None, &opts);
+        let mut g = Group::start(ctx, group, core, socket, mcast, None, &opts);
         // Wait until admitted.
         let deadline = Instant::now() + opts.join_timeout + Duration::from_millis(500);
         {
@@ -292,6 +296,7 @@ impl Group {
     }
 
     fn start(
+        ctx: &Context,
         group: PutPort,
         core: GroupCore,
         socket: UdpSocket,
@@ -299,6 +304,7 @@ impl Group {
         link: Option<Link>,
         opts: &GroupOptions,
     ) -> Group {
+        let spin = ctx.config().server_spin;
         let shared = Arc::new(Shared {
             core: Mutex::new(Inner {
                 core,
@@ -306,12 +312,14 @@ impl Group {
                 state_fn: None,
                 out: Default::default(),
                 delay: Delay::from_env(),
+                rx: vec![0u8; MAX_DATAGRAM],
             }),
             changed: Condvar::new(),
             socket,
             mcast,
             closed: AtomicBool::new(false),
             group,
+            spin,
         });
         {
             let mut inner = shared.core.lock();
@@ -376,9 +384,23 @@ impl Group {
             }
         };
         self.shared.flush(&mut inner);
+        // Poll the sockets ourselves for a while: the answer usually comes
+        // within a round trip, and handing it over from the I/O thread
+        // would cost a wake-up.
+        let spin_until = Instant::now() + self.shared.spin * 4;
         loop {
             if let Some(seq) = inner.sent.remove(&msg_id) {
                 return Ok(seq);
+            }
+            if Instant::now() < spin_until {
+                if self.shared.pump(&mut inner) {
+                    self.shared.changed.notify_all();
+                }
+                parking_lot::MutexGuard::unlocked(&mut inner, || {
+                    // SAFETY: sched_yield has no preconditions.
+                    unsafe { libc::sched_yield() };
+                });
+                continue;
             }
             if matches!(inner.core.status(), Status::Out | Status::Left) {
                 return Err(GroupError::NotMember);
@@ -550,9 +572,26 @@ impl Shared {
         }
     }
 
-    /// The I/O thread: read both sockets, run the timers.
+    /// Reads every queued datagram of both sockets into the core and sends
+    /// what it answers; true if there was any.
+    fn pump(&self, inner: &mut Inner) -> bool {
+        let mut got = false;
+        let Inner { core, rx, .. } = inner;
+        for s in std::iter::once(&self.socket).chain(self.mcast.as_ref().map(|(m, _)| m)) {
+            while let Ok(Some((len, from))) = socket::try_recv_from(s, rx) {
+                core.handle_datagram(clock::now(), from, &rx[..len]);
+                got = true;
+            }
+        }
+        if got {
+            self.flush(inner);
+        }
+        got
+    }
+
+    /// The I/O thread: read both sockets, run the timers; after activity,
+    /// poll for a while before sleeping (a busy group answers sooner).
     fn run(&self) {
-        let mut buf = vec![0u8; MAX_DATAGRAM];
         let mut fds = vec![libc::pollfd {
             fd: self.socket.as_raw_fd(),
             events: libc::POLLIN,
@@ -589,20 +628,25 @@ impl Shared {
             // SAFETY: `fds` is a valid array of pollfd for its length.
             let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait_ms) };
             let mut inner = self.core.lock();
-            if n > 0 {
-                let sockets: Vec<&UdpSocket> = std::iter::once(&self.socket)
-                    .chain(self.mcast.as_ref().map(|(m, _)| m))
-                    .collect();
-                for s in sockets {
-                    while let Ok(Some((len, from))) = socket::try_recv_from(s, &mut buf) {
-                        inner.core.handle_datagram(clock::now(), from, &buf[..len]);
-                    }
-                }
-            }
+            let mut active = n > 0 && self.pump(&mut inner);
             inner.core.handle_timeout(clock::now());
             self.flush(&mut inner);
             drop(inner);
             self.changed.notify_all();
+            let mut idle_since = Instant::now();
+            while active && !self.closed.load(Ordering::Acquire) {
+                let mut inner = self.core.lock();
+                if self.pump(&mut inner) {
+                    idle_since = Instant::now();
+                    drop(inner);
+                    self.changed.notify_all();
+                } else {
+                    drop(inner);
+                    active = idle_since.elapsed() < self.spin;
+                }
+                // SAFETY: sched_yield has no preconditions.
+                unsafe { libc::sched_yield() };
+            }
         }
     }
 }
