@@ -36,7 +36,8 @@ const USAGE: &str = "usage: cargo xtask <task>
 
 tasks:
   demo     build shoal, start a local 4-node cluster, show RPC with a
-           moving server and a crashing node, tear it down
+           moving server and a crashing node, a process group that loses
+           its sequencer and carries on, tear it down
   test     install what the tests need, then run the whole suite:
            format and lint checks, unit, property and simulation tests,
            real-cluster integration tests, and short fuzz runs
@@ -207,7 +208,145 @@ fn demo_steps(dir: &Path) -> Result<(), String> {
     call("n2", "still served on n3")?;
     run(&mut shoal(&["cluster", "start", "n1"], dir))?;
     stop(&mut server);
+    demo_group(dir)
+}
+
+/// A process group at work: members on three nodes, messages in one
+/// order, the sequencer killed, the group carrying on.
+fn demo_group(dir: &Path) -> Result<(), String> {
+    step("a process group with resilience 1: created on n2, joined from n3 and n4");
+    let mut seq = GroupMember::start(dir, "n2", &["create", "--resilience", "1"])?;
+    let port = seq
+        .wait_line(|l| l.starts_with("group "))?
+        .split_whitespace()
+        .nth(1)
+        .ok_or("no group port")?
+        .to_string();
+    println!("group {port}");
+    let mut b = GroupMember::start(dir, "n3", &["join", &port])?;
+    let mut c = GroupMember::start(dir, "n4", &["join", &port])?;
+    b.say("hello from n3")?;
+    c.say("hello from n4")?;
+    seq.say("hello from n2")?;
+    for m in [&b, &c, &seq] {
+        m.wait_line(|l| l.ends_with("hello from n2"))?;
+        m.wait_line(|l| l.ends_with("hello from n3"))?;
+        m.wait_line(|l| l.ends_with("hello from n4"))?;
+    }
+    let order = |m: &GroupMember| {
+        m.lines()
+            .into_iter()
+            .filter(|l| l.contains(" msg "))
+            .filter_map(|l| l.splitn(5, ' ').nth(4).map(str::to_string))
+            .collect::<Vec<_>>()
+    };
+    for (name, m) in [("n2", &seq), ("n3", &b), ("n4", &c)] {
+        println!("  {name} delivered, in order: {:?}", order(m));
+    }
+    if order(&seq) != order(&b) || order(&b) != order(&c) {
+        return Err("members delivered different orders".into());
+    }
+    step("the group as each member sees it");
+    run(&mut shoal(
+        &[
+            "cluster",
+            "exec",
+            "--node",
+            "n3",
+            "--",
+            shoal_bin().to_str().unwrap(),
+            "group",
+            "info",
+            &port,
+        ],
+        dir,
+    ))?;
+
+    step("killing the sequencer (the member on n2) with SIGKILL: n3 and n4 reset and carry on");
+    seq.kill();
+    b.say("after the crash, from n3")?;
+    for (name, m) in [("n3", &b), ("n4", &c)] {
+        let view = m.wait_line(|l| l.split_whitespace().nth(2) == Some("view") && !l.starts_with("1 "))?;
+        println!("  {name}: new view {view}");
+        m.wait_line(|l| l.ends_with("after the crash, from n3"))?;
+        println!("  {name}: delivered \"after the crash, from n3\"");
+    }
+    b.stop();
+    c.stop();
     Ok(())
+}
+
+/// A `shoal group` member run on a node, fed through stdin, read through
+/// stdout.
+struct GroupMember {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl GroupMember {
+    fn start(dir: &Path, node: &str, args: &[&str]) -> Result<GroupMember, String> {
+        use std::io::BufRead;
+        let bin = shoal_bin();
+        let mut all = vec!["cluster", "exec", "--node", node, "--", bin.to_str().unwrap(), "group"];
+        all.extend_from_slice(args);
+        let mut child = shoal(&all, dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let out = std::io::BufReader::new(child.stdout.take().expect("piped"));
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                sink.lock().expect("lines").push(line);
+            }
+        });
+        let stdin = child.stdin.take().expect("piped");
+        let m = GroupMember {
+            child,
+            stdin,
+            lines,
+        };
+        m.wait_line(|l| l.starts_with("group ") || l.starts_with("joined "))?;
+        Ok(m)
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.lines.lock().expect("lines").clone()
+    }
+
+    fn say(&mut self, text: &str) -> Result<(), String> {
+        use std::io::Write;
+        writeln!(self.stdin, "{text}").map_err(|e| e.to_string())
+    }
+
+    fn wait_line(&self, pred: impl Fn(&str) -> bool) -> Result<String, String> {
+        let until = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < until {
+            if let Some(l) = self.lines().into_iter().find(|l| pred(l)) {
+                return Ok(l);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Err(format!("a group member did not print what was expected; it printed {:?}", self.lines()))
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn stop(&mut self) {
+        stop(&mut self.child);
+    }
+}
+
+impl Drop for GroupMember {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }
 
 fn serve_echo(dir: &Path, node: &str, get: &str) -> Result<std::process::Child, String> {
