@@ -12,6 +12,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("demo") => demo(),
         Some("test") => test(&args[1..]),
+        Some("sim") => sim(&args[1..]),
         Some("fuzz") => match args.get(1).map(|s| s.parse::<u64>()) {
             None => fuzz(60),
             Some(Ok(seconds)) => fuzz(seconds),
@@ -42,6 +43,10 @@ tasks:
            format and lint checks, unit, property and simulation tests,
            real-cluster integration tests, and short fuzz runs
            (--quick: skip the fuzz runs and use fewer simulation seeds)
+  sim [--seeds N] [--scenario NAME]
+           the simulator alone, over N seeds per scenario (default
+           20000): the nightly-size run of what `test` runs with 2000;
+           NAME filters scenarios (e.g. group_ or promises_)
   fuzz [SECONDS]
            build the fuzz targets (fuzz/, stable Rust, no cargo-fuzz
            needed) and run each for SECONDS (default 60; 0: build only)";
@@ -404,6 +409,38 @@ fn test(args: &[String]) -> Result<(), String> {
     }
     println!("\nxtask: all tests passed in {:.0?}", started.elapsed());
     println!("tests: {passed} passed, {failed} failed");
+    Ok(())
+}
+
+/// `cargo xtask sim`: every simulation scenario (RPC and group) over many
+/// seeds, in release mode.  A failure prints the seed and how to replay it.
+fn sim(args: &[String]) -> Result<(), String> {
+    let mut seeds = "20000".to_string();
+    let mut filter: Option<String> = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--seeds" => {
+                seeds = it.next().ok_or("--seeds takes a number")?.clone();
+                seeds
+                    .parse::<u64>()
+                    .map_err(|_| format!("--seeds takes a number, not {seeds:?}"))?;
+            }
+            "--scenario" => filter = Some(it.next().ok_or("--scenario takes a name")?.clone()),
+            other => return Err(format!("sim: unknown argument {other:?}\n\n{USAGE}")),
+        }
+    }
+    step(&format!("simulation: {seeds} seeds per scenario"));
+    let started = Instant::now();
+    let mut cmd = vec!["test", "--release", "-p", "shoal-sim"];
+    if let Some(f) = &filter {
+        cmd.push(f);
+    }
+    let (passed, failed) = cargo_test(&cmd, &seeds)?;
+    println!(
+        "\nxtask: {passed} scenarios passed, {failed} failed, {seeds} seeds each, in {:.0?}",
+        started.elapsed()
+    );
     Ok(())
 }
 
