@@ -486,6 +486,8 @@ const FUZZ_TARGETS: &[&str] = &[
     "cores",
     "link_request",
     "node_config",
+    "group_payloads",
+    "group_core",
 ];
 
 /// cargo-fuzz's instrumentation flags, less `-Zsanitizer=address`, the one
