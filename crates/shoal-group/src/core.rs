@@ -130,6 +130,8 @@ pub struct GroupCore {
     pub(crate) outgoing_bytes: usize,
 
     pub(crate) seq: Option<Sequencer>,
+    /// The sequencer is in the middle of ordering an entry.
+    pub(crate) ordering: bool,
     pub(crate) coord: Option<Coordinator>,
     /// When this member voted in a recovery it does not coordinate.
     pub(crate) voted_at: Option<Time>,
@@ -143,7 +145,7 @@ pub struct GroupCore {
 
     /// Last datagram from the sequencer (or, as sequencer, last broadcast).
     pub(crate) heard_seq: Time,
-    pub(crate) last_nack: Time,
+    pub(crate) last_nack: Option<Time>,
     pub(crate) last_ack: Time,
     pub(crate) next_tick: Time,
     pub(crate) now: Time,
@@ -232,6 +234,7 @@ impl GroupCore {
             outgoing: VecDeque::new(),
             outgoing_bytes: 0,
             seq: None,
+            ordering: false,
             coord: None,
             voted_at: None,
             recovery_failed_at: None,
@@ -240,7 +243,7 @@ impl GroupCore {
             left_at: None,
             state_out: Default::default(),
             heard_seq: now,
-            last_nack: Time(0),
+            last_nack: None,
             last_ack: Time(0),
             next_tick: now,
             now,
@@ -534,6 +537,10 @@ impl GroupCore {
             return;
         }
         let bb = body.len() >= self.cfg.large_bytes;
+        if bb && first {
+            // Our own body, for when the accept comes back.
+            self.bb_done.insert((self.me.id, msg_id), body.clone());
+        }
         // A BB message goes to everyone the first time; retries go to the
         // sequencer only (members that miss it ask the sequencer).
         let dest = if bb && first {
@@ -610,6 +617,16 @@ impl GroupCore {
         let from_seq = p.hdr.from == self.sequencer && p.hdr.inc == self.inc;
         if from_seq {
             self.heard_seq = now;
+        }
+        if matches!(p.body, GroupBody::Order(_) | GroupBody::Sync(_))
+            && p.hdr.from == p.hdr.seqr
+            && (p.hdr.inc, p.hdr.from) < (self.inc, self.sequencer)
+            && !self.is_member(p.hdr.from)
+            && self.status == Status::Normal
+        {
+            // A sequencer of an incarnation the group left behind: tell it.
+            self.tell_not_member();
+            return;
         }
         match &p.body {
             GroupBody::Data(d) => self.on_data(now, p.hdr, d),
@@ -948,15 +965,18 @@ impl GroupCore {
             return;
         }
         // Ask at once when the gap first shows, then once per interval.
-        let due = if timer {
-            now.saturating_since(self.last_nack) >= self.cfg.retransmit
+        let interval = if timer {
+            self.cfg.retransmit
         } else {
-            now.saturating_since(self.last_nack) >= self.cfg.retransmit / 4
+            self.cfg.retransmit / 4
         };
+        let due = self
+            .last_nack
+            .is_none_or(|t| now.saturating_since(t) >= interval);
         if !due {
             return;
         }
-        self.last_nack = now;
+        self.last_nack = Some(now);
         self.stats.nacks_sent += 1;
         let body = GroupBody::Nack(Nack {
             held: self.held,
@@ -1064,6 +1084,12 @@ impl GroupCore {
                         let id = MemberId(u64::from_le_bytes(bytes));
                         self.events.push_back(Event::Left { seq, member: id });
                         if id == self.me.id {
+                            if self.leaving.is_none() {
+                                // Expelled (silent, or holding the
+                                // history back).
+                                self.expelled();
+                                return;
+                            }
                             // A leaver stays until every member holds its
                             // leave (or a while): a reset may need its vote
                             // to learn that the leave is committed.

@@ -189,6 +189,16 @@ impl GroupCore {
             self.reject(from);
             return;
         }
+        // A member that hears its sequencer does not depose it: a member
+        // cut off on its own (or deaf) cannot disrupt the group.
+        if self.status == Status::Normal
+            && hdr.from != self.sequencer
+            && self.is_member(self.sequencer)
+            && now.saturating_since(self.heard_seq) < self.cfg.suspect_after
+        {
+            self.reject(from);
+            return;
+        }
         if b > self.promised {
             self.promised = b;
             self.coord = None;

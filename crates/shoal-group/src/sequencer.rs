@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 
 use bytes::Bytes;
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 use shoal_proto::Time;
 use shoal_wire::MemberId;
 use shoal_wire::group::{
@@ -28,9 +28,6 @@ pub(crate) struct MemberHeld {
     /// It acknowledged in this incarnation (a joiner that has not yet
     /// received its state, or a member that missed the install, has not).
     pub acked: bool,
-    /// It joined in this incarnation and has never acknowledged: it cannot
-    /// hold anything the group delivered before its join.
-    pub joiner: bool,
 }
 
 /// Sequencer state.
@@ -70,7 +67,6 @@ impl Sequencer {
                             held: 0,
                             heard: now,
                             acked: false,
-                            joiner: false,
                         },
                     )
                 })
@@ -184,8 +180,12 @@ impl GroupCore {
         debug_assert_eq!(seq, self.held + 1);
         let need = self.cfg.acks_needed(self.members.len());
         let kind = entry.kind;
+        // Holding the entry may commit others and deliver them; nothing is
+        // ordered in between (see `try_change`).
+        self.ordering = true;
         self.place(seq, entry.clone());
         self.after_hold(now);
+        self.ordering = false;
         assert_eq!(self.held, seq, "the sequencer holds every entry it orders");
         if kind == EntryKind::Join
             && let Ok(m) = shoal_wire::group::decode_member(&entry.body)
@@ -197,7 +197,6 @@ impl GroupCore {
                     held: seq,
                     heard: now,
                     acked: false,
-                    joiner: true,
                 },
             );
         }
@@ -214,6 +213,7 @@ impl GroupCore {
         }
         self.seq_recompute(now);
         self.deliver();
+        self.try_change(now);
     }
 
     /// The sequencer's own hold advanced (it orders, or a new incarnation
@@ -247,7 +247,6 @@ impl GroupCore {
             m.held.max(held.min(self.held))
         };
         m.acked = true;
-        m.joiner = false;
         if first {
             self.state_done(hdr.from);
         }
@@ -413,10 +412,7 @@ impl GroupCore {
     /// Orders the next queued join or leave, once everything before is
     /// committed.
     pub(crate) fn try_change(&mut self, now: Time) {
-        if self.seq.is_none()
-            || self.change_pending()
-            || self.commit < self.held
-            || self.left_at.is_some()
+        if self.seq.is_none() || self.ordering || self.change_pending() || self.left_at.is_some()
         {
             return;
         }
@@ -488,7 +484,7 @@ impl GroupCore {
                     unacked.push(m.id);
                 }
                 if now.saturating_since(h.heard) >= self.cfg.dead_after {
-                    dead.push((m.id, h.joiner));
+                    dead.push(m.id);
                 }
                 if blocker.is_none_or(|(held, _)| h.held < held) {
                     blocker = Some((h.held, m.id));
@@ -512,18 +508,13 @@ impl GroupCore {
                 self.seq_resend_view(id);
             }
         }
-        let mut expel: FxHashSet<MemberId> = dead.iter().map(|(id, _)| *id).collect();
-        if let Some(id) = blocker {
-            expel.insert(id);
-        }
-        if !expel.is_empty() {
-            self.start_recovery(now, expel, None);
-            // A joiner that never acknowledged was never counted as holding
-            // anything: it does not count towards the quorum either.
-            if let Some(c) = self.coord.as_mut() {
-                c.empty.extend(dead.iter().filter(|(_, joiner)| *joiner).map(|(id, _)| *id));
-            }
-            self.evaluate(now);
+        // Silent members, and one that holds a full history back, are
+        // expelled through the stream like a leave: the sequencer is alive,
+        // so no reset is needed (and the entry commits by the others).
+        let mut expel = dead;
+        expel.extend(blocker);
+        for id in expel {
+            self.queue_change(now, Change::Leave(id));
         }
     }
 
