@@ -412,7 +412,7 @@ impl Group {
     }
 
     /// The next delivery, in the group's total order; waits at most
-    /// `timeout` (`None`: forever) and returns `Ok(None)` on timeout.
+    /// `timeout` (`None`: forever), then fails with [`GroupError::Timeout`].
     pub fn receive(&self, timeout: Option<Duration>) -> Result<Delivery, GroupError> {
         self.receive_timeout(timeout)?.ok_or(GroupError::Timeout(
             timeout.unwrap_or(Duration::MAX),

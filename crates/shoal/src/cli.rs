@@ -38,7 +38,18 @@ enum Command {
     Bench(BenchCommand),
     /// Internal: the halves of a benchmark that run on cluster nodes.
     #[command(hide = true, subcommand)]
-    BenchAgent(shoal_bench::rpc::AgentCommand),
+    BenchAgent(BenchAgentCommand),
+}
+
+/// The agents of every benchmark: `shoal bench rpc`'s (`serve`, `client`)
+/// and `shoal bench group`'s (`group member`).
+#[derive(Subcommand)]
+enum BenchAgentCommand {
+    #[command(flatten)]
+    Rpc(shoal_bench::rpc::AgentCommand),
+    /// `shoal bench group`'s agents.
+    #[command(subcommand)]
+    Group(shoal_bench::group::AgentCommand),
 }
 
 /// Flags of `shoal node`; each overrides the config file.
@@ -80,6 +91,9 @@ struct NodeArgs {
 enum BenchCommand {
     /// RPC latency and throughput against raw UDP, raw TCP and gRPC.
     Rpc(shoal_bench::rpc::BenchArgs),
+    /// Group communication (r = 0, 1, 2), throughput, datagrams per
+    /// message and fail-over, beside a null RPC and an etcd cluster.
+    Group(shoal_bench::group::BenchArgs),
 }
 
 impl Cli {
@@ -103,7 +117,15 @@ impl Cli {
             Command::Bench(BenchCommand::Rpc(args)) => {
                 shoal_bench::rpc::run(args).map_err(Failure::failed)
             }
-            Command::BenchAgent(c) => shoal_bench::rpc::agent(c).map_err(Failure::failed),
+            Command::Bench(BenchCommand::Group(args)) => {
+                shoal_bench::group::run(args).map_err(Failure::failed)
+            }
+            Command::BenchAgent(BenchAgentCommand::Rpc(c)) => {
+                shoal_bench::rpc::agent(c).map_err(Failure::failed)
+            }
+            Command::BenchAgent(BenchAgentCommand::Group(c)) => {
+                shoal_bench::group::agent(c).map_err(Failure::failed)
+            }
         }
     }
 }
