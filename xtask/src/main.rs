@@ -271,7 +271,8 @@ fn demo_group(dir: &Path) -> Result<(), String> {
     seq.kill();
     b.say("after the crash, from n3")?;
     for (name, m) in [("n3", &b), ("n4", &c)] {
-        let view = m.wait_line(|l| l.split_whitespace().nth(2) == Some("view") && !l.starts_with("1 "))?;
+        let view =
+            m.wait_line(|l| l.split_whitespace().nth(2) == Some("view") && !l.starts_with("1 "))?;
         println!("  {name}: new view {view}");
         m.wait_line(|l| l.ends_with("after the crash, from n3"))?;
         println!("  {name}: delivered \"after the crash, from n3\"");
@@ -293,7 +294,15 @@ impl GroupMember {
     fn start(dir: &Path, node: &str, args: &[&str]) -> Result<GroupMember, String> {
         use std::io::BufRead;
         let bin = shoal_bin();
-        let mut all = vec!["cluster", "exec", "--node", node, "--", bin.to_str().unwrap(), "group"];
+        let mut all = vec![
+            "cluster",
+            "exec",
+            "--node",
+            node,
+            "--",
+            bin.to_str().unwrap(),
+            "group",
+        ];
         all.extend_from_slice(args);
         let mut child = shoal(&all, dir)
             .stdin(Stdio::piped())
@@ -335,7 +344,10 @@ impl GroupMember {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        Err(format!("a group member did not print what was expected; it printed {:?}", self.lines()))
+        Err(format!(
+            "a group member did not print what was expected; it printed {:?}",
+            self.lines()
+        ))
     }
 
     fn kill(&mut self) {

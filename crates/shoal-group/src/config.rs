@@ -82,7 +82,9 @@ impl GroupConfig {
     /// sides of a partition can never both reset).
     pub fn quorum(&self, n: usize) -> usize {
         let floor = self.min_members.unwrap_or(n / 2 + 1);
-        floor.max(n.saturating_sub(self.resilience)).clamp(1, n.max(1))
+        floor
+            .max(n.saturating_sub(self.resilience))
+            .clamp(1, n.max(1))
     }
 
     /// Members besides the sequencer that must hold an entry before it

@@ -74,7 +74,9 @@ impl GroupCore {
     }
 
     fn send_join(&mut self, now: Time) {
-        let Some(j) = self.joining.as_mut() else { return };
+        let Some(j) = self.joining.as_mut() else {
+            return;
+        };
         j.last_try = now;
         if j.contacts.is_empty() {
             return;
@@ -118,7 +120,9 @@ impl GroupCore {
         let GroupBody::State(s) = &p.body else {
             return;
         };
-        let Some(j) = self.joining.as_mut() else { return };
+        let Some(j) = self.joining.as_mut() else {
+            return;
+        };
         match &mut j.state {
             Some((at, _, _)) if *at > s.at_seq => return,
             Some((at, _, _)) if *at == s.at_seq => {}
@@ -186,7 +190,9 @@ impl GroupCore {
     }
 
     pub(crate) fn joining_tick(&mut self, now: Time) {
-        let Some(j) = self.joining.as_ref() else { return };
+        let Some(j) = self.joining.as_ref() else {
+            return;
+        };
         if now.saturating_since(j.started) >= self.cfg.join_timeout {
             self.joining = None;
             self.status = Status::Out;
@@ -260,7 +266,10 @@ impl GroupCore {
             self.send_state(joiner, from_frag);
         } else if self.seq.is_some()
             && self.is_member(joiner)
-            && self.members_at(self.delivered).iter().any(|m| m.id == joiner)
+            && self
+                .members_at(self.delivered)
+                .iter()
+                .any(|m| m.id == joiner)
         {
             self.events.push_back(Event::StateWanted { joiner });
         }

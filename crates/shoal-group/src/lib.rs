@@ -40,6 +40,7 @@ mod event;
 mod join;
 mod recovery;
 mod sequencer;
+mod stream;
 
 pub use crate::config::GroupConfig;
 pub use crate::core::{GroupCore, GroupDest, GroupInfo, GroupStats, GroupTransmit, Status};

@@ -216,7 +216,11 @@ impl GroupCore {
                 commit: self.commit,
             };
             let hdr = self.hdr();
-            self.emit(crate::core::GroupDest::Addr(from), hdr, GroupBody::Vote(vote));
+            self.emit(
+                crate::core::GroupDest::Addr(from),
+                hdr,
+                GroupBody::Vote(vote),
+            );
         }
     }
 
@@ -319,7 +323,8 @@ impl GroupCore {
         if o.seq > self.held && !self.log.contains_key(&o.seq) {
             if o.frag.count == 1 {
                 if o.total_len == o.payload.len() as u64 {
-                    let e = crate::core::entry_from_order(o, bytes::Bytes::copy_from_slice(o.payload));
+                    let e =
+                        crate::core::entry_from_order(o, bytes::Bytes::copy_from_slice(o.payload));
                     self.place(o.seq, e);
                 }
             } else {
@@ -354,7 +359,13 @@ impl GroupCore {
         let (best_id, best) = c
             .votes
             .iter()
-            .max_by_key(|(id, v)| ((v.last_normal, v.last_normal_seqr), v.held, **id == self.me.id))
+            .max_by_key(|(id, v)| {
+                (
+                    (v.last_normal, v.last_normal_seqr),
+                    v.held,
+                    **id == self.me.id,
+                )
+            })
             .map(|(id, v)| (*id, *v))
             .expect("own vote");
         // Adopt the best log seen so far; a better vote may arrive while
@@ -442,7 +453,9 @@ impl GroupCore {
             .members
             .iter()
             .filter(|m| {
-                !c.exclude.contains(&m.id) && !c.votes.contains_key(&m.id) && !c.empty.contains(&m.id)
+                !c.exclude.contains(&m.id)
+                    && !c.votes.contains_key(&m.id)
+                    && !c.empty.contains(&m.id)
             })
             .map(|m| m.id)
             .collect();

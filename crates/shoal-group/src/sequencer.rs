@@ -121,8 +121,7 @@ impl GroupCore {
                     v.insert(a)
                 }
             };
-            if !asm.add(d.total_len, d.frag.count, d.frag.index, d.payload) || !asm.is_complete()
-            {
+            if !asm.add(d.total_len, d.frag.count, d.frag.index, d.payload) || !asm.is_complete() {
                 return;
             }
             s.bb.remove(&key).expect("present").finish()
@@ -207,7 +206,13 @@ impl GroupCore {
         if bb {
             flags |= ORDER_ACCEPT;
         }
-        self.emit_entry(GroupDest::Members, seq, &entry, flags, (self.inc, self.sequencer));
+        self.emit_entry(
+            GroupDest::Members,
+            seq,
+            &entry,
+            flags,
+            (self.inc, self.sequencer),
+        );
         if let Some(s) = self.seq.as_mut() {
             s.last_broadcast = now;
         }
@@ -363,7 +368,13 @@ impl GroupCore {
                 flags |= ORDER_TENTATIVE;
             }
             self.stats.retransmissions += 1;
-            self.emit_entry(GroupDest::Addr(addr), seq, &e, flags, (self.inc, self.sequencer));
+            self.emit_entry(
+                GroupDest::Addr(addr),
+                seq,
+                &e,
+                flags,
+                (self.inc, self.sequencer),
+            );
             budget = budget.saturating_sub(e.body.len() + 64);
             if budget == 0 {
                 break;
@@ -389,7 +400,13 @@ impl GroupCore {
             } else {
                 ORDER_RETRANSMIT
             };
-            self.emit_entry(GroupDest::Addr(addr), view_seq, &e, flags, (self.inc, self.sequencer));
+            self.emit_entry(
+                GroupDest::Addr(addr),
+                view_seq,
+                &e,
+                flags,
+                (self.inc, self.sequencer),
+            );
         }
     }
 
@@ -412,8 +429,7 @@ impl GroupCore {
     /// Orders the next queued join or leave, once everything before is
     /// committed.
     pub(crate) fn try_change(&mut self, now: Time) {
-        if self.seq.is_none() || self.ordering || self.change_pending() || self.left_at.is_some()
-        {
+        if self.seq.is_none() || self.ordering || self.change_pending() || self.left_at.is_some() {
             return;
         }
         loop {
@@ -491,7 +507,9 @@ impl GroupCore {
                 }
             }
             let blocker = match (s.full_since, blocker) {
-                (Some(since), Some((_, id))) if now.saturating_since(since) >= self.cfg.dead_after => {
+                (Some(since), Some((_, id)))
+                    if now.saturating_since(since) >= self.cfg.dead_after =>
+                {
                     Some(id)
                 }
                 _ => None,

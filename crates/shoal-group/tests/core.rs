@@ -41,7 +41,13 @@ impl Net {
             addr: addr(i as u64 + 1),
         };
         let mut net = Net {
-            cores: vec![GroupCore::create(Time(0), key.clone(), group, me(0), cfg.clone())],
+            cores: vec![GroupCore::create(
+                Time(0),
+                key.clone(),
+                group,
+                me(0),
+                cfg.clone(),
+            )],
             addrs: vec![addr(1)],
             now: Time(0),
             key: key.clone(),
@@ -83,9 +89,9 @@ impl Net {
                         let _ = p;
                     }
                     let targets: Vec<usize> = match t.dest {
-                        GroupDest::Addr(a) => {
-                            (0..self.cores.len()).filter(|&j| self.addrs[j] == a).collect()
-                        }
+                        GroupDest::Addr(a) => (0..self.cores.len())
+                            .filter(|&j| self.addrs[j] == a)
+                            .collect(),
                         GroupDest::Members => {
                             let members: Vec<SocketAddr> =
                                 self.cores[i].members().iter().map(|m| m.addr).collect();
@@ -160,7 +166,11 @@ fn every_member_delivers_every_message_in_one_order() {
     let first = net.messages(0);
     assert_eq!(first.len(), 15);
     for i in 1..3 {
-        assert_eq!(net.messages(i), first, "member {i} delivered another stream");
+        assert_eq!(
+            net.messages(i),
+            first,
+            "member {i} delivered another stream"
+        );
     }
 }
 
@@ -172,29 +182,44 @@ fn pb_costs_two_datagrams_per_message_when_every_member_sends() {
     let rounds = 20;
     for round in 0..rounds {
         for i in 1..3 {
-            net.cores[i].send(net.now, Bytes::from(vec![round; 8])).unwrap();
+            net.cores[i]
+                .send(net.now, Bytes::from(vec![round; 8]))
+                .unwrap();
             net.settle();
         }
     }
     let messages = 2 * rounds as u64;
     assert_eq!(net.messages(0).len() as u64, messages);
-    assert_eq!(net.sent, 2 * messages, "datagrams on the wire: {:?}", net.kinds);
+    assert_eq!(
+        net.sent,
+        2 * messages,
+        "datagrams on the wire: {:?}",
+        net.kinds
+    );
 }
 
 #[test]
 fn resilience_waits_for_r_acknowledgements_before_delivery() {
     // r = 1: tentative broadcast, one ack, accept: 3 + r datagrams.
     let mut net = Net::new(3, cfg(1));
-    net.cores[1].send(net.now, Bytes::from_static(b"x")).unwrap();
+    net.cores[1]
+        .send(net.now, Bytes::from_static(b"x"))
+        .unwrap();
     net.settle();
     assert_eq!(net.messages(2).len(), 1);
-    assert_eq!(net.sent, 4, "data, tentative order, one ack, accept: {:?}", net.kinds);
+    assert_eq!(
+        net.sent, 4,
+        "data, tentative order, one ack, accept: {:?}",
+        net.kinds
+    );
 
     // With the acknowledger deaf, nobody delivers: the entry is not yet
     // held by r + 1 members.
     let mut net = Net::new(3, cfg(2));
     net.deaf = Some(2);
-    net.cores[1].send(net.now, Bytes::from_static(b"y")).unwrap();
+    net.cores[1]
+        .send(net.now, Bytes::from_static(b"y"))
+        .unwrap();
     net.settle();
     assert!(net.messages(0).is_empty() && net.messages(1).is_empty());
     net.deaf = None;
@@ -205,11 +230,14 @@ fn resilience_waits_for_r_acknowledgements_before_delivery() {
 
 #[test]
 fn large_messages_are_broadcast_by_their_sender_and_accepted_short() {
-    let mut net = Net::new(3, GroupConfig {
-        large_bytes: 1000,
-        frag_bytes: 1200,
-        ..cfg(0)
-    });
+    let mut net = Net::new(
+        3,
+        GroupConfig {
+            large_bytes: 1000,
+            frag_bytes: 1200,
+            ..cfg(0)
+        },
+    );
     let body = Bytes::from(vec![7u8; 5000]);
     net.cores[1].send(net.now, body.clone()).unwrap();
     net.settle();
@@ -224,10 +252,14 @@ fn large_messages_are_broadcast_by_their_sender_and_accepted_short() {
 fn a_member_that_missed_an_entry_asks_and_catches_up() {
     let mut net = Net::new(3, cfg(0));
     net.deaf = Some(2);
-    net.cores[1].send(net.now, Bytes::from_static(b"lost to 2")).unwrap();
+    net.cores[1]
+        .send(net.now, Bytes::from_static(b"lost to 2"))
+        .unwrap();
     net.settle();
     net.deaf = None;
-    net.cores[1].send(net.now, Bytes::from_static(b"next")).unwrap();
+    net.cores[1]
+        .send(net.now, Bytes::from_static(b"next"))
+        .unwrap();
     net.settle();
     assert_eq!(net.messages(2), net.messages(0));
     assert_eq!(net.messages(2).len(), 2);
@@ -242,14 +274,21 @@ fn a_silent_member_is_expelled_and_the_rest_carry_on() {
         !net.cores[0].members().iter().any(|m| m.id == MemberId(3)),
         "the silent member is out of the view"
     );
-    net.cores[1].send(net.now, Bytes::from_static(b"after")).unwrap();
+    net.cores[1]
+        .send(net.now, Bytes::from_static(b"after"))
+        .unwrap();
     net.advance(Duration::from_millis(100));
     assert_eq!(net.messages(0).last().unwrap().1, b"after");
     assert!(
-        net.events[0].iter().any(|e| matches!(e, Event::Left { member, .. } if *member == MemberId(3))),
+        net.events[0]
+            .iter()
+            .any(|e| matches!(e, Event::Left { member, .. } if *member == MemberId(3))),
         "everyone saw the expulsion in the stream"
     );
-    assert!(net.cores[0].is_sequencer(), "a deaf member does not depose the sequencer");
+    assert!(
+        net.cores[0].is_sequencer(),
+        "a deaf member does not depose the sequencer"
+    );
 }
 
 #[test]
@@ -275,12 +314,20 @@ fn the_sequencer_crashing_hands_over_without_losing_committed_messages() {
         events: net.events,
     };
     net2.advance(Duration::from_secs(2));
-    assert!(net2.cores.iter().any(|c| c.is_sequencer()), "a new sequencer");
-    net2.cores[0].send(net2.now, Bytes::from_static(b"go on")).unwrap();
+    assert!(
+        net2.cores.iter().any(|c| c.is_sequencer()),
+        "a new sequencer"
+    );
+    net2.cores[0]
+        .send(net2.now, Bytes::from_static(b"go on"))
+        .unwrap();
     net2.advance(Duration::from_millis(100));
     for i in 0..2 {
         let m = net2.messages(i);
-        assert!(m.len() as u64 >= 5 && m.last().unwrap().1 == b"go on", "{m:?}");
+        assert!(
+            m.len() as u64 >= 5 && m.last().unwrap().1 == b"go on",
+            "{m:?}"
+        );
         assert!(m.iter().all(|(s, _)| *s <= committed || m.len() > 5));
     }
 }
@@ -288,10 +335,13 @@ fn the_sequencer_crashing_hands_over_without_losing_committed_messages() {
 #[test]
 fn a_stopped_member_cannot_make_the_history_grow_past_its_limit() {
     let limit = 64 * 1024;
-    let mut net = Net::new(3, GroupConfig {
-        history_bytes: limit,
-        ..cfg(0)
-    });
+    let mut net = Net::new(
+        3,
+        GroupConfig {
+            history_bytes: limit,
+            ..cfg(0)
+        },
+    );
     net.deaf = Some(2);
     for k in 0..200u32 {
         if net.cores[1].can_send(1000) {
@@ -300,7 +350,10 @@ fn a_stopped_member_cannot_make_the_history_grow_past_its_limit() {
         net.advance(Duration::from_millis(10));
         assert!(net.cores[0].info().history_bytes <= limit);
     }
-    assert!(!net.cores[0].members().iter().any(|m| m.id == MemberId(3)), "expelled");
+    assert!(
+        !net.cores[0].members().iter().any(|m| m.id == MemberId(3)),
+        "expelled"
+    );
 }
 
 proptest! {

@@ -57,7 +57,9 @@ use crate::socket;
 pub enum GroupError {
     #[error(transparent)]
     Rpc(#[from] crate::Error),
-    #[error("no member of group {0} answered (is the group running? was it created on this cluster?)")]
+    #[error(
+        "no member of group {0} answered (is the group running? was it created on this cluster?)"
+    )]
     NotFound(PutPort),
     #[error("joining group {0} timed out: its members did not admit this process")]
     JoinFailed(PutPort),
@@ -96,11 +98,17 @@ pub enum Delivery {
     },
     /// This member joined: the group's state (from the state callback of
     /// the member that admitted it) as of `seq`.
-    State { seq: u64, state: Bytes },
+    State {
+        seq: u64,
+        state: Bytes,
+    },
     /// A reset could not gather enough members; the group retries.  Call
     /// [`Group::reset`] with a lower minimum to go on with fewer (accepting
     /// that messages only the absent members hold may be lost).
-    ResetFailed { have: usize, need: usize },
+    ResetFailed {
+        have: usize,
+        need: usize,
+    },
 }
 
 /// Parameters of a group.
@@ -170,6 +178,10 @@ fn blake3_like(bytes: &[u8]) -> u64 {
 
 type StateFn = Box<dyn FnMut() -> Vec<u8> + Send>;
 
+/// A member's sockets: unicast, multicast (socket and group address) if
+/// used, and its identity.
+type Sockets = (UdpSocket, Option<(UdpSocket, SocketAddrV4)>, MemberEntry);
+
 struct Shared {
     core: Mutex<Inner>,
     changed: Condvar,
@@ -195,6 +207,9 @@ struct Inner {
     rx: Vec<u8>,
 }
 
+/// A datagram held back: when it is due, a tie-breaker, where it goes.
+type Delayed = (Instant, u64, SocketAddr, Vec<u8>);
+
 /// Datagrams held back by an injected delay: this kernel has no `netem`, so
 /// tests of real clusters delay (and so reorder) datagrams here.  Set
 /// `SHOAL_NET_DELAY_MS=MIN-MAX` (milliseconds) in a member's environment.
@@ -202,7 +217,7 @@ struct Delay {
     min_us: u64,
     max_us: u64,
     rng: u64,
-    queue: std::collections::BinaryHeap<std::cmp::Reverse<(Instant, u64, SocketAddr, Vec<u8>)>>,
+    queue: std::collections::BinaryHeap<std::cmp::Reverse<Delayed>>,
     count: u64,
 }
 
@@ -229,7 +244,8 @@ impl Delay {
         let span = self.max_us - self.min_us + 1;
         let due = Instant::now() + Duration::from_micros(self.min_us + self.rng % span);
         self.count += 1;
-        self.queue.push(std::cmp::Reverse((due, self.count, to, bytes)));
+        self.queue
+            .push(std::cmp::Reverse((due, self.count, to, bytes)));
     }
 
     fn next_due(&self) -> Option<Instant> {
@@ -286,7 +302,11 @@ impl Group {
                     Status::Out | Status::Left => return Err(GroupError::JoinFailed(group)),
                     _ => {}
                 }
-                if g.shared.changed.wait_until(&mut inner, deadline).timed_out() {
+                if g.shared
+                    .changed
+                    .wait_until(&mut inner, deadline)
+                    .timed_out()
+                {
                     return Err(GroupError::JoinFailed(group));
                 }
             }
@@ -379,7 +399,12 @@ impl Group {
                     });
                 }
             }
-            if self.shared.changed.wait_until(&mut inner, deadline).timed_out() {
+            if self
+                .shared
+                .changed
+                .wait_until(&mut inner, deadline)
+                .timed_out()
+            {
                 return Err(GroupError::Timeout(self.send_timeout));
             }
         };
@@ -405,7 +430,12 @@ impl Group {
             if matches!(inner.core.status(), Status::Out | Status::Left) {
                 return Err(GroupError::NotMember);
             }
-            if self.shared.changed.wait_until(&mut inner, deadline).timed_out() {
+            if self
+                .shared
+                .changed
+                .wait_until(&mut inner, deadline)
+                .timed_out()
+            {
                 return Err(GroupError::Timeout(self.send_timeout));
             }
         }
@@ -414,13 +444,15 @@ impl Group {
     /// The next delivery, in the group's total order; waits at most
     /// `timeout` (`None`: forever), then fails with [`GroupError::Timeout`].
     pub fn receive(&self, timeout: Option<Duration>) -> Result<Delivery, GroupError> {
-        self.receive_timeout(timeout)?.ok_or(GroupError::Timeout(
-            timeout.unwrap_or(Duration::MAX),
-        ))
+        self.receive_timeout(timeout)?
+            .ok_or(GroupError::Timeout(timeout.unwrap_or(Duration::MAX)))
     }
 
     /// Like [`Group::receive`], but a timeout is `Ok(None)`.
-    pub fn receive_timeout(&self, timeout: Option<Duration>) -> Result<Option<Delivery>, GroupError> {
+    pub fn receive_timeout(
+        &self,
+        timeout: Option<Duration>,
+    ) -> Result<Option<Delivery>, GroupError> {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut inner = self.shared.core.lock();
         loop {
@@ -512,7 +544,12 @@ impl Group {
             inner.core.leave(clock::now());
             self.shared.flush(&mut inner);
             while !matches!(inner.core.status(), Status::Left | Status::Out) {
-                if self.shared.changed.wait_until(&mut inner, deadline).timed_out() {
+                if self
+                    .shared
+                    .changed
+                    .wait_until(&mut inner, deadline)
+                    .timed_out()
+                {
                     break;
                 }
             }
@@ -675,7 +712,7 @@ fn open_sockets(
     ctx: &Context,
     group: &PutPort,
     opts: &GroupOptions,
-) -> Result<(UdpSocket, Option<(UdpSocket, SocketAddrV4)>, MemberEntry), GroupError> {
+) -> Result<Sockets, GroupError> {
     let bind_ip = ctx.config().bind_ip;
     let socket = socket::bind(SocketAddr::new(bind_ip, 0))?;
     let me = MemberEntry {
@@ -726,7 +763,9 @@ fn register(ctx: &Context, group: &PutPort, addr: SocketAddr) -> Result<Option<L
     })?;
     match answer {
         LinkResponse::Registered { .. } => Ok(Some(link)),
-        other => Err(crate::Error::Node(format!("unexpected answer to register: {other:?}")).into()),
+        other => {
+            Err(crate::Error::Node(format!("unexpected answer to register: {other:?}")).into())
+        }
     }
 }
 

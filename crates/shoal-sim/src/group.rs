@@ -107,13 +107,24 @@ pub struct GroupReport {
 
 #[derive(Debug)]
 enum Ev {
-    Deliver { to: usize, from: SocketAddr, bytes: Vec<u8> },
-    Tick { p: usize },
+    Deliver {
+        to: usize,
+        from: SocketAddr,
+        bytes: Vec<u8>,
+    },
+    Tick {
+        p: usize,
+    },
     Crash,
-    Partition { p: usize, on: bool },
+    Partition {
+        p: usize,
+        on: bool,
+    },
     Join,
     Leave,
-    Stall { on: bool },
+    Stall {
+        on: bool,
+    },
     Heal,
 }
 
@@ -178,7 +189,11 @@ fn hash_bytes(b: &[u8]) -> u64 {
 
 fn body_for(p: usize, n: u64, len: usize) -> Bytes {
     let seed = mix(p as u64, n);
-    Bytes::from((0..len).map(|i| mix(seed, i as u64) as u8).collect::<Vec<u8>>())
+    Bytes::from(
+        (0..len)
+            .map(|i| mix(seed, i as u64) as u8)
+            .collect::<Vec<u8>>(),
+    )
 }
 
 impl GroupSim {
@@ -314,7 +329,15 @@ impl GroupSim {
             addr: self.procs[p].addr,
         };
         let nonce = self.rng.random();
-        let core = GroupCore::join(self.now, self.key.clone(), self.group, me, cfg, contacts, nonce);
+        let core = GroupCore::join(
+            self.now,
+            self.key.clone(),
+            self.group,
+            me,
+            cfg,
+            contacts,
+            nonce,
+        );
         let proc = &mut self.procs[p];
         proc.core = Some(core);
         proc.last = None;
@@ -425,7 +448,10 @@ impl GroupSim {
                 let victim = (0..self.procs.len())
                     .find(|&i| {
                         self.procs[i].alive
-                            && self.procs[i].core.as_ref().is_some_and(|c| c.is_sequencer())
+                            && self.procs[i]
+                                .core
+                                .as_ref()
+                                .is_some_and(|c| c.is_sequencer())
                     })
                     .or_else(|| (0..self.procs.len()).find(|&i| self.procs[i].alive));
                 if let Some(v) = victim {
@@ -448,7 +474,10 @@ impl GroupSim {
                     .filter(|&i| {
                         self.procs[i].alive
                             && !self.procs[i].left
-                            && self.procs[i].core.as_ref().is_some_and(|c| c.status() == Status::Normal)
+                            && self.procs[i]
+                                .core
+                                .as_ref()
+                                .is_some_and(|c| c.status() == Status::Normal)
                     })
                     .collect();
                 // A leave must not leave the group without a majority once
@@ -532,7 +561,10 @@ impl GroupSim {
             .min();
         if let Some(t) = next {
             let t = t.max(Time(self.now.0 + 1));
-            if self.procs[p].scheduled.is_none_or(|s| s > t || s < self.now) {
+            if self.procs[p]
+                .scheduled
+                .is_none_or(|s| s > t || s < self.now)
+            {
                 self.procs[p].scheduled = Some(t);
                 self.at(t, Ev::Tick { p });
             }
@@ -543,7 +575,11 @@ impl GroupSim {
         let Some(dst) = self.procs.iter().position(|q| q.addr == to) else {
             return;
         };
-        let src = self.procs.iter().position(|q| q.addr == from).expect("sender exists");
+        let src = self
+            .procs
+            .iter()
+            .position(|q| q.addr == from)
+            .expect("sender exists");
         if self.procs[src].cut || self.procs[dst].cut {
             return;
         }
@@ -566,7 +602,11 @@ impl GroupSim {
 
     fn run_app(&mut self, p: usize) {
         while let Some((msg_id, _seq)) = self.procs[p].core.as_mut().and_then(|c| c.poll_sent()) {
-            let id = self.procs[p].core.as_ref().map(|c| c.id()).unwrap_or_default();
+            let id = self.procs[p]
+                .core
+                .as_ref()
+                .map(|c| c.id())
+                .unwrap_or_default();
             if let Some(h) = self.procs[p].pending.remove(&msg_id) {
                 self.sent_ok.insert((id, msg_id), h);
                 self.report.sent_ok += 1;
@@ -585,7 +625,9 @@ impl GroupSim {
             if proc.quota == 0 || proc.left {
                 break;
             }
-            let Some(core) = proc.core.as_mut() else { break };
+            let Some(core) = proc.core.as_mut() else {
+                break;
+            };
             let n = proc.next_body;
             let len = (mix(p as u64 * 7919, n) % (self.cfg.max_body as u64 + 1)) as usize;
             if !core.can_send(len) {
@@ -606,11 +648,15 @@ impl GroupSim {
 
     fn deliver_entry(&mut self, p: usize, seq: u64, sig: u64, what: &str) {
         let Some(last) = self.procs[p].last else {
-            self.violation(format!("no_gaps: p{p} delivered {what} at {seq} before joining"));
+            self.violation(format!(
+                "no_gaps: p{p} delivered {what} at {seq} before joining"
+            ));
             return;
         };
         if seq != last + 1 {
-            self.violation(format!("no_gaps: p{p} delivered {what} at {seq} after {last}"));
+            self.violation(format!(
+                "no_gaps: p{p} delivered {what} at {seq} after {last}"
+            ));
         }
         let chain = mix(self.procs[p].chain, mix(seq, sig));
         self.procs[p].chain = chain;
@@ -652,12 +698,17 @@ impl GroupSim {
                 if let Some(&sent) = self.sent_ok.get(&(sender, msg_id))
                     && sent != h
                 {
-                    self.violation(format!("total_order_agreement: message {sender}/{msg_id} body changed"));
+                    self.violation(format!(
+                        "total_order_agreement: message {sender}/{msg_id} body changed"
+                    ));
                 }
                 self.deliver_entry(p, seq, mix(mix(sender.0, msg_id), h), "message");
             }
             Event::Joined { seq, member } => {
-                let sig = mix(1, mix(member.id.0, hash_bytes(member.addr.to_string().as_bytes())));
+                let sig = mix(
+                    1,
+                    mix(member.id.0, hash_bytes(member.addr.to_string().as_bytes())),
+                );
                 self.procs[p].members.push(member);
                 self.deliver_entry(p, seq, sig, "join");
                 self.check_members(p, seq);
@@ -689,7 +740,9 @@ impl GroupSim {
                 let at = u64::from_le_bytes(bytes[..8].try_into().expect("8"));
                 let chain = u64::from_le_bytes(bytes[8..].try_into().expect("8"));
                 if at != seq {
-                    self.violation(format!("total_order_agreement: state for {at} delivered as {seq}"));
+                    self.violation(format!(
+                        "total_order_agreement: state for {at} delivered as {seq}"
+                    ));
                 }
                 if let Some(&(_, c)) = self.agreed.get(&seq)
                     && c != chain
@@ -782,7 +835,9 @@ impl GroupSim {
         self.settled();
         if self.report.violations.len() > before {
             let state = self.describe();
-            self.report.violations.push(format!("(state at the end: {state})"));
+            self.report
+                .violations
+                .push(format!("(state at the end: {state})"));
         }
     }
 
@@ -828,7 +883,11 @@ impl GroupSim {
                     let info = c.info();
                     Some(format!(
                         "p{i}: inc {} seqr {} held {} commit {} known {}",
-                        info.incarnation, info.sequencer, info.held, info.committed, info.last_known
+                        info.incarnation,
+                        info.sequencer,
+                        info.held,
+                        info.committed,
+                        info.last_known
                     ))
                 })
                 .collect();

@@ -6,8 +6,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use shoal_cap::PutPort;
 
-use crate::ids::{ClientId, Instance, NodeId, Nonce, Seq, TxnId};
 use crate::group::{GROUP_KIND_BASE, GROUP_KIND_LAST};
+use crate::ids::{ClientId, Instance, NodeId, Nonce, Seq, TxnId};
 use crate::key::ClusterKey;
 use crate::packet::*;
 use crate::{HEADER_LEN, MAGIC, MAX_DATAGRAM, VERSION, WireError};
@@ -238,7 +238,9 @@ pub fn decode<'a>(datagram: &'a [u8], key: &ClusterKey) -> Result<Packet<'a>, Wi
                 members,
             })
         }
-        GROUP_KIND_BASE..=GROUP_KIND_LAST => Packet::Group(crate::group::decode_group(kind, &mut r)?),
+        GROUP_KIND_BASE..=GROUP_KIND_LAST => {
+            Packet::Group(crate::group::decode_group(kind, &mut r)?)
+        }
         _ => unreachable!("kind checked above"),
     };
     if !r.0.is_empty() {

@@ -372,10 +372,7 @@ pub(crate) fn encode_group(p: &GroupPacket<'_>, w: &mut Writer<'_>) {
     }
 }
 
-pub(crate) fn decode_group<'a>(
-    kind: u8,
-    r: &mut Reader<'a>,
-) -> Result<GroupPacket<'a>, WireError> {
+pub(crate) fn decode_group<'a>(kind: u8, r: &mut Reader<'a>) -> Result<GroupPacket<'a>, WireError> {
     let hdr = GroupHeader {
         group: r.port()?,
         inc: r.u64()?,

@@ -119,11 +119,9 @@ fn group_failure(e: GroupError) -> Failure {
 }
 
 fn fnv(h: u64, bytes: &[u8]) -> u64 {
-    bytes
-        .iter()
-        .fold(h ^ 0xcbf2_9ce4_8422_2325, |h, b| {
-            (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
-        })
+    bytes.iter().fold(h ^ 0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 pub fn run(command: GroupCommand) -> Result<(), Failure> {
@@ -180,8 +178,16 @@ pub fn run(command: GroupCommand) -> Result<(), Failure> {
             }
             println!(
                 "{:<17} {:<10} {:>4} {:<17} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12}",
-                "MEMBER", "STATUS", "INC", "SEQUENCER", "HELD", "COMMIT", "STABLE", "DELIVER",
-                "HISTORY", "HISTORY-B"
+                "MEMBER",
+                "STATUS",
+                "INC",
+                "SEQUENCER",
+                "HELD",
+                "COMMIT",
+                "STABLE",
+                "DELIVER",
+                "HISTORY",
+                "HISTORY-B"
             );
             for a in &answers {
                 let n = |k: &str| a[k].to_string();

@@ -211,7 +211,12 @@ fn check(members: &[&Member], finals: &[&Member]) -> Summary {
                 continue;
             }
             if let Some(prev) = last {
-                assert_eq!(seq, prev + 1, "no_gaps: {} delivered {seq} after {prev}", m.name);
+                assert_eq!(
+                    seq,
+                    prev + 1,
+                    "no_gaps: {} delivered {seq} after {prev}",
+                    m.name
+                );
             } else {
                 assert!(
                     rest.starts_with("view "),
@@ -269,16 +274,23 @@ fn check(members: &[&Member], finals: &[&Member]) -> Summary {
             };
             let (seq, text) = rest.split_once(' ').unwrap();
             let seq: u64 = seq.parse().unwrap();
-            let (_, delivered, _) = agreed
-                .get(&seq)
-                .unwrap_or_else(|| panic!("no_lost_sends: {}'s `{text}` ordered at {seq}, never delivered", m.name));
+            let (_, delivered, _) = agreed.get(&seq).unwrap_or_else(|| {
+                panic!(
+                    "no_lost_sends: {}'s `{text}` ordered at {seq}, never delivered",
+                    m.name
+                )
+            });
             assert!(
                 delivered.starts_with("msg ") && delivered.ends_with(&format!(" {text}")),
                 "no_lost_sends: {}'s `{text}` ordered at {seq}, but {seq} is `{delivered}`",
                 m.name
             );
             for (f, r) in finals.iter().zip(&reached) {
-                assert!(*r >= seq, "no_lost_sends: {} stopped at {r} before {seq}", f.name);
+                assert!(
+                    *r >= seq,
+                    "no_lost_sends: {} stopped at {r} before {seq}",
+                    f.name
+                );
             }
             summary.ordered_sends += 1;
         }
@@ -395,11 +407,18 @@ fn sequencer_killed_mid_stream_group_carries_on() {
     // Sends after the reset succeed.
     b.say("b-after");
     d.say("d-after");
-    assert!(b.wait(Duration::from_secs(10), |l| l.iter().any(|x| x.ends_with(" d-after") && is_msg(x))));
-    assert!(d.wait(Duration::from_secs(10), |l| l.iter().any(|x| x.ends_with(" b-after") && is_msg(x))));
+    assert!(b.wait(Duration::from_secs(10), |l| {
+        l.iter().any(|x| x.ends_with(" d-after") && is_msg(x))
+    }));
+    assert!(d.wait(Duration::from_secs(10), |l| {
+        l.iter().any(|x| x.ends_with(" b-after") && is_msg(x))
+    }));
     let s = check(&[&a, &b, &d], &[&b, &d]);
     assert!(s.views >= 2, "the survivors installed a new view: {s:?}");
-    assert!(b.sent() + d.sent() >= 80, "survivors' sends were ordered: {s:?}");
+    assert!(
+        b.sent() + d.sent() >= 80,
+        "survivors' sends were ordered: {s:?}"
+    );
 }
 
 /// A member cut off by a partition: the others carry on; after the heal
@@ -434,7 +453,9 @@ fn partitioned_member_rejoins_after_heal() {
     );
     a.say("a-after-heal");
     assert!(
-        d.wait(Duration::from_secs(20), |l| l.iter().any(|x| x.ends_with(" a-after-heal"))),
+        d.wait(Duration::from_secs(20), |l| l
+            .iter()
+            .any(|x| x.ends_with(" a-after-heal"))),
         "n3 does not receive after rejoining: {:?}\nn1: {:?}\nn2: {:?}",
         d.log().iter().rev().take(5).collect::<Vec<_>>(),
         a.log().iter().rev().take(6).collect::<Vec<_>>(),

@@ -1,0 +1,528 @@
+//! Receiving the stream: BB bodies, entry fragments, holding entries
+//! without gaps (and the membership changes they make), asking for what is
+//! missing, delivering what is committed, and purging what every member
+//! holds.
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use rustc_hash::FxHashSet;
+use shoal_proto::Time;
+use shoal_wire::MemberId;
+use shoal_wire::group::{
+    Data, EntryKind, GAck, GroupBody, GroupHeader, MemberEntry, Nack, ORDER_ACCEPT, ORDER_FETCHED,
+    ORDER_RETRANSMIT, ORDER_TENTATIVE, Order, decode_member, decode_view,
+};
+
+use crate::assembly::Assembly;
+use crate::core::{Entry, GroupCore, GroupDest, Status};
+use crate::event::Event;
+
+impl GroupCore {
+    pub(crate) fn on_data(&mut self, now: Time, hdr: GroupHeader, d: &Data<'_>) {
+        if d.bb && self.seq.is_none() {
+            // A BB body: keep it until the sequencer's accept arrives.
+            self.store_bb(hdr.from, d);
+            return;
+        }
+        self.seq_on_data(now, hdr, d);
+    }
+
+    pub(crate) fn store_bb(&mut self, sender: MemberId, d: &Data<'_>) -> Option<Bytes> {
+        let key = (sender, d.msg_id);
+        if self
+            .senders
+            .get(&sender)
+            .is_some_and(|&last| d.msg_id <= last)
+        {
+            return None;
+        }
+        if let Some(done) = self.bb_done.get(&key) {
+            return Some(done.clone());
+        }
+        let bb_bytes: usize = self.bb.values().map(|a| a.total()).sum::<usize>()
+            + self.bb_done.values().map(|b| b.len()).sum::<usize>();
+        if !self.bb.contains_key(&key) && bb_bytes + d.total_len as usize > self.cfg.history_bytes {
+            // Bodies whose accept never came (their sender's message was
+            // lost in a reset) make room; the sequencer has the others.
+            self.bb.clear();
+            self.bb_done.clear();
+            if d.total_len as usize > self.cfg.history_bytes {
+                return None;
+            }
+        }
+        let asm = match self.bb.entry(key) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(Assembly::new(d.total_len, d.frag.count)?)
+            }
+        };
+        if !asm.add(d.total_len, d.frag.count, d.frag.index, d.payload) {
+            return None;
+        }
+        if asm.is_complete() {
+            let body = self.bb.remove(&key).expect("present").finish();
+            self.bb_done.insert(key, body.clone());
+            // A body whose accept came first completes that entry now.
+            let waiting = self
+                .accepted
+                .iter()
+                .find(|(_, e)| e.sender == sender && e.msg_id == d.msg_id)
+                .map(|(s, _)| *s);
+            if let Some(seq) = waiting {
+                let mut e = self.accepted.remove(&seq).expect("present");
+                e.body = body.clone();
+                self.bb_done.remove(&key);
+                self.place(seq, e);
+                self.after_hold(self.now);
+            }
+            return Some(body);
+        }
+        None
+    }
+
+    pub(crate) fn on_order(&mut self, now: Time, hdr: GroupHeader, o: &Order<'_>) {
+        if o.flags & ORDER_FETCHED != 0 {
+            self.coord_on_fetched(now, hdr, o);
+            return;
+        }
+        if o.kind == EntryKind::View
+            && o.entry_inc == hdr.inc
+            && (hdr.inc, hdr.from) > (self.inc, self.sequencer)
+        {
+            self.on_install(now, hdr, o);
+            return;
+        }
+        if hdr.inc != self.inc || hdr.from != self.sequencer || self.status != Status::Normal {
+            return;
+        }
+        self.learn(o.commit, o.stable, o.seq);
+        if o.seq > self.held {
+            let entry = Entry {
+                inc: o.entry_inc,
+                sender: o.sender,
+                msg_id: o.msg_id,
+                kind: o.kind,
+                body: Bytes::new(),
+            };
+            if o.flags & ORDER_ACCEPT != 0 {
+                let key = (o.sender, o.msg_id);
+                if let Some(body) = self.bb_done.remove(&key) {
+                    if body.len() as u64 == o.total_len {
+                        self.place(o.seq, Entry { body, ..entry });
+                    }
+                } else if !self.log.contains_key(&o.seq) {
+                    self.accepted.insert(o.seq, entry);
+                }
+            } else if !self.log.contains_key(&o.seq) {
+                if o.frag.count == 1 {
+                    if o.total_len == o.payload.len() as u64 {
+                        let body = Bytes::copy_from_slice(o.payload);
+                        self.place(o.seq, Entry { body, ..entry });
+                    }
+                } else {
+                    self.add_fragment(o);
+                }
+            }
+        }
+        let retransmit = o.flags & ORDER_RETRANSMIT != 0;
+        self.after_hold(now);
+        if retransmit || (o.flags & ORDER_TENTATIVE != 0 && self.is_acker()) {
+            self.send_ack(now);
+        }
+        self.check_gap(now, false);
+        self.deliver();
+    }
+
+    pub(crate) fn add_fragment(&mut self, o: &Order<'_>) {
+        if self.log_bytes + o.total_len as usize > 2 * self.cfg.history_bytes
+            && o.seq > self.held + 1
+        {
+            return;
+        }
+        let slot = match self.partial.entry(o.seq) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let Some(asm) = Assembly::new(o.total_len, o.frag.count) else {
+                    return;
+                };
+                let head = Order {
+                    payload: &[],
+                    ..o.clone()
+                };
+                v.insert((head, asm))
+            }
+        };
+        slot.1
+            .add(o.total_len, o.frag.count, o.frag.index, o.payload);
+        if slot.1.is_complete() {
+            let (head, asm) = self.partial.remove(&o.seq).expect("present");
+            let entry = Entry {
+                inc: head.entry_inc,
+                sender: head.sender,
+                msg_id: head.msg_id,
+                kind: head.kind,
+                body: asm.finish(),
+            };
+            self.place(o.seq, entry);
+        }
+    }
+
+    /// Stores a complete entry.
+    pub(crate) fn place(&mut self, seq: u64, entry: Entry) {
+        if seq <= self.held || self.log.contains_key(&seq) {
+            return;
+        }
+        if self.log_bytes + entry.body.len() > 2 * self.cfg.history_bytes && seq > self.held + 1 {
+            return;
+        }
+        self.accepted.remove(&seq);
+        self.partial.remove(&seq);
+        self.log_bytes += entry.body.len();
+        self.log.insert(seq, entry);
+    }
+
+    /// Advances `held` over contiguous entries, applying membership changes
+    /// and sender numbers as it goes.
+    pub(crate) fn after_hold(&mut self, now: Time) {
+        let before = self.held;
+        while let Some(e) = self.log.get(&(self.held + 1)) {
+            let seq = self.held + 1;
+            let (sender, msg_id, kind) = (e.sender, e.msg_id, e.kind);
+            let body = e.body.clone();
+            self.held = seq;
+            if kind == EntryKind::App {
+                let last = self.senders.entry(sender).or_insert(0);
+                *last = (*last).max(msg_id);
+                self.bb_done.remove(&(sender, msg_id));
+                self.bb.remove(&(sender, msg_id));
+                if let Some(s) = self.seq.as_mut() {
+                    s.bb.remove(&(sender, msg_id));
+                }
+            }
+            if seq > self.members_seq {
+                self.apply_membership(seq, kind, &body);
+            }
+        }
+        if self.held > before {
+            self.last_known = self.last_known.max(self.held);
+            if let Some(s) = self.seq.as_mut() {
+                s.next = s.next.max(self.held + 1);
+            }
+            self.seq_after_hold(now);
+        }
+    }
+
+    pub(crate) fn apply_membership(&mut self, seq: u64, kind: EntryKind, body: &[u8]) {
+        match kind {
+            EntryKind::App => return,
+            EntryKind::Join => {
+                let Ok(m) = decode_member(body) else { return };
+                if self.is_member(m.id) {
+                    return;
+                }
+                self.prev_members = self.members.clone();
+                self.members.push(m);
+            }
+            EntryKind::Leave => {
+                let Ok(bytes) = <[u8; 8]>::try_from(body) else {
+                    return;
+                };
+                let id = MemberId(u64::from_le_bytes(bytes));
+                if !self.is_member(id) {
+                    return;
+                }
+                self.prev_members = self.members.clone();
+                self.members.retain(|m| m.id != id);
+            }
+            EntryKind::View => {
+                let Ok(view) = decode_view(body) else {
+                    return;
+                };
+                let list = view.members;
+                self.prev_members = list.clone();
+                self.members = list;
+            }
+        }
+        self.members_seq = seq;
+        self.snapshots.push((seq, self.members.clone()));
+        // Keep the changes a truncation could undo, and two before them.
+        let keep_from = self
+            .snapshots
+            .iter()
+            .rposition(|(s, _)| *s <= self.commit.min(self.delivered))
+            .unwrap_or(0)
+            .saturating_sub(1);
+        self.snapshots.drain(..keep_from);
+    }
+
+    /// Membership as of entry `keep`, after a truncation.
+    pub(crate) fn restore_membership(&mut self, keep: u64) {
+        if self.members_seq <= keep {
+            return;
+        }
+        while self.snapshots.last().is_some_and(|(s, _)| *s > keep) {
+            self.snapshots.pop();
+        }
+        let n = self.snapshots.len();
+        if n == 0 {
+            return;
+        }
+        self.members = self.snapshots[n - 1].1.clone();
+        self.members_seq = self.snapshots[n - 1].0;
+        self.prev_members = if n >= 2 {
+            self.snapshots[n - 2].1.clone()
+        } else {
+            self.members.clone()
+        };
+    }
+
+    /// Membership as of entry `seq` (for a state transfer).
+    pub(crate) fn members_at(&self, seq: u64) -> Vec<MemberEntry> {
+        self.snapshots
+            .iter()
+            .rev()
+            .find(|(s, _)| *s <= seq)
+            .map(|(_, m)| m.clone())
+            .unwrap_or_else(|| self.members.clone())
+    }
+
+    /// Takes in the sequencer's commit and stable points and the highest
+    /// sequence number it has assigned.
+    pub(crate) fn learn(&mut self, commit: u64, stable: u64, last: u64) {
+        if self.seq.is_some() {
+            return;
+        }
+        self.commit = self.commit.max(commit);
+        self.stable = self.stable.max(stable);
+        self.last_known = self.last_known.max(last).max(commit);
+    }
+
+    /// Is this member one of the r members that acknowledge tentative
+    /// entries at once?  They are the r members after the sequencer in
+    /// membership order.
+    pub(crate) fn is_acker(&self) -> bool {
+        let need = self.cfg.acks_needed(self.members.len());
+        if need == 0 {
+            return false;
+        }
+        let n = self.members.len();
+        let Some(s) = self.members.iter().position(|m| m.id == self.sequencer) else {
+            return true;
+        };
+        (1..=need).any(|k| self.members[(s + k) % n].id == self.me.id)
+    }
+
+    pub(crate) fn send_ack(&mut self, now: Time) {
+        if self.seq.is_some() {
+            return;
+        }
+        self.last_ack = now;
+        let body = GroupBody::Ack(GAck { held: self.held });
+        self.send_to(self.sequencer, body);
+    }
+
+    /// Asks for missing entries if there is a gap.
+    pub(crate) fn check_gap(&mut self, now: Time, timer: bool) {
+        if self.seq.is_some() || self.status != Status::Normal {
+            return;
+        }
+        let missing = self.last_known > self.held || !self.accepted.is_empty();
+        if !missing {
+            return;
+        }
+        // Ask at once when the gap first shows, then once per interval.
+        let interval = if timer {
+            self.cfg.retransmit
+        } else {
+            self.cfg.retransmit / 4
+        };
+        let due = self
+            .last_nack
+            .is_none_or(|t| now.saturating_since(t) >= interval);
+        if !due {
+            return;
+        }
+        self.last_nack = Some(now);
+        self.stats.nacks_sent += 1;
+        let body = GroupBody::Nack(Nack {
+            held: self.held,
+            from: self.held + 1,
+            to: self.last_known.max(self.held + 1),
+        });
+        self.send_to(self.sequencer, body);
+    }
+
+    pub(crate) fn on_nack(&mut self, now: Time, hdr: GroupHeader, n: &Nack) {
+        if self.seq.is_none() {
+            if self.status == Status::Normal && !self.is_member(hdr.from) {
+                self.tell_not_member();
+            }
+            return;
+        }
+        if !self.is_member(hdr.from) {
+            self.tell_not_member();
+            return;
+        }
+        if hdr.inc != self.inc || hdr.seqr != self.me.id {
+            // A member that missed the new incarnation: send its start.
+            self.seq_resend_view(hdr.from);
+            return;
+        }
+        self.seq_on_held(now, hdr, n.held);
+        self.seq_retransmit(hdr.from, n.from, n.to);
+    }
+
+    /// Tells the sender of the datagram being handled that it is not a
+    /// member of this incarnation.
+    pub(crate) fn tell_not_member(&mut self) {
+        self.tell_not_member_at(self.src);
+    }
+
+    pub(crate) fn tell_not_member_at(&mut self, addr: SocketAddr) {
+        let hdr = self.hdr();
+        self.emit(
+            GroupDest::Addr(addr),
+            hdr,
+            GroupBody::NotMember(shoal_wire::group::NotMember {
+                sequencer: self.sequencer,
+            }),
+        );
+    }
+
+    pub(crate) fn on_not_member(&mut self, _now: Time, hdr: GroupHeader) {
+        // Only a later incarnation can expel us.
+        if (hdr.inc, hdr.seqr) > (self.inc, self.sequencer)
+            || (hdr.inc == self.inc && hdr.from == self.sequencer)
+        {
+            self.expelled();
+        }
+    }
+
+    /// This member is out: fail what it had in flight and tell the
+    /// application.
+    pub(crate) fn expelled(&mut self) {
+        if matches!(self.status, Status::Out | Status::Left) {
+            return;
+        }
+        self.status = Status::Out;
+        self.seq = None;
+        self.coord = None;
+        self.outgoing.clear();
+        self.outgoing_bytes = 0;
+        self.events.push_back(Event::Expelled);
+    }
+
+    /// Turns committed, held entries into events.
+    pub(crate) fn deliver(&mut self) {
+        let upto = self.commit.min(self.held);
+        while self.delivered < upto {
+            let seq = self.delivered + 1;
+            self.delivered = seq;
+            let Some(e) = self.log.get(&seq) else {
+                // Covered by a state transfer.
+                continue;
+            };
+            let e = e.clone();
+            self.stats.delivered += 1;
+            match e.kind {
+                EntryKind::App => {
+                    if e.sender == self.me.id {
+                        self.complete_own(e.msg_id, seq);
+                    }
+                    self.events.push_back(Event::Message {
+                        seq,
+                        sender: e.sender,
+                        msg_id: e.msg_id,
+                        body: e.body,
+                    });
+                }
+                EntryKind::Join => {
+                    if let Ok(m) = decode_member(&e.body) {
+                        self.events.push_back(Event::Joined { seq, member: m });
+                        if self.seq.is_some() {
+                            self.events.push_back(Event::StateWanted { joiner: m.id });
+                        }
+                    }
+                }
+                EntryKind::Leave => {
+                    if let Ok(bytes) = <[u8; 8]>::try_from(&e.body[..]) {
+                        let id = MemberId(u64::from_le_bytes(bytes));
+                        self.events.push_back(Event::Left { seq, member: id });
+                        if id == self.me.id {
+                            if self.leaving.is_none() {
+                                // Expelled (silent, or holding the
+                                // history back).
+                                self.expelled();
+                                return;
+                            }
+                            // A leaver stays until every member holds its
+                            // leave (or a while): a reset may need its vote
+                            // to learn that the leave is committed.
+                            self.left_at = Some((seq, self.now));
+                        }
+                        if id == self.sequencer {
+                            // The sequencer left: the first remaining
+                            // member takes over at once.
+                            if self.members.first().map(|m| m.id) == Some(self.me.id) {
+                                self.start_recovery(self.now, FxHashSet::default(), None);
+                            }
+                        }
+                    }
+                }
+                EntryKind::View => {
+                    if let Ok(view) = decode_view(&e.body) {
+                        self.events.push_back(Event::View {
+                            seq,
+                            inc: e.inc,
+                            members: view.members,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    pub(crate) fn finish_leave(&mut self) {
+        if self.status == Status::Left {
+            return;
+        }
+        self.status = Status::Left;
+        self.seq = None;
+        self.coord = None;
+        self.events.push_back(Event::LeftGroup);
+    }
+
+    /// This member's message `msg_id` was delivered: it and every earlier
+    /// one of ours are ordered.
+    pub(crate) fn complete_own(&mut self, msg_id: u64, seq: u64) {
+        while let Some(p) = self.outgoing.front() {
+            if p.msg_id > msg_id {
+                break;
+            }
+            let p = self.outgoing.pop_front().expect("present");
+            self.outgoing_bytes -= p.body.len();
+            self.sent.push_back((p.msg_id, seq));
+        }
+    }
+
+    /// Forgets entries every member holds and the application has seen.
+    pub(crate) fn purge(&mut self) {
+        let upto = self.stable.min(self.app_seq).min(self.delivered);
+        while let Some((&seq, _)) = self.log.first_key_value() {
+            if seq > upto {
+                break;
+            }
+            let e = self.log.remove(&seq).expect("present");
+            self.log_bytes -= e.body.len();
+        }
+    }
+
+    /// Oldest sequence number still in the log (entries before it are gone).
+    pub(crate) fn log_start(&self) -> u64 {
+        self.log
+            .first_key_value()
+            .map(|(s, _)| *s)
+            .unwrap_or(self.held + 1)
+    }
+}
