@@ -159,17 +159,18 @@ pub fn locate_port(group: &PutPort) -> GetPort {
     GetPort::derive(&key, "shoal 2026 group locate v1")
 }
 
-/// The multicast address of a group: 239.77.x.y, port 20000–39999, from
-/// the group's port.
+/// The multicast address of a group: 239.77.x.y, port 20000–31999 (below
+/// the kernel's ephemeral ports, which unicast sockets take), from the
+/// group's port.
 pub fn multicast_addr(group: &PutPort) -> SocketAddrV4 {
-    let h = blake3_like(group.as_bytes());
+    let h = fnv(group.as_bytes());
     SocketAddrV4::new(
         Ipv4Addr::new(239, 77, (h >> 8) as u8, h as u8),
-        20_000 + ((h >> 16) % 20_000) as u16,
+        20_000 + ((h >> 16) % 12_000) as u16,
     )
 }
 
-fn blake3_like(bytes: &[u8]) -> u64 {
+fn fnv(bytes: &[u8]) -> u64 {
     // FNV-1a: the address only has to spread groups, not resist anyone.
     bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)

@@ -27,14 +27,21 @@ struct TestCluster {
 
 impl TestCluster {
     fn up(name: &str, subnet: u8, nodes: usize) -> TestCluster {
-        assert!(shoal_cluster::is_root(), "cluster tests need root");
+        TestCluster::up_in(name, subnet, nodes, Mode::Netns)
+    }
+
+    fn up_in(name: &str, subnet: u8, nodes: usize, mode: Mode) -> TestCluster {
+        assert!(
+            shoal_cluster::is_root() || mode == Mode::Loopback,
+            "cluster tests need root"
+        );
         let dir = tempfile::tempdir().unwrap();
         let spec = Spec {
             dir: dir.path().join("cluster"),
             nodes,
             name: name.into(),
             subnet,
-            mode: Mode::Netns,
+            mode,
             shoal: shoal(),
         };
         let cluster = Cluster::up(&spec, &mut |l| eprintln!("[{name}] {l}")).unwrap();
@@ -462,4 +469,23 @@ fn partitioned_member_rejoins_after_heal() {
         b.log().iter().rev().take(6).collect::<Vec<_>>(),
     );
     check(&[&a, &b, &d], &[&a, &b, &d]);
+}
+
+/// On a loopback cluster there is no broadcast, so no multicast: members
+/// send to each member in turn, with the same guarantees.
+#[test]
+fn loopback_cluster_uses_unicast_fan_out() {
+    let tc = TestCluster::up_in("ge", 26, 3, Mode::Loopback);
+    let c = tc.get();
+    let (mut a, port) = Member::create(c, "n1", 1);
+    let mut b = Member::join(c, "n2", &port);
+    let mut d = Member::join(c, "n3", &port);
+    for k in 0..10 {
+        a.say(&format!("a-{k}"));
+        b.say(&format!("b-{k}"));
+        d.say(&format!("d-{k}"));
+    }
+    wait_messages(&[&a, &b, &d], 30, Duration::from_secs(30));
+    let s = check(&[&a, &b, &d], &[&a, &b, &d]);
+    assert_eq!(s.ordered_sends, 30, "{s:?}");
 }
