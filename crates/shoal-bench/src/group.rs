@@ -2,15 +2,15 @@
 //! measured side by side with a null RPC and a three-member etcd cluster,
 //! in one run.
 //!
-//! Placement, as in Amoeba's measurements of the sequencer protocol: the
-//! creator of every group, and so its sequencer, runs on n2; the measuring
-//! sender on n1; a passive member on n3.  The etcd peer is placed alike:
-//! one member per node, its leader moved to n2, the client on n1.
+//! Placement: the creator of every group, and so its sequencer, runs on
+//! n2; the measuring sender on n1; a passive member on n3.  The etcd peer
+//! is placed alike: one member per node, its leader moved to n2, the
+//! client on n1.
 //!
 //! The driver brings up the cluster (or uses `--dir`), starts etcd, and
 //! runs one *member agent* per node (`shoal bench-agent group member`),
 //! which it drives line by line over the agent's standard input; the agent
-//! answers each command with one JSON line (see [`member_agent`]).  An
+//! answers each command with one JSON line (see `member_agent`).  An
 //! agent reads its deliveries all the time (one receive thread per group:
 //! a member that never reads falls behind and is expelled), except while it
 //! measures, when the measuring thread reads them itself between sends, so
@@ -20,7 +20,9 @@
 //! 1. latency: 16-byte sends at r = 0, 1, 2 (three groups), null RPCs
 //!    n1 → n2 and etcd puts, sampled in interleaved rounds;
 //! 2. throughput of 16-byte messages and bandwidth of 1 MiB messages at
-//!    r = 0 (sender threads on n1 and n3);
+//!    r = 0, with sender threads on n1 and n3 (a member that only receives
+//!    is expelled from a group busy for longer than `dead_after`: at r = 0
+//!    the sequencer asks silent members for their status only when quiet);
 //! 3. datagrams per message at r = 0: n1 and n3 send at once, the members'
 //!    counters are read before and after through `inspect`;
 //! 4. fail-over at r = 1: n1 sends continuously, the driver SIGKILLs the
