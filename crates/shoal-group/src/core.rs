@@ -145,6 +145,10 @@ pub struct GroupCore {
     pub(crate) heard_seq: Time,
     pub(crate) last_nack: Option<Time>,
     pub(crate) last_ack: Time,
+    /// `held` as of the last datagram that told the sequencer, and the
+    /// bytes held since.
+    pub(crate) acked_held: u64,
+    pub(crate) bytes_since_ack: usize,
     pub(crate) next_tick: Time,
     pub(crate) now: Time,
     /// Source of the datagram being handled.
@@ -243,6 +247,8 @@ impl GroupCore {
             heard_seq: now,
             last_nack: None,
             last_ack: Time(0),
+            acked_held: 0,
+            bytes_since_ack: 0,
             next_tick: now,
             now,
             src: me.addr,
@@ -566,6 +572,8 @@ impl GroupCore {
             self.emit(dest, hdr, GroupBody::Data(data));
         }
         self.last_ack = now;
+        self.acked_held = self.held;
+        self.bytes_since_ack = 0;
     }
 
     // ----- input -----------------------------------------------------------
@@ -715,10 +723,12 @@ impl GroupCore {
             self.send_to(self.sequencer, GroupBody::Leave);
         }
         self.check_gap(now, true);
-        if self.is_acker()
-            && self.held > 0
+        // A member that only receives still tells the sequencer how far it
+        // holds, once per heartbeat while it makes progress: the sequencer
+        // purges its history by it, and a member never heard from is
+        // expelled.
+        if (self.held > self.acked_held || (self.is_acker() && self.commit < self.held))
             && now.saturating_since(self.last_ack) >= self.cfg.heartbeat
-            && self.commit < self.held
         {
             self.send_ack(now);
         }

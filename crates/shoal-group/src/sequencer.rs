@@ -43,6 +43,8 @@ pub(crate) struct Sequencer {
     /// BB bodies being received from their senders.
     pub bb: FxHashMap<(MemberId, u64), Assembly>,
     pub last_broadcast: Time,
+    /// Last status request.
+    pub last_status: Time,
     /// Since when the history has been full.
     pub full_since: Option<Time>,
 }
@@ -74,6 +76,7 @@ impl Sequencer {
             changes: VecDeque::new(),
             bb: FxHashMap::default(),
             last_broadcast: now,
+            last_status: now,
             full_since: None,
         }
     }
@@ -479,10 +482,11 @@ impl GroupCore {
         }
         self.try_change(now);
         let hb = self.cfg.heartbeat;
-        let (quiet, lagging, unacked, dead, blocker) = {
+        let (quiet, lagging, unheard, unacked, dead, blocker) = {
             let s = self.seq.as_ref().expect("sequencer");
             let quiet = now.saturating_since(s.last_broadcast) >= hb;
             let mut lagging = false;
+            let mut unheard = false;
             let mut unacked = Vec::new();
             let mut dead = Vec::new();
             let mut blocker: Option<(u64, MemberId)> = None;
@@ -493,8 +497,11 @@ impl GroupCore {
                 let Some(h) = s.members.get(&m.id) else {
                     continue;
                 };
-                if h.held < self.held || now.saturating_since(h.heard) >= 2 * hb {
+                if h.held < self.held {
                     lagging = true;
+                }
+                if now.saturating_since(h.heard) >= 2 * hb {
+                    unheard = true;
                 }
                 if !h.acked {
                     unacked.push(m.id);
@@ -514,12 +521,21 @@ impl GroupCore {
                 }
                 _ => None,
             };
-            (quiet, lagging, unacked, dead, blocker)
+            (quiet, lagging, unheard, unacked, dead, blocker)
         };
-        if quiet || (lagging && self.commit < self.held) {
-            let sync = self.sync_body(lagging);
+        // Ask for status when a member has not been heard from (however
+        // busy the stream), and remind the members when entries wait for
+        // acknowledgements; at most once per heartbeat.
+        let asked_long_ago = now.saturating_since(self.seq.as_ref().expect("sequencer").last_status) >= hb;
+        let want_status = (unheard || (lagging && self.commit < self.held)) && asked_long_ago;
+        if quiet || want_status {
+            let sync = self.sync_body(want_status || lagging);
             self.broadcast(sync);
-            self.seq.as_mut().expect("sequencer").last_broadcast = now;
+            let s = self.seq.as_mut().expect("sequencer");
+            s.last_broadcast = now;
+            if want_status {
+                s.last_status = now;
+            }
         }
         if quiet {
             for id in unacked {

@@ -191,6 +191,7 @@ impl GroupCore {
             let (sender, msg_id, kind) = (e.sender, e.msg_id, e.kind);
             let body = e.body.clone();
             self.held = seq;
+            self.bytes_since_ack += body.len();
             if kind == EntryKind::App {
                 let last = self.senders.entry(sender).or_insert(0);
                 *last = (*last).max(msg_id);
@@ -205,6 +206,14 @@ impl GroupCore {
             }
         }
         if self.held > before {
+            // Many bytes held since we last said so: say it now, so the
+            // sequencer's history does not fill up waiting for us.
+            if self.seq.is_none()
+                && self.status == Status::Normal
+                && self.bytes_since_ack >= self.cfg.history_bytes / 8
+            {
+                self.send_ack(now);
+            }
             self.last_known = self.last_known.max(self.held);
             if let Some(s) = self.seq.as_mut() {
                 s.next = s.next.max(self.held + 1);
@@ -318,6 +327,8 @@ impl GroupCore {
             return;
         }
         self.last_ack = now;
+        self.acked_held = self.held;
+        self.bytes_since_ack = 0;
         let body = GroupBody::Ack(GAck { held: self.held });
         self.send_to(self.sequencer, body);
     }

@@ -192,6 +192,12 @@ struct Shared {
     group: PutPort,
     /// How long a thread polls the sockets before it sleeps.
     spin: Duration,
+    /// Application threads polling the sockets right now: the I/O thread
+    /// stays out of their way (two threads polling one socket means the
+    /// loser is woken for nothing, on a machine with few cores).
+    spinning: std::sync::atomic::AtomicUsize,
+    /// This member's unicast address: its own multicasts come back from it.
+    me: SocketAddr,
 }
 
 struct Inner {
@@ -326,6 +332,7 @@ impl Group {
         opts: &GroupOptions,
     ) -> Group {
         let spin = ctx.config().server_spin;
+        let me = socket.local_addr().expect("a bound socket");
         let shared = Arc::new(Shared {
             core: Mutex::new(Inner {
                 core,
@@ -341,6 +348,8 @@ impl Group {
             closed: AtomicBool::new(false),
             group,
             spin,
+            spinning: std::sync::atomic::AtomicUsize::new(0),
+            me,
         });
         {
             let mut inner = shared.core.lock();
@@ -414,11 +423,16 @@ impl Group {
         // within a round trip, and handing it over from the I/O thread
         // would cost a wake-up.
         let spin_until = Instant::now() + self.shared.spin * 4;
+        let mut spinning = Some(Spinning::new(&self.shared));
         loop {
             if let Some(seq) = inner.sent.remove(&msg_id) {
                 return Ok(seq);
             }
-            if Instant::now() < spin_until {
+            if spinning.is_some() && Instant::now() >= spin_until {
+                // Hand the sockets back to the I/O thread before sleeping.
+                spinning = None;
+            }
+            if spinning.is_some() {
                 if self.shared.pump(&mut inner) {
                     self.shared.changed.notify_all();
                 }
@@ -617,6 +631,11 @@ impl Shared {
         let Inner { core, rx, .. } = inner;
         for s in std::iter::once(&self.socket).chain(self.mcast.as_ref().map(|(m, _)| m)) {
             while let Ok(Some((len, from))) = socket::try_recv_from(s, rx) {
+                if from == self.me {
+                    // Our own multicast, looped back (other members on
+                    // this host need the loop): skip it unread.
+                    continue;
+                }
                 core.handle_datagram(clock::now(), from, &rx[..len]);
                 got = true;
             }
@@ -660,6 +679,16 @@ impl Shared {
                     None => 50,
                 }
             };
+            if self.spinning.load(Ordering::Acquire) > 0 {
+                // An application thread polls the sockets: run the timers
+                // only, and wake when it stops.
+                let mut inner = self.core.lock();
+                let wait = Duration::from_millis(wait_ms.clamp(1, 5) as u64);
+                self.changed.wait_for(&mut inner, wait);
+                inner.core.handle_timeout(clock::now());
+                self.flush(&mut inner);
+                continue;
+            }
             for f in fds.iter_mut() {
                 f.revents = 0;
             }
@@ -686,6 +715,23 @@ impl Shared {
                 unsafe { libc::sched_yield() };
             }
         }
+    }
+}
+
+/// Marks an application thread as polling the sockets while it lives.
+struct Spinning<'a>(&'a Shared);
+
+impl<'a> Spinning<'a> {
+    fn new(shared: &'a Shared) -> Self {
+        shared.spinning.fetch_add(1, Ordering::AcqRel);
+        Spinning(shared)
+    }
+}
+
+impl Drop for Spinning<'_> {
+    fn drop(&mut self) {
+        self.0.spinning.fetch_sub(1, Ordering::AcqRel);
+        self.0.changed.notify_all();
     }
 }
 
@@ -741,7 +787,9 @@ fn open_multicast(
     )?;
     s.set_reuse_address(true)?;
     s.set_reuse_port(true)?;
-    let _ = s.set_recv_buffer_size(8 << 20);
+    if socket::set_force(&s, 8 << 20).is_err() {
+        let _ = s.set_recv_buffer_size(8 << 20);
+    }
     s.bind(&SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, addr.port())).into())?;
     s.join_multicast_v4(addr.ip(), &ip)?;
     let u = socket2::SockRef::from(unicast);
