@@ -304,6 +304,19 @@ impl GroupCore {
     pub fn stats(&self) -> &GroupStats {
         &self.stats
     }
+    /// Whether others wait on this member's answers: the sequencer, and
+    /// with resilience r the members that acknowledge tentative entries.
+    /// A shell polls busily only for these (a member that only receives
+    /// has nobody waiting on it).
+    pub fn answers_on_the_critical_path(&self) -> bool {
+        self.status == Status::Normal && (self.seq.is_some() || self.is_acker())
+    }
+
+    /// Whether [`GroupCore::poll_event`] has something.
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     /// Messages sent and not yet ordered.
     pub fn in_flight(&self) -> usize {
         self.outgoing.len()

@@ -526,7 +526,8 @@ impl GroupCore {
         // Ask for status when a member has not been heard from (however
         // busy the stream), and remind the members when entries wait for
         // acknowledgements; at most once per heartbeat.
-        let asked_long_ago = now.saturating_since(self.seq.as_ref().expect("sequencer").last_status) >= hb;
+        let asked_long_ago =
+            now.saturating_since(self.seq.as_ref().expect("sequencer").last_status) >= hb;
         let want_status = (unheard || (lagging && self.commit < self.held)) && asked_long_ago;
         if quiet || want_status {
             let sync = self.sync_body(want_status || lagging);

@@ -185,17 +185,29 @@ type Sockets = (UdpSocket, Option<(UdpSocket, SocketAddrV4)>, MemberEntry);
 
 struct Shared {
     core: Mutex<Inner>,
-    changed: Condvar,
+    /// Wakes threads waiting for a send to complete (or window room).
+    sent_cv: Condvar,
+    /// Wakes threads waiting for deliveries, or for the member's status.
+    events_cv: Condvar,
+    /// Wakes the I/O thread when application threads stop polling.
+    io_cv: Condvar,
     socket: UdpSocket,
     mcast: Option<(UdpSocket, SocketAddrV4)>,
     closed: AtomicBool,
     group: PutPort,
     /// How long a thread polls the sockets before it sleeps.
     spin: Duration,
-    /// Application threads polling the sockets right now: the I/O thread
-    /// stays out of their way (two threads polling one socket means the
-    /// loser is woken for nothing, on a machine with few cores).
-    spinning: std::sync::atomic::AtomicUsize,
+    /// Application threads inside `send` or `receive`, which read the
+    /// sockets themselves while they wait: the I/O thread stays out of
+    /// their way (two threads polling one socket means the loser is woken
+    /// for nothing, and that wake-up lands on the critical path).
+    active: std::sync::atomic::AtomicUsize,
+    /// The I/O thread is blocked in `poll` on the sockets (then a thread
+    /// that becomes active kicks it out through `kick`).
+    io_polling: AtomicBool,
+    kick: std::os::fd::OwnedFd,
+    /// When the last application thread left (microseconds, `clock`).
+    idle_since: std::sync::atomic::AtomicU64,
     /// This member's unicast address: its own multicasts come back from it.
     me: SocketAddr,
 }
@@ -309,13 +321,10 @@ impl Group {
                     Status::Out | Status::Left => return Err(GroupError::JoinFailed(group)),
                     _ => {}
                 }
-                if g.shared
-                    .changed
-                    .wait_until(&mut inner, deadline)
-                    .timed_out()
-                {
+                if Instant::now() >= deadline {
                     return Err(GroupError::JoinFailed(group));
                 }
+                g.shared.events_cv.wait_for(&mut inner, SLICE);
             }
         }
         g._link = register(ctx, &group, me.addr)?;
@@ -342,13 +351,18 @@ impl Group {
                 delay: Delay::from_env(),
                 rx: vec![0u8; MAX_DATAGRAM],
             }),
-            changed: Condvar::new(),
+            sent_cv: Condvar::new(),
+            events_cv: Condvar::new(),
+            io_cv: Condvar::new(),
             socket,
             mcast,
             closed: AtomicBool::new(false),
             group,
             spin,
-            spinning: std::sync::atomic::AtomicUsize::new(0),
+            active: std::sync::atomic::AtomicUsize::new(0),
+            io_polling: AtomicBool::new(false),
+            kick: eventfd(),
+            idle_since: std::sync::atomic::AtomicU64::new(0),
             me,
         });
         {
@@ -391,6 +405,7 @@ impl Group {
     pub fn send(&self, body: &[u8]) -> Result<u64, GroupError> {
         let deadline = Instant::now() + self.send_timeout;
         let body = Bytes::copy_from_slice(body);
+        let _active = Active::new(&self.shared);
         let mut inner = self.shared.core.lock();
         let msg_id = loop {
             match inner.core.send(clock::now(), body.clone()) {
@@ -409,50 +424,28 @@ impl Group {
                     });
                 }
             }
-            if self
-                .shared
-                .changed
-                .wait_until(&mut inner, deadline)
-                .timed_out()
-            {
+            if Instant::now() >= deadline {
                 return Err(GroupError::Timeout(self.send_timeout));
             }
+            self.shared
+                .wait_io(&mut inner, Instant::now(), deadline, false);
         };
         self.shared.flush(&mut inner);
         // Poll the sockets ourselves for a while: the answer usually comes
-        // within a round trip, and handing it over from the I/O thread
+        // within a round trip, and handing it over from another thread
         // would cost a wake-up.
         let spin_until = Instant::now() + self.shared.spin * 4;
-        let mut spinning = Some(Spinning::new(&self.shared));
         loop {
             if let Some(seq) = inner.sent.remove(&msg_id) {
                 return Ok(seq);
             }
-            if spinning.is_some() && Instant::now() >= spin_until {
-                // Hand the sockets back to the I/O thread before sleeping.
-                spinning = None;
-            }
-            if spinning.is_some() {
-                if self.shared.pump(&mut inner) {
-                    self.shared.changed.notify_all();
-                }
-                parking_lot::MutexGuard::unlocked(&mut inner, || {
-                    // SAFETY: sched_yield has no preconditions.
-                    unsafe { libc::sched_yield() };
-                });
-                continue;
-            }
             if matches!(inner.core.status(), Status::Out | Status::Left) {
                 return Err(GroupError::NotMember);
             }
-            if self
-                .shared
-                .changed
-                .wait_until(&mut inner, deadline)
-                .timed_out()
-            {
+            if Instant::now() >= deadline {
                 return Err(GroupError::Timeout(self.send_timeout));
             }
+            self.shared.wait_io(&mut inner, spin_until, deadline, false);
         }
     }
 
@@ -469,7 +462,18 @@ impl Group {
         timeout: Option<Duration>,
     ) -> Result<Option<Delivery>, GroupError> {
         let deadline = timeout.map(|t| Instant::now() + t);
+        let _active = (timeout != Some(Duration::ZERO)).then(|| Active::new(&self.shared));
         let mut inner = self.shared.core.lock();
+        // Poll the sockets ourselves for a while before sleeping, as a
+        // server does, where answers are awaited: the thread that reads
+        // deliveries is often the one that must answer next (the
+        // sequencer's, or an acknowledger's).
+        let critical = inner.core.answers_on_the_critical_path();
+        let spin_until = if critical {
+            Instant::now() + self.shared.spin
+        } else {
+            Instant::now()
+        };
         loop {
             if let Some(d) = inner.out.pop_front() {
                 return Ok(Some(d));
@@ -522,14 +526,17 @@ impl Group {
             if matches!(inner.core.status(), Status::Out | Status::Left) {
                 return Err(GroupError::NotMember);
             }
-            match deadline {
+            let until = match deadline {
                 Some(d) => {
-                    if self.shared.changed.wait_until(&mut inner, d).timed_out() {
+                    if Instant::now() >= d {
                         return Ok(None);
                     }
+                    d
                 }
-                None => self.shared.changed.wait(&mut inner),
-            }
+                None => Instant::now() + SLICE,
+            };
+            self.shared
+                .wait_io(&mut inner, spin_until, until, !critical);
         }
     }
 
@@ -558,20 +565,17 @@ impl Group {
             let mut inner = self.shared.core.lock();
             inner.core.leave(clock::now());
             self.shared.flush(&mut inner);
-            while !matches!(inner.core.status(), Status::Left | Status::Out) {
-                if self
-                    .shared
-                    .changed
-                    .wait_until(&mut inner, deadline)
-                    .timed_out()
-                {
-                    break;
-                }
+            while !matches!(inner.core.status(), Status::Left | Status::Out)
+                && Instant::now() < deadline
+            {
+                self.shared.events_cv.wait_for(&mut inner, SLICE);
             }
         }
         self.shared.closed.store(true, Ordering::Release);
+        self.shared.io_cv.notify_all();
         let _ = thread.join();
-        self.shared.changed.notify_all();
+        self.shared.events_cv.notify_all();
+        self.shared.sent_cv.notify_all();
     }
 }
 
@@ -624,6 +628,88 @@ impl Shared {
         }
     }
 
+    /// One wait step of an application thread inside `send`/`receive`:
+    /// until `spin_until`, poll the sockets without sleeping; after, sleep
+    /// in `poll` on them (at most until `until` or the next timer), then
+    /// take in what came and run the timers.
+    fn wait_io(
+        &self,
+        inner: &mut parking_lot::MutexGuard<'_, Inner>,
+        spin_until: Instant,
+        until: Instant,
+        batch: bool,
+    ) {
+        if Instant::now() < spin_until {
+            if self.pump(inner) {
+                self.wake(inner);
+            } else {
+                parking_lot::MutexGuard::unlocked(inner, || {
+                    // SAFETY: sched_yield has no preconditions.
+                    unsafe { libc::sched_yield() };
+                });
+            }
+            return;
+        }
+        let due = inner
+            .core
+            .poll_timeout()
+            .map(clock::instant)
+            .into_iter()
+            .chain(inner.delay.as_ref().and_then(|d| d.next_due()))
+            .chain(std::iter::once(until))
+            .min()
+            .expect("until is there");
+        if batch {
+            // Nobody waits on this member's answers: take datagrams in
+            // batches rather than waking for each (on a machine with few
+            // cores, every wake-up here is taken from the members that
+            // are on the critical path).
+            let nap = due.saturating_duration_since(Instant::now()).min(BATCH);
+            parking_lot::MutexGuard::unlocked(inner, || std::thread::sleep(nap));
+            self.pump(inner);
+            inner.core.handle_timeout(clock::now());
+            self.flush(inner);
+            self.wake(inner);
+            return;
+        }
+        let wait_ms = due
+            .saturating_duration_since(Instant::now())
+            .as_micros()
+            .div_ceil(1000)
+            .clamp(1, 20) as i32;
+        let mut fds = [
+            libc::pollfd {
+                fd: self.socket.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.mcast.as_ref().map_or(-1, |(m, _)| m.as_raw_fd()),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        parking_lot::MutexGuard::unlocked(inner, || {
+            // SAFETY: a valid array of two pollfd (a negative fd is ignored).
+            unsafe { libc::poll(fds.as_mut_ptr(), 2, wait_ms) };
+        });
+        self.pump(inner);
+        inner.core.handle_timeout(clock::now());
+        self.flush(inner);
+        self.wake(inner);
+    }
+
+    /// Wakes the threads that have something to pick up: senders whose
+    /// messages were ordered, readers of deliveries (or of a status change).
+    fn wake(&self, inner: &Inner) {
+        if !inner.sent.is_empty() {
+            self.sent_cv.notify_all();
+        }
+        if inner.core.has_events() || inner.core.status() != Status::Normal {
+            self.events_cv.notify_all();
+        }
+    }
+
     /// Reads every queued datagram of both sockets into the core and sends
     /// what it answers; true if there was any.
     fn pump(&self, inner: &mut Inner) -> bool {
@@ -649,11 +735,18 @@ impl Shared {
     /// The I/O thread: read both sockets, run the timers; after activity,
     /// poll for a while before sleeping (a busy group answers sooner).
     fn run(&self) {
-        let mut fds = vec![libc::pollfd {
-            fd: self.socket.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }];
+        let mut fds = vec![
+            libc::pollfd {
+                fd: self.kick.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.socket.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
         if let Some((m, _)) = &self.mcast {
             fds.push(libc::pollfd {
                 fd: m.as_raw_fd(),
@@ -671,22 +764,39 @@ impl Shared {
                     .into_iter()
                     .chain(inner.delay.as_ref().and_then(|d| d.next_due()))
                     .min();
+                // Whole milliseconds, rounded up: a timer a few hundred
+                // microseconds away must not make the thread spin on a
+                // zero-timeout poll.
                 match due {
                     Some(t) => t
                         .saturating_duration_since(Instant::now())
-                        .as_millis()
-                        .clamp(0, 50) as i32,
+                        .as_micros()
+                        .div_ceil(1000)
+                        .clamp(1, 50) as i32,
                     None => 50,
                 }
             };
-            if self.spinning.load(Ordering::Acquire) > 0 {
-                // An application thread polls the sockets: run the timers
-                // only, and wake when it stops.
+            let idle_for = clock::now()
+                .0
+                .saturating_sub(self.idle_since.load(Ordering::SeqCst));
+            if self.active.load(Ordering::SeqCst) > 0 || idle_for < LINGER_US {
+                // Application threads read the sockets (or did a moment
+                // ago, and likely will again): run the timers only.
                 let mut inner = self.core.lock();
-                let wait = Duration::from_millis(wait_ms.clamp(1, 5) as u64);
-                self.changed.wait_for(&mut inner, wait);
+                let wait = if self.active.load(Ordering::SeqCst) > 0 {
+                    Duration::from_millis(1)
+                } else {
+                    Duration::from_micros(LINGER_US - idle_for)
+                };
+                self.io_cv.wait_for(&mut inner, wait);
                 inner.core.handle_timeout(clock::now());
                 self.flush(&mut inner);
+                self.wake(&inner);
+                continue;
+            }
+            self.io_polling.store(true, Ordering::SeqCst);
+            if self.active.load(Ordering::SeqCst) > 0 {
+                self.io_polling.store(false, Ordering::SeqCst);
                 continue;
             }
             for f in fds.iter_mut() {
@@ -694,19 +804,31 @@ impl Shared {
             }
             // SAFETY: `fds` is a valid array of pollfd for its length.
             let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait_ms) };
+            self.io_polling.store(false, Ordering::SeqCst);
+            if fds[0].revents != 0 {
+                let mut v = [0u8; 8];
+                // SAFETY: reading 8 bytes from our own eventfd into a buffer
+                // of 8 bytes.
+                unsafe { libc::read(self.kick.as_raw_fd(), v.as_mut_ptr().cast(), 8) };
+            }
             let mut inner = self.core.lock();
             let mut active = n > 0 && self.pump(&mut inner);
+            // Poll on only where someone waits on our answers.
+            active &= inner.core.answers_on_the_critical_path();
             inner.core.handle_timeout(clock::now());
             self.flush(&mut inner);
+            self.wake(&inner);
             drop(inner);
-            self.changed.notify_all();
             let mut idle_since = Instant::now();
-            while active && !self.closed.load(Ordering::Acquire) {
+            while active
+                && !self.closed.load(Ordering::Acquire)
+                && self.active.load(Ordering::Acquire) == 0
+            {
                 let mut inner = self.core.lock();
                 if self.pump(&mut inner) {
                     idle_since = Instant::now();
+                    self.wake(&inner);
                     drop(inner);
-                    self.changed.notify_all();
                 } else {
                     drop(inner);
                     active = idle_since.elapsed() < self.spin;
@@ -718,22 +840,55 @@ impl Shared {
     }
 }
 
-/// Marks an application thread as polling the sockets while it lives.
-struct Spinning<'a>(&'a Shared);
+/// Marks an application thread as inside `send` or `receive` (reading the
+/// sockets itself) while it lives.
+struct Active<'a>(&'a Shared);
 
-impl<'a> Spinning<'a> {
+impl<'a> Active<'a> {
     fn new(shared: &'a Shared) -> Self {
-        shared.spinning.fetch_add(1, Ordering::AcqRel);
-        Spinning(shared)
+        if shared.active.fetch_add(1, Ordering::SeqCst) == 0
+            && shared.io_polling.load(Ordering::SeqCst)
+        {
+            // Get the I/O thread out of its poll.
+            let one = 1u64.to_ne_bytes();
+            // SAFETY: writing 8 bytes to our own eventfd.
+            unsafe { libc::write(shared.kick.as_raw_fd(), one.as_ptr().cast(), 8) };
+        }
+        Active(shared)
     }
 }
 
-impl Drop for Spinning<'_> {
+impl Drop for Active<'_> {
     fn drop(&mut self) {
-        self.0.spinning.fetch_sub(1, Ordering::AcqRel);
-        self.0.changed.notify_all();
+        if self.0.active.fetch_sub(1, Ordering::SeqCst) == 1 {
+            // No wake-up: the I/O thread looks again within a millisecond
+            // (a program that calls again at once never pays for one).
+            self.0.idle_since.store(clock::now().0, Ordering::SeqCst);
+        }
     }
 }
+
+/// After the last application thread leaves `send`/`receive`, the I/O
+/// thread waits this long before it reads the sockets again: a program
+/// that calls again at once keeps the sockets to itself.
+const LINGER_US: u64 = 200;
+
+/// How long a member nobody waits on lets datagrams gather before it reads
+/// them.
+const BATCH: Duration = Duration::from_millis(1);
+
+fn eventfd() -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    // SAFETY: eventfd has no memory preconditions; the result is checked.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    assert!(fd >= 0, "eventfd: {}", io::Error::last_os_error());
+    // SAFETY: a fresh descriptor we own.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+}
+
+/// Longest a waiting thread sleeps before it looks at the member's status
+/// again.
+const SLICE: Duration = Duration::from_millis(20);
 
 fn core_config(ctx: &Context, opts: &GroupOptions) -> GroupConfig {
     GroupConfig {

@@ -305,6 +305,24 @@ fn check(members: &[&Member], finals: &[&Member]) -> Summary {
     summary
 }
 
+/// Waits until every member in `ms` has printed `n` "sent" lines (a
+/// member prints one when its `send` returns, which may be just after the
+/// delivery of the same message).
+fn wait_sent(ms: &[&Member], n: usize) {
+    for m in ms {
+        assert!(
+            m.wait(Duration::from_secs(20), |l| l
+                .iter()
+                .filter(|x| x.starts_with("sent "))
+                .count()
+                >= n),
+            "{}: {} of {n} sends returned",
+            m.name,
+            m.sent()
+        );
+    }
+}
+
 /// Waits until every member in `ms` has delivered `n` messages.
 fn wait_messages(ms: &[&Member], n: usize, timeout: Duration) {
     for m in ms {
@@ -345,6 +363,7 @@ fn three_members_agree_under_loss_and_delay() {
         d.say(&format!("d-{k}"));
     }
     wait_messages(&[&a, &b, &d], 60, Duration::from_secs(60));
+    wait_sent(&[&a, &b, &d], 20);
     run(c, &["heal", "n2"]);
     let s = check(&[&a, &b, &d], &[&a, &b, &d]);
     assert_eq!(s.ordered_sends, 60, "{s:?}");
@@ -372,6 +391,7 @@ fn five_members_with_resilience_two_agree_under_loss() {
     }
     let refs: Vec<&Member> = ms.iter().collect();
     wait_messages(&refs, 50, Duration::from_secs(60));
+    wait_sent(&refs, 10);
     let s = check(&refs, &refs);
     assert_eq!(s.ordered_sends, 50, "{s:?}");
 }
@@ -486,6 +506,7 @@ fn loopback_cluster_uses_unicast_fan_out() {
         d.say(&format!("d-{k}"));
     }
     wait_messages(&[&a, &b, &d], 30, Duration::from_secs(30));
+    wait_sent(&[&a, &b, &d], 10);
     let s = check(&[&a, &b, &d], &[&a, &b, &d]);
     assert_eq!(s.ordered_sends, 30, "{s:?}");
 }
