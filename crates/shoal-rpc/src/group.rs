@@ -789,6 +789,10 @@ impl Shared {
                     Duration::from_micros(LINGER_US - idle_for)
                 };
                 self.io_cv.wait_for(&mut inner, wait);
+                // Take in what is queued before the timers run: after a
+                // stall (a busy machine), the timers would otherwise take
+                // members whose answers wait in the socket for dead ones.
+                self.pump(&mut inner);
                 inner.core.handle_timeout(clock::now());
                 self.flush(&mut inner);
                 self.wake(&inner);
@@ -812,7 +816,8 @@ impl Shared {
                 unsafe { libc::read(self.kick.as_raw_fd(), v.as_mut_ptr().cast(), 8) };
             }
             let mut inner = self.core.lock();
-            let mut active = n > 0 && self.pump(&mut inner);
+            let _ = n;
+            let mut active = self.pump(&mut inner);
             // Poll on only where someone waits on our answers.
             active &= inner.core.answers_on_the_critical_path();
             inner.core.handle_timeout(clock::now());
