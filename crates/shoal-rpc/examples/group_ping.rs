@@ -55,6 +55,10 @@ fn main() {
                 }
                 while let Ok(Some(_)) = g.receive_timeout(Some(Duration::ZERO)) {}
             }
+            // Idle for a while (the I/O thread must keep the membership
+            // alive), then send again.
+            std::thread::sleep(Duration::from_secs(2));
+            g.send(b"after a pause").expect("send after a pause");
             t.sort();
             println!(
                 "p50 {:.1} µs p99 {:.1} µs",

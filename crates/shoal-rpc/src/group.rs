@@ -224,6 +224,9 @@ struct Inner {
     delay: Option<Delay>,
     /// Receive buffer of whichever thread reads the sockets.
     rx: Vec<u8>,
+    /// Whether our multicasts loop back to this host (only needed when
+    /// another member shares our address).
+    mcast_loop: bool,
 }
 
 /// A datagram held back: when it is due, a tie-breaker, where it goes.
@@ -350,6 +353,7 @@ impl Group {
                 out: Default::default(),
                 delay: Delay::from_env(),
                 rx: vec![0u8; MAX_DATAGRAM],
+                mcast_loop: true,
             }),
             sent_cv: Condvar::new(),
             events_cv: Condvar::new(),
@@ -588,6 +592,21 @@ impl Drop for Group {
 impl Shared {
     /// Sends what the core queued and collects completed sends.
     fn flush(&self, inner: &mut Inner) {
+        if self.mcast.is_some() {
+            // Loop our multicasts back only if another member lives at our
+            // address (then it needs them); else they would come back to us
+            // for nothing.
+            let me = inner.core.id();
+            let shared = inner
+                .core
+                .members()
+                .iter()
+                .any(|m| m.id != me && m.addr.ip() == self.me.ip());
+            if shared != inner.mcast_loop {
+                let _ = socket2::SockRef::from(&self.socket).set_multicast_loop_v4(shared);
+                inner.mcast_loop = shared;
+            }
+        }
         while let Some(t) = inner.core.poll_transmit() {
             let mut targets: Vec<SocketAddr> = Vec::new();
             match t.dest {
