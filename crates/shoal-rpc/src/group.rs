@@ -802,10 +802,12 @@ impl Shared {
                 // Application threads read the sockets (or did a moment
                 // ago, and likely will again): run the timers only.
                 let mut inner = self.core.lock();
+                // (`active` may have dropped to zero since it was read
+                // above: the linger left is then at most LINGER_US.)
                 let wait = if self.active.load(Ordering::SeqCst) > 0 {
                     Duration::from_millis(1)
                 } else {
-                    Duration::from_micros(LINGER_US - idle_for)
+                    Duration::from_micros(LINGER_US.saturating_sub(idle_for).max(1))
                 };
                 self.io_cv.wait_for(&mut inner, wait);
                 // Take in what is queued before the timers run: after a
