@@ -21,12 +21,19 @@
 //! # }
 //! ```
 //!
-//! Each member runs the protocol core (`shoal-group`) in its own process,
-//! with one I/O thread that reads its sockets and runs its timers; the node
-//! daemon only makes the group's members findable (they register the
-//! group's locate port, as servers register theirs).  Messages go by IP
+//! Each member runs the protocol core (`shoal-group`) in its own process;
+//! the node daemon only makes the group's members findable (they register
+//! the group's locate port, as servers register theirs).  Messages go by IP
 //! multicast on a cluster network that has broadcast (the local cluster's
 //! bridge), else by one datagram per member.
+//!
+//! Threads: a thread inside [`Group::send`] or [`Group::receive`] reads the
+//! member's sockets itself while it waits (polling for a while, then
+//! sleeping in `poll`), so the answer it waits for wakes nobody else; an I/O
+//! thread per member does the same work, and runs the timers, whenever no
+//! application thread is inside, and steps aside (kicked out of its `poll`)
+//! when one enters.  A member that nobody waits on (not the sequencer, not
+//! an acknowledger) takes its datagrams in 1 ms batches.
 //!
 //! **Architecture invariant:** an I/O shell; every protocol decision is in
 //! `shoal-group`.
