@@ -45,6 +45,8 @@ pub(crate) struct Sequencer {
     pub last_broadcast: Time,
     /// Last status request.
     pub last_status: Time,
+    /// When the last membership change was ordered.
+    pub change_since: Time,
     /// Since when the history has been full.
     pub full_since: Option<Time>,
 }
@@ -77,6 +79,7 @@ impl Sequencer {
             bb: FxHashMap::default(),
             last_broadcast: now,
             last_status: now,
+            change_since: now,
             full_since: None,
         }
     }
@@ -462,6 +465,7 @@ impl GroupCore {
                 kind,
                 body: Bytes::from(body),
             };
+            self.seq.as_mut().expect("sequencer").change_since = now;
             self.seq_order(now, entry, false);
             return;
         }
@@ -546,6 +550,17 @@ impl GroupCore {
         // Silent members, and one that holds a full history back, are
         // expelled through the stream like a leave: the sequencer is alive,
         // so no reset is needed (and the entry commits by the others).
+        // But while a membership change waits for acknowledgements a dead
+        // member owes, no other change can be ordered (one at a time): then
+        // a reset without the dead members unblocks the group.
+        if !dead.is_empty() && self.change_pending() {
+            let pending_for =
+                now.saturating_since(self.seq.as_ref().expect("sequencer").change_since);
+            if pending_for >= self.cfg.dead_after {
+                self.start_recovery(now, dead.into_iter().collect(), None);
+                return;
+            }
+        }
         let mut expel = dead;
         expel.extend(blocker);
         for id in expel {

@@ -807,15 +807,16 @@ impl GroupSim {
         }
     }
 
-    /// One line per live member: what its core says.
+    /// One line per live member: what its core says (and its members).
     fn describe(&self) -> String {
         (0..self.procs.len())
             .filter_map(|i| {
                 let c = self.procs[i].core.as_ref()?;
                 let info = c.info();
                 Some(format!(
-                    "p{i}: {:?} inc {} seqr {} held {} commit {} stable {} known {} history {} B, {} in flight",
+                    "p{i}: {:?}{} inc {} seqr {} held {} commit {} stable {} known {} history {} B, {} in flight",
                     info.status,
+                    if info.is_sequencer { " (sequencer)" } else { "" },
                     info.incarnation,
                     info.sequencer,
                     info.held,
