@@ -42,6 +42,7 @@ fuzz_target!(|data: &[u8]| {
         large_bytes: 1000,
         frag_bytes: 600,
         history_bytes: HISTORY,
+        max_state_bytes: HISTORY,
         ..GroupConfig::default()
     };
     let members: Vec<MemberEntry> = (1..=3)
@@ -103,7 +104,11 @@ fuzz_target!(|data: &[u8]| {
                         continue;
                     }
                     let to: Vec<usize> = match t.dest {
-                        GroupDest::Addr(a) => members.iter().position(|m| m.addr == a).into_iter().collect(),
+                        GroupDest::Addr(a) => members
+                            .iter()
+                            .position(|m| m.addr == a)
+                            .into_iter()
+                            .collect(),
                         GroupDest::Members => (0..3).filter(|&j| j != i).collect(),
                     };
                     for j in to {
@@ -120,9 +125,15 @@ fuzz_target!(|data: &[u8]| {
         for c in &cores {
             let info = c.info();
             if c.is_sequencer() {
-                assert!(info.history_bytes <= HISTORY, "sequencer history over its limit");
+                assert!(
+                    info.history_bytes <= HISTORY,
+                    "sequencer history over its limit"
+                );
             }
-            assert!(info.history_bytes <= 2 * HISTORY + 64 * 1024, "member log over its limit");
+            assert!(
+                info.history_bytes <= 2 * HISTORY + 64 * 1024,
+                "member log over its limit"
+            );
         }
     }
 });

@@ -31,10 +31,11 @@ pub struct Assembly {
 
 impl Assembly {
     /// Starts a body of `total` bytes in `count` fragments, or `None` if the
-    /// two do not fit together (a forged or corrupt header).
-    pub fn new(total: u64, count: u32) -> Option<Self> {
+    /// two do not fit together (a forged or corrupt header) or the body is
+    /// larger than `limit` (its buffer is allocated here, whole).
+    pub fn new(total: u64, count: u32, limit: usize) -> Option<Self> {
         let total = usize::try_from(total).ok()?;
-        if count == 0 || (count as usize) > total.max(1) {
+        if total > limit || count == 0 || (count as usize) > total.max(1) {
             return None;
         }
         Some(Self {
@@ -108,7 +109,7 @@ mod tests {
     fn reassembles_out_of_order_and_ignores_strangers() {
         let body: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
         let count = frag_count(body.len(), 1400);
-        let mut a = Assembly::new(body.len() as u64, count).unwrap();
+        let mut a = Assembly::new(body.len() as u64, count, 1 << 20).unwrap();
         for i in (0..count).rev() {
             let r = frag_range(body.len(), count, i);
             assert!(!a.add(body.len() as u64 + 1, count, i, &body[r.clone()]));
@@ -116,7 +117,8 @@ mod tests {
         }
         assert!(a.is_complete());
         assert_eq!(&a.finish()[..], &body[..]);
-        assert!(Assembly::new(10, 11).is_none());
-        assert!(Assembly::new(0, 1).is_some());
+        assert!(Assembly::new(10, 11, 100).is_none());
+        assert!(Assembly::new(0, 1, 100).is_some());
+        assert!(Assembly::new(101, 1, 100).is_none(), "over the limit");
     }
 }

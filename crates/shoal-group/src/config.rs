@@ -47,6 +47,9 @@ pub struct GroupConfig {
     pub recovery_timeout: Duration,
     /// A joiner gives up after this long.
     pub join_timeout: Duration,
+    /// Largest application state a joiner accepts (its buffer is allocated
+    /// when the first fragment arrives).
+    pub max_state_bytes: usize,
     /// Least number of members a reset needs, besides the resilience rule
     /// (see [`GroupConfig::quorum`]); `None`: a majority.
     pub min_members: Option<usize>,
@@ -70,6 +73,7 @@ impl Default for GroupConfig {
             vote_wait: Duration::from_millis(100),
             recovery_timeout: Duration::from_millis(1500),
             join_timeout: Duration::from_secs(5),
+            max_state_bytes: 1 << 30,
             min_members: None,
         }
     }

@@ -127,7 +127,8 @@ impl GroupCore {
             Some((at, _, _)) if *at > s.at_seq => return,
             Some((at, _, _)) if *at == s.at_seq => {}
             _ => {
-                let Some(asm) = Assembly::new(s.total_len, s.frag.count) else {
+                let Some(asm) = Assembly::new(s.total_len, s.frag.count, self.cfg.max_state_bytes)
+                else {
                     return;
                 };
                 j.state = Some((s.at_seq, from, asm));

@@ -110,7 +110,7 @@ impl GroupCore {
             let history = self.cfg.history_bytes;
             let s = self.seq.as_mut().expect("sequencer");
             let pending: usize = s.bb.values().map(|a| a.total()).sum();
-            if !s.bb.contains_key(&key) && pending + d.total_len as usize > history {
+            if !s.bb.contains_key(&key) && pending.saturating_add(d.total_len as usize) > history {
                 // Partial bodies that stopped arriving make room (their
                 // senders send them again).
                 s.bb.clear();
@@ -121,7 +121,7 @@ impl GroupCore {
             let asm = match s.bb.entry(key) {
                 std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
                 std::collections::hash_map::Entry::Vacant(v) => {
-                    let Some(a) = Assembly::new(d.total_len, d.frag.count) else {
+                    let Some(a) = Assembly::new(d.total_len, d.frag.count, history) else {
                         return;
                     };
                     v.insert(a)

@@ -42,7 +42,9 @@ impl GroupCore {
         }
         let bb_bytes: usize = self.bb.values().map(|a| a.total()).sum::<usize>()
             + self.bb_done.values().map(|b| b.len()).sum::<usize>();
-        if !self.bb.contains_key(&key) && bb_bytes + d.total_len as usize > self.cfg.history_bytes {
+        if !self.bb.contains_key(&key)
+            && bb_bytes.saturating_add(d.total_len as usize) > self.cfg.history_bytes
+        {
             // Bodies whose accept never came (their sender's message was
             // lost in a reset) make room; the sequencer has the others.
             self.bb.clear();
@@ -53,9 +55,11 @@ impl GroupCore {
         }
         let asm = match self.bb.entry(key) {
             std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
-            std::collections::hash_map::Entry::Vacant(v) => {
-                v.insert(Assembly::new(d.total_len, d.frag.count)?)
-            }
+            std::collections::hash_map::Entry::Vacant(v) => v.insert(Assembly::new(
+                d.total_len,
+                d.frag.count,
+                self.cfg.history_bytes,
+            )?),
         };
         if !asm.add(d.total_len, d.frag.count, d.frag.index, d.payload) {
             return None;
@@ -135,7 +139,7 @@ impl GroupCore {
     }
 
     pub(crate) fn add_fragment(&mut self, o: &Order<'_>) {
-        if self.log_bytes + o.total_len as usize > 2 * self.cfg.history_bytes
+        if self.log_bytes.saturating_add(o.total_len as usize) > 2 * self.cfg.history_bytes
             && o.seq > self.held + 1
         {
             return;
@@ -143,7 +147,8 @@ impl GroupCore {
         let slot = match self.partial.entry(o.seq) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(v) => {
-                let Some(asm) = Assembly::new(o.total_len, o.frag.count) else {
+                let Some(asm) = Assembly::new(o.total_len, o.frag.count, self.cfg.history_bytes)
+                else {
                     return;
                 };
                 let head = Order {
