@@ -320,23 +320,28 @@ impl GroupCore {
         if hdr.inc != c.ballot || hdr.seqr != self.me.id || c.fetch.is_none() {
             return;
         }
-        if o.seq > self.held && !self.log.contains_key(&o.seq) {
-            if o.frag.count == 1 {
-                if o.total_len == o.payload.len() as u64 {
-                    let e =
-                        crate::core::entry_from_order(o, bytes::Bytes::copy_from_slice(o.payload));
-                    self.place(o.seq, e);
-                }
-            } else {
-                self.add_fragment_fetched(o);
-            }
-            self.after_hold(now);
-        }
+        self.take_entry(o);
+        self.after_hold(now);
         self.evaluate(now);
     }
 
-    fn add_fragment_fetched(&mut self, o: &Order<'_>) {
-        self.add_fragment(o);
+    /// Asks voter `from` for the entries after ours up to `upto`.
+    fn send_fetch(&mut self, from: MemberId, upto: u64) {
+        let Some(c) = self.coord.as_ref() else { return };
+        let ballot = c.ballot;
+        let Some(addr) = c.addrs.get(&from).copied() else {
+            return;
+        };
+        let hdr = self.hdr();
+        self.emit(
+            crate::core::GroupDest::Addr(addr),
+            hdr,
+            GroupBody::Fetch(Fetch {
+                ballot,
+                from: self.held + 1,
+                to: upto,
+            }),
+        );
     }
 
     /// Decides what to do next in a reset this member coordinates.
@@ -381,21 +386,8 @@ impl GroupCore {
             let c = self.coord.as_mut().expect("coordinating");
             c.best_inc = best_inc;
             c.fetch = Some((best_id, best.held, now));
-            let ballot = c.ballot;
-            let addr = c.addrs.get(&best_id).copied();
-            if self.held < best.held
-                && let Some(addr) = addr
-            {
-                let hdr = self.hdr();
-                self.emit(
-                    crate::core::GroupDest::Addr(addr),
-                    hdr,
-                    GroupBody::Fetch(Fetch {
-                        ballot,
-                        from: self.held + 1,
-                        to: best.held,
-                    }),
-                );
+            if self.held < best.held {
+                self.send_fetch(best_id, best.held);
             }
         }
         let c = self.coord.as_ref().expect("coordinating");
@@ -558,21 +550,8 @@ impl GroupCore {
                     && self.held < upto
                     && now.saturating_since(last) >= self.cfg.retransmit
                 {
-                    let c = self.coord.as_mut().expect("coordinating");
-                    c.fetch = Some((id, upto, now));
-                    let ballot = c.ballot;
-                    if let Some(addr) = c.addrs.get(&id).copied() {
-                        let hdr = self.hdr();
-                        self.emit(
-                            crate::core::GroupDest::Addr(addr),
-                            hdr,
-                            GroupBody::Fetch(Fetch {
-                                ballot,
-                                from: self.held + 1,
-                                to: upto,
-                            }),
-                        );
-                    }
+                    self.coord.as_mut().expect("coordinating").fetch = Some((id, upto, now));
+                    self.send_fetch(id, upto);
                 }
             }
             self.evaluate(now);

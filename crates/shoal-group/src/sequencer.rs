@@ -616,6 +616,5 @@ impl GroupCore {
             self.commit = self.held;
             self.deliver();
         }
-        let _ = ORDER_ACCEPT;
     }
 }

@@ -118,15 +118,8 @@ impl GroupCore {
                 } else if !self.log.contains_key(&o.seq) {
                     self.accepted.insert(o.seq, entry);
                 }
-            } else if !self.log.contains_key(&o.seq) {
-                if o.frag.count == 1 {
-                    if o.total_len == o.payload.len() as u64 {
-                        let body = Bytes::copy_from_slice(o.payload);
-                        self.place(o.seq, Entry { body, ..entry });
-                    }
-                } else {
-                    self.add_fragment(o);
-                }
+            } else {
+                self.take_entry(o);
             }
         }
         let retransmit = o.flags & ORDER_RETRANSMIT != 0;
@@ -138,7 +131,20 @@ impl GroupCore {
         self.deliver();
     }
 
-    pub(crate) fn add_fragment(&mut self, o: &Order<'_>) {
+    /// Takes in an entry carried whole (one fragment) or one fragment of it.
+    pub(crate) fn take_entry(&mut self, o: &Order<'_>) {
+        if o.seq <= self.held || self.log.contains_key(&o.seq) {
+            return;
+        }
+        if o.frag.count > 1 {
+            self.add_fragment(o);
+        } else if o.total_len == o.payload.len() as u64 {
+            let e = crate::core::entry_from_order(o, Bytes::copy_from_slice(o.payload));
+            self.place(o.seq, e);
+        }
+    }
+
+    fn add_fragment(&mut self, o: &Order<'_>) {
         if self.log_bytes.saturating_add(o.total_len as usize) > 2 * self.cfg.history_bytes
             && o.seq > self.held + 1
         {

@@ -676,15 +676,7 @@ impl Shared {
             }
             return;
         }
-        let due = inner
-            .core
-            .poll_timeout()
-            .map(clock::instant)
-            .into_iter()
-            .chain(inner.delay.as_ref().and_then(|d| d.next_due()))
-            .chain(std::iter::once(until))
-            .min()
-            .expect("until is there");
+        let due = next_due(inner).map_or(until, |d| d.min(until));
         if batch {
             // Nobody waits on this member's answers: take datagrams in
             // batches rather than waking for each (on a machine with few
@@ -692,17 +684,10 @@ impl Shared {
             // are on the critical path).
             let nap = due.saturating_duration_since(Instant::now()).min(BATCH);
             parking_lot::MutexGuard::unlocked(inner, || std::thread::sleep(nap));
-            self.pump(inner);
-            inner.core.handle_timeout(clock::now());
-            self.flush(inner);
-            self.wake(inner);
+            self.service(inner);
             return;
         }
-        let wait_ms = due
-            .saturating_duration_since(Instant::now())
-            .as_micros()
-            .div_ceil(1000)
-            .clamp(1, 20) as i32;
+        let wait_ms = poll_ms(due, 20);
         let mut fds = [
             libc::pollfd {
                 fd: self.socket.as_raw_fd(),
@@ -719,10 +704,19 @@ impl Shared {
             // SAFETY: a valid array of two pollfd (a negative fd is ignored).
             unsafe { libc::poll(fds.as_mut_ptr(), 2, wait_ms) };
         });
-        self.pump(inner);
+        self.service(inner);
+    }
+
+    /// Takes in what the sockets hold, then runs the timers (in that
+    /// order: after a stall, the timers would otherwise take members whose
+    /// answers wait unread for dead ones), sends, and wakes whoever has
+    /// something to pick up.  True if a datagram came in.
+    fn service(&self, inner: &mut Inner) -> bool {
+        let got = self.pump(inner);
         inner.core.handle_timeout(clock::now());
         self.flush(inner);
         self.wake(inner);
+        got
     }
 
     /// Wakes the threads that have something to pick up: senders whose
@@ -783,24 +777,7 @@ impl Shared {
         while !self.closed.load(Ordering::Acquire) {
             let wait_ms = {
                 let inner = self.core.lock();
-                let due = inner
-                    .core
-                    .poll_timeout()
-                    .map(clock::instant)
-                    .into_iter()
-                    .chain(inner.delay.as_ref().and_then(|d| d.next_due()))
-                    .min();
-                // Whole milliseconds, rounded up: a timer a few hundred
-                // microseconds away must not make the thread spin on a
-                // zero-timeout poll.
-                match due {
-                    Some(t) => t
-                        .saturating_duration_since(Instant::now())
-                        .as_micros()
-                        .div_ceil(1000)
-                        .clamp(1, 50) as i32,
-                    None => 50,
-                }
+                next_due(&inner).map_or(50, |due| poll_ms(due, 50))
             };
             let idle_for = clock::now()
                 .0
@@ -817,13 +794,7 @@ impl Shared {
                     Duration::from_micros(LINGER_US.saturating_sub(idle_for).max(1))
                 };
                 self.io_cv.wait_for(&mut inner, wait);
-                // Take in what is queued before the timers run: after a
-                // stall (a busy machine), the timers would otherwise take
-                // members whose answers wait in the socket for dead ones.
-                self.pump(&mut inner);
-                inner.core.handle_timeout(clock::now());
-                self.flush(&mut inner);
-                self.wake(&inner);
+                self.service(&mut inner);
                 continue;
             }
             self.io_polling.store(true, Ordering::SeqCst);
@@ -835,7 +806,7 @@ impl Shared {
                 f.revents = 0;
             }
             // SAFETY: `fds` is a valid array of pollfd for its length.
-            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait_ms) };
+            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait_ms) };
             self.io_polling.store(false, Ordering::SeqCst);
             if fds[0].revents != 0 {
                 let mut v = [0u8; 8];
@@ -844,13 +815,8 @@ impl Shared {
                 unsafe { libc::read(self.kick.as_raw_fd(), v.as_mut_ptr().cast(), 8) };
             }
             let mut inner = self.core.lock();
-            let _ = n;
-            let mut active = self.pump(&mut inner);
             // Poll on only where someone waits on our answers.
-            active &= inner.core.answers_on_the_critical_path();
-            inner.core.handle_timeout(clock::now());
-            self.flush(&mut inner);
-            self.wake(&inner);
+            let mut active = self.service(&mut inner) && inner.core.answers_on_the_critical_path();
             drop(inner);
             let mut idle_since = Instant::now();
             while active
@@ -917,6 +883,28 @@ fn eventfd() -> std::os::fd::OwnedFd {
     assert!(fd >= 0, "eventfd: {}", io::Error::last_os_error());
     // SAFETY: a fresh descriptor we own.
     unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+}
+
+/// When the member next has something to do on its own: its core's next
+/// timer, or an injected delay coming due.
+fn next_due(inner: &Inner) -> Option<Instant> {
+    inner
+        .core
+        .poll_timeout()
+        .map(clock::instant)
+        .into_iter()
+        .chain(inner.delay.as_ref().and_then(|d| d.next_due()))
+        .min()
+}
+
+/// Milliseconds from now to `due` for `poll`, rounded up (a timer a few
+/// hundred microseconds away must not make a thread spin on a zero
+/// timeout), between 1 and `max`.
+fn poll_ms(due: Instant, max: u64) -> i32 {
+    due.saturating_duration_since(Instant::now())
+        .as_micros()
+        .div_ceil(1000)
+        .clamp(1, u128::from(max)) as i32
 }
 
 /// Longest a waiting thread sleeps before it looks at the member's status

@@ -33,3 +33,19 @@ mod sim;
 pub use group::{GroupReport, GroupSim, GroupSimConfig};
 pub use net::Faults;
 pub use sim::{Outcome, Report, Sim, SimConfig};
+
+/// The seeds a test runs: `SHOAL_SIM_SEED=S` alone, else `0..N` with
+/// `N` from `SHOAL_SIM_SEEDS` (default 64).
+pub fn seeds() -> Vec<u64> {
+    if let Some(s) = std::env::var("SHOAL_SIM_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        return vec![s];
+    }
+    let n = std::env::var("SHOAL_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(64);
+    (0..n).collect()
+}

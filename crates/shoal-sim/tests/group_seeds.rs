@@ -5,19 +5,7 @@
 
 use shoal_sim::{Faults, GroupReport, GroupSim, GroupSimConfig};
 
-fn seeds() -> Vec<u64> {
-    if let Some(s) = std::env::var("SHOAL_SIM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        return vec![s];
-    }
-    let n = std::env::var("SHOAL_SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(64);
-    (0..n).collect()
-}
+use shoal_sim::seeds;
 
 fn run(name: &str, seed: u64, cfg: GroupSimConfig) -> GroupReport {
     let mut sim = GroupSim::new(seed, cfg);

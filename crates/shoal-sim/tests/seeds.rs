@@ -4,19 +4,7 @@
 
 use shoal_sim::{Faults, Sim, SimConfig};
 
-fn seeds() -> Vec<u64> {
-    if let Some(s) = std::env::var("SHOAL_SIM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        return vec![s];
-    }
-    let n = std::env::var("SHOAL_SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(64);
-    (0..n).collect()
-}
+use shoal_sim::seeds;
 
 fn run(seed: u64, config: SimConfig) -> shoal_sim::Report {
     run_checked(seed, config, |_| Ok(()))

@@ -4,70 +4,15 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use shoal_cluster::{Cluster, Mode, Spec};
+mod common;
+
+use common::{TestCluster, shoal};
+use shoal_cluster::{Cluster, Mode};
 use shoal_rpc::{CallOptions, Error, GetPort, TransError};
-
-fn shoal() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_shoal"))
-}
-
-struct TestCluster {
-    cluster: Option<Cluster>,
-    _dir: tempfile::TempDir,
-}
-
-impl TestCluster {
-    /// A cluster of `nodes`; each test uses its own `name` and `subnet`.
-    fn up(name: &str, subnet: u8, nodes: usize, mode: Mode) -> TestCluster {
-        if mode == Mode::Netns {
-            assert!(
-                shoal_cluster::is_root(),
-                "namespaced cluster tests need root"
-            );
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let spec = Spec {
-            dir: dir.path().join("cluster"),
-            nodes,
-            name: name.into(),
-            subnet,
-            mode,
-            shoal: shoal(),
-        };
-        let cluster = Cluster::up(&spec, &mut |l| eprintln!("[{name}] {l}")).unwrap();
-        TestCluster {
-            cluster: Some(cluster),
-            _dir: dir,
-        }
-    }
-
-    fn get(&self) -> &Cluster {
-        self.cluster.as_ref().unwrap()
-    }
-
-    /// Runs `shoal ARGS` with this cluster's directory.
-    fn cli(&self, args: &[&str]) -> std::process::Output {
-        Command::new(shoal())
-            .args(args)
-            .arg("--dir")
-            .arg(self.get().dir())
-            .output()
-            .unwrap()
-    }
-}
-
-impl Drop for TestCluster {
-    fn drop(&mut self) {
-        if let Some(c) = self.cluster.take() {
-            let _ = c.down(&mut |_| {});
-        }
-    }
-}
 
 /// An echo server on `node`, logging executions; returns once registered.
 struct Echo {

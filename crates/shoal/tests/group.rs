@@ -9,60 +9,14 @@
 //! duplicates, and no lost sends.  Needs root, like `cluster.rs`.
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use shoal_cluster::{Cluster, Mode, Spec};
+mod common;
 
-fn shoal() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_shoal"))
-}
-
-struct TestCluster {
-    cluster: Option<Cluster>,
-    _dir: tempfile::TempDir,
-}
-
-impl TestCluster {
-    fn up(name: &str, subnet: u8, nodes: usize) -> TestCluster {
-        TestCluster::up_in(name, subnet, nodes, Mode::Netns)
-    }
-
-    fn up_in(name: &str, subnet: u8, nodes: usize, mode: Mode) -> TestCluster {
-        assert!(
-            shoal_cluster::is_root() || mode == Mode::Loopback,
-            "cluster tests need root"
-        );
-        let dir = tempfile::tempdir().unwrap();
-        let spec = Spec {
-            dir: dir.path().join("cluster"),
-            nodes,
-            name: name.into(),
-            subnet,
-            mode,
-            shoal: shoal(),
-        };
-        let cluster = Cluster::up(&spec, &mut |l| eprintln!("[{name}] {l}")).unwrap();
-        TestCluster {
-            cluster: Some(cluster),
-            _dir: dir,
-        }
-    }
-
-    fn get(&self) -> &Cluster {
-        self.cluster.as_ref().unwrap()
-    }
-}
-
-impl Drop for TestCluster {
-    fn drop(&mut self) {
-        if let Some(c) = self.cluster.take() {
-            let _ = c.down(&mut |_| {});
-        }
-    }
-}
+use common::{TestCluster, shoal};
+use shoal_cluster::{Cluster, Mode};
 
 /// A `shoal group create|join` process on one node.
 struct Member {
@@ -305,6 +259,23 @@ fn check(members: &[&Member], finals: &[&Member]) -> Summary {
     summary
 }
 
+/// A group of three with resilience `r`: created on n1, joined from n2
+/// and n3.
+fn trio(c: &Cluster, r: usize) -> (Member, Member, Member) {
+    let (a, port) = Member::create(c, "n1", r);
+    let b = Member::join(c, "n2", &port);
+    let d = Member::join(c, "n3", &port);
+    (a, b, d)
+}
+
+/// Each member sends its `k`-th line (`NODE-k`, unique in the run).
+fn say_all(ms: &mut [&mut Member], k: usize) {
+    for m in ms.iter_mut() {
+        let line = format!("{}-{k}", m.name);
+        m.say(&line);
+    }
+}
+
 /// Waits until every member in `ms` has printed `n` "sent" lines (a
 /// member prints one when its `send` returns, which may be just after the
 /// delivery of the same message).
@@ -351,16 +322,12 @@ fn run(c: &Cluster, args: &[&str]) {
 /// everywhere: every member delivers every message, in one order.
 #[test]
 fn three_members_agree_under_loss_and_delay() {
-    let tc = TestCluster::up("ga", 22, 3);
+    let tc = TestCluster::up("ga", 22, 3, Mode::Netns);
     let c = tc.get();
-    let (mut a, port) = Member::create(c, "n1", 1);
-    let mut b = Member::join(c, "n2", &port);
-    let mut d = Member::join(c, "n3", &port);
+    let (mut a, mut b, mut d) = trio(c, 1);
     run(c, &["loss", "--percent", "20", "n2"]);
     for k in 0..20 {
-        a.say(&format!("a-{k}"));
-        b.say(&format!("b-{k}"));
-        d.say(&format!("d-{k}"));
+        say_all(&mut [&mut a, &mut b, &mut d], k);
     }
     wait_messages(&[&a, &b, &d], 60, Duration::from_secs(60));
     wait_sent(&[&a, &b, &d], 20);
@@ -375,7 +342,7 @@ fn three_members_agree_under_loss_and_delay() {
 /// Five members, resilience 2, loss on two nodes.
 #[test]
 fn five_members_with_resilience_two_agree_under_loss() {
-    let tc = TestCluster::up("gb", 23, 5);
+    let tc = TestCluster::up("gb", 23, 5, Mode::Netns);
     let c = tc.get();
     let (a, port) = Member::create(c, "n1", 2);
     let mut ms = vec![a];
@@ -385,9 +352,7 @@ fn five_members_with_resilience_two_agree_under_loss() {
     run(c, &["loss", "--percent", "10", "n2"]);
     run(c, &["loss", "--percent", "10", "n4"]);
     for k in 0..10 {
-        for (i, m) in ms.iter_mut().enumerate() {
-            m.say(&format!("m{i}-{k}"));
-        }
+        say_all(&mut ms.iter_mut().collect::<Vec<_>>(), k);
     }
     let refs: Vec<&Member> = ms.iter().collect();
     wait_messages(&refs, 50, Duration::from_secs(60));
@@ -400,15 +365,11 @@ fn five_members_with_resilience_two_agree_under_loss() {
 /// survivors reset, no ordered message is lost, and sending goes on.
 #[test]
 fn sequencer_killed_mid_stream_group_carries_on() {
-    let tc = TestCluster::up("gc", 24, 3);
+    let tc = TestCluster::up("gc", 24, 3, Mode::Netns);
     let c = tc.get();
-    let (mut a, port) = Member::create(c, "n1", 1);
-    let mut b = Member::join(c, "n2", &port);
-    let mut d = Member::join(c, "n3", &port);
+    let (mut a, mut b, mut d) = trio(c, 1);
     for k in 0..10 {
-        a.say(&format!("a-{k}"));
-        b.say(&format!("b-{k}"));
-        d.say(&format!("d-{k}"));
+        say_all(&mut [&mut a, &mut b, &mut d], k);
     }
     wait_messages(&[&b, &d], 30, Duration::from_secs(30));
     // A stream from the survivors, and the sequencer dies in its middle.
@@ -452,11 +413,9 @@ fn sequencer_killed_mid_stream_group_carries_on() {
 /// it is a member again, with the group's state, and agrees with them.
 #[test]
 fn partitioned_member_rejoins_after_heal() {
-    let tc = TestCluster::up("gd", 25, 3);
+    let tc = TestCluster::up("gd", 25, 3, Mode::Netns);
     let c = tc.get();
-    let (mut a, port) = Member::create(c, "n1", 1);
-    let mut b = Member::join(c, "n2", &port);
-    let d = Member::join(c, "n3", &port);
+    let (mut a, mut b, d) = trio(c, 1);
     for k in 0..5 {
         a.say(&format!("a-{k}"));
     }
@@ -495,15 +454,11 @@ fn partitioned_member_rejoins_after_heal() {
 /// send to each member in turn, with the same guarantees.
 #[test]
 fn loopback_cluster_uses_unicast_fan_out() {
-    let tc = TestCluster::up_in("ge", 26, 3, Mode::Loopback);
+    let tc = TestCluster::up("ge", 26, 3, Mode::Loopback);
     let c = tc.get();
-    let (mut a, port) = Member::create(c, "n1", 1);
-    let mut b = Member::join(c, "n2", &port);
-    let mut d = Member::join(c, "n3", &port);
+    let (mut a, mut b, mut d) = trio(c, 1);
     for k in 0..10 {
-        a.say(&format!("a-{k}"));
-        b.say(&format!("b-{k}"));
-        d.say(&format!("d-{k}"));
+        say_all(&mut [&mut a, &mut b, &mut d], k);
     }
     wait_messages(&[&a, &b, &d], 30, Duration::from_secs(30));
     wait_sent(&[&a, &b, &d], 10);
