@@ -1,0 +1,129 @@
+//! Little-endian byte codec shared by the request, entry, log and snapshot
+//! formats.  The reader never panics and never allocates more than the
+//! input could hold: every length is checked against the bytes left before
+//! anything is reserved.
+
+use shoal_cap::Capability;
+
+/// Why bytes could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("malformed {what}: {why}")]
+pub struct DecodeError {
+    /// What was being decoded.
+    pub what: &'static str,
+    /// What was wrong.
+    pub why: &'static str,
+}
+
+pub(crate) fn bad(what: &'static str, why: &'static str) -> DecodeError {
+    DecodeError { what, why }
+}
+
+/// Appends fields to a buffer.
+pub(crate) struct Writer<'a>(pub &'a mut Vec<u8>);
+
+impl Writer<'_> {
+    pub fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    pub fn u16(&mut self, v: u16) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    pub fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    pub fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    pub fn raw(&mut self, b: &[u8]) {
+        self.0.extend_from_slice(b);
+    }
+    /// A byte string of at most 65,535 bytes: u16 length, then the bytes.
+    pub fn str16(&mut self, b: &[u8]) {
+        debug_assert!(b.len() <= u16::MAX as usize);
+        self.u16(b.len() as u16);
+        self.raw(b);
+    }
+    /// A byte string: u32 length, then the bytes.
+    pub fn bytes32(&mut self, b: &[u8]) {
+        self.u32(b.len() as u32);
+        self.raw(b);
+    }
+    pub fn cap(&mut self, c: &Capability) {
+        self.raw(&c.to_bytes());
+    }
+    /// A capability set: u8 count, then 48 bytes each.
+    pub fn caps(&mut self, caps: &[Capability]) {
+        self.u8(caps.len() as u8);
+        for c in caps {
+            self.cap(c);
+        }
+    }
+}
+
+/// Reads fields from a byte slice.
+pub(crate) struct Reader<'a> {
+    buf: &'a [u8],
+    what: &'static str,
+}
+
+impl<'a> Reader<'a> {
+    pub fn new(buf: &'a [u8], what: &'static str) -> Self {
+        Reader { buf, what }
+    }
+    pub fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        if self.buf.len() < n {
+            return Err(bad(self.what, "truncated"));
+        }
+        let (head, rest) = self.buf.split_at(n);
+        self.buf = rest;
+        Ok(head)
+    }
+    pub fn u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.take(1)?[0])
+    }
+    pub fn u16(&mut self) -> Result<u16, DecodeError> {
+        Ok(u16::from_le_bytes(self.take(2)?.try_into().unwrap()))
+    }
+    pub fn u32(&mut self) -> Result<u32, DecodeError> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
+    }
+    pub fn u64(&mut self) -> Result<u64, DecodeError> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
+    }
+    pub fn array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
+        Ok(self.take(N)?.try_into().unwrap())
+    }
+    pub fn str16(&mut self) -> Result<&'a [u8], DecodeError> {
+        let n = self.u16()? as usize;
+        self.take(n)
+    }
+    pub fn bytes32(&mut self) -> Result<&'a [u8], DecodeError> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+    pub fn cap(&mut self) -> Result<Capability, DecodeError> {
+        Capability::from_bytes(self.take(Capability::LEN)?)
+            .map_err(|_| bad(self.what, "non-canonical capability"))
+    }
+    pub fn caps(&mut self) -> Result<Vec<Capability>, DecodeError> {
+        let n = self.u8()? as usize;
+        self.count(n, Capability::LEN)?;
+        (0..n).map(|_| self.cap()).collect()
+    }
+    /// Checks that `n` items of at least `min` bytes each could follow, so
+    /// a hostile count cannot make the caller reserve memory.
+    pub fn count(&self, n: usize, min: usize) -> Result<usize, DecodeError> {
+        if n.saturating_mul(min.max(1)) > self.buf.len() {
+            return Err(bad(self.what, "count larger than the bytes left"));
+        }
+        Ok(n)
+    }
+    pub fn end(&self) -> Result<(), DecodeError> {
+        if self.buf.is_empty() {
+            Ok(())
+        } else {
+            Err(bad(self.what, "trailing bytes"))
+        }
+    }
+}

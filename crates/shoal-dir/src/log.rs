@@ -1,0 +1,203 @@
+//! The coalescing write-ahead log, as bytes in and bytes out (the replica
+//! does the file I/O).
+//!
+//! Applied writes wait in a [`LogBuffer`] until the replica flushes it.  An
+//! append of a name and a delete of the same name that meet in the buffer
+//! cancel out: a temporary name written and removed between two flushes
+//! never reaches the disk.  Writes that were refused change nothing but the
+//! client's session, and are not logged.
+//!
+//! File layout: a 16-byte header, `"SHOALDL1" | base u64` (the state index
+//! of the snapshot this log follows), then records: `len u32 | check [8] |
+//! kind u8 | index u64 | payload`, where `len` counts the bytes after the
+//! check, `check` is the first 8 bytes of BLAKE3 over `kind | index |
+//! payload`, kind 1 is an applied write (payload: the encoded request) and
+//! kind 2 a mark (no payload: "the state reached `index`", written when the
+//! tail of a flush cancelled out).  A torn or corrupt record ends the log:
+//! everything before it is used, the rest is cut off.
+
+use std::collections::HashMap;
+
+use crate::codec::{Reader, Writer};
+use crate::op::{Op, Request};
+
+/// Log file header magic.
+pub const LOG_MAGIC: &[u8; 8] = b"SHOALDL1";
+/// Length of the log file header.
+pub const LOG_HEADER: usize = 16;
+/// Record kind: an applied write.
+pub const KIND_ENTRY: u8 = 1;
+/// Record kind: the state reached an index.
+pub const KIND_MARK: u8 = 2;
+/// Bytes of a record around its payload.
+pub const RECORD_OVERHEAD: usize = 4 + 8 + 1 + 8;
+
+/// The header of a log that follows the snapshot at `base`.
+pub fn header(base: u64) -> [u8; LOG_HEADER] {
+    let mut h = [0u8; LOG_HEADER];
+    h[..8].copy_from_slice(LOG_MAGIC);
+    h[8..].copy_from_slice(&base.to_le_bytes());
+    h
+}
+
+fn record(out: &mut Vec<u8>, kind: u8, index: u64, payload: &[u8]) {
+    let mut body = Vec::with_capacity(9 + payload.len());
+    body.push(kind);
+    body.extend_from_slice(&index.to_le_bytes());
+    body.extend_from_slice(payload);
+    let mut w = Writer(out);
+    w.u32(body.len() as u32);
+    w.raw(&blake3::hash(&body).as_bytes()[..8]);
+    w.raw(&body);
+}
+
+/// One record read back from a log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogRecord {
+    /// A write applied at `index`.
+    Entry { index: u64, request: Request },
+    /// The state reached `index`.
+    Mark { index: u64 },
+}
+
+/// A log file read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParsedLog {
+    /// The snapshot index the log follows.
+    pub base: u64,
+    pub records: Vec<LogRecord>,
+    /// Bytes of the file that hold whole, intact records (the rest, a torn
+    /// tail, should be cut off before appending).
+    pub valid_len: usize,
+}
+
+/// Reads a log file.  `None` if the header is missing or wrong.
+pub fn parse(buf: &[u8]) -> Option<ParsedLog> {
+    if buf.len() < LOG_HEADER || &buf[..8] != LOG_MAGIC {
+        return None;
+    }
+    let base = u64::from_le_bytes(buf[8..16].try_into().unwrap());
+    let mut records = Vec::new();
+    let mut pos = LOG_HEADER;
+    loop {
+        let mut r = Reader::new(&buf[pos..], "log record");
+        let Ok(len) = r.u32() else { break };
+        let Ok(check) = r.take(8) else { break };
+        let Ok(body) = r.take(len as usize) else {
+            break;
+        };
+        if len < 9 || &blake3::hash(body).as_bytes()[..8] != check {
+            break;
+        }
+        let kind = body[0];
+        let index = u64::from_le_bytes(body[1..9].try_into().unwrap());
+        let rec = match kind {
+            KIND_ENTRY => match Request::decode(&body[9..]) {
+                Ok(request) => LogRecord::Entry { index, request },
+                Err(_) => break,
+            },
+            KIND_MARK => LogRecord::Mark { index },
+            _ => break,
+        };
+        records.push(rec);
+        pos += 12 + len as usize;
+    }
+    Some(ParsedLog {
+        base,
+        records,
+        valid_len: pos,
+    })
+}
+
+/// Applied writes waiting to be flushed, with appends and deletes of the
+/// same name cancelling out.
+#[derive(Debug, Default)]
+pub struct LogBuffer {
+    pending: Vec<Option<(u64, Vec<u8>)>>,
+    /// (directory, name) → position of a pending append of that row that
+    /// nothing has touched since.
+    appends: HashMap<(u64, Vec<u8>), usize>,
+    last_index: u64,
+    /// Whether records were cancelled or refused writes noted since the
+    /// last take.
+    skipped: bool,
+    /// Pairs cancelled since the buffer was made.
+    pub cancelled_pairs: u64,
+}
+
+impl LogBuffer {
+    /// An empty buffer.
+    pub fn new() -> LogBuffer {
+        LogBuffer::default()
+    }
+
+    /// Whether nothing waits to be flushed.
+    pub fn is_empty(&self) -> bool {
+        !self.skipped && self.pending.iter().all(Option::is_none)
+    }
+
+    /// The index of the latest write pushed.
+    pub fn last_index(&self) -> u64 {
+        self.last_index
+    }
+
+    /// Adds a write that was applied (and not refused) at `index`;
+    /// `encoded` is the request as ordered.
+    pub fn push(&mut self, index: u64, request: &Request, encoded: &[u8]) {
+        self.last_index = self.last_index.max(index);
+        match &request.op {
+            Op::Append { dir, name, .. } => {
+                let key = (dir.object().get(), name.clone());
+                self.appends.insert(key, self.pending.len());
+            }
+            Op::Delete { dir, name } => {
+                let key = (dir.object().get(), name.clone());
+                if let Some(pos) = self.appends.remove(&key) {
+                    self.pending[pos] = None;
+                    self.skipped = true;
+                    self.cancelled_pairs += 1;
+                    return;
+                }
+            }
+            Op::Replace { dir, name, .. } | Op::Chmod { dir, name, .. } => {
+                self.appends.remove(&(dir.object().get(), name.clone()));
+            }
+            Op::Install { items } => {
+                for it in items {
+                    self.appends
+                        .remove(&(it.dir.object().get(), it.name.clone()));
+                }
+            }
+            _ => {}
+        }
+        self.pending.push(Some((index, encoded.to_vec())));
+    }
+
+    /// Notes a write that was refused at `index`: it changed nothing but
+    /// the index, and is not logged.
+    pub fn note_refused(&mut self, index: u64) {
+        self.last_index = self.last_index.max(index);
+        self.skipped = true;
+    }
+
+    /// The bytes to append to the log file, and empties the buffer.  With
+    /// `mark`, if the last records cancelled out or were refused writes,
+    /// the bytes end with a mark of the last index, so the file's index
+    /// never falls behind the state it holds (the `fsync` mode needs this;
+    /// the `replicated` mode writes nothing at all when everything
+    /// cancelled).  `None`: nothing to write.
+    pub fn take(&mut self, mark: bool) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut written = 0;
+        for (index, bytes) in self.pending.drain(..).flatten() {
+            record(&mut out, KIND_ENTRY, index, &bytes);
+            written = index;
+        }
+        if mark && self.skipped && written < self.last_index {
+            record(&mut out, KIND_MARK, self.last_index, &[]);
+        }
+        self.skipped = false;
+        self.appends.clear();
+        (!out.is_empty()).then_some(out)
+    }
+}
