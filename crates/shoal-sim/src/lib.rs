@@ -27,6 +27,7 @@
 //! [`ClientCore`]: shoal_proto::ClientCore
 
 mod group;
+pub mod linearize;
 mod net;
 mod sim;
 
