@@ -176,10 +176,19 @@ pub fn default_columns() -> Vec<String> {
     vec!["owner".into(), "group".into(), "other".into()]
 }
 
-/// Default masks of a new row: everything for the owner, read for group
-/// and other (as Amoeba's `sp_append` defaults).
+/// Default masks of a new row: everything for the owner, the READ bit
+/// (0x01) for the other columns.
 pub fn default_masks(ncols: usize) -> Vec<Rights> {
     (0..ncols)
         .map(|i| if i == 0 { Rights::ALL } else { Rights::READ })
+        .collect()
+}
+
+/// Masks for a row naming a directory: everything for the owner; column
+/// i of the parent reaches the subdirectory with column i only, so group
+/// and other keep their columns all the way down (Amoeba's convention).
+pub fn directory_masks(ncols: usize) -> Vec<Rights> {
+    (0..ncols)
+        .map(|i| if i == 0 { Rights::ALL } else { column(i) })
         .collect()
 }

@@ -140,6 +140,10 @@ pub struct GroupOptions {
     pub send_timeout: Duration,
     /// How long joining may take.
     pub join_timeout: Duration,
+    /// The new group's name ([`Group::create`] only; default: a fresh
+    /// random port).  Services whose members must find their group again
+    /// after a restart derive it from their own secret.
+    pub port: Option<PutPort>,
 }
 
 impl Default for GroupOptions {
@@ -153,6 +157,7 @@ impl Default for GroupOptions {
             multicast: None,
             send_timeout: Duration::from_secs(10),
             join_timeout: core.join_timeout,
+            port: None,
         }
     }
 }
@@ -294,7 +299,7 @@ impl Group {
     /// Creates a new group with this process as its only member (and
     /// sequencer).  Others join with [`Group::port`].
     pub fn create(ctx: &Context, opts: GroupOptions) -> Result<Group, GroupError> {
-        let group = GetPort::random().put_port();
+        let group = opts.port.unwrap_or_else(|| GetPort::random().put_port());
         let (socket, mcast, me) = open_sockets(ctx, &group, &opts)?;
         let cfg = core_config(ctx, &opts);
         let core = GroupCore::create(clock::now(), ctx.config().key.clone(), group, me, cfg);

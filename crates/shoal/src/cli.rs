@@ -30,6 +30,16 @@ enum Command {
     /// Process groups: reliable, totally ordered broadcast.
     #[command(subcommand)]
     Group(crate::cmd_group::GroupCommand),
+    /// The directory service: names to capabilities.
+    #[command(subcommand)]
+    Dir(crate::cmd_dir::DirCommand),
+    /// Create your root directory (its capability goes to
+    /// $SHOAL_CONFIG_DIR/root, by default ~/.config/shoal/root).
+    Init {
+        /// Replace an existing root (the old one is not deleted).
+        #[arg(long)]
+        force: bool,
+    },
     /// Inspect and restrict capabilities (offline: no server needed).
     #[command(subcommand)]
     Cap(crate::cmd_cap::CapCommand),
@@ -114,6 +124,8 @@ impl Cli {
             Command::Rpc(c) => crate::cmd_rpc::run(c),
             Command::Cap(c) => crate::cmd_cap::run(c),
             Command::Group(c) => crate::cmd_group::run(c),
+            Command::Dir(c) => crate::cmd_dir::run(c),
+            Command::Init { force } => crate::cmd_dir::init(force),
             Command::Bench(BenchCommand::Rpc(args)) => {
                 shoal_bench::rpc::run(args).map_err(Failure::failed)
             }

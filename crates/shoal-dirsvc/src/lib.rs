@@ -1,0 +1,51 @@
+//! shoal's directory service: the replica and the client library.
+//!
+//! The service maps names to capabilities (`shoal_dir` holds the state
+//! machine and formats).  Replicas ([`replica`]) form a process group and
+//! apply every write in the group's total order (Kaashoek et al.'s group
+//! variant), with a durable, coalescing log ([`store`]); [`twopc`] is the
+//! paper's two-replica RPC baseline with two-phase commit.  Programs use
+//! [`DirClient`].  `docs/directory.md` describes the guarantees and the
+//! on-disk formats.
+
+#![forbid(unsafe_code)]
+
+pub mod client;
+pub mod replica;
+pub mod store;
+
+pub use client::{ClientError, DirClient};
+pub use replica::{Durability, Replica, ReplicaConfig};
+
+use shoal_cap::{GetPort, PutPort};
+use shoal_wire::ClusterKey;
+
+/// The name of a cluster's default directory service.
+pub const DEFAULT_SERVICE: &str = "dir";
+
+/// The get-port of the directory service `name` of the cluster: every
+/// replica serves it, so a client reaches whichever answers first.
+pub fn service_port(key: &ClusterKey, name: &str) -> GetPort {
+    GetPort::derive(
+        key.as_bytes(),
+        &format!("shoal 2026 directory service {name}"),
+    )
+}
+
+/// The port on which replica `i` of service `name` answers its peers.
+pub fn peer_port(key: &ClusterKey, name: &str, i: usize) -> GetPort {
+    GetPort::derive(
+        key.as_bytes(),
+        &format!("shoal 2026 directory peer {name} {i}"),
+    )
+}
+
+/// The group of service `name`'s replicas in generation `generation` (a new
+/// generation starts when the replicas re-form after losing their group).
+pub fn group_port(key: &ClusterKey, name: &str, generation: u64) -> PutPort {
+    GetPort::derive(
+        key.as_bytes(),
+        &format!("shoal 2026 directory group {name} {generation}"),
+    )
+    .put_port()
+}

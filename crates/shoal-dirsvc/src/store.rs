@@ -1,0 +1,286 @@
+//! A replica's disk: one snapshot file and the logs that follow it.
+//!
+//! Files in the replica's data directory: `snapshot` (the state at some
+//! index, format in `shoal_dir::state`; written as `snapshot.tmp`, synced,
+//! renamed), `log.<base>` (records after the snapshot at `base`, format in
+//! `shoal_dir::log`; a new log starts at every snapshot) and `generation` (the
+//! replica group generation, 8 bytes little-endian).  Recovery loads the
+//! snapshot, replays every log in base order (skipping records the state
+//! already holds), and cuts off a torn tail.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use shoal_cap::PutPort;
+use shoal_dir::DirState;
+use shoal_dir::log::{self, LogRecord};
+
+/// Disk counters (the benchmark checks that temporary names cost none).
+#[derive(Debug, Default)]
+pub struct DiskStats {
+    /// write(2) calls on logs and snapshots.
+    pub writes: AtomicU64,
+    /// Bytes written.
+    pub bytes: AtomicU64,
+    /// fsync(2)/fdatasync(2) calls.
+    pub syncs: AtomicU64,
+    /// Snapshots written.
+    pub snapshots: AtomicU64,
+}
+
+impl DiskStats {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "writes": self.writes.load(Ordering::Relaxed),
+            "bytes": self.bytes.load(Ordering::Relaxed),
+            "syncs": self.syncs.load(Ordering::Relaxed),
+            "snapshots": self.snapshots.load(Ordering::Relaxed),
+        })
+    }
+}
+
+/// The open log and where the files live.
+pub struct Store {
+    dir: PathBuf,
+    log: File,
+    log_base: u64,
+    log_len: u64,
+    pub stats: Arc<DiskStats>,
+}
+
+fn log_path(dir: &Path, base: u64) -> PathBuf {
+    dir.join(format!("log.{base:020}"))
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Log files of `dir`, by base.
+fn logs(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir)? {
+        let e = e?;
+        let name = e.file_name();
+        let Some(base) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("log."))
+            .and_then(|b| b.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        out.push((base, e.path()));
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// What [`Store::open`] found.
+pub struct Recovered {
+    pub state: DirState,
+    pub generation: u64,
+    /// Log records replayed.
+    pub replayed: usize,
+    /// Bytes of torn log tail cut off.
+    pub cut: u64,
+}
+
+impl Store {
+    /// Opens (creating if needed) the data directory and rebuilds the state
+    /// from its snapshot and logs.
+    pub fn open(dir: &Path, port: PutPort) -> io::Result<(Store, Recovered)> {
+        fs::create_dir_all(dir)?;
+        let snap = dir.join("snapshot");
+        let mut state = match fs::read(&snap) {
+            Ok(bytes) => DirState::decode_snapshot(&bytes).map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{}: {e}", snap.display()),
+                )
+            })?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => DirState::new(port),
+            Err(e) => return Err(e),
+        };
+        if state.port() != port {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{} belongs to another directory service (port {})",
+                    dir.display(),
+                    state.port()
+                ),
+            ));
+        }
+        let generation = match fs::read(dir.join("generation")) {
+            Ok(b) if b.len() == 8 => u64::from_le_bytes(b.try_into().unwrap()),
+            _ => 0,
+        };
+        let mut replayed = 0;
+        let mut cut = 0;
+        let files = logs(dir)?;
+        let snap_index = state.index();
+        for (i, (base, path)) in files.iter().enumerate() {
+            // A log wholly covered by the snapshot (a later log starts at or
+            // before the snapshot) is stale.
+            if files
+                .get(i + 1)
+                .is_some_and(|(next, _)| *next <= snap_index)
+            {
+                let _ = fs::remove_file(path);
+                continue;
+            }
+            let bytes = fs::read(path)?;
+            let Some(parsed) = log::parse(&bytes) else {
+                cut += bytes.len() as u64;
+                fs::write(path, log::header(*base))?;
+                continue;
+            };
+            if parsed.valid_len < bytes.len() {
+                cut += (bytes.len() - parsed.valid_len) as u64;
+                OpenOptions::new()
+                    .write(true)
+                    .open(path)?
+                    .set_len(parsed.valid_len as u64)?;
+            }
+            for rec in parsed.records {
+                match rec {
+                    LogRecord::Entry { index, request } if index > state.index() => {
+                        state.replay(index, &request);
+                        replayed += 1;
+                    }
+                    LogRecord::Mark { index } => state.raise_index(index),
+                    LogRecord::Entry { .. } => {}
+                }
+            }
+        }
+        // Append to the newest log, or start one at the state's index.
+        let (log_base, path) = match files.last() {
+            Some((b, p)) if p.exists() => (*b, p.clone()),
+            _ => {
+                let p = log_path(dir, state.index());
+                fs::write(&p, log::header(state.index()))?;
+                sync_dir(dir)?;
+                (state.index(), p)
+            }
+        };
+        let log = OpenOptions::new().read(true).write(true).open(&path)?;
+        let log_len = log.metadata()?.len();
+        Ok((
+            Store {
+                dir: dir.to_path_buf(),
+                log,
+                log_base,
+                log_len,
+                stats: Arc::default(),
+            },
+            Recovered {
+                state,
+                generation,
+                replayed,
+                cut,
+            },
+        ))
+    }
+
+    /// Bytes in the current log.
+    pub fn log_len(&self) -> u64 {
+        self.log_len
+    }
+
+    /// Appends `bytes` to the log; with `sync`, returns once they are on
+    /// disk.
+    pub fn append(&mut self, bytes: &[u8], sync: bool) -> io::Result<()> {
+        self.log.write_all_at(bytes, self.log_len)?;
+        self.log_len += bytes.len() as u64;
+        self.stats.writes.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .bytes
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        if sync {
+            self.log.sync_data()?;
+            self.stats.syncs.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Syncs the log.
+    pub fn sync(&mut self) -> io::Result<()> {
+        self.log.sync_data()?;
+        self.stats.syncs.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Starts a new log after the state at `index` (whose snapshot the
+    /// caller writes next with [`Store::write_snapshot`]).
+    pub fn rotate(&mut self, index: u64) -> io::Result<()> {
+        if index == self.log_base {
+            return Ok(());
+        }
+        self.log.sync_data()?;
+        let path = log_path(&self.dir, index);
+        let mut f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)?;
+        f.write_all(&log::header(index))?;
+        f.sync_data()?;
+        sync_dir(&self.dir)?;
+        self.log = f;
+        self.log_base = index;
+        self.log_len = log::LOG_HEADER as u64;
+        Ok(())
+    }
+
+    /// A handle that writes snapshots while the log goes on growing.
+    pub fn snapshots(&self) -> Snapshots {
+        Snapshots {
+            dir: self.dir.clone(),
+            stats: self.stats.clone(),
+        }
+    }
+
+    /// Records the replica group generation.
+    pub fn write_generation(&self, generation: u64) -> io::Result<()> {
+        let tmp = self.dir.join("generation.tmp");
+        fs::write(&tmp, generation.to_le_bytes())?;
+        File::open(&tmp)?.sync_all()?;
+        fs::rename(&tmp, self.dir.join("generation"))?;
+        sync_dir(&self.dir)
+    }
+}
+
+/// Writes snapshots.
+pub struct Snapshots {
+    dir: PathBuf,
+    stats: Arc<DiskStats>,
+}
+
+impl Snapshots {
+    /// Writes a snapshot (the encoded state at `index`) and removes the logs
+    /// it covers (those that start before `index`).
+    pub fn write(&self, index: u64, snapshot: &[u8]) -> io::Result<()> {
+        let tmp = self.dir.join("snapshot.tmp");
+        let mut f = File::create(&tmp)?;
+        f.write_all(snapshot)?;
+        f.sync_all()?;
+        fs::rename(&tmp, self.dir.join("snapshot"))?;
+        sync_dir(&self.dir)?;
+        self.stats.writes.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .bytes
+            .fetch_add(snapshot.len() as u64, Ordering::Relaxed);
+        self.stats.snapshots.fetch_add(1, Ordering::Relaxed);
+        for (base, path) in logs(&self.dir)? {
+            if base < index {
+                fs::remove_file(path)?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,443 @@
+//! `shoal dir ...` and `shoal init`: the directory service from the shell.
+//!
+//! Paths are names separated by `/`, looked up from the user's root
+//! directory (`shoal init` creates it and keeps its capability in
+//! `$SHOAL_CONFIG_DIR/root`, by default `~/.config/shoal/root`), or from
+//! `--root CAP`.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use shoal_cap::{Capability, Rights};
+use shoal_dir::{DirError, Expect, InstallItem};
+use shoal_dirsvc::{ClientError, DirClient, Durability, Replica, ReplicaConfig};
+use shoal_rpc::Context;
+
+use crate::Failure;
+
+#[derive(Subcommand)]
+pub enum DirCommand {
+    /// Run one replica of a directory service (until SIGTERM or SIGINT).
+    Serve(ServeArgs),
+    /// Show the status of the replica that answers (or of each, with --all).
+    Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Create a directory and enter it under PATH.
+    Mkdir {
+        path: OsString,
+        /// Column names of the new directory.
+        #[arg(long, value_delimiter = ',', default_value = "owner,group,other")]
+        columns: Vec<String>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// List a directory: names and their column masks.
+    Ls {
+        /// The directory (default: the root).
+        path: Option<OsString>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Print the capabilities stored under PATH (one per line), restricted
+    /// to what your columns allow.
+    Lookup {
+        path: OsString,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Enter capabilities under PATH (the name must be new).
+    Put {
+        path: OsString,
+        /// The capabilities (cap1:...), one per replica of the object.
+        #[arg(required = true)]
+        caps: Vec<Capability>,
+        /// Column masks, comma-separated ("rwcdax67" letters or 0xNN);
+        /// default: all for the first column, read for the others.
+        #[arg(long, value_delimiter = ',')]
+        masks: Option<Vec<Rights>>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Remove the name PATH (with --dir, also delete the empty directory it
+    /// names).
+    Rm {
+        path: OsString,
+        /// Also delete the directory the name refers to (must be empty).
+        #[arg(long, short = 'd')]
+        dir: bool,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Set the column masks of PATH.
+    Chmod {
+        path: OsString,
+        /// Masks, comma-separated, one per column.
+        #[arg(value_delimiter = ',', required = true)]
+        masks: Vec<Rights>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Move FROM to TO atomically (both paths from the root).
+    Mv {
+        from: OsString,
+        to: OsString,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+#[derive(Args)]
+pub struct Common {
+    /// Start paths at this directory capability instead of your root.
+    #[arg(long, global = true)]
+    root: Option<Capability>,
+    /// Linearizable reads (each costs one group message).
+    #[arg(long, global = true)]
+    linearizable: bool,
+}
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// This replica's number (0-based).
+    #[arg(long)]
+    replica: usize,
+    /// Number of replicas of the service.
+    #[arg(long, default_value_t = 3)]
+    replicas: usize,
+    /// Resilience degree (default: replicas − 1).
+    #[arg(long, short = 'r')]
+    resilience: Option<usize>,
+    /// fsync (each replica syncs its log before answering) or replicated
+    /// (answer once r + 1 replicas hold the update; flush in the
+    /// background).
+    #[arg(long, default_value = "fsync")]
+    durability: Durability,
+    /// Data directory (snapshot and logs).
+    #[arg(long)]
+    data: PathBuf,
+    /// Service name (a cluster can run several directory services).
+    #[arg(long, default_value = shoal_dirsvc::DEFAULT_SERVICE)]
+    service: String,
+    /// Log flush interval of the replicated mode, in milliseconds.
+    #[arg(long, default_value_t = 500)]
+    flush_ms: u64,
+    /// Log size (bytes) that triggers a snapshot.
+    #[arg(long, default_value_t = 8 << 20)]
+    snapshot_bytes: u64,
+    /// RPC server threads.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+}
+
+fn attach() -> Result<Context, Failure> {
+    Context::from_env().map_err(|e| Failure::unreachable(e.to_string()))
+}
+
+fn client_failure(e: ClientError) -> Failure {
+    match e {
+        ClientError::Unreachable(_) => Failure::unreachable(e.to_string()),
+        e => Failure::failed(e.to_string()),
+    }
+}
+
+/// The user's configuration directory.
+pub fn config_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("SHOAL_CONFIG_DIR") {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_CONFIG_HOME") {
+        return PathBuf::from(d).join("shoal");
+    }
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+    PathBuf::from(home).join(".config/shoal")
+}
+
+fn root_file() -> PathBuf {
+    config_dir().join("root")
+}
+
+fn load_root(common: &Common) -> Result<Capability, Failure> {
+    if let Some(c) = common.root {
+        return Ok(c);
+    }
+    let path = root_file();
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        Failure::failed(format!(
+            "no root directory ({}: {e}); run `shoal init` first, or pass --root",
+            path.display()
+        ))
+    })?;
+    text.trim()
+        .parse()
+        .map_err(|e| Failure::failed(format!("{}: {e}", path.display())))
+}
+
+/// `shoal init`: create the user's root directory.
+pub fn init(force: bool) -> Result<(), Failure> {
+    let path = root_file();
+    if path.exists() && !force {
+        return Err(Failure::failed(format!(
+            "{} exists already (use --force to make a new, empty root)",
+            path.display()
+        )));
+    }
+    let ctx = attach()?;
+    let mut dir = DirClient::new(&ctx).map_err(client_failure)?;
+    let root = dir
+        .create_dir(&["owner", "group", "other"])
+        .map_err(client_failure)?;
+    std::fs::create_dir_all(config_dir())
+        .and_then(|_| std::fs::write(&path, format!("{root}\n")))
+        .map_err(|e| Failure::failed(format!("{}: {e}", path.display())))?;
+    println!("root directory {root}");
+    println!("saved in {}", path.display());
+    Ok(())
+}
+
+/// Splits `a/b/c` into (`a/b`, `c`).
+fn split(path: &[u8]) -> (&[u8], &[u8]) {
+    let trimmed = path.strip_suffix(b"/").unwrap_or(path);
+    match trimmed.iter().rposition(|&b| b == b'/') {
+        Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
+        None => (&[], trimmed),
+    }
+}
+
+struct Session {
+    dir: DirClient,
+    root: Capability,
+}
+
+impl Session {
+    fn open(common: &Common) -> Result<Session, Failure> {
+        let root = load_root(common)?;
+        let ctx = attach()?;
+        let mut dir = DirClient::with_port(&ctx, root.port()).map_err(client_failure)?;
+        dir.linearizable(common.linearizable);
+        Ok(Session { dir, root })
+    }
+
+    /// The directory capability at `path` (the root if empty).
+    fn resolve_dir(&mut self, path: &[u8]) -> Result<Capability, Failure> {
+        if path.iter().all(|&b| b == b'/') {
+            return Ok(self.root);
+        }
+        let caps = self
+            .dir
+            .call(shoal_dir::Op::PathLookup {
+                dir: self.root,
+                path: path.to_vec(),
+            })
+            .map_err(client_failure)?;
+        let shoal_dir::Answer::Caps(caps) = caps else {
+            return Err(Failure::failed("unexpected answer"));
+        };
+        caps.into_iter()
+            .find(|c| c.port() == self.root.port())
+            .ok_or_else(|| {
+                Failure::failed(format!(
+                    "{} is not a directory of this service",
+                    String::from_utf8_lossy(path)
+                ))
+            })
+    }
+
+    /// (directory, name) of the last component of `path`.
+    fn parent(&mut self, path: &[u8]) -> Result<(Capability, Vec<u8>), Failure> {
+        let (dir, name) = split(path);
+        if name.is_empty() {
+            return Err(Failure::failed("the path names no entry"));
+        }
+        Ok((self.resolve_dir(dir)?, name.to_vec()))
+    }
+}
+
+fn show_masks(masks: &[Rights]) -> String {
+    masks
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub fn run(command: DirCommand) -> Result<(), Failure> {
+    match command {
+        DirCommand::Serve(args) => serve(args),
+        DirCommand::Status { json, common: _ } => {
+            let ctx = attach()?;
+            let mut dir = DirClient::new(&ctx).map_err(client_failure)?;
+            dir.retry_for(Duration::from_secs(3));
+            let s = dir.status().map_err(client_failure)?;
+            if json {
+                println!("{s}");
+            } else {
+                for (k, v) in s.as_object().into_iter().flatten() {
+                    println!("{k:16} {v}");
+                }
+            }
+            Ok(())
+        }
+        DirCommand::Mkdir {
+            path,
+            columns,
+            common,
+        } => {
+            let mut s = Session::open(&common)?;
+            let (parent, name) = s.parent(path.as_bytes())?;
+            let cols: Vec<&str> = columns.iter().map(String::as_str).collect();
+            let new = s.dir.create_dir(&cols).map_err(client_failure)?;
+            let masks = shoal_dir::model::directory_masks(
+                s.dir.list(&parent).map_err(client_failure)?.columns.len(),
+            );
+            if let Err(e) = s.dir.append_bytes(&parent, &name, &[new], Some(&masks)) {
+                // Do not leave an unnamed directory behind.
+                let _ = s.dir.delete_dir(&new);
+                return Err(client_failure(e));
+            }
+            println!("{new}");
+            Ok(())
+        }
+        DirCommand::Ls { path, common } => {
+            let mut s = Session::open(&common)?;
+            let dir = s.resolve_dir(path.as_ref().map(|p| p.as_bytes()).unwrap_or(b""))?;
+            let listing = s.dir.list(&dir).map_err(client_failure)?;
+            println!("# {}", listing.columns.join(" "));
+            for (name, masks) in listing.rows {
+                println!("{}  {name}", show_masks(&masks));
+            }
+            Ok(())
+        }
+        DirCommand::Lookup { path, common } => {
+            let mut s = Session::open(&common)?;
+            let (dir, name) = s.parent(path.as_bytes())?;
+            for cap in s.dir.lookup_bytes(&dir, &name).map_err(client_failure)? {
+                println!("{cap}");
+            }
+            Ok(())
+        }
+        DirCommand::Put {
+            path,
+            caps,
+            masks,
+            common,
+        } => {
+            let mut s = Session::open(&common)?;
+            let (dir, name) = s.parent(path.as_bytes())?;
+            s.dir
+                .append_bytes(&dir, &name, &caps, masks.as_deref())
+                .map_err(client_failure)
+        }
+        DirCommand::Rm { path, dir, common } => {
+            let mut s = Session::open(&common)?;
+            let (parent, name) = s.parent(path.as_bytes())?;
+            let name_s = String::from_utf8_lossy(&name).into_owned();
+            if dir {
+                let target = s.resolve_dir(path.as_bytes())?;
+                s.dir.delete_dir(&target).map_err(client_failure)?;
+            }
+            s.dir.delete(&parent, &name_s).map_err(client_failure)
+        }
+        DirCommand::Chmod {
+            path,
+            masks,
+            common,
+        } => {
+            let mut s = Session::open(&common)?;
+            let (dir, name) = s.parent(path.as_bytes())?;
+            s.dir
+                .chmod(&dir, &String::from_utf8_lossy(&name), &masks)
+                .map_err(client_failure)
+        }
+        DirCommand::Mv { from, to, common } => {
+            let mut s = Session::open(&common)?;
+            let (fdir, fname) = s.parent(from.as_bytes())?;
+            let (tdir, tname) = s.parent(to.as_bytes())?;
+            let fname = String::from_utf8_lossy(&fname).into_owned();
+            let caps = s.dir.lookup(&fdir, &fname).map_err(client_failure)?;
+            let masks = s.dir.get_masks(&fdir, &fname).map_err(client_failure)?;
+            s.dir
+                .install(vec![
+                    InstallItem {
+                        dir: fdir,
+                        name: fname.into_bytes(),
+                        expect: Expect::Caps(caps.clone()),
+                        new: None,
+                    },
+                    InstallItem {
+                        dir: tdir,
+                        name: tname,
+                        expect: Expect::Absent,
+                        new: Some((caps, masks)),
+                    },
+                ])
+                .map_err(|e| match e {
+                    ClientError::Dir(DirError::Conflict(n)) => Failure::failed(format!(
+                        "{n:?} changed while it was being moved; nothing was moved"
+                    )),
+                    e => client_failure(e),
+                })
+        }
+    }
+}
+
+fn serve(args: ServeArgs) -> Result<(), Failure> {
+    if args.replicas < 2 {
+        return Err(Failure::failed(
+            "a directory service needs at least 2 replicas",
+        ));
+    }
+    if args.replica >= args.replicas {
+        return Err(Failure::failed(format!(
+            "--replica {} is out of range: replicas are numbered 0 to {}",
+            args.replica,
+            args.replicas - 1
+        )));
+    }
+    let ctx = attach()?;
+    let mut cfg = ReplicaConfig::new(args.replica, args.replicas, args.data);
+    cfg.service = args.service;
+    cfg.resilience = args.resilience;
+    cfg.durability = args.durability;
+    cfg.flush_interval = Duration::from_millis(args.flush_ms.max(1));
+    cfg.snapshot_bytes = args.snapshot_bytes;
+    cfg.threads = args.threads;
+    let replica = Replica::start(ctx, cfg).map_err(|e| Failure::failed(e.to_string()))?;
+    eprintln!(
+        "directory replica {} of {} serving {} ({} durability)",
+        args.replica,
+        args.replicas,
+        replica.port(),
+        args.durability
+    );
+    let term = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, term.clone())
+            .map_err(|e| Failure::failed(e.to_string()))?;
+    }
+    let mut serving = false;
+    while !term.load(std::sync::atomic::Ordering::Relaxed) {
+        let now = replica.is_serving();
+        if now != serving {
+            eprintln!(
+                "{}",
+                if now {
+                    "in the replica group: serving"
+                } else {
+                    "out of the replica group: not serving"
+                }
+            );
+            serving = now;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    replica.stop();
+    Ok(())
+}
