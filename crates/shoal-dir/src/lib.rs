@@ -11,7 +11,9 @@
 //! - [`state`]: the deterministic state machine every replica applies
 //!   ordered writes to, with client sessions for exactly-once retries and
 //!   the snapshot format;
-//! - [`log`]: the coalescing write-ahead log format.
+//! - [`log`]: the coalescing write-ahead log format and recovery;
+//! - [`replica`]: a replica's decisions (applying group messages,
+//!   answering reads, durability, re-forming the group).
 //!
 //! The formats are documented byte by byte in `docs/directory.md`.
 //!
@@ -24,6 +26,7 @@ mod codec;
 pub mod log;
 pub mod model;
 pub mod op;
+pub mod replica;
 pub mod state;
 
 pub use codec::DecodeError;

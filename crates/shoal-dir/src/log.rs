@@ -29,6 +29,8 @@ pub const LOG_HEADER: usize = 16;
 pub const KIND_ENTRY: u8 = 1;
 /// Record kind: the state reached an index.
 pub const KIND_MARK: u8 = 2;
+/// Record kind: a cancelled write's session.
+pub const KIND_SESSION: u8 = 3;
 /// Bytes of a record around its payload.
 pub const RECORD_OVERHEAD: usize = 4 + 8 + 1 + 8;
 
@@ -58,6 +60,9 @@ pub enum LogRecord {
     Entry { index: u64, request: Request },
     /// The state reached `index`.
     Mark { index: u64 },
+    /// Client `client`'s write `seq` succeeded at `index` (and cancelled
+    /// out).
+    Session { index: u64, client: u64, seq: u64 },
 }
 
 /// A log file read back.
@@ -97,6 +102,11 @@ pub fn parse(buf: &[u8]) -> Option<ParsedLog> {
                 Err(_) => break,
             },
             KIND_MARK => LogRecord::Mark { index },
+            KIND_SESSION if body.len() == 9 + 16 => LogRecord::Session {
+                index,
+                client: u64::from_le_bytes(body[9..17].try_into().unwrap()),
+                seq: u64::from_le_bytes(body[17..25].try_into().unwrap()),
+            },
             _ => break,
         };
         records.push(rec);
@@ -114,6 +124,8 @@ pub fn parse(buf: &[u8]) -> Option<ParsedLog> {
 #[derive(Debug, Default)]
 pub struct LogBuffer {
     pending: Vec<Option<(u64, Vec<u8>)>>,
+    /// Sessions of writes that cancelled out: (index, client, seq).
+    sessions: Vec<(u64, u64, u64)>,
     /// (directory, name) → position of a pending append of that row that
     /// nothing has touched since.
     appends: HashMap<(u64, Vec<u8>), usize>,
@@ -153,7 +165,15 @@ impl LogBuffer {
             Op::Delete { dir, name } => {
                 let key = (dir.object().get(), name.clone());
                 if let Some(pos) = self.appends.remove(&key) {
-                    self.pending[pos] = None;
+                    if let Some((i, bytes)) = self.pending[pos].take()
+                        && let Ok(append) = Request::decode(&bytes)
+                        && append.client != 0
+                    {
+                        self.sessions.push((i, append.client, append.seq));
+                    }
+                    if request.client != 0 {
+                        self.sessions.push((index, request.client, request.seq));
+                    }
                     self.skipped = true;
                     self.cancelled_pairs += 1;
                     return;
@@ -193,11 +213,86 @@ impl LogBuffer {
             record(&mut out, KIND_ENTRY, index, &bytes);
             written = index;
         }
+        if mark {
+            for (index, client, seq) in &self.sessions {
+                let mut payload = [0u8; 16];
+                payload[..8].copy_from_slice(&client.to_le_bytes());
+                payload[8..].copy_from_slice(&seq.to_le_bytes());
+                record(&mut out, KIND_SESSION, *index, &payload);
+            }
+        }
         if mark && self.skipped && written < self.last_index {
             record(&mut out, KIND_MARK, self.last_index, &[]);
         }
+        self.sessions.clear();
         self.skipped = false;
         self.appends.clear();
         (!out.is_empty()).then_some(out)
     }
+}
+
+/// What recovery rebuilt from a snapshot and its logs.
+#[derive(Debug)]
+pub struct Recovery {
+    pub state: crate::DirState,
+    /// Log records replayed.
+    pub replayed: usize,
+    /// Per log (in the order given): `Some(len)` to keep it cut to `len`
+    /// bytes (its intact records; `len` below its size means a torn tail),
+    /// `None` if the snapshot covers it (delete it).
+    pub keep: Vec<Option<usize>>,
+}
+
+/// Rebuilds a replica's state from its snapshot (if any) and its logs,
+/// given as (base, bytes) sorted by base.  A log whose successor starts at
+/// or before the snapshot is covered by it; a log without a valid header
+/// keeps nothing.
+pub fn recover(
+    port: shoal_cap::PutPort,
+    snapshot: Option<&[u8]>,
+    logs: &[(u64, &[u8])],
+) -> Result<Recovery, crate::DecodeError> {
+    let mut state = match snapshot {
+        Some(bytes) => crate::DirState::decode_snapshot(bytes)?,
+        None => crate::DirState::new(port),
+    };
+    if state.port() != port {
+        return Err(crate::codec::bad(
+            "directory snapshot",
+            "it belongs to another directory service",
+        ));
+    }
+    let snap_index = state.index();
+    let mut replayed = 0;
+    let mut keep = Vec::with_capacity(logs.len());
+    for (i, (_, bytes)) in logs.iter().enumerate() {
+        if logs.get(i + 1).is_some_and(|(next, _)| *next <= snap_index) {
+            keep.push(None);
+            continue;
+        }
+        let Some(parsed) = parse(bytes) else {
+            keep.push(Some(0));
+            continue;
+        };
+        for rec in parsed.records {
+            match rec {
+                LogRecord::Entry { index, request } if index > state.index() => {
+                    state.replay(index, &request);
+                    replayed += 1;
+                }
+                LogRecord::Mark { index } => state.raise_index(index),
+                LogRecord::Session { index, client, seq } => {
+                    state.remember_done(client, seq, index);
+                    state.raise_index(index);
+                }
+                LogRecord::Entry { .. } => {}
+            }
+        }
+        keep.push(Some(parsed.valid_len));
+    }
+    Ok(Recovery {
+        state,
+        replayed,
+        keep,
+    })
 }

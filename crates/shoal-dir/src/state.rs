@@ -281,6 +281,21 @@ impl DirState {
         self.index = before.max(index);
     }
 
+    /// Restores the session of a successful write that left no log record
+    /// of its own (it cancelled out).
+    pub fn remember_done(&mut self, client: u64, seq: u64, index: u64) {
+        if self.sessions.get(&client).is_none_or(|s| s.seq < seq) {
+            self.remember(
+                client,
+                seq,
+                Response {
+                    index,
+                    result: Ok(Answer::Done),
+                },
+            );
+        }
+    }
+
     fn remember(&mut self, client: u64, seq: u64, response: Response) {
         let index = response.index;
         if let Some(old) = self.sessions.insert(

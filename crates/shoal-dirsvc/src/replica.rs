@@ -32,46 +32,18 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, RwLock};
 use shoal_cap::PutPort;
-use shoal_dir::log::LogBuffer;
 use shoal_dir::op::FLAG_LINEARIZABLE;
-use shoal_dir::{Answer, Applied, DirError, DirState, Op, Request, Response};
-use shoal_rpc::group::{Delivery, Group, GroupError, GroupOptions};
+use shoal_dir::replica::{
+    Formation, PeerStatus, Phase, ReplicaState, STUCK_AFTER_US, Stuck, behind, decide,
+    encode_entry, group_tag, when_stuck,
+};
+use shoal_dir::{Answer, DirError, DirState, Op, Request, Response};
+use shoal_rpc::group::{Delivery, Group, GroupError, GroupOptions, Status};
 use shoal_rpc::{CallOptions, Context, Server};
 
 use crate::store::{DiskStats, Store};
 
-/// When a replica's log reaches the disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Durability {
-    /// Each replica appends the update to its log and fsyncs it; the replica
-    /// that answers does so before it answers.  Losing every replica at
-    /// once loses no acknowledged update.
-    Fsync,
-    /// The update is acknowledged once r + 1 replicas hold it in memory;
-    /// logs are flushed in the background.  Survives any r simultaneous
-    /// crashes, not the loss of every replica at once.
-    Replicated,
-}
-
-impl std::str::FromStr for Durability {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "fsync" => Ok(Durability::Fsync),
-            "replicated" => Ok(Durability::Replicated),
-            _ => Err(format!("unknown durability {s:?}: use fsync or replicated")),
-        }
-    }
-}
-
-impl std::fmt::Display for Durability {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Durability::Fsync => "fsync",
-            Durability::Replicated => "replicated",
-        })
-    }
-}
+pub use shoal_dir::replica::Durability;
 
 /// How a replica runs.
 #[derive(Debug, Clone)]
@@ -121,29 +93,6 @@ impl ReplicaConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// Not in a group: asking peers.
-    Forming,
-    /// Joined; waiting for the state transfer.
-    Joining,
-    /// In the group and serving.
-    Member,
-    /// In a group that cannot reset (too few members answer).
-    Stuck,
-}
-
-impl Phase {
-    fn name(self) -> &'static str {
-        match self {
-            Phase::Forming => "forming",
-            Phase::Joining => "joining",
-            Phase::Member => "member",
-            Phase::Stuck => "stuck",
-        }
-    }
-}
-
 struct Applying {
     /// Group sequence number applied up to (in the current group).
     seq: u64,
@@ -162,15 +111,20 @@ struct Shared {
     ctx: Context,
     port: PutPort,
     origin: u64,
-    state: RwLock<DirState>,
+    /// The directory state and the unflushed log.
+    rs: RwLock<ReplicaState>,
     applying: Mutex<Applying>,
     applied_cv: Condvar,
     results: Mutex<HashMap<u64, Response>>,
     recv: Mutex<()>,
     group: RwLock<Option<Arc<Group>>>,
     phase: Mutex<Phase>,
+    /// Since when the group has been in a reset (a member reports itself
+    /// stuck after `STUCK_AFTER_US`).
+    abnormal_since: Mutex<Option<Instant>>,
     generation: AtomicU64,
-    buffer: Mutex<LogBuffer>,
+    /// Set when the log buffer gained records (wakes the flusher).
+    unflushed: Mutex<bool>,
     buffer_cv: Condvar,
     durable: Mutex<Durable>,
     durable_cv: Condvar,
@@ -222,15 +176,16 @@ impl Replica {
         let shared = Arc::new(Shared {
             origin: rand::random::<u64>() | 1,
             port,
-            state: RwLock::new(rec.state),
+            rs: RwLock::new(ReplicaState::new(rec.state)),
             applying: Mutex::new(Applying { seq: 0, epoch: 0 }),
             applied_cv: Condvar::new(),
             results: Mutex::new(HashMap::new()),
             recv: Mutex::new(()),
             group: RwLock::new(None),
             phase: Mutex::new(Phase::Forming),
+            abnormal_since: Mutex::new(None),
             generation: AtomicU64::new(rec.generation),
-            buffer: Mutex::new(LogBuffer::new()),
+            unflushed: Mutex::new(false),
             buffer_cv: Condvar::new(),
             disk: store.stats.clone(),
             durable: Mutex::new(Durable { store, index }),
@@ -303,8 +258,8 @@ impl Replica {
 
 impl Shared {
     fn status(&self) -> serde_json::Value {
-        let st = self.state.read();
-        let buffer = self.buffer.lock();
+        let rs = self.rs.read();
+        let st = &rs.state;
         let durable = self.durable.lock();
         serde_json::json!({
             "service": self.cfg.service,
@@ -313,17 +268,41 @@ impl Shared {
             "replicas": self.cfg.replicas,
             "resilience": self.cfg.resilience(),
             "durability": self.cfg.durability.to_string(),
-            "phase": self.phase.lock().name(),
+            "phase": self.reported_phase().name(),
             "generation": self.generation.load(Ordering::Relaxed),
+            "group": self.group_tag(),
             "index": st.index(),
             "durable_index": durable.index,
             "directories": st.dir_count(),
             "rows": st.row_count(),
             "writes": self.writes.load(Ordering::Relaxed),
             "reads": self.reads.load(Ordering::Relaxed),
-            "cancelled_pairs": buffer.cancelled_pairs,
+            "cancelled_pairs": rs.log.cancelled_pairs,
             "log_bytes": durable.store.log_len(),
             "disk": self.disk.json(),
+        })
+    }
+
+    /// The phase peers see: a member whose group has been in a reset for
+    /// long is stuck.
+    fn reported_phase(&self) -> Phase {
+        let phase = *self.phase.lock();
+        let long = self
+            .abnormal_since
+            .lock()
+            .is_some_and(|t| t.elapsed() >= Duration::from_micros(STUCK_AFTER_US));
+        if phase == Phase::Member && long {
+            Phase::Stuck
+        } else {
+            phase
+        }
+    }
+
+    /// Which group instance this replica is in (0: none).
+    fn group_tag(&self) -> u64 {
+        self.group.read().as_ref().map_or(0, |g| {
+            let info = g.info();
+            group_tag(info.incarnation, &info.sequencer)
         })
     }
 
@@ -343,13 +322,7 @@ impl Shared {
     fn deliver(&self, d: Delivery) {
         let seq = match d {
             Delivery::Message { seq, body, .. } => {
-                if body.len() >= 8 {
-                    let origin = u64::from_le_bytes(body[..8].try_into().unwrap());
-                    match Request::decode(&body[8..]) {
-                        Ok(req) => self.apply(seq, origin, &req, &body[8..]),
-                        Err(e) => tracing::warn!("undecodable group message {seq}: {e}"),
-                    }
-                }
+                self.apply(seq, &body);
                 seq
             }
             Delivery::State { seq, state } => {
@@ -370,10 +343,6 @@ impl Shared {
                 members,
             } => {
                 tracing::info!("view {incarnation}: {} members at {seq}", members.len());
-                let mut p = self.phase.lock();
-                if *p == Phase::Stuck {
-                    *p = Phase::Member;
-                }
                 seq
             }
             Delivery::ResetFailed { have, need } => {
@@ -391,29 +360,13 @@ impl Shared {
         self.applied_cv.notify_all();
     }
 
-    fn apply(&self, seq: u64, origin: u64, req: &Request, encoded: &[u8]) {
-        let response = if matches!(req.op, Op::Sync) {
-            Response {
-                index: self.state.read().index(),
-                result: Ok(Answer::Done),
-            }
-        } else {
-            let mut st = self.state.write();
-            let applied = st.apply(req);
-            if let Applied::New(r) = &applied {
-                let mut b = self.buffer.lock();
-                if r.result.is_ok() {
-                    b.push(r.index, req, encoded);
-                } else {
-                    b.note_refused(r.index);
-                }
-                drop(b);
-                self.buffer_cv.notify_one();
-            }
-            match applied {
-                Applied::New(r) | Applied::Duplicate(r) => r,
-            }
+    fn apply(&self, seq: u64, body: &[u8]) {
+        let Some((origin, response)) = self.rs.write().deliver(body) else {
+            tracing::warn!("undecodable group message {seq}");
+            return;
         };
+        *self.unflushed.lock() = true;
+        self.buffer_cv.notify_one();
         if origin == self.origin {
             let mut results = self.results.lock();
             if results.len() > 4096 {
@@ -434,9 +387,8 @@ impl Shared {
             }
         };
         let index = new.index();
-        let mut st = self.state.write();
+        let mut rs = self.rs.write();
         let mut durable = self.durable.lock();
-        *self.buffer.lock() = LogBuffer::new();
         let snaps = durable.store.snapshots();
         if let Err(e) = snaps
             .write(index, bytes)
@@ -445,9 +397,9 @@ impl Shared {
             tracing::error!("writing the transferred state failed: {e}");
         }
         durable.index = index;
-        *st = new;
+        *rs = ReplicaState::new(new);
         drop(durable);
-        drop(st);
+        drop(rs);
         let mut p = self.phase.lock();
         if *p == Phase::Joining {
             *p = Phase::Member;
@@ -553,9 +505,9 @@ impl Shared {
     fn flush(&self, sync: bool) -> std::io::Result<u64> {
         let mut d = self.durable.lock();
         let (bytes, last) = {
-            let mut b = self.buffer.lock();
-            let mark = self.cfg.durability == Durability::Fsync;
-            (b.take(mark), b.last_index())
+            let mut rs = self.rs.write();
+            let mark = self.cfg.durability.marks();
+            (rs.log.take(mark), rs.log.last_index())
         };
         if let Some(bytes) = bytes {
             d.store.append(&bytes, sync)?;
@@ -582,10 +534,11 @@ impl Shared {
         while !self.stop.load(Ordering::Relaxed) {
             match self.cfg.durability {
                 Durability::Fsync => {
-                    let mut b = self.buffer.lock();
-                    if b.is_empty() {
-                        self.buffer_cv.wait_for(&mut b, Duration::from_millis(50));
+                    let mut u = self.unflushed.lock();
+                    if !*u {
+                        self.buffer_cv.wait_for(&mut u, Duration::from_millis(50));
                     }
+                    *u = false;
                 }
                 Durability::Replicated => std::thread::sleep(self.cfg.flush_interval),
             }
@@ -604,16 +557,15 @@ impl Shared {
     /// starts after it.
     fn snapshot(&self) -> std::io::Result<()> {
         let (index, bytes, snaps) = {
-            let st = self.state.read();
+            let mut rs = self.rs.write();
             let mut d = self.durable.lock();
-            let bytes = self.buffer.lock().take(false);
-            if let Some(bytes) = bytes {
+            if let Some(bytes) = rs.log.take(false) {
                 d.store.append(&bytes, true)?;
             }
-            let index = st.index();
+            let index = rs.state.index();
             d.index = d.index.max(index);
             d.store.rotate(index)?;
-            (index, st.encode_snapshot(), d.store.snapshots())
+            (index, rs.state.encode_snapshot(), d.store.snapshots())
         };
         snaps.write(index, &bytes)?;
         tracing::info!("snapshot at index {index}: {} bytes", bytes.len());
@@ -633,14 +585,18 @@ impl Shared {
             return self.read(req).unwrap_or_else(|e| self.error(e));
         };
         Response {
-            index: self.state.read().index(),
+            index: self.index(),
             result,
         }
     }
 
+    fn index(&self) -> u64 {
+        self.rs.read().state.index()
+    }
+
     fn error(&self, e: DirError) -> Response {
         Response {
-            index: self.state.read().index(),
+            index: self.index(),
             result: Err(e),
         }
     }
@@ -649,9 +605,7 @@ impl Shared {
     fn order(&self, req: &Request) -> Result<Response, DirError> {
         let group = self.group()?;
         let epoch = self.applying.lock().epoch;
-        let mut body = Vec::with_capacity(128);
-        body.extend_from_slice(&self.origin.to_le_bytes());
-        body.extend_from_slice(&req.encode());
+        let body = encode_entry(self.origin, req);
         let seq = group.send(&body).map_err(|e| {
             if matches!(e, GroupError::NotMember) {
                 self.lose_group(&e);
@@ -673,9 +627,14 @@ impl Shared {
             *secret = rand::random();
         }
         let response = self.order(&req)?;
-        if self.cfg.durability == Durability::Fsync {
+        if !self
+            .cfg
+            .durability
+            .reply_ready(response.index, self.durable.lock().index)
+        {
             self.make_durable(response.index)?;
         }
+        self.still_serving()?;
         Ok(response)
     }
 
@@ -690,27 +649,25 @@ impl Shared {
                 op: Op::Sync,
             })?;
         }
-        if self.state.read().index() < req.min_index {
+        if self.index() < req.min_index {
             let epoch = self.applying.lock().epoch;
             let deadline = Instant::now() + self.cfg.catch_up;
-            let _ = self.pump_until(
-                &group,
-                epoch,
-                |_| self.state.read().index() >= req.min_index,
-                deadline,
-            );
+            let _ = self.pump_until(&group, epoch, |_| self.index() >= req.min_index, deadline);
         }
-        let st = self.state.read();
-        if st.index() < req.min_index {
-            return Err(DirError::Behind {
-                have: st.index(),
-                want: req.min_index,
-            });
+        self.still_serving()?;
+        Ok(self.rs.read().read(&req))
+    }
+
+    /// Only a serving replica answers about the directory: one whose group
+    /// got stuck meanwhile may yet be dissolved, with what it applied.
+    fn still_serving(&self) -> Result<(), DirError> {
+        if *self.phase.lock() == Phase::Member {
+            Ok(())
+        } else {
+            Err(DirError::Unavailable(
+                "the replica's group is being re-formed".into(),
+            ))
         }
-        Ok(Response {
-            index: st.index(),
-            result: st.read(&req.op),
-        })
     }
 
     fn serve(&self, server: &Server) {
@@ -771,7 +728,7 @@ impl Shared {
     }
 
     /// Every other replica's status (None: did not answer).
-    fn ask_peers(&self) -> Vec<(usize, Option<serde_json::Value>)> {
+    fn ask_peers(&self) -> Vec<(usize, Option<PeerStatus>)> {
         let key = self.ctx.config().key.clone();
         let Ok(mut client) = self.ctx.client() else {
             return Vec::new();
@@ -787,7 +744,15 @@ impl Shared {
                 let answer = client
                     .trans_with(&port, Vec::new(), &opts)
                     .ok()
-                    .and_then(|b| serde_json::from_slice(&b).ok());
+                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                    .and_then(|s| {
+                        Some(PeerStatus {
+                            phase: Phase::parse(s["phase"].as_str()?)?,
+                            generation: s["generation"].as_u64()?,
+                            index: s["index"].as_u64()?,
+                            group: s["group"].as_u64()?,
+                        })
+                    });
                 (i, answer)
             })
             .collect()
@@ -809,7 +774,7 @@ impl Shared {
         let weak = Arc::downgrade(self);
         group.on_state_wanted(move || {
             weak.upgrade()
-                .map(|s| s.state.read().encode_snapshot())
+                .map(|s| s.rs.read().state.encode_snapshot())
                 .unwrap_or_default()
         });
         self.new_epoch();
@@ -828,12 +793,14 @@ impl Shared {
             g.leave();
         }
         *self.phase.lock() = Phase::Forming;
+        *self.abnormal_since.lock() = None;
         self.new_epoch();
     }
 
     /// Forms, joins and re-forms the group; starts and stops serving.
     fn control(self: &Arc<Self>) {
         let mut joined_at = Instant::now();
+        let mut checked = Instant::now();
         let mut said = Instant::now() - Duration::from_secs(60);
         while !self.stop.load(Ordering::Relaxed) {
             let phase = *self.phase.lock();
@@ -843,6 +810,28 @@ impl Shared {
                         && let Err(e) = self.start_serving()
                     {
                         tracing::error!("cannot serve the directory port: {e}");
+                    }
+                    let normal = self
+                        .group
+                        .read()
+                        .as_ref()
+                        .is_some_and(|g| g.info().status == Status::Normal);
+                    {
+                        let mut a = self.abnormal_since.lock();
+                        if normal {
+                            *a = None;
+                        } else if a.is_none() {
+                            *a = Some(Instant::now());
+                        }
+                    }
+                    if checked.elapsed() >= Duration::from_secs(1) {
+                        checked = Instant::now();
+                        if behind(self.index(), &self.ask_peers()) {
+                            tracing::warn!(
+                                "a replica outside the group has applied more writes: dissolving the group to re-form from it"
+                            );
+                            self.leave_group();
+                        }
                     }
                     std::thread::sleep(Duration::from_millis(50));
                 }
@@ -854,99 +843,93 @@ impl Shared {
                     std::thread::sleep(Duration::from_millis(10));
                 }
                 Phase::Stuck => {
+                    let works = self
+                        .group
+                        .read()
+                        .as_ref()
+                        .is_some_and(|g| g.info().status == Status::Normal);
                     let peers = self.ask_peers();
-                    if peers
-                        .iter()
-                        .all(|(_, s)| s.as_ref().is_some_and(|s| s["phase"] == "forming"))
-                    {
-                        tracing::warn!(
-                            "the group cannot reset and every other replica is out of it: re-forming from this replica's state"
-                        );
-                        self.leave_group();
-                    } else {
-                        std::thread::sleep(Duration::from_millis(200));
+                    match when_stuck(
+                        self.cfg.replica,
+                        self.index(),
+                        self.group_tag(),
+                        works,
+                        &peers,
+                    ) {
+                        Stuck::Reset => {
+                            tracing::warn!(
+                                "the group cannot reset and no replica is in a working group: resetting with the members this replica reaches"
+                            );
+                            if let Some(g) = self.group.read().clone() {
+                                g.reset(Some(1));
+                            }
+                            std::thread::sleep(Duration::from_millis(500));
+                        }
+                        Stuck::Serve => {
+                            tracing::info!(
+                                "the group works again and holds the most writes: serving"
+                            );
+                            *self.phase.lock() = Phase::Member;
+                        }
+                        Stuck::Leave => {
+                            tracing::warn!(
+                                "the group cannot reset and another replica goes on: joining it"
+                            );
+                            self.leave_group();
+                        }
+                        Stuck::Wait => std::thread::sleep(Duration::from_millis(200)),
                     }
                 }
                 Phase::Forming => {
                     self.stop_serving();
                     let peers = self.ask_peers();
-                    let member_gen = peers
-                        .iter()
-                        .filter_map(|(_, s)| s.as_ref())
-                        .filter(|s| s["phase"] == "member")
-                        .filter_map(|s| s["generation"].as_u64())
-                        .max();
-                    if let Some(generation) = member_gen {
-                        let port = crate::group_port(
-                            &self.ctx.config().key,
-                            &self.cfg.service,
-                            generation,
-                        );
-                        match Group::join(&self.ctx, port, self.group_options(generation)) {
-                            Ok(g) => {
-                                tracing::info!("joined the group of generation {generation}");
-                                joined_at = Instant::now();
-                                self.install_group(g, generation, Phase::Joining);
-                            }
-                            Err(e) => {
-                                tracing::warn!("joining generation {generation} failed: {e}");
-                                std::thread::sleep(Duration::from_millis(200));
-                            }
-                        }
-                        continue;
-                    }
-                    let missing: Vec<usize> = peers
-                        .iter()
-                        .filter(|(_, s)| s.is_none())
-                        .map(|(i, _)| *i)
-                        .collect();
-                    if !missing.is_empty()
-                        || peers
-                            .iter()
-                            .any(|(_, s)| s.as_ref().is_some_and(|s| s["phase"] != "forming"))
-                    {
-                        if said.elapsed() > Duration::from_secs(5) {
-                            tracing::info!(
-                                "waiting for replicas {missing:?}: after the group is lost, every replica must be heard before it re-forms"
+                    let index = self.index();
+                    match decide(
+                        self.cfg.replica,
+                        index,
+                        self.generation.load(Ordering::SeqCst),
+                        &peers,
+                    ) {
+                        Formation::Join(generation) => {
+                            let port = crate::group_port(
+                                &self.ctx.config().key,
+                                &self.cfg.service,
+                                generation,
                             );
-                            said = Instant::now();
+                            match Group::join(&self.ctx, port, self.group_options(generation)) {
+                                Ok(g) => {
+                                    tracing::info!("joined the group of generation {generation}");
+                                    joined_at = Instant::now();
+                                    self.install_group(g, generation, Phase::Joining);
+                                }
+                                Err(e) => {
+                                    tracing::warn!("joining generation {generation} failed: {e}");
+                                    std::thread::sleep(Duration::from_millis(200));
+                                }
+                            }
                         }
-                        std::thread::sleep(Duration::from_millis(300));
-                        continue;
-                    }
-                    let mine = (
-                        self.state.read().index(),
-                        std::cmp::Reverse(self.cfg.replica),
-                    );
-                    let best = peers
-                        .iter()
-                        .filter_map(|(i, s)| {
-                            let s = s.as_ref()?;
-                            Some((s["index"].as_u64()?, std::cmp::Reverse(*i)))
-                        })
-                        .max();
-                    if best.is_some_and(|b| b > mine) {
-                        std::thread::sleep(Duration::from_millis(100));
-                        continue;
-                    }
-                    let generation = peers
-                        .iter()
-                        .filter_map(|(_, s)| s.as_ref()?["generation"].as_u64())
-                        .chain([self.generation.load(Ordering::SeqCst)])
-                        .max()
-                        .unwrap_or(0)
-                        + 1;
-                    match Group::create(&self.ctx, self.group_options(generation)) {
-                        Ok(g) => {
-                            tracing::info!(
-                                "formed the group of generation {generation} at index {}",
-                                mine.0
-                            );
-                            self.install_group(g, generation, Phase::Member);
+                        Formation::Create(generation) => {
+                            match Group::create(&self.ctx, self.group_options(generation)) {
+                                Ok(g) => {
+                                    tracing::info!(
+                                        "formed the group of generation {generation} at index {index}"
+                                    );
+                                    self.install_group(g, generation, Phase::Member);
+                                }
+                                Err(e) => {
+                                    tracing::error!("creating the group failed: {e}");
+                                    std::thread::sleep(Duration::from_millis(500));
+                                }
+                            }
                         }
-                        Err(e) => {
-                            tracing::error!("creating the group failed: {e}");
-                            std::thread::sleep(Duration::from_millis(500));
+                        Formation::Wait { missing } => {
+                            if !missing.is_empty() && said.elapsed() > Duration::from_secs(5) {
+                                tracing::info!(
+                                    "waiting for replicas {missing:?}: after the group is lost, every replica must answer before it re-forms"
+                                );
+                                said = Instant::now();
+                            }
+                            std::thread::sleep(Duration::from_millis(100));
                         }
                     }
                 }

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use shoal_cap::PutPort;
 use shoal_dir::DirState;
-use shoal_dir::log::{self, LogRecord};
+use shoal_dir::log;
 
 /// Disk counters (the benchmark checks that temporary names cost none).
 #[derive(Debug, Default)]
@@ -94,69 +94,50 @@ impl Store {
     /// from its snapshot and logs.
     pub fn open(dir: &Path, port: PutPort) -> io::Result<(Store, Recovered)> {
         fs::create_dir_all(dir)?;
-        let snap = dir.join("snapshot");
-        let mut state = match fs::read(&snap) {
-            Ok(bytes) => DirState::decode_snapshot(&bytes).map_err(|e| {
-                io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("{}: {e}", snap.display()),
-                )
-            })?,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => DirState::new(port),
+        let snapshot = match fs::read(dir.join("snapshot")) {
+            Ok(bytes) => Some(bytes),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err(e),
         };
-        if state.port() != port {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "{} belongs to another directory service (port {})",
-                    dir.display(),
-                    state.port()
-                ),
-            ));
-        }
         let generation = match fs::read(dir.join("generation")) {
             Ok(b) if b.len() == 8 => u64::from_le_bytes(b.try_into().unwrap()),
             _ => 0,
         };
-        let mut replayed = 0;
-        let mut cut = 0;
         let files = logs(dir)?;
-        let snap_index = state.index();
-        for (i, (base, path)) in files.iter().enumerate() {
-            // A log wholly covered by the snapshot (a later log starts at or
-            // before the snapshot) is stale.
-            if files
-                .get(i + 1)
-                .is_some_and(|(next, _)| *next <= snap_index)
-            {
-                let _ = fs::remove_file(path);
-                continue;
-            }
-            let bytes = fs::read(path)?;
-            let Some(parsed) = log::parse(&bytes) else {
-                cut += bytes.len() as u64;
-                fs::write(path, log::header(*base))?;
-                continue;
-            };
-            if parsed.valid_len < bytes.len() {
-                cut += (bytes.len() - parsed.valid_len) as u64;
-                OpenOptions::new()
-                    .write(true)
-                    .open(path)?
-                    .set_len(parsed.valid_len as u64)?;
-            }
-            for rec in parsed.records {
-                match rec {
-                    LogRecord::Entry { index, request } if index > state.index() => {
-                        state.replay(index, &request);
-                        replayed += 1;
-                    }
-                    LogRecord::Mark { index } => state.raise_index(index),
-                    LogRecord::Entry { .. } => {}
+        let contents = files
+            .iter()
+            .map(|(_, p)| fs::read(p))
+            .collect::<io::Result<Vec<_>>>()?;
+        let given: Vec<(u64, &[u8])> = files
+            .iter()
+            .zip(&contents)
+            .map(|((b, _), c)| (*b, c.as_slice()))
+            .collect();
+        let rec = log::recover(port, snapshot.as_deref(), &given).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: {e}", dir.display()),
+            )
+        })?;
+        let mut cut = 0;
+        for (((base, path), bytes), keep) in files.iter().zip(&contents).zip(&rec.keep) {
+            match keep {
+                None => fs::remove_file(path)?,
+                Some(0) => {
+                    cut += bytes.len() as u64;
+                    fs::write(path, log::header(*base))?;
                 }
+                Some(len) if *len < bytes.len() => {
+                    cut += (bytes.len() - len) as u64;
+                    OpenOptions::new()
+                        .write(true)
+                        .open(path)?
+                        .set_len(*len as u64)?;
+                }
+                Some(_) => {}
             }
         }
+        let (state, replayed) = (rec.state, rec.replayed);
         // Append to the newest log, or start one at the state's index.
         let (log_base, path) = match files.last() {
             Some((b, p)) if p.exists() => (*b, p.clone()),

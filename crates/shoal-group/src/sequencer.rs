@@ -447,6 +447,25 @@ impl GroupCore {
                     if self.is_member(m.id) {
                         continue;
                     }
+                    // Admit nobody while a member is silent: its join
+                    // would wait for that member's acknowledgement, and a
+                    // reset then would need a quorum of a membership that
+                    // counts both the silent member and the joiner (two
+                    // dead, if the joiner dies too).  The silent member is
+                    // expelled first; the join waits in the queue.
+                    if self.member_silent(now) {
+                        let changes = &mut self.seq.as_mut().expect("sequencer").changes;
+                        changes.push_front(Change::Join(m));
+                        // Leaves (expulsions) go first.
+                        match changes.iter().position(|c| matches!(c, Change::Leave(_))) {
+                            Some(i) => {
+                                let leave = changes.remove(i).expect("found");
+                                changes.push_front(leave);
+                                continue;
+                            }
+                            None => return,
+                        }
+                    }
                     let mut body = Vec::new();
                     encode_member(&m, &mut body);
                     (EntryKind::Join, body)
@@ -566,6 +585,21 @@ impl GroupCore {
         for id in expel {
             self.queue_change(now, Change::Leave(id));
         }
+        // Joins deferred while a member was silent.
+        self.try_change(now);
+    }
+
+    /// Whether some member has not been heard from for `suspect_after`.
+    fn member_silent(&self, now: Time) -> bool {
+        let Some(s) = self.seq.as_ref() else {
+            return false;
+        };
+        self.members.iter().any(|m| {
+            m.id != self.me.id
+                && s.members
+                    .get(&m.id)
+                    .is_some_and(|h| now.saturating_since(h.heard) >= self.cfg.suspect_after)
+        })
     }
 
     /// Makes this member the sequencer of incarnation `inc` with

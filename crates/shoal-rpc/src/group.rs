@@ -50,8 +50,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 use shoal_cap::{GetPort, PutPort};
-use shoal_group::{Event, GroupConfig, GroupCore, GroupDest, MemberEntry, MemberId, Status};
-pub use shoal_group::{GroupInfo, SendError};
+use shoal_group::{Event, GroupConfig, GroupCore, GroupDest, MemberEntry, MemberId};
+pub use shoal_group::{GroupInfo, SendError, Status};
 use shoal_wire::{Endpoint, Instance, MAX_DATAGRAM, Nonce, Packet};
 
 use crate::clock;

@@ -26,11 +26,13 @@
 //! [`ServerCore`]: shoal_proto::ServerCore
 //! [`ClientCore`]: shoal_proto::ClientCore
 
+pub mod dir;
 mod group;
 pub mod linearize;
 mod net;
 mod sim;
 
+pub use dir::{DirReport, DirSim, DirSimConfig};
 pub use group::{GroupReport, GroupSim, GroupSimConfig};
 pub use net::Faults;
 pub use sim::{Outcome, Report, Sim, SimConfig};

@@ -1,0 +1,125 @@
+//! The directory service over many seeds: every scenario checks
+//! linearizability (so durability of acknowledged updates and atomic
+//! installs), replica agreement and liveness.  `SHOAL_SIM_SEEDS=N` runs more
+//! seeds; `SHOAL_SIM_SEED=S SHOAL_SIM_TRACE=1` replays one with a trace.
+
+use shoal_dir::replica::Durability;
+use shoal_sim::{DirSim, DirSimConfig, Faults, seeds};
+
+fn run(name: &str, cfg: DirSimConfig) {
+    let mut failed = Vec::new();
+    let (mut ok, mut unknown) = (0, 0);
+    for seed in seeds() {
+        let mut sim = DirSim::new(seed, cfg.clone());
+        let report = sim.run();
+        ok += report.ops_ok;
+        unknown += report.ops_unknown;
+        if !report.violations.is_empty() {
+            if std::env::var_os("SHOAL_SIM_TRACE").is_some() {
+                for l in sim.trace() {
+                    eprintln!("{l}");
+                }
+            }
+            failed.push((seed, report.violations));
+        }
+    }
+    eprintln!("{name}: {ok} operations answered, {unknown} with unknown outcome");
+    assert!(
+        failed.is_empty(),
+        "{name}: {} seeds failed; first: seed {} {:?} (replay: SHOAL_SIM_SEED={} SHOAL_SIM_TRACE=1)",
+        failed.len(),
+        failed[0].0,
+        failed[0].1,
+        failed[0].0
+    );
+}
+
+#[test]
+fn clean() {
+    run(
+        "clean",
+        DirSimConfig {
+            faults: Faults::none(),
+            ..Default::default()
+        },
+    );
+}
+
+#[test]
+fn lossy_network_fsync() {
+    run("lossy_network_fsync", DirSimConfig::default());
+}
+
+#[test]
+fn lossy_network_replicated() {
+    run(
+        "lossy_network_replicated",
+        DirSimConfig {
+            durability: Durability::Replicated,
+            ..Default::default()
+        },
+    );
+}
+
+#[test]
+fn crashes_fsync() {
+    run(
+        "crashes_fsync",
+        DirSimConfig {
+            crashes: 3,
+            ..Default::default()
+        },
+    );
+}
+
+#[test]
+fn crashes_replicated() {
+    run(
+        "crashes_replicated",
+        DirSimConfig {
+            durability: Durability::Replicated,
+            crashes: 3,
+            ..Default::default()
+        },
+    );
+}
+
+#[test]
+fn total_crash_fsync() {
+    run(
+        "total_crash_fsync",
+        DirSimConfig {
+            total_crashes: 3,
+            clients: 4,
+            ..Default::default()
+        },
+    );
+}
+
+#[test]
+fn partition_and_pause() {
+    run(
+        "partition_and_pause",
+        DirSimConfig {
+            partition: true,
+            pause: true,
+            ..Default::default()
+        },
+    );
+}
+
+#[test]
+fn everything() {
+    run(
+        "everything",
+        DirSimConfig {
+            replicas: 5,
+            resilience: 2,
+            crashes: 2,
+            partition: true,
+            pause: true,
+            names: 4,
+            ..Default::default()
+        },
+    );
+}
