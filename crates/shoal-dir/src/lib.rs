@@ -12,6 +12,7 @@
 //!   ordered writes to, with client sessions for exactly-once retries and
 //!   the snapshot format;
 //! - [`log`]: the coalescing write-ahead log format and recovery;
+//! - [`history`]: test histories and their sequential specification;
 //! - [`replica`]: a replica's decisions (applying group messages,
 //!   answering reads, durability, re-forming the group).
 //!
@@ -23,6 +24,7 @@
 #![forbid(unsafe_code)]
 
 mod codec;
+pub mod history;
 pub mod log;
 pub mod model;
 pub mod op;

@@ -8,11 +8,12 @@
 //! [`DirClient`].  `docs/directory.md` describes the guarantees and the
 //! on-disk formats.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod client;
 pub mod replica;
 pub mod store;
+pub mod workload;
 
 pub use client::{ClientError, DirClient};
 pub use replica::{Durability, Replica, ReplicaConfig};

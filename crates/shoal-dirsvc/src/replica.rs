@@ -126,6 +126,9 @@ struct Shared {
     /// Set when the log buffer gained records (wakes the flusher).
     unflushed: Mutex<bool>,
     buffer_cv: Condvar,
+    /// The log file and what it holds.  Lock order: `durable` before `rs`
+    /// (a flush takes the buffer and writes it under `durable`, so the log
+    /// stays in index order).
     durable: Mutex<Durable>,
     durable_cv: Condvar,
     disk: Arc<DiskStats>,
@@ -258,9 +261,11 @@ impl Replica {
 
 impl Shared {
     fn status(&self) -> serde_json::Value {
+        // Lock order: durable, then rs (as flush, which must keep the log in
+        // index order).
+        let durable = self.durable.lock();
         let rs = self.rs.read();
         let st = &rs.state;
-        let durable = self.durable.lock();
         serde_json::json!({
             "service": self.cfg.service,
             "port": self.port.to_string(),
@@ -387,8 +392,8 @@ impl Shared {
             }
         };
         let index = new.index();
-        let mut rs = self.rs.write();
         let mut durable = self.durable.lock();
+        let mut rs = self.rs.write();
         let snaps = durable.store.snapshots();
         if let Err(e) = snaps
             .write(index, bytes)
@@ -557,8 +562,8 @@ impl Shared {
     /// starts after it.
     fn snapshot(&self) -> std::io::Result<()> {
         let (index, bytes, snaps) = {
-            let mut rs = self.rs.write();
             let mut d = self.durable.lock();
+            let mut rs = self.rs.write();
             if let Some(bytes) = rs.log.take(false) {
                 d.store.append(&bytes, true)?;
             }

@@ -28,14 +28,14 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use shoal_cap::{Capability, GetPort, ObjectId, ObjectSecret, PutPort, Rights};
+use shoal_cap::{Capability, GetPort, PutPort};
 use shoal_dir::log;
 use shoal_dir::op::FLAG_LINEARIZABLE;
 use shoal_dir::replica::{
     Durability, Formation, PeerStatus, Phase, ReplicaState, STUCK_AFTER_US, Stuck, behind, decide,
     encode_entry, group_tag, when_stuck,
 };
-use shoal_dir::{Answer, DirError, DirState, Expect, InstallItem, Op, Request, Response};
+use shoal_dir::{Answer, DirError, DirState, Op, Request, Response};
 use shoal_group::{Event, GroupConfig, GroupCore, GroupDest, MemberEntry, MemberId, Status};
 use shoal_proto::Time;
 use shoal_wire::ClusterKey;
@@ -45,77 +45,12 @@ use crate::net::Faults;
 
 // ---- the model the history is checked against ----------------------------
 
-/// A client operation on the test directory (names are small numbers).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DirInput {
-    Append(u8, u64),
-    Delete(u8),
-    /// Replace(name, expected value, new value).
-    Replace(u8, u64, u64),
-    Lookup(u8),
-    /// Move(from, to, expected value of from): an install of two rows.
-    Move(u8, u8, u64),
-}
+pub use shoal_dir::history::{Input as DirInput, Output as DirOutput, op_for, output_of};
 
-/// What the service answered.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DirOutput {
-    Ok,
-    Exists,
-    NotFound,
-    Conflict,
-    Value(u64),
-}
-
-/// The directory as a map from names to values, for the checker.
+/// The directory as a map from names to values, for the checker
+/// (`shoal_dir::history::step` is the specification).
 pub struct DirModel {
     pub names: usize,
-}
-
-impl DirModel {
-    fn run(state: &[Option<u64>], input: &DirInput) -> (DirOutput, Vec<Option<u64>>) {
-        let mut s = state.to_vec();
-        let out = match *input {
-            DirInput::Append(k, v) => {
-                if s[k as usize].is_some() {
-                    DirOutput::Exists
-                } else {
-                    s[k as usize] = Some(v);
-                    DirOutput::Ok
-                }
-            }
-            DirInput::Delete(k) => {
-                if s[k as usize].take().is_some() {
-                    DirOutput::Ok
-                } else {
-                    DirOutput::NotFound
-                }
-            }
-            DirInput::Replace(k, e, n) => match s[k as usize] {
-                None => DirOutput::NotFound,
-                Some(x) if x != e => DirOutput::Conflict,
-                Some(_) => {
-                    s[k as usize] = Some(n);
-                    DirOutput::Ok
-                }
-            },
-            DirInput::Lookup(k) => match s[k as usize] {
-                None => DirOutput::NotFound,
-                Some(x) => DirOutput::Value(x),
-            },
-            DirInput::Move(a, b, v) => match (s[a as usize], s[b as usize]) {
-                (None, _) => DirOutput::NotFound,
-                (Some(x), _) if x != v => DirOutput::Conflict,
-                (_, Some(_)) => DirOutput::Exists,
-                (Some(x), None) => {
-                    s[a as usize] = None;
-                    s[b as usize] = Some(x);
-                    DirOutput::Ok
-                }
-            },
-        };
-        (out, s)
-    }
 }
 
 impl Model for DirModel {
@@ -133,85 +68,13 @@ impl Model for DirModel {
         input: &DirInput,
         output: &DirOutput,
     ) -> Option<Self::State> {
-        let (out, next) = Self::run(state, input);
+        let (out, next) = shoal_dir::history::step(state, input);
         (out == *output).then_some(next)
     }
 
     fn step_unknown(&self, state: &Self::State, input: &DirInput) -> Option<Self::State> {
-        Some(Self::run(state, input).1)
+        Some(shoal_dir::history::step(state, input).1)
     }
-}
-
-/// The test directory's row name for name number `k`.
-pub fn row_name(k: u8) -> Vec<u8> {
-    format!("k{k}").into_bytes()
-}
-
-/// A value as a capability stored in a row (a made-up object of another
-/// service), and back.
-pub fn value_cap(v: u64) -> Capability {
-    let port = GetPort::from_bytes([0x5a; 16]).put_port();
-    Capability::mint(
-        port,
-        ObjectId::new(v),
-        Rights::ALL,
-        &ObjectSecret::from_bytes([1; 32]),
-    )
-}
-
-/// The request for one input, on directory `dir`.
-pub fn op_for(dir: Capability, input: &DirInput) -> Op {
-    match *input {
-        DirInput::Append(k, v) => Op::Append {
-            dir,
-            name: row_name(k),
-            caps: vec![value_cap(v)],
-            masks: vec![Rights::ALL],
-        },
-        DirInput::Delete(k) => Op::Delete {
-            dir,
-            name: row_name(k),
-        },
-        DirInput::Replace(k, e, n) => Op::Replace {
-            dir,
-            name: row_name(k),
-            expect: vec![value_cap(e)],
-            caps: vec![value_cap(n)],
-        },
-        DirInput::Lookup(k) => Op::Lookup {
-            dir,
-            name: row_name(k),
-        },
-        DirInput::Move(a, b, v) => Op::Install {
-            items: vec![
-                InstallItem {
-                    dir,
-                    name: row_name(a),
-                    expect: Expect::Caps(vec![value_cap(v)]),
-                    new: None,
-                },
-                InstallItem {
-                    dir,
-                    name: row_name(b),
-                    expect: Expect::Absent,
-                    new: Some((vec![value_cap(v)], vec![Rights::ALL])),
-                },
-            ],
-        },
-    }
-}
-
-/// The output an answer means (`None`: not an answer about the directory,
-/// e.g. "try another replica").
-pub fn output_of(result: &Result<Answer, DirError>) -> Option<DirOutput> {
-    Some(match result {
-        Ok(Answer::Done) => DirOutput::Ok,
-        Ok(Answer::Caps(c)) => DirOutput::Value(c.first()?.object().get()),
-        Err(DirError::Exists(_)) => DirOutput::Exists,
-        Err(DirError::NotFound(_)) => DirOutput::NotFound,
-        Err(DirError::Conflict(_)) => DirOutput::Conflict,
-        _ => return None,
-    })
 }
 
 // ---- the simulation ------------------------------------------------------

@@ -46,6 +46,9 @@ enum Command {
     /// Run benchmarks side by side with their baselines.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Internal: the directory test workload (JSON lines of operations).
+    #[command(hide = true)]
+    DirWorkload(crate::cmd_workload::WorkloadArgs),
     /// Internal: the halves of a benchmark that run on cluster nodes.
     #[command(hide = true, subcommand)]
     BenchAgent(BenchAgentCommand),
@@ -126,6 +129,7 @@ impl Cli {
             Command::Group(c) => crate::cmd_group::run(c),
             Command::Dir(c) => crate::cmd_dir::run(c),
             Command::Init { force } => crate::cmd_dir::init(force),
+            Command::DirWorkload(args) => crate::cmd_workload::run(args),
             Command::Bench(BenchCommand::Rpc(args)) => {
                 shoal_bench::rpc::run(args).map_err(Failure::failed)
             }

@@ -10,6 +10,7 @@ mod cmd_dir;
 mod cmd_group;
 mod cmd_rpc;
 mod cmd_status;
+mod cmd_workload;
 
 use std::process::ExitCode;
 
