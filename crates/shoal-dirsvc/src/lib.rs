@@ -13,6 +13,7 @@
 pub mod client;
 pub mod replica;
 pub mod store;
+pub mod twopc;
 pub mod workload;
 
 pub use client::{ClientError, DirClient};

@@ -13,6 +13,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use shoal_cap::{Capability, Rights};
 use shoal_dir::{DirError, Expect, InstallItem};
+use shoal_dirsvc::twopc::{TwoPc, TwoPcConfig};
 use shoal_dirsvc::{ClientError, DirClient, Durability, Replica, ReplicaConfig};
 use shoal_rpc::Context;
 
@@ -104,8 +105,22 @@ pub struct Common {
     linearizable: bool,
 }
 
+/// How the replicas of a directory service keep their copies alike.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Variant {
+    /// Writes ordered through a process group (2 or more replicas).
+    Group,
+    /// Two replicas and two-phase commit by RPC, with intentions on disk
+    /// (the 1992 paper's baseline; --replicas 2; --durability, -r and
+    /// --flush-ms do not apply).
+    Rpc2pc,
+}
+
 #[derive(Args)]
 pub struct ServeArgs {
+    /// group or rpc2pc.
+    #[arg(long, value_enum, default_value = "group")]
+    variant: Variant,
     /// This replica's number (0-based).
     #[arg(long)]
     replica: usize,
@@ -401,6 +416,9 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
             args.replicas - 1
         )));
     }
+    if args.variant == Variant::Rpc2pc {
+        return serve_rpc2pc(args);
+    }
     let ctx = attach()?;
     let mut cfg = ReplicaConfig::new(args.replica, args.replicas, args.data);
     cfg.service = args.service;
@@ -417,27 +435,61 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
         replica.port(),
         args.durability
     );
+    until_signalled(
+        || replica.is_serving(),
+        (
+            "in the replica group: serving",
+            "out of the replica group: not serving",
+        ),
+    )?;
+    replica.stop();
+    Ok(())
+}
+
+/// `shoal dir serve --variant rpc2pc`.
+fn serve_rpc2pc(args: ServeArgs) -> Result<(), Failure> {
+    if args.replicas != 2 {
+        return Err(Failure::failed(
+            "the rpc2pc variant has exactly 2 replicas: pass --replicas 2",
+        ));
+    }
+    let ctx = attach()?;
+    let mut cfg = TwoPcConfig::new(args.replica, args.data);
+    cfg.service = args.service;
+    cfg.snapshot_bytes = args.snapshot_bytes;
+    cfg.threads = args.threads;
+    let replica = TwoPc::start(ctx, cfg).map_err(|e| Failure::failed(e.to_string()))?;
+    eprintln!(
+        "directory replica {} of 2 serving {} (rpc2pc: two-phase commit, intentions on disk)",
+        args.replica,
+        replica.port()
+    );
+    until_signalled(
+        || replica.is_serving(),
+        (
+            "in step with the peer (or alone): serving",
+            "catching up with the peer: not serving",
+        ),
+    )?;
+    replica.stop();
+    Ok(())
+}
+
+/// Waits for SIGTERM or SIGINT, saying when `serving` changes.
+fn until_signalled(serving: impl Fn() -> bool, (on, off): (&str, &str)) -> Result<(), Failure> {
     let term = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, term.clone())
             .map_err(|e| Failure::failed(e.to_string()))?;
     }
-    let mut serving = false;
+    let mut was = false;
     while !term.load(std::sync::atomic::Ordering::Relaxed) {
-        let now = replica.is_serving();
-        if now != serving {
-            eprintln!(
-                "{}",
-                if now {
-                    "in the replica group: serving"
-                } else {
-                    "out of the replica group: not serving"
-                }
-            );
-            serving = now;
+        let now = serving();
+        if now != was {
+            eprintln!("{}", if now { on } else { off });
+            was = now;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    replica.stop();
     Ok(())
 }

@@ -1,0 +1,261 @@
+//! The RPC variant (two replicas, two-phase commit) on two in-process
+//! node daemons on loopback: writes at either replica reach both, writes
+//! at both at once are ordered alike, a stopped replica's peer goes on
+//! alone and the restarted replica copies its state, and both recover
+//! from their disks after both stopped.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use shoal_cap::Capability;
+use shoal_dir::{Answer, DirError, Op, Request, Response};
+use shoal_dirsvc::DirClient;
+use shoal_dirsvc::twopc::{TwoPc, TwoPcConfig};
+use shoal_node::{Daemon, NodeConfig};
+use shoal_rpc::Context;
+use shoal_wire::ClusterKey;
+
+const SERVICE: &str = "twopc-test";
+
+fn free_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Two node daemons that know each other, and a context on each.
+struct Nodes {
+    daemons: Vec<Daemon>,
+    ctx: Vec<Context>,
+    dir: tempfile::TempDir,
+}
+
+impl Nodes {
+    fn up() -> Nodes {
+        let dir = tempfile::tempdir().unwrap();
+        let key_file = dir.path().join("cluster.key");
+        std::fs::write(&key_file, format!("{}\n", ClusterKey::random().to_hex())).unwrap();
+        let addrs: Vec<SocketAddr> = (0..2)
+            .map(|_| SocketAddr::from(([127, 0, 0, 1], free_port())))
+            .collect();
+        let mut daemons = Vec::new();
+        let mut ctx = Vec::new();
+        for i in 0..2 {
+            let state_dir = dir.path().join(format!("n{}", i + 1));
+            let config = NodeConfig {
+                name: format!("n{}", i + 1),
+                socket: state_dir.join("node.sock"),
+                state_dir,
+                addr: addrs[i],
+                bind: addrs[i],
+                broadcast: None,
+                seeds: vec![addrs[1 - i]],
+                key_file: key_file.clone(),
+                metrics: None,
+                frag_bytes: 60_000,
+            };
+            let socket = config.socket.clone();
+            daemons.push(Daemon::start(config, Arc::new(AtomicBool::new(false))).unwrap());
+            ctx.push(Context::attach(&socket).unwrap());
+        }
+        Nodes { daemons, ctx, dir }
+    }
+
+    fn data(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("data{i}"))
+    }
+
+    fn start(&self, i: usize) -> TwoPc {
+        start(&self.ctx[i], i, &self.data(i))
+    }
+}
+
+impl Drop for Nodes {
+    fn drop(&mut self) {
+        for d in self.daemons.drain(..) {
+            d.shutdown();
+        }
+    }
+}
+
+fn start(ctx: &Context, i: usize, data: &Path) -> TwoPc {
+    let mut cfg = TwoPcConfig::new(i, data.to_path_buf());
+    cfg.service = SERVICE.into();
+    TwoPc::start(ctx.clone(), cfg).unwrap()
+}
+
+fn wait_paired(replicas: &[&TwoPc]) {
+    let until = Instant::now() + Duration::from_secs(30);
+    while replicas.iter().any(|r| r.status()["phase"] != "paired") {
+        assert!(
+            Instant::now() < until,
+            "replicas not paired within 30 s: {:?}",
+            replicas.iter().map(|r| r.status()).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A client session that aims at a replica of its choice.
+struct Session {
+    client: u64,
+    seq: u64,
+    seen: u64,
+}
+
+impl Session {
+    fn new(client: u64) -> Session {
+        Session {
+            client,
+            seq: 0,
+            seen: 0,
+        }
+    }
+
+    fn call(&mut self, at: &TwoPc, op: Op) -> Result<Answer, DirError> {
+        if op.is_write() {
+            self.seq += 1;
+        }
+        let r: Response = at.execute(Request {
+            client: self.client,
+            seq: self.seq,
+            min_index: self.seen,
+            flags: 0,
+            op,
+        });
+        self.seen = self.seen.max(r.index);
+        r.result
+    }
+
+    fn append(&mut self, at: &TwoPc, dir: &Capability, name: &str) {
+        let a = self.call(
+            at,
+            Op::Append {
+                dir: *dir,
+                name: name.into(),
+                caps: vec![*dir],
+                masks: shoal_dir::model::default_masks(3),
+            },
+        );
+        assert_eq!(a, Ok(Answer::Done), "append {name}");
+    }
+
+    fn names(&mut self, at: &TwoPc, dir: &Capability) -> Vec<String> {
+        match self.call(at, Op::List { dir: *dir }) {
+            Ok(Answer::Listing { rows, .. }) => rows.into_iter().map(|(n, _)| n).collect(),
+            other => panic!("list: {other:?}"),
+        }
+    }
+}
+
+fn create_dir(s: &mut Session, at: &TwoPc) -> Capability {
+    match s.call(
+        at,
+        Op::CreateDir {
+            columns: vec![b"owner".to_vec(), b"group".to_vec(), b"other".to_vec()],
+            secret: [0; 32],
+        },
+    ) {
+        Ok(Answer::Cap(c)) => c,
+        other => panic!("create-dir: {other:?}"),
+    }
+}
+
+#[test]
+fn writes_reach_both_and_a_restarted_replica_catches_up() {
+    let nodes = Nodes::up();
+    let a = nodes.start(0);
+    let mut b = nodes.start(1);
+    wait_paired(&[&a, &b]);
+
+    // Writes at either replica are visible at both.
+    let mut s = Session::new(11);
+    let root = create_dir(&mut s, &a);
+    s.append(&b, &root, "from-b");
+    s.append(&a, &root, "from-a");
+    assert_eq!(s.names(&a, &root), ["from-a", "from-b"]);
+    assert_eq!(s.names(&b, &root), ["from-a", "from-b"]);
+
+    // The unchanged client library, through the service port.
+    let mut client = DirClient::with_port(&nodes.ctx[0], a.port()).unwrap();
+    client.append(&root, "by-rpc", &[root], None).unwrap();
+    assert_eq!(client.lookup(&root, "by-rpc").unwrap(), vec![root]);
+    let mut fresh = Session::new(12);
+    fresh.seen = client.seen();
+    assert_eq!(fresh.names(&b, &root), ["by-rpc", "from-a", "from-b"]);
+
+    // Writes at both replicas at once: both apply them in one order.
+    std::thread::scope(|sc| {
+        for (k, r) in [&a, &b].into_iter().enumerate() {
+            sc.spawn(move || {
+                let mut s = Session::new(100 + k as u64);
+                for i in 0..40 {
+                    s.append(r, &root, &format!("c{k}-{i}"));
+                }
+            });
+        }
+    });
+    assert_eq!(a.status()["index"], b.status()["index"]);
+    let mut s2 = Session::new(13);
+    s2.seen = a.status()["index"].as_u64().unwrap();
+    let all = s2.names(&a, &root);
+    assert_eq!(all.len(), 83);
+    assert_eq!(s2.names(&b, &root), all);
+
+    // B stops: A goes on alone.
+    b.stop();
+    s.append(&a, &root, "while-b-was-down");
+    assert_eq!(a.status()["phase"], "alone");
+    assert!(a.status()["alone_writes"].as_u64().unwrap() >= 1);
+
+    // B restarts from its disk and copies A's state before serving.
+    b = nodes.start(1);
+    wait_paired(&[&a, &b]);
+    let mut late = Session::new(14);
+    late.seen = a.status()["index"].as_u64().unwrap();
+    assert!(
+        late.names(&b, &root)
+            .contains(&"while-b-was-down".to_string())
+    );
+    assert_eq!(a.status()["index"], b.status()["index"]);
+
+    // And B's writes reach A again.
+    s.call(
+        &b,
+        Op::Delete {
+            dir: root,
+            name: b"from-a".to_vec(),
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        s.call(
+            &a,
+            Op::Lookup {
+                dir: root,
+                name: b"from-a".to_vec(),
+            }
+        ),
+        Err(DirError::NotFound("from-a".into()))
+    );
+
+    // Both stop; both recover from their disks and pair again.
+    let index = a.status()["index"].clone();
+    let before = s.names(&a, &root);
+    a.stop();
+    b.stop();
+    let a = nodes.start(0);
+    let b = nodes.start(1);
+    wait_paired(&[&a, &b]);
+    assert_eq!(a.status()["index"], index);
+    assert_eq!(b.status()["index"], index);
+    assert_eq!(s.names(&a, &root), before);
+    assert_eq!(s.names(&b, &root), before);
+    a.stop();
+    b.stop();
+}
