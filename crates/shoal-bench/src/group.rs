@@ -29,10 +29,9 @@
 //!    sequencer's agent and n1 reports the gap.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::io::BufRead;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -46,6 +45,8 @@ use shoal_cluster::{Cluster, Mode, Spec};
 use shoal_rpc::group::{Group, GroupOptions};
 use shoal_rpc::{Context, GetPort, PutPort, Server};
 
+use crate::agent::{Agent, ClusterGuard, say};
+use crate::etcd::{Etcd, Http, base64, find_etcd};
 use crate::stats::{median, percentile_us};
 
 /// Flags of `shoal bench group`.
@@ -76,8 +77,6 @@ pub enum AgentCommand {
 const SMALL: usize = 16;
 /// Size of the large messages (bandwidth): sent by BB.
 const LARGE: usize = 1 << 20;
-/// How long the driver waits for an agent's answer.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(300);
 
 // ----- the agent -------------------------------------------------------------
 
@@ -166,12 +165,6 @@ struct AgentState {
     ctx: Context,
     groups: HashMap<String, Membership>,
     server: Option<Server>,
-}
-
-fn say(v: &Value) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{v}");
-    let _ = out.flush();
 }
 
 /// The member agent's command loop.  Commands (one line each):
@@ -542,464 +535,14 @@ fn failover(
     result
 }
 
-// ----- a minimal HTTP/1.1 client for etcd's JSON gateway ---------------------
-
-/// One keep-alive HTTP/1.1 connection.
-struct Http {
-    host: String,
-    w: TcpStream,
-    r: BufReader<TcpStream>,
-}
-
-impl Http {
-    fn connect(addr: SocketAddr) -> std::io::Result<Http> {
-        let w = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-        w.set_nodelay(true)?;
-        w.set_read_timeout(Some(Duration::from_secs(10)))?;
-        let r = BufReader::new(w.try_clone()?);
-        Ok(Http {
-            host: addr.to_string(),
-            w,
-            r,
-        })
-    }
-
-    /// POSTs `body` (JSON) to `path`; returns the status and the body.
-    fn post(&mut self, path: &str, body: &[u8]) -> Result<(u16, Vec<u8>), String> {
-        let mut req = format!(
-            "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-            self.host,
-            body.len()
-        )
-        .into_bytes();
-        req.extend_from_slice(body);
-        let io = |e: std::io::Error| format!("HTTP {}: {e}", self.host);
-        self.w.write_all(&req).map_err(io)?;
-        let mut line = String::new();
-        self.r.read_line(&mut line).map_err(io)?;
-        let status: u16 = line
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| format!("HTTP {}: bad status line {line:?}", self.host))?;
-        let (mut length, mut chunked) = (None, false);
-        loop {
-            line.clear();
-            if self.r.read_line(&mut line).map_err(io)? == 0 {
-                return Err(format!("HTTP {}: connection closed", self.host));
-            }
-            let l = line.trim_end();
-            if l.is_empty() {
-                break;
-            }
-            if let Some((name, value)) = l.split_once(':') {
-                let value = value.trim();
-                if name.eq_ignore_ascii_case("content-length") {
-                    length = value.parse::<usize>().ok();
-                } else if name.eq_ignore_ascii_case("transfer-encoding") {
-                    chunked = value.eq_ignore_ascii_case("chunked");
-                }
-            }
-        }
-        let mut out = Vec::new();
-        if chunked {
-            loop {
-                line.clear();
-                self.r.read_line(&mut line).map_err(io)?;
-                let size = usize::from_str_radix(line.trim().split(';').next().unwrap_or(""), 16)
-                    .map_err(|_| format!("HTTP {}: bad chunk size {line:?}", self.host))?;
-                if size == 0 {
-                    // Trailers, then the empty line.
-                    loop {
-                        line.clear();
-                        if self.r.read_line(&mut line).map_err(io)? == 0
-                            || line.trim_end().is_empty()
-                        {
-                            break;
-                        }
-                    }
-                    break;
-                }
-                let at = out.len();
-                out.resize(at + size + 2, 0);
-                self.r.read_exact(&mut out[at..]).map_err(io)?;
-                out.truncate(at + size);
-            }
-        } else if let Some(n) = length {
-            out.resize(n, 0);
-            self.r.read_exact(&mut out).map_err(io)?;
-        }
-        Ok((status, out))
-    }
-}
-
-fn base64(bytes: &[u8]) -> String {
-    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for c in bytes.chunks(3) {
-        let n = (u32::from(c[0]) << 16)
-            | (u32::from(c.get(1).copied().unwrap_or(0)) << 8)
-            | u32::from(c.get(2).copied().unwrap_or(0));
-        out.push(A[(n >> 18) as usize & 63] as char);
-        out.push(A[(n >> 12) as usize & 63] as char);
-        out.push(if c.len() > 1 {
-            A[(n >> 6) as usize & 63] as char
-        } else {
-            '='
-        });
-        out.push(if c.len() > 2 {
-            A[n as usize & 63] as char
-        } else {
-            '='
-        });
-    }
-    out
-}
-
 // ----- the driver ------------------------------------------------------------
 
 /// The nodes, in placement order: the sender, the sequencer, the passive
 /// member.
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
 
-/// A cluster that goes down when dropped, if this run started it.
-struct ClusterGuard {
-    cluster: Option<Cluster>,
-    temporary: bool,
-}
-
-impl Drop for ClusterGuard {
-    fn drop(&mut self) {
-        if let Some(c) = self.cluster.take()
-            && self.temporary
-        {
-            eprintln!("bench: stopping the cluster");
-            if let Err(e) = c.down(&mut |_| {}) {
-                eprintln!("bench: {e}");
-            }
-        }
-    }
-}
-
-/// A member agent on one node; closing its standard input makes it leave
-/// its groups and exit (killed if it has not within a few seconds).
-struct Agent {
-    node: String,
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Agent {
-    fn start(cluster: &Cluster, node: &str, shoal: &Path) -> Result<Agent, String> {
-        let mut child = cluster
-            .command(node, shoal)?
-            .args(["bench-agent", "group", "member"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("cannot start the agent on {node}: {e}"))?;
-        let out = child.stdout.take().expect("piped");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Ok(Agent {
-            node: node.to_string(),
-            stdin: child.stdin.take(),
-            child,
-            lines,
-        })
-    }
-
-    fn write(&mut self, line: &str) -> Result<(), String> {
-        let stdin = self.stdin.as_mut().expect("open until drop");
-        stdin
-            .write_all(format!("{line}\n").as_bytes())
-            .and_then(|()| stdin.flush())
-            .map_err(|e| format!("the agent on {} is gone ({e})", self.node))
-    }
-
-    fn answer(&mut self) -> Result<Value, String> {
-        let line = match self.lines.recv_timeout(ANSWER_TIMEOUT) {
-            Ok(line) => line,
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                return Err(format!(
-                    "the agent on {} did not answer within {ANSWER_TIMEOUT:?}",
-                    self.node
-                ));
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                return Err(format!(
-                    "the agent on {} exited (see its error above)",
-                    self.node
-                ));
-            }
-        };
-        let v: Value = serde_json::from_str(&line)
-            .map_err(|e| format!("agent on {}: {e}: {line:?}", self.node))?;
-        match v.get("error").and_then(Value::as_str) {
-            Some(e) => Err(format!("agent on {}: {e}", self.node)),
-            None => Ok(v),
-        }
-    }
-
-    fn call(&mut self, line: &str) -> Result<Value, String> {
-        self.write(line)?;
-        self.answer()
-    }
-
-    fn kill(&mut self) {
-        // SAFETY: kill(2) of our own child (ip netns exec execs the agent).
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) };
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        drop(self.stdin.take());
-        let until = Instant::now() + Duration::from_secs(5);
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(_)) => return,
-                Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(10)),
-                _ => {
-                    self.kill();
-                    return;
-                }
-            }
-        }
-    }
-}
-
-/// Where etcd member `i` (0-based) listens: (ip, client port, peer port).
-fn etcd_addrs(cluster: &Cluster, node: &str, i: usize) -> Result<(IpAddr, u16, u16), String> {
-    let entry = cluster.node(node)?;
-    Ok(match entry.netns {
-        Some(_) => (entry.addr.ip(), 2379, 2380),
-        None => {
-            // Loopback: one address, ports apart.
-            let base = 24_000 + u16::from(cluster.file().subnet) * 10 + 2 * i as u16;
-            (IpAddr::V4(Ipv4Addr::LOCALHOST), base, base + 1)
-        }
-    })
-}
-
-/// A three-member etcd cluster, one member in each node's namespace,
-/// stopped (and its data removed) when dropped.
-struct Etcd {
-    children: Vec<Child>,
-    clients: Vec<SocketAddr>,
-    dir: PathBuf,
-}
-
-fn find_etcd() -> Result<PathBuf, String> {
-    if let Some(path) = std::env::var_os("SHOAL_ETCD").filter(|p| !p.is_empty()) {
-        let path = PathBuf::from(path);
-        return if path.is_file() {
-            Ok(path)
-        } else {
-            Err(format!(
-                "SHOAL_ETCD names {}, which is not a file",
-                path.display()
-            ))
-        };
-    }
-    let candidates = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|d| d.join("etcd"))
-        .chain([PathBuf::from("/usr/bin/etcd")]);
-    for c in candidates {
-        if c.is_file() {
-            return Ok(c);
-        }
-    }
-    Err("etcd not found: `shoal bench group` measures an etcd cluster beside shoal's groups; install Debian's etcd 3.4 with `apt-get install etcd-server`".into())
-}
-
-impl Etcd {
-    fn start(cluster: &Cluster, etcd: &Path) -> Result<Etcd, String> {
-        // tmpfs when there is one: fsync then costs next to nothing, so the
-        // comparison is between protocols, not disks (shoal's groups keep
-        // messages in memory only).
-        let base = if Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        let dir = base.join(format!("shoal-bench-etcd-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let mut me = Etcd {
-            children: Vec::new(),
-            clients: Vec::new(),
-            dir,
-        };
-        let mut peers = Vec::new();
-        for (i, node) in NODES.iter().enumerate() {
-            let (ip, client, peer) = etcd_addrs(cluster, node, i)?;
-            peers.push(format!("{node}=http://{ip}:{peer}"));
-            me.clients.push(SocketAddr::new(ip, client));
-        }
-        let initial = peers.join(",");
-        for (i, node) in NODES.iter().enumerate() {
-            let (ip, client, peer) = etcd_addrs(cluster, node, i)?;
-            let log_path = me.dir.join(format!("{node}.log"));
-            let log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
-            let log2 = log.try_clone().map_err(|e| e.to_string())?;
-            let child = cluster
-                .command(node, etcd)?
-                .arg(format!("--name={node}"))
-                .arg(format!("--data-dir={}", me.dir.join(node).display()))
-                .arg(format!("--listen-peer-urls=http://{ip}:{peer}"))
-                .arg(format!("--initial-advertise-peer-urls=http://{ip}:{peer}"))
-                .arg(format!("--listen-client-urls=http://{ip}:{client}"))
-                .arg(format!("--advertise-client-urls=http://{ip}:{client}"))
-                .arg(format!("--initial-cluster={initial}"))
-                .arg("--initial-cluster-state=new")
-                .arg(format!(
-                    "--initial-cluster-token=shoal-bench-{}",
-                    std::process::id()
-                ))
-                .arg("--logger=zap")
-                .arg("--log-level=warn")
-                .stdin(Stdio::null())
-                .stdout(Stdio::from(log))
-                .stderr(Stdio::from(log2))
-                .spawn()
-                .map_err(|e| format!("cannot start etcd on {node}: {e}"))?;
-            me.children.push(child);
-        }
-        Ok(me)
-    }
-
-    /// The last lines of every member's log, for an error message.
-    fn logs(&self) -> String {
-        let mut s = String::new();
-        for node in NODES {
-            let text =
-                std::fs::read_to_string(self.dir.join(format!("{node}.log"))).unwrap_or_default();
-            let tail: Vec<&str> = text.lines().rev().take(3).collect();
-            for l in tail.into_iter().rev() {
-                s.push_str(&format!("\n  {node}: {l}"));
-            }
-        }
-        s
-    }
-
-    /// Waits until a put through n1 succeeds.
-    fn wait_ready(&mut self) -> Result<(), String> {
-        let until = Instant::now() + Duration::from_secs(30);
-        let body =
-            json!({ "key": base64(b"shoal-bench/ready"), "value": base64(b"1") }).to_string();
-        let mut last = String::new();
-        while Instant::now() < until {
-            for (i, c) in self.children.iter_mut().enumerate() {
-                if let Ok(Some(status)) = c.try_wait() {
-                    return Err(format!(
-                        "etcd on {} exited ({status}):{}",
-                        NODES[i],
-                        self.logs()
-                    ));
-                }
-            }
-            match Http::connect(self.clients[0]).map_err(|e| e.to_string()) {
-                Ok(mut h) => match h.post("/v3/kv/put", body.as_bytes()) {
-                    Ok((200, _)) => return Ok(()),
-                    Ok((status, b)) => {
-                        last = format!("HTTP {status}: {}", String::from_utf8_lossy(&b))
-                    }
-                    Err(e) => last = e,
-                },
-                Err(e) => last = e,
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Err(format!(
-            "etcd did not accept a put within 30 s ({last}):{}",
-            self.logs()
-        ))
-    }
-
-    /// Each member's (id, leader id), from `/v3/maintenance/status`.
-    fn status(&self, i: usize) -> Result<(String, String), String> {
-        let mut h = Http::connect(self.clients[i]).map_err(|e| e.to_string())?;
-        let (code, body) = h.post("/v3/maintenance/status", b"{}")?;
-        if code != 200 {
-            return Err(format!("etcd status: HTTP {code}"));
-        }
-        let v: Value = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
-        let text = |v: &Value| match v {
-            Value::String(s) => Some(s.clone()),
-            Value::Number(n) => Some(n.to_string()),
-            _ => None,
-        };
-        let header = &v["header"];
-        let id = text(&header["member_id"])
-            .or_else(|| text(&header["memberId"]))
-            .ok_or("etcd status: no member id")?;
-        let leader = text(&v["leader"]).ok_or("etcd status: no leader")?;
-        Ok((id, leader))
-    }
-
-    /// Moves the Raft leadership to member `to` (as the sequencer sits on
-    /// n2); returns the node that leads afterwards.
-    fn move_leader(&self, to: usize) -> Result<&'static str, String> {
-        let ids: Vec<String> = (0..NODES.len())
-            .map(|i| self.status(i).map(|s| s.0))
-            .collect::<Result<_, _>>()?;
-        for _ in 0..50 {
-            let leader = self.status(to)?.1;
-            if leader == ids[to] {
-                return Ok(NODES[to]);
-            }
-            if let Some(from) = ids.iter().position(|id| *id == leader) {
-                let mut h = Http::connect(self.clients[from]).map_err(|e| e.to_string())?;
-                let body = json!({ "targetID": ids[to] }).to_string();
-                let _ = h.post("/v3/maintenance/transfer-leadership", body.as_bytes())?;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let leader = self.status(to)?.1;
-        Ok(ids
-            .iter()
-            .position(|id| *id == leader)
-            .map_or("unknown", |i| NODES[i]))
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            // SAFETY: kill(2) of our own child.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-        }
-        let until = Instant::now() + Duration::from_secs(5);
-        for c in &mut self.children {
-            loop {
-                match c.try_wait() {
-                    Ok(Some(_)) => break,
-                    Ok(None) if Instant::now() < until => {
-                        std::thread::sleep(Duration::from_millis(20))
-                    }
-                    _ => {
-                        let _ = c.kill();
-                        let _ = c.wait();
-                        break;
-                    }
-                }
-            }
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+/// The member agent's command line.
+const MEMBER: &[&str] = &["bench-agent", "group", "member"];
 
 /// Runs the benchmark.
 pub fn run(args: BenchArgs) -> Result<(), String> {
@@ -1121,7 +664,7 @@ fn measure(
     let failovers = if quick { 1 } else { 5 };
 
     eprintln!("bench: starting etcd (one member per node, data on tmpfs)");
-    let mut etcd = Etcd::start(cluster, etcd_bin)?;
+    let mut etcd = Etcd::start(cluster, etcd_bin, &NODES)?;
     etcd.wait_ready()?;
     let leader = etcd.move_leader(1)?;
     eprintln!("bench: etcd leader on {leader}");
@@ -1131,9 +674,9 @@ fn measure(
     );
 
     eprintln!("bench: starting agents; groups r = 0, 1, 2 created on n2 (the sequencer)");
-    let mut a2 = Agent::start(cluster, "n2", shoal)?;
-    let mut a1 = Agent::start(cluster, "n1", shoal)?;
-    let mut a3 = Agent::start(cluster, "n3", shoal)?;
+    let mut a2 = Agent::start(cluster, "n2", shoal, MEMBER)?;
+    let mut a1 = Agent::start(cluster, "n1", shoal, MEMBER)?;
+    let mut a3 = Agent::start(cluster, "n3", shoal, MEMBER)?;
     for r in 0..3 {
         let port = a2.call(&format!("create r{r} {r}"))?["port"]
             .as_str()
@@ -1251,7 +794,7 @@ fn measure(
         eprintln!(
             "bench: fail-over {i}/{failovers}: r = 1, n1 sends, the sequencer on n2 is SIGKILLed"
         );
-        let mut b2 = Agent::start(cluster, "n2", shoal)?;
+        let mut b2 = Agent::start(cluster, "n2", shoal, MEMBER)?;
         let label = format!("f{i}");
         let port = b2.call(&format!("create {label} 1"))?["port"]
             .as_str()

@@ -13,8 +13,17 @@
 //!   group-vs-RPC directory paper: send latency at resilience 0, 1 and 2,
 //!   throughput, datagrams per message and fail-over, beside a null RPC
 //!   and a three-member etcd cluster.
-//! - [`grpc`]: the gRPC echo peer.
+//! - [`dir`]: `shoal bench dir`, the directory service after the same
+//!   paper's Figure 2: append-delete on the group variant (fsync and
+//!   replicated durability) and the RPC variant with two-phase commit,
+//!   lookups and updates per second, disk writes for temporary names,
+//!   beside a three-member etcd cluster.
+//! - [`grpc`]: the gRPC echo peer; [`etcd`]: the etcd baseline;
+//!   [`agent`]: the driver's side of the agents that run on nodes.
 
+pub mod agent;
+pub mod dir;
+pub mod etcd;
 pub mod group;
 pub mod grpc;
 pub mod rpc;

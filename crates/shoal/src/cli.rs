@@ -54,8 +54,9 @@ enum Command {
     BenchAgent(BenchAgentCommand),
 }
 
-/// The agents of every benchmark: `shoal bench rpc`'s (`serve`, `client`)
-/// and `shoal bench group`'s (`group member`).
+/// The agents of every benchmark: `shoal bench rpc`'s (`serve`, `client`),
+/// `shoal bench group`'s (`group member`) and `shoal bench dir`'s (`dir
+/// client`).
 #[derive(Subcommand)]
 enum BenchAgentCommand {
     #[command(flatten)]
@@ -63,6 +64,9 @@ enum BenchAgentCommand {
     /// `shoal bench group`'s agents.
     #[command(subcommand)]
     Group(shoal_bench::group::AgentCommand),
+    /// `shoal bench dir`'s agents.
+    #[command(subcommand)]
+    Dir(shoal_bench::dir::AgentCommand),
 }
 
 /// Flags of `shoal node`; each overrides the config file.
@@ -107,6 +111,11 @@ enum BenchCommand {
     /// Group communication (r = 0, 1, 2), throughput, datagrams per
     /// message and fail-over, beside a null RPC and an etcd cluster.
     Group(shoal_bench::group::BenchArgs),
+    /// The directory service after the paper's Figure 2: append-delete on
+    /// the RPC variant with two-phase commit and the group variant (fsync
+    /// and replicated), lookups and updates per second, disk writes for
+    /// temporary names, beside an etcd cluster.
+    Dir(shoal_bench::dir::BenchArgs),
 }
 
 impl Cli {
@@ -136,11 +145,17 @@ impl Cli {
             Command::Bench(BenchCommand::Group(args)) => {
                 shoal_bench::group::run(args).map_err(Failure::failed)
             }
+            Command::Bench(BenchCommand::Dir(args)) => {
+                shoal_bench::dir::run(args).map_err(Failure::failed)
+            }
             Command::BenchAgent(BenchAgentCommand::Rpc(c)) => {
                 shoal_bench::rpc::agent(c).map_err(Failure::failed)
             }
             Command::BenchAgent(BenchAgentCommand::Group(c)) => {
                 shoal_bench::group::agent(c).map_err(Failure::failed)
+            }
+            Command::BenchAgent(BenchAgentCommand::Dir(c)) => {
+                shoal_bench::dir::agent(c).map_err(Failure::failed)
             }
         }
     }

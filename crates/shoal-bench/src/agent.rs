@@ -1,0 +1,144 @@
+//! The driver's side of the benchmark agents: a temporary cluster that
+//! goes down when dropped, and an agent process on a node, commanded line
+//! by line over its standard input, answering one JSON line each.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use shoal_cluster::Cluster;
+
+/// How long the driver waits for an agent's answer.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Prints one answer line on standard output (the agent's side).
+pub fn say(v: &Value) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{v}");
+    let _ = out.flush();
+}
+
+/// A cluster that goes down when dropped, if this run started it.
+pub struct ClusterGuard {
+    pub cluster: Option<Cluster>,
+    pub temporary: bool,
+}
+
+impl Drop for ClusterGuard {
+    fn drop(&mut self) {
+        if let Some(c) = self.cluster.take()
+            && self.temporary
+        {
+            eprintln!("bench: stopping the cluster");
+            if let Err(e) = c.down(&mut |_| {}) {
+                eprintln!("bench: {e}");
+            }
+        }
+    }
+}
+
+/// An agent on one node, driven line by line; closing its standard input
+/// makes it finish and exit (killed if it has not within a few seconds).
+pub struct Agent {
+    pub node: String,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Agent {
+    /// Starts `shoal ARGS` on `node` (the agent subcommand).
+    pub fn start(
+        cluster: &Cluster,
+        node: &str,
+        shoal: &Path,
+        args: &[&str],
+    ) -> Result<Agent, String> {
+        let mut child = cluster
+            .command(node, shoal)?
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot start the agent on {node}: {e}"))?;
+        let out = child.stdout.take().expect("piped");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Agent {
+            node: node.to_string(),
+            stdin: child.stdin.take(),
+            child,
+            lines,
+        })
+    }
+
+    pub fn write(&mut self, line: &str) -> Result<(), String> {
+        let stdin = self.stdin.as_mut().expect("open until drop");
+        stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .and_then(|()| stdin.flush())
+            .map_err(|e| format!("the agent on {} is gone ({e})", self.node))
+    }
+
+    pub fn answer(&mut self) -> Result<Value, String> {
+        let line = match self.lines.recv_timeout(ANSWER_TIMEOUT) {
+            Ok(line) => line,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                return Err(format!(
+                    "the agent on {} did not answer within {ANSWER_TIMEOUT:?}",
+                    self.node
+                ));
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(format!(
+                    "the agent on {} exited (see its error above)",
+                    self.node
+                ));
+            }
+        };
+        let v: Value = serde_json::from_str(&line)
+            .map_err(|e| format!("agent on {}: {e}: {line:?}", self.node))?;
+        match v.get("error").and_then(Value::as_str) {
+            Some(e) => Err(format!("agent on {}: {e}", self.node)),
+            None => Ok(v),
+        }
+    }
+
+    pub fn call(&mut self, line: &str) -> Result<Value, String> {
+        self.write(line)?;
+        self.answer()
+    }
+
+    pub fn kill(&mut self) {
+        // SAFETY: kill(2) of our own child (ip netns exec execs the agent).
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(_)) => return,
+                Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(10)),
+                _ => {
+                    self.kill();
+                    return;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,1036 @@
+//! `shoal bench dir`: the directory service, after Figure 2 of the
+//! group-vs-RPC directory paper (Kaashoek et al. 1992), in one run: the
+//! RPC variant with two-phase commit against the group variant (with the
+//! log fsynced before each answer, and with the log flushed in the
+//! background — the paper's NVRAM variant), beside a three-member etcd.
+//!
+//! Placement, on a four-node local cluster (`bd`, 10.77.253.0/24): the
+//! group replicas of two services on n1, n2 and n3 (`bdf`: fsync
+//! durability, `bdr`: replicated durability), the two rpc2pc replicas
+//! (`bd2`) on n1 and n2, their data directories on the real disk
+//! (`/var/tmp/shoal-bench-dir-PID`, removed afterwards); etcd members on
+//! n1, n2 and n3 (data on tmpfs, leader moved to n1); the measuring client
+//! on n4, which holds no replica, located at replica 1 of each service
+//! (not the group's sequencer, replica 0, which created the group; for
+//! rpc2pc, the initiator is replica 1).  The replicas are `shoal dir serve`
+//! processes; the client is an agent (`shoal bench-agent dir client`) the
+//! driver commands line by line (see `client_agent`).
+//!
+//! Phases:
+//! 1. latency, in interleaved rounds (round 0 the warm-up): append a name
+//!    and delete it (the paper's "append-delete") on each service; an etcd
+//!    put and delete of a key; a lookup on `bdr`.  Each kind's turn starts
+//!    after a 50 ms pause (the previous turn's post-reply fsyncs and the
+//!    file system's journal commits would otherwise land on it) with 10
+//!    untimed operations.  The replicas' disk counters are read before and
+//!    after (syncs per write);
+//! 2. temporary names on `bdr`: after its logs have been flushed, a burst
+//!    of append-delete pairs, then two flush intervals; every replica's
+//!    `disk.writes` and `cancelled_pairs` (status on its peer port) are
+//!    read before and after.  If a flush fell inside a pair at some replica
+//!    (it cancelled fewer pairs than were made), the pairs were not all
+//!    within one flush interval and the burst is repeated (at most 3 times);
+//! 3. lookups per second: client threads, each locating the service until
+//!    it reaches replica 1 (checked with a status request), look one name
+//!    up as fast as they can;
+//! 4. updates per second: client threads, each with its own `DirClient`
+//!    (located wherever it lands), append and delete names on `bdr`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::BufRead;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+use shoal_cap::{Capability, PutPort};
+use shoal_cluster::{Cluster, Mode, Spec};
+use shoal_dir::{Answer, Op, Request, Response};
+use shoal_dirsvc::DirClient;
+use shoal_rpc::Context;
+
+use crate::agent::{Agent, ClusterGuard, say};
+use crate::etcd::{Etcd, Http, base64, find_etcd};
+use crate::stats::percentile_us;
+
+/// Flags of `shoal bench dir`.
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Write the metrics as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Fewer samples, shorter phases: a smoke run, not a measurement.
+    #[arg(long)]
+    pub quick: bool,
+}
+
+/// The half of `shoal bench dir` that runs on a node.
+#[derive(Subcommand, Debug, Clone)]
+pub enum AgentCommand {
+    /// A directory client driven by commands on standard input, one JSON
+    /// answer line each on standard output; exits when standard input
+    /// closes.
+    Client,
+}
+
+/// The services: (label, service name, variant, durability, replicas).
+const SERVICES: [(&str, &str, &str, &str, usize); 3] = [
+    ("rpc2pc", "bd2", "rpc2pc", "fsync", 2),
+    ("group_fsync", "bdf", "group", "fsync", 3),
+    ("group_replicated", "bdr", "group", "replicated", 3),
+];
+/// Log flush interval of the replicated service.
+const FLUSH_MS: u64 = 500;
+/// Client threads of the lookup and update phases.
+const LOOKUP_THREADS: usize = 4;
+const UPDATE_THREADS: usize = 4;
+/// Temporary names made in one burst of the disk-write test.
+const TMP_PAIRS: usize = 50;
+
+// ----- the agent -------------------------------------------------------------
+
+/// Runs the agent.
+pub fn agent(command: AgentCommand) -> Result<(), String> {
+    match command {
+        AgentCommand::Client => client_agent(),
+    }
+}
+
+/// The replica every measuring client is located at: not the group's
+/// sequencer (its creator, replica 0), so a write crosses to the sequencer
+/// as it does for most clients; for rpc2pc, the initiator asks replica 0.
+const AIM: usize = 1;
+
+/// One service the agent uses: its port, a session at replica [`AIM`], a
+/// directory of its own.
+struct Opened {
+    port: PutPort,
+    session: Aimed,
+    dir: Capability,
+}
+
+/// A client session located at one replica: what [`DirClient`] does
+/// (session id, request numbers, read-your-writes), without moving to
+/// another replica.
+struct Aimed {
+    rpc: shoal_rpc::Client,
+    port: PutPort,
+    id: u64,
+    seq: u64,
+    seen: u64,
+}
+
+impl Aimed {
+    fn new(ctx: &Context, port: PutPort, replica: usize) -> Result<Aimed, String> {
+        let (rpc, ..) = aimed_client(ctx, port, Some(replica))?;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos() as u64;
+        Ok(Aimed {
+            rpc,
+            port,
+            id: (nanos ^ (u64::from(std::process::id()) << 40)) | 1,
+            seq: 0,
+            seen: 0,
+        })
+    }
+
+    fn call(&mut self, op: Op) -> Result<Answer, String> {
+        let what = op.name();
+        if op.is_write() {
+            self.seq += 1;
+        }
+        let body = Request {
+            client: self.id,
+            seq: self.seq,
+            min_index: self.seen,
+            flags: 0,
+            op,
+        }
+        .encode();
+        let reply = self
+            .rpc
+            .trans(&self.port, body)
+            .map_err(|e| format!("{what}: {e}"))?;
+        let r = Response::decode(&reply).map_err(|e| format!("{what}: {e}"))?;
+        self.seen = self.seen.max(r.index);
+        r.result.map_err(|e| format!("{what}: {e}"))
+    }
+}
+
+struct ClientAgent {
+    ctx: Context,
+    services: HashMap<String, Opened>,
+    /// Names made so far (every appended name is new).
+    made: u64,
+}
+
+fn masks() -> Vec<shoal_cap::Rights> {
+    shoal_dir::model::default_masks(3)
+}
+
+/// Enter `name` in `dir` (holding `dir` itself).
+fn append(dir: Capability, name: &str) -> Op {
+    Op::Append {
+        dir,
+        name: name.as_bytes().to_vec(),
+        caps: vec![dir],
+        masks: masks(),
+    }
+}
+
+/// The client agent's command loop.  Commands (one line each):
+///
+/// ```text
+/// open LABEL SERVICE          → {"dir": CAP}  a client and a new directory
+///                               (holding the name "target")
+/// status SERVICE N            → {"replicas": [status or null; N]} (peer ports)
+/// latency N WARMUP LABELS LOOKUP ETCD
+///                             → {metric: value}: append-delete on each of
+///                               LABELS (comma-separated), lookups on LOOKUP
+///                               (or -), etcd put-delete at ETCD (ip:port, or -)
+/// tmp LABEL K                 → {"pairs": K, "ms": M}: K append-delete pairs
+/// lookups LABEL THREADS MS    → {"per_s", "p50_us", "replica", ...}
+/// updates LABEL THREADS MS    → {"per_s", "writes", "secs"}
+/// ```
+///
+/// A failed command answers `{"error": "..."}`.
+fn client_agent() -> Result<(), String> {
+    let ctx = Context::from_env().map_err(|e| e.to_string())?;
+    let mut agent = ClientAgent {
+        ctx,
+        services: HashMap::new(),
+        made: 0,
+    };
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else { break };
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words.is_empty() {
+            continue;
+        }
+        let answer = agent
+            .command(&words)
+            .unwrap_or_else(|e| json!({ "error": e }));
+        say(&answer);
+    }
+    Ok(())
+}
+
+impl ClientAgent {
+    fn command(&mut self, words: &[&str]) -> Result<Value, String> {
+        let arg = |i: usize| -> Result<&str, String> {
+            words
+                .get(i)
+                .copied()
+                .ok_or_else(|| format!("{}: missing argument {i}", words[0]))
+        };
+        let num = |i: usize| -> Result<usize, String> {
+            arg(i)?.parse().map_err(|e| format!("{}: {e}", words[0]))
+        };
+        match words[0] {
+            "open" => self.open(arg(1)?, arg(2)?),
+            "status" => {
+                let list = replica_status(&self.ctx, arg(1)?, num(2)?)?;
+                Ok(json!({ "replicas": list }))
+            }
+            "latency" => self.latency(num(1)?, num(2)?, arg(3)?, arg(4)?, arg(5)?),
+            "tmp" => self.tmp(arg(1)?, num(2)?),
+            "lookups" => self.lookups(arg(1)?, num(2)?, num(3)? as u64),
+            "updates" => self.updates(arg(1)?, num(2)?, num(3)? as u64),
+            other => Err(format!("unknown command {other}")),
+        }
+    }
+
+    fn service(&mut self, label: &str) -> Result<&mut Opened, String> {
+        self.services
+            .get_mut(label)
+            .ok_or_else(|| format!("no service {label} opened"))
+    }
+
+    fn open(&mut self, label: &str, service: &str) -> Result<Value, String> {
+        let port = shoal_dirsvc::service_port(&self.ctx.config().key, service).put_port();
+        let mut session = Aimed::new(&self.ctx, port, AIM)?;
+        let dir = match session.call(Op::CreateDir {
+            columns: vec![b"owner".to_vec(), b"group".to_vec(), b"other".to_vec()],
+            secret: [0; 32],
+        })? {
+            Answer::Cap(c) => c,
+            a => return Err(format!("{service}: create-dir answered {a:?}")),
+        };
+        session.call(append(dir, "target"))?;
+        self.services
+            .insert(label.into(), Opened { port, session, dir });
+        Ok(json!({ "dir": dir.to_string() }))
+    }
+
+    /// One append-delete pair of a new name.
+    fn pair(&mut self, label: &str) -> Result<(), String> {
+        self.made += 1;
+        let name = format!("tmp{}", self.made);
+        let s = self.service(label)?;
+        let dir = s.dir;
+        s.session.call(append(dir, &name))?;
+        s.session.call(Op::Delete {
+            dir,
+            name: name.into_bytes(),
+        })?;
+        Ok(())
+    }
+
+    /// Latency of every kind, sampled in interleaved rounds (round 0 is
+    /// the warm-up) so that drift in the machine's state weighs on all
+    /// alike; each kind's turn starts with a few untimed operations.
+    fn latency(
+        &mut self,
+        n: usize,
+        warmup: usize,
+        labels: &str,
+        lookup: &str,
+        etcd: &str,
+    ) -> Result<Value, String> {
+        enum Kind {
+            Pair(String),
+            Lookup(String),
+            Etcd(Box<Http>),
+        }
+        let mut kinds: Vec<(String, Kind)> = labels
+            .split(',')
+            .filter(|l| !l.is_empty())
+            .map(|l| (format!("dir_append_delete_us_{l}"), Kind::Pair(l.into())))
+            .collect();
+        if lookup != "-" {
+            kinds.push(("dir_lookup_us".into(), Kind::Lookup(lookup.into())));
+        }
+        if etcd != "-" {
+            let addr: SocketAddr = etcd.parse().map_err(|e| format!("etcd address: {e}"))?;
+            let http = Http::connect(addr).map_err(|e| format!("etcd at {addr}: {e}"))?;
+            kinds.push(("etcd_put_delete_us".into(), Kind::Etcd(Box::new(http))));
+        }
+        let key = base64(b"shoal-bench/dir/tmp");
+        let put = json!({ "key": key, "value": base64(&[0x5a; 48]) }).to_string();
+        let delete = json!({ "key": key }).to_string();
+        let mut samples: Vec<Vec<Duration>> = kinds.iter().map(|_| Vec::with_capacity(n)).collect();
+        const ROUNDS: usize = 10;
+        // Each kind's turn in a round starts with a few untimed operations:
+        // its processes have idled while the other kinds ran (the disk-bound
+        // kinds for hundreds of milliseconds).
+        const REWARM: usize = 10;
+        const SETTLE: Duration = Duration::from_millis(50);
+        for round in 0..=ROUNDS {
+            let timed = if round > 0 { n / ROUNDS } else { 0 };
+            let untimed = if round > 0 { REWARM } else { warmup };
+            for ((_, kind), out) in kinds.iter_mut().zip(samples.iter_mut()) {
+                // Let the previous turn's after-work settle (post-reply
+                // fsyncs, the file system's journal commits).
+                std::thread::sleep(SETTLE);
+                for i in 0..untimed + timed {
+                    let keep = i >= untimed;
+                    let start = Instant::now();
+                    match kind {
+                        Kind::Pair(label) => {
+                            let label = label.clone();
+                            self.pair(&label)?;
+                        }
+                        Kind::Lookup(label) => {
+                            let s = self.service(label)?;
+                            let dir = s.dir;
+                            s.session.call(Op::Lookup {
+                                dir,
+                                name: b"target".to_vec(),
+                            })?;
+                        }
+                        Kind::Etcd(http) => {
+                            for (path, body) in
+                                [("/v3/kv/put", &put), ("/v3/kv/deleterange", &delete)]
+                            {
+                                let (status, answer) = http.post(path, body.as_bytes())?;
+                                if status != 200 {
+                                    return Err(format!(
+                                        "etcd {path}: HTTP {status}: {}",
+                                        String::from_utf8_lossy(&answer)
+                                    ));
+                                }
+                            }
+                        }
+                    }
+                    if keep {
+                        out.push(start.elapsed());
+                    }
+                }
+            }
+        }
+        let mut out = serde_json::Map::new();
+        for ((name, _), mut s) in kinds.iter().zip(samples) {
+            let p50 = percentile_us(&mut s, 50);
+            let p99 = percentile_us(&mut s, 99);
+            // The paper's figures: the append-delete and etcd keys name the
+            // median itself.
+            if name == "dir_lookup_us" {
+                out.insert(format!("{name}_p50"), json!(p50));
+            } else {
+                out.insert(name.clone(), json!(p50));
+            }
+            out.insert(format!("{name}_p99"), json!(p99));
+        }
+        Ok(Value::Object(out))
+    }
+
+    /// `k` append-delete pairs, back to back.
+    fn tmp(&mut self, label: &str, k: usize) -> Result<Value, String> {
+        let start = Instant::now();
+        for _ in 0..k {
+            self.pair(label)?;
+        }
+        Ok(json!({ "pairs": k, "ms": start.elapsed().as_secs_f64() * 1e3 }))
+    }
+
+    /// `threads` threads look the name "target" up for `ms`, all at one
+    /// replica.
+    fn lookups(&mut self, label: &str, threads: usize, ms: u64) -> Result<Value, String> {
+        let (port, dir) = {
+            let s = self.service(label)?;
+            (s.port, s.dir)
+        };
+        let replica = AIM;
+        let mut clients = Vec::new();
+        let mut relocations = 0;
+        for _ in 0..threads.max(1) {
+            let (c, _, r) = aimed_client(&self.ctx, port, Some(replica))?;
+            relocations += r;
+            clients.push(c);
+        }
+        let body = Bytes::from(
+            Request {
+                client: 0,
+                seq: 0,
+                min_index: 0,
+                flags: 0,
+                op: Op::Lookup {
+                    dir,
+                    name: b"target".to_vec(),
+                },
+            }
+            .encode(),
+        );
+        let start = Instant::now();
+        let until = start + Duration::from_millis(ms);
+        let results: Vec<Result<Vec<Duration>, String>> = std::thread::scope(|sc| {
+            let handles: Vec<_> = clients
+                .into_iter()
+                .map(|mut c| {
+                    let body = body.clone();
+                    sc.spawn(move || -> Result<Vec<Duration>, String> {
+                        let mut lat = Vec::with_capacity(1 << 16);
+                        while Instant::now() < until {
+                            let t = Instant::now();
+                            let reply = c.trans(&port, body.clone()).map_err(|e| e.to_string())?;
+                            lat.push(t.elapsed());
+                            match Response::decode(&reply) {
+                                Ok(Response {
+                                    result: Ok(Answer::Caps(_)),
+                                    ..
+                                }) => {}
+                                other => return Err(format!("lookup: {other:?}")),
+                            }
+                        }
+                        Ok(lat)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err("a thread panicked".into())))
+                .collect()
+        });
+        let secs = start.elapsed().as_secs_f64();
+        let mut all = Vec::new();
+        for r in results {
+            all.extend(r?);
+        }
+        let count = all.len();
+        Ok(json!({
+            "per_s": count as f64 / secs,
+            "lookups": count,
+            "secs": secs,
+            "p50_us": percentile_us(&mut all, 50),
+            "p99_us": percentile_us(&mut all, 99),
+            "replica": replica,
+            "threads": threads.max(1),
+            "relocations": relocations,
+        }))
+    }
+
+    /// `threads` threads, each with its own client, append and delete new
+    /// names for `ms`.
+    fn updates(&mut self, label: &str, threads: usize, ms: u64) -> Result<Value, String> {
+        let (port, dir) = {
+            let s = self.service(label)?;
+            (s.port, s.dir)
+        };
+        let start = Instant::now();
+        let until = start + Duration::from_millis(ms);
+        let ctx = &self.ctx;
+        let results: Vec<Result<u64, String>> = std::thread::scope(|sc| {
+            let handles: Vec<_> = (0..threads.max(1))
+                .map(|t| {
+                    sc.spawn(move || -> Result<u64, String> {
+                        let mut c = DirClient::with_port(ctx, port).map_err(|e| e.to_string())?;
+                        let mut writes = 0u64;
+                        while Instant::now() < until {
+                            let name = format!("u{t}-{writes}");
+                            c.append(&dir, &name, &[dir], Some(&masks()))
+                                .and_then(|()| c.delete(&dir, &name))
+                                .map_err(|e| format!("update: {e}"))?;
+                            writes += 2;
+                        }
+                        Ok(writes)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err("a thread panicked".into())))
+                .collect()
+        });
+        let secs = start.elapsed().as_secs_f64();
+        let mut writes = 0;
+        for r in results {
+            writes += r?;
+        }
+        Ok(json!({ "per_s": writes as f64 / secs, "writes": writes, "secs": secs }))
+    }
+}
+
+/// An RPC client located at one replica of the service at `port` (any,
+/// with `None`): it asks for the status of whichever replica it reached
+/// and locates again until that is `want`.  Returns the client, the
+/// replica and how many times it located again.
+fn aimed_client(
+    ctx: &Context,
+    port: PutPort,
+    want: Option<usize>,
+) -> Result<(shoal_rpc::Client, usize, u64), String> {
+    let mut c = ctx.client().map_err(|e| e.to_string())?;
+    let status = Request {
+        client: 0,
+        seq: 0,
+        min_index: 0,
+        flags: 0,
+        op: Op::Status,
+    }
+    .encode();
+    for again in 0..500 {
+        let reply = c
+            .trans(&port, status.clone())
+            .map_err(|e| format!("status: {e}"))?;
+        let replica = match Response::decode(&reply) {
+            Ok(Response {
+                result: Ok(Answer::Status(s)),
+                ..
+            }) => serde_json::from_str::<Value>(&s)
+                .ok()
+                .and_then(|v| v["replica"].as_u64())
+                .ok_or("status without a replica number")?,
+            other => return Err(format!("status: {other:?}")),
+        } as usize;
+        if want.is_none_or(|w| w == replica) {
+            return Ok((c, replica, again));
+        }
+        c.forget(&port);
+    }
+    Err(format!(
+        "could not reach replica {want:?} of the service in 500 locates"
+    ))
+}
+
+/// The status of each of the `n` replicas of `service`, from their peer
+/// ports (`null` where one does not answer three times in a row).
+fn replica_status(ctx: &Context, service: &str, n: usize) -> Result<Vec<Value>, String> {
+    let mut c = ctx.client().map_err(|e| e.to_string())?;
+    let key = &ctx.config().key;
+    let opts = shoal_rpc::CallOptions {
+        deadline: Some(Duration::from_secs(1)),
+        cancel: None,
+    };
+    Ok((0..n)
+        .map(|i| {
+            let port = shoal_dirsvc::peer_port(key, service, i).put_port();
+            for _ in 0..3 {
+                match c.trans_with(&port, Vec::new(), &opts) {
+                    Ok(b) => return serde_json::from_slice(&b).unwrap_or(Value::Null),
+                    Err(_) => c.forget(&port),
+                }
+            }
+            Value::Null
+        })
+        .collect())
+}
+
+// ----- the driver ------------------------------------------------------------
+
+/// A `shoal dir serve` process, stopped (SIGTERM, then SIGKILL) when
+/// dropped.
+struct ReplicaProc {
+    /// `SERVICE/rI on NODE`.
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl ReplicaProc {
+    /// The name and the last lines of the log.
+    fn tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        format!(
+            "{} ({}):\n      {}",
+            self.name,
+            self.log.display(),
+            lines[lines.len().saturating_sub(5)..].join("\n      ")
+        )
+    }
+}
+
+impl Drop for ReplicaProc {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) of our own child (ip netns exec execs shoal).
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(_)) => return,
+                Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
+                _ => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The replicas' data directories, removed when dropped (after the
+/// replicas, which are dropped first).
+struct DataDir(PathBuf);
+
+impl Drop for DataDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn start_replicas(
+    cluster: &Cluster,
+    shoal: &Path,
+    data: &Path,
+) -> Result<Vec<ReplicaProc>, String> {
+    let mut procs = Vec::new();
+    for (_, service, variant, durability, n) in SERVICES {
+        for i in 0..n {
+            let node = format!("n{}", i + 1);
+            let dir = data.join(service).join(format!("r{i}"));
+            let log = data.join(format!("{service}-r{i}.log"));
+            let out = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+            let err = out.try_clone().map_err(|e| e.to_string())?;
+            let child = cluster
+                .command(&node, shoal)?
+                .args([
+                    "dir",
+                    "serve",
+                    "--variant",
+                    variant,
+                    "--durability",
+                    durability,
+                ])
+                .args(["--replica", &i.to_string(), "--replicas", &n.to_string()])
+                .args(["--service", service, "--flush-ms", &FLUSH_MS.to_string()])
+                .arg("--data")
+                .arg(&dir)
+                .env("SHOAL_LOG", "info")
+                .env("NO_COLOR", "1")
+                .stdin(Stdio::null())
+                .stdout(Stdio::from(out))
+                .stderr(Stdio::from(err))
+                .spawn()
+                .map_err(|e| format!("cannot start a replica of {service} on {node}: {e}"))?;
+            procs.push(ReplicaProc {
+                name: format!("{service}/r{i} on {node}"),
+                child,
+                log,
+            });
+        }
+    }
+    Ok(procs)
+}
+
+/// Waits until every replica of every service serves.
+fn wait_serving(client: &mut Agent, procs: &mut [ReplicaProc]) -> Result<(), String> {
+    let until = Instant::now() + Duration::from_secs(60);
+    for (_, service, variant, _, n) in SERVICES {
+        let want = if variant == "rpc2pc" {
+            "paired"
+        } else {
+            "member"
+        };
+        loop {
+            let v = client.call(&format!("status {service} {n}"))?;
+            let phases: Vec<Value> = v["replicas"]
+                .as_array()
+                .map(|l| l.iter().map(|s| s["phase"].clone()).collect())
+                .unwrap_or_default();
+            if phases.len() == n && phases.iter().all(|p| p == want) {
+                break;
+            }
+            for p in procs.iter_mut() {
+                if let Ok(Some(status)) = p.child.try_wait() {
+                    return Err(format!("a replica exited ({status}):\n    {}", p.tail()));
+                }
+            }
+            if Instant::now() > until {
+                let tails: Vec<String> = procs.iter().map(ReplicaProc::tail).collect();
+                return Err(format!(
+                    "{service}: replicas not serving within 60 s (phases {phases:?}):\n    {}",
+                    tails.join("\n    ")
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    Ok(())
+}
+
+fn field(v: &Value, path: &[&str]) -> f64 {
+    path.iter()
+        .fold(v, |v, k| &v[*k])
+        .as_f64()
+        .unwrap_or(f64::NAN)
+}
+
+/// Sum over the replicas of a status field, after minus before.
+fn delta(before: &Value, after: &Value, path: &[&str]) -> f64 {
+    let sum = |v: &Value| -> f64 {
+        v["replicas"]
+            .as_array()
+            .map(|l| l.iter().map(|s| field(s, path)).sum())
+            .unwrap_or(f64::NAN)
+    };
+    sum(after) - sum(before)
+}
+
+/// Runs the benchmark.
+pub fn run(args: BenchArgs) -> Result<(), String> {
+    let etcd = find_etcd()?;
+    let shoal = std::env::current_exe().map_err(|e| e.to_string())?;
+    let dir = std::env::temp_dir().join(format!("shoal-bench-dir-{}", std::process::id()));
+    let mode = if shoal_cluster::is_root() {
+        Mode::Netns
+    } else {
+        Mode::Loopback
+    };
+    eprintln!(
+        "bench: starting a 4-node {mode:?} cluster in {}",
+        dir.display()
+    );
+    let spec = Spec {
+        dir,
+        nodes: 4,
+        name: "bd".into(),
+        subnet: 253,
+        mode,
+        shoal: shoal.clone(),
+    };
+    let guard = ClusterGuard {
+        cluster: Some(Cluster::up(&spec, &mut |l| eprintln!("  {l}"))?),
+        temporary: true,
+    };
+    let cluster = guard.cluster.as_ref().expect("set");
+    let metrics = measure(cluster, &shoal, &etcd, args.quick);
+    drop(guard);
+    let metrics = metrics?;
+    println!("{}", table(&metrics));
+    if let Some(path) = &args.json {
+        let json = json!({ "metrics": metrics, "quick": args.quick });
+        std::fs::write(
+            path,
+            serde_json::to_string_pretty(&json).expect("serializes"),
+        )
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        eprintln!("bench: wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn measure(
+    cluster: &Cluster,
+    shoal: &Path,
+    etcd_bin: &Path,
+    quick: bool,
+) -> Result<BTreeMap<String, f64>, String> {
+    let (n, warmup) = if quick { (50, 10) } else { (1000, 100) };
+    let phase_ms: u64 = if quick { 500 } else { 3000 };
+    let mut metrics = BTreeMap::new();
+
+    let data = DataDir(PathBuf::from(format!(
+        "/var/tmp/shoal-bench-dir-{}",
+        std::process::id()
+    )));
+    let _ = std::fs::remove_dir_all(&data.0);
+    std::fs::create_dir_all(&data.0).map_err(|e| format!("{}: {e}", data.0.display()))?;
+    eprintln!(
+        "bench: starting replicas (data in {}): group bdf (fsync) and bdr (replicated, flush every {FLUSH_MS} ms) on n1-n3, rpc2pc bd2 on n1-n2",
+        data.0.display()
+    );
+    let mut procs = start_replicas(cluster, shoal, &data.0)?;
+    let mut client = Agent::start(cluster, "n4", shoal, &["bench-agent", "dir", "client"])?;
+    wait_serving(&mut client, &mut procs)?;
+    for (label, service, ..) in SERVICES {
+        client.call(&format!("open {label} {service}"))?;
+    }
+
+    eprintln!("bench: starting etcd (members on n1-n3, data on tmpfs)");
+    let mut etcd = Etcd::start(cluster, etcd_bin, &["n1", "n2", "n3"])?;
+    etcd.wait_ready()?;
+    let leader = etcd.move_leader(0)?;
+    eprintln!("bench: etcd leader on {leader}");
+    metrics.insert(
+        "etcd_leader_on_n1".into(),
+        if leader == "n1" { 1.0 } else { 0.0 },
+    );
+
+    // Phase 1: latency, with the disk counters around it.
+    let statuses = |client: &mut Agent| -> Result<Vec<Value>, String> {
+        SERVICES
+            .iter()
+            .map(|(_, service, _, _, n)| client.call(&format!("status {service} {n}")))
+            .collect()
+    };
+    let before = statuses(&mut client)?;
+    eprintln!(
+        "bench: latency: {n} append-delete pairs on each service, lookups, etcd put-delete, in interleaved rounds (client on n4)"
+    );
+    let labels: Vec<&str> = SERVICES.iter().map(|s| s.0).collect();
+    let lat = client.call(&format!(
+        "latency {n} {warmup} {} group_replicated {}",
+        labels.join(","),
+        etcd.clients[0]
+    ))?;
+    for (k, v) in lat.as_object().ok_or("latency: not an object")? {
+        metrics.insert(k.clone(), v.as_f64().unwrap_or(f64::NAN));
+    }
+    drop(etcd);
+    let after = statuses(&mut client)?;
+    for ((label, ..), (b, a)) in SERVICES.iter().zip(before.iter().zip(&after)) {
+        // Writes applied: the index of replica 0.
+        let writes = field(&a["replicas"][0], &["index"]) - field(&b["replicas"][0], &["index"]);
+        let syncs = delta(b, a, &["disk", "syncs"]);
+        if syncs.is_nan() || writes.is_nan() {
+            eprintln!("bench: a replica of {label} did not answer a status request");
+        }
+        let disk_writes = delta(b, a, &["disk", "writes"]);
+        metrics.insert(format!("dir_disk_syncs_per_write_{label}"), syncs / writes);
+        metrics.insert(
+            format!("dir_disk_writes_per_write_{label}"),
+            disk_writes / writes,
+        );
+    }
+
+    // Phase 2: temporary names cost no disk write (replicated mode).
+    let wait = Duration::from_millis(2 * FLUSH_MS + 200);
+    let (mut writes, mut cancelled, mut attempts) = (f64::NAN, 0.0, 0);
+    for attempt in 1..=3 {
+        attempts = attempt;
+        eprintln!(
+            "bench: temporary names: {TMP_PAIRS} append-delete pairs on bdr between two log flushes (attempt {attempt})"
+        );
+        std::thread::sleep(wait);
+        let b = client.call("status bdr 3")?;
+        let burst = client.call(&format!("tmp group_replicated {TMP_PAIRS}"))?;
+        std::thread::sleep(wait);
+        let a = client.call("status bdr 3")?;
+        writes = delta(&b, &a, &["disk", "writes"]);
+        cancelled = (0..3)
+            .map(|i| {
+                field(&a["replicas"][i], &["cancelled_pairs"])
+                    - field(&b["replicas"][i], &["cancelled_pairs"])
+            })
+            .fold(f64::INFINITY, f64::min);
+        eprintln!(
+            "bench:   {:.1} ms for the burst; {writes} disk writes; every replica cancelled at least {cancelled} pairs",
+            field(&burst, &["ms"])
+        );
+        if cancelled >= TMP_PAIRS as f64 {
+            break;
+        }
+        eprintln!("bench:   a flush fell inside a pair at some replica: again");
+    }
+    metrics.insert("dir_tmp_name_disk_writes".into(), writes);
+    metrics.insert("dir_tmp_name_pairs".into(), TMP_PAIRS as f64);
+    metrics.insert("dir_tmp_name_cancelled_pairs".into(), cancelled);
+    metrics.insert("dir_tmp_name_attempts".into(), attempts as f64);
+
+    // Phase 3: lookups on one replica.
+    eprintln!(
+        "bench: lookups: {LOOKUP_THREADS} client threads on n4 aimed at one replica of bdr, {phase_ms} ms"
+    );
+    client.call(&format!(
+        "lookups group_replicated {LOOKUP_THREADS} {}",
+        phase_ms / 5
+    ))?;
+    let l = client.call(&format!(
+        "lookups group_replicated {LOOKUP_THREADS} {phase_ms}"
+    ))?;
+    metrics.insert("dir_lookups_per_s".into(), field(&l, &["per_s"]));
+    metrics.insert("dir_lookup_us_p50_loaded".into(), field(&l, &["p50_us"]));
+    metrics.insert("dir_lookup_threads".into(), field(&l, &["threads"]));
+    metrics.insert("dir_lookup_replica".into(), field(&l, &["replica"]));
+
+    // Phase 4: updates.
+    eprintln!(
+        "bench: updates: {UPDATE_THREADS} client threads on n4 append and delete names on bdr, {phase_ms} ms"
+    );
+    let u = client.call(&format!(
+        "updates group_replicated {UPDATE_THREADS} {phase_ms}"
+    ))?;
+    metrics.insert("dir_updates_per_s".into(), field(&u, &["per_s"]));
+    metrics.insert("dir_update_threads".into(), UPDATE_THREADS as f64);
+
+    drop(client);
+    drop(procs);
+    drop(data);
+    Ok(metrics)
+}
+
+/// The markdown report: Figure 2's ratios beside shoal's, then the
+/// targets.
+fn table(m: &BTreeMap<String, f64>) -> String {
+    let g = |k: &str| m.get(k).copied().unwrap_or(f64::NAN);
+    let rpc = g("dir_append_delete_us_rpc2pc");
+    let fsync = g("dir_append_delete_us_group_fsync");
+    let repl = g("dir_append_delete_us_group_replicated");
+    let etcd = g("etcd_put_delete_us");
+    let mut t = String::new();
+    t.push_str("## Directory service (group-vs-RPC directory paper, 1992, Figure 2)\n\n");
+    t.push_str("Append a name and delete it again; client on n4, which holds no replica;\n");
+    t.push_str("all kinds sampled in interleaved rounds in the same run.\n\n");
+    t.push_str("| append-delete | p50 (µs) | p99 (µs) | disk syncs per write (all replicas) |\n");
+    t.push_str("|---|---:|---:|---:|\n");
+    for (name, key, label) in [
+        (
+            "RPC + two-phase commit (2 replicas, intentions on disk)",
+            "dir_append_delete_us_rpc2pc",
+            "rpc2pc",
+        ),
+        (
+            "group, fsync (3 replicas, r = 2, log synced before the answer)",
+            "dir_append_delete_us_group_fsync",
+            "group_fsync",
+        ),
+        (
+            "group, replicated (3 replicas, r = 2, log flushed every 500 ms: the NVRAM analogue)",
+            "dir_append_delete_us_group_replicated",
+            "group_replicated",
+        ),
+    ] {
+        t.push_str(&format!(
+            "| {name} | {:.1} | {:.1} | {:.2} |\n",
+            g(key),
+            g(&format!("{key}_p99")),
+            g(&format!("dir_disk_syncs_per_write_{label}"))
+        ));
+    }
+    t.push_str(&format!(
+        "| etcd put + delete (3 members, data on tmpfs) | {etcd:.1} | {:.1} | |\n",
+        g("etcd_put_delete_us_p99")
+    ));
+    t.push_str("\n| speed-up | paper, append-delete | paper, tmp file | shoal, append-delete |\n");
+    t.push_str("|---|---:|---:|---:|\n");
+    for (name, paper_ad, paper_tmp, value) in [
+        ("group over RPC", "1.7", "1.6", rpc / fsync),
+        (
+            "NVRAM (shoal: replicated) over pure group (shoal: fsync)",
+            "5.6",
+            "3",
+            fsync / repl,
+        ),
+        (
+            "NVRAM (shoal: replicated) over RPC",
+            "9.8",
+            "4.7",
+            rpc / repl,
+        ),
+        ("group replicated over etcd", "", "", etcd / repl),
+    ] {
+        t.push_str(&format!(
+            "| {name} | {paper_ad} | {paper_tmp} | {value:.1}× |\n"
+        ));
+    }
+    t.push_str(
+        "\nThe \"tmp file\" test also writes and reads a file: it waits for the file service.\n\n",
+    );
+    t.push_str("| other figures | shoal |\n|---|---:|\n");
+    t.push_str(&format!(
+        "| lookups/s on one replica ({} client threads on n4, each located at replica {} of bdr) | {:.0} |\n",
+        g("dir_lookup_threads"),
+        g("dir_lookup_replica"),
+        g("dir_lookups_per_s")
+    ));
+    t.push_str(&format!(
+        "| lookup p50, one client (µs); under that load | {:.1}; {:.1} |\n",
+        g("dir_lookup_us_p50"),
+        g("dir_lookup_us_p50_loaded")
+    ));
+    t.push_str(&format!(
+        "| updates/s, group replicated ({} client threads on n4) | {:.0} |\n",
+        g("dir_update_threads"),
+        g("dir_updates_per_s")
+    ));
+    t.push_str(&format!(
+        "| disk writes for {} temporary names (append + delete between two flushes; {} cancelled at every replica) | {} |\n",
+        g("dir_tmp_name_pairs"),
+        g("dir_tmp_name_cancelled_pairs"),
+        g("dir_tmp_name_disk_writes")
+    ));
+    t.push_str("\n## Targets\n\n| target | measured | goal | |\n|---|---:|---:|---|\n");
+    let verdict = |ok: bool| if ok { "PASS" } else { "FAIL" };
+    let r1 = fsync / rpc;
+    let r2 = etcd / repl;
+    let tmp = g("dir_tmp_name_disk_writes");
+    let lps = g("dir_lookups_per_s");
+    for (name, value, goal, ok) in [
+        (
+            "group/fsync append-delete ÷ rpc2pc append-delete",
+            format!("{r1:.2}"),
+            "≤ 0.6",
+            r1 <= 0.6,
+        ),
+        (
+            "etcd put-delete ÷ group/replicated append-delete",
+            format!("{r2:.1}"),
+            "≥ 10",
+            r2 >= 10.0,
+        ),
+        (
+            "disk writes for temporary names",
+            format!("{tmp}"),
+            "0",
+            tmp == 0.0,
+        ),
+        (
+            "lookups/s on one replica",
+            format!("{lps:.0}"),
+            "≥ 50,000",
+            lps >= 50_000.0,
+        ),
+    ] {
+        t.push_str(&format!(
+            "| {name} | {value} | {goal} | {} |\n",
+            verdict(ok)
+        ));
+    }
+    t
+}
