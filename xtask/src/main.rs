@@ -279,7 +279,152 @@ fn demo_group(dir: &Path) -> Result<(), String> {
     }
     b.stop();
     c.stop();
+    demo_dir(dir)
+}
+
+/// The directory service: three replicas, names registered on one node
+/// and looked up on another, a replica killed, the names still there.
+fn demo_dir(dir: &Path) -> Result<(), String> {
+    step("a directory service: replicas on n1, n2, n3 (fsync durability)");
+    let data = dir.join("directory");
+    let _ = std::fs::remove_dir_all(&data);
+    std::fs::create_dir_all(data.join("user")).map_err(|e| e.to_string())?;
+    let replica = |i: usize| -> Result<std::process::Child, String> {
+        let log = std::fs::File::create(data.join(format!("replica{i}.log")))
+            .map_err(|e| e.to_string())?;
+        let node = format!("n{}", i + 1);
+        let path = data.join(format!("r{i}"));
+        shoal(
+            &[
+                "cluster",
+                "exec",
+                "--node",
+                &node,
+                "--",
+                shoal_bin().to_str().unwrap(),
+                "dir",
+                "serve",
+                "--replica",
+                &i.to_string(),
+                "--replicas",
+                "3",
+                "--data",
+                path.to_str().unwrap(),
+            ],
+            dir,
+        )
+        .stderr(log)
+        .spawn()
+        .map_err(|e| e.to_string())
+    };
+    let mut replicas = (0..3).map(replica).collect::<Result<Vec<_>, _>>()?;
+    let result = demo_dir_steps(dir, &data, &mut replicas, &replica);
+    for r in &mut replicas {
+        stop(r);
+    }
+    if result.is_err() {
+        for i in 0..3 {
+            let log =
+                std::fs::read_to_string(data.join(format!("replica{i}.log"))).unwrap_or_default();
+            println!("--- replica {i} (last lines of its log)");
+            let lines: Vec<&str> = log.lines().collect();
+            for l in &lines[lines.len().saturating_sub(15)..] {
+                println!("  {l}");
+            }
+        }
+    }
+    result
+}
+
+type Spawn<'a> = dyn Fn(usize) -> Result<std::process::Child, String> + 'a;
+
+fn demo_dir_steps(
+    dir: &Path,
+    data: &Path,
+    replicas: &mut [std::process::Child],
+    replica: &Spawn<'_>,
+) -> Result<(), String> {
+    let user = data.join("user");
+    let on = |node: &str, args: &[&str]| -> Result<String, String> {
+        let mut all = vec![
+            "cluster".to_string(),
+            "exec".into(),
+            "--node".into(),
+            node.into(),
+            "--".into(),
+            "env".into(),
+            format!("SHOAL_CONFIG_DIR={}", user.display()),
+            shoal_bin().display().to_string(),
+        ];
+        all.extend(args.iter().map(|a| a.to_string()));
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        // The service may still be forming (or re-forming): retry a while.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = shoal(&all, dir).output().map_err(|e| e.to_string())?;
+            if out.status.success() {
+                let text = String::from_utf8_lossy(&out.stdout).to_string();
+                print!("  {node}$ shoal {}\n{}", args.join(" "), indent(&text));
+                return Ok(text);
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "shoal {} failed on {node}: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    };
+    on("n4", &["init"])?;
+    step("names registered on n4");
+    let projects = on("n4", &["dir", "mkdir", "projects"])?;
+    on("n4", &["dir", "mkdir", "projects/shoal"])?;
+    on("n4", &["dir", "put", "projects/link", projects.trim()])?;
+    step("looked up on n2 (one call for the whole path) and listed on n3");
+    let found = on("n2", &["dir", "lookup", "projects/link"])?;
+    if found.trim() != projects.trim() {
+        return Err(format!(
+            "n2 looked up {found:?}, n4 registered {projects:?}"
+        ));
+    }
+    on("n3", &["dir", "ls", "projects"])?;
+    step("every replica as it sees itself");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let table = on("n4", &["dir", "status", "--all"])?;
+        if table.lines().skip(1).all(|l| l.contains(" member ")) {
+            break;
+        }
+        if Instant::now() >= deadline {
+            return Err("the replicas did not all join their group".into());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    step("killing the replica on n1 with SIGKILL: the names survive, updates go on");
+    if let Ok(Some(status)) = replicas[0].try_wait() {
+        return Err(format!("the replica on n1 exited by itself: {status}"));
+    }
+    let _ = Command::new("kill")
+        .args(["-KILL", &replicas[0].id().to_string()])
+        .status();
+    let _ = replicas[0].wait();
+    let found = on("n3", &["dir", "lookup", "projects/link"])?;
+    if found.trim() != projects.trim() {
+        return Err(format!("after the crash n3 looked up {found:?}"));
+    }
+    on("n4", &["dir", "mv", "projects/link", "projects/shoal/link"])?;
+    on("n2", &["dir", "ls", "projects/shoal"])?;
+    step("restarting it: it recovers from its log and catches up by state transfer");
+    replicas[0] = replica(0)?;
+    std::thread::sleep(Duration::from_millis(1500));
+    on("n1", &["dir", "lookup", "projects/shoal/link"])?;
     Ok(())
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("    {l}\n")).collect()
 }
 
 /// A `shoal group` member run on a node, fed through stdin, read through
@@ -500,6 +645,7 @@ const FUZZ_TARGETS: &[&str] = &[
     "node_config",
     "group_payloads",
     "group_core",
+    "dir_decode",
 ];
 
 /// cargo-fuzz's instrumentation flags, less `-Zsanitizer=address`, the one

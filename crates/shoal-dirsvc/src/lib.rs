@@ -19,7 +19,7 @@ pub mod workload;
 pub use client::{ClientError, DirClient};
 pub use replica::{Durability, Replica, ReplicaConfig};
 
-use shoal_cap::{GetPort, PutPort};
+use shoal_cap::GetPort;
 use shoal_wire::ClusterKey;
 
 /// The name of a cluster's default directory service.
@@ -40,14 +40,4 @@ pub fn peer_port(key: &ClusterKey, name: &str, i: usize) -> GetPort {
         key.as_bytes(),
         &format!("shoal 2026 directory peer {name} {i}"),
     )
-}
-
-/// The group of service `name`'s replicas in generation `generation` (a new
-/// generation starts when the replicas re-form after losing their group).
-pub fn group_port(key: &ClusterKey, name: &str, generation: u64) -> PutPort {
-    GetPort::derive(
-        key.as_bytes(),
-        &format!("shoal 2026 directory group {name} {generation}"),
-    )
-    .put_port()
 }

@@ -106,6 +106,9 @@ struct Durable {
     index: u64,
 }
 
+/// The client-facing server endpoint and its threads (while a member).
+type Serving = (Arc<Server>, Vec<JoinHandle<()>>);
+
 struct Shared {
     cfg: ReplicaConfig,
     ctx: Context,
@@ -132,7 +135,7 @@ struct Shared {
     durable: Mutex<Durable>,
     durable_cv: Condvar,
     disk: Arc<DiskStats>,
-    server: Mutex<Option<(Arc<Server>, Vec<JoinHandle<()>>)>>,
+    server: Mutex<Option<Serving>>,
     stop: AtomicBool,
     writes: AtomicU64,
     reads: AtomicU64,
@@ -276,6 +279,7 @@ impl Shared {
             "phase": self.reported_phase().name(),
             "generation": self.generation.load(Ordering::Relaxed),
             "group": self.group_tag(),
+            "group_port": self.group.read().as_ref().map(|g| g.port().to_string()),
             "index": st.index(),
             "durable_index": durable.index,
             "directories": st.dir_count(),
@@ -459,17 +463,26 @@ impl Shared {
     }
 
     /// Applies deliveries while no request thread is waiting for one.
+    /// Applies deliveries while no request thread is waiting for one:
+    /// every millisecond while they flow, backing off to 10 ms when idle
+    /// (an idle replica should not cost a core a thousand wake-ups a
+    /// second; a request thread that needs a delivery reads it itself).
     fn background_apply(&self) {
+        let mut pause = Duration::from_millis(1);
         while !self.stop.load(Ordering::Relaxed) {
             let group = self.group.read().clone();
             let Some(group) = group else {
                 std::thread::sleep(Duration::from_millis(5));
                 continue;
             };
+            let mut applied = false;
             if let Some(_g) = self.recv.try_lock() {
                 loop {
                     match group.receive_timeout(Some(Duration::ZERO)) {
-                        Ok(Some(d)) => self.deliver(d),
+                        Ok(Some(d)) => {
+                            self.deliver(d);
+                            applied = true;
+                        }
                         Ok(None) => break,
                         Err(e) => {
                             self.lose_group(&e);
@@ -478,7 +491,12 @@ impl Shared {
                     }
                 }
             }
-            std::thread::sleep(Duration::from_millis(1));
+            pause = if applied {
+                Duration::from_millis(1)
+            } else {
+                (pause * 2).min(Duration::from_millis(10))
+            };
+            std::thread::sleep(pause);
         }
     }
 
@@ -734,6 +752,14 @@ impl Shared {
 
     /// Every other replica's status (None: did not answer).
     fn ask_peers(&self) -> Vec<(usize, Option<PeerStatus>)> {
+        self.ask_peers_ports()
+            .into_iter()
+            .map(|(i, s, _)| (i, s))
+            .collect()
+    }
+
+    /// [`Shared::ask_peers`], with the port of each peer's group.
+    fn ask_peers_ports(&self) -> Vec<(usize, Option<PeerStatus>, Option<PutPort>)> {
         let key = self.ctx.config().key.clone();
         let Ok(mut client) = self.ctx.client() else {
             return Vec::new();
@@ -746,31 +772,33 @@ impl Shared {
             .filter(|&i| i != self.cfg.replica)
             .map(|i| {
                 let port = crate::peer_port(&key, &self.cfg.service, i).put_port();
-                let answer = client
+                let json = client
                     .trans_with(&port, Vec::new(), &opts)
                     .ok()
-                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-                    .and_then(|s| {
-                        Some(PeerStatus {
-                            phase: Phase::parse(s["phase"].as_str()?)?,
-                            generation: s["generation"].as_u64()?,
-                            index: s["index"].as_u64()?,
-                            group: s["group"].as_u64()?,
-                        })
-                    });
-                (i, answer)
+                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+                let status = json.as_ref().and_then(|s| {
+                    Some(PeerStatus {
+                        phase: Phase::parse(s["phase"].as_str()?)?,
+                        generation: s["generation"].as_u64()?,
+                        index: s["index"].as_u64()?,
+                        group: s["group"].as_u64()?,
+                    })
+                });
+                let group = json
+                    .as_ref()
+                    .and_then(|s| s["group_port"].as_str()?.parse::<PutPort>().ok());
+                (i, status, group)
             })
             .collect()
     }
 
-    fn group_options(&self, generation: u64) -> GroupOptions {
+    /// Options of the replicas' group.  Each group gets a fresh random
+    /// port (joiners learn it from the peers' status): a port derived from
+    /// the generation alone could name an earlier group whose departed
+    /// members a node still remembers.
+    fn group_options(&self) -> GroupOptions {
         GroupOptions {
             resilience: self.cfg.resilience(),
-            port: Some(crate::group_port(
-                &self.ctx.config().key,
-                &self.cfg.service,
-                generation,
-            )),
             ..GroupOptions::default()
         }
     }
@@ -887,7 +915,8 @@ impl Shared {
                 }
                 Phase::Forming => {
                     self.stop_serving();
-                    let peers = self.ask_peers();
+                    let answers = self.ask_peers_ports();
+                    let peers: Vec<_> = answers.iter().map(|(i, s, _)| (*i, *s)).collect();
                     let index = self.index();
                     match decide(
                         self.cfg.replica,
@@ -896,12 +925,14 @@ impl Shared {
                         &peers,
                     ) {
                         Formation::Join(generation) => {
-                            let port = crate::group_port(
-                                &self.ctx.config().key,
-                                &self.cfg.service,
-                                generation,
-                            );
-                            match Group::join(&self.ctx, port, self.group_options(generation)) {
+                            let Some(port) = answers.iter().find_map(|(_, s, p)| {
+                                s.filter(|s| s.phase == Phase::Member && s.generation == generation)
+                                    .and(*p)
+                            }) else {
+                                std::thread::sleep(Duration::from_millis(100));
+                                continue;
+                            };
+                            match Group::join(&self.ctx, port, self.group_options()) {
                                 Ok(g) => {
                                     tracing::info!("joined the group of generation {generation}");
                                     joined_at = Instant::now();
@@ -914,7 +945,7 @@ impl Shared {
                             }
                         }
                         Formation::Create(generation) => {
-                            match Group::create(&self.ctx, self.group_options(generation)) {
+                            match Group::create(&self.ctx, self.group_options()) {
                                 Ok(g) => {
                                     tracing::info!(
                                         "formed the group of generation {generation} at index {index}"

@@ -1152,10 +1152,7 @@ impl DirSim {
         if !self.reps[r].alive || self.reps[r].paused {
             return;
         }
-        loop {
-            let Some((msg, seq)) = self.reps[r].core.as_mut().and_then(|c| c.poll_sent()) else {
-                break;
-            };
+        while let Some((msg, seq)) = self.reps[r].core.as_mut().and_then(|c| c.poll_sent()) {
             if let Some(p) = self.reps[r].by_msg.remove(&msg) {
                 match self.reps[r].results.remove(&seq) {
                     Some(resp) => self.finish(r, p, resp),

@@ -119,11 +119,11 @@ enum BenchCommand {
 }
 
 impl Cli {
-    /// The log filter when SHOAL_LOG is unset: the daemon logs its life,
-    /// commands stay quiet.
+    /// The log filter when SHOAL_LOG is unset: daemons (the node, a
+    /// directory replica) log their life, commands stay quiet.
     pub fn default_log(&self) -> &'static str {
         match self.command {
-            Command::Node(_) => "info",
+            Command::Node(_) | Command::Dir(crate::cmd_dir::DirCommand::Serve(_)) => "info",
             _ => "warn",
         }
     }

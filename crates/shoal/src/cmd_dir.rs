@@ -23,13 +23,21 @@ use crate::Failure;
 pub enum DirCommand {
     /// Run one replica of a directory service (until SIGTERM or SIGINT).
     Serve(ServeArgs),
-    /// Show the status of the replica that answers (or of each, with --all).
+    /// Show the status of the replica that answers, or with --all a table
+    /// of every replica (as each sees itself).
     Status {
         /// Print JSON.
         #[arg(long)]
         json: bool,
-        #[command(flatten)]
-        common: Common,
+        /// Ask every replica (through its peer port).
+        #[arg(long)]
+        all: bool,
+        /// How many replicas the service has (with --all).
+        #[arg(long, default_value_t = 3)]
+        replicas: usize,
+        /// Service name.
+        #[arg(long, default_value = shoal_dirsvc::DEFAULT_SERVICE)]
+        service: String,
     },
     /// Create a directory and enter it under PATH.
     Mkdir {
@@ -100,9 +108,13 @@ pub struct Common {
     /// Start paths at this directory capability instead of your root.
     #[arg(long, global = true)]
     root: Option<Capability>,
-    /// Linearizable reads (each costs one group message).
+    /// Read from whichever replica answers without first ordering a
+    /// read marker through the group: faster, but a read may miss a write
+    /// another process made in the last moments.  (By default every read
+    /// is linearizable: it sees every write completed before it began, by
+    /// anyone.)
     #[arg(long, global = true)]
-    linearizable: bool,
+    any_replica: bool,
 }
 
 /// How the replicas of a directory service keep their copies alike.
@@ -217,6 +229,61 @@ pub fn init(force: bool) -> Result<(), Failure> {
     Ok(())
 }
 
+/// `shoal dir status --all`: each replica's own status, through its peer
+/// port.  Exits 3 if one does not answer.
+fn status_all(ctx: &Context, service: &str, replicas: usize, json: bool) -> Result<(), Failure> {
+    let mut client = ctx
+        .client()
+        .map_err(|e| Failure::unreachable(e.to_string()))?;
+    let opts = shoal_rpc::CallOptions {
+        deadline: Some(Duration::from_secs(1)),
+        cancel: None,
+    };
+    if !json {
+        println!(
+            "{:<8} {:<8} {:>10} {:>10} {:>10} {:>6} {:>8} {:>8}",
+            "REPLICA", "PHASE", "GENERATION", "INDEX", "DURABLE", "DIRS", "ROWS", "WRITES"
+        );
+    }
+    let mut missing = 0;
+    for i in 0..replicas {
+        let port = shoal_dirsvc::peer_port(&ctx.config().key, service, i).put_port();
+        let answer = client
+            .trans_with(&port, Vec::new(), &opts)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+        match (answer, json) {
+            (Some(s), true) => println!("{s}"),
+            (Some(s), false) => {
+                let n = |k: &str| s[k].to_string();
+                println!(
+                    "{:<8} {:<8} {:>10} {:>10} {:>10} {:>6} {:>8} {:>8}",
+                    i,
+                    s["phase"].as_str().unwrap_or("?"),
+                    n("generation"),
+                    n("index"),
+                    n("durable_index"),
+                    n("directories"),
+                    n("rows"),
+                    n("writes")
+                )
+            }
+            (None, _) => {
+                missing += 1;
+                if !json {
+                    println!("{i:<8} {:<8} (no answer)", "-");
+                }
+            }
+        }
+    }
+    if missing > 0 {
+        return Err(Failure::unreachable(format!(
+            "{missing} of {replicas} replicas did not answer"
+        )));
+    }
+    Ok(())
+}
+
 /// Splits `a/b/c` into (`a/b`, `c`).
 fn split(path: &[u8]) -> (&[u8], &[u8]) {
     let trimmed = path.strip_suffix(b"/").unwrap_or(path);
@@ -236,7 +303,7 @@ impl Session {
         let root = load_root(common)?;
         let ctx = attach()?;
         let mut dir = DirClient::with_port(&ctx, root.port()).map_err(client_failure)?;
-        dir.linearizable(common.linearizable);
+        dir.linearizable(!common.any_replica);
         Ok(Session { dir, root })
     }
 
@@ -286,9 +353,18 @@ fn show_masks(masks: &[Rights]) -> String {
 pub fn run(command: DirCommand) -> Result<(), Failure> {
     match command {
         DirCommand::Serve(args) => serve(args),
-        DirCommand::Status { json, common: _ } => {
+        DirCommand::Status {
+            json,
+            all,
+            replicas,
+            service,
+        } => {
             let ctx = attach()?;
-            let mut dir = DirClient::new(&ctx).map_err(client_failure)?;
+            if all {
+                return status_all(&ctx, &service, replicas, json);
+            }
+            let port = shoal_dirsvc::service_port(&ctx.config().key, &service).put_port();
+            let mut dir = DirClient::with_port(&ctx, port).map_err(client_failure)?;
             dir.retry_for(Duration::from_secs(3));
             let s = dir.status().map_err(client_failure)?;
             if json {

@@ -106,6 +106,10 @@ impl Service {
                         durability.into(),
                         "--flush-ms".into(),
                         "200".into(),
+                        // Small, so snapshots and log rotation happen in
+                        // every test, and recovery reads both.
+                        "--snapshot-bytes".into(),
+                        "65536".into(),
                         "--data".into(),
                         data.display().to_string(),
                     ],
@@ -148,6 +152,25 @@ impl Service {
                 self.logs()
             );
             std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    /// Waits until every replica is a member of the group (a replica
+    /// holds the directory only from then on).
+    fn all_members(&self, c: &Cluster) {
+        let deadline = Instant::now() + Duration::from_secs(40);
+        loop {
+            let out = self.cli(c, "n4", &["dir", "status", "--all"]);
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            if out.status.success() && text.lines().skip(1).all(|l| l.contains(" member ")) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "replicas did not all join: {text}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(200));
         }
     }
 
@@ -267,7 +290,6 @@ fn workload_under_faults(
     nodes: &[&str],
     faults: impl FnOnce(),
 ) -> Vec<Record> {
-    s.ok(c, "n4", &["init"]);
     let w = s.ok(c, "n4", &["dir", "mkdir", "w", "--columns", "owner"]);
     let w = w.trim().to_string();
     let procs: Vec<Child> = nodes
@@ -367,6 +389,8 @@ fn linearizable_through_sigkill_sigstop_and_partitions() {
     let tc = TestCluster::up("db", 28, 5, Mode::Netns);
     let c = tc.get();
     let mut s = Service::start(c, "fsync");
+    s.ok(c, "n4", &["init"]);
+    s.all_members(c);
     // The fault thread owns the replicas meanwhile.
     let mut replicas = std::mem::take(&mut s.replicas);
     let faults = || {
@@ -403,6 +427,7 @@ fn acknowledged_updates_survive_losing_replicas() {
     for i in 0..20 {
         s.ok(c, "n4", &["dir", "put", &format!("d/f{i}"), d.trim()]);
     }
+    s.all_members(c);
     for r in &mut s.replicas {
         r.kill();
     }
@@ -424,6 +449,7 @@ fn acknowledged_updates_survive_losing_replicas() {
     let mut s = Service::start(c, "replicated");
     s.ok(c, "n4", &["init"]);
     s.ok(c, "n4", &["dir", "mkdir", "d"]);
+    s.all_members(c);
     for i in 0..20 {
         s.ok(c, "n4", &["dir", "put", &format!("d/f{i}"), d.trim()]);
     }
@@ -442,7 +468,7 @@ fn acknowledged_updates_survive_losing_replicas() {
     }
     // And the restarted replicas serve it too (the survivor is killed now).
     s.ok(c, "n4", &["dir", "put", "d/after", d.trim()]);
-    std::thread::sleep(Duration::from_millis(500));
+    s.all_members(c);
     s.replicas[2].kill();
     let ls = s.ok(c, "n4", &["dir", "ls", "d"]);
     assert!(
