@@ -12,6 +12,7 @@
 
 pub mod client;
 pub mod replica;
+mod serving;
 pub mod store;
 pub mod twopc;
 pub mod workload;

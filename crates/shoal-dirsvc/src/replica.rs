@@ -106,9 +106,6 @@ struct Durable {
     index: u64,
 }
 
-/// The client-facing server endpoint and its threads (while a member).
-type Serving = (Arc<Server>, Vec<JoinHandle<()>>);
-
 struct Shared {
     cfg: ReplicaConfig,
     ctx: Context,
@@ -135,7 +132,7 @@ struct Shared {
     durable: Mutex<Durable>,
     durable_cv: Condvar,
     disk: Arc<DiskStats>,
-    server: Mutex<Option<Serving>>,
+    server: crate::serving::Serving,
     stop: AtomicBool,
     writes: AtomicU64,
     reads: AtomicU64,
@@ -196,7 +193,7 @@ impl Replica {
             disk: store.stats.clone(),
             durable: Mutex::new(Durable { store, index }),
             durable_cv: Condvar::new(),
-            server: Mutex::new(None),
+            server: Default::default(),
             stop: AtomicBool::new(false),
             writes: AtomicU64::new(0),
             reads: AtomicU64::new(0),
@@ -708,37 +705,20 @@ impl Shared {
     }
 
     fn start_serving(self: &Arc<Self>) -> Result<(), shoal_rpc::Error> {
-        let mut slot = self.server.lock();
-        if slot.is_some() {
-            return Ok(());
-        }
         let key = self.ctx.config().key.clone();
-        let server = Arc::new(
-            self.ctx
-                .serve(crate::service_port(&key, &self.cfg.service))?,
-        );
-        let threads = (0..self.cfg.threads.max(1))
-            .map(|i| {
-                let s = self.clone();
-                let srv = server.clone();
-                std::thread::Builder::new()
-                    .name(format!("dir-serve-{i}"))
-                    .spawn(move || s.serve(&srv))
-                    .expect("spawn a server thread")
-            })
-            .collect();
-        *slot = Some((server, threads));
-        Ok(())
+        let me = self.clone();
+        self.server.start(
+            &self.ctx,
+            crate::service_port(&key, &self.cfg.service),
+            self.cfg.threads,
+            "dir-serve",
+            || false,
+            move |srv| me.serve(srv),
+        )
     }
 
     fn stop_serving(&self) {
-        let taken = self.server.lock().take();
-        if let Some((server, threads)) = taken {
-            let _ = server.shutdown();
-            for t in threads {
-                let _ = t.join();
-            }
-        }
+        self.server.stop();
     }
 
     // ---- forming the group ----------------------------------------------
@@ -839,7 +819,7 @@ impl Shared {
             let phase = *self.phase.lock();
             match phase {
                 Phase::Member => {
-                    if self.server.lock().is_none()
+                    if !self.server.is_serving()
                         && let Err(e) = self.start_serving()
                     {
                         tracing::error!("cannot serve the directory port: {e}");

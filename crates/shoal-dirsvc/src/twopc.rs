@@ -231,9 +231,6 @@ impl Work {
     }
 }
 
-/// The service port's server and its threads, while serving.
-type Serving = (Arc<Server>, Vec<JoinHandle<()>>);
-
 struct Shared {
     cfg: TwoPcConfig,
     ctx: Context,
@@ -254,7 +251,7 @@ struct Shared {
     /// while paired.
     pair: AtomicU64,
     disk: Arc<DiskStats>,
-    server: Mutex<Option<Serving>>,
+    server: crate::serving::Serving,
     stop: AtomicBool,
     writes: AtomicU64,
     reads: AtomicU64,
@@ -354,7 +351,7 @@ impl TwoPc {
             phase: AtomicU8::new(Phase::Starting as u8),
             pair: AtomicU64::new(0),
             disk: stats,
-            server: Mutex::new(None),
+            server: Default::default(),
             stop: AtomicBool::new(false),
             writes: AtomicU64::new(0),
             reads: AtomicU64::new(0),
@@ -689,37 +686,20 @@ impl Shared {
     }
 
     fn start_serving(self: &Arc<Self>) -> Result<(), shoal_rpc::Error> {
-        let mut slot = self.server.lock();
-        // Checked under the slot's lock: `stop` sets the flag first.
-        if slot.is_some() || self.stop.load(Ordering::SeqCst) {
-            return Ok(());
-        }
         let key = self.ctx.config().key.clone();
-        let server = Arc::new(
-            self.ctx
-                .serve(crate::service_port(&key, &self.cfg.service))?,
-        );
-        let threads = (0..self.cfg.threads.max(1))
-            .map(|i| {
-                let (s, srv) = (self.clone(), server.clone());
-                std::thread::Builder::new()
-                    .name(format!("dir2pc-serve-{i}"))
-                    .spawn(move || s.serve_clients(&srv))
-                    .expect("spawn a server thread")
-            })
-            .collect();
-        *slot = Some((server, threads));
-        Ok(())
+        let me = self.clone();
+        self.server.start(
+            &self.ctx,
+            crate::service_port(&key, &self.cfg.service),
+            self.cfg.threads,
+            "dir2pc-serve",
+            || self.stop.load(Ordering::SeqCst),
+            move |srv| me.serve_clients(srv),
+        )
     }
 
     fn stop_serving(&self) {
-        let taken = self.server.lock().take();
-        if let Some((server, threads)) = taken {
-            let _ = server.shutdown();
-            for t in threads {
-                let _ = t.join();
-            }
-        }
+        self.server.stop();
     }
 
     // ---- the peer port --------------------------------------------------
@@ -932,7 +912,7 @@ impl Shared {
         while !self.stop.load(Ordering::Relaxed) {
             let phase = self.phase();
             if phase.serving() {
-                if self.server.lock().is_none()
+                if !self.server.is_serving()
                     && let Err(e) = self.start_serving()
                 {
                     tracing::error!("cannot serve the directory port: {e}");

@@ -1,0 +1,68 @@
+//! The client-facing endpoint of a replica (either variant): a server on
+//! the service's port and the threads that take its requests, started
+//! while the replica may answer and stopped (drained) when it may not.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use parking_lot::Mutex;
+use shoal_cap::GetPort;
+use shoal_rpc::{Context, Server};
+
+/// A server endpoint and its threads.
+type Pool = (Arc<Server>, Vec<JoinHandle<()>>);
+
+/// A server endpoint and its threads, or nothing while not serving.
+#[derive(Default)]
+pub(crate) struct Serving {
+    slot: Mutex<Option<Pool>>,
+}
+
+impl Serving {
+    pub(crate) fn is_serving(&self) -> bool {
+        self.slot.lock().is_some()
+    }
+
+    /// Serves `port` with `threads` threads named `name-N`, each running
+    /// `serve` until the server shuts down; nothing if already serving or
+    /// if `stopping()` (checked under the slot's lock, so a concurrent
+    /// stop that set its flag first is never undone).
+    pub(crate) fn start(
+        &self,
+        ctx: &Context,
+        port: GetPort,
+        threads: usize,
+        name: &str,
+        stopping: impl Fn() -> bool,
+        serve: impl Fn(&Server) + Send + Sync + 'static,
+    ) -> Result<(), shoal_rpc::Error> {
+        let mut slot = self.slot.lock();
+        if slot.is_some() || stopping() {
+            return Ok(());
+        }
+        let server = Arc::new(ctx.serve(port)?);
+        let serve = Arc::new(serve);
+        let handles = (0..threads.max(1))
+            .map(|i| {
+                let (serve, srv) = (serve.clone(), server.clone());
+                std::thread::Builder::new()
+                    .name(format!("{name}-{i}"))
+                    .spawn(move || serve(&srv))
+                    .expect("spawn a server thread")
+            })
+            .collect();
+        *slot = Some((server, handles));
+        Ok(())
+    }
+
+    /// Stops serving: the server drains, its threads end.
+    pub(crate) fn stop(&self) {
+        let taken = self.slot.lock().take();
+        if let Some((server, threads)) = taken {
+            let _ = server.shutdown();
+            for t in threads {
+                let _ = t.join();
+            }
+        }
+    }
+}
