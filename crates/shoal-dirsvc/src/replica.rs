@@ -579,7 +579,9 @@ impl Shared {
         let (index, bytes, snaps) = {
             let mut d = self.durable.lock();
             let mut rs = self.rs.write();
-            if let Some(bytes) = rs.log.take(false) {
+            // Marks and sessions too in the fsync mode: until the snapshot
+            // is renamed into place, this log is what recovery reads.
+            if let Some(bytes) = rs.log.take(self.cfg.durability.marks()) {
                 d.store.append(&bytes, true)?;
             }
             let index = rs.state.index();

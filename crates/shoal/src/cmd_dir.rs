@@ -471,7 +471,7 @@ pub fn run(command: DirCommand) -> Result<(), Failure> {
                 ])
                 .map_err(|e| match e {
                     ClientError::Dir(DirError::Conflict(n)) => Failure::failed(format!(
-                        "{n:?} changed while it was being moved; nothing was moved"
+                        "{n:?} changed while it was being moved, or your columns do not show its full capabilities; nothing was moved"
                     )),
                     e => client_failure(e),
                 })
