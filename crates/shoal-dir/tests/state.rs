@@ -641,3 +641,94 @@ fn requests_and_responses_round_trip() {
         assert_eq!(Response::decode(&r.encode()).unwrap(), r);
     }
 }
+
+/// The operations the property test does not draw, each with too few
+/// rights: replace and install need MODIFY in every directory they touch;
+/// batched and path lookups restrict like single lookups.
+#[test]
+fn rights_of_replace_install_and_batched_lookups() {
+    let mut t = T::new();
+    let d = t.mkdir();
+    let e = t.mkdir();
+    t.append(d, "x", obj(1)).unwrap();
+    let read_only = d.restrict(COLUMNS).unwrap();
+    assert!(matches!(
+        t.w(Op::Replace {
+            dir: read_only,
+            name: b"x".to_vec(),
+            expect: vec![obj(1)],
+            caps: vec![obj(2)]
+        }),
+        Err(DirError::Denied { .. })
+    ));
+    // An install is refused whole if one of its directories lacks MODIFY.
+    let before = t.s.row_count();
+    assert!(matches!(
+        t.w(Op::Install {
+            items: vec![
+                InstallItem {
+                    dir: e,
+                    name: b"y".to_vec(),
+                    expect: Expect::Absent,
+                    new: Some((vec![obj(3)], vec![Rights::ALL; 3]))
+                },
+                InstallItem {
+                    dir: read_only,
+                    name: b"x".to_vec(),
+                    expect: Expect::Any,
+                    new: None
+                },
+            ]
+        }),
+        Err(DirError::Denied { .. })
+    ));
+    assert_eq!(t.s.row_count(), before);
+    // Batched lookup through "other" (column 2): its mask is NONE.
+    let other = d.restrict(column(2)).unwrap();
+    match t
+        .s
+        .read(&Op::LookupMany {
+            dir: other,
+            names: vec![b"x".to_vec()],
+        })
+        .unwrap()
+    {
+        Answer::Many(r) => assert_eq!(r[0].as_ref().unwrap()[0].rights(), Rights::NONE),
+        a => panic!("{a:?}"),
+    }
+    // Without any column, batched and path lookups are refused.
+    let none = d.restrict(MODIFY).unwrap();
+    assert!(matches!(
+        t.s.read(&Op::LookupMany {
+            dir: none,
+            names: vec![b"x".to_vec()]
+        }),
+        Err(DirError::Denied { .. })
+    ));
+    assert!(matches!(
+        t.s.read(&Op::PathLookup {
+            dir: none,
+            path: b"x".to_vec()
+        }),
+        Err(DirError::Denied { .. })
+    ));
+    // A restricted capability never yields more rights through a path.
+    t.w(Op::Append {
+        dir: d,
+        name: b"sub".to_vec(),
+        caps: vec![e],
+        masks: model::directory_masks(3),
+    })
+    .unwrap();
+    t.append(e, "z", obj(4)).unwrap();
+    for cols in [column(0), column(1), column(2)] {
+        let r = d.restrict(cols).unwrap();
+        if let Ok(Answer::Caps(c)) = t.s.read(&Op::PathLookup {
+            dir: r,
+            path: b"sub/z".to_vec(),
+        }) {
+            let direct = t.lookup(e.restrict(cols).unwrap(), "z").unwrap();
+            assert!(c[0].rights().is_subset_of(direct[0].rights()));
+        }
+    }
+}

@@ -123,3 +123,16 @@ fn everything() {
         },
     );
 }
+
+#[test]
+fn two_replicas() {
+    run(
+        "two_replicas",
+        DirSimConfig {
+            replicas: 2,
+            resilience: 1,
+            crashes: 2,
+            ..Default::default()
+        },
+    );
+}
