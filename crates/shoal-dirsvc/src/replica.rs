@@ -676,8 +676,19 @@ impl Shared {
             let deadline = Instant::now() + self.cfg.catch_up;
             let _ = self.pump_until(&group, epoch, |_| self.index() >= req.min_index, deadline);
         }
+        let response = self.rs.read().read(&req);
+        // A read must not show a write that a crash of every replica could
+        // still take back: in the fsync mode it waits for the log too.
+        if !matches!(response.result, Err(DirError::Behind { .. }))
+            && !self
+                .cfg
+                .durability
+                .reply_ready(response.index, self.durable.lock().index)
+        {
+            self.make_durable(response.index)?;
+        }
         self.still_serving()?;
-        Ok(self.rs.read().read(&req))
+        Ok(response)
     }
 
     /// Only a serving replica answers about the directory: one whose group

@@ -969,7 +969,23 @@ impl DirSim {
                 .push((Time(self.now.0 + CATCH_UP_US), p));
             return;
         }
-        self.answer(r, &p, resp);
+        self.answer_when_durable(r, p, resp);
+    }
+
+    /// Answers once the log holds the state the answer saw (the fsync
+    /// mode): a read must not show a write that a crash of every replica
+    /// could still take back.
+    fn answer_when_durable(&mut self, r: usize, p: Pending, resp: Response) {
+        if self
+            .cfg
+            .durability
+            .reply_ready(resp.index, self.reps[r].durable)
+        {
+            self.answer(r, &p, resp);
+        } else {
+            self.reps[r].for_disk.push((resp.index, p, resp));
+            self.flush(r);
+        }
     }
 
     fn expire_reads(&mut self, r: usize) {
@@ -979,7 +995,11 @@ impl DirSim {
         for (deadline, p) in waiting {
             if index >= p.req.min_index || deadline <= now {
                 let resp = self.reps[r].rs.read(&p.req);
-                self.answer(r, &p, resp);
+                if matches!(resp.result, Err(DirError::Behind { .. })) {
+                    self.answer(r, &p, resp);
+                } else {
+                    self.answer_when_durable(r, p, resp);
+                }
             } else {
                 self.reps[r].for_index.push((deadline, p));
             }
@@ -989,18 +1009,7 @@ impl DirSim {
     /// A group message of this replica's was applied: answer it.
     fn finish(&mut self, r: usize, p: Pending, resp: Response) {
         match p.kind {
-            Waiting::Write => {
-                if self
-                    .cfg
-                    .durability
-                    .reply_ready(resp.index, self.reps[r].durable)
-                {
-                    self.answer(r, &p, resp);
-                } else {
-                    self.reps[r].for_disk.push((resp.index, p, resp));
-                    self.flush(r);
-                }
-            }
+            Waiting::Write => self.answer_when_durable(r, p, resp),
             Waiting::Sync => self.serve_read(r, p),
         }
     }
@@ -1370,7 +1379,24 @@ impl DirSim {
             .filter(|&r| self.reps[r].alive && self.reps[r].phase == Phase::Member)
             .collect();
         if members.len() != self.reps.len() {
-            let phases: Vec<&str> = self.reps.iter().map(|p| p.phase.name()).collect();
+            let phases: Vec<String> = self
+                .reps
+                .iter()
+                .map(|p| match &p.core {
+                    Some(c) => {
+                        let i = c.info();
+                        format!(
+                            "{} (group {:?}, inc {}, {} members, sequencer {})",
+                            p.phase.name(),
+                            i.status,
+                            i.incarnation,
+                            i.members.len(),
+                            i.is_sequencer
+                        )
+                    }
+                    None => p.phase.name().to_string(),
+                })
+                .collect();
             self.violation(format!(
                 "liveness: after the faults, replicas are {phases:?}, not all members"
             ));
