@@ -347,13 +347,7 @@ impl ClientAgent {
                             for (path, body) in
                                 [("/v3/kv/put", &put), ("/v3/kv/deleterange", &delete)]
                             {
-                                let (status, answer) = http.post(path, body.as_bytes())?;
-                                if status != 200 {
-                                    return Err(format!(
-                                        "etcd {path}: HTTP {status}: {}",
-                                        String::from_utf8_lossy(&answer)
-                                    ));
-                                }
+                                http.post_ok(path, body.as_bytes())?;
                             }
                         }
                     }
@@ -753,15 +747,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
     drop(guard);
     let metrics = metrics?;
     println!("{}", table(&metrics));
-    if let Some(path) = &args.json {
-        let json = json!({ "metrics": metrics, "quick": args.quick });
-        std::fs::write(
-            path,
-            serde_json::to_string_pretty(&json).expect("serializes"),
-        )
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        eprintln!("bench: wrote {}", path.display());
-    }
+    crate::write_json(args.json.as_deref(), &metrics, args.quick)?;
     Ok(())
 }
 

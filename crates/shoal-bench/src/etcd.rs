@@ -37,6 +37,18 @@ impl Http {
         })
     }
 
+    /// POSTs `body` (JSON) to `path`; fails unless etcd answers 200.
+    pub fn post_ok(&mut self, path: &str, body: &[u8]) -> Result<Vec<u8>, String> {
+        let (status, answer) = self.post(path, body)?;
+        if status != 200 {
+            return Err(format!(
+                "etcd {path}: HTTP {status}: {}",
+                String::from_utf8_lossy(&answer)
+            ));
+        }
+        Ok(answer)
+    }
+
     /// POSTs `body` (JSON) to `path`; returns the status and the body.
     pub fn post(&mut self, path: &str, body: &[u8]) -> Result<(u16, Vec<u8>), String> {
         let mut req = format!(

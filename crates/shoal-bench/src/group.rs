@@ -377,13 +377,7 @@ impl AgentState {
                                     .map_err(|e| format!("{name}: {e}"))?;
                             }
                             Kind::Etcd(http, body) => {
-                                let (status, answer) = http.post("/v3/kv/put", body.as_bytes())?;
-                                if status != 200 {
-                                    return Err(format!(
-                                        "etcd put: HTTP {status}: {}",
-                                        String::from_utf8_lossy(&answer)
-                                    ));
-                                }
+                                http.post_ok("/v3/kv/put", body.as_bytes())?;
                             }
                         }
                         if keep {
@@ -583,15 +577,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
     let metrics = measure(cluster, &shoal, &etcd, args.quick)?;
     drop(guard);
     println!("{}", table(&metrics));
-    if let Some(path) = &args.json {
-        let json = json!({ "metrics": metrics, "quick": args.quick });
-        std::fs::write(
-            path,
-            serde_json::to_string_pretty(&json).expect("serializes"),
-        )
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        eprintln!("bench: wrote {}", path.display());
-    }
+    crate::write_json(args.json.as_deref(), &metrics, args.quick)?;
     Ok(())
 }
 

@@ -28,3 +28,21 @@ pub mod group;
 pub mod grpc;
 pub mod rpc;
 mod stats;
+
+/// Writes a benchmark's metrics as `{"metrics": ..., "quick": ...}` to
+/// `path`, if one was given.
+pub(crate) fn write_json(
+    path: Option<&std::path::Path>,
+    metrics: &impl serde::Serialize,
+    quick: bool,
+) -> Result<(), String> {
+    let Some(path) = path else { return Ok(()) };
+    let json = serde_json::json!({ "metrics": metrics, "quick": quick });
+    std::fs::write(
+        path,
+        serde_json::to_string_pretty(&json).expect("serializes"),
+    )
+    .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    eprintln!("bench: wrote {}", path.display());
+    Ok(())
+}

@@ -408,15 +408,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
     let metrics = result?;
     let table = table(&metrics);
     println!("{table}");
-    if let Some(path) = &args.json {
-        let json = serde_json::json!({ "metrics": metrics, "quick": args.quick });
-        std::fs::write(
-            path,
-            serde_json::to_string_pretty(&json).expect("serializes"),
-        )
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        eprintln!("bench: wrote {}", path.display());
-    }
+    crate::write_json(args.json.as_deref(), &metrics, args.quick)?;
     Ok(())
 }
 

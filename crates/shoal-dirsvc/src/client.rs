@@ -265,10 +265,10 @@ impl DirClient {
     }
 
     /// Removes a row.
-    pub fn delete(&mut self, dir: &Capability, name: &str) -> Result<(), ClientError> {
+    pub fn delete(&mut self, dir: &Capability, name: impl AsRef<[u8]>) -> Result<(), ClientError> {
         self.done(Op::Delete {
             dir: *dir,
-            name: name.as_bytes().to_vec(),
+            name: name.as_ref().to_vec(),
         })
     }
 
@@ -293,21 +293,25 @@ impl DirClient {
     pub fn chmod(
         &mut self,
         dir: &Capability,
-        name: &str,
+        name: impl AsRef<[u8]>,
         masks: &[Rights],
     ) -> Result<(), ClientError> {
         self.done(Op::Chmod {
             dir: *dir,
-            name: name.as_bytes().to_vec(),
+            name: name.as_ref().to_vec(),
             masks: masks.to_vec(),
         })
     }
 
     /// A row's column masks.
-    pub fn get_masks(&mut self, dir: &Capability, name: &str) -> Result<Vec<Rights>, ClientError> {
+    pub fn get_masks(
+        &mut self,
+        dir: &Capability,
+        name: impl AsRef<[u8]>,
+    ) -> Result<Vec<Rights>, ClientError> {
         match self.call(Op::GetMasks {
             dir: *dir,
-            name: name.as_bytes().to_vec(),
+            name: name.as_ref().to_vec(),
         })? {
             Answer::Masks(m) => Ok(m),
             a => Err(unexpected(a)),
@@ -320,44 +324,35 @@ impl DirClient {
     }
 
     /// Moves `from_name` in `from` to `to_name` in `to` atomically (an
-    /// install that deletes the old row if it is unchanged and adds the new
-    /// one if the name is free).
+    /// install that deletes the old row if it still holds what the lookup
+    /// returned and adds the new one if the name is free).  The row moves
+    /// as this capability's columns show it: if their masks hide rights of
+    /// the stored capabilities, the install fails with
+    /// [`DirError::Conflict`] and nothing moves.
     pub fn rename(
         &mut self,
         from: &Capability,
-        from_name: &str,
+        from_name: impl AsRef<[u8]>,
         to: &Capability,
-        to_name: &str,
+        to_name: impl AsRef<[u8]>,
     ) -> Result<(), ClientError> {
-        let caps = self.caps(Op::Lookup {
-            dir: *from,
-            name: from_name.as_bytes().to_vec(),
-        });
-        // The stored capabilities (the lookup restricts them); moving needs
-        // MODIFY on both directories, which the install checks.
-        let _ = caps?;
+        let (from_name, to_name) = (from_name.as_ref(), to_name.as_ref());
+        let caps = self.lookup_bytes(from, from_name)?;
         let masks = self.get_masks(from, from_name)?;
-        let stored = self.stored(from, from_name)?;
         self.install(vec![
             InstallItem {
                 dir: *from,
-                name: from_name.as_bytes().to_vec(),
-                expect: Expect::Caps(stored.clone()),
+                name: from_name.to_vec(),
+                expect: Expect::Caps(caps.clone()),
                 new: None,
             },
             InstallItem {
                 dir: *to,
-                name: to_name.as_bytes().to_vec(),
+                name: to_name.to_vec(),
                 expect: Expect::Absent,
-                new: Some((stored, masks)),
+                new: Some((caps, masks)),
             },
         ])
-    }
-
-    /// The capabilities as stored (for an owner with all columns, that is
-    /// what lookup returns).
-    fn stored(&mut self, dir: &Capability, name: &str) -> Result<Vec<Capability>, ClientError> {
-        self.lookup(dir, name)
     }
 
     /// The replica's status (JSON) — whichever replica answers.

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use shoal_cap::{Capability, Rights};
-use shoal_dir::{DirError, Expect, InstallItem};
+use shoal_dir::DirError;
 use shoal_dirsvc::twopc::{TwoPc, TwoPcConfig};
 use shoal_dirsvc::{ClientError, DirClient, Durability, Replica, ReplicaConfig};
 use shoal_rpc::Context;
@@ -429,12 +429,11 @@ pub fn run(command: DirCommand) -> Result<(), Failure> {
         DirCommand::Rm { path, dir, common } => {
             let mut s = Session::open(&common)?;
             let (parent, name) = s.parent(path.as_bytes())?;
-            let name_s = String::from_utf8_lossy(&name).into_owned();
             if dir {
                 let target = s.resolve_dir(path.as_bytes())?;
                 s.dir.delete_dir(&target).map_err(client_failure)?;
             }
-            s.dir.delete(&parent, &name_s).map_err(client_failure)
+            s.dir.delete(&parent, name).map_err(client_failure)
         }
         DirCommand::Chmod {
             path,
@@ -443,32 +442,14 @@ pub fn run(command: DirCommand) -> Result<(), Failure> {
         } => {
             let mut s = Session::open(&common)?;
             let (dir, name) = s.parent(path.as_bytes())?;
-            s.dir
-                .chmod(&dir, &String::from_utf8_lossy(&name), &masks)
-                .map_err(client_failure)
+            s.dir.chmod(&dir, name, &masks).map_err(client_failure)
         }
         DirCommand::Mv { from, to, common } => {
             let mut s = Session::open(&common)?;
             let (fdir, fname) = s.parent(from.as_bytes())?;
             let (tdir, tname) = s.parent(to.as_bytes())?;
-            let fname = String::from_utf8_lossy(&fname).into_owned();
-            let caps = s.dir.lookup(&fdir, &fname).map_err(client_failure)?;
-            let masks = s.dir.get_masks(&fdir, &fname).map_err(client_failure)?;
             s.dir
-                .install(vec![
-                    InstallItem {
-                        dir: fdir,
-                        name: fname.into_bytes(),
-                        expect: Expect::Caps(caps.clone()),
-                        new: None,
-                    },
-                    InstallItem {
-                        dir: tdir,
-                        name: tname,
-                        expect: Expect::Absent,
-                        new: Some((caps, masks)),
-                    },
-                ])
+                .rename(&fdir, fname, &tdir, tname)
                 .map_err(|e| match e {
                     ClientError::Dir(DirError::Conflict(n)) => Failure::failed(format!(
                         "{n:?} changed while it was being moved, or your columns do not show its full capabilities; nothing was moved"
