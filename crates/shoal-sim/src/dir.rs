@@ -21,8 +21,7 @@
 //! - `liveness`: after the faults stop, the replicas form one group and
 //!   every client operation completes.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use bytes::Bytes;
@@ -42,6 +41,7 @@ use shoal_wire::ClusterKey;
 
 use crate::linearize::{self, CheckResult, Model, Operation};
 use crate::net::Faults;
+use crate::timeline::Timeline;
 
 // ---- the model the history is checked against ----------------------------
 
@@ -275,9 +275,7 @@ pub struct DirSim {
     port: PutPort,
     dir: Capability,
     now: Time,
-    queue: BinaryHeap<Reverse<(Time, u64, usize)>>,
-    events: Vec<Option<Ev>>,
-    counter: u64,
+    timeline: Timeline<Ev>,
     reps: Vec<Rep>,
     clis: Vec<Cli>,
     faults_on: bool,
@@ -368,9 +366,7 @@ impl DirSim {
             port,
             dir,
             now: Time(0),
-            queue: BinaryHeap::new(),
-            events: Vec::new(),
-            counter: 0,
+            timeline: Timeline::new(),
             reps,
             clis,
             faults_on: true,
@@ -434,10 +430,7 @@ impl DirSim {
     }
 
     fn at(&mut self, t: Time, ev: Ev) {
-        let idx = self.events.len();
-        self.events.push(Some(ev));
-        self.counter += 1;
-        self.queue.push(Reverse((t, self.counter, idx)));
+        self.timeline.at(t, ev);
     }
 
     fn log(&mut self, line: impl FnOnce() -> String) {
@@ -464,12 +457,8 @@ impl DirSim {
     /// Runs to the end and checks every promise.
     pub fn run(&mut self) -> DirReport {
         let end = Time(500_000 + self.cfg.fault_phase_us + self.cfg.settle_us);
-        while let Some(Reverse((t, _, idx))) = self.queue.pop() {
-            if t > end {
-                break;
-            }
+        while let Some((t, ev)) = self.timeline.next(end) {
             self.now = t;
-            let ev = self.events[idx].take().expect("each event runs once");
             self.step(ev);
         }
         self.now = end;

@@ -21,8 +21,7 @@
 //!   is a member of one incarnation, every message sent is delivered and
 //!   all members have delivered the same stream.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use bytes::Bytes;
@@ -34,6 +33,7 @@ use shoal_proto::Time;
 use shoal_wire::ClusterKey;
 
 use crate::net::Faults;
+use crate::timeline::Timeline;
 
 /// Shape of one group simulation.
 #[derive(Debug, Clone)]
@@ -158,9 +158,7 @@ pub struct GroupSim {
     key: ClusterKey,
     group: shoal_cap::PutPort,
     now: Time,
-    queue: BinaryHeap<Reverse<(Time, u64, usize)>>,
-    events: Vec<Option<Ev>>,
-    counter: u64,
+    timeline: Timeline<Ev>,
     procs: Vec<Proc>,
     faults_on: bool,
     /// seq → (signature, chain after it).
@@ -207,9 +205,7 @@ impl GroupSim {
             key,
             group,
             now: Time(0),
-            queue: BinaryHeap::new(),
-            events: Vec::new(),
-            counter: 0,
+            timeline: Timeline::new(),
             procs: Vec::new(),
             faults_on: true,
             agreed: BTreeMap::new(),
@@ -348,10 +344,7 @@ impl GroupSim {
     }
 
     fn at(&mut self, t: Time, ev: Ev) {
-        let idx = self.events.len();
-        self.events.push(Some(ev));
-        self.counter += 1;
-        self.queue.push(Reverse((t, self.counter, idx)));
+        self.timeline.at(t, ev);
     }
 
     fn log(&mut self, line: impl FnOnce() -> String) {
@@ -376,12 +369,8 @@ impl GroupSim {
     /// Runs to the end and checks every promise.
     pub fn run(&mut self) -> GroupReport {
         let end = Time(500_000 + self.cfg.fault_phase_us + self.cfg.settle_us);
-        while let Some(Reverse((t, _, idx))) = self.queue.pop() {
-            if t > end {
-                break;
-            }
+        while let Some((t, ev)) = self.timeline.next(end) {
             self.now = t;
-            let ev = self.events[idx].take().expect("each event runs once");
             self.step(ev);
         }
         self.now = end;

@@ -31,6 +31,7 @@ mod group;
 pub mod linearize;
 mod net;
 mod sim;
+mod timeline;
 
 pub use dir::{DirReport, DirSim, DirSimConfig};
 pub use group::{GroupReport, GroupSim, GroupSimConfig};
