@@ -15,12 +15,12 @@ pub struct DecodeError {
     pub why: &'static str,
 }
 
-pub(crate) fn bad(what: &'static str, why: &'static str) -> DecodeError {
+pub fn bad(what: &'static str, why: &'static str) -> DecodeError {
     DecodeError { what, why }
 }
 
 /// Appends fields to a buffer.
-pub(crate) struct Writer<'a>(pub &'a mut Vec<u8>);
+pub struct Writer<'a>(pub &'a mut Vec<u8>);
 
 impl Writer<'_> {
     pub fn u8(&mut self, v: u8) {
@@ -62,7 +62,7 @@ impl Writer<'_> {
 }
 
 /// Reads fields from a byte slice.
-pub(crate) struct Reader<'a> {
+pub struct Reader<'a> {
     buf: &'a [u8],
     what: &'static str,
 }

@@ -23,7 +23,7 @@
 
 #![forbid(unsafe_code)]
 
-mod codec;
+pub mod codec;
 pub mod history;
 pub mod log;
 pub mod model;

@@ -26,6 +26,7 @@
 //! [`ServerCore`]: shoal_proto::ServerCore
 //! [`ClientCore`]: shoal_proto::ClientCore
 
+pub mod bullet;
 pub mod dir;
 mod group;
 pub mod linearize;
@@ -33,6 +34,7 @@ mod net;
 mod sim;
 mod timeline;
 
+pub use bullet::{BulletReport, BulletSim, BulletSimConfig};
 pub use dir::{DirReport, DirSim, DirSimConfig};
 pub use group::{GroupReport, GroupSim, GroupSimConfig};
 pub use net::Faults;

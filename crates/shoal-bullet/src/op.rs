@@ -1,0 +1,539 @@
+//! Requests, answers and their wire format.
+//!
+//! A client sends one [`Op`] per RPC; the server answers with one
+//! response.  Layout (little-endian): request = `tag u8 | fields`;
+//! response = `0 u8 | answer` or `1 u8 | code u8 | message u16-string`.
+//! Capabilities are 48 bytes, data is `u32 length | bytes`, and the edit
+//! flags are one byte: bit 0 commit, bit 1 safety (commit only once the
+//! data is on disk).
+
+use shoal_cap::Capability;
+use shoal_dir::codec::{DecodeError, Reader, Writer, bad};
+
+use crate::model::{FileError, MAX_CHUNK, MAX_TOUCH};
+
+/// Edit flag: commit the result (make it immutable and readable).
+pub const FLAG_COMMIT: u8 = 1;
+/// Edit flag: return only once the committed data is durable (fsync).
+pub const FLAG_SAFETY: u8 = 2;
+
+/// One edit of a file's bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Edit {
+    /// Overwrite from `offset` (which may be the end: an append), growing
+    /// the file if the data runs past its end.
+    Write { offset: u64, data: Vec<u8> },
+    /// Insert at `offset`, shifting what follows.
+    Insert { offset: u64, data: Vec<u8> },
+    /// Remove `len` bytes at `offset`.
+    Delete { offset: u64, len: u64 },
+}
+
+/// One file-service operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// Create a file from `data` (needs CREATE on the server's
+    /// capability); left uncommitted unless `flags` has [`FLAG_COMMIT`].
+    Create {
+        server: Capability,
+        flags: u8,
+        data: Vec<u8>,
+    },
+    /// Apply an edit (needs MODIFY): to an uncommitted file in place, or to
+    /// a committed one, producing a new file that shares the unchanged
+    /// extents.  Answers the capability of the file edited or made.
+    Edit {
+        file: Capability,
+        flags: u8,
+        edit: Edit,
+    },
+    /// Commit an uncommitted file (needs MODIFY).
+    Commit { file: Capability, flags: u8 },
+    /// Read `len` bytes at `offset` (needs READ); the answer may be short
+    /// only at the end of the file.
+    Read {
+        file: Capability,
+        offset: u64,
+        len: u32,
+    },
+    /// Size and state of a file (needs READ).
+    Stat { file: Capability },
+    /// Destroy a file (needs DESTROY).
+    Destroy { file: Capability },
+    /// Reset the time-to-live of each object named (any valid capability
+    /// does); answers which ones exist.
+    Touch { files: Vec<Capability> },
+    /// Admin operations on the server's capability (need ADMIN).
+    Admin { server: Capability, what: AdminOp },
+}
+
+/// The admin operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminOp {
+    /// Make everything committed so far durable.
+    Sync,
+    /// Verify every extent's checksum and the metadata's consistency.
+    Fsck,
+    /// Move extents into free space at the front and shrink the store.
+    Compact,
+    /// Run one ageing pass: decrement every time-to-live, destroy objects
+    /// that reach zero.
+    Age,
+    /// Figures about the store.
+    Stats,
+}
+
+/// What a file's stat says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stat {
+    pub size: u64,
+    pub committed: bool,
+    /// Pieces (references to extent ranges) making up the file.
+    pub pieces: u32,
+    /// Ageing passes left before the file is garbage-collected unless
+    /// touched.
+    pub ttl: u8,
+    /// BLAKE3 of the file's contents (zeros while uncommitted).
+    pub hash: [u8; 32],
+}
+
+/// A successful answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    Done,
+    Cap(Capability),
+    Data(Vec<u8>),
+    Stat(Stat),
+    /// One flag per touched capability: whether the object exists.
+    Touched(Vec<bool>),
+    /// Figures by name, then problems found (fsck, compact, age, stats).
+    Report {
+        figures: Vec<(String, u64)>,
+        problems: Vec<String>,
+    },
+}
+
+fn flags_ok(flags: u8) -> Result<u8, DecodeError> {
+    if flags & !(FLAG_COMMIT | FLAG_SAFETY) != 0 {
+        return Err(bad("file request", "unknown flag bits"));
+    }
+    Ok(flags)
+}
+
+fn data(r: &mut Reader<'_>) -> Result<Vec<u8>, DecodeError> {
+    let d = r.bytes32()?;
+    if d.len() > MAX_CHUNK {
+        return Err(bad("file request", "data larger than 8 MiB"));
+    }
+    Ok(d.to_vec())
+}
+
+impl Op {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut buf = Vec::new();
+        let mut w = Writer(&mut buf);
+        match self {
+            Op::Create {
+                server,
+                flags,
+                data,
+            } => {
+                w.u8(1);
+                w.cap(server);
+                w.u8(*flags);
+                w.bytes32(data);
+            }
+            Op::Edit { file, flags, edit } => {
+                w.u8(2);
+                w.cap(file);
+                w.u8(*flags);
+                match edit {
+                    Edit::Write { offset, data } => {
+                        w.u8(1);
+                        w.u64(*offset);
+                        w.bytes32(data);
+                    }
+                    Edit::Insert { offset, data } => {
+                        w.u8(2);
+                        w.u64(*offset);
+                        w.bytes32(data);
+                    }
+                    Edit::Delete { offset, len } => {
+                        w.u8(3);
+                        w.u64(*offset);
+                        w.u64(*len);
+                    }
+                }
+            }
+            Op::Commit { file, flags } => {
+                w.u8(3);
+                w.cap(file);
+                w.u8(*flags);
+            }
+            Op::Read { file, offset, len } => {
+                w.u8(4);
+                w.cap(file);
+                w.u64(*offset);
+                w.u32(*len);
+            }
+            Op::Stat { file } => {
+                w.u8(5);
+                w.cap(file);
+            }
+            Op::Destroy { file } => {
+                w.u8(6);
+                w.cap(file);
+            }
+            Op::Touch { files } => {
+                w.u8(7);
+                w.u16(files.len() as u16);
+                for f in files {
+                    w.cap(f);
+                }
+            }
+            Op::Admin { server, what } => {
+                w.u8(8);
+                w.cap(server);
+                w.u8(match what {
+                    AdminOp::Sync => 1,
+                    AdminOp::Fsck => 2,
+                    AdminOp::Compact => 3,
+                    AdminOp::Age => 4,
+                    AdminOp::Stats => 5,
+                });
+            }
+        }
+        buf
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Op, DecodeError> {
+        let mut r = Reader::new(bytes, "file request");
+        let op = match r.u8()? {
+            1 => Op::Create {
+                server: r.cap()?,
+                flags: flags_ok(r.u8()?)?,
+                data: data(&mut r)?,
+            },
+            2 => {
+                let file = r.cap()?;
+                let flags = flags_ok(r.u8()?)?;
+                let edit = match r.u8()? {
+                    1 => Edit::Write {
+                        offset: r.u64()?,
+                        data: data(&mut r)?,
+                    },
+                    2 => Edit::Insert {
+                        offset: r.u64()?,
+                        data: data(&mut r)?,
+                    },
+                    3 => Edit::Delete {
+                        offset: r.u64()?,
+                        len: r.u64()?,
+                    },
+                    _ => return Err(bad("file request", "unknown edit")),
+                };
+                Op::Edit { file, flags, edit }
+            }
+            3 => Op::Commit {
+                file: r.cap()?,
+                flags: flags_ok(r.u8()?)?,
+            },
+            4 => Op::Read {
+                file: r.cap()?,
+                offset: r.u64()?,
+                len: r.u32()?,
+            },
+            5 => Op::Stat { file: r.cap()? },
+            6 => Op::Destroy { file: r.cap()? },
+            7 => {
+                let n = r.u16()? as usize;
+                if n > MAX_TOUCH {
+                    return Err(bad(
+                        "file request",
+                        "more than 4096 capabilities in a touch",
+                    ));
+                }
+                r.count(n, Capability::LEN)?;
+                Op::Touch {
+                    files: (0..n).map(|_| r.cap()).collect::<Result<_, _>>()?,
+                }
+            }
+            8 => Op::Admin {
+                server: r.cap()?,
+                what: match r.u8()? {
+                    1 => AdminOp::Sync,
+                    2 => AdminOp::Fsck,
+                    3 => AdminOp::Compact,
+                    4 => AdminOp::Age,
+                    5 => AdminOp::Stats,
+                    _ => return Err(bad("file request", "unknown admin operation")),
+                },
+            },
+            _ => return Err(bad("file request", "unknown operation")),
+        };
+        r.end()?;
+        Ok(op)
+    }
+}
+
+/// The bytes that precede a read's data in its response: a server builds
+/// the response by appending the data to this prefix, with no extra copy.
+pub fn data_prefix(len: usize) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(6 + len);
+    let mut w = Writer(&mut buf);
+    w.u8(0);
+    w.u8(3);
+    w.u32(len as u32);
+    buf
+}
+
+/// Encodes a result.
+pub fn encode_result(result: &Result<Answer, FileError>) -> Vec<u8> {
+    let mut buf = Vec::new();
+    let mut w = Writer(&mut buf);
+    match result {
+        Ok(a) => {
+            w.u8(0);
+            match a {
+                Answer::Done => w.u8(1),
+                Answer::Cap(c) => {
+                    w.u8(2);
+                    w.cap(c);
+                }
+                Answer::Data(d) => {
+                    w.u8(3);
+                    w.bytes32(d);
+                }
+                Answer::Stat(s) => {
+                    w.u8(4);
+                    w.u64(s.size);
+                    w.u8(s.committed as u8);
+                    w.u32(s.pieces);
+                    w.u8(s.ttl);
+                    w.raw(&s.hash);
+                }
+                Answer::Touched(v) => {
+                    w.u8(5);
+                    w.u16(v.len() as u16);
+                    for b in v {
+                        w.u8(*b as u8);
+                    }
+                }
+                Answer::Report { figures, problems } => {
+                    w.u8(6);
+                    w.u16(figures.len() as u16);
+                    for (k, v) in figures {
+                        w.str16(k.as_bytes());
+                        w.u64(*v);
+                    }
+                    w.u16(problems.len() as u16);
+                    for p in problems {
+                        w.str16(&p.as_bytes()[..p.len().min(4096)]);
+                    }
+                }
+            }
+        }
+        Err(e) => {
+            w.u8(1);
+            w.u8(e.code());
+            match e {
+                FileError::Denied { have, need } => {
+                    w.u8(have.bits());
+                    w.u8(need.bits());
+                }
+                FileError::Range { offset, len, size } => {
+                    w.u64(*offset);
+                    w.u64(*len);
+                    w.u64(*size);
+                }
+                FileError::TooLarge(s)
+                | FileError::BadRequest(s)
+                | FileError::Corrupt(s)
+                | FileError::NoSpace(s)
+                | FileError::Io(s) => w.str16(&s.as_bytes()[..s.len().min(4096)]),
+                _ => {}
+            }
+        }
+    }
+    buf
+}
+
+fn text(r: &mut Reader<'_>) -> Result<String, DecodeError> {
+    Ok(String::from_utf8_lossy(r.str16()?).into_owned())
+}
+
+/// Decodes a result.
+pub fn decode_result(bytes: &[u8]) -> Result<Result<Answer, FileError>, DecodeError> {
+    let mut r = Reader::new(bytes, "file response");
+    let out = match r.u8()? {
+        0 => Ok(match r.u8()? {
+            1 => Answer::Done,
+            2 => Answer::Cap(r.cap()?),
+            3 => Answer::Data(r.bytes32()?.to_vec()),
+            4 => Answer::Stat(Stat {
+                size: r.u64()?,
+                committed: r.u8()? != 0,
+                pieces: r.u32()?,
+                ttl: r.u8()?,
+                hash: r.array()?,
+            }),
+            5 => {
+                let n = r.u16()? as usize;
+                r.count(n, 1)?;
+                Answer::Touched(
+                    (0..n)
+                        .map(|_| r.u8().map(|b| b != 0))
+                        .collect::<Result<_, _>>()?,
+                )
+            }
+            6 => {
+                let n = r.u16()? as usize;
+                r.count(n, 10)?;
+                let figures = (0..n)
+                    .map(|_| Ok((text(&mut r)?, r.u64()?)))
+                    .collect::<Result<_, DecodeError>>()?;
+                let n = r.u16()? as usize;
+                r.count(n, 2)?;
+                let problems = (0..n).map(|_| text(&mut r)).collect::<Result<_, _>>()?;
+                Answer::Report { figures, problems }
+            }
+            _ => return Err(bad("file response", "unknown answer")),
+        }),
+        1 => Err(match r.u8()? {
+            1 => FileError::NotFound,
+            2 => FileError::BadCapability,
+            3 => FileError::Denied {
+                have: shoal_cap::Rights::from_bits(r.u8()?),
+                need: shoal_cap::Rights::from_bits(r.u8()?),
+            },
+            4 => FileError::NotCommitted,
+            5 => FileError::Committed,
+            6 => FileError::Range {
+                offset: r.u64()?,
+                len: r.u64()?,
+                size: r.u64()?,
+            },
+            7 => FileError::TooLarge(text(&mut r)?),
+            8 => FileError::BadRequest(text(&mut r)?),
+            9 => FileError::Corrupt(text(&mut r)?),
+            10 => FileError::NoSpace(text(&mut r)?),
+            11 => FileError::Io(text(&mut r)?),
+            _ => return Err(bad("file response", "unknown error code")),
+        }),
+        _ => return Err(bad("file response", "bad result tag")),
+    };
+    r.end()?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use shoal_cap::{GetPort, ObjectId, ObjectSecret, Rights};
+
+    fn cap(n: u64) -> Capability {
+        Capability::mint(
+            GetPort::from_bytes([n as u8; 16]).put_port(),
+            ObjectId::new(n),
+            Rights::ALL,
+            &ObjectSecret::from_bytes([7; 32]),
+        )
+    }
+
+    fn ops() -> impl Strategy<Value = Op> {
+        let d = proptest::collection::vec(any::<u8>(), 0..64);
+        prop_oneof![
+            (any::<u64>(), 0u8..4, d.clone()).prop_map(|(n, flags, data)| Op::Create {
+                server: cap(n),
+                flags,
+                data
+            }),
+            (any::<u64>(), 0u8..4, any::<u64>(), d.clone()).prop_map(|(n, flags, offset, data)| {
+                Op::Edit {
+                    file: cap(n),
+                    flags,
+                    edit: Edit::Write { offset, data },
+                }
+            }),
+            (any::<u64>(), any::<u64>(), d).prop_map(|(n, offset, data)| Op::Edit {
+                file: cap(n),
+                flags: 0,
+                edit: Edit::Insert { offset, data },
+            }),
+            (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(n, offset, len)| Op::Edit {
+                file: cap(n),
+                flags: FLAG_COMMIT,
+                edit: Edit::Delete { offset, len },
+            }),
+            (any::<u64>(), any::<u64>(), any::<u32>()).prop_map(|(n, offset, len)| Op::Read {
+                file: cap(n),
+                offset,
+                len
+            }),
+            any::<u64>().prop_map(|n| Op::Stat { file: cap(n) }),
+            any::<u64>().prop_map(|n| Op::Destroy { file: cap(n) }),
+            proptest::collection::vec(any::<u64>(), 0..5).prop_map(|v| Op::Touch {
+                files: v.into_iter().map(cap).collect()
+            }),
+            any::<u64>().prop_map(|n| Op::Admin {
+                server: cap(n),
+                what: AdminOp::Compact
+            }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn ops_round_trip(op in ops()) {
+            prop_assert_eq!(Op::decode(&op.encode()).unwrap(), op);
+        }
+
+        #[test]
+        fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = Op::decode(&bytes);
+            let _ = decode_result(&bytes);
+        }
+    }
+
+    #[test]
+    fn results_round_trip() {
+        let all = vec![
+            Ok(Answer::Done),
+            Ok(Answer::Cap(cap(3))),
+            Ok(Answer::Data(vec![1, 2, 3])),
+            Ok(Answer::Stat(Stat {
+                size: 9,
+                committed: true,
+                pieces: 2,
+                ttl: 5,
+                hash: [4; 32],
+            })),
+            Ok(Answer::Touched(vec![true, false])),
+            Ok(Answer::Report {
+                figures: vec![("files".into(), 3)],
+                problems: vec!["extent 4 corrupt".into()],
+            }),
+            Err(FileError::NotFound),
+            Err(FileError::Denied {
+                have: Rights::READ,
+                need: Rights::ALL,
+            }),
+            Err(FileError::Range {
+                offset: 1,
+                len: 2,
+                size: 3,
+            }),
+            Err(FileError::Corrupt("x".into())),
+        ];
+        for r in all {
+            assert_eq!(decode_result(&encode_result(&r)).unwrap(), r);
+        }
+        let mut pre = data_prefix(3);
+        pre.extend_from_slice(b"abc");
+        assert_eq!(
+            decode_result(&pre).unwrap(),
+            Ok(Answer::Data(b"abc".to_vec()))
+        );
+    }
+}

@@ -1,0 +1,1396 @@
+//! The extent store: one file server's files, on three [`Disk`]s.
+//!
+//! - **data**: extents, each up to [`MAX_EXTENT`] contiguous bytes with a
+//!   BLAKE3 checksum, in space handed out by the [`Allocator`];
+//! - **meta.0 / meta.1**: the metadata ([`crate::meta`]): a snapshot of
+//!   every committed file and extent, then a log of changes.  A checkpoint
+//!   writes a new snapshot into the *other* file under the next
+//!   generation; recovery takes the highest generation whose snapshot
+//!   verifies and replays its records up to the first that does not.
+//!
+//! A file's bytes are a list of *pieces*, ranges of extents.  Files never
+//! change once committed; an edit makes a new file whose piece list shares
+//! every unchanged extent with the old one, so appending 4 KiB to a
+//! 100 MiB file writes 4 KiB and a short record, not 100 MiB.
+//!
+//! **Crash rules.**
+//! 1. Data before metadata: a flush syncs the data disk, then writes and
+//!    syncs the records that name the new extents.  A commit with the
+//!    safety flag returns only after such a flush covered it.
+//! 2. No reuse before forgetting: space of an extent that a record ever
+//!    named goes back to the allocator only once the record that dropped
+//!    it (destroy, move) is durable, so no crash can bring back a file
+//!    whose bytes were overwritten.  Space that no record named (the
+//!    extents of uncommitted files) is reused at once.
+//! 3. Extents are written only into free space, never over live data.
+//! 4. Recovery cuts the metadata file at the end of its valid records, so
+//!    a stale record beyond a torn one can never become valid later.
+//!
+//! **Concurrency.**  Metadata lives under one mutex; extent bytes are
+//! read and written outside it at offsets taken under it.  A read whose
+//! checksum fails looks the extent up again (compaction may have moved it,
+//! or the file may be gone) before it reports corruption.
+//!
+//! Time-to-live counters are kept in memory; recovery starts every file at
+//! the full TTL, so a restart can delay garbage collection, never hasten it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use rand::{RngCore, SeedableRng};
+use shoal_cap::{Capability, GetPort, ObjectId, ObjectSecret, PutPort, Rights};
+
+use crate::alloc::Allocator;
+use crate::disk::Disk;
+use crate::meta::{ExtentRec, FileRec, Piece, Record, Snapshot};
+use crate::model::*;
+use crate::op::{AdminOp, Answer, Edit, FLAG_COMMIT, FLAG_SAFETY, Op, Stat};
+
+/// Tunables of a store.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// Bytes of verified extents kept in memory.
+    pub cache_bytes: u64,
+    /// Time-to-live given to files by a touch, in ageing passes.
+    pub ttl: u8,
+    /// Life of an uncommitted file nobody touches, in microseconds.
+    pub uncommitted_life_us: u64,
+    /// The data disk grows in steps of this many bytes.
+    pub grow_step: u64,
+    /// A checkpoint is written when the metadata log passes this length.
+    pub checkpoint_after: u64,
+    /// Seed for object secrets (`None`: the operating system's).
+    pub seed: Option<u64>,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            cache_bytes: 256 << 20,
+            ttl: DEFAULT_TTL,
+            uncommitted_life_us: DEFAULT_UNCOMMITTED_SECS * 1_000_000,
+            grow_step: 64 << 20,
+            checkpoint_after: 64 << 20,
+            seed: None,
+        }
+    }
+}
+
+/// The disks of one store.
+pub struct Disks<D> {
+    pub data: D,
+    pub meta: [D; 2],
+}
+
+#[derive(Debug, Clone)]
+struct File {
+    secret: [u8; 32],
+    size: u64,
+    pieces: Vec<Piece>,
+    committed: bool,
+    digest: [u8; 32],
+    ttl: u8,
+    touched_us: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Extent {
+    off: u64,
+    len: u32,
+    hash: [u8; 32],
+    /// Pieces (of any file) that refer to it.
+    refs: u32,
+    /// Named by a record (so its space is freed only once a later record
+    /// dropping it is durable).
+    logged: bool,
+}
+
+struct Inner {
+    next_object: u64,
+    next_extent: u64,
+    files: HashMap<u64, File>,
+    extents: HashMap<u64, Extent>,
+    alloc: Allocator,
+    /// Records appended but not yet written.
+    log: Vec<Record>,
+    /// Number of the last record appended / made durable.
+    appended: u64,
+    durable: u64,
+    /// Space to free once record number `.0` is durable.
+    pending_free: Vec<(u64, u64, u64)>,
+    active: usize,
+    generation: u64,
+    tail: u64,
+    rng: rand_chacha::ChaCha8Rng,
+    destroyed_by_age: u64,
+}
+
+#[derive(Default)]
+struct Cache {
+    map: HashMap<u64, (Arc<Vec<u8>>, u64)>,
+    lru: BTreeMap<u64, u64>,
+    tick: u64,
+    bytes: u64,
+    hits: u64,
+    misses: u64,
+}
+
+/// One file server's store.
+pub struct Store<D: Disk> {
+    cfg: StoreConfig,
+    disks: Disks<D>,
+    port: GetPort,
+    put_port: PutPort,
+    server_secret: ObjectSecret,
+    inner: Mutex<Inner>,
+    /// Held by whoever writes metadata (flush, checkpoint).
+    flushing: Mutex<()>,
+    /// Held by compaction and fsck (one at a time).
+    maintenance: Mutex<()>,
+    cache: Mutex<Cache>,
+}
+
+/// Why a store could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error(
+        "no valid metadata in either metadata file (not a shoal file store, or both copies damaged)"
+    )]
+    NoMetadata,
+    #[error("the metadata is inconsistent: {0}")]
+    Inconsistent(String),
+    #[error("storage error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+fn digest_of(pieces: &[Piece], extents: &HashMap<u64, Extent>) -> [u8; 32] {
+    let mut h = blake3::Hasher::new();
+    for p in pieces {
+        if let Some(e) = extents.get(&p.extent) {
+            h.update(&e.hash);
+        }
+        h.update(&p.off.to_le_bytes());
+        h.update(&p.len.to_le_bytes());
+    }
+    *h.finalize().as_bytes()
+}
+
+/// The pieces covering bytes `[from, to)` of a piece list.
+fn slice(pieces: &[Piece], from: u64, to: u64) -> Vec<Piece> {
+    let mut out = Vec::new();
+    let mut at = 0u64;
+    for p in pieces {
+        let (s, e) = (at, at + p.len as u64);
+        at = e;
+        if e <= from {
+            continue;
+        }
+        if s >= to {
+            break;
+        }
+        let a = from.max(s);
+        let b = to.min(e);
+        out.push(Piece {
+            extent: p.extent,
+            off: p.off + (a - s) as u32,
+            len: (b - a) as u32,
+        });
+    }
+    out
+}
+
+/// Joins neighbouring pieces that are contiguous in one extent.
+fn normalize(pieces: Vec<Piece>) -> Vec<Piece> {
+    let mut out: Vec<Piece> = Vec::with_capacity(pieces.len());
+    for p in pieces.into_iter().filter(|p| p.len > 0) {
+        if let Some(last) = out.last_mut()
+            && last.extent == p.extent
+            && last.off + last.len == p.off
+        {
+            last.len += p.len;
+            continue;
+        }
+        out.push(p);
+    }
+    out
+}
+
+impl Inner {
+    fn check(
+        &self,
+        put_port: PutPort,
+        cap: &Capability,
+        need: Rights,
+    ) -> Result<(u64, Rights), FileError> {
+        if cap.port() != put_port {
+            return Err(FileError::NotFound);
+        }
+        let obj = cap.object().get();
+        let f = self.files.get(&obj).ok_or(FileError::NotFound)?;
+        let have = cap
+            .verify(&ObjectSecret::from_bytes(f.secret))
+            .map_err(|_| FileError::BadCapability)?;
+        if !have.contains(need) {
+            return Err(FileError::Denied { have, need });
+        }
+        Ok((obj, have))
+    }
+
+    fn append(&mut self, r: Record) -> u64 {
+        self.log.push(r);
+        self.appended += 1;
+        self.appended
+    }
+
+    fn add_refs(&mut self, pieces: &[Piece]) {
+        for p in pieces {
+            if let Some(e) = self.extents.get_mut(&p.extent) {
+                e.refs += 1;
+            }
+        }
+    }
+
+    /// Drops the references of `pieces`; extents nobody refers to any more
+    /// are forgotten and their space freed (at once, or once record `lsn`
+    /// is durable if a record ever named them).
+    fn drop_refs(&mut self, pieces: &[Piece], lsn: u64) {
+        for p in pieces {
+            let gone = match self.extents.get_mut(&p.extent) {
+                Some(e) => {
+                    e.refs -= 1;
+                    e.refs == 0
+                }
+                None => false,
+            };
+            if gone {
+                let e = self.extents.remove(&p.extent).unwrap();
+                if e.logged {
+                    self.pending_free.push((lsn, e.off, e.len as u64));
+                } else {
+                    self.alloc.free(e.off, e.len as u64);
+                }
+            }
+        }
+    }
+
+    fn release(&mut self, durable: u64) {
+        self.durable = self.durable.max(durable);
+        let d = self.durable;
+        let mut keep = Vec::new();
+        for (lsn, off, len) in std::mem::take(&mut self.pending_free) {
+            if lsn <= d {
+                self.alloc.free(off, len);
+            } else {
+                keep.push((lsn, off, len));
+            }
+        }
+        self.pending_free = keep;
+    }
+
+    fn new_secret(&mut self) -> [u8; 32] {
+        let mut s = [0u8; 32];
+        self.rng.fill_bytes(&mut s);
+        s
+    }
+
+    /// Commits file `obj`: appends its record, naming the extents no
+    /// record named yet.  Returns the record's number.
+    fn commit(&mut self, obj: u64) -> u64 {
+        let f = self.files.get_mut(&obj).unwrap();
+        f.committed = true;
+        let pieces = f.pieces.clone();
+        let digest = digest_of(&pieces, &self.extents);
+        let f = self.files.get_mut(&obj).unwrap();
+        f.digest = digest;
+        let rec_file = FileRec {
+            object: obj,
+            secret: f.secret,
+            size: f.size,
+            digest,
+            pieces: pieces.clone(),
+        };
+        let mut new = Vec::new();
+        for p in &pieces {
+            let e = self.extents.get_mut(&p.extent).unwrap();
+            if !e.logged {
+                e.logged = true;
+                new.push(ExtentRec {
+                    id: p.extent,
+                    off: e.off,
+                    len: e.len,
+                    hash: e.hash,
+                });
+            }
+        }
+        self.append(Record::Commit {
+            file: rec_file,
+            extents: new,
+        })
+    }
+
+    fn destroy(&mut self, obj: u64) {
+        let f = self.files.remove(&obj).unwrap();
+        let lsn = if f.committed {
+            self.append(Record::Destroy { object: obj })
+        } else {
+            self.appended
+        };
+        self.drop_refs(&f.pieces, lsn);
+    }
+
+    fn snapshot(&self, port: &GetPort, server_secret: &ObjectSecret) -> Snapshot {
+        let mut files: Vec<FileRec> = self
+            .files
+            .iter()
+            .filter(|(_, f)| f.committed)
+            .map(|(&object, f)| FileRec {
+                object,
+                secret: f.secret,
+                size: f.size,
+                digest: f.digest,
+                pieces: f.pieces.clone(),
+            })
+            .collect();
+        files.sort_by_key(|f| f.object);
+        let mut extents: Vec<ExtentRec> = self
+            .extents
+            .iter()
+            .filter(|(_, e)| e.logged)
+            .map(|(&id, e)| ExtentRec {
+                id,
+                off: e.off,
+                len: e.len,
+                hash: e.hash,
+            })
+            .collect();
+        extents.sort_by_key(|e| e.id);
+        Snapshot {
+            port: *port.as_bytes(),
+            server_secret: *server_secret.as_bytes(),
+            next_object: self.next_object,
+            next_extent: self.next_extent,
+            extents,
+            files,
+        }
+    }
+}
+
+/// What a read needs of one piece: where its extent is and which part.
+#[derive(Clone, Copy)]
+struct ReadPart {
+    extent: u64,
+    off: u64,
+    len: u32,
+    hash: [u8; 32],
+    from: u32,
+    take: u32,
+}
+
+impl<D: Disk> Store<D> {
+    /// Formats a new, empty store on `disks` for a server with get-port
+    /// `port` (whatever they held is overwritten).
+    pub fn format(disks: Disks<D>, port: GetPort, cfg: StoreConfig) -> Result<Self, OpenError> {
+        let mut rng = match cfg.seed {
+            Some(s) => rand_chacha::ChaCha8Rng::seed_from_u64(s),
+            None => rand_chacha::ChaCha8Rng::from_os_rng(),
+        };
+        let mut secret = [0u8; 32];
+        rng.fill_bytes(&mut secret);
+        let snap = Snapshot {
+            port: *port.as_bytes(),
+            server_secret: secret,
+            next_object: 1,
+            next_extent: 1,
+            ..Snapshot::default()
+        };
+        disks.data.set_len(0)?;
+        disks.data.sync()?;
+        disks.meta[1].set_len(0)?;
+        disks.meta[1].sync()?;
+        let bytes = snap.encode(1);
+        disks.meta[0].write_at(&bytes, 0)?;
+        disks.meta[0].set_len(bytes.len() as u64)?;
+        disks.meta[0].sync()?;
+        Store::open(disks, cfg)
+    }
+
+    /// Opens a store after a clean stop or a crash.
+    pub fn open(disks: Disks<D>, cfg: StoreConfig) -> Result<Self, OpenError> {
+        let mut best: Option<(u64, usize, Snapshot, Vec<u8>, usize)> = None;
+        for (i, d) in disks.meta.iter().enumerate() {
+            let len = d.len()? as usize;
+            let mut buf = vec![0u8; len];
+            d.read_at(&mut buf, 0)?;
+            if let Ok((generation, snap, start)) = Snapshot::decode(&buf)
+                && best.as_ref().is_none_or(|b| generation > b.0)
+            {
+                best = Some((generation, i, snap, buf, start));
+            }
+        }
+        let (generation, active, snap, buf, start) = best.ok_or(OpenError::NoMetadata)?;
+        let (records, log_end) = Record::replay(&buf, generation, start);
+        // Rule 4: nothing past the valid records may turn valid later.
+        if log_end < buf.len() {
+            disks.meta[active].set_len(log_end as u64)?;
+            disks.meta[active].sync()?;
+        }
+        let mut extents: HashMap<u64, Extent> = HashMap::new();
+        let mut files: HashMap<u64, FileRec> = HashMap::new();
+        let mut next_object = snap.next_object;
+        let mut next_extent = snap.next_extent;
+        let add_extent = |extents: &mut HashMap<u64, Extent>, e: &ExtentRec| {
+            extents.insert(
+                e.id,
+                Extent {
+                    off: e.off,
+                    len: e.len,
+                    hash: e.hash,
+                    refs: 0,
+                    logged: true,
+                },
+            );
+        };
+        for e in &snap.extents {
+            add_extent(&mut extents, e);
+            next_extent = next_extent.max(e.id + 1);
+        }
+        for f in snap.files {
+            next_object = next_object.max(f.object + 1);
+            files.insert(f.object, f);
+        }
+        for r in records {
+            match r {
+                Record::Commit { file, extents: new } => {
+                    for e in &new {
+                        add_extent(&mut extents, e);
+                        next_extent = next_extent.max(e.id + 1);
+                    }
+                    next_object = next_object.max(file.object + 1);
+                    files.insert(file.object, file);
+                }
+                Record::Destroy { object } => {
+                    files.remove(&object);
+                }
+                Record::Move { extent, off } => {
+                    if let Some(e) = extents.get_mut(&extent) {
+                        e.off = off;
+                    }
+                }
+            }
+        }
+        for f in files.values() {
+            for p in &f.pieces {
+                let e = extents.get_mut(&p.extent).ok_or_else(|| {
+                    OpenError::Inconsistent(format!(
+                        "file {} refers to unknown extent {}",
+                        f.object, p.extent
+                    ))
+                })?;
+                if p.off as u64 + p.len as u64 > e.len as u64 {
+                    return Err(OpenError::Inconsistent(format!(
+                        "file {} reads past the end of extent {}",
+                        f.object, p.extent
+                    )));
+                }
+                e.refs += 1;
+            }
+        }
+        extents.retain(|_, e| e.refs > 0);
+        let data_len = disks.data.len()?;
+        let used: Vec<(u64, u64)> = extents.values().map(|e| (e.off, e.len as u64)).collect();
+        let data_end = used
+            .iter()
+            .map(|&(o, l)| o + l)
+            .max()
+            .unwrap_or(0)
+            .max(data_len);
+        {
+            let mut sorted = used.clone();
+            sorted.sort_unstable();
+            for w in sorted.windows(2) {
+                if w[0].0 + w[0].1 > w[1].0 {
+                    return Err(OpenError::Inconsistent(format!(
+                        "extents at {} and {} overlap",
+                        w[0].0, w[1].0
+                    )));
+                }
+            }
+        }
+        let alloc = Allocator::with_used(data_end, used);
+        let ttl = cfg.ttl;
+        let files = files
+            .into_iter()
+            .map(|(k, f)| {
+                (
+                    k,
+                    File {
+                        secret: f.secret,
+                        size: f.size,
+                        pieces: f.pieces,
+                        committed: true,
+                        digest: f.digest,
+                        ttl,
+                        touched_us: 0,
+                    },
+                )
+            })
+            .collect();
+        let rng = match cfg.seed {
+            Some(s) => {
+                rand_chacha::ChaCha8Rng::seed_from_u64(s ^ generation.rotate_left(17) ^ data_end)
+            }
+            None => rand_chacha::ChaCha8Rng::from_os_rng(),
+        };
+        let port = GetPort::from_bytes(snap.port);
+        Ok(Store {
+            put_port: port.put_port(),
+            port,
+            server_secret: ObjectSecret::from_bytes(snap.server_secret),
+            inner: Mutex::new(Inner {
+                next_object,
+                next_extent,
+                files,
+                extents,
+                alloc,
+                log: Vec::new(),
+                appended: 0,
+                durable: 0,
+                pending_free: Vec::new(),
+                active,
+                generation,
+                tail: log_end as u64,
+                rng,
+                destroyed_by_age: 0,
+            }),
+            cfg,
+            disks,
+            flushing: Mutex::new(()),
+            maintenance: Mutex::new(()),
+            cache: Mutex::new(Cache::default()),
+        })
+    }
+
+    /// The server's get-port (its identity, kept in the store).
+    pub fn port(&self) -> GetPort {
+        self.port
+    }
+
+    /// The server's own capability (object 0, every right).
+    pub fn server_cap(&self) -> Capability {
+        Capability::mint(
+            self.put_port,
+            ObjectId::new(SERVER_OBJECT),
+            Rights::ALL,
+            &self.server_secret,
+        )
+    }
+
+    fn file_cap(&self, obj: u64, secret: &[u8; 32]) -> Capability {
+        Capability::mint(
+            self.put_port,
+            ObjectId::new(obj),
+            Rights::ALL,
+            &ObjectSecret::from_bytes(*secret),
+        )
+    }
+
+    fn check_server(&self, cap: &Capability, need: Rights) -> Result<(), FileError> {
+        if cap.port() != self.put_port || cap.object().get() != SERVER_OBJECT {
+            return Err(FileError::NotFound);
+        }
+        let have = cap
+            .verify(&self.server_secret)
+            .map_err(|_| FileError::BadCapability)?;
+        if !have.contains(need) {
+            return Err(FileError::Denied { have, need });
+        }
+        Ok(())
+    }
+
+    /// Runs one operation (reads too, though a server answers reads with
+    /// [`Store::read_into`] to build the reply without a copy).
+    pub fn execute(&self, op: Op, now_us: u64) -> Result<Answer, FileError> {
+        match op {
+            Op::Create {
+                server,
+                flags,
+                data,
+            } => self.create(&server, flags, &data, now_us).map(Answer::Cap),
+            Op::Edit { file, flags, edit } => {
+                self.edit(&file, flags, edit, now_us).map(Answer::Cap)
+            }
+            Op::Commit { file, flags } => self.commit(&file, flags, now_us).map(|_| Answer::Done),
+            Op::Read { file, offset, len } => {
+                let mut out = Vec::new();
+                self.read_into(&file, offset, len, &mut out)?;
+                Ok(Answer::Data(out))
+            }
+            Op::Stat { file } => self.stat(&file).map(Answer::Stat),
+            Op::Destroy { file } => self.destroy(&file).map(|_| Answer::Done),
+            Op::Touch { files } => Ok(Answer::Touched(self.touch(&files, now_us))),
+            Op::Admin { server, what } => {
+                self.check_server(&server, ADMIN)?;
+                match what {
+                    AdminOp::Sync => self.flush().map(|_| Answer::Done),
+                    AdminOp::Fsck => Ok(self.fsck()),
+                    AdminOp::Compact => self.compact(),
+                    AdminOp::Age => {
+                        let n = self.age();
+                        Ok(Answer::Report {
+                            figures: vec![("destroyed".into(), n as u64)],
+                            problems: vec![],
+                        })
+                    }
+                    AdminOp::Stats => Ok(self.stats()),
+                }
+            }
+        }
+    }
+
+    /// Writes `data` into new extents (not yet part of any file).
+    fn write_extents(&self, data: &[u8]) -> Result<Vec<Piece>, FileError> {
+        let mut pieces = Vec::with_capacity(data.len().div_ceil(MAX_EXTENT as usize));
+        for chunk in data.chunks(MAX_EXTENT as usize) {
+            let hash = *blake3::hash(chunk).as_bytes();
+            let len = chunk.len() as u64;
+            let (id, off) = {
+                let mut g = self.inner.lock();
+                let off = match g.alloc.alloc(len) {
+                    Some(o) => o,
+                    None => {
+                        let end = g.alloc.end() + len.max(self.cfg.grow_step);
+                        if let Err(e) = self.disks.data.set_len(end) {
+                            drop(g);
+                            self.forget_extents(&pieces);
+                            return Err(e.into());
+                        }
+                        g.alloc.grow(end);
+                        g.alloc.alloc(len).expect("space after growing")
+                    }
+                };
+                let id = g.next_extent;
+                g.next_extent += 1;
+                g.extents.insert(
+                    id,
+                    Extent {
+                        off,
+                        len: len as u32,
+                        hash,
+                        refs: 1,
+                        logged: false,
+                    },
+                );
+                (id, off)
+            };
+            pieces.push(Piece {
+                extent: id,
+                off: 0,
+                len: len as u32,
+            });
+            if let Err(e) = self.disks.data.write_at(chunk, off) {
+                self.forget_extents(&pieces);
+                return Err(e.into());
+            }
+        }
+        Ok(pieces)
+    }
+
+    /// Drops the caller's reference to extents from [`Store::write_extents`].
+    fn forget_extents(&self, pieces: &[Piece]) {
+        let mut g = self.inner.lock();
+        let lsn = g.appended;
+        g.drop_refs(pieces, lsn);
+    }
+
+    /// Creates a file (needs CREATE on the server's capability).
+    pub fn create(
+        &self,
+        server: &Capability,
+        flags: u8,
+        data: &[u8],
+        now_us: u64,
+    ) -> Result<Capability, FileError> {
+        self.check_server(server, CREATE)?;
+        let pieces = self.write_extents(data)?;
+        let (cap, lsn) = {
+            let mut g = self.inner.lock();
+            let obj = g.next_object;
+            g.next_object += 1;
+            let secret = g.new_secret();
+            g.files.insert(
+                obj,
+                File {
+                    secret,
+                    size: data.len() as u64,
+                    pieces,
+                    committed: false,
+                    digest: [0; 32],
+                    ttl: self.cfg.ttl,
+                    touched_us: now_us,
+                },
+            );
+            let lsn = (flags & FLAG_COMMIT != 0).then(|| g.commit(obj));
+            (self.file_cap(obj, &secret), lsn)
+        };
+        if let (Some(lsn), true) = (lsn, flags & FLAG_SAFETY != 0) {
+            self.sync_to(lsn)?;
+        }
+        Ok(cap)
+    }
+
+    /// Applies an edit: in place to an uncommitted file, or into a new
+    /// file made from a committed one.  Returns the edited file's
+    /// capability.
+    pub fn edit(
+        &self,
+        cap: &Capability,
+        flags: u8,
+        edit: Edit,
+        now_us: u64,
+    ) -> Result<Capability, FileError> {
+        let (offset, data, removed) = match &edit {
+            Edit::Write { offset, data } => (*offset, &data[..], data.len() as u64),
+            Edit::Insert { offset, data } => (*offset, &data[..], 0),
+            Edit::Delete { offset, len } => (*offset, &[][..], *len),
+        };
+        // Check first, so a refused edit writes nothing.
+        {
+            let g = self.inner.lock();
+            let (obj, _) = g.check(self.put_port, cap, MODIFY)?;
+            let size = g.files[&obj].size;
+            let bad = match edit {
+                Edit::Delete { .. } => offset.checked_add(removed).is_none_or(|e| e > size),
+                _ => offset > size,
+            };
+            if bad {
+                return Err(FileError::Range {
+                    offset,
+                    len: removed,
+                    size,
+                });
+            }
+            if size.saturating_add(data.len() as u64) > MAX_FILE {
+                return Err(FileError::TooLarge("file larger than 16 TiB".into()));
+            }
+        }
+        let mid = self.write_extents(data)?;
+        let result = (|| {
+            let mut g = self.inner.lock();
+            // Checked again: the file may have gone while we wrote.
+            let (obj, _) = g.check(self.put_port, cap, MODIFY)?;
+            let f = &g.files[&obj];
+            let size = f.size;
+            let cut_end = match edit {
+                Edit::Write { .. } => (offset + removed).min(size),
+                Edit::Insert { .. } => offset,
+                Edit::Delete { .. } => offset + removed,
+            };
+            if offset > size || cut_end > size {
+                return Err(FileError::Range {
+                    offset,
+                    len: removed,
+                    size,
+                });
+            }
+            let mut pieces = slice(&f.pieces, 0, offset);
+            pieces.extend_from_slice(&mid);
+            pieces.extend(slice(&f.pieces, cut_end, size));
+            let pieces = normalize(pieces);
+            if pieces.len() > MAX_PIECES {
+                return Err(FileError::TooLarge(format!(
+                    "the result would have more than {MAX_PIECES} pieces; copy the file to defragment it"
+                )));
+            }
+            let new_size = size - (cut_end - offset) + data.len() as u64;
+            let committed = f.committed;
+            g.add_refs(&pieces);
+            let lsn = g.appended;
+            // The extents just written carried the writer's reference.
+            g.drop_refs(&mid, lsn);
+            let target = if committed {
+                let obj = g.next_object;
+                g.next_object += 1;
+                let secret = g.new_secret();
+                g.files.insert(
+                    obj,
+                    File {
+                        secret,
+                        size: new_size,
+                        pieces,
+                        committed: false,
+                        digest: [0; 32],
+                        ttl: self.cfg.ttl,
+                        touched_us: now_us,
+                    },
+                );
+                obj
+            } else {
+                let f = g.files.get_mut(&obj).unwrap();
+                let old = std::mem::replace(&mut f.pieces, pieces);
+                f.size = new_size;
+                f.touched_us = now_us;
+                let lsn = g.appended;
+                g.drop_refs(&old, lsn);
+                obj
+            };
+            let lsn = (flags & FLAG_COMMIT != 0).then(|| g.commit(target));
+            let secret = g.files[&target].secret;
+            let out = if committed {
+                self.file_cap(target, &secret)
+            } else {
+                *cap
+            };
+            Ok((out, lsn))
+        })();
+        match result {
+            Ok((out, lsn)) => {
+                if let (Some(lsn), true) = (lsn, flags & FLAG_SAFETY != 0) {
+                    self.sync_to(lsn)?;
+                }
+                Ok(out)
+            }
+            Err(e) => {
+                self.forget_extents(&mid);
+                Err(e)
+            }
+        }
+    }
+
+    /// Commits an uncommitted file (needs MODIFY).
+    pub fn commit(&self, cap: &Capability, flags: u8, now_us: u64) -> Result<(), FileError> {
+        let lsn = {
+            let mut g = self.inner.lock();
+            let (obj, _) = g.check(self.put_port, cap, MODIFY)?;
+            let f = g.files.get_mut(&obj).unwrap();
+            if f.committed {
+                // Committing twice is harmless (a retried commit).
+                None
+            } else {
+                f.touched_us = now_us;
+                Some(g.commit(obj))
+            }
+        };
+        if flags & FLAG_SAFETY != 0 {
+            let lsn = lsn.unwrap_or_else(|| self.inner.lock().appended);
+            self.sync_to(lsn)?;
+        }
+        Ok(())
+    }
+
+    /// Size and state of a file (needs READ).
+    pub fn stat(&self, cap: &Capability) -> Result<Stat, FileError> {
+        let g = self.inner.lock();
+        let (obj, _) = g.check(self.put_port, cap, READ)?;
+        let f = &g.files[&obj];
+        Ok(Stat {
+            size: f.size,
+            committed: f.committed,
+            pieces: f.pieces.len() as u32,
+            ttl: f.ttl,
+            hash: f.digest,
+        })
+    }
+
+    /// Destroys a file (needs DESTROY).
+    pub fn destroy(&self, cap: &Capability) -> Result<(), FileError> {
+        let mut g = self.inner.lock();
+        let (obj, _) = g.check(self.put_port, cap, DESTROY)?;
+        g.destroy(obj);
+        Ok(())
+    }
+
+    /// Resets the time-to-live of every object a capability names (any
+    /// right will do); answers which exist.
+    pub fn touch(&self, caps: &[Capability], now_us: u64) -> Vec<bool> {
+        let mut g = self.inner.lock();
+        caps.iter()
+            .map(|c| {
+                if c.port() == self.put_port && c.object().get() == SERVER_OBJECT {
+                    return c.verify(&self.server_secret).is_ok();
+                }
+                match g.check(self.put_port, c, Rights::NONE) {
+                    Ok((obj, _)) => {
+                        let f = g.files.get_mut(&obj).unwrap();
+                        f.ttl = self.cfg.ttl;
+                        f.touched_us = now_us;
+                        true
+                    }
+                    Err(_) => false,
+                }
+            })
+            .collect()
+    }
+
+    /// Destroys uncommitted files nobody touched for the configured life.
+    pub fn expire(&self, now_us: u64) -> usize {
+        let mut g = self.inner.lock();
+        let life = self.cfg.uncommitted_life_us;
+        let old: Vec<u64> = g
+            .files
+            .iter()
+            .filter(|(_, f)| !f.committed && now_us.saturating_sub(f.touched_us) > life)
+            .map(|(&k, _)| k)
+            .collect();
+        for &obj in &old {
+            g.destroy(obj);
+        }
+        old.len()
+    }
+
+    /// One ageing pass: every committed file's time-to-live drops by one;
+    /// files that reach zero are destroyed.  Returns how many were.
+    pub fn age(&self) -> usize {
+        let mut g = self.inner.lock();
+        let mut dead = Vec::new();
+        for (&k, f) in g.files.iter_mut() {
+            if f.committed {
+                f.ttl = f.ttl.saturating_sub(1);
+                if f.ttl == 0 {
+                    dead.push(k);
+                }
+            }
+        }
+        for &obj in &dead {
+            g.destroy(obj);
+        }
+        g.destroyed_by_age += dead.len() as u64;
+        dead.len()
+    }
+
+    /// Reads `len` bytes at `offset` of a committed file (needs READ),
+    /// appending them to `out`; short only at the end of the file.
+    pub fn read_into(
+        &self,
+        cap: &Capability,
+        offset: u64,
+        len: u32,
+        out: &mut Vec<u8>,
+    ) -> Result<(), FileError> {
+        if len as usize > MAX_CHUNK {
+            return Err(FileError::TooLarge("a read returns at most 8 MiB".into()));
+        }
+        let parts = {
+            let g = self.inner.lock();
+            let (obj, _) = g.check(self.put_port, cap, READ)?;
+            let f = &g.files[&obj];
+            if !f.committed {
+                return Err(FileError::NotCommitted);
+            }
+            if offset > f.size {
+                return Err(FileError::Range {
+                    offset,
+                    len: len as u64,
+                    size: f.size,
+                });
+            }
+            let end = (offset + len as u64).min(f.size);
+            slice(&f.pieces, offset, end)
+                .into_iter()
+                .map(|p| {
+                    let e = &g.extents[&p.extent];
+                    ReadPart {
+                        extent: p.extent,
+                        off: e.off,
+                        len: e.len,
+                        hash: e.hash,
+                        from: p.off,
+                        take: p.len,
+                    }
+                })
+                .collect::<Vec<_>>()
+        };
+        out.reserve(parts.iter().map(|p| p.take as usize).sum());
+        for p in parts {
+            let bytes = self.extent_bytes(p)?;
+            out.extend_from_slice(&bytes[p.from as usize..(p.from + p.take) as usize]);
+        }
+        Ok(())
+    }
+
+    /// An extent's verified bytes, from the cache or the disk.
+    fn extent_bytes(&self, mut p: ReadPart) -> Result<Arc<Vec<u8>>, FileError> {
+        {
+            let mut c = self.cache.lock();
+            c.tick += 1;
+            let tick = c.tick;
+            if let Some((bytes, t)) = c.map.get_mut(&p.extent) {
+                let (bytes, old) = (bytes.clone(), std::mem::replace(t, tick));
+                c.lru.remove(&old);
+                c.lru.insert(tick, p.extent);
+                c.hits += 1;
+                return Ok(bytes);
+            }
+            c.misses += 1;
+        }
+        let mut buf = vec![0u8; p.len as usize];
+        let mut tries = 0;
+        loop {
+            self.disks.data.read_at(&mut buf, p.off)?;
+            if *blake3::hash(&buf).as_bytes() == p.hash {
+                break;
+            }
+            // Moved by compaction, or gone with its file?  Look again.
+            let again = self.inner.lock().extents.get(&p.extent).map(|e| e.off);
+            match again {
+                None => return Err(FileError::NotFound),
+                Some(off) if off != p.off && tries < 3 => {
+                    p.off = off;
+                    tries += 1;
+                }
+                Some(_) => {
+                    return Err(FileError::Corrupt(format!(
+                        "extent {} ({} bytes at offset {} of the store) fails its checksum",
+                        p.extent, p.len, p.off
+                    )));
+                }
+            }
+        }
+        let bytes = Arc::new(buf);
+        if self.cfg.cache_bytes >= p.len as u64 {
+            let mut c = self.cache.lock();
+            c.tick += 1;
+            let tick = c.tick;
+            if c.map.insert(p.extent, (bytes.clone(), tick)).is_none() {
+                c.bytes += p.len as u64;
+            }
+            c.lru.insert(tick, p.extent);
+            while c.bytes > self.cfg.cache_bytes {
+                let Some((_, id)) = c.lru.pop_first() else {
+                    break;
+                };
+                if let Some((b, _)) = c.map.remove(&id) {
+                    c.bytes -= b.len() as u64;
+                }
+            }
+        }
+        Ok(bytes)
+    }
+
+    /// Makes everything appended so far durable.
+    pub fn flush(&self) -> Result<(), FileError> {
+        let _f = self.flushing.lock();
+        self.flush_locked()
+    }
+
+    /// Returns once record `lsn` is durable (flushing if no one else is).
+    fn sync_to(&self, lsn: u64) -> Result<(), FileError> {
+        if self.inner.lock().durable >= lsn {
+            return Ok(());
+        }
+        let _f = self.flushing.lock();
+        if self.inner.lock().durable >= lsn {
+            return Ok(());
+        }
+        self.flush_locked()
+    }
+
+    fn flush_locked(&self) -> Result<(), FileError> {
+        let (records, target, generation, tail, active) = {
+            let mut g = self.inner.lock();
+            if g.log.is_empty() {
+                let a = g.appended;
+                g.release(a);
+                return Ok(());
+            }
+            (
+                std::mem::take(&mut g.log),
+                g.appended,
+                g.generation,
+                g.tail,
+                g.active,
+            )
+        };
+        let mut buf = Vec::new();
+        for r in &records {
+            let at = tail + buf.len() as u64;
+            buf.extend(r.encode(generation, at));
+        }
+        let written = self
+            .disks
+            .data
+            .sync()
+            .and_then(|_| self.disks.meta[active].write_at(&buf, tail))
+            .and_then(|_| self.disks.meta[active].sync());
+        let mut g = self.inner.lock();
+        if let Err(e) = written {
+            // Put the records back for the next attempt (at the same tail).
+            let later = std::mem::replace(&mut g.log, records);
+            g.log.extend(later);
+            return Err(e.into());
+        }
+        g.tail = tail + buf.len() as u64;
+        g.release(target);
+        let big = g.tail > self.cfg.checkpoint_after;
+        drop(g);
+        if big {
+            self.checkpoint_locked()?;
+        }
+        Ok(())
+    }
+
+    /// Writes a new snapshot into the other metadata file (the caller
+    /// holds `flushing`).
+    fn checkpoint_locked(&self) -> Result<(), FileError> {
+        let (snap, records, target, generation, other) = {
+            let mut g = self.inner.lock();
+            (
+                g.snapshot(&self.port, &self.server_secret),
+                std::mem::take(&mut g.log),
+                g.appended,
+                g.generation + 1,
+                1 - g.active,
+            )
+        };
+        let bytes = snap.encode(generation);
+        let d = &self.disks.meta[other];
+        let written = self
+            .disks
+            .data
+            .sync()
+            .and_then(|_| d.write_at(&bytes, 0))
+            .and_then(|_| d.set_len(bytes.len() as u64))
+            .and_then(|_| d.sync());
+        let mut g = self.inner.lock();
+        if let Err(e) = written {
+            let later = std::mem::replace(&mut g.log, records);
+            g.log.extend(later);
+            return Err(e.into());
+        }
+        g.active = other;
+        g.generation = generation;
+        g.tail = bytes.len() as u64;
+        g.release(target);
+        Ok(())
+    }
+
+    /// Writes a checkpoint now (compaction does, to shrink the metadata).
+    pub fn checkpoint(&self) -> Result<(), FileError> {
+        let _f = self.flushing.lock();
+        self.checkpoint_locked()
+    }
+
+    fn figures(&self, g: &Inner) -> Vec<(String, u64)> {
+        let c = self.cache.lock();
+        let committed = g.files.values().filter(|f| f.committed).count() as u64;
+        vec![
+            ("files".into(), committed),
+            ("uncommitted".into(), g.files.len() as u64 - committed),
+            ("extents".into(), g.extents.len() as u64),
+            (
+                "bytes_stored".into(),
+                g.extents.values().map(|e| e.len as u64).sum(),
+            ),
+            ("store_bytes".into(), g.alloc.end()),
+            ("free_bytes".into(), g.alloc.free_bytes()),
+            ("free_ranges".into(), g.alloc.holes() as u64),
+            (
+                "pending_free_bytes".into(),
+                g.pending_free.iter().map(|p| p.2).sum(),
+            ),
+            ("cache_bytes".into(), c.bytes),
+            ("cache_hits".into(), c.hits),
+            ("cache_misses".into(), c.misses),
+            ("meta_generation".into(), g.generation),
+            ("meta_log_bytes".into(), g.tail),
+            ("destroyed_by_age".into(), g.destroyed_by_age),
+        ]
+    }
+
+    /// Figures about the store.
+    pub fn stats(&self) -> Answer {
+        let g = self.inner.lock();
+        Answer::Report {
+            figures: self.figures(&g),
+            problems: vec![],
+        }
+    }
+
+    /// Verifies the metadata's consistency and every extent's checksum.
+    pub fn fsck(&self) -> Answer {
+        let _m = self.maintenance.lock();
+        let mut problems = Vec::new();
+        let (figures, extents) = {
+            let g = self.inner.lock();
+            let mut refs: HashMap<u64, u32> = HashMap::new();
+            for (obj, f) in &g.files {
+                let mut sum = 0u64;
+                for p in &f.pieces {
+                    sum += p.len as u64;
+                    *refs.entry(p.extent).or_default() += 1;
+                    match g.extents.get(&p.extent) {
+                        None => problems.push(format!("file {obj}: unknown extent {}", p.extent)),
+                        Some(e) if p.off as u64 + p.len as u64 > e.len as u64 => problems.push(
+                            format!("file {obj}: piece past the end of extent {}", p.extent),
+                        ),
+                        _ => {}
+                    }
+                }
+                if sum != f.size {
+                    problems.push(format!(
+                        "file {obj}: pieces add up to {sum}, size is {}",
+                        f.size
+                    ));
+                }
+            }
+            let mut ranges: Vec<(u64, u64, u64)> = Vec::new();
+            for (&id, e) in &g.extents {
+                if refs.get(&id).copied().unwrap_or(0) != e.refs {
+                    problems.push(format!("extent {id}: reference count {} is wrong", e.refs));
+                }
+                if g.alloc.overlaps_free(e.off, e.len as u64) {
+                    problems.push(format!("extent {id} overlaps free space"));
+                }
+                ranges.push((e.off, e.len as u64, id));
+            }
+            ranges.sort_unstable();
+            for w in ranges.windows(2) {
+                if w[0].0 + w[0].1 > w[1].0 {
+                    problems.push(format!("extents {} and {} overlap", w[0].2, w[1].2));
+                }
+            }
+            let used: u64 = ranges.iter().map(|r| r.1).sum();
+            let pending: u64 = g.pending_free.iter().map(|p| p.2).sum();
+            if used + pending + g.alloc.free_bytes() != g.alloc.end() {
+                problems.push(format!(
+                    "space does not add up: {used} used + {pending} pending + {} free != {}",
+                    g.alloc.free_bytes(),
+                    g.alloc.end()
+                ));
+            }
+            let extents: Vec<ReadPart> = g
+                .extents
+                .iter()
+                .map(|(&id, e)| ReadPart {
+                    extent: id,
+                    off: e.off,
+                    len: e.len,
+                    hash: e.hash,
+                    from: 0,
+                    take: 0,
+                })
+                .collect();
+            (self.figures(&g), extents)
+        };
+        let mut verified = 0u64;
+        let mut buf = Vec::new();
+        for p in &extents {
+            buf.resize(p.len as usize, 0);
+            match self.disks.data.read_at(&mut buf, p.off) {
+                Ok(()) if *blake3::hash(&buf).as_bytes() == p.hash => verified += 1,
+                Ok(()) => {
+                    // Still there and unmoved?  (Files may come and go.)
+                    let now = self.inner.lock().extents.get(&p.extent).map(|e| e.off);
+                    if now == Some(p.off) {
+                        problems.push(format!(
+                            "extent {} ({} bytes at {}) fails its checksum; files using it: {:?}",
+                            p.extent,
+                            p.len,
+                            p.off,
+                            self.files_using(p.extent)
+                        ));
+                    }
+                }
+                Err(e) => problems.push(format!("extent {}: {e}", p.extent)),
+            }
+        }
+        let mut figures = figures;
+        figures.push(("extents_verified".into(), verified));
+        Answer::Report { figures, problems }
+    }
+
+    /// Object numbers of the files that use an extent.
+    pub fn files_using(&self, extent: u64) -> Vec<u64> {
+        let g = self.inner.lock();
+        let mut v: Vec<u64> = g
+            .files
+            .iter()
+            .filter(|(_, f)| f.pieces.iter().any(|p| p.extent == extent))
+            .map(|(&k, _)| k)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Moves extents from the end of the store into free space nearer the
+    /// front, then shrinks the data disk and rewrites the metadata.
+    /// Readers go on meanwhile.
+    pub fn compact(&self) -> Result<Answer, FileError> {
+        let _m = self.maintenance.lock();
+        self.flush()?;
+        let before = self.inner.lock().alloc.end();
+        let mut order: Vec<(u64, u64, u32, [u8; 32])> = {
+            let g = self.inner.lock();
+            g.extents
+                .iter()
+                .filter(|(_, e)| e.logged)
+                .map(|(&id, e)| (e.off, id, e.len, e.hash))
+                .collect()
+        };
+        order.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        let (mut moved, mut moved_bytes) = (0u64, 0u64);
+        let mut buf = Vec::new();
+        for (off, id, len, hash) in order {
+            let to = {
+                let mut g = self.inner.lock();
+                match g.extents.get(&id) {
+                    Some(e) if e.off == off => {}
+                    _ => continue,
+                }
+                match g.alloc.alloc_below(len as u64, off) {
+                    Some(to) => to,
+                    None => continue,
+                }
+            };
+            buf.resize(len as usize, 0);
+            let copied = self
+                .disks
+                .data
+                .read_at(&mut buf, off)
+                .and_then(|_| {
+                    if *blake3::hash(&buf).as_bytes() != hash {
+                        Err(std::io::Error::other("checksum"))
+                    } else {
+                        Ok(())
+                    }
+                })
+                .and_then(|_| self.disks.data.write_at(&buf, to));
+            let mut g = self.inner.lock();
+            let still = matches!(g.extents.get(&id), Some(e) if e.off == off);
+            if copied.is_err() || !still {
+                g.alloc.free(to, len as u64);
+                continue;
+            }
+            g.extents.get_mut(&id).unwrap().off = to;
+            let lsn = g.append(Record::Move {
+                extent: id,
+                off: to,
+            });
+            g.pending_free.push((lsn, off, len as u64));
+            moved += 1;
+            moved_bytes += len as u64;
+        }
+        // Make the moves durable (which frees the old places), then cut
+        // the free run at the end and rewrite the metadata compactly.
+        self.flush()?;
+        let after = {
+            let _f = self.flushing.lock();
+            let mut g = self.inner.lock();
+            let end = g.alloc.trim();
+            self.disks.data.set_len(end)?;
+            self.disks.data.sync()?;
+            drop(g);
+            self.checkpoint_locked()?;
+            end
+        };
+        Ok(Answer::Report {
+            figures: vec![
+                ("extents_moved".into(), moved),
+                ("bytes_moved".into(), moved_bytes),
+                ("store_bytes_before".into(), before),
+                ("store_bytes_after".into(), after),
+            ],
+            problems: vec![],
+        })
+    }
+}

@@ -1,0 +1,375 @@
+//! The store's operations on simulated disks: semantics, rights, sharing of
+//! extents between versions, garbage collection, compaction, recovery.
+
+use proptest::prelude::*;
+use shoal_bullet::meta::MAGIC;
+use shoal_bullet::model::{ADMIN, CREATE, DESTROY, MAX_EXTENT, MODIFY, READ};
+use shoal_bullet::op::{FLAG_COMMIT, FLAG_SAFETY};
+use shoal_bullet::{Answer, Disk, Disks, Edit, FileError, SimDisk, Store, StoreConfig};
+use shoal_cap::{Capability, GetPort, Rights};
+
+const CS: u8 = FLAG_COMMIT | FLAG_SAFETY;
+
+fn disks() -> (SimDisk, SimDisk, SimDisk) {
+    (SimDisk::new(), SimDisk::new(), SimDisk::new())
+}
+
+fn open(d: &(SimDisk, SimDisk, SimDisk), cfg: StoreConfig) -> Store<SimDisk> {
+    Store::open(
+        Disks {
+            data: d.0.clone(),
+            meta: [d.1.clone(), d.2.clone()],
+        },
+        cfg,
+    )
+    .unwrap()
+}
+
+fn fresh(cfg: StoreConfig) -> ((SimDisk, SimDisk, SimDisk), Store<SimDisk>) {
+    let d = disks();
+    let s = Store::format(
+        Disks {
+            data: d.0.clone(),
+            meta: [d.1.clone(), d.2.clone()],
+        },
+        GetPort::from_bytes([1; 16]),
+        cfg,
+    )
+    .unwrap();
+    (d, s)
+}
+
+fn read_all(s: &Store<SimDisk>, cap: &Capability) -> Result<Vec<u8>, FileError> {
+    let size = s.stat(cap)?.size;
+    let mut out = Vec::new();
+    while (out.len() as u64) < size {
+        s.read_into(cap, out.len() as u64, 8 << 20, &mut out)?;
+    }
+    Ok(out)
+}
+
+fn bytes(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+#[test]
+fn create_read_stat_destroy() {
+    let (_, s) = fresh(StoreConfig::default());
+    let server = s.server_cap();
+    let data = bytes(3 * MAX_EXTENT as usize + 17, 1);
+    let cap = s.create(&server, CS, &data, 0).unwrap();
+    assert_eq!(read_all(&s, &cap).unwrap(), data);
+    let st = s.stat(&cap).unwrap();
+    assert_eq!((st.size, st.committed, st.pieces), (data.len() as u64, true, 4));
+    // Any range, and a short read only at the end.
+    let mut out = Vec::new();
+    s.read_into(&cap, 1_000_000, 100_000, &mut out).unwrap();
+    assert_eq!(out, data[1_000_000..1_100_000]);
+    out.clear();
+    s.read_into(&cap, data.len() as u64 - 5, 100, &mut out).unwrap();
+    assert_eq!(out.len(), 5);
+    assert!(matches!(
+        s.read_into(&cap, data.len() as u64 + 1, 1, &mut out),
+        Err(FileError::Range { .. })
+    ));
+    let empty = s.create(&server, CS, &[], 0).unwrap();
+    assert_eq!(read_all(&s, &empty).unwrap(), Vec::<u8>::new());
+    s.destroy(&cap).unwrap();
+    assert_eq!(s.stat(&cap), Err(FileError::NotFound));
+    assert_eq!(s.destroy(&cap), Err(FileError::NotFound));
+}
+
+#[test]
+fn rights_are_enforced_per_operation() {
+    let (_, s) = fresh(StoreConfig::default());
+    let server = s.server_cap();
+    let cap = s.create(&server, CS, b"data", 0).unwrap();
+    let read_only = cap.restrict(READ).unwrap();
+    let mut out = Vec::new();
+    s.read_into(&read_only, 0, 4, &mut out).unwrap();
+    assert!(matches!(s.destroy(&read_only), Err(FileError::Denied { .. })));
+    assert!(matches!(
+        s.edit(&read_only, CS, Edit::Delete { offset: 0, len: 1 }, 0),
+        Err(FileError::Denied { .. })
+    ));
+    let no_read = cap.restrict(DESTROY.union(MODIFY)).unwrap();
+    assert!(matches!(
+        s.read_into(&no_read, 0, 4, &mut out),
+        Err(FileError::Denied { .. })
+    ));
+    // The server's capability: create needs CREATE, admin needs ADMIN.
+    let weak = server.restrict(CREATE).unwrap();
+    s.create(&weak, 0, b"x", 0).unwrap();
+    assert!(matches!(
+        s.create(&server.restrict(ADMIN).unwrap(), 0, b"x", 0),
+        Err(FileError::Denied { .. })
+    ));
+    assert!(matches!(
+        s.execute(
+            shoal_bullet::Op::Admin {
+                server: weak,
+                what: shoal_bullet::AdminOp::Fsck
+            },
+            0
+        ),
+        Err(FileError::Denied { .. })
+    ));
+    // A forged check field, or a capability of another object.
+    let mut forged = cap.to_bytes();
+    forged[40] ^= 1;
+    let forged = Capability::from_bytes(&forged).unwrap();
+    assert_eq!(s.stat(&forged), Err(FileError::BadCapability));
+    // A file a capability with too few rights derives from stays intact.
+    assert_eq!(read_all(&s, &cap).unwrap(), b"data");
+    let _ = Rights::ALL;
+}
+
+#[test]
+fn uncommitted_files_are_invisible_then_expire() {
+    let cfg = StoreConfig {
+        uncommitted_life_us: 1_000,
+        ..Default::default()
+    };
+    let (_, s) = fresh(cfg);
+    let cap = s.create(&s.server_cap(), 0, b"part one ", 0).unwrap();
+    let mut out = Vec::new();
+    assert_eq!(
+        s.read_into(&cap, 0, 1, &mut out),
+        Err(FileError::NotCommitted)
+    );
+    // Filling in place keeps the capability.
+    let same = s
+        .edit(
+            &cap,
+            0,
+            Edit::Write {
+                offset: 9,
+                data: b"part two".to_vec(),
+            },
+            500,
+        )
+        .unwrap();
+    assert_eq!(same, cap);
+    assert_eq!(s.expire(1_000), 0, "touched at 500");
+    assert_eq!(s.expire(1_501), 1);
+    assert_eq!(s.stat(&cap), Err(FileError::NotFound));
+    let cap = s.create(&s.server_cap(), 0, b"abc", 2_000).unwrap();
+    s.commit(&cap, FLAG_SAFETY, 2_000).unwrap();
+    assert_eq!(s.expire(1_000_000), 0, "committed files do not expire");
+    assert_eq!(
+        s.edit(&cap, 0, Edit::Delete { offset: 0, len: 1 }, 0)
+            .map(|c| c == cap),
+        Ok(false),
+        "an edit of a committed file makes a new one"
+    );
+}
+
+#[test]
+fn appending_to_a_big_file_writes_only_the_append() {
+    let (d, s) = fresh(StoreConfig::default());
+    let data = bytes(20 * MAX_EXTENT as usize, 7);
+    let big = s.create(&s.server_cap(), CS, &data, 0).unwrap();
+    let before = s.stats();
+    let (_, writes_before) = d.0.counts();
+    let appended = s
+        .edit(
+            &big,
+            CS,
+            Edit::Write {
+                offset: data.len() as u64,
+                data: vec![9; 4096],
+            },
+            0,
+        )
+        .unwrap();
+    let (_, writes_after) = d.0.counts();
+    assert_eq!(writes_after - writes_before, 1, "one 4 KiB extent written");
+    let fig = |a: &Answer, k: &str| match a {
+        Answer::Report { figures, .. } => figures.iter().find(|f| f.0 == k).unwrap().1,
+        _ => unreachable!(),
+    };
+    assert_eq!(
+        fig(&s.stats(), "bytes_stored") - fig(&before, "bytes_stored"),
+        4096
+    );
+    let mut want = data.clone();
+    want.extend_from_slice(&[9; 4096]);
+    assert_eq!(read_all(&s, &appended).unwrap(), want);
+    assert_eq!(read_all(&s, &big).unwrap(), data, "the old version is intact");
+    // Destroying the old version keeps the shared extents for the new one.
+    s.destroy(&big).unwrap();
+    s.flush().unwrap();
+    assert_eq!(read_all(&s, &appended).unwrap(), want);
+    drop(s);
+    let s = open(&d, StoreConfig::default());
+    assert_eq!(read_all(&s, &appended).unwrap(), want);
+    assert!(matches!(s.fsck(), Answer::Report { problems, .. } if problems.is_empty()));
+}
+
+#[test]
+fn ageing_destroys_what_nobody_touches() {
+    let cfg = StoreConfig {
+        ttl: 2,
+        ..Default::default()
+    };
+    let (_, s) = fresh(cfg);
+    let a = s.create(&s.server_cap(), CS, b"kept", 0).unwrap();
+    let b = s.create(&s.server_cap(), CS, b"lost", 0).unwrap();
+    assert_eq!(s.age(), 0);
+    assert_eq!(s.touch(&[a, a.restrict(READ).unwrap()], 0), vec![true, true]);
+    assert_eq!(s.age(), 1);
+    assert_eq!(s.stat(&b), Err(FileError::NotFound));
+    assert_eq!(s.stat(&a).unwrap().ttl, 1);
+    assert_eq!(s.touch(&[b], 0), vec![false]);
+}
+
+#[test]
+fn compaction_moves_extents_and_shrinks_the_store() {
+    let cfg = StoreConfig {
+        grow_step: 64 << 10,
+        ..Default::default()
+    };
+    let (d, s) = fresh(cfg.clone());
+    let server = s.server_cap();
+    let caps: Vec<_> = (0..40)
+        .map(|i| s.create(&server, CS, &bytes(50_000, i), 0).unwrap())
+        .collect();
+    for c in caps.iter().step_by(2) {
+        s.destroy(c).unwrap();
+    }
+    s.flush().unwrap();
+    let before = d.0.len().unwrap();
+    let Answer::Report { figures, .. } = s.compact().unwrap() else {
+        panic!()
+    };
+    let after = d.0.len().unwrap();
+    assert!(after < before, "{before} -> {after} ({figures:?})");
+    assert!(after <= 20 * 50_000 + 50_000);
+    for (i, c) in caps.iter().enumerate().skip(1).step_by(2) {
+        assert_eq!(read_all(&s, c).unwrap(), bytes(50_000, i as u8));
+    }
+    drop(s);
+    let s = open(&d, cfg);
+    for (i, c) in caps.iter().enumerate().skip(1).step_by(2) {
+        assert_eq!(read_all(&s, c).unwrap(), bytes(50_000, i as u8));
+    }
+    assert!(matches!(s.fsck(), Answer::Report { problems, .. } if problems.is_empty()));
+}
+
+#[test]
+fn corruption_is_reported_never_returned() {
+    let (d, s) = fresh(StoreConfig::default());
+    let cap = s.create(&s.server_cap(), CS, &bytes(100_000, 3), 0).unwrap();
+    drop(s);
+    d.0.corrupt(50_000);
+    let s = open(&d, StoreConfig::default());
+    assert!(matches!(read_all(&s, &cap), Err(FileError::Corrupt(_))));
+    let Answer::Report { problems, .. } = s.fsck() else {
+        panic!()
+    };
+    assert_eq!(problems.len(), 1, "{problems:?}");
+}
+
+#[test]
+fn recovery_cuts_the_log_after_the_last_valid_record() {
+    let (d, s) = fresh(StoreConfig::default());
+    let cap = s.create(&s.server_cap(), CS, b"kept", 0).unwrap();
+    drop(s);
+    let valid = d.1.len().unwrap();
+    let mut head = [0u8; 8];
+    d.1.read_at(&mut head, 0).unwrap();
+    assert_eq!(&head, MAGIC);
+    d.1.write_at(&[0xAB; 300], valid).unwrap();
+    let s = open(&d, StoreConfig::default());
+    assert_eq!(d.1.len().unwrap(), valid, "garbage past the records is cut");
+    assert_eq!(read_all(&s, &cap).unwrap(), b"kept");
+}
+
+#[test]
+fn checkpoints_alternate_between_the_metadata_files() {
+    let cfg = StoreConfig {
+        checkpoint_after: 4096,
+        ..Default::default()
+    };
+    let (d, s) = fresh(cfg.clone());
+    let caps: Vec<_> = (0..200)
+        .map(|i| s.create(&s.server_cap(), CS, &bytes(10, i as u8), 0).unwrap())
+        .collect();
+    assert!(d.2.len().unwrap() > 0, "the second file was used");
+    drop(s);
+    let s = open(&d, cfg);
+    for (i, c) in caps.iter().enumerate() {
+        assert_eq!(read_all(&s, c).unwrap(), bytes(10, i as u8));
+    }
+}
+
+#[derive(Debug, Clone)]
+enum E {
+    W(u64, usize),
+    I(u64, usize),
+    D(u64, u64),
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// Any sequence of edits, of committed files (new versions) and in
+    /// place, reads back as the same edits of a byte vector.
+    #[test]
+    fn edits_match_a_byte_vector(
+        init in 0usize..300_000,
+        edits in proptest::collection::vec(
+            prop_oneof![
+                (any::<u64>(), 0usize..200_000).prop_map(|(o, n)| E::W(o, n)),
+                (any::<u64>(), 0usize..200_000).prop_map(|(o, n)| E::I(o, n)),
+                (any::<u64>(), any::<u64>()).prop_map(|(o, n)| E::D(o, n)),
+            ],
+            1..12,
+        ),
+        commit_each in any::<bool>(),
+    ) {
+        let (_, s) = fresh(StoreConfig { cache_bytes: 1 << 20, ..Default::default() });
+        let mut model = bytes(init, 1);
+        let mut cap = s.create(&s.server_cap(), if commit_each { CS } else { 0 }, &model, 0).unwrap();
+        let mut versions = vec![];
+        for (i, e) in edits.into_iter().enumerate() {
+            let size = model.len() as u64;
+            let edit = match e {
+                E::W(o, n) => {
+                    let o = o % (size + 1);
+                    let d = bytes(n, i as u8 + 2);
+                    let end = (o as usize + n).max(model.len());
+                    model.resize(end, 0);
+                    model[o as usize..o as usize + n].copy_from_slice(&d);
+                    Edit::Write { offset: o, data: d }
+                }
+                E::I(o, n) => {
+                    let o = o % (size + 1);
+                    let d = bytes(n, i as u8 + 2);
+                    model.splice(o as usize..o as usize, d.iter().copied());
+                    Edit::Insert { offset: o, data: d }
+                }
+                E::D(o, n) => {
+                    let o = o % (size + 1);
+                    let n = n % (size - o + 1);
+                    model.drain(o as usize..(o + n) as usize);
+                    Edit::Delete { offset: o, len: n }
+                }
+            };
+            cap = s.edit(&cap, if commit_each { CS } else { 0 }, edit, 0).unwrap();
+            if commit_each {
+                versions.push((cap, model.clone()));
+            }
+        }
+        if !commit_each {
+            s.commit(&cap, FLAG_SAFETY, 0).unwrap();
+            versions.push((cap, model.clone()));
+        }
+        for (c, m) in versions {
+            prop_assert_eq!(read_all(&s, &c).unwrap(), m);
+        }
+        let fsck_clean = matches!(s.fsck(), Answer::Report { problems, .. } if problems.is_empty());
+        prop_assert!(fsck_clean);
+    }
+}
