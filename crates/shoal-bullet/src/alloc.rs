@@ -109,12 +109,11 @@ impl Allocator {
                 len += pl;
             }
         }
-        if let Some((&no, &nl)) = self.by_off.range(off + len..).next() {
-            if no == off + len {
+        if let Some((&no, &nl)) = self.by_off.range(off + len..).next()
+            && no == off + len {
                 self.remove(no, nl);
                 len += nl;
             }
-        }
         self.insert(off, len);
     }
 
@@ -129,12 +128,11 @@ impl Allocator {
 
     /// Drops the free run at the end (if any) and returns the new end.
     pub fn trim(&mut self) -> u64 {
-        if let Some((&o, &l)) = self.by_off.iter().next_back() {
-            if o + l == self.end {
+        if let Some((&o, &l)) = self.by_off.iter().next_back()
+            && o + l == self.end {
                 self.remove(o, l);
                 self.end = o;
             }
-        }
         self.end
     }
 

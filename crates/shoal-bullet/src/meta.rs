@@ -287,10 +287,7 @@ impl Record {
     pub fn replay(file: &[u8], generation: u64, start: usize) -> (Vec<Record>, usize) {
         let mut out = Vec::new();
         let mut at = start;
-        loop {
-            let Some(head) = file.get(at..at + RECORD_HEAD) else {
-                break;
-            };
+        while let Some(head) = file.get(at..at + RECORD_HEAD) {
             let len = u32::from_le_bytes(head[..4].try_into().unwrap()) as usize;
             if len == 0 || len > MAX_RECORD {
                 break;

@@ -287,6 +287,13 @@ pub fn data_prefix(len: usize) -> Vec<u8> {
     buf
 }
 
+/// Sets the length field of a response started with [`data_prefix`] to
+/// the bytes appended after it.
+pub fn finish_data(buf: &mut [u8]) {
+    let n = (buf.len() - 6) as u32;
+    buf[2..6].copy_from_slice(&n.to_le_bytes());
+}
+
 /// Encodes a result.
 pub fn encode_result(result: &Result<Answer, FileError>) -> Vec<u8> {
     let mut buf = Vec::new();

@@ -1327,7 +1327,7 @@ impl<D: Disk> Store<D> {
                 .map(|(&id, e)| (e.off, id, e.len, e.hash))
                 .collect()
         };
-        order.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        order.sort_unstable_by_key(|e| std::cmp::Reverse(e.0));
         let (mut moved, mut moved_bytes) = (0u64, 0u64);
         let mut buf = Vec::new();
         for (off, id, len, hash) in order {

@@ -62,13 +62,17 @@ fn create_read_stat_destroy() {
     let cap = s.create(&server, CS, &data, 0).unwrap();
     assert_eq!(read_all(&s, &cap).unwrap(), data);
     let st = s.stat(&cap).unwrap();
-    assert_eq!((st.size, st.committed, st.pieces), (data.len() as u64, true, 4));
+    assert_eq!(
+        (st.size, st.committed, st.pieces),
+        (data.len() as u64, true, 4)
+    );
     // Any range, and a short read only at the end.
     let mut out = Vec::new();
     s.read_into(&cap, 1_000_000, 100_000, &mut out).unwrap();
     assert_eq!(out, data[1_000_000..1_100_000]);
     out.clear();
-    s.read_into(&cap, data.len() as u64 - 5, 100, &mut out).unwrap();
+    s.read_into(&cap, data.len() as u64 - 5, 100, &mut out)
+        .unwrap();
     assert_eq!(out.len(), 5);
     assert!(matches!(
         s.read_into(&cap, data.len() as u64 + 1, 1, &mut out),
@@ -89,7 +93,10 @@ fn rights_are_enforced_per_operation() {
     let read_only = cap.restrict(READ).unwrap();
     let mut out = Vec::new();
     s.read_into(&read_only, 0, 4, &mut out).unwrap();
-    assert!(matches!(s.destroy(&read_only), Err(FileError::Denied { .. })));
+    assert!(matches!(
+        s.destroy(&read_only),
+        Err(FileError::Denied { .. })
+    ));
     assert!(matches!(
         s.edit(&read_only, CS, Edit::Delete { offset: 0, len: 1 }, 0),
         Err(FileError::Denied { .. })
@@ -197,7 +204,11 @@ fn appending_to_a_big_file_writes_only_the_append() {
     let mut want = data.clone();
     want.extend_from_slice(&[9; 4096]);
     assert_eq!(read_all(&s, &appended).unwrap(), want);
-    assert_eq!(read_all(&s, &big).unwrap(), data, "the old version is intact");
+    assert_eq!(
+        read_all(&s, &big).unwrap(),
+        data,
+        "the old version is intact"
+    );
     // Destroying the old version keeps the shared extents for the new one.
     s.destroy(&big).unwrap();
     s.flush().unwrap();
@@ -218,7 +229,10 @@ fn ageing_destroys_what_nobody_touches() {
     let a = s.create(&s.server_cap(), CS, b"kept", 0).unwrap();
     let b = s.create(&s.server_cap(), CS, b"lost", 0).unwrap();
     assert_eq!(s.age(), 0);
-    assert_eq!(s.touch(&[a, a.restrict(READ).unwrap()], 0), vec![true, true]);
+    assert_eq!(
+        s.touch(&[a, a.restrict(READ).unwrap()], 0),
+        vec![true, true]
+    );
     assert_eq!(s.age(), 1);
     assert_eq!(s.stat(&b), Err(FileError::NotFound));
     assert_eq!(s.stat(&a).unwrap().ttl, 1);
@@ -261,7 +275,9 @@ fn compaction_moves_extents_and_shrinks_the_store() {
 #[test]
 fn corruption_is_reported_never_returned() {
     let (d, s) = fresh(StoreConfig::default());
-    let cap = s.create(&s.server_cap(), CS, &bytes(100_000, 3), 0).unwrap();
+    let cap = s
+        .create(&s.server_cap(), CS, &bytes(100_000, 3), 0)
+        .unwrap();
     drop(s);
     d.0.corrupt(50_000);
     let s = open(&d, StoreConfig::default());
@@ -295,7 +311,10 @@ fn checkpoints_alternate_between_the_metadata_files() {
     };
     let (d, s) = fresh(cfg.clone());
     let caps: Vec<_> = (0..200)
-        .map(|i| s.create(&s.server_cap(), CS, &bytes(10, i as u8), 0).unwrap())
+        .map(|i| {
+            s.create(&s.server_cap(), CS, &bytes(10, i as u8), 0)
+                .unwrap()
+        })
         .collect();
     assert!(d.2.len().unwrap() > 0, "the second file was used");
     drop(s);

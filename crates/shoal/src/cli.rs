@@ -33,6 +33,10 @@ enum Command {
     /// The directory service: names to capabilities.
     #[command(subcommand)]
     Dir(crate::cmd_dir::DirCommand),
+    /// The immutable file service: files stored on k servers, named in
+    /// the directory.
+    #[command(subcommand)]
+    File(crate::cmd_file::FileCommand),
     /// Create your root directory (its capability goes to
     /// $SHOAL_CONFIG_DIR/root, by default ~/.config/shoal/root).
     Init {
@@ -123,7 +127,9 @@ impl Cli {
     /// directory replica) log their life, commands stay quiet.
     pub fn default_log(&self) -> &'static str {
         match self.command {
-            Command::Node(_) | Command::Dir(crate::cmd_dir::DirCommand::Serve(_)) => "info",
+            Command::Node(_)
+            | Command::Dir(crate::cmd_dir::DirCommand::Serve(_))
+            | Command::File(crate::cmd_file::FileCommand::Serve(_)) => "info",
             _ => "warn",
         }
     }
@@ -137,6 +143,7 @@ impl Cli {
             Command::Cap(c) => crate::cmd_cap::run(c),
             Command::Group(c) => crate::cmd_group::run(c),
             Command::Dir(c) => crate::cmd_dir::run(c),
+            Command::File(c) => crate::cmd_file::run(c),
             Command::Init { force } => crate::cmd_dir::init(force),
             Command::DirWorkload(args) => crate::cmd_workload::run(args),
             Command::Bench(BenchCommand::Rpc(args)) => {

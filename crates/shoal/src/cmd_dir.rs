@@ -107,14 +107,14 @@ pub enum DirCommand {
 pub struct Common {
     /// Start paths at this directory capability instead of your root.
     #[arg(long, global = true)]
-    root: Option<Capability>,
+    pub root: Option<Capability>,
     /// Read from whichever replica answers without first ordering a
     /// read marker through the group: faster, but a read may miss a write
     /// another process made in the last moments.  (By default every read
     /// is linearizable: it sees every write completed before it began, by
     /// anyone.)
     #[arg(long, global = true)]
-    any_replica: bool,
+    pub any_replica: bool,
 }
 
 /// How the replicas of a directory service keep their copies alike.
@@ -164,11 +164,11 @@ pub struct ServeArgs {
     threads: usize,
 }
 
-fn attach() -> Result<Context, Failure> {
+pub fn attach() -> Result<Context, Failure> {
     Context::from_env().map_err(|e| Failure::unreachable(e.to_string()))
 }
 
-fn client_failure(e: ClientError) -> Failure {
+pub fn client_failure(e: ClientError) -> Failure {
     match e {
         ClientError::Unreachable(_) => Failure::unreachable(e.to_string()),
         e => Failure::failed(e.to_string()),
@@ -191,7 +191,7 @@ fn root_file() -> PathBuf {
     config_dir().join("root")
 }
 
-fn load_root(common: &Common) -> Result<Capability, Failure> {
+pub fn load_root(common: &Common) -> Result<Capability, Failure> {
     if let Some(c) = common.root {
         return Ok(c);
     }
@@ -293,13 +293,13 @@ fn split(path: &[u8]) -> (&[u8], &[u8]) {
     }
 }
 
-struct Session {
-    dir: DirClient,
-    root: Capability,
+pub struct Session {
+    pub dir: DirClient,
+    pub root: Capability,
 }
 
 impl Session {
-    fn open(common: &Common) -> Result<Session, Failure> {
+    pub fn open(common: &Common) -> Result<Session, Failure> {
         let root = load_root(common)?;
         let ctx = attach()?;
         let mut dir = DirClient::with_port(&ctx, root.port()).map_err(client_failure)?;
@@ -308,7 +308,7 @@ impl Session {
     }
 
     /// The directory capability at `path` (the root if empty).
-    fn resolve_dir(&mut self, path: &[u8]) -> Result<Capability, Failure> {
+    pub fn resolve_dir(&mut self, path: &[u8]) -> Result<Capability, Failure> {
         if path.iter().all(|&b| b == b'/') {
             return Ok(self.root);
         }
@@ -333,7 +333,7 @@ impl Session {
     }
 
     /// (directory, name) of the last component of `path`.
-    fn parent(&mut self, path: &[u8]) -> Result<(Capability, Vec<u8>), Failure> {
+    pub fn parent(&mut self, path: &[u8]) -> Result<(Capability, Vec<u8>), Failure> {
         let (dir, name) = split(path);
         if name.is_empty() {
             return Err(Failure::failed("the path names no entry"));
@@ -533,7 +533,7 @@ fn serve_rpc2pc(args: ServeArgs) -> Result<(), Failure> {
 }
 
 /// Waits for SIGTERM or SIGINT, saying when `serving` changes.
-fn until_signalled(serving: impl Fn() -> bool, (on, off): (&str, &str)) -> Result<(), Failure> {
+pub fn until_signalled(serving: impl Fn() -> bool, (on, off): (&str, &str)) -> Result<(), Failure> {
     let term = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, term.clone())

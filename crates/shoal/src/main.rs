@@ -7,6 +7,7 @@ mod cli;
 mod cmd_cap;
 mod cmd_cluster;
 mod cmd_dir;
+mod cmd_file;
 mod cmd_group;
 mod cmd_rpc;
 mod cmd_status;

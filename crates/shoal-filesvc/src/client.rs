@@ -1,0 +1,481 @@
+//! The client library.
+//!
+//! ```no_run
+//! use shoal_filesvc::FileClient;
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let server: shoal_cap::Capability = todo!();
+//! let ctx = shoal_rpc::Context::from_env()?;
+//! let mut files = FileClient::new(&ctx)?;
+//! let cap = files.create(&server, b"hello", true)?;   // committed, on disk
+//! assert_eq!(files.read_all(&[cap])?, b"hello");
+//! # Ok(()) }
+//! ```
+//!
+//! Data moves in chunks of [`CHUNK`] bytes, so files of any size stream
+//! through bounded memory.  A file with several replicas is named by the
+//! set of their capabilities; reads fail over from one replica to the next
+//! (on an unreachable server, a missing file or a corrupted extent) and
+//! carry on from the same offset, since every replica holds the same
+//! immutable bytes.
+//!
+//! **Client cache.**  Files never change, so a copy is valid as long as
+//! the file exists: with a cache directory ([`FileClient::with_cache`];
+//! the command line uses one per node), a read asks a replica for the
+//! file's size and digest (one small call, which also checks the
+//! capability's rights and that the file still exists), then reads a
+//! cached copy with that digest from the local disk's page cache.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use shoal_bullet::FileError;
+use shoal_bullet::op::{self, AdminOp, Answer, Edit, FLAG_COMMIT, FLAG_SAFETY, Op, Stat};
+use shoal_cap::Capability;
+use shoal_rpc::{CallOptions, Client, Context};
+
+/// Bytes moved by one call.
+pub const CHUNK: usize = 4 << 20;
+
+/// Why a file call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The server refused the operation.
+    #[error(transparent)]
+    File(#[from] FileError),
+    /// The server could not be reached (a write may or may not have run).
+    #[error("file server unreachable: {0}")]
+    Unreachable(String),
+    /// A server's answer could not be decoded.
+    #[error("bad answer from a file server: {0}")]
+    BadAnswer(String),
+    /// Local input or output failed.
+    #[error("{0}")]
+    Local(String),
+    /// Every replica failed; the errors, one per replica.
+    #[error("no replica could serve the file: {}", .0.join("; "))]
+    AllReplicas(Vec<String>),
+}
+
+impl ClientError {
+    /// Whether another replica might do better.
+    fn try_another(&self) -> bool {
+        match self {
+            ClientError::File(e) => e.try_another_replica(),
+            ClientError::Unreachable(_) | ClientError::BadAnswer(_) => true,
+            _ => false,
+        }
+    }
+}
+
+/// A local cache of immutable files.
+#[derive(Debug, Clone)]
+pub struct Cache {
+    dir: PathBuf,
+    max_bytes: u64,
+}
+
+impl Cache {
+    pub fn new(dir: &Path, max_bytes: u64) -> Cache {
+        Cache {
+            dir: dir.to_path_buf(),
+            max_bytes,
+        }
+    }
+
+    fn path(&self, cap: &Capability, st: &Stat) -> PathBuf {
+        let mut h = blake3::Hasher::new();
+        h.update(cap.port().as_bytes());
+        h.update(&cap.object().get().to_le_bytes());
+        h.update(&st.hash);
+        h.update(&st.size.to_le_bytes());
+        self.dir.join(&h.finalize().to_hex()[..32])
+    }
+
+    /// Drops the least recently used copies until the cache fits.
+    fn trim(&self) {
+        let Ok(rd) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = rd
+            .flatten()
+            .filter_map(|e| {
+                let m = e.metadata().ok()?;
+                Some((m.modified().ok()?, m.len(), e.path()))
+            })
+            .collect();
+        let mut total: u64 = files.iter().map(|f| f.1).sum();
+        files.sort();
+        for (_, len, path) in files {
+            if total <= self.max_bytes {
+                break;
+            }
+            if std::fs::remove_file(&path).is_ok() {
+                total -= len;
+            }
+        }
+    }
+}
+
+/// A client of the file servers.
+pub struct FileClient {
+    rpc: Client,
+    cache: Option<Cache>,
+    deadline: Duration,
+}
+
+fn unexpected(a: Answer) -> ClientError {
+    ClientError::BadAnswer(format!("unexpected answer {a:?}"))
+}
+
+impl FileClient {
+    pub fn new(ctx: &Context) -> Result<FileClient, ClientError> {
+        Ok(FileClient {
+            rpc: ctx
+                .client()
+                .map_err(|e| ClientError::Unreachable(e.to_string()))?,
+            cache: None,
+            deadline: Duration::from_secs(10),
+        })
+    }
+
+    /// Keeps copies of files read in `cache`.
+    pub fn with_cache(mut self, cache: Option<Cache>) -> Self {
+        if let Some(c) = &cache {
+            let _ = std::fs::create_dir_all(&c.dir);
+        }
+        self.cache = cache;
+        self
+    }
+
+    /// How long one call may take before the server counts as unreachable.
+    pub fn deadline(&mut self, d: Duration) -> &mut Self {
+        self.deadline = d;
+        self
+    }
+
+    /// One call to the server of `cap`.
+    pub fn call(&mut self, cap: &Capability, op: &Op) -> Result<Answer, ClientError> {
+        let opts = CallOptions {
+            deadline: Some(self.deadline),
+            cancel: None,
+        };
+        let reply = self
+            .rpc
+            .trans_with(&cap.port(), op.encode(), &opts)
+            .map_err(|e| ClientError::Unreachable(e.to_string()))?;
+        let r = op::decode_result(&reply).map_err(|e| ClientError::BadAnswer(e.to_string()))?;
+        shoal_rpc::recycle(reply);
+        Ok(r?)
+    }
+
+    fn cap_of(&mut self, cap: &Capability, op: &Op) -> Result<Capability, ClientError> {
+        match self.call(cap, op)? {
+            Answer::Cap(c) => Ok(c),
+            a => Err(unexpected(a)),
+        }
+    }
+
+    /// Creates a committed file from `data` on the server `server`;
+    /// with `safety`, returns once it is on the server's disk.
+    pub fn create(
+        &mut self,
+        server: &Capability,
+        data: &[u8],
+        safety: bool,
+    ) -> Result<Capability, ClientError> {
+        let mut caps = self.create_from(&[*server], data, safety, |_| {})?;
+        Ok(caps.remove(0))
+    }
+
+    /// Creates one committed file on each of `servers` from what `input`
+    /// yields (streamed in chunks, so of any size); `progress` hears the
+    /// bytes sent so far.  On failure nothing is left behind (the
+    /// uncommitted parts are destroyed, or expire).
+    pub fn create_from(
+        &mut self,
+        servers: &[Capability],
+        mut input: impl Read,
+        safety: bool,
+        mut progress: impl FnMut(u64),
+    ) -> Result<Vec<Capability>, ClientError> {
+        let mut caps: Vec<Capability> = Vec::new();
+        let mut buf = vec![0u8; CHUNK];
+        let mut sent = 0u64;
+        let flags = FLAG_COMMIT | if safety { FLAG_SAFETY } else { 0 };
+        let result = (|| {
+            loop {
+                let n = fill(&mut input, &mut buf)?;
+                let last = n < buf.len();
+                let data = buf[..n].to_vec();
+                if caps.is_empty() {
+                    for s in servers {
+                        let op = Op::Create {
+                            server: *s,
+                            flags: if last { flags } else { 0 },
+                            data: data.clone(),
+                        };
+                        let c = self.cap_of(s, &op)?;
+                        caps.push(c);
+                    }
+                } else if n > 0 || last {
+                    for c in caps.clone() {
+                        let op = Op::Edit {
+                            file: c,
+                            flags: if last { flags } else { 0 },
+                            edit: Edit::Write {
+                                offset: sent,
+                                data: data.clone(),
+                            },
+                        };
+                        self.cap_of(&c, &op)?;
+                    }
+                }
+                sent += n as u64;
+                progress(sent);
+                if last {
+                    return Ok(());
+                }
+            }
+        })();
+        match result {
+            Ok(()) => Ok(caps),
+            Err(e) => {
+                for c in &caps {
+                    let _ = self.call(c, &Op::Destroy { file: *c });
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Applies an edit (see [`Edit`]): to an uncommitted file in place, or
+    /// to a committed one, giving a new file.
+    pub fn edit(
+        &mut self,
+        file: &Capability,
+        edit: Edit,
+        commit: bool,
+        safety: bool,
+    ) -> Result<Capability, ClientError> {
+        let flags = if commit { FLAG_COMMIT } else { 0 } | if safety { FLAG_SAFETY } else { 0 };
+        self.cap_of(
+            file,
+            &Op::Edit {
+                file: *file,
+                flags,
+                edit,
+            },
+        )
+    }
+
+    /// Commits an uncommitted file.
+    pub fn commit(&mut self, file: &Capability, safety: bool) -> Result<(), ClientError> {
+        let flags = if safety { FLAG_SAFETY } else { 0 };
+        self.call(file, &Op::Commit { file: *file, flags })
+            .map(|_| ())
+    }
+
+    /// Size and state of a file, from the first replica that answers.
+    pub fn stat(&mut self, replicas: &[Capability]) -> Result<(Stat, Capability), ClientError> {
+        let mut errors = Vec::new();
+        for c in replicas {
+            match self.call(c, &Op::Stat { file: *c }) {
+                Ok(Answer::Stat(s)) => return Ok((s, *c)),
+                Ok(a) => errors.push(unexpected(a).to_string()),
+                Err(e) if e.try_another() => errors.push(e.to_string()),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(ClientError::AllReplicas(errors))
+    }
+
+    /// Reads `len` bytes at `offset` of one replica.
+    pub fn read(
+        &mut self,
+        file: &Capability,
+        offset: u64,
+        len: u32,
+    ) -> Result<Vec<u8>, ClientError> {
+        match self.call(
+            file,
+            &Op::Read {
+                file: *file,
+                offset,
+                len,
+            },
+        )? {
+            Answer::Data(d) => Ok(d),
+            a => Err(unexpected(a)),
+        }
+    }
+
+    /// Reads a whole file into memory.
+    pub fn read_all(&mut self, replicas: &[Capability]) -> Result<Vec<u8>, ClientError> {
+        let mut out = Vec::new();
+        self.read_with(replicas, |chunk| {
+            out.extend_from_slice(chunk);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Writes a whole file to `w`; returns its size.
+    pub fn read_to(
+        &mut self,
+        replicas: &[Capability],
+        mut w: impl Write,
+        mut progress: impl FnMut(u64),
+    ) -> Result<u64, ClientError> {
+        let mut done = 0u64;
+        self.read_with(replicas, |chunk| {
+            w.write_all(chunk)
+                .map_err(|e| ClientError::Local(e.to_string()))?;
+            done += chunk.len() as u64;
+            progress(done);
+            Ok(())
+        })?;
+        w.flush().map_err(|e| ClientError::Local(e.to_string()))?;
+        Ok(done)
+    }
+
+    /// Hands a whole file to `sink` in order, chunk by chunk: from the
+    /// cache if it holds a copy, else from the replicas, failing over.
+    pub fn read_with(
+        &mut self,
+        replicas: &[Capability],
+        mut sink: impl FnMut(&[u8]) -> Result<(), ClientError>,
+    ) -> Result<u64, ClientError> {
+        let (st, first) = self.stat(replicas)?;
+        if !st.committed {
+            return Err(FileError::NotCommitted.into());
+        }
+        let cached = self.cache.clone().map(|c| (c.path(&first, &st), c));
+        if let Some((path, _)) = &cached
+            && let Ok(mut f) = std::fs::File::open(path)
+            && f.metadata().map(|m| m.len()).ok() == Some(st.size)
+        {
+            let _ = f.set_modified(std::time::SystemTime::now());
+            let mut buf = vec![0u8; 1 << 20];
+            loop {
+                let n = f
+                    .read(&mut buf)
+                    .map_err(|e| ClientError::Local(e.to_string()))?;
+                if n == 0 {
+                    return Ok(st.size);
+                }
+                sink(&buf[..n])?;
+            }
+        }
+        // Tee into a new cache entry if the file fits.
+        let mut tee = cached
+            .as_ref()
+            .filter(|(_, c)| st.size <= c.max_bytes / 2)
+            .and_then(|(path, _)| {
+                let tmp = path.with_extension(format!("tmp{}", rand::random::<u32>()));
+                std::fs::File::create(&tmp).ok().map(|f| (tmp, f))
+            });
+        let mut offset = 0u64;
+        let mut order: Vec<Capability> = vec![first];
+        order.extend(replicas.iter().filter(|c| **c != first));
+        let mut at = 0;
+        let mut errors = Vec::new();
+        while offset < st.size {
+            let want = (st.size - offset).min(CHUNK as u64) as u32;
+            match self.read(&order[at], offset, want) {
+                Ok(d) if !d.is_empty() => {
+                    if let Some((_, f)) = &mut tee
+                        && f.write_all(&d).is_err()
+                    {
+                        tee = None;
+                    }
+                    sink(&d)?;
+                    offset += d.len() as u64;
+                    shoal_rpc::recycle(d);
+                }
+                Ok(_) => {
+                    errors.push(format!("{}: file shorter than its size", at));
+                    at += 1;
+                }
+                Err(e) if e.try_another() => {
+                    errors.push(e.to_string());
+                    at += 1;
+                }
+                Err(e) => return Err(e),
+            }
+            if at >= order.len() {
+                if let Some((tmp, _)) = tee {
+                    let _ = std::fs::remove_file(tmp);
+                }
+                return Err(ClientError::AllReplicas(errors));
+            }
+        }
+        if let (Some((tmp, f)), Some((path, cache))) = (tee, &cached) {
+            drop(f);
+            if std::fs::rename(&tmp, path).is_ok() {
+                cache.trim();
+            } else {
+                let _ = std::fs::remove_file(tmp);
+            }
+        }
+        Ok(st.size)
+    }
+
+    /// Destroys one replica.
+    pub fn destroy(&mut self, file: &Capability) -> Result<(), ClientError> {
+        self.call(file, &Op::Destroy { file: *file }).map(|_| ())
+    }
+
+    /// Resets the time-to-live of files of one server (all of `files`
+    /// must name objects of that server); answers which exist.
+    pub fn touch(&mut self, files: &[Capability]) -> Result<Vec<bool>, ClientError> {
+        let Some(first) = files.first() else {
+            return Ok(vec![]);
+        };
+        let mut out = Vec::with_capacity(files.len());
+        for part in files.chunks(shoal_bullet::model::MAX_TOUCH) {
+            match self.call(
+                first,
+                &Op::Touch {
+                    files: part.to_vec(),
+                },
+            )? {
+                Answer::Touched(v) => out.extend(v),
+                a => return Err(unexpected(a)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// An admin operation on a server (needs its capability with ADMIN).
+    pub fn admin(&mut self, server: &Capability, what: AdminOp) -> Result<Answer, ClientError> {
+        let saved = self.deadline;
+        // fsck and compaction take as long as the store is big.
+        if matches!(what, AdminOp::Fsck | AdminOp::Compact) {
+            self.deadline = Duration::from_secs(3600);
+        }
+        let r = self.call(
+            server,
+            &Op::Admin {
+                server: *server,
+                what,
+            },
+        );
+        self.deadline = saved;
+        r
+    }
+}
+
+/// Reads until `buf` is full or the input ends; returns the bytes read.
+fn fill(input: &mut impl Read, buf: &mut [u8]) -> Result<usize, ClientError> {
+    let mut n = 0;
+    while n < buf.len() {
+        match input.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(ClientError::Local(e.to_string())),
+        }
+    }
+    Ok(n)
+}

@@ -1,0 +1,71 @@
+//! The store's disks on the local file system: `pread`/`pwrite` at any
+//! offset from any thread, and `fdatasync` (which also makes a changed
+//! length durable).  A block device works as the data disk too, as long as
+//! the store never needs to grow past its size.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use shoal_bullet::Disk;
+
+/// One file (or block device) of a store.
+pub struct FileDisk {
+    file: File,
+    syncs: std::sync::atomic::AtomicU64,
+}
+
+impl FileDisk {
+    pub fn open(path: &Path) -> io::Result<FileDisk> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        Ok(FileDisk {
+            file,
+            syncs: Default::default(),
+        })
+    }
+
+    /// Syncs so far.
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Disk for FileDisk {
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let mut done = 0;
+        while done < buf.len() {
+            match self.file.read_at(&mut buf[done..], offset + done as u64)? {
+                0 => {
+                    buf[done..].fill(0);
+                    break;
+                }
+                n => done += n,
+            }
+        }
+        Ok(())
+    }
+
+    fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
+        self.file.write_all_at(data, offset)
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.syncs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.file.sync_data()
+    }
+}

@@ -1,0 +1,371 @@
+//! The object manager: replication and garbage collection through the
+//! directory graph (Amoeba's way).
+//!
+//! File servers register their capability under `fileservers/NAME` of the
+//! root directory.  A file is named in a directory by the *set* of its
+//! replicas' capabilities, each on a different server.  One pass of the
+//! manager:
+//!
+//! 1. walks every directory reachable from the root (a capability of the
+//!    root's directory service names a directory; one of a registered file
+//!    server names a file replica) and touches every replica it finds, one
+//!    batch per server, which resets its time-to-live;
+//! 2. for every file with fewer than k replicas alive (missing on its
+//!    server, the server unreachable, or, with `verify`, a replica that
+//!    fails its checksums), copies it from a live replica to servers that
+//!    hold none and swaps the entry's capability set for the new one
+//!    (compare-and-swap, so a concurrent change wins and the copy ages
+//!    away);
+//! 3. with `age`, asks every server to run an ageing pass, which destroys
+//!    what no pass touched for the time-to-live: files that nothing names
+//!    disappear.
+//!
+//! Servers run the ageing pass on their own timer too; a manager pass
+//! must come more often than the time-to-live runs out.
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+
+use shoal_bullet::op::AdminOp;
+use shoal_bullet::{Answer, FileError};
+use shoal_cap::{Capability, PutPort};
+use shoal_dir::DirError;
+use shoal_dirsvc::DirClient;
+
+use crate::client::{ClientError, FileClient};
+
+/// The root's directory of file servers.
+pub const SERVERS_DIR: &str = "fileservers";
+
+/// Default number of replicas of a file.
+pub const DEFAULT_REPLICAS: usize = 2;
+
+fn dir_err(e: shoal_dirsvc::ClientError) -> String {
+    e.to_string()
+}
+
+/// Names the file server `name` under the root's `fileservers` directory
+/// (creating it if need be); a restarted server with the same store keeps
+/// its entry.
+pub fn register(
+    dir: &mut DirClient,
+    root: &Capability,
+    name: &str,
+    server: &Capability,
+) -> Result<(), String> {
+    let servers = servers_dir(dir, root, true)?;
+    match dir.lookup(&servers, name) {
+        Ok(caps) if caps == [*server] => Ok(()),
+        Ok(caps) => dir
+            .replace(&servers, name, &caps, &[*server])
+            .map_err(dir_err),
+        Err(shoal_dirsvc::ClientError::Dir(DirError::NotFound(_))) => {
+            match dir.append(&servers, name, &[*server], None) {
+                Ok(()) | Err(shoal_dirsvc::ClientError::Dir(DirError::Exists(_))) => Ok(()),
+                Err(e) => Err(dir_err(e)),
+            }
+        }
+        Err(e) => Err(dir_err(e)),
+    }
+}
+
+fn servers_dir(dir: &mut DirClient, root: &Capability, create: bool) -> Result<Capability, String> {
+    let found = |dir: &mut DirClient| -> Result<Option<Capability>, String> {
+        match dir.lookup(root, SERVERS_DIR) {
+            Ok(caps) => Ok(caps.into_iter().find(|c| c.port() == root.port())),
+            Err(shoal_dirsvc::ClientError::Dir(DirError::NotFound(_))) => Ok(None),
+            Err(e) => Err(dir_err(e)),
+        }
+    };
+    if let Some(c) = found(dir)? {
+        return Ok(c);
+    }
+    if !create {
+        return Err(format!(
+            "no file servers are registered (no {SERVERS_DIR:?} directory in the root); start one with `shoal file serve`"
+        ));
+    }
+    let new = dir
+        .create_dir(&["owner", "group", "other"])
+        .map_err(dir_err)?;
+    let masks = shoal_dir::model::directory_masks(dir.list(root).map_err(dir_err)?.columns.len());
+    match dir.append(root, SERVERS_DIR, &[new], Some(&masks)) {
+        Ok(()) => Ok(new),
+        Err(shoal_dirsvc::ClientError::Dir(DirError::Exists(_))) => {
+            // Another server made it first.
+            let _ = dir.delete_dir(&new);
+            found(dir)?.ok_or_else(|| format!("{SERVERS_DIR} is not a directory"))
+        }
+        Err(e) => Err(dir_err(e)),
+    }
+}
+
+/// The registered file servers, by name.
+pub fn servers(
+    dir: &mut DirClient,
+    root: &Capability,
+) -> Result<Vec<(String, Capability)>, String> {
+    let sd = servers_dir(dir, root, false)?;
+    let names: Vec<String> = dir
+        .list(&sd)
+        .map_err(dir_err)?
+        .rows
+        .into_iter()
+        .map(|r| r.0)
+        .collect();
+    let mut out = Vec::new();
+    for part in names.chunks(shoal_dir::model::MAX_BATCH) {
+        let refs: Vec<&str> = part.iter().map(String::as_str).collect();
+        for (name, r) in part
+            .iter()
+            .zip(dir.lookup_many(&sd, &refs).map_err(dir_err)?)
+        {
+            if let Ok(caps) = r
+                && let Some(c) = caps.first()
+            {
+                out.push((name.clone(), *c));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Picks `k` servers for a new file: those that answer, the emptiest
+/// first (ties broken at random, so a burst of files spreads).
+pub fn choose_servers(
+    files: &mut FileClient,
+    servers: &[(String, Capability)],
+    k: usize,
+) -> Result<Vec<(String, Capability)>, String> {
+    let mut live: Vec<(u64, u32, (String, Capability))> = Vec::new();
+    for s in servers {
+        if let Ok(Answer::Report { figures, .. }) = files.admin(&s.1, AdminOp::Stats) {
+            let stored = figures
+                .iter()
+                .find(|f| f.0 == "bytes_stored")
+                .map_or(0, |f| f.1);
+            live.push((stored >> 26, rand::random(), s.clone()));
+        }
+    }
+    if live.len() < k {
+        return Err(format!(
+            "{k} replicas wanted but only {} of {} registered file servers answer",
+            live.len(),
+            servers.len()
+        ));
+    }
+    live.sort_by_key(|l| (l.0, l.1));
+    Ok(live.into_iter().take(k).map(|l| l.2).collect())
+}
+
+/// What a pass found and did.
+#[derive(Debug, Default, Clone)]
+pub struct PassReport {
+    pub directories: u64,
+    pub files: u64,
+    pub replicas_touched: u64,
+    pub replicas_missing: u64,
+    pub replicas_recreated: u64,
+    pub replicas_corrupt: u64,
+    pub servers_unreachable: Vec<String>,
+    pub destroyed_by_age: u64,
+    /// Files that could not be brought back to k replicas, and why.
+    pub problems: Vec<String>,
+}
+
+/// Options of a pass.
+#[derive(Debug, Clone)]
+pub struct PassOptions {
+    /// Replicas each file should have.
+    pub k: usize,
+    /// Read every replica in full (the servers verify checksums).
+    pub verify: bool,
+    /// Ask every server for an ageing pass afterwards.
+    pub age: bool,
+}
+
+struct Row {
+    dir: Capability,
+    name: String,
+    caps: Vec<Capability>,
+}
+
+/// One pass of the object manager from `root`.
+pub fn pass(
+    dir: &mut DirClient,
+    files: &mut FileClient,
+    root: &Capability,
+    opts: &PassOptions,
+) -> Result<PassReport, String> {
+    let mut report = PassReport::default();
+    let servers = servers(dir, root)?;
+    let by_port: BTreeMap<PutPort, (String, Capability)> = servers
+        .iter()
+        .map(|(n, c)| (c.port(), (n.clone(), *c)))
+        .collect();
+    // 1. Walk the graph, collecting the rows that name files.
+    let mut rows: Vec<Row> = Vec::new();
+    let mut seen: HashSet<u64> = HashSet::new();
+    let mut queue = VecDeque::from([*root]);
+    seen.insert(root.object().get());
+    while let Some(d) = queue.pop_front() {
+        report.directories += 1;
+        let names: Vec<String> = match dir.list(&d) {
+            Ok(l) => l.rows.into_iter().map(|r| r.0).collect(),
+            Err(e) => {
+                report
+                    .problems
+                    .push(format!("a directory could not be listed: {e}"));
+                continue;
+            }
+        };
+        for part in names.chunks(shoal_dir::model::MAX_BATCH) {
+            let refs: Vec<&str> = part.iter().map(String::as_str).collect();
+            let found = dir.lookup_many(&d, &refs).map_err(dir_err)?;
+            for (name, r) in part.iter().zip(found) {
+                let Ok(caps) = r else { continue };
+                for c in &caps {
+                    if c.port() == root.port() && seen.insert(c.object().get()) {
+                        queue.push_back(*c);
+                    }
+                }
+                let file_caps: Vec<Capability> = caps
+                    .iter()
+                    .filter(|c| by_port.contains_key(&c.port()) && c.object().get() != 0)
+                    .copied()
+                    .collect();
+                if !file_caps.is_empty() && file_caps.len() == caps.len() {
+                    rows.push(Row {
+                        dir: d,
+                        name: name.clone(),
+                        caps: file_caps,
+                    });
+                }
+            }
+        }
+    }
+    report.files = rows.len() as u64;
+    // 2. Touch, one batch per server.
+    let mut alive: BTreeMap<(PutPort, u64), bool> = BTreeMap::new();
+    let mut per_server: BTreeMap<PutPort, Vec<Capability>> = BTreeMap::new();
+    for r in &rows {
+        for c in &r.caps {
+            per_server.entry(c.port()).or_default().push(*c);
+        }
+    }
+    for (port, caps) in &per_server {
+        match files.touch(caps) {
+            Ok(flags) => {
+                for (c, ok) in caps.iter().zip(flags) {
+                    alive.insert((*port, c.object().get()), ok);
+                    if ok {
+                        report.replicas_touched += 1;
+                    } else {
+                        report.replicas_missing += 1;
+                    }
+                }
+            }
+            Err(_) => report.servers_unreachable.push(by_port[port].0.clone()),
+        }
+    }
+    // Servers that answer, for new replicas.
+    let reachable: Vec<(String, Capability)> = servers
+        .iter()
+        .filter(|(n, _)| !report.servers_unreachable.contains(n))
+        .cloned()
+        .collect();
+    // 3. Repair.
+    for r in rows {
+        let mut live: Vec<Capability> = r
+            .caps
+            .iter()
+            .filter(|c| alive.get(&(c.port(), c.object().get())) == Some(&true))
+            .copied()
+            .collect();
+        if opts.verify {
+            let mut good = Vec::new();
+            for c in live {
+                match files.read_with(&[c], |_| Ok(())) {
+                    Ok(_) => good.push(c),
+                    Err(ClientError::AllReplicas(_))
+                    | Err(ClientError::File(FileError::Corrupt(_))) => {
+                        report.replicas_corrupt += 1;
+                        let _ = files.destroy(&c);
+                    }
+                    Err(_) => good.push(c),
+                }
+            }
+            live = good;
+        }
+        if live.len() >= opts.k && live.len() == r.caps.len() {
+            continue;
+        }
+        if live.is_empty() {
+            report
+                .problems
+                .push(format!("{}: no replica is reachable or intact", r.name));
+            continue;
+        }
+        let used: HashSet<PutPort> = r.caps.iter().map(|c| c.port()).collect();
+        let want = opts.k.saturating_sub(live.len());
+        let targets: Vec<&(String, Capability)> = reachable
+            .iter()
+            .filter(|(_, c)| !used.contains(&c.port()))
+            .take(want)
+            .collect();
+        let mut new_set = live.clone();
+        if want > 0 {
+            if targets.len() < want {
+                report.problems.push(format!(
+                    "{}: {} replicas alive, {} wanted, and only {} other servers answer",
+                    r.name,
+                    live.len(),
+                    opts.k,
+                    targets.len()
+                ));
+            }
+            if !targets.is_empty() {
+                let data = match files.read_all(&live) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        report
+                            .problems
+                            .push(format!("{}: copy failed: {e}", r.name));
+                        continue;
+                    }
+                };
+                let to: Vec<Capability> = targets.iter().map(|t| t.1).collect();
+                match files.create_from(&to, &data[..], true, |_| {}) {
+                    Ok(caps) => {
+                        report.replicas_recreated += caps.len() as u64;
+                        new_set.extend(caps);
+                    }
+                    Err(e) => {
+                        report
+                            .problems
+                            .push(format!("{}: copy failed: {e}", r.name));
+                        continue;
+                    }
+                }
+            }
+        }
+        if new_set != r.caps
+            && let Err(e) = dir.replace(&r.dir, &r.name, &r.caps, &new_set) {
+                report.problems.push(format!(
+                    "{}: entry changed meanwhile ({e}); will retry next pass",
+                    r.name
+                ));
+            }
+    }
+    // 4. Age.
+    if opts.age {
+        for (name, cap) in &reachable {
+            match files.admin(cap, AdminOp::Age) {
+                Ok(Answer::Report { figures, .. }) => {
+                    report.destroyed_by_age += figures.iter().map(|f| f.1).sum::<u64>();
+                }
+                _ => report.servers_unreachable.push(name.clone()),
+            }
+        }
+    }
+    Ok(report)
+}

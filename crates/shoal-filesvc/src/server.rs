@@ -1,0 +1,185 @@
+//! The file server: a [`Store`] on three files of a data directory, served
+//! on the server's own port by a pool of threads, with a housekeeping
+//! thread that flushes commits made without the safety flag, expires
+//! uncommitted files, and runs the ageing pass on its period.
+//!
+//! Directory layout: `data` (extents), `meta.0` and `meta.1` (metadata,
+//! see `shoal_bullet::meta`).  A new directory is formatted with a fresh
+//! random port; the port is part of the metadata, so the server's and its
+//! files' capabilities stay valid across restarts.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use shoal_bullet::op::{self, Op};
+use shoal_bullet::{Disk, Disks, FileError, Store, StoreConfig};
+use shoal_cap::{Capability, GetPort};
+use shoal_rpc::{Context, Server};
+
+use crate::disk::FileDisk;
+
+/// How a file server runs.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub store: StoreConfig,
+    /// RPC server threads.
+    pub threads: usize,
+    /// Commits without the safety flag are durable within this long.
+    pub flush_every: Duration,
+    /// Period of the ageing pass (`None`: only when asked).
+    pub age_every: Option<Duration>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            store: StoreConfig::default(),
+            threads: 2,
+            flush_every: Duration::from_millis(200),
+            age_every: Some(Duration::from_secs(3600)),
+        }
+    }
+}
+
+/// Opens the store in `dir`, formatting it if the directory holds none.
+pub fn open_store(dir: &Path, cfg: StoreConfig) -> Result<Store<FileDisk>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let f = |n: &str| {
+        FileDisk::open(&dir.join(n)).map_err(|e| format!("{}: {e}", dir.join(n).display()))
+    };
+    let disks = Disks {
+        data: f("data")?,
+        meta: [f("meta.0")?, f("meta.1")?],
+    };
+    let fresh = disks.meta[0].len().map_err(|e| e.to_string())? == 0
+        && disks.meta[1].len().map_err(|e| e.to_string())? == 0
+        && disks.data.len().map_err(|e| e.to_string())? == 0;
+    let store = if fresh {
+        Store::format(disks, GetPort::random(), cfg)
+    } else {
+        Store::open(disks, cfg)
+    };
+    store.map_err(|e| format!("{}: {e}", dir.display()))
+}
+
+/// A running file server.
+pub struct FileServer {
+    store: Arc<Store<FileDisk>>,
+    server: Arc<Server>,
+    threads: Vec<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+    dir: PathBuf,
+}
+
+impl FileServer {
+    /// Opens (or formats) the store in `dir` and serves it.
+    pub fn start(ctx: &Context, dir: &Path, cfg: ServerConfig) -> Result<FileServer, String> {
+        let store = Arc::new(open_store(dir, cfg.store.clone())?);
+        let server = Arc::new(ctx.serve(store.port()).map_err(|e| e.to_string())?);
+        let stop = Arc::new(AtomicBool::new(false));
+        let epoch = Instant::now();
+        let mut threads = Vec::new();
+        for i in 0..cfg.threads.max(1) {
+            let (store, server) = (store.clone(), server.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("file-{i}"))
+                    .spawn(move || serve(&store, &server, epoch))
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        {
+            let (store, stop) = (store.clone(), stop.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name("file-housekeeping".into())
+                    .spawn(move || housekeeping(&store, &stop, &cfg, epoch))
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        Ok(FileServer {
+            store,
+            server,
+            threads,
+            stop,
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// The server's capability (create and admin rights).
+    pub fn cap(&self) -> Capability {
+        self.store.server_cap()
+    }
+
+    /// The store (for status and tests).
+    pub fn store(&self) -> &Store<FileDisk> {
+        &self.store
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Stops serving, then makes everything committed durable.
+    pub fn stop(mut self) -> Result<(), FileError> {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.server.shutdown();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        self.store.flush()
+    }
+}
+
+fn serve(store: &Store<FileDisk>, server: &Server, epoch: Instant) {
+    while let Ok(req) = server.getreq() {
+        let now = epoch.elapsed().as_micros() as u64;
+        let reply = match Op::decode(req.body()) {
+            Ok(Op::Read { file, offset, len }) => {
+                // Build the reply around the data: no copy of the bytes.
+                let mut buf = op::data_prefix(len as usize);
+                match store.read_into(&file, offset, len, &mut buf) {
+                    Ok(()) => {
+                        op::finish_data(&mut buf);
+                        buf
+                    }
+                    Err(e) => op::encode_result(&Err(e)),
+                }
+            }
+            Ok(op) => op::encode_result(&store.execute(op, now)),
+            Err(e) => op::encode_result(&Err(FileError::BadRequest(e.to_string()))),
+        };
+        if server.putrep(&req, reply).is_err() {
+            break;
+        }
+    }
+}
+
+fn housekeeping(store: &Store<FileDisk>, stop: &AtomicBool, cfg: &ServerConfig, epoch: Instant) {
+    let mut last_age = Instant::now();
+    let mut last_expire = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(cfg.flush_every.min(Duration::from_millis(100)));
+        if let Err(e) = store.flush() {
+            tracing::warn!("file store flush failed: {e}");
+        }
+        if last_expire.elapsed() > Duration::from_secs(1) {
+            last_expire = Instant::now();
+            let n = store.expire(epoch.elapsed().as_micros() as u64);
+            if n > 0 {
+                tracing::info!("{n} uncommitted files expired");
+            }
+        }
+        if let Some(every) = cfg.age_every
+            && last_age.elapsed() >= every
+        {
+            last_age = Instant::now();
+            let n = store.age();
+            tracing::info!("ageing pass: {n} unreferenced files destroyed");
+        }
+    }
+}
