@@ -420,6 +420,111 @@ fn demo_dir_steps(
     replicas[0] = replica(0)?;
     std::thread::sleep(Duration::from_millis(1500));
     on("n1", &["dir", "lookup", "projects/shoal/link"])?;
+    demo_files(dir, data, &on)
+}
+
+type On<'a> = dyn Fn(&str, &[&str]) -> Result<String, String> + 'a;
+
+/// The file service: three file servers, a file stored with two replicas
+/// and named in the directory, read on another node, one server killed,
+/// the file still read, the object manager restoring two replicas.
+fn demo_files(dir: &Path, data: &Path, on: &On<'_>) -> Result<(), String> {
+    step("file servers fs1, fs2, fs3 on n1, n2, n3, registered in the directory");
+    let user = data.join("user");
+    let server = |i: usize| -> Result<std::process::Child, String> {
+        let log = std::fs::File::create(data.join(format!("fs{i}.log")))
+            .map_err(|e| e.to_string())?;
+        let node = format!("n{i}");
+        let store = data.join(format!("fs{i}"));
+        shoal(
+            &[
+                "cluster",
+                "exec",
+                "--node",
+                &node,
+                "--",
+                "env",
+                &format!("SHOAL_CONFIG_DIR={}", user.display()),
+                shoal_bin().to_str().unwrap(),
+                "file",
+                "serve",
+                "--name",
+                &format!("fs{i}"),
+                "--data",
+                store.to_str().unwrap(),
+            ],
+            dir,
+        )
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .map_err(|e| e.to_string())
+    };
+    let mut servers = (1..=3).map(server).collect::<Result<Vec<_>, _>>()?;
+    let result = (|| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let list = on("n4", &["file", "servers"])?;
+            if list.lines().filter(|l| l.contains("files=")).count() == 3 {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err("the file servers did not all register".to_string());
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        // 5 MiB of recognisable text.
+        let source = data.join("report.txt");
+        let text: String = (0..150_000)
+            .map(|i| format!("line {i:06} of the shoal demo report\n"))
+            .collect::<String>()[..5 << 20]
+            .to_string();
+        std::fs::write(&source, &text).map_err(|e| e.to_string())?;
+        step("a 5 MiB file stored from n4 with two replicas on different servers, named projects/report");
+        on("n4", &["file", "put", "-q", "projects/report", source.to_str().unwrap()])?;
+        let stat = on("n2", &["file", "stat", "projects/report"])?;
+        step("read back on n2 (from whichever replica answers)");
+        let copy = data.join("report.n2");
+        on("n2", &["file", "get", "-q", "projects/report", copy.to_str().unwrap()])?;
+        same(&source, &copy)?;
+        let first = stat
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("fs").and_then(|r| r.chars().next()))
+            .and_then(|c| c.to_digit(10))
+            .ok_or("no replica listed")? as usize;
+        step(&format!(
+            "killing fs{first} (the first replica's server) with SIGKILL: n3 still reads the file"
+        ));
+        let _ = Command::new("kill")
+            .args(["-KILL", &servers[first - 1].id().to_string()])
+            .status();
+        let _ = servers[first - 1].wait();
+        let copy = data.join("report.n3");
+        on("n3", &["file", "get", "-q", "projects/report", copy.to_str().unwrap()])?;
+        same(&source, &copy)?;
+        step("the object manager touches every named file and re-creates the lost replica");
+        on("n4", &["file", "gc", "--no-age"])?;
+        on("n4", &["file", "stat", "projects/report"])?;
+        Ok(())
+    })();
+    for s in &mut servers {
+        if matches!(s.try_wait(), Ok(None)) {
+            stop(s);
+        }
+    }
+    result
+}
+
+/// Checks two local files hold the same bytes, and says so.
+fn same(a: &Path, b: &Path) -> Result<(), String> {
+    let (x, y) = (
+        std::fs::read(a).map_err(|e| e.to_string())?,
+        std::fs::read(b).map_err(|e| e.to_string())?,
+    );
+    if x != y {
+        return Err(format!("{} differs from {}", b.display(), a.display()));
+    }
+    println!("    identical to the original: {} bytes", x.len());
     Ok(())
 }
 
@@ -646,6 +751,7 @@ const FUZZ_TARGETS: &[&str] = &[
     "group_payloads",
     "group_core",
     "dir_decode",
+    "file_decode",
 ];
 
 /// cargo-fuzz's instrumentation flags, less `-Zsanitizer=address`, the one

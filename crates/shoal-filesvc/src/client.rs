@@ -34,6 +34,10 @@ use shoal_bullet::op::{self, AdminOp, Answer, Edit, FLAG_COMMIT, FLAG_SAFETY, Op
 use shoal_cap::Capability;
 use shoal_rpc::{CallOptions, Client, Context};
 
+/// How long one call may take before its server counts as unreachable
+/// (and a read fails over to the next replica).
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(3);
+
 /// Bytes moved by one call.
 pub const CHUNK: usize = 4 << 20;
 
@@ -135,7 +139,7 @@ impl FileClient {
                 .client()
                 .map_err(|e| ClientError::Unreachable(e.to_string()))?,
             cache: None,
-            deadline: Duration::from_secs(10),
+            deadline: DEFAULT_DEADLINE,
         })
     }
 

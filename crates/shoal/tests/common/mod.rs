@@ -64,3 +64,75 @@ impl Drop for TestCluster {
         }
     }
 }
+
+/// A long-running `shoal ...` process on a node (a service), logging to a
+/// file; killed when dropped.
+pub struct Daemon {
+    pub node: String,
+    args: Vec<String>,
+    pub log: PathBuf,
+    envs: Vec<(String, PathBuf)>,
+    child: Option<std::process::Child>,
+}
+
+impl Daemon {
+    pub fn start(
+        c: &Cluster,
+        node: &str,
+        args: &[&str],
+        log: PathBuf,
+        envs: &[(&str, &std::path::Path)],
+    ) -> Daemon {
+        let mut d = Daemon {
+            node: node.into(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            log,
+            envs: envs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_path_buf()))
+                .collect(),
+            child: None,
+        };
+        d.spawn(c);
+        d
+    }
+
+    /// Starts the process again (after `kill`).
+    pub fn spawn(&mut self, c: &Cluster) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let mut cmd = c.command(&self.node, shoal()).unwrap();
+        cmd.args(&self.args)
+            .env("SHOAL_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(log);
+        for (k, v) in &self.envs {
+            cmd.env(k, v);
+        }
+        self.child = Some(cmd.spawn().unwrap());
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// The last lines of the log.
+    pub fn tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
