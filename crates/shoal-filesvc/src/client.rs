@@ -203,6 +203,9 @@ impl FileClient {
         safety: bool,
         mut progress: impl FnMut(u64),
     ) -> Result<Vec<Capability>, ClientError> {
+        if servers.is_empty() {
+            return Err(ClientError::Local("no file server to store the file on".into()));
+        }
         let mut caps: Vec<Capability> = Vec::new();
         let mut buf = vec![0u8; CHUNK];
         let mut sent = 0u64;
