@@ -543,7 +543,7 @@ fn aimed_client(
 
 /// The status of each of the `n` replicas of `service`, from their peer
 /// ports (`null` where one does not answer three times in a row).
-fn replica_status(ctx: &Context, service: &str, n: usize) -> Result<Vec<Value>, String> {
+pub(crate) fn replica_status(ctx: &Context, service: &str, n: usize) -> Result<Vec<Value>, String> {
     let mut c = ctx.client().map_err(|e| e.to_string())?;
     let key = &ctx.config().key;
     let opts = shoal_rpc::CallOptions {
@@ -566,18 +566,18 @@ fn replica_status(ctx: &Context, service: &str, n: usize) -> Result<Vec<Value>, 
 
 // ----- the driver ------------------------------------------------------------
 
-/// A `shoal dir serve` process, stopped (SIGTERM, then SIGKILL) when
-/// dropped.
-struct ReplicaProc {
+/// A `shoal dir serve` process (or another server the benches start), stopped
+/// (SIGTERM, then SIGKILL) when dropped.
+pub(crate) struct ReplicaProc {
     /// `SERVICE/rI on NODE`.
-    name: String,
-    child: Child,
-    log: PathBuf,
+    pub(crate) name: String,
+    pub(crate) child: Child,
+    pub(crate) log: PathBuf,
 }
 
 impl ReplicaProc {
     /// The name and the last lines of the log.
-    fn tail(&self) -> String {
+    pub(crate) fn tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         format!(
@@ -610,7 +610,7 @@ impl Drop for ReplicaProc {
 
 /// The replicas' data directories, removed when dropped (after the
 /// replicas, which are dropped first).
-struct DataDir(PathBuf);
+pub(crate) struct DataDir(pub(crate) PathBuf);
 
 impl Drop for DataDir {
     fn drop(&mut self) {

@@ -18,12 +18,18 @@
 //!   replicated durability) and the RPC variant with two-phase commit,
 //!   lookups and updates per second, disk writes for temporary names,
 //!   beside a three-member etcd cluster.
+//! - [`file`]: `shoal bench file`, the file service after the Amoeba–Sprite
+//!   comparison's Table 2: create-read-destroy cycles from 0 B to 100 MiB,
+//!   100 MiB reads (client cache, remote, uncached), a 4 KiB append to a
+//!   100 MiB file and the directory paper's tmp-file experiment, each
+//!   beside its local-disk twin (and etcd for the tmp file's name).
 //! - [`grpc`]: the gRPC echo peer; [`etcd`]: the etcd baseline;
 //!   [`agent`]: the driver's side of the agents that run on nodes.
 
 pub mod agent;
 pub mod dir;
 pub mod etcd;
+pub mod file;
 pub mod group;
 pub mod grpc;
 pub mod rpc;

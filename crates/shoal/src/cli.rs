@@ -59,8 +59,8 @@ enum Command {
 }
 
 /// The agents of every benchmark: `shoal bench rpc`'s (`serve`, `client`),
-/// `shoal bench group`'s (`group member`) and `shoal bench dir`'s (`dir
-/// client`).
+/// `shoal bench group`'s (`group member`), `shoal bench dir`'s (`dir
+/// client`) and `shoal bench file`'s (`file client`).
 #[derive(Subcommand)]
 enum BenchAgentCommand {
     #[command(flatten)]
@@ -71,6 +71,9 @@ enum BenchAgentCommand {
     /// `shoal bench dir`'s agents.
     #[command(subcommand)]
     Dir(shoal_bench::dir::AgentCommand),
+    /// `shoal bench file`'s agents.
+    #[command(subcommand)]
+    File(shoal_bench::file::AgentCommand),
 }
 
 /// Flags of `shoal node`; each overrides the config file.
@@ -120,6 +123,11 @@ enum BenchCommand {
     /// and replicated), lookups and updates per second, disk writes for
     /// temporary names, beside an etcd cluster.
     Dir(shoal_bench::dir::BenchArgs),
+    /// The file service after the Amoeba–Sprite paper's Table 2:
+    /// create-read-destroy cycles (0 B to 100 MiB), 100 MiB reads (client
+    /// cache, remote, uncached), a 4 KiB append to a 100 MiB file and the
+    /// tmp-file experiment, beside the local disk and an etcd cluster.
+    File(shoal_bench::file::BenchArgs),
 }
 
 impl Cli {
@@ -155,6 +163,9 @@ impl Cli {
             Command::Bench(BenchCommand::Dir(args)) => {
                 shoal_bench::dir::run(args).map_err(Failure::failed)
             }
+            Command::Bench(BenchCommand::File(args)) => {
+                shoal_bench::file::run(args).map_err(Failure::failed)
+            }
             Command::BenchAgent(BenchAgentCommand::Rpc(c)) => {
                 shoal_bench::rpc::agent(c).map_err(Failure::failed)
             }
@@ -163,6 +174,9 @@ impl Cli {
             }
             Command::BenchAgent(BenchAgentCommand::Dir(c)) => {
                 shoal_bench::dir::agent(c).map_err(Failure::failed)
+            }
+            Command::BenchAgent(BenchAgentCommand::File(c)) => {
+                shoal_bench::file::agent(c).map_err(Failure::failed)
             }
         }
     }

@@ -1,0 +1,1269 @@
+//! `shoal bench file`: the immutable file service, after §3.3 and Table 2
+//! of the Amoeba–Sprite comparison (Douglis et al. 1991) and the "tmp
+//! file" experiment of the group-vs-RPC directory paper (Kaashoek et al.
+//! 1992), each beside a local-disk twin measured in the same run.
+//!
+//! Placement, on a four-node local cluster (`bf`, 10.77.250.0/24): a
+//! directory service (`bfd`, group variant, fsync durability) with
+//! replicas on n1, n2 and n3; two file servers on n2 (`shoal file serve`,
+//! registered under `fileservers/` of a root directory the bench makes):
+//! `bf-n2` with the default extent cache (256 MiB) and `bf-n2-small` with a
+//! 16 MiB one, so that a 100 MiB read from it comes from the store and is
+//! checksum-verified; the measuring client is an agent on n1 (`shoal
+//! bench-agent file client`) that the driver commands line by line.  All
+//! data — the replicas' logs, the stores, the local baseline's files and
+//! the client cache — is in one directory on the real disk
+//! (`/var/tmp/shoal-bench-file-PID`, removed afterwards).  etcd, for the
+//! tmp-file baseline, runs as in `shoal bench dir`: one member on each of
+//! n1–n3 (data on tmpfs), leader moved to n1.
+//!
+//! Phases:
+//! 1. cycles: create a file (commit and safety flags: on the server's disk
+//!    when the call returns), read it back, destroy it; 0 B, 10 KiB,
+//!    100 KiB, 1 MiB and 100 MiB; the local twin writes a file, fsyncs it,
+//!    reads it and unlinks it.  Interleaved rounds (round 0 the warm-up),
+//!    each size's turn after a 50 ms pause, shoal first in even rounds and
+//!    local first in odd ones; the client cache is off;
+//! 2. reads of 100 MiB: through the client cache (after one read that
+//!    filled it), a local page-cache read with a 1 MiB buffer, a remote
+//!    read with the server's extent cache warm, and an uncached one (the
+//!    small-cache server), in interleaved rounds.  Every chunk is compared
+//!    with what was written; the comparison's time is taken out of the
+//!    timing on both sides;
+//! 3. append: 4 KiB written at the end of the committed 100 MiB file
+//!    (commit and safety flags), always to the original; each new version
+//!    is checked (its last 8 KiB) and destroyed outside the timing;
+//! 4. tmp file: create a 4-byte file (safety), enter it in a directory,
+//!    look the name up (a linearizable read), read the file, delete the
+//!    name, destroy the file; against a local file (write + fsync, read,
+//!    unlink) named by an etcd key (put, get, delete).
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+use shoal_bullet::op::{AdminOp, Answer, Edit};
+use shoal_cap::Capability;
+use shoal_cluster::{Cluster, Mode, Spec};
+use shoal_dirsvc::DirClient;
+use shoal_filesvc::{Cache, FileClient, manager};
+use shoal_rpc::Context;
+
+use crate::agent::{Agent, ClusterGuard, say};
+use crate::dir::{DataDir, ReplicaProc, replica_status};
+use crate::etcd::{Etcd, Http, base64, find_etcd};
+use crate::stats::percentile_us;
+
+/// Flags of `shoal bench file`.
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Write the metrics as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Fewer samples: a smoke run, not a measurement.
+    #[arg(long)]
+    pub quick: bool,
+    /// Use the existing cluster in this directory (nodes n1, n2, n3)
+    /// instead of starting a temporary one.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+/// The half of `shoal bench file` that runs on a node.
+#[derive(Subcommand, Debug, Clone)]
+pub enum AgentCommand {
+    /// A file and directory client driven by commands on standard input,
+    /// one JSON answer line each on standard output; exits when standard
+    /// input closes.
+    Client,
+}
+
+/// The cycle sizes: bytes, and the metrics' suffix (its unit first).
+const SIZES: [(usize, &str); 5] = [
+    (0, "us_0b"),
+    (10 << 10, "us_10kib"),
+    (100 << 10, "us_100kib"),
+    (1 << 20, "ms_1mib"),
+    (100 << 20, "ms_100mib"),
+];
+/// The large file: reads, append, the largest cycle.
+const BIG: usize = 100 << 20;
+/// Bytes appended.
+const APPEND: usize = 4 << 10;
+/// Random bytes beyond `BIG` in the agent's pattern (appended data comes
+/// from windows of it).
+const PAD: usize = 1 << 20;
+/// The directory service's name.
+const SERVICE: &str = "bfd";
+/// The file servers on n2: (name, extent cache in MiB).
+const MAIN: (&str, u64) = ("bf-n2", 256);
+const SMALL: (&str, u64) = ("bf-n2-small", 16);
+/// The client cache's size (a file is kept if it is at most half).
+const CLIENT_CACHE: u64 = 1 << 30;
+/// Pause before each kind's turn: the previous turn's after-work (the
+/// file system's journal commits, the server's housekeeping) settles.
+const SETTLE: Duration = Duration::from_millis(50);
+
+// ----- the agent -------------------------------------------------------------
+
+/// Runs the agent.
+pub fn agent(command: AgentCommand) -> Result<(), String> {
+    match command {
+        AgentCommand::Client => client_agent(),
+    }
+}
+
+struct ClientAgent {
+    ctx: Context,
+    /// Linearizable reads (as the command line's default).
+    dir: Option<DirClient>,
+    /// The directory the tmp-file names go to.
+    tmpdir: Option<Capability>,
+    main: Option<Capability>,
+    small: Option<Capability>,
+    /// Without a client cache: reads go to the server.
+    files: FileClient,
+    /// With a client cache (in the work directory).
+    cached: Option<FileClient>,
+    /// Where the local files and the client cache go.
+    work: PathBuf,
+    /// `BIG + PAD` random bytes; the first 8 are restamped for every
+    /// new file (`stamp`), so no two files of a size hold the same bytes.
+    pattern: Vec<u8>,
+    /// Reused read buffer of the cycles.
+    buf: Vec<u8>,
+    /// The committed 100 MiB file of the read phase, on the main server,
+    /// with its contents (`pattern[..BIG]` when it was made).
+    big: Option<(Capability, Vec<u8>)>,
+    made: u64,
+}
+
+fn need<T: Copy>(v: &Option<T>, what: &str) -> Result<T, String> {
+    v.ok_or_else(|| format!("{what}: run `open` first"))
+}
+
+fn io(what: &str) -> impl Fn(std::io::Error) -> String + '_ {
+    move |e| format!("{what}: {e}")
+}
+
+/// The client agent's command loop.  Commands (one line each):
+///
+/// ```text
+/// status SERVICE N        → {"replicas": [status or null; N]} (peer ports)
+/// root SERVICE            → {"root": CAP}  a new directory on SERVICE
+/// open ROOT WORK NAME CAP NAME CAP
+///                         → {}  checks that the two servers are registered
+///                           under ROOT's fileservers/ with these CAPs; makes
+///                           ROOT/tmp-PID; local files and the cache go to WORK
+/// cycles ROUNDS COUNTS    → {"sizes": [...], "mismatches"}  COUNTS: cycles
+///                           per round of each size (comma-separated)
+/// reads ROUNDS            → {"cached_mib_s", "local_mib_s", "remote_mib_s",
+///                            "uncached_mib_s", ..., "mismatches"}
+/// append N WARMUP         → {"us", "us_p99", "n", "mismatches"}
+/// tmpfile N WARMUP ETCD   → {"shoal_us", "local_etcd_us", ..., "mismatches"}
+/// ```
+///
+/// A failed command answers `{"error": "..."}`.
+fn client_agent() -> Result<(), String> {
+    let ctx = Context::from_env().map_err(|e| e.to_string())?;
+    let files = FileClient::new(&ctx).map_err(|e| e.to_string())?;
+    let mut agent = ClientAgent {
+        ctx,
+        dir: None,
+        tmpdir: None,
+        main: None,
+        small: None,
+        files,
+        cached: None,
+        work: PathBuf::new(),
+        pattern: Vec::new(),
+        buf: Vec::new(),
+        big: None,
+        made: 0,
+    };
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else { break };
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words.is_empty() {
+            continue;
+        }
+        let answer = agent
+            .command(&words)
+            .unwrap_or_else(|e| json!({ "error": e }));
+        say(&answer);
+    }
+    Ok(())
+}
+
+/// Fills `out` with pseudo-random bytes (splitmix64): the contents must
+/// not compress or repeat, and need no cryptographic quality.
+fn fill_random(out: &mut [u8], seed: u64) {
+    let mut x = seed;
+    for chunk in out.chunks_mut(8) {
+        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        chunk.copy_from_slice(&z.to_le_bytes()[..chunk.len()]);
+    }
+}
+
+/// Reads `path` with a 1 MiB buffer, comparing every chunk with
+/// `expected`; the time spent comparing is not counted.  Returns the
+/// time and whether the bytes were right.
+fn local_read(path: &Path, expected: &[u8], buf: &mut [u8]) -> Result<(Duration, bool), String> {
+    let start = Instant::now();
+    let mut comparing = Duration::ZERO;
+    let mut f = File::open(path).map_err(io("local read"))?;
+    let (mut at, mut ok) = (0usize, true);
+    loop {
+        let n = f.read(buf).map_err(io("local read"))?;
+        if n == 0 {
+            break;
+        }
+        let c = Instant::now();
+        ok &= expected.get(at..at + n) == Some(&buf[..n]);
+        at += n;
+        comparing += c.elapsed();
+    }
+    drop(f);
+    Ok((start.elapsed() - comparing, ok && at == expected.len()))
+}
+
+/// Reads the whole file `caps` through `files`, comparing every chunk
+/// with `expected`; the time spent comparing is not counted.
+fn shoal_read(
+    files: &mut FileClient,
+    caps: &[Capability],
+    expected: &[u8],
+) -> Result<(Duration, bool), String> {
+    let start = Instant::now();
+    let mut comparing = Duration::ZERO;
+    let (mut at, mut ok) = (0usize, true);
+    files
+        .read_with(caps, |chunk| {
+            let c = Instant::now();
+            ok &= expected.get(at..at + chunk.len()) == Some(chunk);
+            at += chunk.len();
+            comparing += c.elapsed();
+            Ok(())
+        })
+        .map_err(|e| format!("read: {e}"))?;
+    Ok((start.elapsed() - comparing, ok && at == expected.len()))
+}
+
+/// Writes `data` to a new file at `path` and fsyncs it.
+fn write_synced(path: &Path, data: &[u8]) -> Result<(), String> {
+    let mut f = File::create(path).map_err(io("local write"))?;
+    f.write_all(data).map_err(io("local write"))?;
+    f.sync_all().map_err(io("local fsync"))
+}
+
+/// A figure of a server's statistics.
+fn figure(files: &mut FileClient, server: &Capability, name: &str) -> Result<f64, String> {
+    match files.admin(server, AdminOp::Stats) {
+        Ok(Answer::Report { figures, .. }) => figures
+            .iter()
+            .find(|f| f.0 == name)
+            .map(|f| f.1 as f64)
+            .ok_or_else(|| format!("server statistics without {name}")),
+        Ok(a) => Err(format!("stats: unexpected answer {a:?}")),
+        Err(e) => Err(format!("stats: {e}")),
+    }
+}
+
+fn mib_s(bytes: usize, d: Duration) -> f64 {
+    bytes as f64 / (1 << 20) as f64 / d.as_secs_f64()
+}
+
+impl ClientAgent {
+    fn command(&mut self, words: &[&str]) -> Result<Value, String> {
+        let arg = |i: usize| -> Result<&str, String> {
+            words
+                .get(i)
+                .copied()
+                .ok_or_else(|| format!("{}: missing argument {i}", words[0]))
+        };
+        let num = |i: usize| -> Result<usize, String> {
+            arg(i)?.parse().map_err(|e| format!("{}: {e}", words[0]))
+        };
+        match words[0] {
+            "status" => {
+                let list = replica_status(&self.ctx, arg(1)?, num(2)?)?;
+                Ok(json!({ "replicas": list }))
+            }
+            "root" => self.root(arg(1)?),
+            "open" => self.open(arg(1)?, arg(2)?, [(arg(3)?, arg(4)?), (arg(5)?, arg(6)?)]),
+            "cycles" => {
+                let counts: Vec<usize> = arg(2)?
+                    .split(',')
+                    .map(|c| c.parse().map_err(|e| format!("cycles: {e}")))
+                    .collect::<Result<_, _>>()?;
+                if counts.len() != SIZES.len() || counts.contains(&0) {
+                    return Err(format!(
+                        "cycles: {} counts of 1 or more wanted",
+                        SIZES.len()
+                    ));
+                }
+                if num(1)? == 0 {
+                    return Err("cycles: 1 round or more wanted".into());
+                }
+                self.cycles(num(1)?, &counts)
+            }
+            "reads" => self.reads(num(1)?),
+            "append" => self.append(num(1)?, num(2)?),
+            "tmpfile" => self.tmpfile(num(1)?, num(2)?, arg(3)?),
+            other => Err(format!("unknown command {other}")),
+        }
+    }
+
+    fn dir(&mut self) -> Result<&mut DirClient, String> {
+        self.dir.as_mut().ok_or_else(|| "run `open` first".into())
+    }
+
+    /// A new root directory on `service`, once the service answers.
+    fn root(&mut self, service: &str) -> Result<Value, String> {
+        let port = shoal_dirsvc::service_port(&self.ctx.config().key, service).put_port();
+        let mut dir = DirClient::with_port(&self.ctx, port).map_err(|e| e.to_string())?;
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            match dir.create_dir(&["owner", "group", "other"]) {
+                Ok(root) => return Ok(json!({ "root": root.to_string() })),
+                Err(e) if Instant::now() > until => return Err(format!("create root: {e}")),
+                Err(_) => std::thread::sleep(Duration::from_millis(200)),
+            }
+        }
+    }
+
+    fn open(
+        &mut self,
+        root: &str,
+        work: &str,
+        servers: [(&str, &str); 2],
+    ) -> Result<Value, String> {
+        let root: Capability = root.parse().map_err(|e| format!("root: {e}"))?;
+        let mut dir = DirClient::with_port(&self.ctx, root.port()).map_err(|e| e.to_string())?;
+        dir.linearizable(true);
+        let registered = manager::servers(&mut dir, &root)?;
+        let mut caps = Vec::new();
+        for (name, cap) in servers {
+            let cap: Capability = cap.parse().map_err(|e| format!("{name}: {e}"))?;
+            match registered.iter().find(|(n, _)| n == name) {
+                Some((_, c)) if *c == cap => caps.push(cap),
+                Some(_) => {
+                    return Err(format!(
+                        "fileservers/{name} names another capability than the server printed"
+                    ));
+                }
+                None => return Err(format!("no file server {name} in fileservers/")),
+            }
+        }
+        let tmp = dir
+            .create_dir(&["owner", "group", "other"])
+            .map_err(|e| format!("mkdir tmp: {e}"))?;
+        let masks = shoal_dir::model::directory_masks(3);
+        let name = format!("tmp-{}", std::process::id());
+        dir.append(&root, &name, &[tmp], Some(&masks))
+            .map_err(|e| format!("enter tmp: {e}"))?;
+        self.work = PathBuf::from(work);
+        std::fs::create_dir_all(self.work.join("local")).map_err(io("work directory"))?;
+        let cache = self.work.join("cache");
+        self.cached = Some(
+            FileClient::new(&self.ctx)
+                .map_err(|e| e.to_string())?
+                .with_cache(Some(Cache::new(&cache, CLIENT_CACHE))),
+        );
+        self.pattern = vec![0; BIG + PAD];
+        fill_random(&mut self.pattern, u64::from(std::process::id()));
+        self.buf = vec![0; BIG + PAD];
+        self.dir = Some(dir);
+        self.tmpdir = Some(tmp);
+        self.main = Some(caps[0]);
+        self.small = Some(caps[1]);
+        Ok(json!({}))
+    }
+
+    /// Marks the pattern's first bytes with a new number.
+    fn stamp(&mut self) {
+        self.made += 1;
+        self.pattern[..8].copy_from_slice(&self.made.to_le_bytes());
+    }
+
+    /// One create-read-destroy cycle of `size` bytes on the main server:
+    /// the times of its three steps, and whether the bytes read back were
+    /// those written.
+    fn shoal_cycle(&mut self, size: usize) -> Result<([Duration; 3], bool), String> {
+        let server = need(&self.main, "cycle")?;
+        self.stamp();
+        let data = &self.pattern[..size];
+        let buf = &mut self.buf;
+        let start = Instant::now();
+        let cap = self
+            .files
+            .create(&server, data, true)
+            .map_err(|e| format!("create: {e}"))?;
+        let created = Instant::now();
+        let mut at = 0usize;
+        let mut fits = true;
+        self.files
+            .read_with(&[cap], |chunk| {
+                match buf.get_mut(at..at + chunk.len()) {
+                    Some(b) => b.copy_from_slice(chunk),
+                    None => fits = false,
+                }
+                at += chunk.len();
+                Ok(())
+            })
+            .map_err(|e| format!("read: {e}"))?;
+        let read = Instant::now();
+        self.files
+            .destroy(&cap)
+            .map_err(|e| format!("destroy: {e}"))?;
+        let end = Instant::now();
+        Ok((
+            [created - start, read - created, end - read],
+            fits && at == size && buf[..size] == *data,
+        ))
+    }
+
+    /// The local twin: write + fsync, read (opened again), unlink.
+    fn local_cycle(&mut self, size: usize) -> Result<([Duration; 3], bool), String> {
+        self.stamp();
+        let path = self.work.join("local").join("cycle");
+        let data = &self.pattern[..size];
+        let buf = &mut self.buf;
+        let start = Instant::now();
+        write_synced(&path, data)?;
+        let written = Instant::now();
+        let mut f = File::open(&path).map_err(io("local read"))?;
+        let mut at = 0;
+        loop {
+            // One byte of room beyond the size: a longer file shows.
+            let room = &mut buf[at..(size + 1).max(at)];
+            if room.is_empty() {
+                break;
+            }
+            match f.read(room).map_err(io("local read"))? {
+                0 => break,
+                n => at += n,
+            }
+        }
+        drop(f);
+        let read = Instant::now();
+        std::fs::remove_file(&path).map_err(io("unlink"))?;
+        let end = Instant::now();
+        Ok((
+            [written - start, read - written, end - read],
+            at == size && buf[..size] == *data,
+        ))
+    }
+
+    /// Cycles of every size, shoal and local, in interleaved rounds
+    /// (round 0 the warm-up).  Answers, per size, the medians of the
+    /// cycles and of their steps (shoal: create, read, destroy; local:
+    /// write + fsync, read, unlink).
+    fn cycles(&mut self, rounds: usize, counts: &[usize]) -> Result<Value, String> {
+        // [size][shoal, local][whole, step 1, step 2, step 3]
+        let mut samples: Vec<[[Vec<Duration>; 4]; 2]> =
+            SIZES.iter().map(|_| Default::default()).collect();
+        let mut mismatches = 0u64;
+        for round in 0..=rounds {
+            for (i, &(size, _)) in SIZES.iter().enumerate() {
+                let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+                for side in order {
+                    std::thread::sleep(SETTLE);
+                    for _ in 0..counts[i] {
+                        let (steps, ok) = if side == 0 {
+                            self.shoal_cycle(size)?
+                        } else {
+                            self.local_cycle(size)?
+                        };
+                        mismatches += u64::from(!ok);
+                        if round > 0 {
+                            let out = &mut samples[i][side];
+                            out[0].push(steps.iter().sum());
+                            for (o, s) in out[1..].iter_mut().zip(steps) {
+                                o.push(s);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let sizes: Vec<Value> = SIZES
+            .iter()
+            .zip(samples.iter_mut())
+            .map(|(&(size, _), [shoal, local])| {
+                let p50 = |v: &mut [Vec<Duration>; 4]| -> Vec<f64> {
+                    v.iter_mut().map(|s| percentile_us(s, 50)).collect()
+                };
+                json!({
+                    "size": size,
+                    "n": shoal[0].len(),
+                    "shoal_us": p50(shoal),
+                    "local_us": p50(local),
+                })
+            })
+            .collect();
+        Ok(json!({ "sizes": sizes, "mismatches": mismatches }))
+    }
+
+    /// The 100 MiB reads.
+    fn reads(&mut self, rounds: usize) -> Result<Value, String> {
+        let (main, small) = (need(&self.main, "reads")?, need(&self.small, "reads")?);
+        if rounds == 0 {
+            return Err("reads: 1 round or more wanted".into());
+        }
+        if let Some((old, _)) = self.big.take() {
+            let _ = self.files.destroy(&old);
+        }
+        self.stamp();
+        let expected = self.pattern[..BIG].to_vec();
+        let mut mismatches = 0u64;
+        let big = self
+            .files
+            .create_from(&[main, small], &expected[..], true, |_| {})
+            .map_err(|e| format!("create: {e}"))?;
+        let (on_main, on_small) = (big[0], big[1]);
+        let path = self.work.join("local").join("read");
+        write_synced(&path, &expected)?;
+        let mut buf = vec![0u8; 1 << 20];
+        let cached = self.cached.as_mut().ok_or("run `open` first")?;
+        // Warm-up: fills the client cache, the server's extent cache, the
+        // page cache; reads the small-cache server's copy once.
+        for ok in [
+            shoal_read(cached, &[on_main], &expected)?.1,
+            shoal_read(&mut self.files, &[on_main], &expected)?.1,
+            shoal_read(&mut self.files, &[on_small], &expected)?.1,
+            local_read(&path, &expected, &mut buf)?.1,
+        ] {
+            mismatches += u64::from(!ok);
+        }
+        let copies = std::fs::read_dir(self.work.join("cache"))
+            .map_err(io("client cache"))?
+            .flatten()
+            .filter(|e| e.metadata().is_ok_and(|m| m.len() == BIG as u64))
+            .count();
+        if copies == 0 {
+            return Err("the client cache kept no copy of the 100 MiB file".into());
+        }
+        let hits0 = figure(&mut self.files, &main, "cache_hits")?;
+        let misses0 = figure(&mut self.files, &small, "cache_misses")?;
+        let mut times: [Vec<Duration>; 4] = Default::default();
+        for round in 0..rounds {
+            for k in 0..4 {
+                let kind = (k + round) % 4;
+                let (took, ok) = match kind {
+                    0 => shoal_read(cached, &[on_main], &expected)?,
+                    1 => local_read(&path, &expected, &mut buf)?,
+                    2 => shoal_read(&mut self.files, &[on_main], &expected)?,
+                    _ => shoal_read(&mut self.files, &[on_small], &expected)?,
+                };
+                mismatches += u64::from(!ok);
+                times[kind].push(took);
+            }
+        }
+        let hits = figure(&mut self.files, &main, "cache_hits")? - hits0;
+        let misses = figure(&mut self.files, &small, "cache_misses")? - misses0;
+        std::fs::remove_file(&path).map_err(io("unlink"))?;
+        self.files
+            .destroy(&on_small)
+            .map_err(|e| format!("destroy: {e}"))?;
+        self.big = Some((on_main, expected));
+        let rate =
+            |t: &mut Vec<Duration>| mib_s(BIG, Duration::from_secs_f64(percentile_us(t, 50) / 1e6));
+        let n = rounds as f64;
+        Ok(json!({
+            "cached_mib_s": rate(&mut times[0]),
+            "local_mib_s": rate(&mut times[1]),
+            "remote_mib_s": rate(&mut times[2]),
+            "uncached_mib_s": rate(&mut times[3]),
+            // The cached client asks the main server for a stat per read, a
+            // stat is no extent read: hits come from the remote reads.
+            "remote_extent_hits_per_read": hits / n,
+            "uncached_extent_misses_per_read": misses / n,
+            "rounds": rounds,
+            "mismatches": mismatches,
+        }))
+    }
+
+    /// 4 KiB appended to the 100 MiB file, `warmup` untimed then `n` timed.
+    fn append(&mut self, n: usize, warmup: usize) -> Result<Value, String> {
+        if n == 0 {
+            return Err("append: 1 or more wanted".into());
+        }
+        let (big, expected) = self.big.take().ok_or("run `reads` first")?;
+        let mut times = Vec::with_capacity(n);
+        let mut mismatches = 0u64;
+        let mut last = None;
+        for i in 0..warmup + n + 1 {
+            let at = BIG + (i * 4099) % (PAD - APPEND);
+            let data = self.pattern[at..at + APPEND].to_vec();
+            let start = Instant::now();
+            let new = self
+                .files
+                .edit(
+                    &big,
+                    Edit::Write {
+                        offset: BIG as u64,
+                        data: data.clone(),
+                    },
+                    true,
+                    true,
+                )
+                .map_err(|e| format!("append: {e}"))?;
+            let took = start.elapsed();
+            if i >= warmup && i < warmup + n {
+                times.push(took);
+            }
+            // The last 4 KiB of the old contents and the new ones.
+            let tail = self
+                .files
+                .read(&new, (BIG - APPEND) as u64, 2 * APPEND as u32 + 1)
+                .map_err(|e| format!("read: {e}"))?;
+            let ok = tail.len() == 2 * APPEND
+                && tail[..APPEND] == expected[BIG - APPEND..]
+                && tail[APPEND..] == data[..];
+            mismatches += u64::from(!ok);
+            if i == warmup + n {
+                last = Some((new, data));
+            } else {
+                self.files
+                    .destroy(&new)
+                    .map_err(|e| format!("destroy: {e}"))?;
+            }
+        }
+        // The last version, read in full.
+        let (new, data) = last.expect("made");
+        let mut whole = expected.clone();
+        whole.extend_from_slice(&data);
+        let (_, ok) = shoal_read(&mut self.files, &[new], &whole)?;
+        mismatches += u64::from(!ok);
+        self.files
+            .destroy(&new)
+            .map_err(|e| format!("destroy: {e}"))?;
+        self.big = Some((big, expected));
+        Ok(json!({
+            "us": percentile_us(&mut times, 50),
+            "us_p99": percentile_us(&mut times, 99),
+            "n": n,
+            "mismatches": mismatches,
+        }))
+    }
+
+    /// One tmp file on shoal: the time and whether the bytes were right.
+    fn tmp_shoal(&mut self) -> Result<(Duration, bool), String> {
+        let server = need(&self.main, "tmpfile")?;
+        let tmpdir = need(&self.tmpdir, "tmpfile")?;
+        self.made += 1;
+        let name = format!("t{}", self.made);
+        let data = (self.made as u32).to_le_bytes();
+        let masks = shoal_dir::model::default_masks(3);
+        let start = Instant::now();
+        let cap = self
+            .files
+            .create(&server, &data, true)
+            .map_err(|e| format!("create: {e}"))?;
+        let dir = self.dir()?;
+        dir.append(&tmpdir, &name, &[cap], Some(&masks))
+            .map_err(|e| format!("append: {e}"))?;
+        let caps = dir
+            .lookup(&tmpdir, &name)
+            .map_err(|e| format!("lookup: {e}"))?;
+        let got = self
+            .files
+            .read_all(&caps)
+            .map_err(|e| format!("read: {e}"))?;
+        self.dir()?
+            .delete(&tmpdir, &name)
+            .map_err(|e| format!("delete: {e}"))?;
+        self.files
+            .destroy(&cap)
+            .map_err(|e| format!("destroy: {e}"))?;
+        let took = start.elapsed();
+        Ok((took, got == data && caps.len() == 1))
+    }
+
+    /// One tmp file on the local disk, named by an etcd key.
+    fn tmp_local(&mut self, http: &mut Http) -> Result<(Duration, bool), String> {
+        self.made += 1;
+        let data = (self.made as u32).to_le_bytes();
+        let path = self.work.join("local").join(format!("t{}", self.made));
+        let key = base64(format!("shoal-bench/file/t{}", self.made).as_bytes());
+        let value = base64(path.to_string_lossy().as_bytes());
+        let put = json!({ "key": key, "value": value }).to_string();
+        let get = json!({ "key": key }).to_string();
+        let start = Instant::now();
+        write_synced(&path, &data)?;
+        http.post_ok("/v3/kv/put", put.as_bytes())?;
+        let answer = http.post_ok("/v3/kv/range", get.as_bytes())?;
+        let mut got = Vec::new();
+        File::open(&path)
+            .and_then(|mut f| f.read_to_end(&mut got))
+            .map_err(io("local read"))?;
+        http.post_ok("/v3/kv/deleterange", get.as_bytes())?;
+        std::fs::remove_file(&path).map_err(io("unlink"))?;
+        let took = start.elapsed();
+        let named: Value = serde_json::from_slice(&answer).map_err(|e| format!("etcd get: {e}"))?;
+        let ok = got == data && named["kvs"][0]["value"].as_str() == Some(value.as_str());
+        Ok((took, ok))
+    }
+
+    /// The tmp-file experiment, shoal and local + etcd in interleaved
+    /// rounds (round 0 the warm-up); each turn starts after a pause.
+    fn tmpfile(&mut self, n: usize, warmup: usize, etcd: &str) -> Result<Value, String> {
+        const ROUNDS: usize = 10;
+        if n < ROUNDS {
+            return Err(format!("tmpfile: {ROUNDS} or more wanted"));
+        }
+        let addr: SocketAddr = etcd.parse().map_err(|e| format!("etcd address: {e}"))?;
+        let mut http = Http::connect(addr).map_err(|e| format!("etcd at {addr}: {e}"))?;
+        const REWARM: usize = 5;
+        let mut times: [Vec<Duration>; 2] = Default::default();
+        let mut mismatches = 0u64;
+        for round in 0..=ROUNDS {
+            let (timed, untimed) = if round > 0 {
+                (n / ROUNDS, REWARM)
+            } else {
+                (0, warmup)
+            };
+            let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+            for kind in order {
+                std::thread::sleep(SETTLE);
+                for i in 0..untimed + timed {
+                    let (took, ok) = if kind == 0 {
+                        self.tmp_shoal()?
+                    } else {
+                        self.tmp_local(&mut http)?
+                    };
+                    mismatches += u64::from(!ok);
+                    if i >= untimed {
+                        times[kind].push(took);
+                    }
+                }
+            }
+        }
+        let count = times[0].len();
+        Ok(json!({
+            "shoal_us": percentile_us(&mut times[0], 50),
+            "shoal_us_p99": percentile_us(&mut times[0], 99),
+            "local_etcd_us": percentile_us(&mut times[1], 50),
+            "local_etcd_us_p99": percentile_us(&mut times[1], 99),
+            "n": count,
+            "mismatches": mismatches,
+        }))
+    }
+}
+
+// ----- the driver ------------------------------------------------------------
+
+/// Runs the benchmark.
+pub fn run(args: BenchArgs) -> Result<(), String> {
+    let etcd = find_etcd()?;
+    let shoal = std::env::current_exe().map_err(|e| e.to_string())?;
+    let guard = match &args.dir {
+        Some(dir) => ClusterGuard {
+            cluster: Some(Cluster::open(dir)?),
+            temporary: false,
+        },
+        None => {
+            let dir = std::env::temp_dir().join(format!("shoal-bench-file-{}", std::process::id()));
+            let mode = if shoal_cluster::is_root() {
+                Mode::Netns
+            } else {
+                Mode::Loopback
+            };
+            eprintln!(
+                "bench: starting a 4-node {mode:?} cluster in {}",
+                dir.display()
+            );
+            let spec = Spec {
+                dir,
+                nodes: 4,
+                name: "bf".into(),
+                subnet: 250,
+                mode,
+                shoal: shoal.clone(),
+            };
+            ClusterGuard {
+                cluster: Some(Cluster::up(&spec, &mut |l| eprintln!("  {l}"))?),
+                temporary: true,
+            }
+        }
+    };
+    let cluster = guard.cluster.as_ref().expect("set");
+    let metrics = measure(cluster, &shoal, &etcd, args.quick);
+    drop(guard);
+    let metrics = metrics?;
+    println!("{}", table(&metrics));
+    crate::write_json(args.json.as_deref(), &metrics, args.quick)?;
+    Ok(())
+}
+
+/// Whether `path` is on tmpfs (where an fsync costs nothing).
+fn on_tmpfs(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs(2) with a valid C string and a zeroed out-struct.
+    let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+    (unsafe { libc::statfs(c.as_ptr(), &mut s) } == 0) && s.f_type as i64 == 0x0102_1994
+}
+
+fn start_dir_replicas(
+    cluster: &Cluster,
+    shoal: &Path,
+    data: &Path,
+) -> Result<Vec<ReplicaProc>, String> {
+    let mut procs = Vec::new();
+    for i in 0..3 {
+        let node = format!("n{}", i + 1);
+        let log = data.join(format!("{SERVICE}-r{i}.log"));
+        let out = File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+        let err = out.try_clone().map_err(|e| e.to_string())?;
+        let child = cluster
+            .command(&node, shoal)?
+            .args([
+                "dir",
+                "serve",
+                "--replica",
+                &i.to_string(),
+                "--replicas",
+                "3",
+            ])
+            .args(["--service", SERVICE, "--data"])
+            .arg(data.join(SERVICE).join(format!("r{i}")))
+            .env("SHOAL_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .map_err(|e| format!("cannot start a replica of {SERVICE} on {node}: {e}"))?;
+        procs.push(ReplicaProc {
+            name: format!("{SERVICE}/r{i} on {node}"),
+            child,
+            log,
+        });
+    }
+    Ok(procs)
+}
+
+/// Waits until the three replicas serve.
+fn wait_serving(client: &mut Agent, procs: &mut [ReplicaProc]) -> Result<(), String> {
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let v = client.call(&format!("status {SERVICE} 3"))?;
+        let phases: Vec<Value> = v["replicas"]
+            .as_array()
+            .map(|l| l.iter().map(|s| s["phase"].clone()).collect())
+            .unwrap_or_default();
+        if phases.len() == 3 && phases.iter().all(|p| p == "member") {
+            return Ok(());
+        }
+        for p in procs.iter_mut() {
+            if let Ok(Some(status)) = p.child.try_wait() {
+                return Err(format!("a replica exited ({status}):\n    {}", p.tail()));
+            }
+        }
+        if Instant::now() > until {
+            let tails: Vec<String> = procs.iter().map(ReplicaProc::tail).collect();
+            return Err(format!(
+                "{SERVICE}: replicas not serving within 60 s (phases {phases:?}):\n    {}",
+                tails.join("\n    ")
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Starts `shoal file serve` on n2 and waits for the capability it prints
+/// once registered.
+fn start_file_server(
+    cluster: &Cluster,
+    shoal: &Path,
+    data: &Path,
+    config: &Path,
+    (name, cache_mib): (&str, u64),
+) -> Result<(ReplicaProc, String), String> {
+    let log = data.join(format!("{name}.log"));
+    let err = File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let mut child = cluster
+        .command("n2", shoal)?
+        .args(["file", "serve", "--name", name])
+        .args(["--cache-mib", &cache_mib.to_string(), "--data"])
+        .arg(data.join(name))
+        .env("SHOAL_CONFIG_DIR", config)
+        .env("SHOAL_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(err))
+        .spawn()
+        .map_err(|e| format!("cannot start file server {name} on n2: {e}"))?;
+    let out = child.stdout.take().expect("piped");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut proc = ReplicaProc {
+        name: format!("file server {name} on n2"),
+        child,
+        log,
+    };
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(line) if !line.trim().is_empty() => return Ok((proc, line.trim().to_string())),
+            Ok(_) | Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let _ = proc.child.wait();
+                return Err(format!("the file server exited:\n    {}", proc.tail()));
+            }
+        }
+        if Instant::now() > until {
+            return Err(format!(
+                "the file server printed no capability within 60 s:\n    {}",
+                proc.tail()
+            ));
+        }
+    }
+}
+
+fn num(v: &Value, key: &str) -> Result<f64, String> {
+    v[key]
+        .as_f64()
+        .ok_or_else(|| format!("agent answer without {key}: {v}"))
+}
+
+fn measure(
+    cluster: &Cluster,
+    shoal: &Path,
+    etcd_bin: &Path,
+    quick: bool,
+) -> Result<BTreeMap<String, f64>, String> {
+    // Rounds of the cycles (after a warm-up round) and cycles per round
+    // of each size; 100 MiB reads; appends; tmp files.
+    let (rounds, counts, read_rounds, appends, tmps) = if quick {
+        (3, "3,3,3,1,1", 3, 50, 50)
+    } else {
+        (10, "20,20,20,5,1", 7, 500, 300)
+    };
+    let mut metrics = BTreeMap::new();
+
+    let data = DataDir(PathBuf::from(format!(
+        "/var/tmp/shoal-bench-file-{}",
+        std::process::id()
+    )));
+    let _ = std::fs::remove_dir_all(&data.0);
+    std::fs::create_dir_all(&data.0).map_err(|e| format!("{}: {e}", data.0.display()))?;
+    if on_tmpfs(&data.0) {
+        eprintln!(
+            "bench: warning: {} is on tmpfs: the fsyncs cost nothing",
+            data.0.display()
+        );
+    }
+    eprintln!(
+        "bench: starting directory service {SERVICE} (group, fsync) on n1-n3, data in {}",
+        data.0.display()
+    );
+    let mut procs = start_dir_replicas(cluster, shoal, &data.0)?;
+    let mut client = Agent::start(cluster, "n1", shoal, &["bench-agent", "file", "client"])?;
+    wait_serving(&mut client, &mut procs)?;
+    let root = client.call(&format!("root {SERVICE}"))?["root"]
+        .as_str()
+        .ok_or("root: no capability")?
+        .to_string();
+    let config = data.0.join("config");
+    std::fs::create_dir_all(&config).map_err(|e| format!("{}: {e}", config.display()))?;
+    std::fs::write(config.join("root"), format!("{root}\n")).map_err(|e| e.to_string())?;
+    eprintln!(
+        "bench: starting file servers {} (extent cache {} MiB) and {} ({} MiB) on n2",
+        MAIN.0, MAIN.1, SMALL.0, SMALL.1
+    );
+    let mut caps = Vec::new();
+    for server in [MAIN, SMALL] {
+        let (p, cap) = start_file_server(cluster, shoal, &data.0, &config, server)?;
+        procs.push(p);
+        caps.push(cap);
+    }
+    client.call(&format!(
+        "open {root} {} {} {} {} {}",
+        data.0.display(),
+        MAIN.0,
+        caps[0],
+        SMALL.0,
+        caps[1]
+    ))?;
+    let mut mismatches = 0.0;
+
+    // Phase 1: cycles.
+    eprintln!(
+        "bench: create-read-destroy cycles (0 B to 100 MiB, safety on) against write-fsync-read-unlink, {rounds} interleaved rounds of {counts} (client on n1, server on n2)"
+    );
+    let c = client.call(&format!("cycles {rounds} {counts}"))?;
+    mismatches += num(&c, "mismatches")?;
+    let sizes = c["sizes"].as_array().ok_or("cycles: no sizes")?;
+    for ((size, suffix), s) in SIZES.iter().zip(sizes) {
+        if num(s, "size")? as usize != *size {
+            return Err(format!("cycles: size {size} answered out of order"));
+        }
+        let scale = if suffix.starts_with("ms") { 1e3 } else { 1.0 };
+        let step = |side: &str, i: usize| -> Result<f64, String> {
+            s[side][i]
+                .as_f64()
+                .map(|v| v / scale)
+                .ok_or_else(|| format!("cycles: no {side}[{i}]: {s}"))
+        };
+        metrics.insert(format!("file_cycle_{suffix}"), step("shoal_us", 0)?);
+        metrics.insert(format!("local_cycle_{suffix}"), step("local_us", 0)?);
+        metrics.insert(format!("cycle_samples_{}", &suffix[3..]), num(s, "n")?);
+        // Where the time goes, at the two ends of the scale.
+        if *size == 0 || *size == BIG {
+            for (i, name) in ["create", "read", "destroy"].iter().enumerate() {
+                metrics.insert(
+                    format!("file_cycle_{suffix}_{name}"),
+                    step("shoal_us", i + 1)?,
+                );
+            }
+            for (i, name) in ["write_fsync", "read", "unlink"].iter().enumerate() {
+                metrics.insert(
+                    format!("local_cycle_{suffix}_{name}"),
+                    step("local_us", i + 1)?,
+                );
+            }
+        }
+    }
+
+    // Phase 2: reads.
+    eprintln!(
+        "bench: 100 MiB reads: client cache, local page cache, remote, uncached; {read_rounds} interleaved rounds"
+    );
+    let r = client.call(&format!("reads {read_rounds}"))?;
+    mismatches += num(&r, "mismatches")?;
+    for (key, name) in [
+        ("cached_mib_s", "file_read_cached_mib_s"),
+        ("local_mib_s", "local_read_cached_mib_s"),
+        ("remote_mib_s", "file_read_remote_mib_s"),
+        ("uncached_mib_s", "file_read_uncached_mib_s"),
+        (
+            "remote_extent_hits_per_read",
+            "file_read_remote_extent_hits",
+        ),
+        (
+            "uncached_extent_misses_per_read",
+            "file_read_uncached_extent_misses",
+        ),
+        ("rounds", "file_read_rounds"),
+    ] {
+        metrics.insert(name.into(), num(&r, key)?);
+    }
+
+    // Phase 3: append.
+    eprintln!("bench: {appends} appends of 4 KiB to the 100 MiB file (commit + safety)");
+    let a = client.call(&format!("append {appends} {}", appends / 10))?;
+    mismatches += num(&a, "mismatches")?;
+    metrics.insert("file_append_4kib_to_100mib_us".into(), num(&a, "us")?);
+    metrics.insert(
+        "file_append_4kib_to_100mib_us_p99".into(),
+        num(&a, "us_p99")?,
+    );
+    metrics.insert("file_append_samples".into(), num(&a, "n")?);
+
+    // Phase 4: tmp files, beside etcd.
+    eprintln!("bench: starting etcd (members on n1-n3, data on tmpfs)");
+    let mut etcd = Etcd::start(cluster, etcd_bin, &["n1", "n2", "n3"])?;
+    etcd.wait_ready()?;
+    let leader = etcd.move_leader(0)?;
+    eprintln!("bench: etcd leader on {leader}");
+    metrics.insert(
+        "etcd_leader_on_n1".into(),
+        if leader == "n1" { 1.0 } else { 0.0 },
+    );
+    eprintln!(
+        "bench: tmp files: {tmps} on shoal (file + directory) and on the local disk + etcd, interleaved"
+    );
+    let t = client.call(&format!("tmpfile {tmps} {} {}", tmps / 10, etcd.clients[0]))?;
+    drop(etcd);
+    mismatches += num(&t, "mismatches")?;
+    metrics.insert("tmpfile_us".into(), num(&t, "shoal_us")?);
+    metrics.insert("tmpfile_us_p99".into(), num(&t, "shoal_us_p99")?);
+    metrics.insert("tmpfile_local_etcd_us".into(), num(&t, "local_etcd_us")?);
+    metrics.insert(
+        "tmpfile_local_etcd_us_p99".into(),
+        num(&t, "local_etcd_us_p99")?,
+    );
+    metrics.insert("tmpfile_samples".into(), num(&t, "n")?);
+    metrics.insert("file_mismatches".into(), mismatches);
+
+    drop(client);
+    drop(procs);
+    drop(data);
+    Ok(metrics)
+}
+
+/// Table 2 of the Amoeba–Sprite paper (ms): create-delete with no data,
+/// 10 Kbytes and 100 Kbytes: Amoeba BULLET, BULLET/DIR, Sprite CACHE,
+/// NOCACHE.
+const PAPER_CREATE_DELETE: [(&str, f64, f64, f64, f64); 3] = [
+    ("no data", 33.0, 288.0, 50.9, 50.9),
+    ("10 Kbytes", 86.0, 312.0, 67.1, 84.9),
+    ("100 Kbytes", 367.0, 617.0, 101.4, 411.1),
+];
+
+/// The markdown report: the paper's Table 2 beside shoal's figures, then
+/// the targets.
+fn table(m: &BTreeMap<String, f64>) -> String {
+    let g = |k: &str| m.get(k).copied().unwrap_or(f64::NAN);
+    let mut t = String::new();
+    t.push_str("## File service (Amoeba–Sprite comparison, 1991, §3.3 and Table 2)\n\n");
+    t.push_str(
+        "Create a file (commit + safety: on the server's disk), read it back, destroy it;\n",
+    );
+    t.push_str(
+        "client on n1, file server on n2, client cache off. Local: write + fsync, read, unlink\n",
+    );
+    t.push_str(
+        "on the same disk. Medians, shoal and local in interleaved rounds of the same run.\n\n",
+    );
+    t.push_str("| size | Amoeba BULLET (ms) | Amoeba BULLET/DIR (ms) | Sprite CACHE / NOCACHE (ms) | shoal | local | shoal / local |\n");
+    t.push_str("|---|---:|---:|---:|---:|---:|---:|\n");
+    for (i, (size, suffix)) in SIZES.iter().enumerate() {
+        let unit = &suffix[..2];
+        let unit = if unit == "us" { "µs" } else { "ms" };
+        let label = match size {
+            0 => "0 B".to_string(),
+            s if *s < 1 << 20 => format!("{} KiB", s >> 10),
+            s => format!("{} MiB", s >> 20),
+        };
+        let paper = match i {
+            0..=2 => {
+                let p = PAPER_CREATE_DELETE[i];
+                format!("{:.1} | {:.1} | {:.1} / {:.1}", p.1, p.2, p.3, p.4)
+            }
+            _ => " | | ".into(),
+        };
+        let (shoal, local) = (
+            g(&format!("file_cycle_{suffix}")),
+            g(&format!("local_cycle_{suffix}")),
+        );
+        t.push_str(&format!(
+            "| {label} | {paper} | {shoal:.1} {unit} | {local:.1} {unit} | {:.2} |\n",
+            shoal / local
+        ));
+    }
+    t.push_str("\nThe paper's sizes are 0, 10 and 100 Kbytes; its create-delete also writes\n");
+    t.push_str("the file through to disk.\n\n");
+    t.push_str("| steps, medians | shoal: create / read / destroy | local: write + fsync / read / unlink |\n");
+    t.push_str("|---|---:|---:|\n");
+    for (label, suffix, unit) in [("0 B", "us_0b", "µs"), ("100 MiB", "ms_100mib", "ms")] {
+        let steps = |side: &str, names: [&str; 3]| {
+            names
+                .iter()
+                .map(|n| format!("{:.1}", g(&format!("{side}_cycle_{suffix}_{n}"))))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        };
+        t.push_str(&format!(
+            "| {label} ({unit}) | {} | {} |\n",
+            steps("file", ["create", "read", "destroy"]),
+            steps("local", ["write_fsync", "read", "unlink"])
+        ));
+    }
+    t.push('\n');
+
+    // The paper's 100 Kbyte reads, as MiB/s.
+    let paper = |ms: f64| 100.0 * 1024.0 / (1 << 20) as f64 / (ms / 1e3);
+    t.push_str("| read of 100 MiB (MiB/s) | shoal | local page cache | paper, read of 100 Kbytes (MiB/s) |\n");
+    t.push_str("|---|---:|---:|---:|\n");
+    t.push_str(&format!(
+        "| client cache (after one read that filled it) | {:.0} | {:.0} | Sprite CACHE {:.1} |\n",
+        g("file_read_cached_mib_s"),
+        g("local_read_cached_mib_s"),
+        paper(21.7)
+    ));
+    t.push_str(&format!(
+        "| remote, server's extent cache warm ({:.0} hits per read) | {:.0} | | Amoeba {:.2}; Sprite NOCACHE {:.2} |\n",
+        g("file_read_remote_extent_hits"),
+        g("file_read_remote_mib_s"),
+        paper(123.0),
+        paper(167.4)
+    ));
+    t.push_str(&format!(
+        "| remote, from the store, checksums verified ({:.0} extent-cache misses per read) | {:.0} | | |\n",
+        g("file_read_uncached_extent_misses"),
+        g("file_read_uncached_mib_s"),
+    ));
+    t.push_str("\n| other figures | p50 | p99 |\n|---|---:|---:|\n");
+    t.push_str(&format!(
+        "| append 4 KiB to a committed 100 MiB file (a new file; commit + safety) (µs) | {:.1} | {:.1} |\n",
+        g("file_append_4kib_to_100mib_us"),
+        g("file_append_4kib_to_100mib_us_p99")
+    ));
+    t.push_str(&format!(
+        "| tmp file, shoal: create 4 B (safety), enter, look up, read, delete, destroy (µs) | {:.1} | {:.1} |\n",
+        g("tmpfile_us"),
+        g("tmpfile_us_p99")
+    ));
+    t.push_str(&format!(
+        "| tmp file, local + etcd: write 4 B + fsync, put, get, read, delete, unlink (µs) | {:.1} | {:.1} |\n",
+        g("tmpfile_local_etcd_us"),
+        g("tmpfile_local_etcd_us_p99")
+    ));
+    t.push_str(&format!(
+        "\ntmp file, shoal ÷ local + etcd: {:.2} (Amoeba 1991, create-delete of an empty\nfile with its directory entry, BULLET/DIR: 288.0 ms; Sprite: 50.9 ms).\n",
+        g("tmpfile_us") / g("tmpfile_local_etcd_us")
+    ));
+
+    t.push_str("\n## Targets\n\n| target | measured | goal | |\n|---|---:|---:|---|\n");
+    let verdict = |ok: bool| if ok { "PASS" } else { "FAIL" };
+    let read = g("file_read_cached_mib_s") / g("local_read_cached_mib_s");
+    let cycle = g("file_cycle_ms_100mib") / g("local_cycle_ms_100mib");
+    let append = g("file_append_4kib_to_100mib_us");
+    let bad = g("file_mismatches");
+    for (name, value, goal, ok) in [
+        (
+            "cached read ÷ local page-cache read (100 MiB)",
+            format!("{read:.2}"),
+            "≥ 0.5",
+            read >= 0.5,
+        ),
+        (
+            "100 MiB create-read-destroy ÷ local write-fsync-read-unlink",
+            format!("{cycle:.2}"),
+            "≤ 1.5",
+            cycle <= 1.5,
+        ),
+        (
+            "append 4 KiB to a 100 MiB file",
+            format!("{:.0} µs", append),
+            "≤ 1000 µs",
+            append <= 1000.0,
+        ),
+        (
+            "bytes read that differ from those written (reads)",
+            format!("{bad}"),
+            "0",
+            bad == 0.0,
+        ),
+    ] {
+        t.push_str(&format!(
+            "| {name} | {value} | {goal} | {} |\n",
+            verdict(ok)
+        ));
+    }
+    t
+}
