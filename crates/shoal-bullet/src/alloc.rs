@@ -110,10 +110,11 @@ impl Allocator {
             }
         }
         if let Some((&no, &nl)) = self.by_off.range(off + len..).next()
-            && no == off + len {
-                self.remove(no, nl);
-                len += nl;
-            }
+            && no == off + len
+        {
+            self.remove(no, nl);
+            len += nl;
+        }
         self.insert(off, len);
     }
 
@@ -129,10 +130,11 @@ impl Allocator {
     /// Drops the free run at the end (if any) and returns the new end.
     pub fn trim(&mut self) -> u64 {
         if let Some((&o, &l)) = self.by_off.iter().next_back()
-            && o + l == self.end {
-                self.remove(o, l);
-                self.end = o;
-            }
+            && o + l == self.end
+        {
+            self.remove(o, l);
+            self.end = o;
+        }
         self.end
     }
 

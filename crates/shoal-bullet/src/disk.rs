@@ -25,6 +25,10 @@ pub trait Disk: Send + Sync {
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// Makes every earlier write and length change durable.
     fn sync(&self) -> io::Result<()>;
+    /// A hint that `[offset, offset+len)` will be synced soon: start
+    /// writing it back now, so the sync has less left to do.  Durability
+    /// still comes only from [`Disk::sync`].
+    fn start_writeback(&self, _offset: u64, _len: u64) {}
 }
 
 /// Unit of tearing: a crash keeps or loses each sector of an unsynced

@@ -17,27 +17,28 @@ pub const FLAG_COMMIT: u8 = 1;
 /// Edit flag: return only once the committed data is durable (fsync).
 pub const FLAG_SAFETY: u8 = 2;
 
-/// One edit of a file's bytes.
+/// One edit of a file's bytes.  `D` holds the data: owned (`Vec<u8>`) in
+/// programs, borrowed from the request (`&[u8]`) in the server.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Edit {
+pub enum Edit<D = Vec<u8>> {
     /// Overwrite from `offset` (which may be the end: an append), growing
     /// the file if the data runs past its end.
-    Write { offset: u64, data: Vec<u8> },
+    Write { offset: u64, data: D },
     /// Insert at `offset`, shifting what follows.
-    Insert { offset: u64, data: Vec<u8> },
+    Insert { offset: u64, data: D },
     /// Remove `len` bytes at `offset`.
     Delete { offset: u64, len: u64 },
 }
 
-/// One file-service operation.
+/// One file-service operation (data held as in [`Edit`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Op {
+pub enum Op<D = Vec<u8>> {
     /// Create a file from `data` (needs CREATE on the server's
     /// capability); left uncommitted unless `flags` has [`FLAG_COMMIT`].
     Create {
         server: Capability,
         flags: u8,
-        data: Vec<u8>,
+        data: D,
     },
     /// Apply an edit (needs MODIFY): to an uncommitted file in place, or to
     /// a committed one, producing a new file that shares the unchanged
@@ -45,7 +46,16 @@ pub enum Op {
     Edit {
         file: Capability,
         flags: u8,
-        edit: Edit,
+        edit: Edit<D>,
+    },
+    /// Make one file of several uncommitted ones, in order (needs CREATE on
+    /// the server's capability and MODIFY on each part); the parts are
+    /// consumed.  A client streams a big file as parts created in
+    /// parallel, then joins them: no byte is copied.
+    Concat {
+        server: Capability,
+        flags: u8,
+        parts: Vec<Capability>,
     },
     /// Commit an uncommitted file (needs MODIFY).
     Commit { file: Capability, flags: u8 },
@@ -60,6 +70,9 @@ pub enum Op {
     Stat { file: Capability },
     /// Destroy a file (needs DESTROY).
     Destroy { file: Capability },
+    /// Read every extent of the file from the disk, bypassing the cache,
+    /// and check its checksum (needs READ): answers done or corrupt.
+    Verify { file: Capability },
     /// Reset the time-to-live of each object named (any valid capability
     /// does); answers which ones exist.
     Touch { files: Vec<Capability> },
@@ -120,18 +133,118 @@ fn flags_ok(flags: u8) -> Result<u8, DecodeError> {
     Ok(flags)
 }
 
-fn data(r: &mut Reader<'_>) -> Result<Vec<u8>, DecodeError> {
+fn data<'a>(r: &mut Reader<'a>) -> Result<&'a [u8], DecodeError> {
     let d = r.bytes32()?;
     if d.len() > MAX_CHUNK {
         return Err(bad("file request", "data larger than 8 MiB"));
     }
-    Ok(d.to_vec())
+    Ok(d)
+}
+
+impl<D: AsRef<[u8]>> Edit<D> {
+    /// The same edit, borrowing its data.
+    pub fn as_ref(&self) -> Edit<&[u8]> {
+        match self {
+            Edit::Write { offset, data } => Edit::Write {
+                offset: *offset,
+                data: data.as_ref(),
+            },
+            Edit::Insert { offset, data } => Edit::Insert {
+                offset: *offset,
+                data: data.as_ref(),
+            },
+            Edit::Delete { offset, len } => Edit::Delete {
+                offset: *offset,
+                len: *len,
+            },
+        }
+    }
+}
+
+impl Edit<&[u8]> {
+    pub fn to_owned(&self) -> Edit {
+        match *self {
+            Edit::Write { offset, data } => Edit::Write {
+                offset,
+                data: data.to_vec(),
+            },
+            Edit::Insert { offset, data } => Edit::Insert {
+                offset,
+                data: data.to_vec(),
+            },
+            Edit::Delete { offset, len } => Edit::Delete { offset, len },
+        }
+    }
 }
 
 impl Op {
+    /// Decodes a request into an owned operation.
+    pub fn decode(bytes: &[u8]) -> Result<Op, DecodeError> {
+        Ok(Op::decode_ref(bytes)?.to_owned())
+    }
+}
+
+impl Op<&[u8]> {
+    /// The same operation, owning its data.
+    pub fn to_owned(&self) -> Op {
+        match self {
+            Op::Create {
+                server,
+                flags,
+                data,
+            } => Op::Create {
+                server: *server,
+                flags: *flags,
+                data: data.to_vec(),
+            },
+            Op::Edit { file, flags, edit } => Op::Edit {
+                file: *file,
+                flags: *flags,
+                edit: edit.to_owned(),
+            },
+            Op::Commit { file, flags } => Op::Commit {
+                file: *file,
+                flags: *flags,
+            },
+            Op::Read { file, offset, len } => Op::Read {
+                file: *file,
+                offset: *offset,
+                len: *len,
+            },
+            Op::Stat { file } => Op::Stat { file: *file },
+            Op::Destroy { file } => Op::Destroy { file: *file },
+            Op::Verify { file } => Op::Verify { file: *file },
+            Op::Concat {
+                server,
+                flags,
+                parts,
+            } => Op::Concat {
+                server: *server,
+                flags: *flags,
+                parts: parts.clone(),
+            },
+            Op::Touch { files } => Op::Touch {
+                files: files.clone(),
+            },
+            Op::Admin { server, what } => Op::Admin {
+                server: *server,
+                what: *what,
+            },
+        }
+    }
+}
+
+impl<D: AsRef<[u8]>> Op<D> {
     pub fn encode(&self) -> Vec<u8> {
         let mut buf = Vec::new();
-        let mut w = Writer(&mut buf);
+        self.encode_into(&mut buf);
+        buf
+    }
+
+    /// Appends the request's bytes to `buf` (a recycled buffer, for large
+    /// data).
+    pub fn encode_into(&self, buf: &mut Vec<u8>) {
+        let mut w = Writer(buf);
         match self {
             Op::Create {
                 server,
@@ -141,7 +254,7 @@ impl Op {
                 w.u8(1);
                 w.cap(server);
                 w.u8(*flags);
-                w.bytes32(data);
+                w.bytes32(data.as_ref());
             }
             Op::Edit { file, flags, edit } => {
                 w.u8(2);
@@ -151,12 +264,12 @@ impl Op {
                     Edit::Write { offset, data } => {
                         w.u8(1);
                         w.u64(*offset);
-                        w.bytes32(data);
+                        w.bytes32(data.as_ref());
                     }
                     Edit::Insert { offset, data } => {
                         w.u8(2);
                         w.u64(*offset);
-                        w.bytes32(data);
+                        w.bytes32(data.as_ref());
                     }
                     Edit::Delete { offset, len } => {
                         w.u8(3);
@@ -191,6 +304,23 @@ impl Op {
                     w.cap(f);
                 }
             }
+            Op::Verify { file } => {
+                w.u8(9);
+                w.cap(file);
+            }
+            Op::Concat {
+                server,
+                flags,
+                parts,
+            } => {
+                w.u8(10);
+                w.cap(server);
+                w.u8(*flags);
+                w.u16(parts.len() as u16);
+                for p in parts {
+                    w.cap(p);
+                }
+            }
             Op::Admin { server, what } => {
                 w.u8(8);
                 w.cap(server);
@@ -203,10 +333,12 @@ impl Op {
                 });
             }
         }
-        buf
     }
+}
 
-    pub fn decode(bytes: &[u8]) -> Result<Op, DecodeError> {
+impl<'a> Op<&'a [u8]> {
+    /// Decodes a request, borrowing its data from `bytes` (no copy).
+    pub fn decode_ref(bytes: &'a [u8]) -> Result<Op<&'a [u8]>, DecodeError> {
         let mut r = Reader::new(bytes, "file request");
         let op = match r.u8()? {
             1 => Op::Create {
@@ -244,6 +376,21 @@ impl Op {
                 len: r.u32()?,
             },
             5 => Op::Stat { file: r.cap()? },
+            9 => Op::Verify { file: r.cap()? },
+            10 => {
+                let server = r.cap()?;
+                let flags = flags_ok(r.u8()?)?;
+                let n = r.u16()? as usize;
+                if n > MAX_TOUCH {
+                    return Err(bad("file request", "more than 4096 parts in a concat"));
+                }
+                r.count(n, Capability::LEN)?;
+                Op::Concat {
+                    server,
+                    flags,
+                    parts: (0..n).map(|_| r.cap()).collect::<Result<_, _>>()?,
+                }
+            }
             6 => Op::Destroy { file: r.cap()? },
             7 => {
                 let n = r.u16()? as usize;
@@ -285,6 +432,15 @@ pub fn data_prefix(len: usize) -> Vec<u8> {
     w.u8(3);
     w.u32(len as u32);
     buf
+}
+
+/// The data of a successful read's response, if that is what `reply` is.
+pub fn data_of(reply: &[u8]) -> Option<&[u8]> {
+    if reply.len() < 6 || reply[0] != 0 || reply[1] != 3 {
+        return None;
+    }
+    let n = u32::from_le_bytes(reply[2..6].try_into().unwrap()) as usize;
+    (reply.len() == 6 + n).then(|| &reply[6..])
 }
 
 /// Sets the length field of a response started with [`data_prefix`] to
@@ -480,6 +636,12 @@ mod tests {
             }),
             any::<u64>().prop_map(|n| Op::Stat { file: cap(n) }),
             any::<u64>().prop_map(|n| Op::Destroy { file: cap(n) }),
+            any::<u64>().prop_map(|n| Op::Verify { file: cap(n) }),
+            proptest::collection::vec(any::<u64>(), 0..5).prop_map(|v| Op::Concat {
+                server: cap(0),
+                flags: FLAG_COMMIT,
+                parts: v.into_iter().map(cap).collect()
+            }),
             proptest::collection::vec(any::<u64>(), 0..5).prop_map(|v| Op::Touch {
                 files: v.into_iter().map(cap).collect()
             }),

@@ -134,6 +134,55 @@ struct Cache {
     bytes: u64,
     hits: u64,
     misses: u64,
+    /// Buffers of evicted extents nobody else holds, for the next miss
+    /// (fresh memory costs a page fault per 4 KiB).
+    spare: Vec<Vec<u8>>,
+}
+
+/// Most spare buffers kept.
+const SPARE: usize = 16;
+
+impl Cache {
+    /// A buffer of `len` bytes whose contents the caller overwrites.
+    fn buffer(&mut self, len: usize) -> Vec<u8> {
+        match self.spare.pop() {
+            Some(mut b) => {
+                b.resize(len, 0);
+                b
+            }
+            None => vec![0; len],
+        }
+    }
+
+    /// Inserts verified bytes, evicting the least recently used beyond
+    /// `max` bytes.
+    fn put(&mut self, id: u64, bytes: Arc<Vec<u8>>, max: u64) {
+        if (bytes.len() as u64) > max {
+            return;
+        }
+        self.tick += 1;
+        let tick = self.tick;
+        let len = bytes.len() as u64;
+        if let Some((_, old)) = self.map.insert(id, (bytes, tick)) {
+            self.lru.remove(&old);
+        } else {
+            self.bytes += len;
+        }
+        self.lru.insert(tick, id);
+        while self.bytes > max {
+            let Some((_, victim)) = self.lru.pop_first() else {
+                break;
+            };
+            if let Some((b, _)) = self.map.remove(&victim) {
+                self.bytes -= b.len() as u64;
+                if self.spare.len() < SPARE
+                    && let Ok(v) = Arc::try_unwrap(b)
+                {
+                    self.spare.push(v);
+                }
+            }
+        }
+    }
 }
 
 /// One file server's store.
@@ -610,17 +659,24 @@ impl<D: Disk> Store<D> {
 
     /// Runs one operation (reads too, though a server answers reads with
     /// [`Store::read_into`] to build the reply without a copy).
-    pub fn execute(&self, op: Op, now_us: u64) -> Result<Answer, FileError> {
+    pub fn execute<B: AsRef<[u8]>>(&self, op: Op<B>, now_us: u64) -> Result<Answer, FileError> {
         match op {
             Op::Create {
                 server,
                 flags,
                 data,
-            } => self.create(&server, flags, &data, now_us).map(Answer::Cap),
+            } => self
+                .create(&server, flags, data.as_ref(), now_us)
+                .map(Answer::Cap),
             Op::Edit { file, flags, edit } => {
                 self.edit(&file, flags, edit, now_us).map(Answer::Cap)
             }
             Op::Commit { file, flags } => self.commit(&file, flags, now_us).map(|_| Answer::Done),
+            Op::Concat {
+                server,
+                flags,
+                parts,
+            } => self.concat(&server, flags, &parts, now_us).map(Answer::Cap),
             Op::Read { file, offset, len } => {
                 let mut out = Vec::new();
                 self.read_into(&file, offset, len, &mut out)?;
@@ -628,6 +684,7 @@ impl<D: Disk> Store<D> {
             }
             Op::Stat { file } => self.stat(&file).map(Answer::Stat),
             Op::Destroy { file } => self.destroy(&file).map(|_| Answer::Done),
+            Op::Verify { file } => self.verify(&file).map(|_| Answer::Done),
             Op::Touch { files } => Ok(Answer::Touched(self.touch(&files, now_us))),
             Op::Admin { server, what } => {
                 self.check_server(&server, ADMIN)?;
@@ -692,6 +749,14 @@ impl<D: Disk> Store<D> {
                 self.forget_extents(&pieces);
                 return Err(e.into());
             }
+            self.disks.data.start_writeback(off, len);
+            // New files are hot: a read right after a create is common.
+            if self.cfg.cache_bytes > 0 {
+                let mut c = self.cache.lock();
+                let mut b = c.buffer(chunk.len());
+                b.copy_from_slice(chunk);
+                c.put(id, Arc::new(b), self.cfg.cache_bytes);
+            }
         }
         Ok(pieces)
     }
@@ -742,17 +807,18 @@ impl<D: Disk> Store<D> {
     /// Applies an edit: in place to an uncommitted file, or into a new
     /// file made from a committed one.  Returns the edited file's
     /// capability.
-    pub fn edit(
+    pub fn edit<B: AsRef<[u8]>>(
         &self,
         cap: &Capability,
         flags: u8,
-        edit: Edit,
+        edit: Edit<B>,
         now_us: u64,
     ) -> Result<Capability, FileError> {
-        let (offset, data, removed) = match &edit {
-            Edit::Write { offset, data } => (*offset, &data[..], data.len() as u64),
-            Edit::Insert { offset, data } => (*offset, &data[..], 0),
-            Edit::Delete { offset, len } => (*offset, &[][..], *len),
+        let edit = edit.as_ref();
+        let (offset, data, removed) = match edit {
+            Edit::Write { offset, data } => (offset, data, data.len() as u64),
+            Edit::Insert { offset, data } => (offset, data, 0),
+            Edit::Delete { offset, len } => (offset, &[][..], len),
         };
         // Check first, so a refused edit writes nothing.
         {
@@ -855,6 +921,74 @@ impl<D: Disk> Store<D> {
                 Err(e)
             }
         }
+    }
+
+    /// Makes one file of uncommitted `parts`, in order, consuming them
+    /// (needs CREATE on the server and MODIFY on each part); shares their
+    /// extents, copies nothing.
+    pub fn concat(
+        &self,
+        server: &Capability,
+        flags: u8,
+        parts: &[Capability],
+        now_us: u64,
+    ) -> Result<Capability, FileError> {
+        self.check_server(server, CREATE)?;
+        let (cap, lsn) = {
+            let mut g = self.inner.lock();
+            let mut objs = Vec::with_capacity(parts.len());
+            for p in parts {
+                let (obj, _) = g.check(self.put_port, p, MODIFY)?;
+                if g.files[&obj].committed {
+                    return Err(FileError::Committed);
+                }
+                if objs.contains(&obj) {
+                    return Err(FileError::BadRequest("a part is named twice".into()));
+                }
+                objs.push(obj);
+            }
+            let mut old = Vec::new();
+            let mut size = 0u64;
+            for obj in &objs {
+                let f = &g.files[obj];
+                size += f.size;
+                old.extend_from_slice(&f.pieces);
+            }
+            let pieces = normalize(old.clone());
+            if pieces.len() > MAX_PIECES {
+                return Err(FileError::TooLarge(format!(
+                    "the result would have more than {MAX_PIECES} pieces"
+                )));
+            }
+            for obj in &objs {
+                g.files.remove(obj);
+            }
+            // References follow the pieces (normalizing may merge some).
+            g.add_refs(&pieces);
+            let lsn = g.appended;
+            g.drop_refs(&old, lsn);
+            let obj = g.next_object;
+            g.next_object += 1;
+            let secret = g.new_secret();
+            g.files.insert(
+                obj,
+                File {
+                    secret,
+                    size,
+                    pieces,
+                    committed: false,
+                    digest: [0; 32],
+                    ttl: self.cfg.ttl,
+                    touched_us: now_us,
+                },
+            );
+            let lsn = (flags & FLAG_COMMIT != 0).then(|| g.commit(obj));
+            (self.file_cap(obj, &secret), lsn)
+        };
+        if let (Some(lsn), true) = (lsn, flags & FLAG_SAFETY != 0) {
+            self.sync_to(lsn)?;
+        }
+        Ok(cap)
     }
 
     /// Commits an uncommitted file (needs MODIFY).
@@ -1008,6 +1142,55 @@ impl<D: Disk> Store<D> {
         Ok(())
     }
 
+    /// Reads every extent of a committed file from the disk, bypassing
+    /// the cache, and checks its checksum (needs READ).
+    pub fn verify(&self, cap: &Capability) -> Result<(), FileError> {
+        let parts: Vec<ReadPart> = {
+            let g = self.inner.lock();
+            let (obj, _) = g.check(self.put_port, cap, READ)?;
+            let f = &g.files[&obj];
+            if !f.committed {
+                return Err(FileError::NotCommitted);
+            }
+            let mut ids: Vec<u64> = f.pieces.iter().map(|p| p.extent).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            ids.iter()
+                .map(|id| {
+                    let e = &g.extents[id];
+                    ReadPart {
+                        extent: *id,
+                        off: e.off,
+                        len: e.len,
+                        hash: e.hash,
+                        from: 0,
+                        take: 0,
+                    }
+                })
+                .collect()
+        };
+        let mut buf = self.cache.lock().buffer(0);
+        for p in parts {
+            buf.resize(p.len as usize, 0);
+            self.disks.data.read_at(&mut buf, p.off)?;
+            if *blake3::hash(&buf).as_bytes() != p.hash {
+                let now = self.inner.lock().extents.get(&p.extent).map(|e| e.off);
+                match now {
+                    None => return Err(FileError::NotFound),
+                    // Moved meanwhile: the copy was verified when moved.
+                    Some(off) if off != p.off => continue,
+                    Some(_) => {
+                        return Err(FileError::Corrupt(format!(
+                            "extent {} ({} bytes at offset {} of the store) fails its checksum",
+                            p.extent, p.len, p.off
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// An extent's verified bytes, from the cache or the disk.
     fn extent_bytes(&self, mut p: ReadPart) -> Result<Arc<Vec<u8>>, FileError> {
         {
@@ -1023,7 +1206,7 @@ impl<D: Disk> Store<D> {
             }
             c.misses += 1;
         }
-        let mut buf = vec![0u8; p.len as usize];
+        let mut buf = self.cache.lock().buffer(p.len as usize);
         let mut tries = 0;
         loop {
             self.disks.data.read_at(&mut buf, p.off)?;
@@ -1047,23 +1230,9 @@ impl<D: Disk> Store<D> {
             }
         }
         let bytes = Arc::new(buf);
-        if self.cfg.cache_bytes >= p.len as u64 {
-            let mut c = self.cache.lock();
-            c.tick += 1;
-            let tick = c.tick;
-            if c.map.insert(p.extent, (bytes.clone(), tick)).is_none() {
-                c.bytes += p.len as u64;
-            }
-            c.lru.insert(tick, p.extent);
-            while c.bytes > self.cfg.cache_bytes {
-                let Some((_, id)) = c.lru.pop_first() else {
-                    break;
-                };
-                if let Some((b, _)) = c.map.remove(&id) {
-                    c.bytes -= b.len() as u64;
-                }
-            }
-        }
+        self.cache
+            .lock()
+            .put(p.extent, bytes.clone(), self.cfg.cache_bytes);
         Ok(bytes)
     }
 

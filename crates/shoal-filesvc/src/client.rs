@@ -26,6 +26,7 @@
 //! cached copy with that digest from the local disk's page cache.
 
 use std::io::{Read, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -38,8 +39,10 @@ use shoal_rpc::{CallOptions, Client, Context};
 /// (and a read fails over to the next replica).
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(3);
 
-/// Bytes moved by one call.
+/// Bytes a create or append sends in one call.
 pub const CHUNK: usize = 4 << 20;
+/// Bytes a read asks for in one call.
+pub const READ_CHUNK: usize = 4 << 20;
 
 /// Why a file call failed.
 #[derive(Debug, thiserror::Error)]
@@ -123,6 +126,7 @@ impl Cache {
 
 /// A client of the file servers.
 pub struct FileClient {
+    ctx: Context,
     rpc: Client,
     cache: Option<Cache>,
     deadline: Duration,
@@ -135,6 +139,7 @@ fn unexpected(a: Answer) -> ClientError {
 impl FileClient {
     pub fn new(ctx: &Context) -> Result<FileClient, ClientError> {
         Ok(FileClient {
+            ctx: ctx.clone(),
             rpc: ctx
                 .client()
                 .map_err(|e| ClientError::Unreachable(e.to_string()))?,
@@ -160,21 +165,52 @@ impl FileClient {
 
     /// One call to the server of `cap`.
     pub fn call(&mut self, cap: &Capability, op: &Op) -> Result<Answer, ClientError> {
-        let opts = CallOptions {
-            deadline: Some(self.deadline),
-            cancel: None,
-        };
-        let reply = self
-            .rpc
-            .trans_with(&cap.port(), op.encode(), &opts)
-            .map_err(|e| ClientError::Unreachable(e.to_string()))?;
+        self.call_any(cap, op)
+    }
+
+    /// [`FileClient::call`] with data owned or borrowed.
+    pub fn call_any<D: AsRef<[u8]>>(
+        &mut self,
+        cap: &Capability,
+        op: &Op<D>,
+    ) -> Result<Answer, ClientError> {
+        let reply = self.raw(cap, op)?;
         let r = op::decode_result(&reply).map_err(|e| ClientError::BadAnswer(e.to_string()))?;
         shoal_rpc::recycle(reply);
         Ok(r?)
     }
 
-    fn cap_of(&mut self, cap: &Capability, op: &Op) -> Result<Capability, ClientError> {
-        match self.call(cap, op)? {
+    /// One call, answering the raw reply.  Large requests are encoded into
+    /// a recycled buffer.
+    fn raw<D: AsRef<[u8]>>(
+        &mut self,
+        cap: &Capability,
+        op: &Op<D>,
+    ) -> Result<Vec<u8>, ClientError> {
+        let opts = CallOptions {
+            deadline: Some(self.deadline),
+            cancel: None,
+        };
+        let mut body = match op {
+            Op::Create { data, .. }
+            | Op::Edit {
+                edit: Edit::Write { data, .. } | Edit::Insert { data, .. },
+                ..
+            } => shoal_rpc::buffer(data.as_ref().len() + 128),
+            _ => Vec::new(),
+        };
+        op.encode_into(&mut body);
+        self.rpc
+            .trans_with(&cap.port(), body, &opts)
+            .map_err(|e| ClientError::Unreachable(e.to_string()))
+    }
+
+    fn cap_of<D: AsRef<[u8]>>(
+        &mut self,
+        cap: &Capability,
+        op: &Op<D>,
+    ) -> Result<Capability, ClientError> {
+        match self.call_any(cap, op)? {
             Answer::Cap(c) => Ok(c),
             a => Err(unexpected(a)),
         }
@@ -197,7 +233,7 @@ impl FileClient {
                 &Op::Create {
                     server: *server,
                     flags,
-                    data: data.to_vec(),
+                    data,
                 },
             );
         }
@@ -209,63 +245,179 @@ impl FileClient {
     /// yields (streamed in chunks, so of any size); `progress` hears the
     /// bytes sent so far.  On failure nothing is left behind (the
     /// uncommitted parts are destroyed, or expire).
+    ///
+    /// Input of more than one chunk goes as uncommitted parts, created by
+    /// two threads at once (each with its own RPC endpoint, so the servers
+    /// work on one part while the next travels), then joined on each server
+    /// by one concat call that commits the whole.  With a cache, the bytes
+    /// are kept locally too (write-through: immutable, so always valid).
     pub fn create_from(
         &mut self,
         servers: &[Capability],
-        mut input: impl Read,
+        mut input: impl Read + Send,
         safety: bool,
         mut progress: impl FnMut(u64),
     ) -> Result<Vec<Capability>, ClientError> {
         if servers.is_empty() {
-            return Err(ClientError::Local("no file server to store the file on".into()));
+            return Err(ClientError::Local(
+                "no file server to store the file on".into(),
+            ));
         }
-        let mut caps: Vec<Capability> = Vec::new();
-        let mut buf = vec![0u8; CHUNK];
-        let mut sent = 0u64;
         let flags = FLAG_COMMIT | if safety { FLAG_SAFETY } else { 0 };
-        let result = (|| {
-            loop {
-                let n = fill(&mut input, &mut buf)?;
-                let last = n < buf.len();
-                let data = buf[..n].to_vec();
-                if caps.is_empty() {
-                    for s in servers {
-                        let op = Op::Create {
-                            server: *s,
-                            flags: if last { flags } else { 0 },
-                            data: data.clone(),
-                        };
-                        let c = self.cap_of(s, &op)?;
-                        caps.push(c);
-                    }
-                } else if n > 0 || last {
-                    for c in caps.clone() {
-                        let op = Op::Edit {
-                            file: c,
-                            flags: if last { flags } else { 0 },
-                            edit: Edit::Write {
-                                offset: sent,
-                                data: data.clone(),
-                            },
-                        };
-                        self.cap_of(&c, &op)?;
+        let mut first = shoal_rpc::buffer(CHUNK);
+        first.resize(CHUNK, 0);
+        let n = fill(&mut input, &mut first)?;
+        first.truncate(n);
+        if n < CHUNK {
+            // One call per server.
+            let mut caps = Vec::new();
+            for s in servers {
+                let op = Op::Create {
+                    server: *s,
+                    flags,
+                    data: &first[..],
+                };
+                match self.cap_of(s, &op) {
+                    Ok(c) => caps.push(c),
+                    Err(e) => {
+                        self.destroy_all(&caps);
+                        return Err(e);
                     }
                 }
-                sent += n as u64;
-                progress(sent);
-                if last {
-                    return Ok(());
+            }
+            progress(n as u64);
+            self.cache_write(&first, &caps);
+            return Ok(caps);
+        }
+        // Parts, two at a time.
+        let shared = Parts {
+            input: parking_lot::Mutex::new((input, Some(first), 0usize, false)),
+            parts: parking_lot::Mutex::new(Vec::new()),
+            failed: parking_lot::Mutex::new(None),
+            sent: std::sync::atomic::AtomicU64::new(0),
+        };
+        let mut other = FileClient::new(&self.ctx)?;
+        other.deadline = self.deadline;
+        std::thread::scope(|scope| {
+            let helper = scope.spawn(|| other.send_parts(servers, &shared, &mut |_| {}));
+            self.send_parts(servers, &shared, &mut progress);
+            let _ = helper.join();
+        });
+        let mut parts = shared.parts.into_inner();
+        parts.sort_by_key(|p| p.0);
+        let all: Vec<Capability> = parts.iter().flat_map(|p| p.1.iter().copied()).collect();
+        if let Some(e) = shared.failed.into_inner() {
+            self.destroy_all(&all);
+            return Err(e);
+        }
+        let mut caps = Vec::new();
+        for (i, s) in servers.iter().enumerate() {
+            let op = Op::<Vec<u8>>::Concat {
+                server: *s,
+                flags,
+                parts: parts.iter().map(|p| p.1[i]).collect(),
+            };
+            match self.cap_of(s, &op) {
+                Ok(c) => caps.push(c),
+                Err(e) => {
+                    self.destroy_all(&caps);
+                    self.destroy_all(&all);
+                    return Err(e);
                 }
             }
-        })();
-        match result {
-            Ok(()) => Ok(caps),
-            Err(e) => {
-                for c in &caps {
-                    let _ = self.call(c, &Op::Destroy { file: *c });
-                }
-                Err(e)
+        }
+        progress(shared.sent.into_inner());
+        Ok(caps)
+    }
+
+    /// One sender of [`FileClient::create_from`]'s parts: takes the next
+    /// chunk of the input, creates it as an uncommitted part on every
+    /// server, until the input ends or a sender fails.
+    fn send_parts<R: Read>(
+        &mut self,
+        servers: &[Capability],
+        shared: &Parts<R>,
+        progress: &mut dyn FnMut(u64),
+    ) {
+        let mut buf = shoal_rpc::buffer(CHUNK);
+        loop {
+            if shared.failed.lock().is_some() {
+                return;
             }
+            let index = {
+                let mut g = shared.input.lock();
+                let (input, first, next, eof) = &mut *g;
+                if let Some(f) = first.take() {
+                    buf = f;
+                } else if *eof {
+                    return;
+                } else {
+                    buf.resize(CHUNK, 0);
+                    match fill(input, &mut buf) {
+                        Ok(n) => {
+                            buf.truncate(n);
+                            *eof = n < CHUNK;
+                        }
+                        Err(e) => {
+                            *shared.failed.lock() = Some(e);
+                            return;
+                        }
+                    }
+                }
+                if buf.is_empty() {
+                    return;
+                }
+                *next += 1;
+                *next - 1
+            };
+            let mut caps = Vec::with_capacity(servers.len());
+            for s in servers {
+                let op = Op::Create {
+                    server: *s,
+                    flags: 0,
+                    data: &buf[..],
+                };
+                match self.cap_of(s, &op) {
+                    Ok(c) => caps.push(c),
+                    Err(e) => {
+                        self.destroy_all(&caps);
+                        *shared.failed.lock() = Some(e);
+                        return;
+                    }
+                }
+            }
+            shared.parts.lock().push((index, caps));
+            let sent = buf.len() as u64
+                + shared
+                    .sent
+                    .fetch_add(buf.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            progress(sent);
+        }
+    }
+
+    fn destroy_all(&mut self, caps: &[Capability]) {
+        for c in caps {
+            let _ = self.call(c, &Op::Destroy { file: *c });
+        }
+    }
+
+    /// Keeps a copy of a small new file in the cache (write-through: the
+    /// file is immutable, so the copy stays valid).  Bigger files are
+    /// cached when first read instead: copying them here would cost the
+    /// writer a second local write of everything it sends.
+    fn cache_write(&mut self, data: &[u8], caps: &[Capability]) {
+        let Some(cache) = self.cache.clone() else {
+            return;
+        };
+        let Ok((st, first)) = self.stat(&caps[..1]) else {
+            return;
+        };
+        let path = cache.path(&first, &st);
+        let tmp = path.with_extension(format!("tmp{}", rand::random::<u32>()));
+        if std::fs::write(&tmp, data).is_ok() && std::fs::rename(&tmp, &path).is_ok() {
+            cache.trim();
+        } else {
+            let _ = std::fs::remove_file(&tmp);
         }
     }
 
@@ -395,23 +547,48 @@ impl FileClient {
                 let tmp = path.with_extension(format!("tmp{}", rand::random::<u32>()));
                 std::fs::File::create(&tmp).ok().map(|f| (tmp, f))
             });
-        let mut offset = 0u64;
+        // Two calls in flight while all goes well; then, from wherever that
+        // stopped, one at a time with failover between replicas.
+        let mut offset = if st.size > 2 * READ_CHUNK as u64 {
+            self.read_parallel(&first, st.size, &mut sink, &mut tee)?
+        } else {
+            0
+        };
         let mut order: Vec<Capability> = vec![first];
         order.extend(replicas.iter().filter(|c| **c != first));
         let mut at = 0;
         let mut errors = Vec::new();
         while offset < st.size {
-            let want = (st.size - offset).min(CHUNK as u64) as u32;
-            match self.read(&order[at], offset, want) {
-                Ok(d) if !d.is_empty() => {
+            let want = (st.size - offset).min(READ_CHUNK as u64) as u32;
+            let file = order[at];
+            let got = self.raw(
+                &file,
+                &Op::<Vec<u8>>::Read {
+                    file,
+                    offset,
+                    len: want,
+                },
+            );
+            // The data is used in the reply buffer itself, then recycled.
+            let got = got.and_then(|reply| match op::data_of(&reply) {
+                Some(_) => Ok(reply),
+                None => match op::decode_result(&reply) {
+                    Ok(Ok(a)) => Err(unexpected(a)),
+                    Ok(Err(e)) => Err(e.into()),
+                    Err(e) => Err(ClientError::BadAnswer(e.to_string())),
+                },
+            });
+            match got {
+                Ok(reply) if op::data_of(&reply).is_some_and(|d| !d.is_empty()) => {
+                    let d = op::data_of(&reply).unwrap();
                     if let Some((_, f)) = &mut tee
-                        && f.write_all(&d).is_err()
+                        && f.write_all_at(d, offset).is_err()
                     {
                         tee = None;
                     }
-                    sink(&d)?;
+                    sink(d)?;
                     offset += d.len() as u64;
-                    shoal_rpc::recycle(d);
+                    shoal_rpc::recycle(reply);
                 }
                 Ok(_) => {
                     errors.push(format!("{}: file shorter than its size", at));
@@ -439,6 +616,80 @@ impl FileClient {
             }
         }
         Ok(st.size)
+    }
+
+    /// Reads `file` from the start with two calls in flight (a helper
+    /// thread with its own endpoint fetches the odd chunks), handing the
+    /// chunks to `sink` in order.  Returns how far it got: the whole size,
+    /// or where a call failed (the caller goes on from there).
+    fn read_parallel(
+        &mut self,
+        file: &Capability,
+        size: u64,
+        sink: &mut impl FnMut(&[u8]) -> Result<(), ClientError>,
+        tee: &mut Option<(PathBuf, std::fs::File)>,
+    ) -> Result<u64, ClientError> {
+        let Ok(mut other) = FileClient::new(&self.ctx) else {
+            return Ok(0);
+        };
+        other.deadline = self.deadline;
+        let chunk = READ_CHUNK as u64;
+        let count = size.div_ceil(chunk);
+        let fetch = |client: &mut FileClient, i: u64| -> Option<Vec<u8>> {
+            let offset = i * chunk;
+            let want = (size - offset).min(chunk);
+            let reply = client
+                .raw(
+                    file,
+                    &Op::<Vec<u8>>::Read {
+                        file: *file,
+                        offset,
+                        len: want as u32,
+                    },
+                )
+                .ok()?;
+            (op::data_of(&reply)?.len() as u64 == want).then_some(reply)
+        };
+        let mut done = 0u64;
+        let mut deliver = |reply: Vec<u8>, done: &mut u64| -> Result<(), ClientError> {
+            let d = op::data_of(&reply).expect("checked");
+            if let Some((_, f)) = tee
+                && f.write_all_at(d, *done).is_err()
+            {
+                *tee = None;
+            }
+            sink(d)?;
+            *done += d.len() as u64;
+            shoal_rpc::recycle(reply);
+            Ok(())
+        };
+        std::thread::scope(|scope| -> Result<(), ClientError> {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Option<Vec<u8>>>(1);
+            scope.spawn(move || {
+                for i in (1..count).step_by(2) {
+                    let r = fetch(&mut other, i);
+                    let stop = r.is_none();
+                    if tx.send(r).is_err() || stop {
+                        return;
+                    }
+                }
+            });
+            for i in (0..count).step_by(2) {
+                let Some(reply) = fetch(self, i) else {
+                    return Ok(());
+                };
+                deliver(reply, &mut done)?;
+                if i + 1 >= count {
+                    return Ok(());
+                }
+                match rx.recv() {
+                    Ok(Some(reply)) => deliver(reply, &mut done)?,
+                    _ => return Ok(()),
+                }
+            }
+            Ok(())
+        })?;
+        Ok(done)
     }
 
     /// Destroys one replica.
@@ -484,6 +735,17 @@ impl FileClient {
         self.deadline = saved;
         r
     }
+}
+
+/// What the senders of [`FileClient::create_from`] share: the input (and
+/// its first chunk, the next chunk's number, whether it ended), the parts
+/// made (chunk number, one capability per server), the first error, and
+/// the bytes sent.
+struct Parts<R> {
+    input: parking_lot::Mutex<(R, Option<Vec<u8>>, usize, bool)>,
+    parts: parking_lot::Mutex<Vec<(usize, Vec<Capability>)>>,
+    failed: parking_lot::Mutex<Option<ClientError>>,
+    sent: std::sync::atomic::AtomicU64,
 }
 
 /// Reads until `buf` is full or the input ends; returns the bytes read.

@@ -11,8 +11,8 @@
 //!    server names a file replica) and touches every replica it finds, one
 //!    batch per server, which resets its time-to-live;
 //! 2. for every file with fewer than k replicas alive (missing on its
-//!    server, the server unreachable, or, with `verify`, a replica that
-//!    fails its checksums), copies it from a live replica to servers that
+//!    server, the server unreachable, or, with `verify`, a replica whose
+//!    extents fail their checksums when its server reads them from disk), copies it from a live replica to servers that
 //!    hold none and swaps the entry's capability set for the new one
 //!    (compare-and-swap, so a concurrent change wins and the copy ages
 //!    away);
@@ -284,10 +284,9 @@ pub fn pass(
         if opts.verify {
             let mut good = Vec::new();
             for c in live {
-                match files.read_with(&[c], |_| Ok(())) {
+                match files.call(&c, &shoal_bullet::Op::Verify { file: c }) {
                     Ok(_) => good.push(c),
-                    Err(ClientError::AllReplicas(_))
-                    | Err(ClientError::File(FileError::Corrupt(_))) => {
+                    Err(ClientError::File(FileError::Corrupt(_))) => {
                         report.replicas_corrupt += 1;
                         let _ = files.destroy(&c);
                     }
@@ -349,12 +348,13 @@ pub fn pass(
             }
         }
         if new_set != r.caps
-            && let Err(e) = dir.replace(&r.dir, &r.name, &r.caps, &new_set) {
-                report.problems.push(format!(
-                    "{}: entry changed meanwhile ({e}); will retry next pass",
-                    r.name
-                ));
-            }
+            && let Err(e) = dir.replace(&r.dir, &r.name, &r.caps, &new_set)
+        {
+            report.problems.push(format!(
+                "{}: entry changed meanwhile ({e}); will retry next pass",
+                r.name
+            ));
+        }
     }
     // 4. Age.
     if opts.age {

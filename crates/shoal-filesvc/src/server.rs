@@ -138,10 +138,12 @@ impl FileServer {
 fn serve(store: &Store<FileDisk>, server: &Server, epoch: Instant) {
     while let Ok(req) = server.getreq() {
         let now = epoch.elapsed().as_micros() as u64;
-        let reply = match Op::decode(req.body()) {
+        // The request's data is used where it lies (no copy); a read's
+        // reply is built around its data in a recycled buffer.
+        let reply = match Op::decode_ref(req.body()) {
             Ok(Op::Read { file, offset, len }) => {
-                // Build the reply around the data: no copy of the bytes.
-                let mut buf = op::data_prefix(len as usize);
+                let mut buf = shoal_rpc::buffer(6 + len as usize);
+                buf.extend_from_slice(&op::data_prefix(0));
                 match store.read_into(&file, offset, len, &mut buf) {
                     Ok(()) => {
                         op::finish_data(&mut buf);

@@ -158,6 +158,14 @@ impl Outgoing {
     }
 }
 
+impl Drop for Outgoing {
+    /// A large body nobody else holds goes back to the pool, so the next
+    /// large body (a reply, a request) reuses its pages.
+    fn drop(&mut self) {
+        crate::pool::give_bytes(std::mem::take(&mut self.body));
+    }
+}
+
 /// Receiver side of one body.
 #[derive(Debug, Clone)]
 pub struct Incoming {

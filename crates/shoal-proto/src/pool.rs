@@ -59,6 +59,24 @@ pub fn datagram() -> Vec<u8> {
         .unwrap_or_else(|| Vec::with_capacity(shoal_wire::MAX_DATAGRAM))
 }
 
+/// Returns a large body's buffer to the pool if nobody else holds it.
+pub fn give_bytes(b: bytes::Bytes) {
+    if b.len() >= BIG
+        && let Ok(m) = b.try_into_mut()
+    {
+        give(Vec::from(m));
+    }
+}
+
+/// An empty buffer of at least `capacity` bytes, from the pool if it has
+/// one (its old bytes are still there, beyond the length: the caller
+/// appends).
+pub fn with_capacity(capacity: usize) -> Vec<u8> {
+    let mut v = take(capacity);
+    v.clear();
+    v
+}
+
 /// Returns a buffer to the pool (or frees it, if the pool is full or the
 /// buffer is of no use to it).
 pub fn give(mut buf: Vec<u8>) {

@@ -110,6 +110,8 @@ impl Client {
         let deadline = options.deadline.unwrap_or(self.config.deadline);
         let request = request.into();
         let small = request.len() <= self.config.frag_bytes;
+        // Kept to recycle the buffer once the core is done with it.
+        let keep = (!small).then(|| request.clone());
         let started = Instant::now();
         let now = clock::now();
         self.core.start(now, *port, request, now + deadline);
@@ -123,6 +125,9 @@ impl Client {
                     && reply.len() <= self.config.frag_bytes
                 {
                     self.spin.record(started.elapsed());
+                }
+                if let Some(k) = keep {
+                    shoal_proto::pool::give_bytes(k);
                 }
                 return outcome.map_err(Error::from);
             }

@@ -60,5 +60,12 @@ pub fn recycle(buffer: Vec<u8>) {
     shoal_proto::pool::give(buffer);
 }
 
+/// An empty buffer with room for `capacity` bytes, reusing a recycled one
+/// if there is one: build a large request or reply in it to skip the page
+/// faults of fresh memory.
+pub fn buffer(capacity: usize) -> Vec<u8> {
+    shoal_proto::pool::with_capacity(capacity)
+}
+
 /// Where programs find their node when `SHOAL_NODE` is not set.
 pub const DEFAULT_NODE_SOCKET: &str = "/run/shoal/node.sock";

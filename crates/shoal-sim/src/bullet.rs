@@ -205,7 +205,17 @@ impl BulletSim {
             0..=24 => {
                 let data = self.data();
                 let flags = self.flags();
-                let r = self.store().create(&self.server, flags, &data, self.now);
+                let r = if data.len() > 2 && self.rng.random_bool(0.3) {
+                    // As a streaming client does: parts, then one concat.
+                    let cut = self.rng.random_range(1..data.len());
+                    let parts: Result<Vec<_>, _> = [&data[..cut], &data[cut..]]
+                        .iter()
+                        .map(|d| self.store().create(&self.server, 0, d, self.now))
+                        .collect();
+                    parts.and_then(|p| self.store().concat(&self.server, flags, &p, self.now))
+                } else {
+                    self.store().create(&self.server, flags, &data, self.now)
+                };
                 self.trace.push(format!(
                     "create {} bytes flags {flags}: {:?}",
                     data.len(),

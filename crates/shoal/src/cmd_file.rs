@@ -322,8 +322,8 @@ pub fn run(command: FileCommand) -> Result<(), Failure> {
             let targets = chosen_servers(&mut s, &mut files, servers.as_deref(), replicas)?;
             let to: Vec<Capability> = targets.iter().map(|t| t.1).collect();
             let stdin = source.as_ref().is_none_or(|p| p.as_os_str() == "-");
-            let (input, total): (Box<dyn std::io::Read>, Option<u64>) = if stdin {
-                (Box::new(std::io::stdin().lock()), None)
+            let (input, total): (Box<dyn std::io::Read + Send>, Option<u64>) = if stdin {
+                (Box::new(std::io::stdin()), None)
             } else {
                 let p = source.as_ref().unwrap();
                 let f = std::fs::File::open(p)
