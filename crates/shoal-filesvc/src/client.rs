@@ -41,8 +41,10 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(3);
 
 /// Bytes a create or append sends in one call.
 pub const CHUNK: usize = 4 << 20;
+/// Calls a large read keeps in flight (each on its own endpoint).
+const READERS: usize = 2;
 /// Bytes a read asks for in one call.
-pub const READ_CHUNK: usize = 4 << 20;
+pub const READ_CHUNK: usize = 8 << 20;
 
 /// Why a file call failed.
 #[derive(Debug, thiserror::Error)]
@@ -629,10 +631,14 @@ impl FileClient {
         sink: &mut impl FnMut(&[u8]) -> Result<(), ClientError>,
         tee: &mut Option<(PathBuf, std::fs::File)>,
     ) -> Result<u64, ClientError> {
-        let Ok(mut other) = FileClient::new(&self.ctx) else {
-            return Ok(0);
-        };
-        other.deadline = self.deadline;
+        let mut readers = Vec::with_capacity(READERS);
+        for _ in 0..READERS {
+            let Ok(mut c) = FileClient::new(&self.ctx) else {
+                return Ok(0);
+            };
+            c.deadline = self.deadline;
+            readers.push(c);
+        }
         let chunk = READ_CHUNK as u64;
         let count = size.div_ceil(chunk);
         let fetch = |client: &mut FileClient, i: u64| -> Option<Vec<u8>> {
@@ -651,41 +657,37 @@ impl FileClient {
             (op::data_of(&reply)?.len() as u64 == want).then_some(reply)
         };
         let mut done = 0u64;
-        let mut deliver = |reply: Vec<u8>, done: &mut u64| -> Result<(), ClientError> {
-            let d = op::data_of(&reply).expect("checked");
-            if let Some((_, f)) = tee
-                && f.write_all_at(d, *done).is_err()
-            {
-                *tee = None;
-            }
-            sink(d)?;
-            *done += d.len() as u64;
-            shoal_rpc::recycle(reply);
-            Ok(())
-        };
         std::thread::scope(|scope| -> Result<(), ClientError> {
-            let (tx, rx) = std::sync::mpsc::sync_channel::<Option<Vec<u8>>>(1);
-            scope.spawn(move || {
-                for i in (1..count).step_by(2) {
-                    let r = fetch(&mut other, i);
-                    let stop = r.is_none();
-                    if tx.send(r).is_err() || stop {
-                        return;
+            // Reader r fetches chunks r, r + READERS, ...; this thread hands
+            // them to the sink in order.
+            let mut inboxes = Vec::with_capacity(READERS);
+            for (r, mut client) in readers.into_iter().enumerate() {
+                let (tx, rx) = std::sync::mpsc::sync_channel::<Option<Vec<u8>>>(1);
+                inboxes.push(rx);
+                let fetch = &fetch;
+                scope.spawn(move || {
+                    for i in (r as u64..count).step_by(READERS) {
+                        let got = fetch(&mut client, i);
+                        let stop = got.is_none();
+                        if tx.send(got).is_err() || stop {
+                            return;
+                        }
                     }
-                }
-            });
-            for i in (0..count).step_by(2) {
-                let Some(reply) = fetch(self, i) else {
+                });
+            }
+            for i in 0..count {
+                let Ok(Some(reply)) = inboxes[(i % READERS as u64) as usize].recv() else {
                     return Ok(());
                 };
-                deliver(reply, &mut done)?;
-                if i + 1 >= count {
-                    return Ok(());
+                let d = op::data_of(&reply).expect("checked");
+                if let Some((_, f)) = tee
+                    && f.write_all_at(d, done).is_err()
+                {
+                    *tee = None;
                 }
-                match rx.recv() {
-                    Ok(Some(reply)) => deliver(reply, &mut done)?,
-                    _ => return Ok(()),
-                }
+                sink(d)?;
+                done += d.len() as u64;
+                shoal_rpc::recycle(reply);
             }
             Ok(())
         })?;
