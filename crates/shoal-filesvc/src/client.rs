@@ -41,6 +41,8 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(3);
 
 /// Bytes a create or append sends in one call.
 pub const CHUNK: usize = 4 << 20;
+/// Parts a large create keeps in flight (each on its own endpoint).
+const SENDERS: usize = 2;
 /// Calls a large read keeps in flight (each on its own endpoint).
 const READERS: usize = 2;
 /// Bytes a read asks for in one call.
@@ -298,12 +300,18 @@ impl FileClient {
             failed: parking_lot::Mutex::new(None),
             sent: std::sync::atomic::AtomicU64::new(0),
         };
-        let mut other = FileClient::new(&self.ctx)?;
-        other.deadline = self.deadline;
+        let mut others = Vec::with_capacity(SENDERS - 1);
+        for _ in 1..SENDERS {
+            let mut c = FileClient::new(&self.ctx)?;
+            c.deadline = self.deadline;
+            others.push(c);
+        }
         std::thread::scope(|scope| {
-            let helper = scope.spawn(|| other.send_parts(servers, &shared, &mut |_| {}));
+            for other in &mut others {
+                let shared = &shared;
+                scope.spawn(move || other.send_parts(servers, shared, &mut |_| {}));
+            }
             self.send_parts(servers, &shared, &mut progress);
-            let _ = helper.join();
         });
         let mut parts = shared.parts.into_inner();
         parts.sort_by_key(|p| p.0);
