@@ -484,6 +484,34 @@ impl<D: Disk> Store<D> {
             disks.meta[active].set_len(log_end as u64)?;
             disks.meta[active].sync()?;
         }
+        // Bounds no real store comes near; beyond them arithmetic could
+        // overflow, so such metadata is refused as inconsistent.
+        const LIMIT: u64 = 1 << 62;
+        let bad_extent =
+            |e: &ExtentRec| e.id >= LIMIT || e.off >= LIMIT || e.len as u64 > MAX_EXTENT;
+        let bad_file = |f: &FileRec| f.object == SERVER_OBJECT || f.object >= LIMIT;
+        let inconsistent = || {
+            OpenError::Inconsistent(
+                "an object number, extent number, offset or extent length is out of range".into(),
+            )
+        };
+        if snap.next_object >= LIMIT || snap.next_extent >= LIMIT {
+            return Err(inconsistent());
+        }
+        if snap.extents.iter().any(bad_extent) || snap.files.iter().any(bad_file) {
+            return Err(inconsistent());
+        }
+        for r in &records {
+            match r {
+                Record::Commit { file, extents } => {
+                    if bad_file(file) || extents.iter().any(bad_extent) {
+                        return Err(inconsistent());
+                    }
+                }
+                Record::Move { off, .. } if *off >= LIMIT => return Err(inconsistent()),
+                _ => {}
+            }
+        }
         let mut extents: HashMap<u64, Extent> = HashMap::new();
         let mut files: HashMap<u64, FileRec> = HashMap::new();
         let mut next_object = snap.next_object;
