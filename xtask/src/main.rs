@@ -432,8 +432,8 @@ fn demo_files(dir: &Path, data: &Path, on: &On<'_>) -> Result<(), String> {
     step("file servers fs1, fs2, fs3 on n1, n2, n3, registered in the directory");
     let user = data.join("user");
     let server = |i: usize| -> Result<std::process::Child, String> {
-        let log = std::fs::File::create(data.join(format!("fs{i}.log")))
-            .map_err(|e| e.to_string())?;
+        let log =
+            std::fs::File::create(data.join(format!("fs{i}.log"))).map_err(|e| e.to_string())?;
         let node = format!("n{i}");
         let store = data.join(format!("fs{i}"));
         shoal(
@@ -480,12 +480,32 @@ fn demo_files(dir: &Path, data: &Path, on: &On<'_>) -> Result<(), String> {
             .collect::<String>()[..5 << 20]
             .to_string();
         std::fs::write(&source, &text).map_err(|e| e.to_string())?;
-        step("a 5 MiB file stored from n4 with two replicas on different servers, named projects/report");
-        on("n4", &["file", "put", "-q", "projects/report", source.to_str().unwrap()])?;
+        step(
+            "a 5 MiB file stored from n4 with two replicas on different servers, named projects/report",
+        );
+        on(
+            "n4",
+            &[
+                "file",
+                "put",
+                "-q",
+                "projects/report",
+                source.to_str().unwrap(),
+            ],
+        )?;
         let stat = on("n2", &["file", "stat", "projects/report"])?;
         step("read back on n2 (from whichever replica answers)");
         let copy = data.join("report.n2");
-        on("n2", &["file", "get", "-q", "projects/report", copy.to_str().unwrap()])?;
+        on(
+            "n2",
+            &[
+                "file",
+                "get",
+                "-q",
+                "projects/report",
+                copy.to_str().unwrap(),
+            ],
+        )?;
         same(&source, &copy)?;
         let first = stat
             .lines()
@@ -500,7 +520,16 @@ fn demo_files(dir: &Path, data: &Path, on: &On<'_>) -> Result<(), String> {
             .status();
         let _ = servers[first - 1].wait();
         let copy = data.join("report.n3");
-        on("n3", &["file", "get", "-q", "projects/report", copy.to_str().unwrap()])?;
+        on(
+            "n3",
+            &[
+                "file",
+                "get",
+                "-q",
+                "projects/report",
+                copy.to_str().unwrap(),
+            ],
+        )?;
         same(&source, &copy)?;
         step("the object manager touches every named file and re-creates the lost replica");
         on("n4", &["file", "gc", "--no-age"])?;
