@@ -337,6 +337,27 @@ impl Inner {
         self.pending_free = keep;
     }
 
+    /// A new uncommitted file of `pieces` (whose references the caller
+    /// already counted): its object number and secret.
+    fn new_file(&mut self, size: u64, pieces: Vec<Piece>, ttl: u8, now_us: u64) -> (u64, [u8; 32]) {
+        let obj = self.next_object;
+        self.next_object += 1;
+        let secret = self.new_secret();
+        self.files.insert(
+            obj,
+            File {
+                secret,
+                size,
+                pieces,
+                committed: false,
+                digest: [0; 32],
+                ttl,
+                touched_us: now_us,
+            },
+        );
+        (obj, secret)
+    }
+
     fn new_secret(&mut self) -> [u8; 32] {
         let mut s = [0u8; 32];
         self.rng.fill_bytes(&mut s);
@@ -808,21 +829,7 @@ impl<D: Disk> Store<D> {
         let pieces = self.write_extents(data)?;
         let (cap, lsn) = {
             let mut g = self.inner.lock();
-            let obj = g.next_object;
-            g.next_object += 1;
-            let secret = g.new_secret();
-            g.files.insert(
-                obj,
-                File {
-                    secret,
-                    size: data.len() as u64,
-                    pieces,
-                    committed: false,
-                    digest: [0; 32],
-                    ttl: self.cfg.ttl,
-                    touched_us: now_us,
-                },
-            );
+            let (obj, secret) = g.new_file(data.len() as u64, pieces, self.cfg.ttl, now_us);
             let lsn = (flags & FLAG_COMMIT != 0).then(|| g.commit(obj));
             (self.file_cap(obj, &secret), lsn)
         };
@@ -903,22 +910,7 @@ impl<D: Disk> Store<D> {
             // The extents just written carried the writer's reference.
             g.drop_refs(&mid, lsn);
             let target = if committed {
-                let obj = g.next_object;
-                g.next_object += 1;
-                let secret = g.new_secret();
-                g.files.insert(
-                    obj,
-                    File {
-                        secret,
-                        size: new_size,
-                        pieces,
-                        committed: false,
-                        digest: [0; 32],
-                        ttl: self.cfg.ttl,
-                        touched_us: now_us,
-                    },
-                );
-                obj
+                g.new_file(new_size, pieces, self.cfg.ttl, now_us).0
             } else {
                 let f = g.files.get_mut(&obj).unwrap();
                 let old = std::mem::replace(&mut f.pieces, pieces);
@@ -995,21 +987,7 @@ impl<D: Disk> Store<D> {
             g.add_refs(&pieces);
             let lsn = g.appended;
             g.drop_refs(&old, lsn);
-            let obj = g.next_object;
-            g.next_object += 1;
-            let secret = g.new_secret();
-            g.files.insert(
-                obj,
-                File {
-                    secret,
-                    size,
-                    pieces,
-                    committed: false,
-                    digest: [0; 32],
-                    ttl: self.cfg.ttl,
-                    touched_us: now_us,
-                },
-            );
+            let (obj, secret) = g.new_file(size, pieces, self.cfg.ttl, now_us);
             let lsn = (flags & FLAG_COMMIT != 0).then(|| g.commit(obj));
             (self.file_cap(obj, &secret), lsn)
         };
