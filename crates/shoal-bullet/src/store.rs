@@ -523,14 +523,15 @@ impl<D: Disk> Store<D> {
             return Err(inconsistent());
         }
         for r in &records {
-            match r {
+            let bad = match r {
                 Record::Commit { file, extents } => {
-                    if bad_file(file) || extents.iter().any(bad_extent) {
-                        return Err(inconsistent());
-                    }
+                    bad_file(file) || extents.iter().any(bad_extent)
                 }
-                Record::Move { off, .. } if *off >= LIMIT => return Err(inconsistent()),
-                _ => {}
+                Record::Move { off, .. } => *off >= LIMIT,
+                Record::Destroy { .. } => false,
+            };
+            if bad {
+                return Err(inconsistent());
             }
         }
         let mut extents: HashMap<u64, Extent> = HashMap::new();

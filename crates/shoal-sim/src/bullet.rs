@@ -307,16 +307,9 @@ impl BulletSim {
                 }
             }
             60..=74 => {
-                let live: Vec<u64> = self
-                    .files
-                    .iter()
-                    .filter(|f| f.1.2 != Fate::Destroyed)
-                    .map(|f| *f.0)
-                    .collect();
-                if live.is_empty() {
+                let Some(k) = self.pick_live() else {
                     return;
-                }
-                let k = live[self.rng.random_range(0..live.len())];
+                };
                 let cap = self.files[&k].0;
                 let r = self.store().destroy(&cap);
                 self.trace.push(format!("destroy {k}: {r:?}"));
@@ -327,13 +320,7 @@ impl BulletSim {
             }
             75..=84 => {
                 // Read a file back while running (the cache and the disk).
-                let live: Vec<u64> = self
-                    .files
-                    .iter()
-                    .filter(|f| f.1.2 != Fate::Destroyed)
-                    .map(|f| *f.0)
-                    .collect();
-                if let Some(&k) = live.get(self.rng.random_range(0..live.len().max(1))) {
+                if let Some(k) = self.pick_live() {
                     self.check_file(k, false);
                 }
             }
@@ -361,6 +348,17 @@ impl BulletSim {
                 self.reopen();
             }
         }
+    }
+
+    /// A committed file not destroyed, at random.
+    fn pick_live(&mut self) -> Option<u64> {
+        let live: Vec<u64> = self
+            .files
+            .iter()
+            .filter(|f| f.1.2 != Fate::Destroyed)
+            .map(|f| *f.0)
+            .collect();
+        (!live.is_empty()).then(|| live[self.rng.random_range(0..live.len())])
     }
 
     /// Checks file `k` reads back as the model says; `after_crash` allows
