@@ -702,6 +702,27 @@ impl FileClient {
         Ok(done)
     }
 
+    /// A reader of a whole file (with its own endpoint), chunk by chunk,
+    /// failing over between replicas: to copy a file of any size in
+    /// bounded memory (the object manager re-creates replicas with it).
+    pub fn reader(&mut self, replicas: &[Capability]) -> Result<FileReader, ClientError> {
+        let (st, _) = self.stat(replicas)?;
+        if !st.committed {
+            return Err(FileError::NotCommitted.into());
+        }
+        let mut client = FileClient::new(&self.ctx)?;
+        client.deadline = self.deadline;
+        Ok(FileReader {
+            client,
+            replicas: replicas.to_vec(),
+            at: 0,
+            offset: 0,
+            size: st.size,
+            buf: Vec::new(),
+            pos: 0,
+        })
+    }
+
     /// Destroys one replica.
     pub fn destroy(&mut self, file: &Capability) -> Result<(), ClientError> {
         self.call(file, &Op::Destroy { file: *file }).map(|_| ())
@@ -744,6 +765,46 @@ impl FileClient {
         );
         self.deadline = saved;
         r
+    }
+}
+
+/// A whole file as a byte stream (see [`FileClient::reader`]).
+pub struct FileReader {
+    client: FileClient,
+    replicas: Vec<Capability>,
+    /// The replica read from.
+    at: usize,
+    offset: u64,
+    size: u64,
+    buf: Vec<u8>,
+    pos: usize,
+}
+
+impl Read for FileReader {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        while self.pos == self.buf.len() {
+            if self.offset >= self.size {
+                return Ok(0);
+            }
+            let want = (self.size - self.offset).min(READ_CHUNK as u64) as u32;
+            let Some(file) = self.replicas.get(self.at).copied() else {
+                return Err(std::io::Error::other("no replica could serve the file"));
+            };
+            match self.client.read(&file, self.offset, want) {
+                Ok(d) if !d.is_empty() => {
+                    self.offset += d.len() as u64;
+                    self.buf = d;
+                    self.pos = 0;
+                }
+                Ok(_) => self.at += 1,
+                Err(e) if e.try_another() => self.at += 1,
+                Err(e) => return Err(std::io::Error::other(e.to_string())),
+            }
+        }
+        let n = out.len().min(self.buf.len() - self.pos);
+        out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
     }
 }
 

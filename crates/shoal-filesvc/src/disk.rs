@@ -1,7 +1,6 @@
 //! The store's disks on the local file system: `pread`/`pwrite` at any
 //! offset from any thread, and `fdatasync` (which also makes a changed
-//! length durable).  A block device works as the data disk too, as long as
-//! the store never needs to grow past its size.
+//! length durable).
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -10,7 +9,7 @@ use std::path::Path;
 
 use shoal_bullet::Disk;
 
-/// One file (or block device) of a store.
+/// One file of a store.
 pub struct FileDisk {
     file: File,
     syncs: std::sync::atomic::AtomicU64,

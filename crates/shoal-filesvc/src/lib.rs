@@ -15,5 +15,5 @@ pub mod disk;
 pub mod manager;
 pub mod server;
 
-pub use client::{Cache, ClientError, FileClient};
+pub use client::{Cache, ClientError, FileClient, FileReader};
 pub use server::{FileServer, ServerConfig};

@@ -323,8 +323,10 @@ pub fn pass(
                 ));
             }
             if !targets.is_empty() {
-                let data = match files.read_all(&live) {
-                    Ok(d) => d,
+                // Streamed from the live replicas (with failover), chunk by
+                // chunk: a copy of any size in bounded memory.
+                let source = match files.reader(&live) {
+                    Ok(s) => s,
                     Err(e) => {
                         report
                             .problems
@@ -333,7 +335,7 @@ pub fn pass(
                     }
                 };
                 let to: Vec<Capability> = targets.iter().map(|t| t.1).collect();
-                match files.create_from(&to, &data[..], true, |_| {}) {
+                match files.create_from(&to, source, true, |_| {}) {
                     Ok(caps) => {
                         report.replicas_recreated += caps.len() as u64;
                         new_set.extend(caps);

@@ -134,12 +134,18 @@ impl Cli {
     /// The log filter when SHOAL_LOG is unset: daemons (the node, a
     /// directory replica) log their life, commands stay quiet.
     pub fn default_log(&self) -> &'static str {
-        match self.command {
+        if self.is_daemon() { "info" } else { "warn" }
+    }
+
+    /// Whether this runs a daemon (the node, a directory replica, a file
+    /// server).
+    pub fn is_daemon(&self) -> bool {
+        matches!(
+            self.command,
             Command::Node(_)
-            | Command::Dir(crate::cmd_dir::DirCommand::Serve(_))
-            | Command::File(crate::cmd_file::FileCommand::Serve(_)) => "info",
-            _ => "warn",
-        }
+                | Command::Dir(crate::cmd_dir::DirCommand::Serve(_))
+                | Command::File(crate::cmd_file::FileCommand::Serve(_))
+        )
     }
 
     pub fn run(self) -> Result<(), Failure> {

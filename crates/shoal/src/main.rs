@@ -64,6 +64,16 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if !cli.is_daemon() {
+        // A command whose output pipe closes (`shoal file cat x | head`)
+        // ends quietly, as Unix tools do, instead of failing its next
+        // write; daemons keep Rust's default (the error, not the signal).
+        // SAFETY: restoring a signal's default disposition, before any
+        // thread starts.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SHOAL_LOG")
