@@ -625,39 +625,62 @@ fn start_replicas(
 ) -> Result<Vec<ReplicaProc>, String> {
     let mut procs = Vec::new();
     for (_, service, variant, durability, n) in SERVICES {
-        for i in 0..n {
-            let node = format!("n{}", i + 1);
-            let dir = data.join(service).join(format!("r{i}"));
-            let log = data.join(format!("{service}-r{i}.log"));
-            let out = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
-            let err = out.try_clone().map_err(|e| e.to_string())?;
-            let child = cluster
-                .command(&node, shoal)?
-                .args([
-                    "dir",
-                    "serve",
-                    "--variant",
-                    variant,
-                    "--durability",
-                    durability,
-                ])
-                .args(["--replica", &i.to_string(), "--replicas", &n.to_string()])
-                .args(["--service", service, "--flush-ms", &FLUSH_MS.to_string()])
-                .arg("--data")
-                .arg(&dir)
-                .env("SHOAL_LOG", "info")
-                .env("NO_COLOR", "1")
-                .stdin(Stdio::null())
-                .stdout(Stdio::from(out))
-                .stderr(Stdio::from(err))
-                .spawn()
-                .map_err(|e| format!("cannot start a replica of {service} on {node}: {e}"))?;
-            procs.push(ReplicaProc {
-                name: format!("{service}/r{i} on {node}"),
-                child,
-                log,
-            });
-        }
+        let flush = FLUSH_MS.to_string();
+        procs.extend(start_dir_service(
+            cluster,
+            shoal,
+            data,
+            (service, variant, durability, n),
+            &["--flush-ms", &flush],
+        )?);
+    }
+    Ok(procs)
+}
+
+/// Starts the `n` replicas of directory service `service` on n1, n2, ...
+/// (data in `data/SERVICE/rI`, logs in `data/SERVICE-rI.log`), with
+/// `extra` arguments; the benches that need a directory service share it.
+pub(crate) fn start_dir_service(
+    cluster: &Cluster,
+    shoal: &Path,
+    data: &Path,
+    (service, variant, durability, n): (&str, &str, &str, usize),
+    extra: &[&str],
+) -> Result<Vec<ReplicaProc>, String> {
+    let mut procs = Vec::new();
+    for i in 0..n {
+        let node = format!("n{}", i + 1);
+        let dir = data.join(service).join(format!("r{i}"));
+        let log = data.join(format!("{service}-r{i}.log"));
+        let out = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+        let err = out.try_clone().map_err(|e| e.to_string())?;
+        let child = cluster
+            .command(&node, shoal)?
+            .args([
+                "dir",
+                "serve",
+                "--variant",
+                variant,
+                "--durability",
+                durability,
+            ])
+            .args(["--replica", &i.to_string(), "--replicas", &n.to_string()])
+            .args(["--service", service])
+            .args(extra)
+            .arg("--data")
+            .arg(&dir)
+            .env("SHOAL_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .map_err(|e| format!("cannot start a replica of {service} on {node}: {e}"))?;
+        procs.push(ReplicaProc {
+            name: format!("{service}/r{i} on {node}"),
+            child,
+            log,
+        });
     }
     Ok(procs)
 }
@@ -671,31 +694,43 @@ fn wait_serving(client: &mut Agent, procs: &mut [ReplicaProc]) -> Result<(), Str
         } else {
             "member"
         };
-        loop {
-            let v = client.call(&format!("status {service} {n}"))?;
-            let phases: Vec<Value> = v["replicas"]
-                .as_array()
-                .map(|l| l.iter().map(|s| s["phase"].clone()).collect())
-                .unwrap_or_default();
-            if phases.len() == n && phases.iter().all(|p| p == want) {
-                break;
-            }
-            for p in procs.iter_mut() {
-                if let Ok(Some(status)) = p.child.try_wait() {
-                    return Err(format!("a replica exited ({status}):\n    {}", p.tail()));
-                }
-            }
-            if Instant::now() > until {
-                let tails: Vec<String> = procs.iter().map(ReplicaProc::tail).collect();
-                return Err(format!(
-                    "{service}: replicas not serving within 60 s (phases {phases:?}):\n    {}",
-                    tails.join("\n    ")
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        wait_dir_service(client, procs, (service, want, n), until)?;
     }
     Ok(())
+}
+
+/// Waits until the `n` replicas of `service` (as the agent's `status`
+/// command reports them) are all in phase `want`; fails at `until`, or
+/// at once if one of `procs` exited, with the logs' last lines.
+pub(crate) fn wait_dir_service(
+    client: &mut Agent,
+    procs: &mut [ReplicaProc],
+    (service, want, n): (&str, &str, usize),
+    until: Instant,
+) -> Result<(), String> {
+    loop {
+        let v = client.call(&format!("status {service} {n}"))?;
+        let phases: Vec<Value> = v["replicas"]
+            .as_array()
+            .map(|l| l.iter().map(|s| s["phase"].clone()).collect())
+            .unwrap_or_default();
+        if phases.len() == n && phases.iter().all(|p| p == want) {
+            return Ok(());
+        }
+        for p in procs.iter_mut() {
+            if let Ok(Some(status)) = p.child.try_wait() {
+                return Err(format!("a replica exited ({status}):\n    {}", p.tail()));
+            }
+        }
+        if Instant::now() > until {
+            let tails: Vec<String> = procs.iter().map(ReplicaProc::tail).collect();
+            return Err(format!(
+                "{service}: replicas not serving within 60 s (phases {phases:?}):\n    {}",
+                tails.join("\n    ")
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 fn field(v: &Value, path: &[&str]) -> f64 {

@@ -819,73 +819,6 @@ fn on_tmpfs(path: &Path) -> bool {
     (unsafe { libc::statfs(c.as_ptr(), &mut s) } == 0) && s.f_type as i64 == 0x0102_1994
 }
 
-fn start_dir_replicas(
-    cluster: &Cluster,
-    shoal: &Path,
-    data: &Path,
-) -> Result<Vec<ReplicaProc>, String> {
-    let mut procs = Vec::new();
-    for i in 0..3 {
-        let node = format!("n{}", i + 1);
-        let log = data.join(format!("{SERVICE}-r{i}.log"));
-        let out = File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
-        let err = out.try_clone().map_err(|e| e.to_string())?;
-        let child = cluster
-            .command(&node, shoal)?
-            .args([
-                "dir",
-                "serve",
-                "--replica",
-                &i.to_string(),
-                "--replicas",
-                "3",
-            ])
-            .args(["--service", SERVICE, "--data"])
-            .arg(data.join(SERVICE).join(format!("r{i}")))
-            .env("SHOAL_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err))
-            .spawn()
-            .map_err(|e| format!("cannot start a replica of {SERVICE} on {node}: {e}"))?;
-        procs.push(ReplicaProc {
-            name: format!("{SERVICE}/r{i} on {node}"),
-            child,
-            log,
-        });
-    }
-    Ok(procs)
-}
-
-/// Waits until the three replicas serve.
-fn wait_serving(client: &mut Agent, procs: &mut [ReplicaProc]) -> Result<(), String> {
-    let until = Instant::now() + Duration::from_secs(60);
-    loop {
-        let v = client.call(&format!("status {SERVICE} 3"))?;
-        let phases: Vec<Value> = v["replicas"]
-            .as_array()
-            .map(|l| l.iter().map(|s| s["phase"].clone()).collect())
-            .unwrap_or_default();
-        if phases.len() == 3 && phases.iter().all(|p| p == "member") {
-            return Ok(());
-        }
-        for p in procs.iter_mut() {
-            if let Ok(Some(status)) = p.child.try_wait() {
-                return Err(format!("a replica exited ({status}):\n    {}", p.tail()));
-            }
-        }
-        if Instant::now() > until {
-            let tails: Vec<String> = procs.iter().map(ReplicaProc::tail).collect();
-            return Err(format!(
-                "{SERVICE}: replicas not serving within 60 s (phases {phases:?}):\n    {}",
-                tails.join("\n    ")
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 /// Starts `shoal file serve` on n2 and waits for the capability it prints
 /// once registered.
 fn start_file_server(
@@ -980,9 +913,16 @@ fn measure(
         "bench: starting directory service {SERVICE} (group, fsync) on n1-n3, data in {}",
         data.0.display()
     );
-    let mut procs = start_dir_replicas(cluster, shoal, &data.0)?;
+    let mut procs = crate::dir::start_dir_service(
+        cluster,
+        shoal,
+        &data.0,
+        (SERVICE, "group", "fsync", 3),
+        &[],
+    )?;
     let mut client = Agent::start(cluster, "n1", shoal, &["bench-agent", "file", "client"])?;
-    wait_serving(&mut client, &mut procs)?;
+    let until = Instant::now() + Duration::from_secs(60);
+    crate::dir::wait_dir_service(&mut client, &mut procs, (SERVICE, "member", 3), until)?;
     let root = client.call(&format!("root {SERVICE}"))?["root"]
         .as_str()
         .ok_or("root: no capability")?
