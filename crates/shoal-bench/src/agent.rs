@@ -21,6 +21,21 @@ pub fn say(v: &Value) {
     let _ = out.flush();
 }
 
+/// An agent's main loop: one command per line of standard input (words
+/// separated by blanks), one JSON answer per line of standard output
+/// (`{"error": "..."}` for a command that failed), until the input ends.
+pub fn serve_commands(mut command: impl FnMut(&[&str]) -> Result<Value, String>) {
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else { break };
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words.is_empty() {
+            continue;
+        }
+        let answer = command(&words).unwrap_or_else(|e| serde_json::json!({ "error": e }));
+        say(&answer);
+    }
+}
+
 /// A cluster that goes down when dropped, if this run started it.
 pub struct ClusterGuard {
     pub cluster: Option<Cluster>,

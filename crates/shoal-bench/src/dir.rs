@@ -37,7 +37,6 @@
 //!    (located wherever it lands), append and delete names on `bdr`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::BufRead;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -52,7 +51,7 @@ use shoal_dir::{Answer, Op, Request, Response};
 use shoal_dirsvc::DirClient;
 use shoal_rpc::Context;
 
-use crate::agent::{Agent, ClusterGuard, say};
+use crate::agent::{Agent, ClusterGuard};
 use crate::etcd::{Etcd, Http, base64, find_etcd};
 use crate::stats::percentile_us;
 
@@ -206,17 +205,7 @@ fn client_agent() -> Result<(), String> {
         services: HashMap::new(),
         made: 0,
     };
-    for line in std::io::stdin().lock().lines() {
-        let Ok(line) = line else { break };
-        let words: Vec<&str> = line.split_whitespace().collect();
-        if words.is_empty() {
-            continue;
-        }
-        let answer = agent
-            .command(&words)
-            .unwrap_or_else(|e| json!({ "error": e }));
-        say(&answer);
-    }
+    crate::agent::serve_commands(|words| agent.command(words));
     Ok(())
 }
 

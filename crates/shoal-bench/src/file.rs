@@ -56,7 +56,7 @@ use shoal_dirsvc::DirClient;
 use shoal_filesvc::{Cache, FileClient, manager};
 use shoal_rpc::Context;
 
-use crate::agent::{Agent, ClusterGuard, say};
+use crate::agent::{Agent, ClusterGuard};
 use crate::dir::{DataDir, ReplicaProc, replica_status};
 use crate::etcd::{Etcd, Http, base64, find_etcd};
 use crate::stats::percentile_us;
@@ -188,17 +188,7 @@ fn client_agent() -> Result<(), String> {
         big: None,
         made: 0,
     };
-    for line in std::io::stdin().lock().lines() {
-        let Ok(line) = line else { break };
-        let words: Vec<&str> = line.split_whitespace().collect();
-        if words.is_empty() {
-            continue;
-        }
-        let answer = agent
-            .command(&words)
-            .unwrap_or_else(|e| json!({ "error": e }));
-        say(&answer);
-    }
+    crate::agent::serve_commands(|words| agent.command(words));
     Ok(())
 }
 
