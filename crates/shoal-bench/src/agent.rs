@@ -9,7 +9,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use shoal_cluster::Cluster;
+use shoal_cluster::{Cluster, Mode, Spec};
 
 /// How long the driver waits for an agent's answer.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(300);
@@ -36,10 +36,86 @@ pub fn serve_commands(mut command: impl FnMut(&[&str]) -> Result<Value, String>)
     }
 }
 
+/// Argument `i` of an agent command (`words[0]` is the command).
+pub fn arg<'a>(words: &[&'a str], i: usize) -> Result<&'a str, String> {
+    words
+        .get(i)
+        .copied()
+        .ok_or_else(|| format!("{}: missing argument {i}", words[0]))
+}
+
+/// Argument `i` of an agent command, as a number.
+pub fn num(words: &[&str], i: usize) -> Result<usize, String> {
+    arg(words, i)?
+        .parse()
+        .map_err(|e| format!("{}: {e}", words[0]))
+}
+
+/// The lines a child writes to `out`, as they come, on a channel.
+pub fn lines_of(out: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    lines
+}
+
 /// A cluster that goes down when dropped, if this run started it.
 pub struct ClusterGuard {
     pub cluster: Option<Cluster>,
     pub temporary: bool,
+}
+
+impl ClusterGuard {
+    /// The cluster in `dir` if one is given (left running afterwards),
+    /// else a new temporary one for benchmark `bench`: `nodes` nodes named
+    /// `name`, on subnet `subnet`, in network namespaces as root.
+    pub fn open_or_start(
+        dir: Option<&Path>,
+        bench: &str,
+        (nodes, name, subnet): (usize, &str, u8),
+        shoal: &Path,
+    ) -> Result<ClusterGuard, String> {
+        if let Some(dir) = dir {
+            return Ok(ClusterGuard {
+                cluster: Some(Cluster::open(dir)?),
+                temporary: false,
+            });
+        }
+        let dir = std::env::temp_dir().join(format!("shoal-bench-{bench}-{}", std::process::id()));
+        let mode = if shoal_cluster::is_root() {
+            Mode::Netns
+        } else {
+            Mode::Loopback
+        };
+        eprintln!(
+            "bench: starting a {nodes}-node {mode:?} cluster in {}",
+            dir.display()
+        );
+        let spec = Spec {
+            dir,
+            nodes,
+            name: name.into(),
+            subnet,
+            mode,
+            shoal: shoal.to_path_buf(),
+        };
+        Ok(ClusterGuard {
+            cluster: Some(Cluster::up(&spec, &mut |l| eprintln!("  {l}"))?),
+            temporary: true,
+        })
+    }
+
+    /// The cluster (until the guard drops).
+    pub fn cluster(&self) -> &Cluster {
+        self.cluster
+            .as_ref()
+            .expect("a guard holds its cluster until dropped")
+    }
 }
 
 impl Drop for ClusterGuard {
@@ -80,15 +156,7 @@ impl Agent {
             .stderr(Stdio::inherit())
             .spawn()
             .map_err(|e| format!("cannot start the agent on {node}: {e}"))?;
-        let out = child.stdout.take().expect("piped");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = lines_of(child.stdout.take().expect("piped"));
         Ok(Agent {
             node: node.to_string(),
             stdin: child.stdin.take(),

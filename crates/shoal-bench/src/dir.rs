@@ -46,7 +46,7 @@ use bytes::Bytes;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 use shoal_cap::{Capability, PutPort};
-use shoal_cluster::{Cluster, Mode, Spec};
+use shoal_cluster::Cluster;
 use shoal_dir::{Answer, Op, Request, Response};
 use shoal_dirsvc::DirClient;
 use shoal_rpc::Context;
@@ -211,15 +211,8 @@ fn client_agent() -> Result<(), String> {
 
 impl ClientAgent {
     fn command(&mut self, words: &[&str]) -> Result<Value, String> {
-        let arg = |i: usize| -> Result<&str, String> {
-            words
-                .get(i)
-                .copied()
-                .ok_or_else(|| format!("{}: missing argument {i}", words[0]))
-        };
-        let num = |i: usize| -> Result<usize, String> {
-            arg(i)?.parse().map_err(|e| format!("{}: {e}", words[0]))
-        };
+        let arg = |i: usize| crate::agent::arg(words, i);
+        let num = |i: usize| crate::agent::num(words, i);
         match words[0] {
             "open" => self.open(arg(1)?, arg(2)?),
             "status" => {
@@ -744,29 +737,8 @@ fn delta(before: &Value, after: &Value, path: &[&str]) -> f64 {
 pub fn run(args: BenchArgs) -> Result<(), String> {
     let etcd = find_etcd()?;
     let shoal = std::env::current_exe().map_err(|e| e.to_string())?;
-    let dir = std::env::temp_dir().join(format!("shoal-bench-dir-{}", std::process::id()));
-    let mode = if shoal_cluster::is_root() {
-        Mode::Netns
-    } else {
-        Mode::Loopback
-    };
-    eprintln!(
-        "bench: starting a 4-node {mode:?} cluster in {}",
-        dir.display()
-    );
-    let spec = Spec {
-        dir,
-        nodes: 4,
-        name: "bd".into(),
-        subnet: 253,
-        mode,
-        shoal: shoal.clone(),
-    };
-    let guard = ClusterGuard {
-        cluster: Some(Cluster::up(&spec, &mut |l| eprintln!("  {l}"))?),
-        temporary: true,
-    };
-    let cluster = guard.cluster.as_ref().expect("set");
+    let guard = ClusterGuard::open_or_start(None, "dir", (4, "bd", 253), &shoal)?;
+    let cluster = guard.cluster();
     let metrics = measure(cluster, &shoal, &etcd, args.quick);
     drop(guard);
     let metrics = metrics?;

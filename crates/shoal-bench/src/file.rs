@@ -40,7 +40,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -51,7 +51,7 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 use shoal_bullet::op::{AdminOp, Answer, Edit};
 use shoal_cap::Capability;
-use shoal_cluster::{Cluster, Mode, Spec};
+use shoal_cluster::Cluster;
 use shoal_dirsvc::DirClient;
 use shoal_filesvc::{Cache, FileClient, manager};
 use shoal_rpc::Context;
@@ -276,15 +276,8 @@ fn mib_s(bytes: usize, d: Duration) -> f64 {
 
 impl ClientAgent {
     fn command(&mut self, words: &[&str]) -> Result<Value, String> {
-        let arg = |i: usize| -> Result<&str, String> {
-            words
-                .get(i)
-                .copied()
-                .ok_or_else(|| format!("{}: missing argument {i}", words[0]))
-        };
-        let num = |i: usize| -> Result<usize, String> {
-            arg(i)?.parse().map_err(|e| format!("{}: {e}", words[0]))
-        };
+        let arg = |i: usize| crate::agent::arg(words, i);
+        let num = |i: usize| crate::agent::num(words, i);
         match words[0] {
             "status" => {
                 let list = replica_status(&self.ctx, arg(1)?, num(2)?)?;
@@ -759,37 +752,8 @@ impl ClientAgent {
 pub fn run(args: BenchArgs) -> Result<(), String> {
     let etcd = find_etcd()?;
     let shoal = std::env::current_exe().map_err(|e| e.to_string())?;
-    let guard = match &args.dir {
-        Some(dir) => ClusterGuard {
-            cluster: Some(Cluster::open(dir)?),
-            temporary: false,
-        },
-        None => {
-            let dir = std::env::temp_dir().join(format!("shoal-bench-file-{}", std::process::id()));
-            let mode = if shoal_cluster::is_root() {
-                Mode::Netns
-            } else {
-                Mode::Loopback
-            };
-            eprintln!(
-                "bench: starting a 4-node {mode:?} cluster in {}",
-                dir.display()
-            );
-            let spec = Spec {
-                dir,
-                nodes: 4,
-                name: "bf".into(),
-                subnet: 250,
-                mode,
-                shoal: shoal.clone(),
-            };
-            ClusterGuard {
-                cluster: Some(Cluster::up(&spec, &mut |l| eprintln!("  {l}"))?),
-                temporary: true,
-            }
-        }
-    };
-    let cluster = guard.cluster.as_ref().expect("set");
+    let guard = ClusterGuard::open_or_start(args.dir.as_deref(), "file", (4, "bf", 250), &shoal)?;
+    let cluster = guard.cluster();
     let metrics = measure(cluster, &shoal, &etcd, args.quick);
     drop(guard);
     let metrics = metrics?;
@@ -833,15 +797,7 @@ fn start_file_server(
         .stderr(Stdio::from(err))
         .spawn()
         .map_err(|e| format!("cannot start file server {name} on n2: {e}"))?;
-    let out = child.stdout.take().expect("piped");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let rx = crate::agent::lines_of(child.stdout.take().expect("piped"));
     let mut proc = ReplicaProc {
         name: format!("file server {name} on n2"),
         child,

@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
-use shoal_cluster::{Cluster, Mode, Spec};
+use shoal_cluster::{Cluster, Mode};
 use shoal_rpc::group::{Group, GroupOptions};
 use shoal_rpc::{Context, GetPort, PutPort, Server};
 
@@ -542,38 +542,8 @@ const MEMBER: &[&str] = &["bench-agent", "group", "member"];
 pub fn run(args: BenchArgs) -> Result<(), String> {
     let etcd = find_etcd()?;
     let shoal = std::env::current_exe().map_err(|e| e.to_string())?;
-    let guard = match &args.dir {
-        Some(dir) => ClusterGuard {
-            cluster: Some(Cluster::open(dir)?),
-            temporary: false,
-        },
-        None => {
-            let dir =
-                std::env::temp_dir().join(format!("shoal-bench-group-{}", std::process::id()));
-            let mode = if shoal_cluster::is_root() {
-                Mode::Netns
-            } else {
-                Mode::Loopback
-            };
-            eprintln!(
-                "bench: starting a 3-node {mode:?} cluster in {}",
-                dir.display()
-            );
-            let spec = Spec {
-                dir,
-                nodes: 3,
-                name: "bg".into(),
-                subnet: 252,
-                mode,
-                shoal: shoal.clone(),
-            };
-            ClusterGuard {
-                cluster: Some(Cluster::up(&spec, &mut |l| eprintln!("  {l}"))?),
-                temporary: true,
-            }
-        }
-    };
-    let cluster = guard.cluster.as_ref().expect("set");
+    let guard = ClusterGuard::open_or_start(args.dir.as_deref(), "group", (3, "bg", 252), &shoal)?;
+    let cluster = guard.cluster();
     let metrics = measure(cluster, &shoal, &etcd, args.quick)?;
     drop(guard);
     println!("{}", table(&metrics));

@@ -18,7 +18,9 @@ use bytes::Bytes;
 use clap::{Args, Subcommand};
 use serde::{Deserialize, Serialize};
 use shoal_cap::{Capability, ObjectId, ObjectSecret, PutPort, Rights};
-use shoal_cluster::{Cluster, Mode, Spec};
+use shoal_cluster::Cluster;
+
+use crate::agent::ClusterGuard;
 use shoal_rpc::{Context, GetPort};
 
 use crate::grpc;
@@ -377,34 +379,9 @@ fn run_client(
 /// Runs the benchmark.
 pub fn run(args: BenchArgs) -> Result<(), String> {
     let shoal = std::env::current_exe().map_err(|e| e.to_string())?;
-    let (cluster, temporary) = match &args.dir {
-        Some(dir) => (Cluster::open(dir)?, false),
-        None => {
-            let dir = std::env::temp_dir().join(format!("shoal-bench-{}", std::process::id()));
-            let mode = if shoal_cluster::is_root() {
-                Mode::Netns
-            } else {
-                Mode::Loopback
-            };
-            eprintln!(
-                "bench: starting a 2-node {mode:?} cluster in {}",
-                dir.display()
-            );
-            let spec = Spec {
-                dir,
-                nodes: 2,
-                name: "bn".into(),
-                subnet: 251,
-                mode,
-                shoal: shoal.clone(),
-            };
-            (Cluster::up(&spec, &mut |l| eprintln!("  {l}"))?, true)
-        }
-    };
-    let result = measure(&cluster, &shoal, &args);
-    if temporary {
-        let _ = cluster.down(&mut |_| {});
-    }
+    let guard = ClusterGuard::open_or_start(args.dir.as_deref(), "rpc", (2, "bn", 251), &shoal)?;
+    let result = measure(guard.cluster(), &shoal, &args);
+    drop(guard);
     let metrics = result?;
     let table = table(&metrics);
     println!("{table}");

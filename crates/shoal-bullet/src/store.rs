@@ -1177,25 +1177,39 @@ impl<D: Disk> Store<D> {
                 .collect()
         };
         let mut buf = self.cache.lock().buffer(0);
-        for p in parts {
-            buf.resize(p.len as usize, 0);
-            self.disks.data.read_at(&mut buf, p.off)?;
-            if *blake3::hash(&buf).as_bytes() != p.hash {
-                let now = self.inner.lock().extents.get(&p.extent).map(|e| e.off);
-                match now {
-                    None => return Err(FileError::NotFound),
-                    // Moved meanwhile: the copy was verified when moved.
-                    Some(off) if off != p.off => continue,
-                    Some(_) => {
-                        return Err(FileError::Corrupt(format!(
-                            "extent {} ({} bytes at offset {} of the store) fails its checksum",
-                            p.extent, p.len, p.off
-                        )));
-                    }
+        for mut p in parts {
+            self.read_verified(&mut p, &mut buf)?;
+        }
+        Ok(())
+    }
+
+    /// Reads extent `p` from the disk into `buf` and checks its checksum.
+    /// A mismatch looks the extent up again: gone (its file destroyed)
+    /// is not found; moved by compaction, it is read again where it is
+    /// now; otherwise it is corrupt.
+    fn read_verified(&self, p: &mut ReadPart, buf: &mut Vec<u8>) -> Result<(), FileError> {
+        buf.resize(p.len as usize, 0);
+        let mut tries = 0;
+        loop {
+            self.disks.data.read_at(buf, p.off)?;
+            if *blake3::hash(buf).as_bytes() == p.hash {
+                return Ok(());
+            }
+            let again = self.inner.lock().extents.get(&p.extent).map(|e| e.off);
+            match again {
+                None => return Err(FileError::NotFound),
+                Some(off) if off != p.off && tries < 3 => {
+                    p.off = off;
+                    tries += 1;
+                }
+                Some(_) => {
+                    return Err(FileError::Corrupt(format!(
+                        "extent {} ({} bytes at offset {} of the store) fails its checksum",
+                        p.extent, p.len, p.off
+                    )));
                 }
             }
         }
-        Ok(())
     }
 
     /// An extent's verified bytes, from the cache or the disk.
@@ -1214,28 +1228,7 @@ impl<D: Disk> Store<D> {
             c.misses += 1;
         }
         let mut buf = self.cache.lock().buffer(p.len as usize);
-        let mut tries = 0;
-        loop {
-            self.disks.data.read_at(&mut buf, p.off)?;
-            if *blake3::hash(&buf).as_bytes() == p.hash {
-                break;
-            }
-            // Moved by compaction, or gone with its file?  Look again.
-            let again = self.inner.lock().extents.get(&p.extent).map(|e| e.off);
-            match again {
-                None => return Err(FileError::NotFound),
-                Some(off) if off != p.off && tries < 3 => {
-                    p.off = off;
-                    tries += 1;
-                }
-                Some(_) => {
-                    return Err(FileError::Corrupt(format!(
-                        "extent {} ({} bytes at offset {} of the store) fails its checksum",
-                        p.extent, p.len, p.off
-                    )));
-                }
-            }
-        }
+        self.read_verified(&mut p, &mut buf)?;
         let bytes = Arc::new(buf);
         self.cache
             .lock()
@@ -1450,23 +1443,15 @@ impl<D: Disk> Store<D> {
         };
         let mut verified = 0u64;
         let mut buf = Vec::new();
-        for p in &extents {
-            buf.resize(p.len as usize, 0);
-            match self.disks.data.read_at(&mut buf, p.off) {
-                Ok(()) if *blake3::hash(&buf).as_bytes() == p.hash => verified += 1,
-                Ok(()) => {
-                    // Still there and unmoved?  (Files may come and go.)
-                    let now = self.inner.lock().extents.get(&p.extent).map(|e| e.off);
-                    if now == Some(p.off) {
-                        problems.push(format!(
-                            "extent {} ({} bytes at {}) fails its checksum; files using it: {:?}",
-                            p.extent,
-                            p.len,
-                            p.off,
-                            self.files_using(p.extent)
-                        ));
-                    }
-                }
+        for mut p in extents {
+            match self.read_verified(&mut p, &mut buf) {
+                Ok(()) => verified += 1,
+                // Its files went meanwhile.
+                Err(FileError::NotFound) => {}
+                Err(FileError::Corrupt(why)) => problems.push(format!(
+                    "{why}; files using it: {:?}",
+                    self.files_using(p.extent)
+                )),
                 Err(e) => problems.push(format!("extent {}: {e}", p.extent)),
             }
         }

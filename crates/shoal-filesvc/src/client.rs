@@ -1,12 +1,16 @@
 //! The client library.
 //!
 //! ```no_run
-//! use shoal_filesvc::FileClient;
+//! use shoal_filesvc::{FileClient, manager};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! # let server: shoal_cap::Capability = todo!();
 //! let ctx = shoal_rpc::Context::from_env()?;
+//! // File servers are registered under fileservers/ of a root directory
+//! // (`shoal init` keeps yours in ~/.config/shoal/root).
+//! let root: shoal_cap::Capability = std::fs::read_to_string("root")?.trim().parse()?;
+//! let mut dir = shoal_dirsvc::DirClient::new(&ctx)?;
+//! let servers = manager::servers(&mut dir, &root)?;
 //! let mut files = FileClient::new(&ctx)?;
-//! let cap = files.create(&server, b"hello", true)?;   // committed, on disk
+//! let cap = files.create(&servers[0].1, b"hello", true)?;   // committed, on disk
 //! assert_eq!(files.read_all(&[cap])?, b"hello");
 //! # Ok(()) }
 //! ```
@@ -229,17 +233,10 @@ impl FileClient {
         safety: bool,
     ) -> Result<Capability, ClientError> {
         if data.len() < CHUNK {
-            // The one call create_from makes for input this short, without
-            // its zeroed chunk buffer (4 MiB to clear for every small file).
+            // Without create_from's chunk buffer (4 MiB to clear for every
+            // small file).
             let flags = FLAG_COMMIT | if safety { FLAG_SAFETY } else { 0 };
-            return self.cap_of(
-                server,
-                &Op::Create {
-                    server: *server,
-                    flags,
-                    data,
-                },
-            );
+            return Ok(self.create_whole(&[*server], flags, data)?.remove(0));
         }
         let mut caps = self.create_from(&[*server], data, safety, |_| {})?;
         Ok(caps.remove(0))
@@ -273,24 +270,8 @@ impl FileClient {
         let n = fill(&mut input, &mut first)?;
         first.truncate(n);
         if n < CHUNK {
-            // One call per server.
-            let mut caps = Vec::new();
-            for s in servers {
-                let op = Op::Create {
-                    server: *s,
-                    flags,
-                    data: &first[..],
-                };
-                match self.cap_of(s, &op) {
-                    Ok(c) => caps.push(c),
-                    Err(e) => {
-                        self.destroy_all(&caps);
-                        return Err(e);
-                    }
-                }
-            }
+            let caps = self.create_whole(servers, flags, &first)?;
             progress(n as u64);
-            self.cache_write(&first, &caps);
             return Ok(caps);
         }
         // Parts, two at a time.
@@ -403,6 +384,33 @@ impl FileClient {
                     .fetch_add(buf.len() as u64, std::sync::atomic::Ordering::Relaxed);
             progress(sent);
         }
+    }
+
+    /// A file of at most one chunk: one create call per server (those made
+    /// are destroyed if one fails), then a copy in the cache.
+    fn create_whole(
+        &mut self,
+        servers: &[Capability],
+        flags: u8,
+        data: &[u8],
+    ) -> Result<Vec<Capability>, ClientError> {
+        let mut caps = Vec::with_capacity(servers.len());
+        for s in servers {
+            let op = Op::Create {
+                server: *s,
+                flags,
+                data,
+            };
+            match self.cap_of(s, &op) {
+                Ok(c) => caps.push(c),
+                Err(e) => {
+                    self.destroy_all(&caps);
+                    return Err(e);
+                }
+            }
+        }
+        self.cache_write(data, &caps);
+        Ok(caps)
     }
 
     fn destroy_all(&mut self, caps: &[Capability]) {

@@ -165,7 +165,7 @@ fn housekeeping(store: &Store<FileDisk>, stop: &AtomicBool, cfg: &ServerConfig, 
     let mut last_age = Instant::now();
     let mut last_expire = Instant::now();
     while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(cfg.flush_every.min(Duration::from_millis(100)));
+        std::thread::sleep(cfg.flush_every);
         if let Err(e) = store.flush() {
             tracing::warn!("file store flush failed: {e}");
         }

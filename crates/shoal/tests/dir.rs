@@ -139,20 +139,12 @@ impl Service {
 
     /// Runs `shoal ARGS` until it succeeds (the service may be re-forming).
     fn ok(&self, c: &Cluster, node: &str, args: &[&str]) -> String {
-        let deadline = Instant::now() + Duration::from_secs(40);
-        loop {
-            let out = self.cli(c, node, args);
-            if out.status.success() {
-                return String::from_utf8(out.stdout).unwrap();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "shoal {args:?} kept failing: {}\n{}",
-                String::from_utf8_lossy(&out.stderr),
-                self.logs()
-            );
-            std::thread::sleep(Duration::from_millis(300));
-        }
+        let out = common::until_ok(
+            &format!("shoal {args:?}"),
+            || self.cli(c, node, args),
+            || self.logs(),
+        );
+        String::from_utf8(out).unwrap()
     }
 
     /// Waits until every replica is a member of the group (a replica

@@ -106,20 +106,11 @@ impl Files {
 
     /// `shoal ARGS` until it succeeds (services may still be starting).
     fn ok(&self, c: &Cluster, node: &str, args: &[&str]) -> Vec<u8> {
-        let deadline = Instant::now() + Duration::from_secs(40);
-        loop {
-            let out = self.cli(c, node, args);
-            if out.status.success() {
-                return out.stdout;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "shoal {args:?} kept failing: {}\n{}",
-                String::from_utf8_lossy(&out.stderr),
-                self.logs()
-            );
-            std::thread::sleep(Duration::from_millis(300));
-        }
+        common::until_ok(
+            &format!("shoal {args:?}"),
+            || self.cli(c, node, args),
+            || self.logs(),
+        )
     }
 
     fn text(&self, c: &Cluster, node: &str, args: &[&str]) -> String {

@@ -136,3 +136,27 @@ impl Drop for Daemon {
         self.kill();
     }
 }
+
+/// Runs `run` until its command succeeds (a service may still be starting
+/// or re-forming) and returns its standard output; after 40 s, fails with
+/// the last error and `logs()`.
+pub fn until_ok(
+    what: &str,
+    mut run: impl FnMut() -> std::process::Output,
+    logs: impl Fn() -> String,
+) -> Vec<u8> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(40);
+    loop {
+        let out = run();
+        if out.status.success() {
+            return out.stdout;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} kept failing: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            logs()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+}
