@@ -423,15 +423,37 @@ impl<'a> Op<&'a [u8]> {
     }
 }
 
+/// Bytes of [`create_head`]'s result, whatever its arguments.
+pub const CREATE_HEAD: usize = 1 + Capability::LEN + 1 + 4;
+
+/// The bytes that precede the data of `Op::Create { server, flags, data }`
+/// with `len` bytes of data: a client builds the request by reading the
+/// data in right behind them, with no extra copy.
+pub fn create_head(server: &Capability, flags: u8, len: u32) -> [u8; CREATE_HEAD] {
+    let mut buf = Vec::with_capacity(CREATE_HEAD);
+    Op::Create {
+        server: *server,
+        flags,
+        data: &[][..],
+    }
+    .encode_into(&mut buf);
+    buf[CREATE_HEAD - 4..].copy_from_slice(&len.to_le_bytes());
+    buf.try_into().expect("a create head has a fixed length")
+}
+
 /// The bytes that precede a read's data in its response: a server builds
 /// the response by appending the data to this prefix, with no extra copy.
 pub fn data_prefix(len: usize) -> Vec<u8> {
     let mut buf = Vec::with_capacity(6 + len);
-    let mut w = Writer(&mut buf);
-    w.u8(0);
-    w.u8(3);
-    w.u32(len as u32);
+    buf.extend_from_slice(&data_head(len));
     buf
+}
+
+/// The 6 bytes that precede `len` bytes of data in a read's response.
+pub fn data_head(len: usize) -> [u8; 6] {
+    let mut head = [0, 3, 0, 0, 0, 0];
+    head[2..].copy_from_slice(&(len as u32).to_le_bytes());
+    head
 }
 
 /// The data of a successful read's response, if that is what `reply` is.
@@ -656,6 +678,13 @@ mod tests {
         #[test]
         fn ops_round_trip(op in ops()) {
             prop_assert_eq!(Op::decode(&op.encode()).unwrap(), op);
+        }
+
+        #[test]
+        fn a_create_head_and_its_data_make_the_create(n in any::<u64>(), flags in 0u8..4, data in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let mut req = create_head(&cap(n), flags, data.len() as u32).to_vec();
+            req.extend_from_slice(&data);
+            prop_assert_eq!(req, Op::Create { server: cap(n), flags, data }.encode());
         }
 
         #[test]

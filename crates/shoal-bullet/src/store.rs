@@ -446,6 +446,9 @@ impl Inner {
     }
 }
 
+/// A verified extent and the range of it a read takes.
+pub type ExtentSlice = (Arc<Vec<u8>>, std::ops::Range<usize>);
+
 /// What a read needs of one piece: where its extent is and which part.
 #[derive(Clone, Copy)]
 struct ReadPart {
@@ -1108,6 +1111,23 @@ impl<D: Disk> Store<D> {
         len: u32,
         out: &mut Vec<u8>,
     ) -> Result<(), FileError> {
+        let pieces = self.read_pieces(cap, offset, len)?;
+        out.reserve(pieces.iter().map(|(_, r)| r.len()).sum());
+        for (bytes, range) in pieces {
+            out.extend_from_slice(&bytes[range]);
+        }
+        Ok(())
+    }
+
+    /// [`Store::read_into`] without the copy: the verified extents that
+    /// hold the bytes, each with the range of it to take, in order (the
+    /// server sends them as they are).
+    pub fn read_pieces(
+        &self,
+        cap: &Capability,
+        offset: u64,
+        len: u32,
+    ) -> Result<Vec<ExtentSlice>, FileError> {
         if len as usize > MAX_CHUNK {
             return Err(FileError::TooLarge("a read returns at most 8 MiB".into()));
         }
@@ -1141,12 +1161,13 @@ impl<D: Disk> Store<D> {
                 })
                 .collect::<Vec<_>>()
         };
-        out.reserve(parts.iter().map(|p| p.take as usize).sum());
-        for p in parts {
-            let bytes = self.extent_bytes(p)?;
-            out.extend_from_slice(&bytes[p.from as usize..(p.from + p.take) as usize]);
-        }
-        Ok(())
+        parts
+            .into_iter()
+            .map(|p| {
+                let range = p.from as usize..(p.from + p.take) as usize;
+                Ok((self.extent_bytes(p)?, range))
+            })
+            .collect()
     }
 
     /// Reads every extent of a committed file from the disk, bypassing

@@ -35,7 +35,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use shoal_bullet::FileError;
-use shoal_bullet::op::{self, AdminOp, Answer, Edit, FLAG_COMMIT, FLAG_SAFETY, Op, Stat};
+use shoal_bullet::op::{
+    self, AdminOp, Answer, CREATE_HEAD, Edit, FLAG_COMMIT, FLAG_SAFETY, Op, Stat,
+};
 use shoal_cap::Capability;
 use shoal_rpc::{CallOptions, Client, Context};
 
@@ -188,6 +190,21 @@ impl FileClient {
         Ok(r?)
     }
 
+    /// One call with a request already encoded.
+    fn call_body(&mut self, cap: &Capability, body: bytes::Bytes) -> Result<Answer, ClientError> {
+        let opts = CallOptions {
+            deadline: Some(self.deadline),
+            cancel: None,
+        };
+        let reply = self
+            .rpc
+            .trans_with(&cap.port(), body, &opts)
+            .map_err(|e| ClientError::Unreachable(e.to_string()))?;
+        let r = op::decode_result(&reply).map_err(|e| ClientError::BadAnswer(e.to_string()))?;
+        shoal_rpc::recycle(reply);
+        Ok(r?)
+    }
+
     /// One call, answering the raw reply.  Large requests are encoded into
     /// a recycled buffer.
     fn raw<D: AsRef<[u8]>>(
@@ -265,12 +282,10 @@ impl FileClient {
             ));
         }
         let flags = FLAG_COMMIT | if safety { FLAG_SAFETY } else { 0 };
-        let mut first = shoal_rpc::buffer(CHUNK);
-        first.resize(CHUNK, 0);
-        let n = fill(&mut input, &mut first)?;
-        first.truncate(n);
+        let mut first = shoal_rpc::buffer(CREATE_HEAD + CHUNK);
+        let n = fill_part(&mut first, &mut input)?;
         if n < CHUNK {
-            let caps = self.create_whole(servers, flags, &first)?;
+            let caps = self.create_whole(servers, flags, &first[CREATE_HEAD..])?;
             progress(n as u64);
             return Ok(caps);
         }
@@ -330,45 +345,51 @@ impl FileClient {
         shared: &Parts<R>,
         progress: &mut dyn FnMut(u64),
     ) {
-        let mut buf = shoal_rpc::buffer(CHUNK);
+        // The request body, reused: the data is read in right behind the
+        // header, and the body goes to every server with only the header
+        // changed.
+        let mut buf = shoal_rpc::buffer(CREATE_HEAD + CHUNK);
         loop {
             if shared.failed.lock().is_some() {
                 return;
             }
-            let index = {
+            let (index, n) = {
                 let mut g = shared.input.lock();
                 let (input, first, next, eof) = &mut *g;
-                if let Some(f) = first.take() {
+                let n = if let Some(f) = first.take() {
                     buf = f;
+                    buf.len() - CREATE_HEAD
                 } else if *eof {
                     return;
                 } else {
-                    buf.resize(CHUNK, 0);
-                    match fill(input, &mut buf) {
+                    match fill_part(&mut buf, input) {
                         Ok(n) => {
-                            buf.truncate(n);
                             *eof = n < CHUNK;
+                            n
                         }
                         Err(e) => {
                             *shared.failed.lock() = Some(e);
                             return;
                         }
                     }
-                }
-                if buf.is_empty() {
+                };
+                if n == 0 {
                     return;
                 }
                 *next += 1;
-                *next - 1
+                (*next - 1, n)
             };
             let mut caps = Vec::with_capacity(servers.len());
             for s in servers {
-                let op = Op::Create {
-                    server: *s,
-                    flags: 0,
-                    data: &buf[..],
-                };
-                match self.cap_of(s, &op) {
+                buf[..CREATE_HEAD].copy_from_slice(&op::create_head(s, 0, n as u32));
+                let body = bytes::Bytes::from(std::mem::take(&mut buf));
+                let got = self.call_body(s, body.clone());
+                // Back to a buffer (the RPC is done with it: no copy).
+                buf = body.try_into_mut().map_or_else(|b| b.to_vec(), Vec::from);
+                match got.and_then(|a| match a {
+                    Answer::Cap(c) => Ok(c),
+                    a => Err(unexpected(a)),
+                }) {
                     Ok(c) => caps.push(c),
                     Err(e) => {
                         self.destroy_all(&caps);
@@ -378,10 +399,10 @@ impl FileClient {
                 }
             }
             shared.parts.lock().push((index, caps));
-            let sent = buf.len() as u64
+            let sent = n as u64
                 + shared
                     .sent
-                    .fetch_add(buf.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
             progress(sent);
         }
     }
@@ -825,6 +846,18 @@ struct Parts<R> {
     parts: parking_lot::Mutex<Vec<(usize, Vec<Capability>)>>,
     failed: parking_lot::Mutex<Option<ClientError>>,
     sent: std::sync::atomic::AtomicU64,
+}
+
+/// Reads the next chunk of `input` into `buf` behind room for a create
+/// request's header ([`CREATE_HEAD`] bytes, filled in by the sender);
+/// returns the data bytes read (`buf` holds the header room and those).
+/// The buffer keeps its earlier bytes where they are overwritten anyway,
+/// so a reused one is not cleared for every chunk.
+fn fill_part(buf: &mut Vec<u8>, input: &mut impl Read) -> Result<usize, ClientError> {
+    buf.resize(CREATE_HEAD + CHUNK, 0);
+    let n = fill(input, &mut buf[CREATE_HEAD..])?;
+    buf.truncate(CREATE_HEAD + n);
+    Ok(n)
 }
 
 /// Reads until `buf` is full or the input ends; returns the bytes read.

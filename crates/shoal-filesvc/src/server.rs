@@ -14,10 +14,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use shoal_bullet::op::{self, Op};
 use shoal_bullet::{Disk, Disks, FileError, Store, StoreConfig};
 use shoal_cap::{Capability, GetPort};
-use shoal_rpc::{Context, Server};
+use shoal_rpc::{Context, Rope, Server};
 
 use crate::disk::FileDisk;
 
@@ -135,26 +136,54 @@ impl FileServer {
     }
 }
 
+/// Reads at least this big are answered from the extents in place.
+const GATHER_READ: usize = 64 << 10;
+
+/// A verified extent, shared between the store's cache and the replies
+/// that send it.
+struct Extent(Arc<Vec<u8>>);
+
+impl AsRef<[u8]> for Extent {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
 fn serve(store: &Store<FileDisk>, server: &Server, epoch: Instant) {
     while let Ok(req) = server.getreq() {
         let now = epoch.elapsed().as_micros() as u64;
-        // The request's data is used where it lies (no copy); a read's
-        // reply is built around its data in a recycled buffer.
-        let reply = match Op::decode_ref(req.body()) {
-            Ok(Op::Read { file, offset, len }) => {
-                let mut buf = shoal_rpc::buffer(6 + len as usize);
-                buf.extend_from_slice(&op::data_prefix(0));
-                match store.read_into(&file, offset, len, &mut buf) {
-                    Ok(()) => {
-                        op::finish_data(&mut buf);
-                        buf
+        // The request's data is used where it lies (no copy).  A large
+        // read's reply is the verified extents themselves behind a small
+        // prefix, sent without being copied together; a small one is
+        // built in one recycled buffer.
+        let reply: Rope =
+            match Op::decode_ref(req.body()) {
+                Ok(Op::Read { file, offset, len }) if len as usize >= GATHER_READ => {
+                    match store.read_pieces(&file, offset, len) {
+                        Ok(pieces) => {
+                            let n = pieces.iter().map(|(_, r)| r.len()).sum();
+                            let head = Bytes::copy_from_slice(&op::data_head(n));
+                            Rope::from_pieces(std::iter::once(head).chain(pieces.into_iter().map(
+                                |(extent, range)| Bytes::from_owner(Extent(extent)).slice(range),
+                            )))
+                        }
+                        Err(e) => op::encode_result(&Err(e)).into(),
                     }
-                    Err(e) => op::encode_result(&Err(e)),
                 }
-            }
-            Ok(op) => op::encode_result(&store.execute(op, now)),
-            Err(e) => op::encode_result(&Err(FileError::BadRequest(e.to_string()))),
-        };
+                Ok(Op::Read { file, offset, len }) => {
+                    let mut buf = shoal_rpc::buffer(6 + len as usize);
+                    buf.extend_from_slice(&op::data_prefix(0));
+                    match store.read_into(&file, offset, len, &mut buf) {
+                        Ok(()) => {
+                            op::finish_data(&mut buf);
+                            buf.into()
+                        }
+                        Err(e) => op::encode_result(&Err(e)).into(),
+                    }
+                }
+                Ok(op) => op::encode_result(&store.execute(op, now)).into(),
+                Err(e) => op::encode_result(&Err(FileError::BadRequest(e.to_string()))).into(),
+            };
         if server.putrep(&req, reply).is_err() {
             break;
         }

@@ -12,15 +12,115 @@
 //! an ack of their own: the reply acknowledges the request, and the next
 //! request (or a timeout) acknowledges the reply.
 
+use std::borrow::Cow;
+use std::ops::Range;
+
 use bytes::Bytes;
 use shoal_wire::Frag;
 
 use crate::bitset::BitSet;
 
+/// A body in one or more pieces: a reply can be gathered from buffers
+/// held elsewhere (a file server's cache of extents, say) and sent without
+/// first copying them into one buffer.
+#[derive(Debug, Clone, Default)]
+pub struct Rope {
+    pieces: Vec<Bytes>,
+    /// Where each piece ends in the body.
+    ends: Vec<usize>,
+}
+
+impl Rope {
+    /// The body made of `pieces`, in order (empty ones are skipped).
+    pub fn from_pieces(pieces: impl IntoIterator<Item = Bytes>) -> Rope {
+        let mut rope = Rope::default();
+        let mut end = 0;
+        for p in pieces {
+            if !p.is_empty() {
+                end += p.len();
+                rope.pieces.push(p);
+                rope.ends.push(end);
+            }
+        }
+        rope
+    }
+
+    /// Bytes in the body.
+    pub fn len(&self) -> usize {
+        self.ends.last().copied().unwrap_or(0)
+    }
+
+    /// Whether the body is empty.
+    pub fn is_empty(&self) -> bool {
+        self.pieces.is_empty()
+    }
+
+    /// The pieces holding `range` of the body, each cut to it.
+    pub fn pieces(&self, range: Range<usize>) -> Vec<Bytes> {
+        let mut out = Vec::new();
+        self.each(range, |piece, r| out.push(piece.slice(r)));
+        out
+    }
+
+    /// `range` of the body: borrowed if one piece holds it, else copied.
+    pub fn bytes(&self, range: Range<usize>) -> Cow<'_, [u8]> {
+        let mut one = None;
+        let mut many: Option<Vec<u8>> = None;
+        self.each(range, |piece, r| match (&mut one, &mut many) {
+            (None, None) => one = Some(&piece[r]),
+            (Some(first), None) => {
+                let mut v = first.to_vec();
+                v.extend_from_slice(&piece[r]);
+                many = Some(v);
+            }
+            (_, Some(v)) => v.extend_from_slice(&piece[r]),
+        });
+        match (one, many) {
+            (_, Some(v)) => Cow::Owned(v),
+            (Some(b), None) => Cow::Borrowed(b),
+            (None, None) => Cow::Borrowed(&[]),
+        }
+    }
+
+    /// Calls `f` with each piece overlapping `range` and the part of the
+    /// piece (in the piece's own offsets) that falls in it, in order.
+    fn each<'a>(&'a self, range: Range<usize>, mut f: impl FnMut(&'a Bytes, Range<usize>)) {
+        let mut i = self.ends.partition_point(|&e| e <= range.start);
+        while i < self.pieces.len() && range.start < range.end {
+            let start = self.ends[i] - self.pieces[i].len();
+            if start >= range.end {
+                break;
+            }
+            let from = range.start.max(start) - start;
+            let to = range.end.min(self.ends[i]) - start;
+            f(&self.pieces[i], from..to);
+            i += 1;
+        }
+    }
+}
+
+impl From<Bytes> for Rope {
+    fn from(b: Bytes) -> Rope {
+        Rope::from_pieces([b])
+    }
+}
+
+impl From<Vec<u8>> for Rope {
+    fn from(v: Vec<u8>) -> Rope {
+        Rope::from(Bytes::from(v))
+    }
+}
+
+impl From<Vec<Bytes>> for Rope {
+    fn from(pieces: Vec<Bytes>) -> Rope {
+        Rope::from_pieces(pieces)
+    }
+}
+
 /// Sender side of one body.
 #[derive(Debug, Clone)]
 pub struct Outgoing {
-    body: Bytes,
+    body: Rope,
     frag_bytes: usize,
     count: u32,
     window: u32,
@@ -37,7 +137,8 @@ pub struct Outgoing {
 impl Outgoing {
     /// Prepares `body` for sending in fragments of `frag_bytes`, at most
     /// `window` unacknowledged at a time.
-    pub fn new(body: Bytes, frag_bytes: usize, window: u32) -> Self {
+    pub fn new(body: impl Into<Rope>, frag_bytes: usize, window: u32) -> Self {
+        let body = body.into();
         assert!(frag_bytes > 0 && window > 0);
         let count = body.len().div_ceil(frag_bytes).max(1);
         let count = u32::try_from(count).expect("body too large for u32 fragments");
@@ -63,17 +164,29 @@ impl Outgoing {
         self.body.len() as u64
     }
 
-    /// Fragment `index` and its bytes.
-    pub fn fragment(&self, index: u32) -> (Frag, &[u8]) {
-        let start = index as usize * self.frag_bytes;
-        let end = (start + self.frag_bytes).min(self.body.len());
-        (
-            Frag {
-                index,
-                count: self.count,
-            },
-            &self.body[start.min(end)..end],
-        )
+    /// Fragment `index` and its bytes (copied only if they span pieces).
+    pub fn fragment(&self, index: u32) -> (Frag, Cow<'_, [u8]>) {
+        (self.frag(index), self.body.bytes(self.range(index)))
+    }
+
+    /// Fragment `index` and where its bytes are in the body.
+    pub fn frag(&self, index: u32) -> Frag {
+        Frag {
+            index,
+            count: self.count,
+        }
+    }
+
+    /// Where fragment `index`'s bytes are in the body.
+    pub fn range(&self, index: u32) -> Range<usize> {
+        let len = self.body.len();
+        let start = (index as usize * self.frag_bytes).min(len);
+        start..(start + self.frag_bytes).min(len)
+    }
+
+    /// The body.
+    pub fn body(&self) -> &Rope {
+        &self.body
     }
 
     /// Fragments to send at the start: the first window.
@@ -162,7 +275,9 @@ impl Drop for Outgoing {
     /// A large body nobody else holds goes back to the pool, so the next
     /// large body (a reply, a request) reuses its pages.
     fn drop(&mut self) {
-        crate::pool::give_bytes(std::mem::take(&mut self.body));
+        for piece in std::mem::take(&mut self.body.pieces) {
+            crate::pool::give_bytes(piece);
+        }
     }
 }
 
@@ -357,7 +472,7 @@ mod tests {
                     continue;
                 }
                 let (f, p) = out.fragment(idx);
-                let added = inc.add(f, out.total_len(), p);
+                let added = inc.add(f, out.total_len(), &p);
                 assert_ne!(added, Added::Invalid);
                 if inc.wants_ack(added, idx, window) {
                     acks.push(inc.ack_state());
@@ -379,6 +494,36 @@ mod tests {
             for drop in [0, 3, 7] {
                 let expect: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
                 assert_eq!(transfer(len, 100, 8, drop), expect, "len {len} drop {drop}");
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// A body in pieces is cut into the same fragments as the body in
+        /// one buffer, whether a fragment is taken whole or as pieces.
+        #[test]
+        fn a_rope_fragments_like_its_bytes(
+            len in 0usize..3000,
+            cuts in proptest::collection::vec(0usize..3000, 0..12),
+            frag in 1usize..700,
+        ) {
+            let body: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+            let mut at: Vec<usize> = cuts.into_iter().map(|c| c.min(len)).collect();
+            at.extend([0, len]);
+            at.sort_unstable();
+            let whole = Bytes::from(body.clone());
+            let rope = Rope::from_pieces(at.windows(2).map(|w| whole.slice(w[0]..w[1])));
+            proptest::prop_assert_eq!(rope.len(), len);
+            let a = Outgoing::new(rope, frag, 8);
+            let b = Outgoing::new(body.clone(), frag, 8);
+            proptest::prop_assert_eq!(a.count(), b.count());
+            for idx in 0..a.count() {
+                let (fa, pa) = a.fragment(idx);
+                let (fb, pb) = b.fragment(idx);
+                proptest::prop_assert_eq!(fa, fb);
+                proptest::prop_assert_eq!(&pa[..], &pb[..]);
+                let joined: Vec<u8> = a.body().pieces(a.range(idx)).concat();
+                proptest::prop_assert_eq!(&joined[..], &pb[..]);
             }
         }
     }

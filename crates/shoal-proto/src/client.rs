@@ -541,26 +541,28 @@ impl ClientCore {
     fn send_fragment(&mut self, idx: u32) {
         let txn = self.txn.as_ref().expect("in a transaction");
         let target = txn.target.expect("talking to a target").endpoint;
-        let (frag, payload) = txn.request.fragment(idx);
-        let packet = Packet::Request(Request {
-            txn: TxnId {
-                client: self.id,
-                seq: txn.seq,
-            },
-            instance: target.instance,
-            port: txn.port,
-            frag,
-            total_len: txn.request.total_len(),
-            payload,
-        });
-        // The payload borrows the transaction, so queue through the fields.
-        enqueue(
+        let out = &txn.request;
+        let txn_id = TxnId {
+            client: self.id,
+            seq: txn.seq,
+        };
+        self.stats.datagrams_out += 1;
+        self.transmits.push_back(crate::transmit::fragment(
             &self.key,
-            &mut self.stats,
-            &mut self.transmits,
             Dest::Addr(target.addr),
-            &packet,
-        );
+            out,
+            idx,
+            |payload| {
+                Packet::Request(Request {
+                    txn: txn_id,
+                    instance: target.instance,
+                    port: txn.port,
+                    frag: out.frag(idx),
+                    total_len: out.total_len(),
+                    payload,
+                })
+            },
+        ));
     }
 
     fn send_reply_ack(&mut self) {
@@ -612,5 +614,5 @@ fn enqueue(
     let mut bytes = crate::pool::datagram();
     encode_into(packet, key, &mut bytes);
     stats.datagrams_out += 1;
-    transmits.push_back(Transmit { dest, bytes });
+    transmits.push_back(Transmit::whole(dest, bytes));
 }

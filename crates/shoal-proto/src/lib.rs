@@ -38,7 +38,7 @@ mod stats;
 mod time;
 mod transmit;
 
-pub use body::{Incoming, Outgoing};
+pub use body::{Incoming, Outgoing, Rope};
 pub use client::{ClientConfig, ClientCore, Phase};
 pub use error::TransError;
 pub use membership::{MemberView, Membership, MembershipConfig};

@@ -176,10 +176,8 @@ impl Membership {
             }
         }
         for addr in dests {
-            self.transmits.push(Transmit {
-                dest: Dest::Addr(addr),
-                bytes: bytes.clone(),
-            });
+            self.transmits
+                .push(Transmit::whole(Dest::Addr(addr), bytes.clone()));
         }
     }
 

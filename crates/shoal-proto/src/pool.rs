@@ -14,8 +14,9 @@ use std::sync::Mutex;
 
 /// Bodies at least this big are pooled.
 const BIG: usize = 1 << 20;
-/// Most big buffers kept.
-const BIG_KEEP: usize = 4;
+/// Most big buffers kept, and most bytes in them.
+const BIG_KEEP: usize = 8;
+const BIG_KEEP_BYTES: usize = 96 << 20;
 /// Most datagram buffers kept.
 const SMALL_KEEP: usize = 64;
 
@@ -82,7 +83,27 @@ pub fn with_capacity(capacity: usize) -> Vec<u8> {
 pub fn give(mut buf: Vec<u8>) {
     if buf.capacity() >= BIG {
         let mut bigs = BIGS.lock().expect("pool lock");
-        if bigs.len() < BIG_KEEP {
+        // Full: the new buffer replaces the smallest kept one if it is
+        // bigger (a big buffer serves small bodies too, not the reverse),
+        // so a pool filled by 4 MiB requests still keeps the 8 MiB replies
+        // that follow.
+        let mut held: usize = bigs.iter().map(Vec::capacity).sum();
+        while bigs.len() >= BIG_KEEP || held + buf.capacity() > BIG_KEEP_BYTES {
+            let Some((i, smallest)) = bigs
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, b)| b.capacity())
+                .map(|(i, b)| (i, b.capacity()))
+            else {
+                break;
+            };
+            if smallest >= buf.capacity() {
+                return;
+            }
+            bigs.swap_remove(i);
+            held -= smallest;
+        }
+        if held + buf.capacity() <= BIG_KEEP_BYTES {
             bigs.push(buf);
         }
     } else if buf.capacity() >= shoal_wire::MAX_DATAGRAM {

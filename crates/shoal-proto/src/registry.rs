@@ -137,10 +137,7 @@ impl Registry {
             }),
             &self.key,
         );
-        Some(Transmit {
-            dest: Dest::Addr(from),
-            bytes,
-        })
+        Some(Transmit::whole(Dest::Addr(from), bytes))
     }
 }
 

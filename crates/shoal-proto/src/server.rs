@@ -37,7 +37,6 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use bytes::Bytes;
 use rustc_hash::FxHashMap;
 use shoal_cap::PutPort;
 use shoal_wire::{
@@ -45,7 +44,7 @@ use shoal_wire::{
     Request, Seq, TxnId, Working, decode, encode_into,
 };
 
-use crate::body::{Added, Incoming, Outgoing};
+use crate::body::{Added, Incoming, Outgoing, Rope};
 use crate::stats::Stats;
 use crate::time::Time;
 use crate::transmit::{Dest, Transmit};
@@ -225,7 +224,7 @@ impl ServerCore {
 
     /// The application's reply to a delivered request.  Returns `false`
     /// (and sends nothing) if the client has moved on meanwhile.
-    pub fn reply(&mut self, now: Time, txn: TxnId, body: Bytes) -> bool {
+    pub fn reply(&mut self, now: Time, txn: TxnId, body: impl Into<Rope>) -> bool {
         let mut out = Outgoing::new(body, self.config.frag_bytes, self.config.window);
         let (records, mut tx) = self.split();
         let Some(rec) = records.get_mut(&txn.client) else {
@@ -488,23 +487,29 @@ impl Sender<'_> {
         self.stats.datagrams_out += 1;
         let mut bytes = crate::pool::datagram();
         encode_into(packet, self.key, &mut bytes);
-        self.transmits.push_back(Transmit {
-            dest: Dest::Addr(to),
-            bytes,
-        });
+        self.transmits
+            .push_back(Transmit::whole(Dest::Addr(to), bytes));
     }
 
     fn reply_fragment(&mut self, to: SocketAddr, txn: TxnId, out: &Outgoing, idx: u32) {
-        let (frag, payload) = out.fragment(idx);
-        let packet = Packet::Reply(Reply {
-            txn,
-            instance: self.instance,
-            status: ReplyStatus::Ok,
-            frag,
-            total_len: out.total_len(),
-            payload,
-        });
-        self.send(to, &packet);
+        let instance = self.instance;
+        self.stats.datagrams_out += 1;
+        self.transmits.push_back(crate::transmit::fragment(
+            self.key,
+            Dest::Addr(to),
+            out,
+            idx,
+            |payload| {
+                Packet::Reply(Reply {
+                    txn,
+                    instance,
+                    status: ReplyStatus::Ok,
+                    frag: out.frag(idx),
+                    total_len: out.total_len(),
+                    payload,
+                })
+            },
+        ));
     }
 
     fn refusal(&mut self, to: SocketAddr, txn: TxnId, status: ReplyStatus) {
@@ -542,6 +547,7 @@ impl Sender<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
     use shoal_cap::GetPort;
 
     const CLIENT: &str = "10.0.0.1:5000";
@@ -586,7 +592,7 @@ mod tests {
     fn sent(core: &mut ServerCore, key: &ClusterKey) -> Vec<Packet<'static>> {
         let mut out = Vec::new();
         while let Some(t) = core.poll_transmit() {
-            let bytes: &'static [u8] = Box::leak(t.bytes.into_boxed_slice());
+            let bytes: &'static [u8] = Box::leak(t.into_datagram().into_boxed_slice());
             out.push(shoal_wire::decode(bytes, key).unwrap());
         }
         out

@@ -2,6 +2,11 @@
 
 use std::net::SocketAddr;
 
+use bytes::Bytes;
+use shoal_wire::{ClusterKey, Packet, encode_head_into, encode_into};
+
+use crate::body::Outgoing;
+
 /// Where a datagram goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dest {
@@ -12,9 +17,59 @@ pub enum Dest {
     Nodes,
 }
 
-/// One datagram to send, already encoded and authenticated.
+/// One datagram to send, already encoded and authenticated: `bytes`
+/// followed by the pieces of `tail`.  A large fragment's payload travels as
+/// `tail`, slices of the body it belongs to, so the shell sends it with a gathering
+/// send instead of copying it behind the header; `tail` is empty otherwise.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transmit {
     pub dest: Dest,
     pub bytes: Vec<u8>,
+    pub tail: Vec<Bytes>,
+}
+
+impl Transmit {
+    /// A datagram in one piece.
+    pub fn whole(dest: Dest, bytes: Vec<u8>) -> Transmit {
+        Transmit {
+            dest,
+            bytes,
+            tail: Vec::new(),
+        }
+    }
+
+    /// The datagram as one buffer (`bytes` with `tail` appended), for
+    /// callers that cannot send two pieces.
+    pub fn into_datagram(mut self) -> Vec<u8> {
+        for piece in &self.tail {
+            self.bytes.extend_from_slice(piece);
+        }
+        self.bytes
+    }
+}
+
+/// Payloads at least this big go as a transmit's `tail`: below it, copying
+/// them behind the header costs less than a second piece in the send.
+const GATHER_MIN: usize = 4096;
+
+/// Encodes fragment `index` of `body` as the packet `packet` makes of its
+/// payload, into a pooled buffer; a large payload becomes the tail instead
+/// of being copied.
+pub(crate) fn fragment(
+    key: &ClusterKey,
+    dest: Dest,
+    body: &Outgoing,
+    index: u32,
+    packet: impl for<'a> Fn(&'a [u8]) -> Packet<'a>,
+) -> Transmit {
+    let range = body.range(index);
+    let mut bytes = crate::pool::datagram();
+    if range.len() >= GATHER_MIN {
+        let tail = body.body().pieces(range);
+        encode_head_into(&packet(&[]), &tail, key, &mut bytes);
+        Transmit { dest, bytes, tail }
+    } else {
+        encode_into(&packet(&body.body().bytes(range)), key, &mut bytes);
+        Transmit::whole(dest, bytes)
+    }
 }

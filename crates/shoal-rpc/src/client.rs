@@ -171,7 +171,7 @@ impl Client {
                         self.server_sock.connect(addr)?;
                         self.connected = Some(addr);
                     }
-                    match self.server_sock.send(&t.bytes) {
+                    match crate::socket::send_parts(&self.server_sock, &t.bytes, &t.tail, None) {
                         Ok(_) => {}
                         Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
                             self.core.handle_unreachable(clock::now(), addr);
@@ -180,7 +180,9 @@ impl Client {
                     }
                 }
                 Dest::Addr(addr) => {
-                    if let Err(e) = self.locate_sock.send_to(&t.bytes, addr) {
+                    if let Err(e) =
+                        crate::socket::send_parts(&self.locate_sock, &t.bytes, &t.tail, Some(addr))
+                    {
                         tracing::debug!("send to {addr}: {e}");
                     }
                 }

@@ -52,7 +52,7 @@ pub use context::{Context, ContextConfig, DEFAULT_SPIN};
 pub use error::Error;
 pub use server::{Request, Server};
 pub use shoal_cap::{GetPort, PutPort};
-pub use shoal_proto::TransError;
+pub use shoal_proto::{Rope, TransError};
 
 /// Hands a reply buffer you are done with back to shoal, so the next large
 /// body reuses its memory instead of faulting in fresh pages.  Optional.

@@ -12,10 +12,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use parking_lot::Mutex;
 use shoal_cap::{GetPort, PutPort};
-use shoal_proto::{Delivered, Dest, ServerConfig, ServerCore, Stats, pool};
+use shoal_proto::{Delivered, Dest, Rope, ServerConfig, ServerCore, Stats, pool};
 use shoal_wire::{Instance, MAX_DATAGRAM, TxnId};
 
 use crate::clock;
@@ -255,11 +254,12 @@ impl Server {
         }
     }
 
-    /// Sends the reply to `request`.  A reply to a client that gave up
-    /// meanwhile is dropped silently.
-    pub fn putrep(&self, request: &Request, reply: impl Into<Bytes>) -> Result<(), Error> {
+    /// Sends the reply to `request`: bytes, or a [`Rope`] of pieces sent
+    /// as they are, without being copied into one buffer.  A reply to a
+    /// client that gave up meanwhile is dropped silently.
+    pub fn putrep(&self, request: &Request, reply: impl Into<Rope>) -> Result<(), Error> {
         let mut core = self.shared.core.lock();
-        core.reply(clock::now(), request.txn, reply.into());
+        core.reply(clock::now(), request.txn, reply);
         send_all(&self.shared.socket, &mut core);
         Ok(())
     }
@@ -336,7 +336,7 @@ fn request(d: Delivered) -> Request {
 fn send_all(socket: &UdpSocket, core: &mut ServerCore) {
     while let Some(t) = core.poll_transmit() {
         if let Dest::Addr(addr) = t.dest
-            && let Err(e) = socket.send_to(&t.bytes, addr)
+            && let Err(e) = crate::socket::send_parts(socket, &t.bytes, &t.tail, Some(addr))
         {
             tracing::debug!("reply to {addr}: {e}");
         }

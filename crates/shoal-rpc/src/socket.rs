@@ -76,6 +76,33 @@ pub fn try_recv_from(
     }
 }
 
+/// Sends `head` then the pieces of `tail` as one datagram, to `to` or
+/// (with `None`) to the socket's connected peer: a gathering send, so a
+/// large payload is never copied behind its header.
+pub fn send_parts(
+    socket: &UdpSocket,
+    head: &[u8],
+    tail: &[bytes::Bytes],
+    to: Option<SocketAddr>,
+) -> io::Result<()> {
+    if tail.is_empty() {
+        return match to {
+            Some(a) => socket.send_to(head, a),
+            None => socket.send(head),
+        }
+        .map(drop);
+    }
+    let mut parts = Vec::with_capacity(1 + tail.len());
+    parts.push(io::IoSlice::new(head));
+    parts.extend(tail.iter().map(|t| io::IoSlice::new(t)));
+    let sock = socket2::SockRef::from(socket);
+    match to {
+        Some(a) => sock.send_to_vectored(&parts, &a.into()),
+        None => sock.send_vectored(&parts),
+    }
+    .map(drop)
+}
+
 /// Fragments a peer can have in flight towards `socket` without
 /// overflowing its receive buffer (assuming peers are set up alike): half
 /// the buffer, between 4 and 64 fragments.

@@ -856,12 +856,14 @@ impl Sim {
         let mut out = Vec::new();
         for c in &mut self.clients {
             while let Some(t) = c.core.poll_transmit() {
-                match t.dest {
-                    Dest::Addr(a) => out.push((c.addr, a, t.bytes)),
+                let dest = t.dest;
+                let bytes = t.into_datagram();
+                match dest {
+                    Dest::Addr(a) => out.push((c.addr, a, bytes)),
                     Dest::Nodes => {
                         for i in 0..self.nodes.len() {
                             let a = SocketAddr::new(IpAddr::V4(self.nodes[i].ip), DAEMON_PORT);
-                            out.push((c.addr, a, t.bytes.clone()));
+                            out.push((c.addr, a, bytes.clone()));
                         }
                     }
                 }
@@ -871,7 +873,7 @@ impl Sim {
             if let Some(core) = &mut s.core {
                 while let Some(t) = core.poll_transmit() {
                     if let Dest::Addr(a) = t.dest {
-                        out.push((s.addr, a, t.bytes));
+                        out.push((s.addr, a, t.into_datagram()));
                     }
                 }
             }

@@ -30,6 +30,34 @@ fn payload_len(packet: &Packet<'_>) -> usize {
 
 /// Encodes `packet` into `out` (cleared first), MAC included.
 pub fn encode_into(packet: &Packet<'_>, key: &ClusterKey, out: &mut Vec<u8>) {
+    encode_parts(packet, &[] as &[&[u8]], key, out);
+}
+
+/// Encodes the head of a datagram into `out` (cleared first): `packet`, a
+/// request or reply whose payload is the pieces of `tail` joined (its own
+/// `payload` field must be empty).  The caller sends `out`'s bytes and the
+/// pieces as one datagram (a gathering send), so a large payload is never
+/// copied behind its header; the MAC covers them all.
+pub fn encode_head_into(
+    packet: &Packet<'_>,
+    tail: &[impl AsRef<[u8]>],
+    key: &ClusterKey,
+    out: &mut Vec<u8>,
+) {
+    debug_assert!(match packet {
+        Packet::Request(r) => r.payload.is_empty(),
+        Packet::Reply(r) => r.payload.is_empty(),
+        _ => tail.is_empty(),
+    });
+    encode_parts(packet, tail, key, out);
+}
+
+fn encode_parts(
+    packet: &Packet<'_>,
+    tail: &[impl AsRef<[u8]>],
+    key: &ClusterKey,
+    out: &mut Vec<u8>,
+) {
     out.clear();
     out.extend_from_slice(&MAGIC);
     out.push(VERSION);
@@ -103,7 +131,7 @@ pub fn encode_into(packet: &Packet<'_>, key: &ClusterKey, out: &mut Vec<u8>) {
         }
         Packet::Group(g) => crate::group::encode_group(g, &mut w),
     }
-    let mac = key.mac(out);
+    let mac = key.mac_parts(out, tail);
     out[4..HEADER_LEN].copy_from_slice(&mac);
 }
 

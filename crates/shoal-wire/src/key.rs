@@ -56,17 +56,31 @@ impl ClusterKey {
     /// (the MAC field itself is skipped).  `datagram` must be at least
     /// [`crate::HEADER_LEN`] long.
     pub fn mac(&self, datagram: &[u8]) -> [u8; 16] {
-        if datagram.len() <= SMALL {
+        self.mac_parts(datagram, &[] as &[&[u8]])
+    }
+
+    /// The MAC of the datagram `head` followed by the pieces of `tail`
+    /// (sent as one datagram by a gathering send): the same as
+    /// [`ClusterKey::mac`] of them all joined.
+    pub fn mac_parts(&self, head: &[u8], tail: &[impl AsRef<[u8]>]) -> [u8; 16] {
+        let len = head.len() + tail.iter().map(|t| t.as_ref().len()).sum::<usize>();
+        if len <= SMALL {
             use siphasher::sip128::Hasher128;
             use std::hash::Hasher;
             let mut h = self.small;
-            h.write(&datagram[..4]);
-            h.write(&datagram[crate::HEADER_LEN..]);
+            h.write(&head[..4]);
+            h.write(&head[crate::HEADER_LEN..]);
+            for t in tail {
+                h.write(t.as_ref());
+            }
             return h.finish128().as_bytes();
         }
         let mut hasher = blake3::Hasher::new_keyed(&self.large);
-        hasher.update(&datagram[..4]);
-        hasher.update(&datagram[crate::HEADER_LEN..]);
+        hasher.update(&head[..4]);
+        hasher.update(&head[crate::HEADER_LEN..]);
+        for t in tail {
+            hasher.update(t.as_ref());
+        }
         let hash = hasher.finalize();
         let mut out = [0u8; 16];
         out.copy_from_slice(&hash.as_bytes()[..16]);

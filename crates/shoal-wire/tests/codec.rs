@@ -143,10 +143,11 @@ fn arb_packet(payload: &'static [u8]) -> impl Strategy<Value = Packet<'static>> 
     ]
 }
 
-static PAYLOAD: [u8; 300] = {
-    let mut p = [0u8; 300];
+/// Long enough for both MACs (SipHash up to 1 KiB, BLAKE3 above).
+static PAYLOAD: [u8; 3000] = {
+    let mut p = [0u8; 3000];
     let mut i = 0;
-    while i < 300 {
+    while i < 3000 {
         p[i] = (i * 7) as u8;
         i += 1;
     }
@@ -158,6 +159,27 @@ proptest! {
     fn every_packet_round_trips(p in arb_packet(&PAYLOAD)) {
         let bytes = encode(&p, &key());
         prop_assert_eq!(decode(&bytes, &key()).unwrap(), p);
+    }
+
+    #[test]
+    fn a_head_and_its_payload_in_pieces_make_the_same_datagram(
+        p in arb_packet(&PAYLOAD),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..4),
+    ) {
+        let (empty, payload): (Packet<'_>, &[u8]) = match &p {
+            Packet::Request(r) => (Packet::Request(Request { payload: &[], ..r.clone() }), r.payload),
+            Packet::Reply(r) => (Packet::Reply(Reply { payload: &[], ..r.clone() }), r.payload),
+            _ => (p.clone(), &[]),
+        };
+        let mut at: Vec<usize> = cuts.iter().map(|c| c.index(payload.len() + 1)).collect();
+        at.push(0);
+        at.push(payload.len());
+        at.sort_unstable();
+        let pieces: Vec<&[u8]> = at.windows(2).map(|w| &payload[w[0]..w[1]]).collect();
+        let mut head = Vec::new();
+        encode_head_into(&empty, &pieces, &key(), &mut head);
+        head.extend_from_slice(payload);
+        prop_assert_eq!(head, encode(&p, &key()));
     }
 
     #[test]
