@@ -423,6 +423,25 @@ impl<'a> Op<&'a [u8]> {
     }
 }
 
+/// The data an operation carries: bytes, possibly in a buffer that can be
+/// shared (the store's cache then keeps a new file's extents in the
+/// request's own buffer instead of copying them).
+pub trait OpData: AsRef<[u8]> {
+    /// The same bytes as a shared buffer, if they are in one.
+    fn shared(&self) -> Option<bytes::Bytes> {
+        None
+    }
+}
+
+impl OpData for Vec<u8> {}
+impl OpData for &[u8] {}
+
+impl OpData for bytes::Bytes {
+    fn shared(&self) -> Option<bytes::Bytes> {
+        Some(self.clone())
+    }
+}
+
 /// Bytes of [`create_head`]'s result, whatever its arguments.
 pub const CREATE_HEAD: usize = 1 + Capability::LEN + 1 + 4;
 

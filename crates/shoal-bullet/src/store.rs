@@ -35,8 +35,8 @@
 //! the full TTL, so a restart can delay garbage collection, never hasten it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
+use bytes::Bytes;
 use parking_lot::Mutex;
 use rand::{RngCore, SeedableRng};
 use shoal_cap::{Capability, GetPort, ObjectId, ObjectSecret, PutPort, Rights};
@@ -45,7 +45,7 @@ use crate::alloc::Allocator;
 use crate::disk::Disk;
 use crate::meta::{ExtentRec, FileRec, Piece, Record, Snapshot};
 use crate::model::*;
-use crate::op::{AdminOp, Answer, Edit, FLAG_COMMIT, FLAG_SAFETY, Op, Stat};
+use crate::op::{AdminOp, Answer, Edit, FLAG_COMMIT, FLAG_SAFETY, Op, OpData, Stat};
 
 /// Tunables of a store.
 #[derive(Debug, Clone)]
@@ -128,7 +128,7 @@ struct Inner {
 
 #[derive(Default)]
 struct Cache {
-    map: HashMap<u64, (Arc<Vec<u8>>, u64)>,
+    map: HashMap<u64, (Bytes, u64)>,
     lru: BTreeMap<u64, u64>,
     tick: u64,
     bytes: u64,
@@ -156,7 +156,7 @@ impl Cache {
 
     /// Inserts verified bytes, evicting the least recently used beyond
     /// `max` bytes.
-    fn put(&mut self, id: u64, bytes: Arc<Vec<u8>>, max: u64) {
+    fn put(&mut self, id: u64, bytes: Bytes, max: u64) {
         if (bytes.len() as u64) > max {
             return;
         }
@@ -176,9 +176,9 @@ impl Cache {
             if let Some((b, _)) = self.map.remove(&victim) {
                 self.bytes -= b.len() as u64;
                 if self.spare.len() < SPARE
-                    && let Ok(v) = Arc::try_unwrap(b)
+                    && let Ok(v) = b.try_into_mut()
                 {
-                    self.spare.push(v);
+                    self.spare.push(v.into());
                 }
             }
         }
@@ -447,7 +447,7 @@ impl Inner {
 }
 
 /// A verified extent and the range of it a read takes.
-pub type ExtentSlice = (Arc<Vec<u8>>, std::ops::Range<usize>);
+pub type ExtentSlice = (Bytes, std::ops::Range<usize>);
 
 /// What a read needs of one piece: where its extent is and which part.
 #[derive(Clone, Copy)]
@@ -712,14 +712,14 @@ impl<D: Disk> Store<D> {
 
     /// Runs one operation (reads too, though a server answers reads with
     /// [`Store::read_into`] to build the reply without a copy).
-    pub fn execute<B: AsRef<[u8]>>(&self, op: Op<B>, now_us: u64) -> Result<Answer, FileError> {
+    pub fn execute<B: OpData>(&self, op: Op<B>, now_us: u64) -> Result<Answer, FileError> {
         match op {
             Op::Create {
                 server,
                 flags,
                 data,
             } => self
-                .create(&server, flags, data.as_ref(), now_us)
+                .create_shared(&server, flags, data.as_ref(), data.shared(), now_us)
                 .map(Answer::Cap),
             Op::Edit { file, flags, edit } => {
                 self.edit(&file, flags, edit, now_us).map(Answer::Cap)
@@ -759,9 +759,10 @@ impl<D: Disk> Store<D> {
     }
 
     /// Writes `data` into new extents (not yet part of any file).
-    fn write_extents(&self, data: &[u8]) -> Result<Vec<Piece>, FileError> {
+    fn write_extents(&self, data: &[u8], shared: Option<Bytes>) -> Result<Vec<Piece>, FileError> {
+        debug_assert!(shared.as_ref().is_none_or(|s| s[..] == *data));
         let mut pieces = Vec::with_capacity(data.len().div_ceil(MAX_EXTENT as usize));
-        for chunk in data.chunks(MAX_EXTENT as usize) {
+        for (i, chunk) in data.chunks(MAX_EXTENT as usize).enumerate() {
             let hash = *blake3::hash(chunk).as_bytes();
             let len = chunk.len() as u64;
             let (id, off) = {
@@ -804,11 +805,21 @@ impl<D: Disk> Store<D> {
             }
             self.disks.data.start_writeback(off, len);
             // New files are hot: a read right after a create is common.
+            // The request's own buffer is kept if it is shared, else a copy.
             if self.cfg.cache_bytes > 0 {
                 let mut c = self.cache.lock();
-                let mut b = c.buffer(chunk.len());
-                b.copy_from_slice(chunk);
-                c.put(id, Arc::new(b), self.cfg.cache_bytes);
+                let bytes = match &shared {
+                    Some(s) => {
+                        let at = i * MAX_EXTENT as usize;
+                        s.slice(at..at + chunk.len())
+                    }
+                    None => {
+                        let mut b = c.buffer(chunk.len());
+                        b.copy_from_slice(chunk);
+                        Bytes::from(b)
+                    }
+                };
+                c.put(id, bytes, self.cfg.cache_bytes);
             }
         }
         Ok(pieces)
@@ -829,8 +840,21 @@ impl<D: Disk> Store<D> {
         data: &[u8],
         now_us: u64,
     ) -> Result<Capability, FileError> {
+        self.create_shared(server, flags, data, None, now_us)
+    }
+
+    /// [`Store::create`], where `shared` (if any) holds the same bytes as
+    /// `data` in a buffer the cache may keep instead of a copy.
+    fn create_shared(
+        &self,
+        server: &Capability,
+        flags: u8,
+        data: &[u8],
+        shared: Option<Bytes>,
+        now_us: u64,
+    ) -> Result<Capability, FileError> {
         self.check_server(server, CREATE)?;
-        let pieces = self.write_extents(data)?;
+        let pieces = self.write_extents(data, shared)?;
         let (cap, lsn) = {
             let mut g = self.inner.lock();
             let (obj, secret) = g.new_file(data.len() as u64, pieces, self.cfg.ttl, now_us);
@@ -879,7 +903,7 @@ impl<D: Disk> Store<D> {
                 return Err(FileError::TooLarge("file larger than 16 TiB".into()));
             }
         }
-        let mid = self.write_extents(data)?;
+        let mid = self.write_extents(data, None)?;
         let result = (|| {
             let mut g = self.inner.lock();
             // Checked again: the file may have gone while we wrote.
@@ -1234,7 +1258,7 @@ impl<D: Disk> Store<D> {
     }
 
     /// An extent's verified bytes, from the cache or the disk.
-    fn extent_bytes(&self, mut p: ReadPart) -> Result<Arc<Vec<u8>>, FileError> {
+    fn extent_bytes(&self, mut p: ReadPart) -> Result<Bytes, FileError> {
         {
             let mut c = self.cache.lock();
             c.tick += 1;
@@ -1250,7 +1274,7 @@ impl<D: Disk> Store<D> {
         }
         let mut buf = self.cache.lock().buffer(p.len as usize);
         self.read_verified(&mut p, &mut buf)?;
-        let bytes = Arc::new(buf);
+        let bytes = Bytes::from(buf);
         self.cache
             .lock()
             .put(p.extent, bytes.clone(), self.cfg.cache_bytes);

@@ -139,51 +139,76 @@ impl FileServer {
 /// Reads at least this big are answered from the extents in place.
 const GATHER_READ: usize = 64 << 10;
 
-/// A verified extent, shared between the store's cache and the replies
-/// that send it.
-struct Extent(Arc<Vec<u8>>);
+/// Requests at least this big lend their buffer to the store's cache (a
+/// new file's extents stay in it), instead of the cache copying them.
+const SHARE_REQUEST: usize = 1 << 20;
 
-impl AsRef<[u8]> for Extent {
+/// A request's buffer, shared by the extents cached from it; back to the
+/// RPC layer's pool when the last of them is dropped.
+struct Pooled(Vec<u8>);
+
+impl AsRef<[u8]> for Pooled {
     fn as_ref(&self) -> &[u8] {
         &self.0
     }
 }
 
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        shoal_rpc::recycle(std::mem::take(&mut self.0));
+    }
+}
+
 fn serve(store: &Store<FileDisk>, server: &Server, epoch: Instant) {
-    while let Ok(req) = server.getreq() {
+    while let Ok(mut req) = server.getreq() {
         let now = epoch.elapsed().as_micros() as u64;
-        // The request's data is used where it lies (no copy).  A large
-        // read's reply is the verified extents themselves behind a small
-        // prefix, sent without being copied together; a small one is
-        // built in one recycled buffer.
-        let reply: Rope =
-            match Op::decode_ref(req.body()) {
-                Ok(Op::Read { file, offset, len }) if len as usize >= GATHER_READ => {
-                    match store.read_pieces(&file, offset, len) {
-                        Ok(pieces) => {
-                            let n = pieces.iter().map(|(_, r)| r.len()).sum();
-                            let head = Bytes::copy_from_slice(&op::data_head(n));
-                            Rope::from_pieces(std::iter::once(head).chain(pieces.into_iter().map(
-                                |(extent, range)| Bytes::from_owner(Extent(extent)).slice(range),
-                            )))
-                        }
-                        Err(e) => op::encode_result(&Err(e)).into(),
+        // The request's data is used where it lies (no copy); a large
+        // request's buffer is shared, so that a create's extents stay
+        // cached in it.  A large read's reply is the verified extents
+        // themselves behind a small prefix, sent without being copied
+        // together; a small one is built in one recycled buffer.
+        let shared = (req.body().len() >= SHARE_REQUEST)
+            .then(|| Bytes::from_owner(Pooled(req.take_body())));
+        let body = shared.as_deref().unwrap_or(req.body());
+        let reply: Rope = match Op::decode_ref(body) {
+            Ok(Op::Read { file, offset, len }) if len as usize >= GATHER_READ => {
+                match store.read_pieces(&file, offset, len) {
+                    Ok(pieces) => {
+                        let n = pieces.iter().map(|(_, r)| r.len()).sum();
+                        let head = Bytes::copy_from_slice(&op::data_head(n));
+                        let data = pieces.into_iter().map(|(extent, r)| extent.slice(r));
+                        Rope::from_pieces(std::iter::once(head).chain(data))
                     }
+                    Err(e) => op::encode_result(&Err(e)).into(),
                 }
-                Ok(Op::Read { file, offset, len }) => {
-                    let mut buf = shoal_rpc::buffer(6 + len as usize);
-                    buf.extend_from_slice(&op::data_prefix(0));
-                    match store.read_into(&file, offset, len, &mut buf) {
-                        Ok(()) => {
-                            op::finish_data(&mut buf);
-                            buf.into()
-                        }
-                        Err(e) => op::encode_result(&Err(e)).into(),
+            }
+            Ok(Op::Read { file, offset, len }) => {
+                let mut buf = shoal_rpc::buffer(6 + len as usize);
+                buf.extend_from_slice(&op::data_prefix(0));
+                match store.read_into(&file, offset, len, &mut buf) {
+                    Ok(()) => {
+                        op::finish_data(&mut buf);
+                        buf.into()
                     }
+                    Err(e) => op::encode_result(&Err(e)).into(),
                 }
-                Ok(op) => op::encode_result(&store.execute(op, now)).into(),
-                Err(e) => op::encode_result(&Err(FileError::BadRequest(e.to_string()))).into(),
-            };
+            }
+            Ok(Op::Create {
+                server,
+                flags,
+                data,
+            }) if let Some(shared) = &shared => {
+                let data = shared.slice_ref(data);
+                let op = Op::Create {
+                    server,
+                    flags,
+                    data,
+                };
+                op::encode_result(&store.execute(op, now)).into()
+            }
+            Ok(op) => op::encode_result(&store.execute(op, now)).into(),
+            Err(e) => op::encode_result(&Err(FileError::BadRequest(e.to_string()))).into(),
+        };
         if server.putrep(&req, reply).is_err() {
             break;
         }

@@ -45,6 +45,12 @@ impl Request {
         std::mem::take(&mut self.body)
     }
 
+    /// Takes the body out, keeping the request to reply to (its body is
+    /// then empty).
+    pub fn take_body(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.body)
+    }
+
     /// Where the request came from.
     pub fn from(&self) -> SocketAddr {
         self.from
