@@ -167,8 +167,8 @@ fn serve(store: &Store<FileDisk>, server: &Server, epoch: Instant) {
         // cached in it.  A large read's reply is the verified extents
         // themselves behind a small prefix, sent without being copied
         // together; a small one is built in one recycled buffer.
-        let shared = (req.body().len() >= SHARE_REQUEST)
-            .then(|| Bytes::from_owner(Pooled(req.take_body())));
+        let shared =
+            (req.body().len() >= SHARE_REQUEST).then(|| Bytes::from_owner(Pooled(req.take_body())));
         let body = shared.as_deref().unwrap_or(req.body());
         let reply: Rope = match Op::decode_ref(body) {
             Ok(Op::Read { file, offset, len }) if len as usize >= GATHER_READ => {

@@ -41,7 +41,7 @@ use rustc_hash::FxHashMap;
 use shoal_cap::PutPort;
 use shoal_wire::{
     Ack, AckDir, ClientId, ClusterKey, Frag, Instance, NotHere, Packet, Reply, ReplyStatus,
-    Request, Seq, TxnId, Working, decode, encode_into,
+    Request, Seq, TxnId, WireError, Working, decode, encode_into,
 };
 
 use crate::body::{Added, Incoming, Outgoing, Rope};
@@ -213,8 +213,20 @@ impl ServerCore {
 
     /// A datagram arrived from `from`.
     pub fn handle_datagram(&mut self, now: Time, from: SocketAddr, datagram: &[u8]) {
+        self.handle_packet(now, from, decode(datagram, &self.key));
+    }
+
+    /// [`ServerCore::handle_datagram`] for a datagram the shell decoded
+    /// itself (with [`shoal_wire::decode`] and this core's key), so that
+    /// checking its MAC need not hold up whoever else uses the core.
+    pub fn handle_packet(
+        &mut self,
+        now: Time,
+        from: SocketAddr,
+        packet: Result<Packet<'_>, WireError>,
+    ) {
         self.stats.datagrams_in += 1;
-        match decode(datagram, &self.key) {
+        match packet {
             Ok(Packet::Request(r)) => self.on_request(now, from, r),
             Ok(Packet::Ack(a)) if a.dir == AckDir::Reply => self.on_reply_ack(now, a),
             Ok(_) => self.stats.dropped_stale += 1,
@@ -592,7 +604,7 @@ mod tests {
     fn sent(core: &mut ServerCore, key: &ClusterKey) -> Vec<Packet<'static>> {
         let mut out = Vec::new();
         while let Some(t) = core.poll_transmit() {
-            let bytes: &'static [u8] = Box::leak(t.into_datagram().into_boxed_slice());
+            let bytes: &'static [u8] = Box::leak(t.into_datagram(key).into_boxed_slice());
             out.push(shoal_wire::decode(bytes, key).unwrap());
         }
         out

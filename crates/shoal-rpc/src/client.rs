@@ -164,7 +164,8 @@ impl Client {
     }
 
     fn flush(&mut self) -> Result<(), Error> {
-        while let Some(t) = self.core.poll_transmit() {
+        while let Some(mut t) = self.core.poll_transmit() {
+            t.seal(&self.config.key);
             match t.dest {
                 Dest::Addr(addr) if self.core.phase() == Phase::Talking(addr) => {
                     if self.connected != Some(addr) {

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use shoal_cap::{GetPort, PutPort};
-use shoal_proto::{Delivered, Dest, Rope, ServerConfig, ServerCore, Stats, pool};
-use shoal_wire::{Instance, MAX_DATAGRAM, TxnId};
+use shoal_proto::{Delivered, Dest, Rope, ServerConfig, ServerCore, Stats, Transmit, pool};
+use shoal_wire::{ClusterKey, Instance, MAX_DATAGRAM, TxnId, decode};
 
 use crate::clock;
 use crate::context::ContextConfig;
@@ -71,6 +71,8 @@ struct Reader {
 
 struct Shared {
     socket: UdpSocket,
+    /// The cluster key, to check datagrams before taking the core's lock.
+    key: ClusterKey,
     core: Mutex<ServerCore>,
     reader: Mutex<Reader>,
     link: Mutex<Option<Link>>,
@@ -173,6 +175,7 @@ impl Server {
         Ok(Server {
             shared: Arc::new(Shared {
                 socket,
+                key: config.key.clone(),
                 core: Mutex::new(core),
                 reader: Mutex::new(Reader {
                     buf: vec![0; MAX_DATAGRAM],
@@ -241,10 +244,13 @@ impl Server {
                 }
                 Err(e) => Err(e),
             };
+            // The MAC is checked, and the replies sent, outside the core's
+            // lock: a thread replying meanwhile is not held up by them.
+            let received = received.map(|(n, from)| (from, decode(&buf[..n], &shared.key)));
             let now = clock::now();
             let mut core = shared.core.lock();
             match received {
-                Ok((n, from)) => core.handle_datagram(now, from, &buf[..n]),
+                Ok((from, packet)) => core.handle_packet(now, from, packet),
                 Err(e) if socket::is_timeout(&e) => {}
                 // An ICMP error for an earlier reply: nothing to do.
                 Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
@@ -253,8 +259,11 @@ impl Server {
             if core.poll_timeout() <= now {
                 core.handle_timeout(now);
             }
-            send_all(&shared.socket, &mut core);
-            if let Some(d) = core.poll_request() {
+            let out = outbox(&mut core);
+            let delivered = core.poll_request();
+            drop(core);
+            send_all(&shared.socket, &shared.key, out);
+            if let Some(d) = delivered {
                 return Ok(request(d));
             }
         }
@@ -264,9 +273,12 @@ impl Server {
     /// as they are, without being copied into one buffer.  A reply to a
     /// client that gave up meanwhile is dropped silently.
     pub fn putrep(&self, request: &Request, reply: impl Into<Rope>) -> Result<(), Error> {
-        let mut core = self.shared.core.lock();
-        core.reply(clock::now(), request.txn, reply);
-        send_all(&self.shared.socket, &mut core);
+        let out = {
+            let mut core = self.shared.core.lock();
+            core.reply(clock::now(), request.txn, reply);
+            outbox(&mut core)
+        };
+        send_all(&self.shared.socket, &self.shared.key, out);
         Ok(())
     }
 
@@ -299,9 +311,12 @@ impl Server {
             let left = until.saturating_duration_since(Instant::now());
             timeout.set(&shared.socket, left.min(Duration::from_millis(10)))?;
             if let Ok((n, from)) = shared.socket.recv_from(buf) {
-                let mut core = shared.core.lock();
-                core.handle_datagram(clock::now(), from, &buf[..n]);
-                send_all(&shared.socket, &mut core);
+                let out = {
+                    let mut core = shared.core.lock();
+                    core.handle_datagram(clock::now(), from, &buf[..n]);
+                    outbox(&mut core)
+                };
+                send_all(&shared.socket, &shared.key, out);
             }
         }
         shared.closed.store(true, Ordering::Release);
@@ -339,8 +354,15 @@ fn request(d: Delivered) -> Request {
     }
 }
 
-fn send_all(socket: &UdpSocket, core: &mut ServerCore) {
-    while let Some(t) = core.poll_transmit() {
+/// The datagrams the core has queued, taken under its lock to be sent
+/// after it is released.
+fn outbox(core: &mut ServerCore) -> Vec<Transmit> {
+    std::iter::from_fn(|| core.poll_transmit()).collect()
+}
+
+fn send_all(socket: &UdpSocket, key: &ClusterKey, out: Vec<Transmit>) {
+    for mut t in out {
+        t.seal(key);
         if let Dest::Addr(addr) = t.dest
             && let Err(e) = crate::socket::send_parts(socket, &t.bytes, &t.tail, Some(addr))
         {

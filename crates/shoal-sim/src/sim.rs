@@ -857,7 +857,7 @@ impl Sim {
         for c in &mut self.clients {
             while let Some(t) = c.core.poll_transmit() {
                 let dest = t.dest;
-                let bytes = t.into_datagram();
+                let bytes = t.into_datagram(&self.key);
                 match dest {
                     Dest::Addr(a) => out.push((c.addr, a, bytes)),
                     Dest::Nodes => {
@@ -873,7 +873,7 @@ impl Sim {
             if let Some(core) = &mut s.core {
                 while let Some(t) = core.poll_transmit() {
                     if let Dest::Addr(a) = t.dest {
-                        out.push((s.addr, a, t.into_datagram()));
+                        out.push((s.addr, a, t.into_datagram(&self.key)));
                     }
                 }
             }

@@ -30,7 +30,8 @@ fn payload_len(packet: &Packet<'_>) -> usize {
 
 /// Encodes `packet` into `out` (cleared first), MAC included.
 pub fn encode_into(packet: &Packet<'_>, key: &ClusterKey, out: &mut Vec<u8>) {
-    encode_parts(packet, &[] as &[&[u8]], key, out);
+    encode_unsealed(packet, out);
+    seal(out, &[] as &[&[u8]], key);
 }
 
 /// Encodes the head of a datagram into `out` (cleared first): `packet`, a
@@ -49,15 +50,14 @@ pub fn encode_head_into(
         Packet::Reply(r) => r.payload.is_empty(),
         _ => tail.is_empty(),
     });
-    encode_parts(packet, tail, key, out);
+    encode_unsealed(packet, out);
+    seal(out, tail, key);
 }
 
-fn encode_parts(
-    packet: &Packet<'_>,
-    tail: &[impl AsRef<[u8]>],
-    key: &ClusterKey,
-    out: &mut Vec<u8>,
-) {
+/// Encodes `packet` into `out` (cleared first) with its MAC field left
+/// zero, for a caller that computes the MAC later with [`seal`] (outside
+/// a lock, say).
+pub fn encode_unsealed(packet: &Packet<'_>, out: &mut Vec<u8>) {
     out.clear();
     out.extend_from_slice(&MAGIC);
     out.push(VERSION);
@@ -131,8 +131,13 @@ fn encode_parts(
         }
         Packet::Group(g) => crate::group::encode_group(g, &mut w),
     }
-    let mac = key.mac_parts(out, tail);
-    out[4..HEADER_LEN].copy_from_slice(&mac);
+}
+
+/// Writes the MAC of the datagram `head` followed by the pieces of `tail`
+/// (a head from [`encode_unsealed`]) into `head`'s MAC field.
+pub fn seal(head: &mut [u8], tail: &[impl AsRef<[u8]>], key: &ClusterKey) {
+    let mac = key.mac_parts(head, tail);
+    head[4..HEADER_LEN].copy_from_slice(&mac);
 }
 
 /// Checks the MAC of `datagram` and decodes it.

@@ -28,7 +28,7 @@ mod ids;
 mod key;
 mod packet;
 
-pub use codec::{decode, encode, encode_head_into, encode_into};
+pub use codec::{decode, encode, encode_head_into, encode_into, encode_unsealed, seal};
 pub use ids::{ClientId, Instance, MemberId, NodeId, Nonce, Seq, TxnId};
 pub use key::ClusterKey;
 pub use packet::{
