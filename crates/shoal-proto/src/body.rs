@@ -340,32 +340,79 @@ impl Incoming {
 
     /// Adds one fragment.
     pub fn add(&mut self, frag: Frag, total_len: u64, payload: &[u8]) -> Added {
+        let start = match self.place(frag, total_len, payload.len()) {
+            Ok(start) => start,
+            Err(added) => return added,
+        };
+        self.data[start..start + payload.len()].copy_from_slice(payload);
+        self.mark(frag.index)
+    }
+
+    /// Where the fragment the sender will most likely send next (the one
+    /// after the highest received, in order) goes: its index and its bytes
+    /// in the body, for a receive straight into them.  `None` before the
+    /// first fragment (the fragment size is not known yet) and once that
+    /// fragment is not missing.  The bytes count as received only through
+    /// [`Incoming::add_placed`]; whatever else lands in them meanwhile is
+    /// overwritten when the fragment does arrive.
+    pub fn next_slot(&mut self) -> Option<(u32, &mut [u8])> {
+        let frag_bytes = self.frag_bytes?;
+        if self.received_count == 0 {
+            return None;
+        }
+        let index = self.highest + 1;
+        if index >= self.count || self.received.get(index) {
+            return None;
+        }
+        let start = index as usize * frag_bytes;
+        let end = (start + frag_bytes).min(self.total_len as usize);
+        Some((index, &mut self.data[start..end]))
+    }
+
+    /// Adds fragment `frag` whose `len` bytes a receive already put in the
+    /// slot [`Incoming::next_slot`] gave for it.
+    pub fn add_placed(&mut self, frag: Frag, total_len: u64, len: usize) -> Added {
+        match self.place(frag, total_len, len) {
+            Ok(_) => self.mark(frag.index),
+            Err(added) => added,
+        }
+    }
+
+    /// The bytes of a slot from [`Incoming::next_slot`], to check them.
+    pub fn slot(&self, index: u32, len: usize) -> Option<&[u8]> {
+        let start = index as usize * self.frag_bytes?;
+        self.data.get(start..start + len)
+    }
+
+    /// Checks fragment `frag` of `len` bytes against the body: where its
+    /// bytes go, or why it is not added.
+    fn place(&mut self, frag: Frag, total_len: u64, len: usize) -> Result<usize, Added> {
         if frag.count != self.count || total_len != self.total_len || frag.index >= self.count {
-            return Added::Invalid;
+            return Err(Added::Invalid);
         }
         if self.received.get(frag.index) {
-            return Added::Duplicate;
+            return Err(Added::Duplicate);
         }
         let last = frag.index == self.count - 1;
         let frag_bytes = match self.frag_bytes {
             Some(f) => f,
-            None if self.count == 1 => payload.len().max(1),
+            None if self.count == 1 => len.max(1),
             None if last => {
                 // (count-1) * f + len == total_len
-                let rest = self.total_len.saturating_sub(payload.len() as u64);
+                let rest = self.total_len.saturating_sub(len as u64);
                 let n = (self.count - 1) as u64;
                 if rest == 0 || !rest.is_multiple_of(n) {
-                    return Added::Invalid;
+                    return Err(Added::Invalid);
                 }
                 (rest / n) as usize
             }
-            None => payload.len(),
+            None => len,
         };
         if frag_bytes == 0
-            || (payload.len() as u64) > self.total_len
+            || (len as u64) > self.total_len
             || self.total_len.div_ceil(frag_bytes as u64).max(1) != self.count as u64
         {
-            return Added::Invalid;
+            return Err(Added::Invalid);
         }
         let start = frag.index as u64 * frag_bytes as u64;
         let expected = if last {
@@ -373,21 +420,25 @@ impl Incoming {
         } else {
             Some(frag_bytes as u64)
         };
-        if expected != Some(payload.len() as u64)
-            || (last && (payload.len() > frag_bytes || (self.count > 1 && payload.is_empty())))
+        if expected != Some(len as u64)
+            || (last && (len > frag_bytes || (self.count > 1 && len == 0)))
         {
-            return Added::Invalid;
+            return Err(Added::Invalid);
+        }
+        let start = start as usize;
+        if self.data.get(start..start + len).is_none() {
+            return Err(Added::Invalid);
         }
         self.frag_bytes = Some(frag_bytes);
-        let start = start as usize;
-        let Some(slot) = self.data.get_mut(start..start + payload.len()) else {
-            return Added::Invalid;
-        };
-        slot.copy_from_slice(payload);
-        self.received.set(frag.index);
+        Ok(start)
+    }
+
+    /// Counts fragment `index` as received.
+    fn mark(&mut self, index: u32) -> Added {
+        self.received.set(index);
         self.received_count += 1;
-        let filled_hole = frag.index < self.highest;
-        self.highest = self.highest.max(frag.index);
+        let filled_hole = index < self.highest;
+        self.highest = self.highest.max(index);
         while self.base < self.count && self.received.get(self.base) {
             self.base += 1;
         }

@@ -47,7 +47,7 @@ use bytes::Bytes;
 use shoal_cap::PutPort;
 use shoal_wire::{
     Ack, AckDir, ClientId, ClusterKey, Endpoint, Fate, Instance, Locate, Nonce, Packet,
-    ReplyStatus, Request, Seq, TxnId, decode, encode_into,
+    ReplyStatus, Request, Seq, TxnId, decode, decode_split, encode_into,
 };
 
 use crate::body::{Added, Incoming, Outgoing};
@@ -258,10 +258,71 @@ impl ClientCore {
     /// A datagram arrived from `from`.
     pub fn handle_datagram(&mut self, now: Time, from: SocketAddr, datagram: &[u8]) {
         self.stats.datagrams_in += 1;
-        let packet = match decode(datagram, &self.key) {
-            Ok(p) => p,
-            Err(e) => return self.stats.count_wire_error(e),
+        match decode(datagram, &self.key) {
+            Ok(p) => self.on_packet(now, from, p, None),
+            Err(e) => self.stats.count_wire_error(e),
+        }
+    }
+
+    /// Where the next fragment of the reply being received most likely
+    /// goes (see [`Incoming::next_slot`]): a shell may receive the next
+    /// datagram's first [`shoal_wire::REPLY_HEAD`] bytes elsewhere and the
+    /// rest straight into these, then hand it over with
+    /// [`ClientCore::handle_placed`], so the payload is never copied.
+    pub fn reply_slot(&mut self) -> Option<(u32, &mut [u8])> {
+        let txn = self.txn.as_mut()?;
+        if txn.state != State::Receiving {
+            return None;
+        }
+        txn.reply.as_mut()?.next_slot()
+    }
+
+    /// A datagram from `from` received in up to three places: `head`, then
+    /// `len` bytes in the slot [`ClientCore::reply_slot`] gave for fragment
+    /// `index`, then (if it was longer than the slot) `spill`.  If it is
+    /// not that fragment, it is handled as a whole datagram (copied
+    /// together first); the slot's bytes count for nothing until the
+    /// fragment itself arrives.
+    pub fn handle_placed(
+        &mut self,
+        now: Time,
+        from: SocketAddr,
+        head: &[u8],
+        (index, len): (u32, usize),
+        spill: &[u8],
+    ) {
+        let Some(slot) = self
+            .txn
+            .as_ref()
+            .and_then(|t| t.reply.as_ref())
+            .and_then(|r| r.slot(index, len))
+        else {
+            // The transaction moved on: nothing can be placed any more.
+            self.stats.datagrams_in += 1;
+            return self.stats.dropped_stale += 1;
         };
+        if spill.is_empty() && len > 0 {
+            match decode_split(head, slot, &self.key) {
+                Ok(Packet::Reply(r)) if r.payload.is_empty() && r.frag.index == index => {
+                    self.stats.datagrams_in += 1;
+                    return self.on_packet(now, from, Packet::Reply(r), Some(len));
+                }
+                _ => {}
+            }
+        }
+        let whole = [head, slot, spill].concat();
+        self.handle_datagram(now, from, &whole);
+    }
+
+    /// A packet arrived from `from`; `placed`: a reply fragment whose
+    /// payload, this many bytes, is already in its place in the body.
+    fn on_packet(
+        &mut self,
+        now: Time,
+        from: SocketAddr,
+        packet: Packet<'_>,
+        placed: Option<usize>,
+    ) {
         let Some(txn) = self.txn.as_mut() else {
             self.stats.dropped_stale += 1;
             return;
@@ -350,7 +411,10 @@ impl ClientCore {
                 }
                 txn.state = State::Receiving;
                 let reply = txn.reply.as_mut().expect("set above");
-                let added = reply.add(r.frag, r.total_len, r.payload);
+                let added = match placed {
+                    Some(len) => reply.add_placed(r.frag, r.total_len, len),
+                    None => reply.add(r.frag, r.total_len, r.payload),
+                };
                 match added {
                     Added::Invalid => {
                         self.stats.dropped_malformed += 1;
@@ -615,4 +679,133 @@ fn enqueue(
     encode_into(packet, key, &mut bytes);
     stats.datagrams_out += 1;
     transmits.push_back(Transmit::whole(dest, bytes));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Registry, ServerConfig, ServerCore};
+    use shoal_cap::GetPort;
+    use shoal_wire::{NodeId, REPLY_HEAD};
+
+    /// A reply received fragment by fragment into the slots the core
+    /// offers (the way the shell does), with the server's datagrams
+    /// delivered out of order and some twice: every datagram that is not
+    /// the expected fragment lands in the slot all the same, or spills
+    /// past it, and the body still comes out whole.
+    #[test]
+    fn placed_fragments_make_the_same_reply() {
+        proptest::proptest!(|(len in 0usize..2000, frag in 1usize..300, order in proptest::collection::vec(0usize..8, 0..64))| {
+            let body: Vec<u8> = (0..len).map(|i| (i * 7 % 253) as u8).collect();
+            proptest::prop_assert_eq!(exchange(&body, frag, &order), body);
+        });
+    }
+
+    /// One call carrying `reply` back in fragments of `frag` bytes; `order`
+    /// shuffles (and duplicates) the server's datagrams.
+    fn exchange(reply: &[u8], frag: usize, order: &[usize]) -> Vec<u8> {
+        let key = ClusterKey::from_bytes([3; 32]);
+        let port = GetPort::from_bytes([9; 16]).put_port();
+        let server_addr: SocketAddr = "10.0.0.2:9000".parse().unwrap();
+        let client_addr: SocketAddr = "10.0.0.1:9000".parse().unwrap();
+        let node_addr: SocketAddr = "10.0.0.2:7700".parse().unwrap();
+        let mut registry = Registry::new(NodeId(1), key.clone());
+        let instance = Instance(77);
+        registry.register(
+            port,
+            Endpoint {
+                addr: server_addr,
+                instance,
+            },
+        );
+        let config = ServerConfig {
+            frag_bytes: frag,
+            window: 8,
+            ..ServerConfig::default()
+        };
+        let mut server = ServerCore::new(port, instance, key.clone(), config);
+        let config = ClientConfig {
+            frag_bytes: frag,
+            window: 8,
+            ..ClientConfig::default()
+        };
+        let mut client = ClientCore::new(ClientId(5), key.clone(), config);
+        let mut now = Time(0);
+        client.start(
+            now,
+            port,
+            Bytes::from_static(b"ask"),
+            now + Duration::from_secs(60),
+        );
+        let mut turn = 0;
+        loop {
+            now = now + Duration::from_millis(1);
+            while let Some(t) = client.poll_transmit() {
+                let dest = t.dest;
+                let bytes = t.into_datagram(&key);
+                match dest {
+                    Dest::Nodes => {
+                        if let Ok(Packet::Locate(l)) = decode(&bytes, &key)
+                            && let Some(a) = registry.handle_locate(client_addr, &l)
+                        {
+                            client.handle_datagram(now, node_addr, &a.into_datagram(&key));
+                        }
+                    }
+                    Dest::Addr(_) => server.handle_datagram(now, client_addr, &bytes),
+                }
+            }
+            while let Some(req) = server.poll_request() {
+                server.reply(now, req.txn, reply.to_vec());
+            }
+            let mut out: Vec<Vec<u8>> = std::iter::from_fn(|| server.poll_transmit())
+                .map(|t| t.into_datagram(&key))
+                .collect();
+            // Reorder: each datagram moves back by up to `order[turn]`
+            // places, and one in three turns repeats the first.
+            for i in 0..out.len() {
+                let back = order.get(turn + i).copied().unwrap_or(0).min(i);
+                out[i - back..=i].rotate_right(1);
+            }
+            if turn % 3 == 1
+                && let Some(first) = out.first().cloned()
+            {
+                out.push(first);
+            }
+            turn += 1;
+            for d in out {
+                match client.reply_slot() {
+                    Some((index, slot)) => {
+                        let n = d.len().min(REPLY_HEAD);
+                        let mut head = vec![0u8; n];
+                        head.copy_from_slice(&d[..n]);
+                        let rest = &d[n..];
+                        let len = rest.len().min(slot.len());
+                        slot[..len].copy_from_slice(&rest[..len]);
+                        if d.len() <= REPLY_HEAD {
+                            client.handle_datagram(now, server_addr, &head);
+                        } else {
+                            client.handle_placed(
+                                now,
+                                server_addr,
+                                &head,
+                                (index, len),
+                                &rest[len..],
+                            );
+                        }
+                    }
+                    None => client.handle_datagram(now, server_addr, &d),
+                }
+            }
+            if let Some(r) = client.poll_outcome() {
+                return r.unwrap();
+            }
+            if client.poll_timeout().is_some_and(|t| t <= now) {
+                client.handle_timeout(now);
+            }
+            if server.poll_timeout() <= now {
+                server.handle_timeout(now);
+            }
+            assert!(turn < 10_000, "the call did not finish");
+        }
+    }
 }

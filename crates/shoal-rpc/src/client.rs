@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use shoal_cap::PutPort;
 use shoal_proto::{ClientConfig, ClientCore, Dest, Phase, Stats, pool};
-use shoal_wire::{ClientId, MAX_DATAGRAM};
+use shoal_wire::{ClientId, MAX_DATAGRAM, REPLY_HEAD};
 
 use crate::clock;
 use crate::context::ContextConfig;
@@ -217,7 +217,19 @@ impl Client {
         } else {
             Duration::ZERO
         };
-        let received = match socket::spin_recv(sock, &mut self.buf, spin) {
+        // While a reply arrives, its next fragment is received straight
+        // into its place in the body: the header in `head`, the payload in
+        // the slot, anything longer than expected in `buf`.
+        let mut head = [0u8; REPLY_HEAD];
+        let mut slot = target.and_then(|_| self.core.reply_slot());
+        let placed = slot.as_ref().map(|(index, s)| (*index, s.len()));
+        let buf = &mut self.buf;
+        let mut recv = |wait: bool| match &mut slot {
+            Some((_, s)) => socket::recv_scatter(sock, &mut [&mut head, s, buf], wait),
+            None if wait => sock.recv_from(buf).map(Some),
+            None => socket::try_recv_from(sock, buf),
+        };
+        let received = match socket::spin_with(spin, || recv(false)) {
             Ok(Some(got)) => Ok(Some(got)),
             Ok(None) => {
                 let mut left = until.saturating_duration_since(Instant::now());
@@ -228,12 +240,37 @@ impl Client {
                     Ok(None)
                 } else {
                     timeout.set(sock, left)?;
-                    sock.recv_from(&mut self.buf).map(Some)
+                    recv(true)
                 }
             }
             Err(e) => Err(e),
         };
         let now = clock::now();
+        match (received, placed) {
+            (Ok(Some((n, from))), Some(_)) if n <= REPLY_HEAD => {
+                self.core.handle_datagram(now, from, &head[..n]);
+            }
+            (Ok(Some((n, from))), Some((index, room))) => {
+                let len = (n - REPLY_HEAD).min(room);
+                let spill = &self.buf[..n - REPLY_HEAD - len];
+                self.core
+                    .handle_placed(now, from, &head, (index, len), spill);
+            }
+            (received, _) => self.on_received(now, target, received)?,
+        }
+        if self.core.poll_timeout().is_some_and(|t| t <= now) {
+            self.core.handle_timeout(now);
+        }
+        Ok(())
+    }
+
+    /// What a plain receive into `buf` got.
+    fn on_received(
+        &mut self,
+        now: shoal_proto::Time,
+        target: Option<SocketAddr>,
+        received: io::Result<Option<(usize, SocketAddr)>>,
+    ) -> Result<(), Error> {
         match received {
             Ok(Some((n, from))) => self.core.handle_datagram(now, from, &self.buf[..n]),
             Ok(None) => {}
@@ -244,9 +281,6 @@ impl Client {
                 }
             }
             Err(e) => return Err(e.into()),
-        }
-        if self.core.poll_timeout().is_some_and(|t| t <= now) {
-            self.core.handle_timeout(now);
         }
         Ok(())
     }

@@ -140,12 +140,21 @@ pub fn spin_recv(
     buf: &mut [u8],
     spin: Duration,
 ) -> io::Result<Option<(usize, SocketAddr)>> {
+    spin_with(spin, || try_recv_from(socket, buf))
+}
+
+/// Calls `poll` (a receive that does not block) until it gets something
+/// or `spin` has passed, yielding the CPU in between.
+pub fn spin_with<T>(
+    spin: Duration,
+    mut poll: impl FnMut() -> io::Result<Option<T>>,
+) -> io::Result<Option<T>> {
     if spin.is_zero() {
         return Ok(None);
     }
     let start = std::time::Instant::now();
     loop {
-        if let Some(got) = try_recv_from(socket, buf)? {
+        if let Some(got) = poll()? {
             return Ok(Some(got));
         }
         if start.elapsed() >= spin {
@@ -153,6 +162,32 @@ pub fn spin_recv(
         }
         // SAFETY: sched_yield has no preconditions.
         unsafe { libc::sched_yield() };
+    }
+}
+
+/// Receives one datagram into the pieces of `bufs`, in order (a
+/// scattering receive); with `wait` false, `Ok(None)` if nothing is
+/// queued.  Returns its length and sender.
+pub fn recv_scatter(
+    socket: &UdpSocket,
+    bufs: &mut [&mut [u8]],
+    wait: bool,
+) -> io::Result<Option<(usize, SocketAddr)>> {
+    let mut slices: Vec<socket2::MaybeUninitSlice<'_>> = bufs
+        .iter_mut()
+        .map(|b| {
+            // SAFETY: initialized bytes are valid MaybeUninit<u8>; the
+            // callee only writes to them.
+            let uninit =
+                unsafe { &mut *(&mut **b as *mut [u8] as *mut [std::mem::MaybeUninit<u8>]) };
+            socket2::MaybeUninitSlice::new(uninit)
+        })
+        .collect();
+    let flags = if wait { 0 } else { libc::MSG_DONTWAIT };
+    match socket2::SockRef::from(socket).recv_from_vectored_with_flags(&mut slices, flags) {
+        Ok((n, _, addr)) => Ok(addr.as_socket().map(|a| (n, a))),
+        Err(e) if !wait && is_timeout(&e) => Ok(None),
+        Err(e) => Err(e),
     }
 }
 

@@ -142,10 +142,27 @@ pub fn seal(head: &mut [u8], tail: &[impl AsRef<[u8]>], key: &ClusterKey) {
 
 /// Checks the MAC of `datagram` and decodes it.
 pub fn decode<'a>(datagram: &'a [u8], key: &ClusterKey) -> Result<Packet<'a>, WireError> {
+    decode_split(datagram, &[], key)
+}
+
+/// Checks the MAC of the datagram `head` followed by `tail` (received in
+/// two places by a scattering receive) and decodes it from `head`: a
+/// request's or reply's payload is then `head`'s bytes past its header
+/// (none, if `head` is exactly [`REPLY_HEAD`] long for a reply) followed by
+/// `tail`, which the caller already holds where it wants it.
+pub fn decode_split<'a>(
+    head: &'a [u8],
+    tail: &[u8],
+    key: &ClusterKey,
+) -> Result<Packet<'a>, WireError> {
+    let datagram = head;
     if datagram.len() < HEADER_LEN {
         return Err(WireError::Truncated);
     }
-    if datagram.len() > MAX_DATAGRAM {
+    if datagram.len() + tail.len() > MAX_DATAGRAM {
+        return Err(WireError::Oversized);
+    }
+    if !tail.is_empty() && !matches!(datagram[3], 1 | 2) {
         return Err(WireError::Oversized);
     }
     if datagram[..2] != MAGIC {
@@ -158,7 +175,7 @@ pub fn decode<'a>(datagram: &'a [u8], key: &ClusterKey) -> Result<Packet<'a>, Wi
     if !(1..=8).contains(&kind) && !(GROUP_KIND_BASE..=GROUP_KIND_LAST).contains(&kind) {
         return Err(WireError::BadKind(kind));
     }
-    let mac = key.mac(datagram);
+    let mac = key.mac_parts(datagram, &[tail]);
     if !constant_time_eq(&mac, &datagram[4..HEADER_LEN]) {
         return Err(WireError::BadMac);
     }

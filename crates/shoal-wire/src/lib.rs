@@ -28,7 +28,9 @@ mod ids;
 mod key;
 mod packet;
 
-pub use codec::{decode, encode, encode_head_into, encode_into, encode_unsealed, seal};
+pub use codec::{
+    decode, decode_split, encode, encode_head_into, encode_into, encode_unsealed, seal,
+};
 pub use ids::{ClientId, Instance, MemberId, NodeId, Nonce, Seq, TxnId};
 pub use key::ClusterKey;
 pub use packet::{
@@ -42,6 +44,10 @@ pub const HEADER_LEN: usize = 20;
 pub const MAGIC: [u8; 2] = *b"SH";
 /// The wire version this build speaks.
 pub const VERSION: u8 = 1;
+/// Bytes of a reply's header, from the magic to the payload: a receiver
+/// that expects a reply fragment can receive its header and its payload
+/// into different places (see [`decode_split`]).
+pub const REPLY_HEAD: usize = HEADER_LEN + 16 + 8 + 1 + 8 + 8;
 /// The largest UDP payload shoal ever sends or accepts.
 pub const MAX_DATAGRAM: usize = 65_507;
 

@@ -183,6 +183,35 @@ proptest! {
     }
 
     #[test]
+    fn a_datagram_split_in_its_payload_decodes_as_a_whole(p in arb_packet(&PAYLOAD), cut in any::<prop::sample::Index>()) {
+        let bytes = encode(&p, &key());
+        let payload: &[u8] = match &p {
+            Packet::Request(r) => r.payload,
+            Packet::Reply(r) => r.payload,
+            _ => &[],
+        };
+        let cut = bytes.len() - payload.len() + cut.index(payload.len() + 1);
+        let (head, tail) = bytes.split_at(cut);
+        match (decode_split(head, tail, &key()).unwrap(), &p) {
+            // The payload is the head's rest followed by the tail.
+            (Packet::Request(got), Packet::Request(want)) => {
+                prop_assert_eq!([got.payload, tail].concat(), want.payload.to_vec());
+                prop_assert_eq!(Request { payload: want.payload, ..got }, want.clone());
+            }
+            (Packet::Reply(got), Packet::Reply(want)) => {
+                prop_assert_eq!([got.payload, tail].concat(), want.payload.to_vec());
+                prop_assert_eq!(Reply { payload: want.payload, ..got }, want.clone());
+            }
+            (got, want) => prop_assert_eq!(&got, want),
+        }
+        // Only requests and replies carry a payload that may be elsewhere.
+        if payload.is_empty() && !matches!(p, Packet::Request(_) | Packet::Reply(_)) {
+            let (head, tail) = bytes.split_at(bytes.len() - 1);
+            prop_assert!(decode_split(head, tail, &key()).is_err());
+        }
+    }
+
+    #[test]
     fn any_flipped_bit_is_rejected(p in arb_packet(&PAYLOAD), bit in any::<prop::sample::Index>()) {
         let mut bytes = encode(&p, &key());
         let bit = bit.index(bytes.len() * 8);
@@ -201,6 +230,22 @@ proptest! {
     fn random_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..2000)) {
         let _ = decode(&bytes, &key());
     }
+}
+
+#[test]
+fn a_reply_header_is_reply_head_long() {
+    let reply = Reply {
+        txn: TxnId {
+            client: ClientId(1),
+            seq: Seq(2),
+        },
+        instance: Instance(3),
+        status: ReplyStatus::Ok,
+        frag: Frag { index: 4, count: 5 },
+        total_len: 6,
+        payload: &[],
+    };
+    assert_eq!(encode(&Packet::Reply(reply), &key()).len(), REPLY_HEAD);
 }
 
 #[test]
