@@ -142,6 +142,13 @@ pub struct FileClient {
     deadline: Duration,
 }
 
+/// A reply decoded (its buffer recycled).
+fn answer(reply: Vec<u8>) -> Result<Answer, ClientError> {
+    let r = op::decode_result(&reply).map_err(|e| ClientError::BadAnswer(e.to_string()))?;
+    shoal_rpc::recycle(reply);
+    Ok(r?)
+}
+
 fn unexpected(a: Answer) -> ClientError {
     ClientError::BadAnswer(format!("unexpected answer {a:?}"))
 }
@@ -184,25 +191,12 @@ impl FileClient {
         cap: &Capability,
         op: &Op<D>,
     ) -> Result<Answer, ClientError> {
-        let reply = self.raw(cap, op)?;
-        let r = op::decode_result(&reply).map_err(|e| ClientError::BadAnswer(e.to_string()))?;
-        shoal_rpc::recycle(reply);
-        Ok(r?)
+        answer(self.raw(cap, op)?)
     }
 
     /// One call with a request already encoded.
     fn call_body(&mut self, cap: &Capability, body: bytes::Bytes) -> Result<Answer, ClientError> {
-        let opts = CallOptions {
-            deadline: Some(self.deadline),
-            cancel: None,
-        };
-        let reply = self
-            .rpc
-            .trans_with(&cap.port(), body, &opts)
-            .map_err(|e| ClientError::Unreachable(e.to_string()))?;
-        let r = op::decode_result(&reply).map_err(|e| ClientError::BadAnswer(e.to_string()))?;
-        shoal_rpc::recycle(reply);
-        Ok(r?)
+        answer(self.send(cap, body)?)
     }
 
     /// One call, answering the raw reply.  Large requests are encoded into
@@ -212,10 +206,6 @@ impl FileClient {
         cap: &Capability,
         op: &Op<D>,
     ) -> Result<Vec<u8>, ClientError> {
-        let opts = CallOptions {
-            deadline: Some(self.deadline),
-            cancel: None,
-        };
         let mut body = match op {
             Op::Create { data, .. }
             | Op::Edit {
@@ -225,6 +215,16 @@ impl FileClient {
             _ => Vec::new(),
         };
         op.encode_into(&mut body);
+        self.send(cap, body.into())
+    }
+
+    /// Sends an encoded request to the server of `cap` within the
+    /// deadline; the raw reply.
+    fn send(&mut self, cap: &Capability, body: bytes::Bytes) -> Result<Vec<u8>, ClientError> {
+        let opts = CallOptions {
+            deadline: Some(self.deadline),
+            cancel: None,
+        };
         self.rpc
             .trans_with(&cap.port(), body, &opts)
             .map_err(|e| ClientError::Unreachable(e.to_string()))
