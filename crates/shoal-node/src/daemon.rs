@@ -18,13 +18,16 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use shoal_proto::{Dest, Membership, MembershipConfig, Registry, Stats, Time};
 use shoal_rpc::{Context, Server};
-use shoal_wire::{ClusterKey, MAX_DATAGRAM, NodeId, Packet, decode};
+use shoal_wire::{ClusterKey, MAX_DATAGRAM, NodeId, Owner, Packet, decode};
 
 use crate::config::NodeConfig;
-use crate::service::{MemberStatus, NodeRequest, NodeStatus, node_port};
+use crate::load::Sampler;
+use crate::service::{MemberLoad, MemberStatus, NodeRequest, NodeStatus, node_port};
 
 /// Longest the net thread sleeps before it looks at the stop flag.
 const POLL: Duration = Duration::from_millis(50);
+/// How often the load is measured (heartbeats in between carry the last).
+const LOAD_EVERY: Duration = Duration::from_millis(500);
 
 /// Now on the process's protocol clock (the RPC library's, which the
 /// node service also runs on).
@@ -37,6 +40,10 @@ pub(crate) struct State {
     pub membership: Membership,
     pub stats: Stats,
     pub links: u64,
+    /// Measures the load the heartbeats carry; holds the owner's state.
+    pub load: Sampler,
+    /// When the load was last measured.
+    pub load_at: Option<Time>,
 }
 
 pub(crate) struct Shared {
@@ -61,6 +68,14 @@ impl Shared {
                 addr: m.addr.to_string(),
                 alive: m.alive,
                 silent_ms: m.silent_for.map(|d| d.as_millis() as u64),
+                load: m.load.map(|(l, _)| MemberLoad {
+                    cores: l.cores,
+                    run_queue: l.run_queue_centi as f64 / 100.0,
+                    foreign_cpu: l.foreign_cpu_milli as f64 / 1000.0,
+                    mem_free_mib: l.mem_free_mib,
+                    shoal_procs: l.shoal_procs,
+                    owner_active: l.owner == Owner::Active,
+                }),
             })
             .collect();
         NodeStatus {
@@ -113,6 +128,8 @@ impl Daemon {
                 membership,
                 stats: Stats::default(),
                 links: 0,
+                load: Sampler::new(&config.state_dir),
+                load_at: None,
             }),
             key,
             node,
@@ -235,6 +252,15 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
                     Ok(_) => state.stats.dropped_stale += 1,
                     Err(e) => state.stats.count_wire_error(e),
                 }
+            }
+            if state.membership.poll_timeout() <= now
+                && state
+                    .load_at
+                    .is_none_or(|t| now.saturating_since(t) >= LOAD_EVERY)
+            {
+                let load = state.load.sample(0);
+                state.membership.set_load(now, load);
+                state.load_at = Some(now);
             }
             state.membership.handle_timeout(now);
             while let Some(t) = state.membership.poll_transmit() {

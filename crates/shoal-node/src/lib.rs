@@ -23,10 +23,11 @@
 mod config;
 mod daemon;
 mod link_server;
+mod load;
 mod metrics;
 pub mod service;
 mod state;
 
 pub use config::{NodeConfig, NodeConfigFile};
 pub use daemon::{Daemon, run};
-pub use service::{MemberStatus, NodeStatus, node_port};
+pub use service::{MemberLoad, MemberStatus, NodeStatus, node_port};

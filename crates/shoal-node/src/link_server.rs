@@ -127,6 +127,22 @@ fn handle(
                 frag_bytes: shared.config.frag_bytes,
             })
         }
+        LinkRequest::Owner { active } => {
+            let owner = if active {
+                shoal_wire::Owner::Active
+            } else {
+                shoal_wire::Owner::Idle
+            };
+            let mut state = shared.state.lock();
+            match state.load.set_owner(owner) {
+                Ok(()) => {
+                    // The next heartbeats say so at once.
+                    state.load_at = None;
+                    LinkResponse::Ok
+                }
+                Err(e) => error(e),
+            }
+        }
         LinkRequest::Register {
             get_port,
             addr,

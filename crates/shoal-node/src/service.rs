@@ -21,7 +21,7 @@ pub enum NodeRequest {
 }
 
 /// One member as a node sees it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct MemberStatus {
     pub name: String,
     pub node: String,
@@ -29,6 +29,22 @@ pub struct MemberStatus {
     pub alive: bool,
     /// Milliseconds since last heard, if ever.
     pub silent_ms: Option<u64>,
+    /// Its last load report.
+    #[serde(default)]
+    pub load: Option<MemberLoad>,
+}
+
+/// A member's load, as it last reported it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct MemberLoad {
+    pub cores: u16,
+    /// One-minute load average.
+    pub run_queue: f64,
+    /// Cores' worth of processor time used by programs not shoal's.
+    pub foreign_cpu: f64,
+    pub mem_free_mib: u32,
+    pub shoal_procs: u32,
+    pub owner_active: bool,
 }
 
 /// A node's answer to `status`.

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use shoal_wire::{ClusterKey, Heartbeat, MAX_MEMBERS, Member, NodeId, Packet, encode};
+use shoal_wire::{ClusterKey, Heartbeat, Load, MAX_MEMBERS, Member, NodeId, Packet, encode};
 
 use crate::time::Time;
 use crate::transmit::{Dest, Transmit};
@@ -42,6 +42,8 @@ struct Peer {
     name: String,
     incarnation: u64,
     last_heard: Option<Time>,
+    /// The peer's last load report, and when it arrived.
+    load: Option<(Load, Time)>,
 }
 
 /// One member as this node sees it.
@@ -55,6 +57,9 @@ pub struct MemberView {
     pub alive: bool,
     /// Time since last heard, if ever.
     pub silent_for: Option<Duration>,
+    /// The member's last load report (this node's own, for itself), and
+    /// when it arrived.
+    pub load: Option<(Load, Time)>,
 }
 
 /// Membership state of one node.
@@ -70,6 +75,8 @@ pub struct Membership {
     config: MembershipConfig,
     next_beat: Time,
     transmits: Vec<Transmit>,
+    /// This node's load, sent in its heartbeats, and when it was measured.
+    load: Option<(Load, Time)>,
 }
 
 impl Membership {
@@ -94,7 +101,13 @@ impl Membership {
             config,
             next_beat: Time(0),
             transmits: Vec::new(),
+            load: None,
         }
+    }
+
+    /// This node's load, measured at `now`: its next heartbeats carry it.
+    pub fn set_load(&mut self, now: Time, load: Load) {
+        self.load = Some((load, now));
     }
 
     /// A heartbeat arrived.
@@ -111,7 +124,11 @@ impl Membership {
             name: hb.name.clone(),
             incarnation: hb.incarnation,
             last_heard: None,
+            load: None,
         });
+        if let Some(load) = hb.load {
+            peer.load = Some((load, now));
+        }
         peer.addr = hb.addr;
         peer.name.clone_from(&hb.name);
         peer.incarnation = hb.incarnation;
@@ -129,6 +146,7 @@ impl Membership {
                         name: String::new(),
                         incarnation: 0,
                         last_heard: None,
+                        load: None,
                     },
                 );
             }
@@ -166,6 +184,7 @@ impl Membership {
                 name: self.name.clone(),
                 addr: self.addr,
                 members,
+                load: self.load.map(|(l, _)| l),
             }),
             &self.key,
         );
@@ -200,6 +219,7 @@ impl Membership {
             incarnation: self.incarnation,
             alive: true,
             silent_for: Some(Duration::ZERO),
+            load: self.load,
         }];
         out.extend(self.peers.iter().map(|(node, p)| {
             let silent_for = p.last_heard.map(|t| now.saturating_since(t));
@@ -210,6 +230,7 @@ impl Membership {
                 incarnation: p.incarnation,
                 alive: silent_for.is_some_and(|d| d < self.config.dead_after),
                 silent_for,
+                load: p.load,
             }
         }));
         out

@@ -131,4 +131,19 @@ impl Context {
     pub fn serve(&self, get_port: GetPort) -> Result<Server, Error> {
         Server::new(self.config.clone(), get_port)
     }
+
+    /// Tells this machine's node whether its owner is using it (the
+    /// processor pool keeps foreign programs off while active).
+    pub fn set_owner(&self, active: bool) -> Result<(), Error> {
+        let Some(path) = &self.config.node_socket else {
+            return Err(Error::Node(
+                "setting the owner's state needs a link to the local node".into(),
+            ));
+        };
+        match Link::connect(path)?.call(&LinkRequest::Owner { active })? {
+            LinkResponse::Ok => Ok(()),
+            LinkResponse::Error { message } => Err(Error::Node(message)),
+            _ => Err(Error::Node("unexpected answer to owner".into())),
+        }
+    }
 }

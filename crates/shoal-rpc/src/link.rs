@@ -38,6 +38,9 @@ pub enum LinkRequest {
     Drain { instance: String },
     /// `instance` finished draining and closes.
     Drained { instance: String },
+    /// The machine's owner is now active (or idle): foreign programs are
+    /// placed elsewhere while active.  Kept across restarts.
+    Owner { active: bool },
 }
 
 /// The node's answer.

@@ -128,6 +128,13 @@ pub fn encode_unsealed(packet: &Packet<'_>, out: &mut Vec<u8>) {
                 w.u64(m.node.0);
                 w.addr(m.addr);
             }
+            match &h.load {
+                Some(load) => {
+                    w.u8(1);
+                    w.bytes(&load.to_bytes());
+                }
+                None => w.u8(0),
+            }
         }
         Packet::Group(g) => crate::group::encode_group(g, &mut w),
     }
@@ -280,12 +287,21 @@ pub fn decode_split<'a>(
                     addr: r.addr()?,
                 });
             }
+            let load = match r.u8()? {
+                0 => None,
+                1 => Some(
+                    crate::Load::from_bytes(r.take(crate::LOAD_LEN)?)
+                        .map_err(|_| WireError::Malformed("heartbeat load"))?,
+                ),
+                _ => return Err(WireError::Malformed("heartbeat load flag")),
+            };
             Packet::Heartbeat(Heartbeat {
                 node,
                 incarnation,
                 name,
                 addr,
                 members,
+                load,
             })
         }
         GROUP_KIND_BASE..=GROUP_KIND_LAST => {

@@ -26,6 +26,7 @@ mod codec;
 pub mod group;
 mod ids;
 mod key;
+mod load;
 mod packet;
 
 pub use codec::{
@@ -33,6 +34,7 @@ pub use codec::{
 };
 pub use ids::{ClientId, Instance, MemberId, NodeId, Nonce, Seq, TxnId};
 pub use key::ClusterKey;
+pub use load::{DecodeLoadError, LOAD_LEN, Load, Owner};
 pub use packet::{
     Ack, AckDir, Endpoint, Fate, Frag, Heartbeat, Here, Locate, MAX_HERE_ENDPOINTS, MAX_MEMBERS,
     MAX_NAME_BYTES, Member, NotHere, Packet, Reply, ReplyStatus, Request, Working,

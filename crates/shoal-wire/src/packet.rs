@@ -212,6 +212,8 @@ pub struct Heartbeat {
     /// Members the sender knows of, so a node that joined through one seed
     /// learns about all the others.
     pub members: Vec<Member>,
+    /// The sender's load, if it measures it.
+    pub load: Option<crate::Load>,
 }
 
 /// Every kind of datagram.

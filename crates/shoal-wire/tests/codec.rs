@@ -125,21 +125,32 @@ fn arb_packet(payload: &'static [u8]) -> impl Strategy<Value = Packet<'static>> 
             any::<u64>(),
             "[a-z0-9-]{0,64}",
             arb_addr(),
-            prop::collection::vec((any::<u64>(), arb_addr()), 0..20)
+            prop::collection::vec((any::<u64>(), arb_addr()), 0..20),
+            prop::option::of((1u16.., any::<[u32; 4]>(), any::<bool>())),
         )
-            .prop_map(|(node, inc, name, addr, ms)| Packet::Heartbeat(Heartbeat {
-                node: NodeId(node),
-                incarnation: inc,
-                name,
-                addr,
-                members: ms
-                    .into_iter()
-                    .map(|(n, addr)| Member {
-                        node: NodeId(n),
-                        addr
-                    })
-                    .collect(),
-            })),
+            .prop_map(
+                |(node, inc, name, addr, ms, load)| Packet::Heartbeat(Heartbeat {
+                    node: NodeId(node),
+                    incarnation: inc,
+                    name,
+                    addr,
+                    members: ms
+                        .into_iter()
+                        .map(|(n, addr)| Member {
+                            node: NodeId(n),
+                            addr
+                        })
+                        .collect(),
+                    load: load.map(|(cores, [q, f, m, p], active)| Load {
+                        cores,
+                        run_queue_centi: q,
+                        foreign_cpu_milli: f,
+                        mem_free_mib: m,
+                        shoal_procs: p,
+                        owner: if active { Owner::Active } else { Owner::Idle },
+                    }),
+                })
+            ),
     ]
 }
 

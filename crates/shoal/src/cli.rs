@@ -78,7 +78,10 @@ enum BenchAgentCommand {
 
 /// Flags of `shoal node`; each overrides the config file.
 #[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
 struct NodeArgs {
+    #[command(subcommand)]
+    command: Option<NodeCommand>,
     /// TOML configuration file.
     #[arg(long, short)]
     config: Option<PathBuf>,
@@ -109,6 +112,22 @@ struct NodeArgs {
     /// Body bytes per datagram.
     #[arg(long)]
     frag_bytes: Option<usize>,
+}
+
+#[derive(Subcommand)]
+enum NodeCommand {
+    /// Say whether this machine's owner is using it: while active, the
+    /// processor pool places no foreign program here unless asked to.
+    Owner {
+        #[arg(value_enum)]
+        state: OwnerState,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum OwnerState {
+    Active,
+    Idle,
 }
 
 #[derive(Subcommand)]
@@ -190,6 +209,13 @@ impl Cli {
 
 fn run_node(args: NodeArgs) -> Result<(), Failure> {
     use shoal_node::{NodeConfig, NodeConfigFile};
+    if let Some(NodeCommand::Owner { state }) = args.command {
+        let ctx = shoal_rpc::Context::from_env()
+            .map_err(|e| Failure::unreachable(format!("no node to tell: {e}")))?;
+        ctx.set_owner(matches!(state, OwnerState::Active))
+            .map_err(|e| Failure::failed(e.to_string()))?;
+        return Ok(());
+    }
     let file = match &args.config {
         Some(path) => NodeConfigFile::load(path)?,
         None => NodeConfigFile::default(),

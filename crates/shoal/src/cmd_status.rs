@@ -64,6 +64,20 @@ pub fn print_status(s: &NodeStatus) {
         let silent = m
             .silent_ms
             .map_or("never heard".to_string(), |ms| format!("heard {ms} ms ago"));
-        println!("  {:<8} {:<22} {:<12} {}", m.name, m.addr, state, silent);
+        let load = m.load.as_ref().map_or(String::new(), |l| {
+            format!(
+                "  load {:.2}/{} cores, {:.2} cores foreign, {} MiB free, {} shoal processes, owner {}",
+                l.run_queue,
+                l.cores,
+                l.foreign_cpu,
+                l.mem_free_mib,
+                l.shoal_procs,
+                if l.owner_active { "active" } else { "idle" }
+            )
+        });
+        println!(
+            "  {:<8} {:<22} {:<12} {}{}",
+            m.name, m.addr, state, silent, load
+        );
     }
 }

@@ -519,3 +519,76 @@ fn servers_register_again_when_their_node_restarts() {
     }
     echo.stop();
 }
+
+/// Every node's heartbeats carry its load and its owner's state: `shoal
+/// node owner active` on n2 shows in n1's view within a few heartbeats,
+/// survives n2's restart, and `idle` undoes it.
+#[test]
+fn load_and_owner_state_travel_in_heartbeats() {
+    let t = TestCluster::up("tn", 33, 3, Mode::Netns);
+    let c = t.get();
+    let ctx = c.context();
+    let owner_of = |node: &str| -> Option<bool> {
+        let s = c.status(&ctx, "n1", Duration::from_secs(2)).ok()?;
+        let m = s.members.iter().find(|m| m.name == node)?;
+        let load = m.load.as_ref()?;
+        assert!(load.cores >= 1 && load.mem_free_mib > 0, "{load:?}");
+        Some(load.owner_active)
+    };
+    let wait_for = |node: &str, active: bool| {
+        let until = Instant::now() + Duration::from_secs(10);
+        while owner_of(node) != Some(active) {
+            assert!(
+                Instant::now() < until,
+                "n1 never saw {node}'s owner {}",
+                if active { "active" } else { "idle" }
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    wait_for("n2", false);
+    let owner = |state: &str| {
+        c.command("n2", shoal())
+            .unwrap()
+            .args(["node", "owner", state])
+            .output()
+            .unwrap()
+    };
+    let out = owner("active");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for("n2", true);
+    assert_eq!(owner_of("n3"), Some(false));
+    // Kept across a restart of n2's daemon: the new daemon reports it
+    // itself.
+    c.kill("n2").unwrap();
+    c.start_node("n2").unwrap();
+    c.wait_ready(Duration::from_secs(10), &mut |_| {}).unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let own = c
+            .status(&ctx, "n2", Duration::from_secs(2))
+            .ok()
+            .and_then(|s| s.members[0].load.clone());
+        if let Some(load) = own {
+            assert!(load.owner_active, "n2 forgot its owner's state: {load:?}");
+            break;
+        }
+        assert!(Instant::now() < until, "n2 reports no load of its own");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    wait_for("n2", true);
+    assert!(owner("idle").status.success());
+    wait_for("n2", false);
+    // A state that is neither is refused with one line.
+    let out = owner("away");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("invalid value 'away'") && err.lines().count() == 1,
+        "{err}"
+    );
+}
