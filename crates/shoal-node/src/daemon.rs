@@ -28,6 +28,8 @@ use crate::service::{MemberLoad, MemberStatus, NodeRequest, NodeStatus, node_por
 const POLL: Duration = Duration::from_millis(50);
 /// How often the load is measured (heartbeats in between carry the last).
 const LOAD_EVERY: Duration = Duration::from_millis(500);
+/// Threads serving the exec service (a write to a full pipe holds one).
+const EXEC_THREADS: usize = 4;
 
 /// Now on the process's protocol clock (the RPC library's, which the
 /// node service also runs on).
@@ -48,6 +50,8 @@ pub(crate) struct State {
 
 pub(crate) struct Shared {
     pub config: NodeConfig,
+    /// The programs placed on this node.
+    pub exec: Arc<crate::exec::Exec>,
     pub key: ClusterKey,
     pub node: NodeId,
     pub started: Instant,
@@ -136,6 +140,7 @@ impl Daemon {
             started: Instant::now(),
             stop,
             config,
+            exec: Arc::default(),
         });
         {
             let shared = shared.clone();
@@ -160,6 +165,17 @@ impl Daemon {
                 .name("service".into())
                 .spawn(move || service_loop(&shared, &service))
                 .map_err(|e| format!("cannot start service thread: {e}"))?;
+        }
+        let exec_server = ctx
+            .serve(crate::exec::exec_port(&shared.key, &shared.config.name))
+            .map_err(|e| format!("cannot serve the exec service: {e}"))?;
+        for i in 0..EXEC_THREADS {
+            let exec = shared.exec.clone();
+            let server = exec_server.clone();
+            std::thread::Builder::new()
+                .name(format!("exec-{i}"))
+                .spawn(move || exec.serve(&server))
+                .map_err(|e| format!("cannot start exec thread: {e}"))?;
         }
         let pid_file = shared.config.state_dir.join("node.pid");
         std::fs::write(&pid_file, format!("{}\n", std::process::id()))
@@ -258,7 +274,7 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
                     .load_at
                     .is_none_or(|t| now.saturating_since(t) >= LOAD_EVERY)
             {
-                let load = state.load.sample(0);
+                let load = state.load.sample(shared.exec.count());
                 state.membership.set_load(now, load);
                 state.load_at = Some(now);
             }

@@ -22,6 +22,7 @@
 
 mod config;
 mod daemon;
+pub mod exec;
 mod link_server;
 mod load;
 mod metrics;

@@ -18,10 +18,14 @@
 //!   one momentarily idle node; ties are broken at random, so that placers
 //!   on different nodes do not all pick the same one.
 //!
+//! - [`exec`]: the remote execution protocol between a home and the exec
+//!   service of the node a program runs on.
+//!
 //! **Architecture invariant:** no I/O, no clocks, no global randomness:
 //! time comes in as arguments and randomness from a seeded generator, so
 //! the simulator replays every decision.
 
+pub mod exec;
 mod id;
 mod place;
 

@@ -26,6 +26,8 @@ pub struct ContextConfig {
     pub bind_ip: IpAddr,
     /// The local node's link socket; servers need it to register.
     pub node_socket: Option<PathBuf>,
+    /// The local node's id and name, when attached to one.
+    pub node: Option<(shoal_wire::NodeId, String)>,
     /// Body bytes per datagram.
     pub frag_bytes: usize,
     /// Largest request a server accepts and largest reply a client
@@ -60,6 +62,7 @@ impl ContextConfig {
             locate,
             bind_ip: IpAddr::from([0, 0, 0, 0]),
             node_socket: None,
+            node: None,
             frag_bytes: 60_000,
             max_body_bytes: 1 << 30,
             deadline: Duration::from_secs(5),
@@ -114,6 +117,9 @@ impl Context {
         config.bind_ip = hello.node_addr.ip();
         config.node_socket = Some(path.to_path_buf());
         config.frag_bytes = hello.frag_bytes;
+        config.node = u64::from_str_radix(&hello.node, 16)
+            .ok()
+            .map(|id| (shoal_wire::NodeId(id), hello.name.clone()));
         Ok(Context::new(config))
     }
 

@@ -21,6 +21,10 @@ enum Command {
     Node(NodeArgs),
     /// Show one node's status.
     Status(crate::cmd_status::StatusArgs),
+    /// Run a program on a node of the cluster as if it ran here: same
+    /// arguments, environment, directory, user and umask; its output,
+    /// input, signals and exit status pass through.
+    Run(crate::cmd_run::RunArgs),
     /// Manage a local cluster of nodes on this machine.
     #[command(subcommand)]
     Cluster(crate::cmd_cluster::ClusterCommand),
@@ -171,6 +175,7 @@ impl Cli {
         match self.command {
             Command::Node(args) => run_node(args),
             Command::Status(args) => crate::cmd_status::run(args),
+            Command::Run(args) => crate::cmd_run::run(args),
             Command::Cluster(c) => crate::cmd_cluster::run(c),
             Command::Rpc(c) => crate::cmd_rpc::run(c),
             Command::Cap(c) => crate::cmd_cap::run(c),

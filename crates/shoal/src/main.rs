@@ -10,6 +10,7 @@ mod cmd_dir;
 mod cmd_file;
 mod cmd_group;
 mod cmd_rpc;
+mod cmd_run;
 mod cmd_status;
 mod cmd_workload;
 
