@@ -781,6 +781,7 @@ const FUZZ_TARGETS: &[&str] = &[
     "group_core",
     "dir_decode",
     "file_decode",
+    "exec_decode",
 ];
 
 /// cargo-fuzz's instrumentation flags, less `-Zsanitizer=address`, the one

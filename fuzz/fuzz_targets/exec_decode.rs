@@ -1,0 +1,25 @@
+//! The processor pool's decoders (`ExecRequest`, `ExecReply`, `ProcId`
+//! text) never panic, and every value they accept re-encodes to bytes that
+//! decode to an equal value.
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use shoal_pool::ProcId;
+use shoal_pool::exec::{ExecReply, ExecRequest};
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(r) = ExecRequest::decode(data) {
+        let again = ExecRequest::decode(&r.encode()).expect("a re-encoded request decodes");
+        assert_eq!(again, r, "re-encoding changed the request");
+    }
+    if let Ok(r) = ExecReply::decode(data) {
+        let again = ExecReply::decode(&r.encode()).expect("a re-encoded reply decodes");
+        assert_eq!(again, r, "re-encoding changed the reply");
+    }
+    if let Ok(text) = std::str::from_utf8(data)
+        && let Ok(id) = text.parse::<ProcId>()
+    {
+        assert_eq!(id.to_string().parse::<ProcId>(), Ok(id));
+    }
+});
