@@ -46,6 +46,8 @@ pub(crate) struct State {
     pub load: Sampler,
     /// When the load was last measured.
     pub load_at: Option<Time>,
+    /// Chooses nodes for the programs started here.
+    pub placer: shoal_pool::Placer,
 }
 
 pub(crate) struct Shared {
@@ -134,6 +136,7 @@ impl Daemon {
                 links: 0,
                 load: Sampler::new(&config.state_dir),
                 load_at: None,
+                placer: shoal_pool::Placer::new(rand::random()),
             }),
             key,
             node,

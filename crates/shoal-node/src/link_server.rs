@@ -127,6 +127,40 @@ fn handle(
                 frag_bytes: shared.config.frag_bytes,
             })
         }
+        LinkRequest::Place {
+            mem_mib,
+            allow_owner_active,
+        } => {
+            let now = crate::daemon::now();
+            let mut state = shared.state.lock();
+            let view = state.membership.view(now);
+            let candidates: Vec<shoal_pool::Candidate> = view
+                .iter()
+                .filter(|m| m.alive)
+                .filter_map(|m| {
+                    let (load, at) = m.load?;
+                    Some(shoal_pool::Candidate {
+                        node: m.node,
+                        load,
+                        reported_us: at.0,
+                    })
+                })
+                .collect();
+            let request = shoal_pool::Request {
+                mem_mib,
+                allow_owner_active,
+            };
+            match state.placer.place(now.0, &candidates, &request) {
+                Ok(node) => LinkResponse::Placed {
+                    name: view
+                        .iter()
+                        .find(|m| m.node == node)
+                        .map(|m| m.name.clone())
+                        .unwrap_or_default(),
+                },
+                Err(e) => error(e.to_string()),
+            }
+        }
         LinkRequest::Owner { active } => {
             let owner = if active {
                 shoal_wire::Owner::Active

@@ -138,6 +138,25 @@ impl Context {
         Server::new(self.config.clone(), get_port)
     }
 
+    /// Asks this machine's node where to run a new program needing
+    /// `mem_mib` MiB: the name of the node its placement rule chose.
+    pub fn place(&self, mem_mib: u32, allow_owner_active: bool) -> Result<String, Error> {
+        let Some(path) = &self.config.node_socket else {
+            return Err(Error::Node(
+                "placement needs a link to the local node".into(),
+            ));
+        };
+        let request = LinkRequest::Place {
+            mem_mib,
+            allow_owner_active,
+        };
+        match Link::connect(path)?.call(&request)? {
+            LinkResponse::Placed { name } => Ok(name),
+            LinkResponse::Error { message } => Err(Error::Node(message)),
+            _ => Err(Error::Node("unexpected answer to place".into())),
+        }
+    }
+
     /// Tells this machine's node whether its owner is using it (the
     /// processor pool keeps foreign programs off while active).
     pub fn set_owner(&self, active: bool) -> Result<(), Error> {

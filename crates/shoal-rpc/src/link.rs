@@ -41,6 +41,13 @@ pub enum LinkRequest {
     /// The machine's owner is now active (or idle): foreign programs are
     /// placed elsewhere while active.  Kept across restarts.
     Owner { active: bool },
+    /// Choose a node for a new program needing `mem_mib` MiB (the
+    /// processor pool's placement rule); the node counts it against the
+    /// chosen node until that node's load report does.
+    Place {
+        mem_mib: u32,
+        allow_owner_active: bool,
+    },
 }
 
 /// The node's answer.
@@ -48,9 +55,17 @@ pub enum LinkRequest {
 #[serde(tag = "result", rename_all = "snake_case")]
 pub enum LinkResponse {
     Hello(Hello),
-    Registered { put_port: String },
+    Registered {
+        put_port: String,
+    },
+    /// The node chosen for a program.
+    Placed {
+        name: String,
+    },
     Ok,
-    Error { message: String },
+    Error {
+        message: String,
+    },
 }
 
 /// What a program needs to take part in the cluster.

@@ -20,10 +20,20 @@ use shoal_rpc::{CallOptions, Client, Context, PutPort};
 use crate::Failure;
 
 #[derive(Args)]
+#[command(group(clap::ArgGroup::new("where").required(true).args(["on", "any"])))]
 pub struct RunArgs {
-    /// The node to run on (its name).
+    /// The node to run on (its name), whatever its load or owner.
     #[arg(long)]
-    pub on: String,
+    pub on: Option<String>,
+    /// Let the processor pool choose the node (docs/pool.md).
+    #[arg(long)]
+    pub any: bool,
+    /// With --any: memory the program needs, in MiB.
+    #[arg(long, default_value_t = 0, requires = "any")]
+    pub mem_mib: u32,
+    /// With --any: nodes whose owner is active may be chosen too.
+    #[arg(long, requires = "any")]
+    pub allow_owner_active: bool,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub command: Vec<String>,
@@ -58,7 +68,16 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         home,
         seq: rand::random(),
     };
-    let port = shoal_node::exec::exec_port(&ctx.config().key, &args.on).put_port();
+    let on = match &args.on {
+        Some(name) => name.clone(),
+        None => ctx
+            .place(args.mem_mib, args.allow_owner_active)
+            .map_err(|e| Failure {
+                code: NOT_STARTED,
+                message: format!("no node for {}: {e}", args.command[0]),
+            })?,
+    };
+    let port = shoal_node::exec::exec_port(&ctx.config().key, &on).put_port();
     let cwd = std::env::current_dir()
         .map_err(|e| Failure::failed(format!("no working directory: {e}")))?;
     // SAFETY: umask(2) twice, to read it.
@@ -83,14 +102,14 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::unreachable(e.to_string()))?;
     let lost = |e: String| Failure {
         code: NODE_LOST,
-        message: format!("node {} is unreachable: {e}", args.on),
+        message: format!("node {on} is unreachable: {e}"),
     };
     match call(&mut client, &port, &ExecRequest::Start { id, spec }).map_err(lost)? {
         ExecReply::Started { .. } => {}
         ExecReply::Error(e) => {
             return Err(Failure {
                 code: NOT_STARTED,
-                message: format!("{} on {}: {e}", args.command[0], args.on),
+                message: format!("{} on {on}: {e}", args.command[0]),
             });
         }
         other => return Err(Failure::failed(format!("unexpected answer {other:?}"))),

@@ -165,3 +165,104 @@ fn signals_reach_the_program_and_its_end_comes_back() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// `--any` lets the pool choose: never a node whose owner is active
+/// unless allowed, a burst spread over the others, and a clear refusal
+/// when no node is eligible.
+#[test]
+fn placement_avoids_owner_active_nodes_and_spreads_a_burst() {
+    let t = TestCluster::up("tr", 36, 3, Mode::Netns);
+    let c = t.get();
+    let ctx = c.context();
+    let owner = |node: &str, state: &str| {
+        let out = c
+            .command(node, shoal())
+            .unwrap()
+            .args(["node", "owner", state])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    };
+    // n1's view of each node: (owner active, shoal processes).
+    let view = || -> Vec<(String, bool, u32)> {
+        let s = c.status(&ctx, "n1", Duration::from_secs(2)).unwrap();
+        s.members
+            .iter()
+            .filter_map(|m| {
+                let l = m.load.as_ref()?;
+                Some((m.name.clone(), l.owner_active, l.shoal_procs))
+            })
+            .collect()
+    };
+    owner("n2", "active");
+    let until = Instant::now() + Duration::from_secs(10);
+    while !view().iter().any(|(n, active, _)| n == "n2" && *active) || view().len() < 3 {
+        assert!(
+            Instant::now() < until,
+            "n1 never saw n2's owner active: {:?}",
+            view()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mark = format!("3.{}", std::process::id());
+    let runs: Vec<_> = (0..4)
+        .map(|_| {
+            c.command("n1", shoal())
+                .unwrap()
+                .args(["run", "--any", "--", "sleep", &mark])
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let v = view();
+        let on = |name: &str| v.iter().find(|(n, ..)| n == name).map_or(0, |x| x.2);
+        assert_eq!(
+            on("n2"),
+            0,
+            "a program went to the owner-active node: {v:?}"
+        );
+        if on("n1") + on("n3") == 4 {
+            break;
+        }
+        assert!(Instant::now() < until, "the burst never showed: {v:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for r in runs {
+        let out = r.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    // Every owner active: refused, unless allowed.
+    owner("n1", "active");
+    owner("n3", "active");
+    let until = Instant::now() + Duration::from_secs(10);
+    while !view().iter().all(|(_, active, _)| *active) {
+        assert!(
+            Instant::now() < until,
+            "owners not all active: {:?}",
+            view()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let run_any = |extra: &[&str]| {
+        c.command("n1", shoal())
+            .unwrap()
+            .args(["run", "--any"])
+            .args(extra)
+            .args(["--", "echo", "ran"])
+            .output()
+            .unwrap()
+    };
+    let out = run_any(&[]);
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("every node's owner is active"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = run_any(&["--allow-owner-active"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "ran\n");
+}
