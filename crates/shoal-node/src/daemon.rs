@@ -280,6 +280,16 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
                 let load = state.load.sample(shared.exec.count());
                 state.membership.set_load(now, load);
                 state.load_at = Some(now);
+                // Homes known and silent past the deadline; a home not
+                // heard of yet is given the lease's time instead.
+                let dead: Vec<NodeId> = state
+                    .membership
+                    .view(now)
+                    .into_iter()
+                    .filter(|m| !m.alive)
+                    .map(|m| m.node)
+                    .collect();
+                shared.exec.kill_orphans(|home| !dead.contains(&home));
             }
             state.membership.handle_timeout(now);
             while let Some(t) = state.membership.poll_transmit() {

@@ -8,7 +8,9 @@
 //! stop reading its pipes while a buffer is full, so a program that
 //! writes faster than its home reads waits on its pipe; a third waits for
 //! its end.  A home that stops reading for [`LEASE`] is taken for gone:
-//! the program gets SIGHUP, then SIGKILL, as a terminal's hangup would do.
+//! the program gets SIGHUP, then SIGKILL, as a terminal's hangup would do;
+//! a home that membership reports dead takes its programs with it at once
+//! ([`Exec::kill_orphans`]).
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -118,6 +120,23 @@ impl Exec {
                 ExecReply::Done
             }
         }
+    }
+
+    /// Kills the programs whose home `alive` says is gone: a home that
+    /// died takes its programs with it, as nobody is left to read their
+    /// output, wait for them or signal them.  Returns how many.
+    pub fn kill_orphans(&self, alive: impl Fn(shoal_wire::NodeId) -> bool) -> usize {
+        let procs = self.procs.lock();
+        let mut killed = 0;
+        for (id, p) in procs.iter() {
+            if !alive(id.home) {
+                tracing::info!(%id, "home gone: killing its program");
+                // SAFETY: kill(2) of the program's process group.
+                unsafe { libc::kill(-(p.pid as i32), libc::SIGKILL) };
+                killed += 1;
+            }
+        }
+        killed
     }
 
     fn start(self: &Arc<Self>, id: ProcId, spec: StartSpec) -> Result<u32, String> {

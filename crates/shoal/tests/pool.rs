@@ -134,6 +134,37 @@ fn signals_reach_the_program_and_its_end_comes_back() {
         .unwrap();
     assert!(left.stdout.is_empty(), "the remote program is still there");
 
+    // The home dies under a running program: the program dies too.
+    let third = format!("63.{}", std::process::id());
+    let child = c
+        .command("n3", shoal())
+        .unwrap()
+        .args(["run", "--on", "n2", "--", "sleep", &third])
+        .spawn()
+        .unwrap();
+    let running = || {
+        !Command::new("pgrep")
+            .args(["-f", &format!("^sleep {third}$")])
+            .output()
+            .unwrap()
+            .stdout
+            .is_empty()
+    };
+    let until = Instant::now() + Duration::from_secs(10);
+    while !running() {
+        assert!(Instant::now() < until, "the program never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    c.kill("n3").unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while running() {
+        assert!(Instant::now() < until, "the program outlived its home");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(child);
+    c.start_node("n3").unwrap();
+    c.wait_ready(Duration::from_secs(10), &mut |_| {}).unwrap();
+
     // The node dies under a running program: 255, and a message.
     let other = format!("62.{}", std::process::id());
     let child = c
