@@ -495,18 +495,22 @@ fn demo_files(dir: &Path, data: &Path, on: &On<'_>) -> Result<(), String> {
         )?;
         let stat = on("n2", &["file", "stat", "projects/report"])?;
         step("read back on n2 (from whichever replica answers)");
-        let copy = data.join("report.n2");
-        on(
-            "n2",
-            &[
-                "file",
-                "get",
-                "-q",
-                "projects/report",
-                copy.to_str().unwrap(),
-            ],
-        )?;
-        same(&source, &copy)?;
+        // Reads the file on `node` into a copy and compares it.
+        let read_back = |node: &str| -> Result<(), String> {
+            let copy = data.join(format!("report.{node}"));
+            on(
+                node,
+                &[
+                    "file",
+                    "get",
+                    "-q",
+                    "projects/report",
+                    copy.to_str().unwrap(),
+                ],
+            )?;
+            same(&source, &copy)
+        };
+        read_back("n2")?;
         let first = stat
             .lines()
             .find_map(|l| l.trim().strip_prefix("fs").and_then(|r| r.chars().next()))
@@ -519,18 +523,7 @@ fn demo_files(dir: &Path, data: &Path, on: &On<'_>) -> Result<(), String> {
             .args(["-KILL", &servers[first - 1].id().to_string()])
             .status();
         let _ = servers[first - 1].wait();
-        let copy = data.join("report.n3");
-        on(
-            "n3",
-            &[
-                "file",
-                "get",
-                "-q",
-                "projects/report",
-                copy.to_str().unwrap(),
-            ],
-        )?;
-        same(&source, &copy)?;
+        read_back("n3")?;
         step("the object manager touches every named file and re-creates the lost replica");
         on("n4", &["file", "gc", "--no-age"])?;
         on("n4", &["file", "stat", "projects/report"])?;

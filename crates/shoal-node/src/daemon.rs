@@ -289,7 +289,7 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
                     .filter(|m| !m.alive)
                     .map(|m| m.node)
                     .collect();
-                shared.exec.kill_orphans(|home| !dead.contains(&home));
+                shared.exec.sweep(|home| !dead.contains(&home));
             }
             state.membership.handle_timeout(now);
             while let Some(t) = state.membership.poll_transmit() {

@@ -7,10 +7,10 @@
 //! threads move its standard output and error into bounded buffers and
 //! stop reading its pipes while a buffer is full, so a program that
 //! writes faster than its home reads waits on its pipe; a third waits for
-//! its end.  A home that stops reading for [`LEASE`] is taken for gone:
-//! the program gets SIGHUP, then SIGKILL, as a terminal's hangup would do;
-//! a home that membership reports dead takes its programs with it at once
-//! ([`Exec::kill_orphans`]).
+//! its end.  The daemon's periodic [`Exec::sweep`] does the rest: a home
+//! that membership reports dead takes its programs with it, and one that
+//! stops reading for [`LEASE`] has its program hung up on (SIGHUP, then
+//! SIGKILL), as a terminal's hangup would do.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -37,6 +37,8 @@ const BUFFER: usize = 4 << 20;
 const MAX_WAIT: Duration = Duration::from_secs(2);
 /// A program whose home has not read for this long is hung up on.
 pub const LEASE: Duration = Duration::from_secs(15);
+/// How long a hung-up program has to end before it is killed.
+const HANGUP_GRACE: Duration = Duration::from_secs(5);
 
 /// One program's output and end, shared with its pump threads.
 #[derive(Default)]
@@ -55,6 +57,8 @@ struct Proc {
     stdin: Option<ChildStdin>,
     output: Arc<(Mutex<Output>, Condvar)>,
     last_read: Instant,
+    /// When the program got SIGHUP for a home that stopped reading.
+    hung_up: Option<Instant>,
 }
 
 /// The programs this node runs, by id.
@@ -122,21 +126,46 @@ impl Exec {
         }
     }
 
-    /// Kills the programs whose home `alive` says is gone: a home that
-    /// died takes its programs with it, as nobody is left to read their
-    /// output, wait for them or signal them.  Returns how many.
-    pub fn kill_orphans(&self, alive: impl Fn(shoal_wire::NodeId) -> bool) -> usize {
-        let procs = self.procs.lock();
-        let mut killed = 0;
-        for (id, p) in procs.iter() {
-            if !alive(id.home) {
+    /// The periodic check of every program (the daemon runs it every
+    /// half second): a program whose home `alive` says is gone is killed,
+    /// as nobody is left to read its output, wait for it or signal it; one
+    /// whose home has not read for [`LEASE`] gets SIGHUP, then SIGKILL 5 s
+    /// later; an ended one nobody read to its end for [`LEASE`] (or whose
+    /// home is gone) is forgotten.
+    pub fn sweep(&self, alive: impl Fn(shoal_wire::NodeId) -> bool) {
+        let mut procs = self.procs.lock();
+        procs.retain(|id, p| {
+            let home_alive = alive(id.home);
+            let idle = p.last_read.elapsed() > LEASE;
+            let group = -(p.pid as i32);
+            if p.output.0.lock().ended.is_some() {
+                if !home_alive || idle {
+                    p.output.0.lock().abandoned = true;
+                    p.output.1.notify_all();
+                    return false;
+                }
+                return true;
+            }
+            if !home_alive {
                 tracing::info!(%id, "home gone: killing its program");
                 // SAFETY: kill(2) of the program's process group.
-                unsafe { libc::kill(-(p.pid as i32), libc::SIGKILL) };
-                killed += 1;
+                unsafe { libc::kill(group, libc::SIGKILL) };
+            } else if idle {
+                match p.hung_up {
+                    None => {
+                        // SAFETY: as above.
+                        unsafe { libc::kill(group, libc::SIGHUP) };
+                        p.hung_up = Some(Instant::now());
+                    }
+                    Some(t) if t.elapsed() > HANGUP_GRACE => {
+                        // SAFETY: as above.
+                        unsafe { libc::kill(group, libc::SIGKILL) };
+                    }
+                    Some(_) => {}
+                }
             }
-        }
-        killed
+            true
+        });
     }
 
     fn start(self: &Arc<Self>, id: ProcId, spec: StartSpec) -> Result<u32, String> {
@@ -191,60 +220,25 @@ impl Exec {
                 stdin: child.stdin.take(),
                 output: output.clone(),
                 last_read: Instant::now(),
+                hung_up: None,
             },
         );
-        let this = self.clone();
-        std::thread::spawn(move || this.reap(id, child, &output));
+        std::thread::spawn(move || Self::reap(child, &output));
         Ok(pid)
     }
 
-    /// Waits for the program's end, hanging up on it if its home stops
-    /// reading.
-    fn reap(&self, id: ProcId, mut child: Child, output: &(Mutex<Output>, Condvar)) {
-        let mut hung_up: Option<Instant> = None;
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break status,
-                Ok(None) => {}
-                Err(_) => break std::process::ExitStatus::from_raw(0),
-            }
-            let idle = self
-                .procs
-                .lock()
-                .get(&id)
-                .map_or(Duration::ZERO, |p| p.last_read.elapsed());
-            match hung_up {
-                None if idle > LEASE => {
-                    // SAFETY: kill(2) of the program's process group.
-                    unsafe { libc::kill(-(child.id() as i32), libc::SIGHUP) };
-                    hung_up = Some(Instant::now());
-                }
-                Some(t) if t.elapsed() > Duration::from_secs(5) => {
-                    // SAFETY: as above.
-                    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
-                }
-                _ => {}
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let ended = match (status.code(), status.signal()) {
-            (Some(c), _) => Ended::Exited(c),
-            (None, Some(s)) => Ended::Killed(s),
-            (None, None) => Ended::Exited(0),
+    /// Waits for the program's end and records it.
+    fn reap(mut child: Child, output: &(Mutex<Output>, Condvar)) {
+        let ended = match child.wait() {
+            Ok(status) => match (status.code(), status.signal()) {
+                (Some(c), _) => Ended::Exited(c),
+                (None, Some(s)) => Ended::Killed(s),
+                (None, None) => Ended::Exited(0),
+            },
+            Err(_) => Ended::Exited(0),
         };
         let (lock, cond) = output;
         lock.lock().ended = Some(ended);
-        cond.notify_all();
-        // Nobody read the end for a lease: forget the program.
-        let until = Instant::now() + LEASE;
-        while Instant::now() < until {
-            if !self.procs.lock().contains_key(&id) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        self.procs.lock().remove(&id);
-        lock.lock().abandoned = true;
         cond.notify_all();
     }
 
@@ -417,6 +411,25 @@ mod tests {
             signal: 15,
         }));
         assert!(e.contains("no process"), "{e}");
+    }
+
+    #[test]
+    fn a_program_whose_home_is_gone_is_killed_and_forgotten() {
+        let exec = Arc::new(Exec::default());
+        let start = ExecRequest::Start {
+            id: id(6),
+            spec: spec(&["sleep", "30"], "/"),
+        };
+        assert!(matches!(exec.handle(start), ExecReply::Started { .. }));
+        exec.sweep(|_| true);
+        assert_eq!(exec.count(), 1, "a live home's program stays");
+        exec.sweep(|home| home != NodeId(1));
+        let until = Instant::now() + Duration::from_secs(5);
+        while exec.count() > 0 {
+            assert!(Instant::now() < until, "the program was not forgotten");
+            std::thread::sleep(Duration::from_millis(20));
+            exec.sweep(|home| home != NodeId(1));
+        }
     }
 
     #[test]

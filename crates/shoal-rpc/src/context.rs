@@ -141,18 +141,12 @@ impl Context {
     /// Asks this machine's node where to run a new program needing
     /// `mem_mib` MiB: the name of the node its placement rule chose.
     pub fn place(&self, mem_mib: u32, allow_owner_active: bool) -> Result<String, Error> {
-        let Some(path) = &self.config.node_socket else {
-            return Err(Error::Node(
-                "placement needs a link to the local node".into(),
-            ));
-        };
         let request = LinkRequest::Place {
             mem_mib,
             allow_owner_active,
         };
-        match Link::connect(path)?.call(&request)? {
+        match self.ask_node(&request)? {
             LinkResponse::Placed { name } => Ok(name),
-            LinkResponse::Error { message } => Err(Error::Node(message)),
             _ => Err(Error::Node("unexpected answer to place".into())),
         }
     }
@@ -160,15 +154,21 @@ impl Context {
     /// Tells this machine's node whether its owner is using it (the
     /// processor pool keeps foreign programs off while active).
     pub fn set_owner(&self, active: bool) -> Result<(), Error> {
-        let Some(path) = &self.config.node_socket else {
-            return Err(Error::Node(
-                "setting the owner's state needs a link to the local node".into(),
-            ));
-        };
-        match Link::connect(path)?.call(&LinkRequest::Owner { active })? {
+        match self.ask_node(&LinkRequest::Owner { active })? {
             LinkResponse::Ok => Ok(()),
-            LinkResponse::Error { message } => Err(Error::Node(message)),
             _ => Err(Error::Node("unexpected answer to owner".into())),
+        }
+    }
+
+    /// One request to the local node over a fresh link; its refusal as an
+    /// error.
+    fn ask_node(&self, request: &LinkRequest) -> Result<LinkResponse, Error> {
+        let Some(path) = &self.config.node_socket else {
+            return Err(Error::Node("this needs a link to the local node".into()));
+        };
+        match Link::connect(path)?.call(request)? {
+            LinkResponse::Error { message } => Err(Error::Node(message)),
+            answer => Ok(answer),
         }
     }
 }
