@@ -3,7 +3,9 @@
 //! - `net`: the node socket: answers locate questions from the registry,
 //!   takes and sends heartbeats.
 //! - `link-accept` and one `link` thread per program (see `link_server`).
-//! - `service`: the node service, a shoal RPC server like any other.
+//! - `service-N`: the node service, a shoal RPC server like any other
+//!   (status, and the home's answers for its processes).
+//! - `exec-N`: the exec service (programs placed on this node).
 //! - `metrics`: Prometheus text over HTTP, when configured.
 //!
 //! They share one [`State`] under a mutex; nothing on the RPC data path
@@ -11,11 +13,11 @@
 
 use std::net::{SocketAddr, UdpSocket};
 use std::str::FromStr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use shoal_proto::{Dest, Membership, MembershipConfig, Registry, Stats, Time};
 use shoal_rpc::{Context, Server};
 use shoal_wire::{ClusterKey, MAX_DATAGRAM, NodeId, Owner, Packet, decode};
@@ -30,6 +32,8 @@ const POLL: Duration = Duration::from_millis(50);
 const LOAD_EVERY: Duration = Duration::from_millis(500);
 /// Threads serving the exec service (a write to a full pipe holds one).
 const EXEC_THREADS: usize = 4;
+/// Threads serving the node service (a `wait` holds one up to 2 s).
+const SERVICE_THREADS: usize = 4;
 
 /// Now on the process's protocol clock (the RPC library's, which the
 /// node service also runs on).
@@ -54,6 +58,12 @@ pub(crate) struct Shared {
     pub config: NodeConfig,
     /// The programs placed on this node.
     pub exec: Arc<crate::exec::Exec>,
+    /// The processes this node is the home of (`crate::home`).
+    pub procs: Mutex<shoal_pool::ProcTable>,
+    /// Notified when a process of `procs` ends.
+    pub procs_changed: Condvar,
+    /// The daemon's own RPC context, once it serves.
+    pub rpc: OnceLock<Context>,
     pub key: ClusterKey,
     pub node: NodeId,
     pub started: Instant,
@@ -143,7 +153,17 @@ impl Daemon {
             started: Instant::now(),
             stop,
             config,
-            exec: Arc::default(),
+            // Namespaces need root; without it programs run without.
+            // SAFETY: geteuid cannot fail.
+            exec: Arc::new(crate::exec::Exec::new(unsafe { libc::geteuid() } == 0)),
+            // Numbered from a random point: a restarted home does not
+            // reuse the ids of its previous incarnation.
+            procs: Mutex::new(shoal_pool::ProcTable::new(
+                node,
+                rand::random::<u32>() as u64,
+            )),
+            procs_changed: Condvar::new(),
+            rpc: OnceLock::new(),
         });
         {
             let shared = shared.clone();
@@ -161,11 +181,11 @@ impl Daemon {
         let service = ctx
             .serve(node_port(&shared.key, &shared.config.name))
             .map_err(|e| format!("cannot serve the node service: {e}"))?;
-        {
+        for i in 0..SERVICE_THREADS {
             let shared = shared.clone();
             let service = service.clone();
             std::thread::Builder::new()
-                .name("service".into())
+                .name(format!("service-{i}"))
                 .spawn(move || service_loop(&shared, &service))
                 .map_err(|e| format!("cannot start service thread: {e}"))?;
         }
@@ -180,6 +200,7 @@ impl Daemon {
                 .spawn(move || exec.serve(&server))
                 .map_err(|e| format!("cannot start exec thread: {e}"))?;
         }
+        let _ = shared.rpc.set(ctx);
         let pid_file = shared.config.state_dir.join("node.pid");
         std::fs::write(&pid_file, format!("{}\n", std::process::id()))
             .map_err(|e| format!("cannot write {}: {e}", pid_file.display()))?;
@@ -309,6 +330,15 @@ fn service_loop(shared: &Shared, service: &Server) {
     while let Ok(request) = service.getreq() {
         let reply = match serde_json::from_slice::<NodeRequest>(request.body()) {
             Ok(NodeRequest::Status) => serde_json::to_vec(&shared.status()),
+            Ok(NodeRequest::Procs { ended }) => {
+                serde_json::to_vec(&crate::home::procs(shared, ended))
+            }
+            Ok(NodeRequest::Kill { id, signal }) => {
+                serde_json::to_vec(&crate::home::kill(shared, &id, signal))
+            }
+            Ok(NodeRequest::Wait { id, wait_ms }) => {
+                serde_json::to_vec(&crate::home::wait(shared, &id, wait_ms))
+            }
             Err(e) => serde_json::to_vec(&serde_json::json!({ "error": e.to_string() })),
         }
         .expect("status serializes");

@@ -13,9 +13,8 @@
 //! SIGKILL), as a terminal's hangup would do.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::io::{Read, Write};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,16 +44,24 @@ const HANGUP_GRACE: Duration = Duration::from_secs(5);
 struct Output {
     stdout: Vec<u8>,
     stderr: Vec<u8>,
-    /// Streams that reached their end.
+    /// Streams that reached their end (a terminal counts as both).
     closed: u8,
+    /// Stopped by this signal.
+    stopped: Option<i32>,
+    /// What the last read said of `stopped`.
+    stop_told: Option<i32>,
     ended: Option<Ended>,
     /// Nobody will read any more: the pumps stop.
     abandoned: bool,
 }
 
 struct Proc {
-    pid: u32,
-    stdin: Option<ChildStdin>,
+    /// The process group signals go to (see `crate::spawn`).
+    group: i32,
+    /// The program's input: a pipe, or the terminal's master side.
+    stdin: Option<File>,
+    /// The terminal's master side, if it has one.
+    tty: Option<File>,
     output: Arc<(Mutex<Output>, Condvar)>,
     last_read: Instant,
     /// When the program got SIGHUP for a home that stopped reading.
@@ -65,12 +72,52 @@ struct Proc {
 #[derive(Default)]
 pub struct Exec {
     procs: Mutex<HashMap<ProcId, Proc>>,
+    /// Run programs in PID, UTS and mount namespaces of their own (needs
+    /// root; see `crate::spawn`).
+    namespaces: bool,
 }
 
 impl Exec {
+    /// An exec service; `namespaces` as in [`crate::spawn::spawn`].
+    pub fn new(namespaces: bool) -> Exec {
+        Exec {
+            procs: Mutex::default(),
+            namespaces,
+        }
+    }
+
     /// How many programs run here (for the load reports).
     pub fn count(&self) -> u32 {
         self.procs.lock().len() as u32
+    }
+
+    /// The programs running here: id, pid and their process group's use.
+    pub fn list(&self) -> Vec<crate::service::RunningProc> {
+        let procs: Vec<(ProcId, i32, bool)> = self
+            .procs
+            .lock()
+            .iter()
+            .filter_map(|(id, p)| {
+                let o = p.output.0.lock();
+                o.ended
+                    .is_none()
+                    .then_some((*id, p.group, o.stopped.is_some()))
+            })
+            .collect();
+        let usage = group_usage();
+        procs
+            .into_iter()
+            .map(|(id, group, stopped)| {
+                let u = usage.get(&(group as u32)).copied().unwrap_or_default();
+                crate::service::RunningProc {
+                    id: id.to_string(),
+                    pid: group as u32,
+                    cpu_s: u.cpu_s,
+                    rss_kib: u.rss_kib,
+                    stopped,
+                }
+            })
+            .collect()
     }
 
     /// Serves `server` until it closes.
@@ -105,17 +152,35 @@ impl Exec {
                 // A program that exited closed its end: what it did not
                 // read is dropped, as a pipe would.
                 let _ = stdin.write_all(&data);
+                let tty = self.procs.lock().get(&id).is_some_and(|p| p.tty.is_some());
+                if close && tty {
+                    // A terminal's end of input is its EOF character.
+                    let _ = stdin.write_all(&[4]);
+                }
                 if !close && let Some(p) = self.procs.lock().get_mut(&id) {
                     p.stdin = Some(stdin);
                 }
                 ExecReply::Done
             }
+            ExecRequest::Resize { id, size } => {
+                let procs = self.procs.lock();
+                let Some(p) = procs.get(&id) else {
+                    return ExecReply::Error(format!("no process {id} here"));
+                };
+                let Some(tty) = &p.tty else {
+                    return ExecReply::Error(format!("process {id} has no terminal"));
+                };
+                match crate::spawn::resize(tty, size) {
+                    Ok(()) => ExecReply::Done,
+                    Err(e) => ExecReply::Error(format!("cannot resize the terminal of {id}: {e}")),
+                }
+            }
             ExecRequest::Signal { id, signal } => {
-                let Some(pid) = self.procs.lock().get(&id).map(|p| p.pid) else {
+                let Some(group) = self.procs.lock().get(&id).map(|p| p.group) else {
                     return ExecReply::Error(format!("no process {id} here"));
                 };
                 // SAFETY: kill(2) of the program's process group.
-                if unsafe { libc::kill(-(pid as i32), signal) } != 0 {
+                if unsafe { libc::kill(-group, signal) } != 0 {
                     return ExecReply::Error(format!(
                         "cannot signal {id}: {}",
                         std::io::Error::last_os_error()
@@ -137,7 +202,7 @@ impl Exec {
         procs.retain(|id, p| {
             let home_alive = alive(id.home);
             let idle = p.last_read.elapsed() > LEASE;
-            let group = -(p.pid as i32);
+            let group = -p.group;
             if p.output.0.lock().ended.is_some() {
                 if !home_alive || idle {
                     p.output.0.lock().abandoned = true;
@@ -178,67 +243,60 @@ impl Exec {
                 spec.cwd
             ));
         }
-        let mut cmd = Command::new(&spec.argv[0]);
-        cmd.args(&spec.argv[1..])
-            .env_clear()
-            .envs(spec.env.iter().filter_map(|e| e.split_once('=')))
-            .current_dir(&spec.cwd)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .uid(spec.uid)
-            .gid(spec.gid);
-        let umask = spec.umask;
-        // SAFETY: only async-signal-safe calls between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                libc::umask(umask as libc::mode_t);
-                if libc::setpgid(0, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // A daemon that dies takes its programs with it, as the
-                // machine would: none is left without a home to report to.
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", spec.argv[0]))?;
-        let pid = child.id();
+        let (spawned, io) = crate::spawn::spawn(&spec, self.namespaces)?;
         let output = Arc::new((Mutex::new(Output::default()), Condvar::new()));
-        let stdout = child.stdout.take().expect("piped");
-        let stderr = child.stderr.take().expect("piped");
-        pump(stdout, output.clone(), |o| &mut o.stdout);
-        pump(stderr, output.clone(), |o| &mut o.stderr);
+        let (stdin, tty) = match io {
+            crate::spawn::Io::Pipes {
+                stdin,
+                stdout,
+                stderr,
+            } => {
+                pump(stdout, output.clone(), 1, |o| &mut o.stdout);
+                pump(stderr, output.clone(), 1, |o| &mut o.stderr);
+                (stdin, None)
+            }
+            crate::spawn::Io::Tty { master } => {
+                let reader = master.try_clone().map_err(|e| format!("dup: {e}"))?;
+                let writer = master.try_clone().map_err(|e| format!("dup: {e}"))?;
+                pump(reader, output.clone(), 2, |o| &mut o.stdout);
+                (writer, Some(master))
+            }
+        };
+        let group = spawned.group;
         self.procs.lock().insert(
             id,
             Proc {
-                pid,
-                stdin: child.stdin.take(),
+                group,
+                stdin: Some(stdin),
+                tty,
                 output: output.clone(),
                 last_read: Instant::now(),
                 hung_up: None,
             },
         );
-        std::thread::spawn(move || Self::reap(child, &output));
-        Ok(pid)
+        std::thread::spawn(move || Self::watch(spawned, &output));
+        Ok(group as u32)
     }
 
-    /// Waits for the program's end and records it.
-    fn reap(mut child: Child, output: &(Mutex<Output>, Condvar)) {
-        let ended = match child.wait() {
-            Ok(status) => match (status.code(), status.signal()) {
-                (Some(c), _) => Ended::Exited(c),
-                (None, Some(s)) => Ended::Killed(s),
-                (None, None) => Ended::Exited(0),
-            },
-            Err(_) => Ended::Exited(0),
-        };
+    /// Follows the program's changes of state until its end.
+    fn watch(mut spawned: crate::spawn::Spawned, output: &(Mutex<Output>, Condvar)) {
+        use crate::spawn::Change;
         let (lock, cond) = output;
-        lock.lock().ended = Some(ended);
+        let ended = loop {
+            match spawned.next_change() {
+                Some(Change::Stopped(s)) => lock.lock().stopped = Some(s),
+                Some(Change::Continued) => lock.lock().stopped = None,
+                Some(Change::Exited(c)) => break Ended::Exited(c),
+                Some(Change::Killed(s)) => break Ended::Killed(s),
+                // The watcher itself was killed (SIGKILL to the group).
+                None => break Ended::Killed(libc::SIGKILL),
+            }
+            cond.notify_all();
+        };
+        spawned.wait_session();
+        let mut o = lock.lock();
+        o.stopped = None;
+        o.ended = Some(ended);
         cond.notify_all();
     }
 
@@ -253,7 +311,11 @@ impl Exec {
         let (lock, cond) = &*output;
         let until = Instant::now() + Duration::from_millis(wait_ms as u64).min(MAX_WAIT);
         let mut o = lock.lock();
-        while o.stdout.is_empty() && o.stderr.is_empty() && !(o.closed == 2 && o.ended.is_some()) {
+        while o.stdout.is_empty()
+            && o.stderr.is_empty()
+            && o.stopped == o.stop_told
+            && !(o.closed == 2 && o.ended.is_some())
+        {
             if cond.wait_until(&mut o, until).timed_out() {
                 break;
             }
@@ -266,6 +328,8 @@ impl Exec {
         let stderr = take(&mut o.stderr);
         let done = o.stdout.is_empty() && o.stderr.is_empty() && o.closed == 2;
         let ended = if done { o.ended } else { None };
+        o.stop_told = o.stopped;
+        let stopped = o.stopped;
         drop(o);
         cond.notify_all();
         if ended.is_some() {
@@ -274,16 +338,66 @@ impl Exec {
         ExecReply::Output {
             stdout,
             stderr,
+            stopped,
             ended,
         }
     }
 }
 
+/// What a process group uses.
+#[derive(Debug, Clone, Copy, Default)]
+struct Usage {
+    cpu_s: f64,
+    rss_kib: u64,
+}
+
+/// The use of every process group on this machine, by group id, from
+/// `/proc/PID/stat` (processor time and resident pages summed over the
+/// group's processes).
+fn group_usage() -> HashMap<u32, Usage> {
+    // SAFETY: sysconf has no preconditions.
+    let (tick, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_CLK_TCK).max(1) as f64,
+            libc::sysconf(libc::_SC_PAGESIZE).max(1) as u64,
+        )
+    };
+    let mut groups: HashMap<u32, Usage> = HashMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return groups;
+    };
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        if name.to_str().and_then(|n| n.parse::<u32>().ok()).is_none() {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // The fields after the command, which is in parentheses and may
+        // hold anything, parentheses too.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_ascii_whitespace().collect();
+        if f.len() < 22 {
+            continue;
+        }
+        let num = |i: usize| f[i].parse::<u64>().unwrap_or(0);
+        let u = groups.entry(num(2) as u32).or_default();
+        u.cpu_s += (num(11) + num(12)) as f64 / tick;
+        u.rss_kib += num(21) * page / 1024;
+    }
+    groups
+}
+
 /// Moves what `pipe` yields into the buffer `which` picks, waiting while
-/// it is full; counts the stream closed at its end.
+/// it is full; counts `streams` closed at its end (a terminal's end,
+/// EIO once no process holds it, closes both).
 fn pump(
     mut pipe: impl Read + Send + 'static,
     output: Arc<(Mutex<Output>, Condvar)>,
+    streams: u8,
     which: fn(&mut Output) -> &mut Vec<u8>,
 ) {
     std::thread::spawn(move || {
@@ -304,7 +418,7 @@ fn pump(
             which(&mut o).extend_from_slice(&buf[..n]);
             cond.notify_all();
         }
-        lock.lock().closed += 1;
+        lock.lock().closed += streams;
         cond.notify_all();
     });
 }
@@ -330,6 +444,24 @@ mod tests {
             uid: unsafe { libc::getuid() },
             gid: unsafe { libc::getgid() },
             umask: 0o022,
+            ..StartSpec::default()
+        }
+    }
+
+    fn root() -> bool {
+        // SAFETY: geteuid cannot fail.
+        unsafe { libc::geteuid() == 0 }
+    }
+
+    /// An exec service as the daemon makes it: namespaces when root.
+    fn exec() -> Arc<Exec> {
+        Arc::new(Exec::new(root()))
+    }
+
+    fn start(exec: &Arc<Exec>, id: ProcId, spec: StartSpec) {
+        match exec.handle(ExecRequest::Start { id, spec }) {
+            ExecReply::Started { .. } => {}
+            other => panic!("{other:?}"),
         }
     }
 
@@ -346,6 +478,7 @@ mod tests {
                     stdout,
                     stderr,
                     ended,
+                    ..
                 } => {
                     out.extend(stdout);
                     err.extend(stderr);
@@ -360,7 +493,7 @@ mod tests {
 
     #[test]
     fn a_program_runs_with_its_home_s_settings_and_ends() {
-        let exec = Arc::new(Exec::default());
+        let exec = exec();
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().to_str().unwrap();
         let start = ExecRequest::Start {
@@ -388,7 +521,7 @@ mod tests {
 
     #[test]
     fn what_cannot_start_is_refused_with_the_reason() {
-        let exec = Arc::new(Exec::default());
+        let exec = exec();
         let refused = |r: ExecReply| match r {
             ExecReply::Error(e) => e,
             other => panic!("{other:?}"),
@@ -415,7 +548,7 @@ mod tests {
 
     #[test]
     fn a_program_whose_home_is_gone_is_killed_and_forgotten() {
-        let exec = Arc::new(Exec::default());
+        let exec = exec();
         let start = ExecRequest::Start {
             id: id(6),
             spec: spec(&["sleep", "30"], "/"),
@@ -434,7 +567,7 @@ mod tests {
 
     #[test]
     fn a_signal_reaches_the_program_s_group() {
-        let exec = Arc::new(Exec::default());
+        let exec = exec();
         let start = ExecRequest::Start {
             id: id(5),
             spec: spec(&["sh", "-c", "sleep 30 & wait"], "/"),
@@ -447,5 +580,147 @@ mod tests {
         assert_eq!(exec.handle(signal), ExecReply::Done);
         let (_, _, ended) = drain(&exec, id(5));
         assert_eq!(ended, Ended::Killed(libc::SIGTERM));
+    }
+
+    #[test]
+    fn a_program_gets_its_home_s_host_name_limits_and_a_pid_namespace() {
+        let exec = exec();
+        let mut spec = spec(
+            &[
+                "sh",
+                "-c",
+                "echo $$; hostname; ulimit -n; ulimit -Hn; ps -e -o pid= | wc -l",
+            ],
+            "/",
+        );
+        spec.hostname = "home-of-the-test".into();
+        spec.rlimits = vec![shoal_pool::exec::Rlimit {
+            resource: libc::RLIMIT_NOFILE,
+            soft: 77,
+            hard: 99,
+        }];
+        start(&exec, id(7), spec);
+        let (out, err, ended) = drain(&exec, id(7));
+        assert_eq!(ended, Ended::Exited(0), "{}", String::from_utf8_lossy(&err));
+        let out = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(&lines[2..4], ["77", "99"], "limits forwarded: {out}");
+        if root() {
+            // The watcher is pid 1; the program is 2; ps sees only these
+            // two and itself (and the pipe's wc).
+            assert_eq!(lines[0], "2", "{out}");
+            assert_eq!(lines[1], "home-of-the-test", "{out}");
+            assert!(lines[4].trim().parse::<u32>().unwrap() <= 4, "{out}");
+        } else {
+            assert_ne!(lines[0], "2", "{out}");
+            assert_ne!(lines[1], "home-of-the-test", "{out}");
+        }
+    }
+
+    #[test]
+    fn a_program_on_a_terminal_sees_one_and_its_size_changes() {
+        let exec = exec();
+        let mut spec = spec(
+            &[
+                "sh",
+                "-c",
+                "test -t 0 && test -t 1 && echo tty; stty size; read x; stty size; echo got $x",
+            ],
+            "/",
+        );
+        spec.tty = Some(shoal_pool::exec::WinSize {
+            rows: 30,
+            cols: 100,
+        });
+        start(&exec, id(8), spec);
+        // Wait for the first size before changing it.
+        let mut out = Vec::new();
+        while !String::from_utf8_lossy(&out).contains("30 100") {
+            match exec.handle(ExecRequest::Read {
+                id: id(8),
+                max: 1 << 20,
+                wait_ms: 500,
+            }) {
+                ExecReply::Output { stdout, .. } => out.extend(stdout),
+                other => panic!("{other:?}"),
+            }
+        }
+        let resize = ExecRequest::Resize {
+            id: id(8),
+            size: shoal_pool::exec::WinSize {
+                rows: 40,
+                cols: 120,
+            },
+        };
+        assert_eq!(exec.handle(resize), ExecReply::Done);
+        let write = ExecRequest::Write {
+            id: id(8),
+            data: b"word\n".to_vec(),
+            close: false,
+        };
+        assert_eq!(exec.handle(write), ExecReply::Done);
+        let (rest, err, ended) = drain(&exec, id(8));
+        out.extend(rest);
+        let out = String::from_utf8_lossy(&out);
+        assert!(err.is_empty(), "a terminal is one stream");
+        assert_eq!(ended, Ended::Exited(0), "{out}");
+        assert!(out.contains("tty\r\n30 100\r\n"), "{out:?}");
+        // The terminal echoes the input, then the program's output.
+        assert!(out.contains("40 120\r\ngot word\r\n"), "{out:?}");
+    }
+
+    #[test]
+    fn a_stop_typed_at_the_terminal_is_reported_and_undone() {
+        let exec = exec();
+        // The stop comes while the shell reads (a stop typed while a shell
+        // forks stops the child before its exec, and the shell, blocked in
+        // vfork, cannot stop: the same on a local terminal).
+        let mut spec = spec(&["sh", "-c", "echo ready; read x; echo done $x"], "/");
+        spec.tty = Some(shoal_pool::exec::WinSize { rows: 24, cols: 80 });
+        start(&exec, id(9), spec);
+        let read = || match exec.handle(ExecRequest::Read {
+            id: id(9),
+            max: 1 << 20,
+            wait_ms: 500,
+        }) {
+            ExecReply::Output {
+                stdout, stopped, ..
+            } => (stdout, stopped),
+            other => panic!("{other:?}"),
+        };
+        let mut out = Vec::new();
+        while !String::from_utf8_lossy(&out).contains("ready") {
+            out.extend(read().0);
+        }
+        // Ctrl-Z, as a terminal's user types it.
+        let ctrl_z = ExecRequest::Write {
+            id: id(9),
+            data: vec![0x1a],
+            close: false,
+        };
+        assert_eq!(exec.handle(ctrl_z), ExecReply::Done);
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            assert!(Instant::now() < until, "the stop was not reported");
+            let (o, st) = read();
+            out.extend(o);
+            if st == Some(libc::SIGTSTP) {
+                break;
+            }
+        }
+        let cont = ExecRequest::Signal {
+            id: id(9),
+            signal: libc::SIGCONT,
+        };
+        assert_eq!(exec.handle(cont), ExecReply::Done);
+        let write = ExecRequest::Write {
+            id: id(9),
+            data: b"go\n".to_vec(),
+            close: false,
+        };
+        assert_eq!(exec.handle(write), ExecReply::Done);
+        let (rest, _, ended) = drain(&exec, id(9));
+        assert!(String::from_utf8_lossy(&rest).contains("done go"));
+        assert_eq!(ended, Ended::Exited(0));
     }
 }

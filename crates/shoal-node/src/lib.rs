@@ -18,17 +18,25 @@
 //! datagrams directly.  It answers locate questions from its registry,
 //! keeps the membership view, hands programs the cluster key through the
 //! link socket, serves its own status over shoal RPC (it is a client of its
-//! own link, like any server), and exports counters for Prometheus.
+//! own link, like any server), and exports counters for Prometheus.  For
+//! the processor pool it is a home (it numbers the processes started on
+//! this machine, places them and answers for them: `home`) and an exec
+//! service (it runs the programs homes place here: `exec`).
 
 mod config;
 mod daemon;
 pub mod exec;
+mod home;
 mod link_server;
 mod load;
 mod metrics;
 pub mod service;
+mod spawn;
 mod state;
 
 pub use config::{NodeConfig, NodeConfigFile};
 pub use daemon::{Daemon, run};
-pub use service::{MemberLoad, MemberStatus, NodeStatus, node_port};
+pub use service::{
+    HomedProc, MemberLoad, MemberStatus, NodeRequest, NodeStatus, ProcAnswer, RunningProc, ask,
+    node_port,
+};

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use shoal_cap::{GetPort, PutPort};
+use shoal_pool::ProcId;
 use shoal_rpc::link::{Hello, LinkRequest, LinkResponse};
 use shoal_wire::{Endpoint, Instance};
 
@@ -55,6 +56,8 @@ pub fn start(shared: Arc<Shared>) -> Result<(), String> {
 fn serve(shared: Arc<Shared>, stream: UnixStream) {
     shared.state.lock().links += 1;
     let mut registered: Vec<(PutPort, Instance)> = Vec::new();
+    // Processes this link spawned that have not ended yet.
+    let mut spawned: Vec<ProcId> = Vec::new();
     let mut writer = match stream.try_clone() {
         Ok(w) => w,
         Err(_) => return,
@@ -69,7 +72,7 @@ fn serve(shared: Arc<Shared>, stream: UnixStream) {
             Ok(_) => {}
         }
         let response = match serde_json::from_str::<LinkRequest>(&line) {
-            Ok(request) => handle(&shared, request, &mut registered),
+            Ok(request) => handle(&shared, request, &mut registered, &mut spawned),
             Err(e) => LinkResponse::Error {
                 message: format!("bad link request: {e}"),
             },
@@ -80,7 +83,11 @@ fn serve(shared: Arc<Shared>, stream: UnixStream) {
             break;
         }
     }
-    // The program is gone: so are its endpoints.
+    // The program is gone: so are its endpoints, and the processes it
+    // watched are hung up on.
+    if !spawned.is_empty() {
+        crate::home::hang_up(&shared, &spawned);
+    }
     let mut state = shared.state.lock();
     for (port, instance) in registered {
         tracing::info!(%port, %instance, "server endpoint gone with its program");
@@ -93,6 +100,7 @@ fn handle(
     shared: &Shared,
     request: LinkRequest,
     registered: &mut Vec<(PutPort, Instance)>,
+    spawned: &mut Vec<ProcId>,
 ) -> LinkResponse {
     let error = |message: String| LinkResponse::Error { message };
     match request {
@@ -127,40 +135,47 @@ fn handle(
                 frag_bytes: shared.config.frag_bytes,
             })
         }
-        LinkRequest::Place {
+        LinkRequest::Spawn {
+            command,
+            on,
             mem_mib,
             allow_owner_active,
-        } => {
-            let now = crate::daemon::now();
-            let mut state = shared.state.lock();
-            let view = state.membership.view(now);
-            let candidates: Vec<shoal_pool::Candidate> = view
-                .iter()
-                .filter(|m| m.alive)
-                .filter_map(|m| {
-                    let (load, at) = m.load?;
-                    Some(shoal_pool::Candidate {
-                        node: m.node,
-                        load,
-                        reported_us: at.0,
-                    })
-                })
-                .collect();
-            let request = shoal_pool::Request {
-                mem_mib,
-                allow_owner_active,
-            };
-            match state.placer.place(now.0, &candidates, &request) {
-                Ok(node) => LinkResponse::Placed {
-                    name: view
-                        .iter()
-                        .find(|m| m.node == node)
-                        .map(|m| m.name.clone())
-                        .unwrap_or_default(),
-                },
-                Err(e) => error(e.to_string()),
+        } => match crate::home::spawn(shared, &command, on.as_deref(), mem_mib, allow_owner_active)
+        {
+            Ok((id, node)) => {
+                spawned.push(id);
+                LinkResponse::Spawned {
+                    id: id.to_string(),
+                    node,
+                }
             }
-        }
+            Err(e) => error(e),
+        },
+        LinkRequest::Respawn {
+            id,
+            lost,
+            mem_mib,
+            allow_owner_active,
+        } => match spawned_id(&id, spawned) {
+            Some(id) => {
+                match crate::home::respawn(shared, id, &lost, mem_mib, allow_owner_active) {
+                    Ok(node) => LinkResponse::Spawned {
+                        id: id.to_string(),
+                        node,
+                    },
+                    Err(e) => error(e),
+                }
+            }
+            None => error(format!("no process {id} spawned on this link")),
+        },
+        LinkRequest::Ended { id, end } => match spawned_id(&id, spawned) {
+            Some(id) => {
+                crate::home::ended(shared, id, end);
+                spawned.retain(|&s| s != id);
+                LinkResponse::Ok
+            }
+            None => error(format!("no process {id} spawned on this link")),
+        },
         LinkRequest::Owner { active } => {
             let owner = if active {
                 shoal_wire::Owner::Active
@@ -223,6 +238,12 @@ fn handle(
             LinkResponse::Ok
         }
     }
+}
+
+/// `text` as the id of a process spawned on this link.
+fn spawned_id(text: &str, spawned: &[ProcId]) -> Option<ProcId> {
+    let id = text.parse().ok()?;
+    spawned.contains(&id).then_some(id)
 }
 
 fn parse_instance(text: &str) -> Option<Instance> {

@@ -2,10 +2,14 @@
 //! port derived from the cluster key and the node's name, so anyone holding
 //! the key can ask any node by name.
 //!
-//! Requests and replies are JSON: `{"op":"status"}` → [`NodeStatus`].
+//! Requests and replies are JSON: `{"op":"status"}` → [`NodeStatus`];
+//! the processor pool's requests (`procs`, `kill`, `wait`) → a
+//! [`ProcAnswer`].  A node answers `kill` and `wait` for the processes it
+//! is the home of: they go through the home, wherever the process runs.
 
 use serde::{Deserialize, Serialize};
 use shoal_cap::GetPort;
+use shoal_rpc::link::ProcEnd;
 use shoal_wire::ClusterKey;
 
 /// The get-port of node `name`'s service.
@@ -18,6 +22,68 @@ pub fn node_port(key: &ClusterKey, name: &str) -> GetPort {
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum NodeRequest {
     Status,
+    /// The processes this node is the home of (the running ones, and with
+    /// `ended` the ended ones it remembers) and those running here.
+    Procs {
+        #[serde(default)]
+        ended: bool,
+    },
+    /// Deliver `signal` to process `id`, of which this node is the home.
+    Kill {
+        id: String,
+        signal: i32,
+    },
+    /// How process `id` (this node its home) ended, waiting up to
+    /// `wait_ms` for its end.
+    Wait {
+        id: String,
+        wait_ms: u32,
+    },
+}
+
+/// The answer to the processor pool's requests.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum ProcAnswer {
+    Procs {
+        homed: Vec<HomedProc>,
+        running: Vec<RunningProc>,
+    },
+    Done,
+    /// The process's end, or none yet.
+    Waited {
+        end: Option<ProcEnd>,
+    },
+    Error {
+        message: String,
+    },
+}
+
+/// A process as its home knows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct HomedProc {
+    pub id: String,
+    pub command: String,
+    /// The node it runs (or ran) on.
+    pub node: String,
+    /// Seconds since it started.
+    pub age_s: f64,
+    /// How it ended; none while it runs.
+    pub end: Option<ProcEnd>,
+}
+
+/// A process as the node it runs on sees it: its process group's use.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RunningProc {
+    pub id: String,
+    /// Its pid on this node.
+    pub pid: u32,
+    /// Processor time of its process group, seconds.
+    pub cpu_s: f64,
+    /// Resident memory of its process group, KiB.
+    pub rss_kib: u64,
+    /// Stopped (by SIGSTOP or SIGTSTP).
+    pub stopped: bool,
 }
 
 /// One member as a node sees it.
@@ -60,4 +126,24 @@ pub struct NodeStatus {
     pub links: u64,
     pub members: Vec<MemberStatus>,
     pub counters: std::collections::BTreeMap<String, u64>,
+}
+
+/// Asks node `name`'s service `request`; its answer, decoded.
+pub fn ask<T: serde::de::DeserializeOwned>(
+    ctx: &shoal_rpc::Context,
+    name: &str,
+    request: &NodeRequest,
+    deadline: std::time::Duration,
+) -> Result<T, String> {
+    let port = node_port(&ctx.config().key, name).put_port();
+    let mut client = ctx.client().map_err(|e| e.to_string())?;
+    let options = shoal_rpc::CallOptions {
+        deadline: Some(deadline),
+        cancel: None,
+    };
+    let body = serde_json::to_vec(request).expect("requests serialize");
+    let reply = client
+        .trans_with(&port, body, &options)
+        .map_err(|e| e.to_string())?;
+    serde_json::from_slice(&reply).map_err(|e| format!("unreadable answer from {name}: {e}"))
 }

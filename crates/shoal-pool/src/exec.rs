@@ -8,8 +8,9 @@
 //! the service stops reading the program's pipes while its buffers are
 //! full, so a program that writes faster than its home reads is slowed by
 //! the pipe, never by memory.  Input goes the other way in
-//! [`ExecRequest::Write`] calls, signals in [`ExecRequest::Signal`].  The
-//! last `Read` answer carries the program's end.
+//! [`ExecRequest::Write`] calls, signals in [`ExecRequest::Signal`], a
+//! terminal's new size in [`ExecRequest::Resize`].  The last `Read` answer
+//! carries the program's end.
 //!
 //! Encoding: a tag byte, the process id (16 bytes), then per kind fixed
 //! little-endian fields and, last, variable bytes; the start request's
@@ -29,7 +30,32 @@ pub struct StartSpec {
     pub cwd: String,
     pub uid: u32,
     pub gid: u32,
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
     pub umask: u32,
+    /// Resource limits (`RLIMIT_*` number, soft, hard).
+    pub rlimits: Vec<Rlimit>,
+    /// The home's host name, which the program sees as its own where the
+    /// node can give it a UTS namespace.
+    pub hostname: String,
+    /// Run on a pseudo-terminal of this size (stdout and stderr are then
+    /// one stream, and arrive as stdout).
+    pub tty: Option<WinSize>,
+}
+
+/// One resource limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rlimit {
+    pub resource: u32,
+    pub soft: u64,
+    pub hard: u64,
+}
+
+/// A terminal's size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WinSize {
+    pub rows: u16,
+    pub cols: u16,
 }
 
 /// A request to a node's exec service.
@@ -48,6 +74,8 @@ pub enum ExecRequest {
     },
     /// Deliver signal `signal` to the program's process group.
     Signal { id: ProcId, signal: i32 },
+    /// The program's terminal changed size (it gets SIGWINCH).
+    Resize { id: ProcId, size: WinSize },
 }
 
 /// How a program ended.
@@ -66,11 +94,13 @@ pub enum ExecReply {
     Error(String),
     /// The program started as this process of its node.
     Started { pid: u32 },
-    /// Output since the last read, and the program's end once every byte
-    /// of its output has been read.
+    /// Output since the last read, whether the program is stopped (by
+    /// this signal), and its end once every byte of its output has been
+    /// read.
     Output {
         stdout: Vec<u8>,
         stderr: Vec<u8>,
+        stopped: Option<i32>,
         ended: Option<Ended>,
     },
     /// Done.
@@ -84,6 +114,10 @@ pub struct DecodeError(&'static str);
 
 /// Most strings in a start request, and most bytes in each.
 pub const MAX_STRINGS: usize = 65_536;
+/// Most supplementary groups in a start request (Linux's `NGROUPS_MAX`).
+pub const MAX_GROUPS: usize = 65_536;
+/// Most resource limits in a start request.
+pub const MAX_RLIMITS: usize = 64;
 
 impl ExecRequest {
     /// The process the request is about.
@@ -92,7 +126,8 @@ impl ExecRequest {
             ExecRequest::Start { id, .. }
             | ExecRequest::Read { id, .. }
             | ExecRequest::Write { id, .. }
-            | ExecRequest::Signal { id, .. } => *id,
+            | ExecRequest::Signal { id, .. }
+            | ExecRequest::Resize { id, .. } => *id,
         }
     }
 
@@ -103,6 +138,7 @@ impl ExecRequest {
             ExecRequest::Read { id, .. } => (2, id),
             ExecRequest::Write { id, .. } => (3, id),
             ExecRequest::Signal { id, .. } => (4, id),
+            ExecRequest::Resize { id, .. } => (5, id),
         };
         w.push(tag);
         w.extend_from_slice(&id.to_bytes());
@@ -114,6 +150,24 @@ impl ExecRequest {
                 put_strings(&mut w, std::slice::from_ref(&spec.cwd));
                 put_strings(&mut w, &spec.argv);
                 put_strings(&mut w, &spec.env);
+                put_strings(&mut w, std::slice::from_ref(&spec.hostname));
+                put_u32(&mut w, spec.groups.len() as u32);
+                for g in &spec.groups {
+                    put_u32(&mut w, *g);
+                }
+                put_u32(&mut w, spec.rlimits.len() as u32);
+                for l in &spec.rlimits {
+                    put_u32(&mut w, l.resource);
+                    w.extend_from_slice(&l.soft.to_le_bytes());
+                    w.extend_from_slice(&l.hard.to_le_bytes());
+                }
+                match spec.tty {
+                    None => w.push(0),
+                    Some(size) => {
+                        w.push(1);
+                        put_size(&mut w, size);
+                    }
+                }
             }
             ExecRequest::Read { max, wait_ms, .. } => {
                 put_u32(&mut w, *max);
@@ -124,6 +178,7 @@ impl ExecRequest {
                 w.extend_from_slice(data);
             }
             ExecRequest::Signal { signal, .. } => put_u32(&mut w, *signal as u32),
+            ExecRequest::Resize { size, .. } => put_size(&mut w, *size),
         }
         w
     }
@@ -143,15 +198,47 @@ impl ExecRequest {
                 if argv.is_empty() {
                     return Err(DecodeError("a start names a program"));
                 }
+                let env = r.strings()?;
+                let mut hostname = r.strings()?;
+                if hostname.len() != 1 {
+                    return Err(DecodeError("a start has one host name"));
+                }
+                let n = r.u32()? as usize;
+                if n > MAX_GROUPS {
+                    return Err(DecodeError("too many groups"));
+                }
+                let groups = (0..n).map(|_| r.u32()).collect::<Result<_, _>>()?;
+                let n = r.u32()? as usize;
+                if n > MAX_RLIMITS {
+                    return Err(DecodeError("too many resource limits"));
+                }
+                let rlimits = (0..n)
+                    .map(|_| {
+                        Ok(Rlimit {
+                            resource: r.u32()?,
+                            soft: r.u64()?,
+                            hard: r.u64()?,
+                        })
+                    })
+                    .collect::<Result<_, _>>()?;
+                let tty = match r.u8()? {
+                    0 => None,
+                    1 => Some(r.size()?),
+                    _ => return Err(DecodeError("tty flag")),
+                };
                 ExecRequest::Start {
                     id,
                     spec: StartSpec {
                         argv,
-                        env: r.strings()?,
+                        env,
                         cwd: cwd.remove(0),
                         uid,
                         gid,
+                        groups,
                         umask,
+                        rlimits,
+                        hostname: hostname.remove(0),
+                        tty,
                     },
                 }
             }
@@ -176,6 +263,10 @@ impl ExecRequest {
                 id,
                 signal: r.u32()? as i32,
             },
+            5 => ExecRequest::Resize {
+                id,
+                size: r.size()?,
+            },
             _ => return Err(DecodeError("unknown request")),
         };
         r.end()?;
@@ -198,9 +289,17 @@ impl ExecReply {
             ExecReply::Output {
                 stdout,
                 stderr,
+                stopped,
                 ended,
             } => {
                 w.push(2);
+                match stopped {
+                    None => w.push(0),
+                    Some(s) => {
+                        w.push(1);
+                        put_u32(&mut w, *s as u32);
+                    }
+                }
                 match ended {
                     None => w.push(0),
                     Some(Ended::Exited(c)) => {
@@ -231,6 +330,11 @@ impl ExecReply {
             }
             1 => ExecReply::Started { pid: r.u32()? },
             2 => {
+                let stopped = match r.u8()? {
+                    0 => None,
+                    1 => Some(r.u32()? as i32),
+                    _ => return Err(DecodeError("stopped flag")),
+                };
                 let ended = match r.u8()? {
                     0 => None,
                     1 => Some(Ended::Exited(r.u32()? as i32)),
@@ -242,6 +346,7 @@ impl ExecReply {
                 return Ok(ExecReply::Output {
                     stdout,
                     stderr: r.0.to_vec(),
+                    stopped,
                     ended,
                 });
             }
@@ -255,6 +360,11 @@ impl ExecReply {
 
 fn put_u32(w: &mut Vec<u8>, v: u32) {
     w.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_size(w: &mut Vec<u8>, size: WinSize) {
+    w.extend_from_slice(&size.rows.to_le_bytes());
+    w.extend_from_slice(&size.cols.to_le_bytes());
 }
 
 fn put_strings(w: &mut Vec<u8>, strings: &[String]) {
@@ -285,6 +395,20 @@ impl<'a> Reader<'a> {
         Ok(u32::from_le_bytes(
             self.take(4)?.try_into().expect("4 bytes"),
         ))
+    }
+
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
+    }
+
+    fn size(&mut self) -> Result<WinSize, DecodeError> {
+        let b = self.take(4)?;
+        Ok(WinSize {
+            rows: u16::from_le_bytes([b[0], b[1]]),
+            cols: u16::from_le_bytes([b[2], b[3]]),
+        })
     }
 
     fn strings(&mut self) -> Result<Vec<String>, DecodeError> {
@@ -337,22 +461,38 @@ mod tests {
                 id(),
                 proptest::collection::vec(text(), 1..5),
                 proptest::collection::vec(text(), 0..5),
-                text(),
-                any::<(u32, u32, u32)>()
+                (text(), text()),
+                any::<(u32, u32, u32)>(),
+                proptest::collection::vec(any::<u32>(), 0..5),
+                proptest::collection::vec(any::<(u32, u64, u64)>(), 0..5),
+                proptest::option::of(any::<(u16, u16)>()),
             )
-                .prop_map(|(id, argv, env, cwd, (uid, gid, umask))| {
-                    ExecRequest::Start {
-                        id,
-                        spec: StartSpec {
-                            argv,
-                            env,
-                            cwd,
-                            uid,
-                            gid,
-                            umask,
-                        },
-                    }
-                }),
+                .prop_map(
+                    |(id, argv, env, (cwd, hostname), (uid, gid, umask), groups, limits, tty)| {
+                        ExecRequest::Start {
+                            id,
+                            spec: StartSpec {
+                                argv,
+                                env,
+                                cwd,
+                                uid,
+                                gid,
+                                groups,
+                                umask,
+                                rlimits: limits
+                                    .into_iter()
+                                    .map(|(resource, soft, hard)| Rlimit {
+                                        resource,
+                                        soft,
+                                        hard,
+                                    })
+                                    .collect(),
+                                hostname,
+                                tty: tty.map(|(rows, cols)| WinSize { rows, cols }),
+                            },
+                        }
+                    },
+                ),
             (id(), any::<u32>(), any::<u32>()).prop_map(|(id, max, wait_ms)| ExecRequest::Read {
                 id,
                 max,
@@ -365,6 +505,10 @@ mod tests {
             )
                 .prop_map(|(id, data, close)| ExecRequest::Write { id, data, close }),
             (id(), any::<i32>()).prop_map(|(id, signal)| ExecRequest::Signal { id, signal }),
+            (id(), any::<(u16, u16)>()).prop_map(|(id, (rows, cols))| ExecRequest::Resize {
+                id,
+                size: WinSize { rows, cols }
+            }),
         ]
     }
 
@@ -378,11 +522,14 @@ mod tests {
         prop_oneof![
             text().prop_map(ExecReply::Error),
             any::<u32>().prop_map(|pid| ExecReply::Started { pid }),
-            (bytes(), bytes(), ended).prop_map(|(stdout, stderr, ended)| ExecReply::Output {
-                stdout,
-                stderr,
-                ended
-            }),
+            (bytes(), bytes(), proptest::option::of(any::<i32>()), ended).prop_map(
+                |(stdout, stderr, stopped, ended)| ExecReply::Output {
+                    stdout,
+                    stderr,
+                    stopped,
+                    ended
+                }
+            ),
             Just(ExecReply::Done),
         ]
     }

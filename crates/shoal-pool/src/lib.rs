@@ -20,6 +20,8 @@
 //!
 //! - [`exec`]: the remote execution protocol between a home and the exec
 //!   service of the node a program runs on.
+//! - [`ProcTable`]: a home's table of the processes started from it: their
+//!   numbers, the node each runs on, and how they ended.
 //!
 //! **Architecture invariant:** no I/O, no clocks, no global randomness:
 //! time comes in as arguments and randomness from a seeded generator, so
@@ -28,7 +30,9 @@
 pub mod exec;
 mod id;
 mod place;
+mod table;
 
 pub use id::{ParseProcIdError, ProcId};
 pub use place::{Candidate, NoNode, Placer, Request, demand_milli};
 pub use shoal_wire::{Load, Owner};
+pub use table::{KEEP_ENDED, MAX_COMMAND, Proc, ProcState, ProcTable};

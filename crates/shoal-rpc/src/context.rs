@@ -12,7 +12,7 @@ use shoal_wire::ClusterKey;
 
 use crate::client::Client;
 use crate::error::Error;
-use crate::link::{Link, LinkRequest, LinkResponse};
+use crate::link::{Link, LinkRequest, LinkResponse, ProcEnd};
 use crate::server::Server;
 
 /// Everything a context needs.
@@ -138,17 +138,14 @@ impl Context {
         Server::new(self.config.clone(), get_port)
     }
 
-    /// Asks this machine's node where to run a new program needing
-    /// `mem_mib` MiB: the name of the node its placement rule chose.
-    pub fn place(&self, mem_mib: u32, allow_owner_active: bool) -> Result<String, Error> {
-        let request = LinkRequest::Place {
-            mem_mib,
-            allow_owner_active,
+    /// A link to this machine's node as the home of processes.
+    pub fn home(&self) -> Result<HomeLink, Error> {
+        let Some(path) = &self.config.node_socket else {
+            return Err(Error::Node("this needs a link to the local node".into()));
         };
-        match self.ask_node(&request)? {
-            LinkResponse::Placed { name } => Ok(name),
-            _ => Err(Error::Node("unexpected answer to place".into())),
-        }
+        Ok(HomeLink {
+            link: Link::connect(path)?,
+        })
     }
 
     /// Tells this machine's node whether its owner is using it (the
@@ -169,6 +166,68 @@ impl Context {
         match Link::connect(path)?.call(request)? {
             LinkResponse::Error { message } => Err(Error::Node(message)),
             answer => Ok(answer),
+        }
+    }
+}
+
+/// A link to the local node as the home of the processes started on it
+/// (see [`LinkRequest::Spawn`]): they are tied to it, and the home hangs
+/// up on those still running when it closes.
+pub struct HomeLink {
+    link: Link,
+}
+
+impl HomeLink {
+    /// A new process running `command`, on node `on` or where placement
+    /// puts a program needing `mem_mib` MiB: its id and its node's name.
+    pub fn spawn(
+        &mut self,
+        command: &str,
+        on: Option<&str>,
+        mem_mib: u32,
+        allow_owner_active: bool,
+    ) -> Result<(String, String), Error> {
+        let request = LinkRequest::Spawn {
+            command: command.to_string(),
+            on: on.map(str::to_string),
+            mem_mib,
+            allow_owner_active,
+        };
+        match self.link.call(&request)? {
+            LinkResponse::Spawned { id, node } => Ok((id, node)),
+            _ => Err(Error::Node("unexpected answer to spawn".into())),
+        }
+    }
+
+    /// Process `id` lost its node `lost`: the node to start it again on.
+    pub fn respawn(
+        &mut self,
+        id: &str,
+        lost: &str,
+        mem_mib: u32,
+        allow_owner_active: bool,
+    ) -> Result<String, Error> {
+        let request = LinkRequest::Respawn {
+            id: id.to_string(),
+            lost: lost.to_string(),
+            mem_mib,
+            allow_owner_active,
+        };
+        match self.link.call(&request)? {
+            LinkResponse::Spawned { node, .. } => Ok(node),
+            _ => Err(Error::Node("unexpected answer to respawn".into())),
+        }
+    }
+
+    /// Process `id` ended so.
+    pub fn ended(&mut self, id: &str, end: ProcEnd) -> Result<(), Error> {
+        let request = LinkRequest::Ended {
+            id: id.to_string(),
+            end,
+        };
+        match self.link.call(&request)? {
+            LinkResponse::Ok => Ok(()),
+            _ => Err(Error::Node("unexpected answer to ended".into())),
         }
     }
 }

@@ -48,7 +48,7 @@ mod socket;
 mod spin;
 
 pub use client::{CallOptions, CancelToken, Client};
-pub use context::{Context, ContextConfig, DEFAULT_SPIN};
+pub use context::{Context, ContextConfig, DEFAULT_SPIN, HomeLink};
 pub use error::Error;
 pub use server::{Request, Server};
 pub use shoal_cap::{GetPort, PutPort};

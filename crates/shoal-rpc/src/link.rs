@@ -41,13 +41,28 @@ pub enum LinkRequest {
     /// The machine's owner is now active (or idle): foreign programs are
     /// placed elsewhere while active.  Kept across restarts.
     Owner { active: bool },
-    /// Choose a node for a new program needing `mem_mib` MiB (the
-    /// processor pool's placement rule); the node counts it against the
-    /// chosen node until that node's load report does.
-    Place {
+    /// Start a process from this node, its home: a new process id, and
+    /// the node to run it on, `on` or the one the placement rule chooses
+    /// for a program needing `mem_mib` MiB (the node counts it against the
+    /// chosen node until that node's load report does).  The process is
+    /// tied to this link: if the link closes before [`LinkRequest::Ended`],
+    /// the home hangs up on it.
+    Spawn {
+        command: String,
+        on: Option<String>,
         mem_mib: u32,
         allow_owner_active: bool,
     },
+    /// Process `id` (spawned on this link) lost its node `lost`: a node to
+    /// start it again on, chosen as for `Spawn` among the others.
+    Respawn {
+        id: String,
+        lost: String,
+        mem_mib: u32,
+        allow_owner_active: bool,
+    },
+    /// Process `id` (spawned on this link) ended so.
+    Ended { id: String, end: ProcEnd },
 }
 
 /// The node's answer.
@@ -58,14 +73,29 @@ pub enum LinkResponse {
     Registered {
         put_port: String,
     },
-    /// The node chosen for a program.
-    Placed {
-        name: String,
+    /// A new process: its id and the node it is to run on.
+    Spawned {
+        id: String,
+        node: String,
     },
     Ok,
     Error {
         message: String,
     },
+}
+
+/// How a process ended, as its home records it.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ProcEnd {
+    /// It exited with this status.
+    Exited(i32),
+    /// This signal killed it.
+    Killed(i32),
+    /// It could not be started: it leaves no trace.
+    NotStarted,
+    /// Its node became unreachable: how it ended is unknown.
+    Lost,
 }
 
 /// What a program needs to take part in the cluster.

@@ -22,9 +22,15 @@ enum Command {
     /// Show one node's status.
     Status(crate::cmd_status::StatusArgs),
     /// Run a program on a node of the cluster as if it ran here: same
-    /// arguments, environment, directory, user and umask; its output,
-    /// input, signals and exit status pass through.
+    /// arguments, environment, directory, user, groups, umask, limits and
+    /// host name; its output, input, signals and exit status pass through.
     Run(crate::cmd_run::RunArgs),
+    /// List the cluster's processes: id, home, node, state, CPU, memory.
+    Ps(crate::cmd_ps::PsArgs),
+    /// Send a signal to processes of the cluster (through their homes).
+    Kill(crate::cmd_ps::KillArgs),
+    /// Wait for a process of the cluster to end; end as it ended.
+    Wait(crate::cmd_ps::WaitArgs),
     /// Manage a local cluster of nodes on this machine.
     #[command(subcommand)]
     Cluster(crate::cmd_cluster::ClusterCommand),
@@ -176,6 +182,9 @@ impl Cli {
             Command::Node(args) => run_node(args),
             Command::Status(args) => crate::cmd_status::run(args),
             Command::Run(args) => crate::cmd_run::run(args),
+            Command::Ps(args) => crate::cmd_ps::ps(args),
+            Command::Kill(args) => crate::cmd_ps::kill(args),
+            Command::Wait(args) => crate::cmd_ps::wait(args),
             Command::Cluster(c) => crate::cmd_cluster::run(c),
             Command::Rpc(c) => crate::cmd_rpc::run(c),
             Command::Cap(c) => crate::cmd_cap::run(c),

@@ -1,21 +1,27 @@
 //! `shoal run`: runs a program on a node of the cluster as if it ran
-//! here (`docs/pool.md`).  This node is its home: the program gets this
-//! command's arguments, environment, working directory, user, group and
-//! umask; its output comes back here as it is written, input goes to it,
-//! signals sent to `shoal run` go to its process group, and its exit
-//! status (or the signal that killed it) becomes `shoal run`'s own.
+//! here (`docs/pool.md`).  This node is its home: it numbers the process,
+//! chooses its node (`--any`), and the program gets this command's
+//! arguments, environment, working directory, user, groups, umask,
+//! resource limits and host name; its output comes back here as it is
+//! written, input goes to it, signals sent to `shoal run` go to its
+//! process group, and its exit status (or the signal that killed it)
+//! becomes `shoal run`'s own.
 //!
 //! Exit statuses of `shoal run` itself: 125 the program could not be
 //! started there (the message says why), 255 the node became unreachable
 //! while the program ran (its fate is unknown).
 
-use std::io::{Read, Write};
+use std::io::{IsTerminal, Read, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::Args;
+use parking_lot::Mutex;
 use shoal_pool::ProcId;
-use shoal_pool::exec::{Ended, ExecReply, ExecRequest, StartSpec};
-use shoal_rpc::{CallOptions, Client, Context, PutPort};
+use shoal_pool::exec::{Ended, ExecReply, ExecRequest, Rlimit, StartSpec, WinSize};
+use shoal_rpc::link::ProcEnd;
+use shoal_rpc::{CallOptions, Client, Context, HomeLink, PutPort};
 
 use crate::Failure;
 
@@ -34,6 +40,19 @@ pub struct RunArgs {
     /// With --any: nodes whose owner is active may be chosen too.
     #[arg(long, requires = "any")]
     pub allow_owner_active: bool,
+    /// With --any: when no node is eligible, wait for one instead of
+    /// failing.
+    #[arg(long, requires = "any")]
+    pub wait: bool,
+    /// The program is idempotent: if its node is lost, start it again on
+    /// another node, up to N times (input already sent and output already
+    /// written are not replayed).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub retry: u32,
+    /// Run the program on a pseudo-terminal (interactive programs, job
+    /// control; stdout and stderr become one stream).
+    #[arg(short = 't', long)]
+    pub tty: bool,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub command: Vec<String>,
@@ -45,7 +64,12 @@ const NOT_STARTED: u8 = 125;
 const NODE_LOST: u8 = 255;
 /// Bytes of output asked for per read, per stream.
 const READ_MAX: u32 = 4 << 20;
-/// Signals passed on to the program.
+/// Resource limits forwarded: Linux's `RLIMIT_CPU` (0) to `RLIMIT_RTTIME`
+/// (15).
+const RESOURCES: u32 = 16;
+/// How often a queued `--wait` asks again for a node.
+const WAIT_RETRY: Duration = Duration::from_millis(500);
+/// Signals passed on to the program as they are.
 const FORWARDED: [i32; 6] = [
     libc::SIGINT,
     libc::SIGTERM,
@@ -55,38 +79,278 @@ const FORWARDED: [i32; 6] = [
     libc::SIGUSR2,
 ];
 
+/// How a run ended, from the home's side.
+enum Outcome {
+    Ended(Ended),
+    NotStarted(String),
+    Lost(String),
+}
+
+/// What the helper threads share with the main one.
+struct Shared {
+    id: ProcId,
+    /// The exec service of the node the program runs on now.
+    port: Mutex<PutPort>,
+    /// The home's terminal, in raw mode while the program has a pty.
+    terminal: Option<Terminal>,
+    tty: bool,
+}
+
 pub fn run(args: RunArgs) -> Result<(), Failure> {
     // A closed output of ours is passed on to the program as SIGPIPE
     // rather than ending this process before the program.
     // SAFETY: setting a signal's disposition.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     let ctx = Context::from_env().map_err(|e| Failure::unreachable(format!("no node: {e}")))?;
-    let Some((home, _)) = ctx.config().node.clone() else {
-        return Err(Failure::unreachable("the local node did not say who it is"));
+    let mut home = ctx
+        .home()
+        .map_err(|e| Failure::unreachable(format!("no node: {e}")))?;
+    let program = args.command[0].clone();
+    let not_started = |message: String| Failure {
+        code: NOT_STARTED,
+        message,
     };
-    let id = ProcId {
-        home,
-        seq: rand::random(),
+    let (id, node) = spawn(&mut home, &args).map_err(&not_started)?;
+    let id: ProcId = id
+        .parse()
+        .map_err(|e| Failure::failed(format!("the node's process id: {e}")))?;
+    let spec = start_spec(&args).map_err(&not_started)?;
+    let shared = Arc::new(Shared {
+        id,
+        port: Mutex::new(exec_port(&ctx, &node)),
+        terminal: if args.tty { Terminal::raw() } else { None },
+        tty: args.tty,
+    });
+    let outcome = supervise(&ctx, &mut home, &shared, &args, spec, node);
+    if let Some(t) = &shared.terminal {
+        t.restore();
+    }
+    let end = match &outcome {
+        Outcome::Ended(Ended::Exited(c)) => ProcEnd::Exited(*c),
+        Outcome::Ended(Ended::Killed(s)) => ProcEnd::Killed(*s),
+        Outcome::NotStarted(_) => ProcEnd::NotStarted,
+        Outcome::Lost(_) => ProcEnd::Lost,
     };
-    let on = match &args.on {
-        Some(name) => name.clone(),
-        None => ctx
-            .place(args.mem_mib, args.allow_owner_active)
-            .map_err(|e| Failure {
-                code: NOT_STARTED,
-                message: format!("no node for {}: {e}", args.command[0]),
-            })?,
+    if let Err(e) = home.ended(&id.to_string(), end) {
+        tracing::warn!("cannot tell the home how {id} ended: {e}");
+    }
+    match outcome {
+        Outcome::Ended(ended) => end_as(ended),
+        Outcome::NotStarted(e) => Err(not_started(format!("{program} on {e}"))),
+        Outcome::Lost(e) => Err(Failure {
+            code: NODE_LOST,
+            message: e,
+        }),
+    }
+}
+
+/// A process id and a node from the home, waiting for an eligible node
+/// with `--wait`.
+fn spawn(home: &mut HomeLink, args: &RunArgs) -> Result<(String, String), String> {
+    let command = args.command.join(" ");
+    let mut told = false;
+    loop {
+        match home.spawn(
+            &command,
+            args.on.as_deref(),
+            args.mem_mib,
+            args.allow_owner_active,
+        ) {
+            Ok(spawned) => return Ok(spawned),
+            Err(e) if args.wait => {
+                if !told {
+                    eprintln!("shoal run: waiting for a node: {e}");
+                    told = true;
+                }
+                std::thread::sleep(WAIT_RETRY);
+            }
+            Err(e) => return Err(format!("no node for {}: {e}", args.command[0])),
+        }
+    }
+}
+
+/// Starts the program and follows it to its end, on another node after a
+/// lost one while `--retry` allows.
+fn supervise(
+    ctx: &Context,
+    home: &mut HomeLink,
+    shared: &Arc<Shared>,
+    args: &RunArgs,
+    spec: StartSpec,
+    mut node: String,
+) -> Outcome {
+    let mut client = match ctx.client() {
+        Ok(c) => c,
+        Err(e) => return Outcome::NotStarted(format!("{node}: {e}")),
     };
-    let port = shoal_node::exec::exec_port(&ctx.config().key, &on).put_port();
-    let cwd = std::env::current_dir()
-        .map_err(|e| Failure::failed(format!("no working directory: {e}")))?;
+    let id = shared.id;
+    let mut retries = args.retry;
+    let mut helpers = false;
+    loop {
+        let lost = match start(&mut client, shared, &spec) {
+            Err(Start::Refused(e)) => return Outcome::NotStarted(format!("{node}: {e}")),
+            Err(Start::Lost(e)) => e,
+            Ok(()) => {
+                if !helpers {
+                    helpers = true;
+                    if let Err(e) = start_helpers(ctx, shared) {
+                        return Outcome::Lost(e);
+                    }
+                }
+                match follow(&mut client, shared) {
+                    Ok(ended) => return Outcome::Ended(ended),
+                    Err(e) => e,
+                }
+            }
+        };
+        if retries == 0 {
+            return Outcome::Lost(format!("node {node} is unreachable: {lost}"));
+        }
+        retries -= 1;
+        match home.respawn(
+            &id.to_string(),
+            &node,
+            args.mem_mib,
+            args.allow_owner_active,
+        ) {
+            Ok(next) => {
+                eprintln!(
+                    "shoal run: node {node} is unreachable ({lost}); starting {} again on {next}",
+                    args.command[0]
+                );
+                node = next;
+                *shared.port.lock() = exec_port(ctx, &node);
+            }
+            Err(e) => {
+                return Outcome::Lost(format!(
+                    "node {node} is unreachable ({lost}), and no other node: {e}"
+                ));
+            }
+        }
+    }
+}
+
+/// Why a start failed.
+enum Start {
+    /// The node refused it (the reason in one line).
+    Refused(String),
+    /// The node did not answer.
+    Lost(String),
+}
+
+/// Starts the program on the node the program's port names.
+fn start(client: &mut Client, shared: &Shared, spec: &StartSpec) -> Result<(), Start> {
+    let port = *shared.port.lock();
+    let start = ExecRequest::Start {
+        id: shared.id,
+        spec: spec.clone(),
+    };
+    match call(client, &port, &start) {
+        Ok(ExecReply::Started { .. }) => Ok(()),
+        Ok(ExecReply::Error(e)) => Err(Start::Refused(e)),
+        Ok(other) => Err(Start::Refused(format!("unexpected answer {other:?}"))),
+        Err(e) => Err(Start::Lost(e)),
+    }
+}
+
+/// Follows the started program: its output to ours, its stops to ours,
+/// until its end; an error if its node is lost.
+fn follow(client: &mut Client, shared: &Shared) -> Result<Ended, String> {
+    let port = *shared.port.lock();
+    let (mut out, mut err) = (std::io::stdout().lock(), std::io::stderr().lock());
+    let mut was_stopped = None;
+    loop {
+        let read = ExecRequest::Read {
+            id: shared.id,
+            max: READ_MAX,
+            wait_ms: 1000,
+        };
+        match call(client, &port, &read)? {
+            ExecReply::Output {
+                stdout,
+                stderr,
+                stopped,
+                ended,
+            } => {
+                // A closed output of ours (a pipe whose reader left) ends
+                // the program as it would have ended it here.
+                if out.write_all(&stdout).and_then(|()| out.flush()).is_err() {
+                    let _ = call(client, &port, &signal(shared.id, libc::SIGPIPE));
+                }
+                let _ = err.write_all(&stderr);
+                if let Some(ended) = ended {
+                    let _ = out.flush();
+                    return Ok(ended);
+                }
+                // On a pty, a stop typed at the terminal stops the program
+                // there; this process stops with it, giving the terminal
+                // back to the home's shell (its SIGCONT continues both).
+                if shared.tty
+                    && was_stopped.is_none()
+                    && matches!(stopped, Some(libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU))
+                {
+                    let _ = out.flush();
+                    stop_here(shared);
+                }
+                was_stopped = stopped;
+            }
+            ExecReply::Error(e) => return Err(e),
+            other => return Err(format!("unexpected answer {other:?}")),
+        }
+    }
+}
+
+/// Stops this process (its terminal as it found it); SIGCONT resumes it.
+fn stop_here(shared: &Shared) {
+    if let Some(t) = &shared.terminal {
+        t.restore();
+    }
+    // SAFETY: kill(2) of ourselves.
+    unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
+}
+
+/// The threads that pass signals, input and window sizes on.
+fn start_helpers(ctx: &Context, shared: &Arc<Shared>) -> Result<(), String> {
+    forward_signals(ctx, shared.clone())?;
+    forward_input(ctx, shared.clone())
+}
+
+fn exec_port(ctx: &Context, node: &str) -> PutPort {
+    shoal_node::exec::exec_port(&ctx.config().key, node).put_port()
+}
+
+/// What the program runs with: this process's own settings.
+fn start_spec(args: &RunArgs) -> Result<StartSpec, String> {
+    let cwd = std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?;
     // SAFETY: umask(2) twice, to read it.
     let umask = unsafe {
         let m = libc::umask(0o022);
         libc::umask(m);
         m
     };
-    let spec = StartSpec {
+    let mut rlimits = Vec::new();
+    for resource in 0..RESOURCES {
+        let mut l = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit fills `l`.
+        if unsafe { libc::getrlimit(resource as _, &mut l) } == 0 {
+            rlimits.push(Rlimit {
+                resource,
+                soft: l.rlim_cur,
+                hard: l.rlim_max,
+            });
+        }
+    }
+    let mut groups = vec![0 as libc::gid_t; 65_536];
+    // SAFETY: getgroups writes at most `groups.len()` ids.
+    let n = unsafe { libc::getgroups(groups.len() as i32, groups.as_mut_ptr()) };
+    groups.truncate(n.max(0) as usize);
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    Ok(StartSpec {
         argv: args.command.clone(),
         env: std::env::vars_os()
             .filter_map(|(k, v)| Some(format!("{}={}", k.to_str()?, v.to_str()?)))
@@ -95,55 +359,14 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         // SAFETY: getuid/getgid cannot fail.
         uid: unsafe { libc::getuid() },
         gid: unsafe { libc::getgid() },
+        groups,
         umask: umask as u32,
-    };
-    let mut client = ctx
-        .client()
-        .map_err(|e| Failure::unreachable(e.to_string()))?;
-    let lost = |e: String| Failure {
-        code: NODE_LOST,
-        message: format!("node {on} is unreachable: {e}"),
-    };
-    match call(&mut client, &port, &ExecRequest::Start { id, spec }).map_err(lost)? {
-        ExecReply::Started { .. } => {}
-        ExecReply::Error(e) => {
-            return Err(Failure {
-                code: NOT_STARTED,
-                message: format!("{} on {on}: {e}", args.command[0]),
-            });
-        }
-        other => return Err(Failure::failed(format!("unexpected answer {other:?}"))),
-    }
-    forward_signals(&ctx, port, id)?;
-    forward_input(&ctx, port, id)?;
-    let (mut out, mut err) = (std::io::stdout().lock(), std::io::stderr().lock());
-    loop {
-        let read = ExecRequest::Read {
-            id,
-            max: READ_MAX,
-            wait_ms: 1000,
-        };
-        match call(&mut client, &port, &read).map_err(lost)? {
-            ExecReply::Output {
-                stdout,
-                stderr,
-                ended,
-            } => {
-                // A closed output of ours (a pipe whose reader left) ends
-                // the program as it would have ended it here.
-                if out.write_all(&stdout).and_then(|()| out.flush()).is_err() {
-                    let _ = call(&mut client, &port, &signal(id, libc::SIGPIPE));
-                }
-                let _ = err.write_all(&stderr);
-                if let Some(ended) = ended {
-                    let _ = out.flush();
-                    end_as(ended);
-                }
-            }
-            ExecReply::Error(e) => return Err(lost(e)),
-            other => return Err(Failure::failed(format!("unexpected answer {other:?}"))),
-        }
-    }
+        rlimits,
+        hostname,
+        tty: args
+            .tty
+            .then(|| Terminal::size().unwrap_or(WinSize { rows: 24, cols: 80 })),
+    })
 }
 
 fn signal(id: ProcId, signal: i32) -> ExecRequest {
@@ -162,43 +385,135 @@ fn call(client: &mut Client, port: &PutPort, request: &ExecRequest) -> Result<Ex
     ExecReply::decode(&reply).map_err(|e| e.to_string())
 }
 
-/// Passes the signals `shoal run` gets on to the program.
-fn forward_signals(ctx: &Context, port: PutPort, id: ProcId) -> Result<(), Failure> {
-    let mut signals = signal_hook::iterator::Signals::new(FORWARDED)
-        .map_err(|e| Failure::failed(format!("cannot handle signals: {e}")))?;
-    let mut client = ctx
-        .client()
-        .map_err(|e| Failure::unreachable(e.to_string()))?;
+/// Passes the signals `shoal run` gets on to the program: the forwarded
+/// ones as they are; a stop (SIGTSTP) stops the program and then this
+/// process, and SIGCONT continues both; a change of the terminal's size
+/// reaches the program's pty.
+fn forward_signals(ctx: &Context, shared: Arc<Shared>) -> Result<(), String> {
+    let mut wanted = FORWARDED.to_vec();
+    wanted.extend([libc::SIGTSTP, libc::SIGCONT, libc::SIGWINCH]);
+    let mut signals = signal_hook::iterator::Signals::new(wanted)
+        .map_err(|e| format!("cannot handle signals: {e}"))?;
+    let mut client = ctx.client().map_err(|e| e.to_string())?;
     std::thread::spawn(move || {
         for s in signals.forever() {
-            let _ = call(&mut client, &port, &signal(id, s));
+            let port = *shared.port.lock();
+            match s {
+                libc::SIGWINCH => {
+                    if let Some(size) = shared.tty.then(Terminal::size).flatten() {
+                        let resize = ExecRequest::Resize {
+                            id: shared.id,
+                            size,
+                        };
+                        let _ = call(&mut client, &port, &resize);
+                    }
+                }
+                libc::SIGTSTP => {
+                    let _ = call(&mut client, &port, &signal(shared.id, s));
+                    // On a pty the program's stop, once reported, stops
+                    // this process; without one, it stops now.
+                    if !shared.tty {
+                        stop_here(&shared);
+                    }
+                }
+                libc::SIGCONT => {
+                    if let Some(t) = &shared.terminal {
+                        t.make_raw();
+                    }
+                    let _ = call(&mut client, &port, &signal(shared.id, s));
+                }
+                _ => {
+                    let _ = call(&mut client, &port, &signal(shared.id, s));
+                }
+            }
         }
     });
     Ok(())
 }
 
-/// Copies standard input to the program until it ends.
-fn forward_input(ctx: &Context, port: PutPort, id: ProcId) -> Result<(), Failure> {
-    let mut client = ctx
-        .client()
-        .map_err(|e| Failure::unreachable(e.to_string()))?;
+/// Copies standard input to the program until it ends.  A chunk that
+/// cannot be delivered (the node is lost) waits for the program's next
+/// node, if `--retry` gives it one.
+fn forward_input(ctx: &Context, shared: Arc<Shared>) -> Result<(), String> {
+    let mut client = ctx.client().map_err(|e| e.to_string())?;
     std::thread::spawn(move || {
         let mut stdin = std::io::stdin().lock();
         let mut buf = vec![0u8; 1 << 20];
         loop {
             let n = stdin.read(&mut buf).unwrap_or(0);
             let write = ExecRequest::Write {
-                id,
+                id: shared.id,
                 data: buf[..n].to_vec(),
                 close: n == 0,
             };
-            match call(&mut client, &port, &write) {
-                Ok(ExecReply::Done) if n > 0 => {}
-                _ => return,
+            loop {
+                let port = *shared.port.lock();
+                match call(&mut client, &port, &write) {
+                    Ok(ExecReply::Done) if n > 0 => break,
+                    Err(_) => std::thread::sleep(Duration::from_millis(200)),
+                    _ => return,
+                }
             }
         }
     });
     Ok(())
+}
+
+/// The home's terminal (standard input) and the mode it was found in.
+struct Terminal {
+    saved: libc::termios,
+    raw: AtomicBool,
+}
+
+impl Terminal {
+    /// Puts standard input's terminal in raw mode, if it is one: every
+    /// key, Ctrl-C and Ctrl-Z too, goes to the program's pty.
+    fn raw() -> Option<Terminal> {
+        if !std::io::stdin().is_terminal() {
+            return None;
+        }
+        // SAFETY: tcgetattr fills `saved`.
+        let mut saved: libc::termios = unsafe { std::mem::zeroed() };
+        if unsafe { libc::tcgetattr(0, &mut saved) } != 0 {
+            return None;
+        }
+        let t = Terminal {
+            saved,
+            raw: AtomicBool::new(false),
+        };
+        t.make_raw();
+        Some(t)
+    }
+
+    fn make_raw(&self) {
+        let mut raw = self.saved;
+        // SAFETY: cfmakeraw edits a local copy; tcsetattr on stdin.
+        unsafe {
+            libc::cfmakeraw(&mut raw);
+            libc::tcsetattr(0, libc::TCSADRAIN, &raw);
+        }
+        self.raw.store(true, Ordering::Release);
+    }
+
+    fn restore(&self) {
+        if self.raw.swap(false, Ordering::AcqRel) {
+            // SAFETY: tcsetattr on stdin with the mode found.
+            unsafe { libc::tcsetattr(0, libc::TCSADRAIN, &self.saved) };
+        }
+    }
+
+    /// Standard input's terminal size, if it is a terminal.
+    fn size() -> Option<WinSize> {
+        // SAFETY: TIOCGWINSZ fills `ws`.
+        let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+        if unsafe { libc::ioctl(0, libc::TIOCGWINSZ, &mut ws) } != 0 || ws.ws_row == 0 {
+            return None;
+        }
+        Some(WinSize {
+            rows: ws.ws_row,
+            cols: ws.ws_col,
+        })
+    }
 }
 
 /// Ends this process the way the program ended.

@@ -9,6 +9,7 @@ mod cmd_cluster;
 mod cmd_dir;
 mod cmd_file;
 mod cmd_group;
+mod cmd_ps;
 mod cmd_rpc;
 mod cmd_run;
 mod cmd_status;
@@ -19,6 +20,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 /// A failure with the exit code it deserves.
+#[derive(Debug)]
 pub struct Failure {
     pub code: u8,
     pub message: String,

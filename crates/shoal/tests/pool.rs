@@ -55,6 +55,44 @@ fn a_program_runs_elsewhere_as_if_it_ran_here() {
     assert_eq!(text(&out.stdout), format!("out\n{d}\nhome-env\n{mask}\n"));
     assert_eq!(text(&out.stderr), "err\n");
 
+    // Its resource limits are the home's; it has a PID namespace of its
+    // own (pid 2, under the watcher) and the home's host name.
+    let mut cmd = c.command("n1", shoal()).unwrap();
+    cmd.current_dir(d).args([
+        "run",
+        "--on",
+        "n2",
+        "--",
+        "sh",
+        "-c",
+        "ulimit -n; echo $$; hostname",
+    ]);
+    // SAFETY: setrlimit between fork and exec.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            let l = libc::rlimit {
+                rlim_cur: 321,
+                rlim_max: 4096,
+            };
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_eq!(text(&out.stdout), format!("321\n2\n{}\n", host.trim()));
+
+    // A node the cluster does not have: refused at once.
+    let out = run_from(c, "n1", "n9", d, &["true"], b"");
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        text(&out.stderr).contains("no node named n9"),
+        "{}",
+        text(&out.stderr)
+    );
+
     // Input, at volume, byte for byte.
     let data: Vec<u8> = (0..24u32 << 20)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
@@ -296,4 +334,362 @@ fn placement_avoids_owner_active_nodes_and_spreads_a_burst() {
     let out = run_any(&["--allow-owner-active"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "ran\n");
+}
+
+/// The id of the one process `shoal ps` (from `from`) lists whose command
+/// is `command`, and that row.
+fn ps_row(c: &Cluster, from: &str, all: bool, command: &str) -> Option<serde_json::Value> {
+    let mut cmd = c.command(from, shoal()).unwrap();
+    cmd.args(["ps", "--json"]);
+    if all {
+        cmd.arg("--all");
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    rows.into_iter().find(|r| r["command"] == command)
+}
+
+/// Waits for `shoal ps` to list `command` in `state`: its row.
+fn await_row(c: &Cluster, from: &str, command: &str, state: &str) -> serde_json::Value {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(r) = ps_row(c, from, true, command)
+            && r["state"] == state
+        {
+            return r;
+        }
+        assert!(
+            Instant::now() < until,
+            "{command} never showed as {state}: {:?}",
+            ps_row(c, from, true, command)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits for `shoal ps` to list `command` as running on its node (the
+/// home lists it from the start; its node, once it runs there): its row.
+fn await_started(c: &Cluster, from: &str, command: &str) -> serde_json::Value {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let row = await_row(c, from, command, "running");
+        if !row["rss_kib"].is_null() {
+            return row;
+        }
+        assert!(Instant::now() < until, "its node never listed it: {row}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `shoal ARGS` on node `from`, to its end.
+fn shoal_on(c: &Cluster, from: &str, args: &[&str]) -> Output {
+    c.command(from, shoal())
+        .unwrap()
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The home's process table answers for its processes from any node:
+/// `shoal ps` shows where they run, `shoal kill` and `shoal wait` go
+/// through the home, a `shoal run` that dies takes its program with it,
+/// `--retry` starts an idempotent program again after its node's loss, and
+/// `--wait` queues a program until a node is eligible.
+#[test]
+fn the_home_answers_for_its_processes() {
+    let t = TestCluster::up("ts", 37, 3, Mode::Netns);
+    let c = t.get();
+    use std::os::unix::process::ExitStatusExt;
+
+    // ps from a third node: home n1, running on n2, with its memory.
+    let mark = format!("71.{}", std::process::id());
+    let command = format!("sleep {mark}");
+    let run = c
+        .command("n1", shoal())
+        .unwrap()
+        .args(["run", "--on", "n2", "--", "sleep", &mark])
+        .spawn()
+        .unwrap();
+    let row = await_started(c, "n3", &command);
+    assert_eq!((&row["home"], &row["node"]), (&"n1".into(), &"n2".into()));
+    assert!(row["rss_kib"].as_u64().unwrap() > 0, "{row}");
+    let id = row["id"].as_str().unwrap().to_string();
+    let by_name = format!("n1.{}", id.split_once('.').unwrap().1);
+
+    // wait from n3 and kill from n2, both through the home n1.
+    let waiter = c
+        .command("n3", shoal())
+        .unwrap()
+        .args(["wait", &by_name])
+        .spawn()
+        .unwrap();
+    let out = shoal_on(c, "n2", &["kill", "-USR1", &by_name]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let run = run.wait_with_output().unwrap();
+    assert_eq!(run.status.signal(), Some(libc::SIGUSR1), "{:?}", run.status);
+    let waited = waiter.wait_with_output().unwrap();
+    assert_eq!(waited.status.code(), Some(128 + libc::SIGUSR1));
+    await_row(c, "n2", &command, "killed by SIGUSR1");
+    let out = shoal_on(c, "n3", &["kill", &id]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("has ended"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = shoal_on(c, "n3", &["wait", "n1.1"]);
+    assert_eq!(out.status.code(), Some(127), "{}", text(&out.stderr));
+    let out = shoal_on(c, "n3", &["kill", "-NOSUCH", &id]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+
+    // A shoal run killed outright: its home hangs up on the program, and
+    // its fate is unknown to wait.
+    let mark = format!("72.{}", std::process::id());
+    let command = format!("sleep {mark}");
+    let mut run = c
+        .command("n1", shoal())
+        .unwrap()
+        .args(["run", "--on", "n2", "--", "sleep", &mark])
+        .spawn()
+        .unwrap();
+    let row = await_started(c, "n3", &command);
+    run.kill().unwrap();
+    run.wait().unwrap();
+    await_row(c, "n3", &command, "lost");
+    let out = shoal_on(c, "n3", &["wait", row["id"].as_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(255), "{}", text(&out.stderr));
+    let until = Instant::now() + Duration::from_secs(5);
+    while !Command::new("pgrep")
+        .args(["-f", &format!("^{command}$")])
+        .output()
+        .unwrap()
+        .stdout
+        .is_empty()
+    {
+        assert!(Instant::now() < until, "the program outlived its shoal run");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // --retry: the node dies, the program runs again elsewhere and its
+    // status is the second run's.
+    let script = format!("sleep 1.{}; echo done", std::process::id());
+    let run = c
+        .command("n3", shoal())
+        .unwrap()
+        .args([
+            "run", "--on", "n2", "--retry", "1", "--", "sh", "-c", &script,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    await_row(c, "n1", &format!("sh -c {script}"), "running");
+    c.kill("n2").unwrap();
+    let out = run.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "done\n");
+    assert!(
+        text(&out.stderr).contains("node n2 is unreachable")
+            && (text(&out.stderr).contains("starting sh again on n1")
+                || text(&out.stderr).contains("starting sh again on n3")),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // --wait: no node is eligible (n2 is down, the others' owners are
+    // active), so the program waits until one is.
+    for n in ["n1", "n3"] {
+        let out = shoal_on(c, n, &["node", "owner", "active"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = shoal_on(c, "n1", &["run", "--any", "--", "true"]);
+        if out.status.code() == Some(125) {
+            break;
+        }
+        assert!(Instant::now() < until, "owners never active everywhere");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut queued = c
+        .command("n1", shoal())
+        .unwrap()
+        .args(["run", "--any", "--wait", "--", "echo", "queued"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(queued.try_wait().unwrap().is_none(), "it did not wait");
+    let out = shoal_on(c, "n3", &["node", "owner", "idle"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = queued.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "queued\n");
+    assert!(
+        text(&out.stderr).contains("waiting for a node"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// A `shoal run -t` under a terminal of its own (made by script(1)), with
+/// `script` fed keystrokes and its screen collected.
+struct Terminal {
+    child: std::process::Child,
+    screen: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl Terminal {
+    /// Runs `shell` (a command line) under script(1), on node `from`.
+    fn start(c: &Cluster, from: &str, shell: &str) -> Terminal {
+        let cmd = c.command(from, shoal()).unwrap();
+        let mut line: Vec<String> = cmd
+            .get_envs()
+            .map(|(k, v)| format!("{}={}", k.to_str().unwrap(), v.unwrap().to_str().unwrap()))
+            .collect();
+        line.insert(0, "env".into());
+        line.push(cmd.get_program().to_str().unwrap().into());
+        line.extend(cmd.get_args().map(|a| a.to_str().unwrap().to_string()));
+        let shoal = line.join(" ");
+        let mut child = Command::new("script")
+            .args(["-qfec", &shell.replace("SHOAL", &shoal), "/dev/null"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let screen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut out = child.stdout.take().unwrap();
+        let s = screen.clone();
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = out.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                s.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        Terminal { child, screen }
+    }
+
+    fn type_keys(&mut self, keys: &[u8]) {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        stdin.write_all(keys).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn screen(&self) -> String {
+        text(&self.screen.lock().unwrap())
+    }
+
+    fn await_text(&self, want: &str) {
+        let until = Instant::now() + Duration::from_secs(10);
+        while !self.screen().contains(want) {
+            assert!(
+                Instant::now() < until,
+                "{want:?} never showed: {:?}",
+                self.screen()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn wait(mut self) -> (Option<i32>, String) {
+        drop(self.child.stdin.take());
+        let status = self.child.wait().unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        (status.code(), self.screen())
+    }
+}
+
+/// `shoal run -t`: the program gets a real pty of the home terminal's
+/// size, follows its resizes, and Ctrl-C and Ctrl-Z typed at home act on
+/// it as on a local program.
+#[test]
+fn a_program_on_a_pty_behaves_as_on_the_home_terminal() {
+    let t = TestCluster::up("tt", 38, 2, Mode::Netns);
+    let c = t.get();
+
+    // The size, then a resize while it runs.
+    let mut term = Terminal::start(
+        c,
+        "n1",
+        "stty rows 33 cols 99; (sleep 1; stty rows 44 cols 111 </dev/tty) & \
+         SHOAL run -t --on n2 -- sh -c 'tty; stty size; read x; stty size'",
+    );
+    term.await_text("33 99");
+    std::thread::sleep(Duration::from_millis(1500));
+    term.type_keys(b"go\r");
+    let (code, screen) = term.wait();
+    assert_eq!(code, Some(0), "{screen:?}");
+    assert!(screen.contains("/dev/pts/"), "{screen:?}");
+    assert!(screen.contains("44 111"), "{screen:?}");
+
+    // Ctrl-C reaches the program through its terminal.
+    let mut term = Terminal::start(
+        c,
+        "n1",
+        "SHOAL run -t --on n2 -- sh -c 'trap \"echo interrupted; exit 5\" INT; echo ready; sleep 30 & wait'",
+    );
+    term.await_text("ready");
+    term.type_keys(&[0x03]);
+    let (code, screen) = term.wait();
+    assert_eq!(code, Some(5), "{screen:?}");
+    assert!(screen.contains("interrupted"), "{screen:?}");
+
+    // Ctrl-Z stops the program there and shoal run here; continuing
+    // shoal run continues the program.
+    let mark = format!("81.{}", std::process::id());
+    let mut term = Terminal::start(
+        c,
+        "n1",
+        &format!("SHOAL run -t --on n2 -- sh -c 'echo ready; read x; echo finished $x' {mark}"),
+    );
+    term.await_text("ready");
+    term.type_keys(&[0x1a]);
+    await_row(
+        c,
+        "n2",
+        &format!("sh -c echo ready; read x; echo finished $x {mark}"),
+        "stopped",
+    );
+    let pid = || {
+        let out = Command::new("pgrep")
+            .args([
+                "-f",
+                &format!("run -t --on n2 -- sh -c echo ready; read x; echo finished .x {mark}"),
+            ])
+            .output()
+            .unwrap();
+        text(&out.stdout).trim().parse::<i32>().unwrap()
+    };
+    let until = Instant::now() + Duration::from_secs(10);
+    let stopped = || {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid())).unwrap();
+        stat.rsplit_once(')')
+            .unwrap()
+            .1
+            .trim_start()
+            .starts_with('T')
+    };
+    while !stopped() {
+        assert!(
+            Instant::now() < until,
+            "shoal run did not stop with its program"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // script(1) stops with its child; `fg` would continue both.
+    // SAFETY: kill(2) of processes of this test.
+    unsafe {
+        libc::kill(term.child.id() as i32, libc::SIGCONT);
+        libc::kill(pid(), libc::SIGCONT);
+    }
+    term.type_keys(b"go\r");
+    let (code, screen) = term.wait();
+    assert_eq!(code, Some(0), "{screen:?}");
+    assert!(screen.contains("finished go"), "{screen:?}");
 }

@@ -1,0 +1,624 @@
+//! The process edge of the exec service: starting a program as its home
+//! described it (`docs/pool.md`, "What runs where").
+//!
+//! Three processes stand between the daemon and the program:
+//!
+//! ```text
+//!   daemon ── fork ──▶ session (setsid; takes the pty as its terminal;
+//!                      │          unshares PID, UTS and mount namespaces)
+//!                      └─ fork ──▶ watcher (own process group; pid 1 of
+//!                                  │         the new PID namespace; /proc
+//!                                  │         of that namespace)
+//!                                  └─ fork ──▶ program (ids, limits,
+//!                                              umask, directory; execve)
+//! ```
+//!
+//! The **session** process leads a session of its own, so the program's
+//! group is not orphaned and job control works on its terminal (a stop
+//! signal typed at the terminal stops it).  The **watcher** leads the
+//! process group the daemon signals, ignores every signal it can (as a
+//! namespace's init does anyway), and reports each change of the
+//! program's state (stopped, continued, exited, killed) to the daemon over
+//! the status pipe; when the program ends, it ends, and with it anything
+//! the program left in its PID namespace.  Without root (no namespaces)
+//! the same three processes run without them.
+//!
+//! Between `fork` and `execve` only async-signal-safe calls are made:
+//! everything the children need is prepared before the first fork.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use shoal_pool::exec::{StartSpec, WinSize};
+
+/// How the program's standard streams reach the daemon.
+pub enum Io {
+    /// Three pipes: the program's stdin (write end), stdout and stderr
+    /// (read ends).
+    Pipes {
+        stdin: File,
+        stdout: File,
+        stderr: File,
+    },
+    /// A pseudo-terminal's master side, both ways.
+    Tty { master: File },
+}
+
+/// A started program.
+pub struct Spawned {
+    /// The session process (the daemon's child, reaped by [`Spawned::wait`]).
+    pub session: libc::pid_t,
+    /// The process group to signal: the watcher and the program.
+    pub group: libc::pid_t,
+    /// Whether the program got its own PID, UTS and mount namespaces.
+    pub namespaces: bool,
+    status: File,
+}
+
+/// A change in the program's state, as `waitpid` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    Stopped(i32),
+    Continued,
+    Exited(i32),
+    Killed(i32),
+}
+
+// Messages on the status pipe: two native-endian i32s each (kind, value),
+// written whole (8 bytes < PIPE_BUF).
+const MSG_GROUP: i32 = 1;
+const MSG_RUNNING: i32 = 2;
+const MSG_STATUS: i32 = 3;
+/// `MSG_FAILED + step`: a step failed with errno `value`.
+const MSG_FAILED: i32 = 16;
+
+/// The steps that can fail in a child, for the error message.
+const STEPS: [&str; 10] = [
+    "fork",
+    "setsid",
+    "take the terminal",
+    "set up its standard streams",
+    "set the groups",
+    "set the group id",
+    "set the user id",
+    "change directory",
+    "execute",
+    "set up the process group",
+];
+const STEP_FORK: i32 = 0;
+const STEP_SETSID: i32 = 1;
+const STEP_TTY: i32 = 2;
+const STEP_STDIO: i32 = 3;
+const STEP_GROUPS: i32 = 4;
+const STEP_GID: i32 = 5;
+const STEP_UID: i32 = 6;
+const STEP_CHDIR: i32 = 7;
+const STEP_EXEC: i32 = 8;
+const STEP_PGID: i32 = 9;
+
+/// Everything the children need, made before the first fork.
+struct Prepared {
+    path: CString,
+    /// Owns what `argv_ptrs` points to.
+    _argv: Vec<CString>,
+    argv_ptrs: Vec<*const libc::c_char>,
+    /// Owns what `env_ptrs` points to.
+    _env: Vec<CString>,
+    env_ptrs: Vec<*const libc::c_char>,
+    cwd: CString,
+    hostname: Vec<u8>,
+    groups: Vec<libc::gid_t>,
+    rlimits: Vec<(u32, libc::rlimit)>,
+    uid: libc::uid_t,
+    gid: libc::gid_t,
+    umask: libc::mode_t,
+    /// Switch user and groups (only root can).
+    set_ids: bool,
+    namespaces: bool,
+    /// The program's stdin, stdout, stderr in the children.
+    stdio: [RawFd; 3],
+    /// The pty's slave side, if any.
+    tty: Option<RawFd>,
+    /// The status pipe's write end.
+    status: RawFd,
+    /// The only descriptors above stderr the children keep, sorted:
+    /// the daemon's own (its sockets, the other ends of these pipes) would
+    /// hold a pipe open, or a port bound, behind its back.
+    keep: Vec<RawFd>,
+    daemon: libc::pid_t,
+}
+
+/// Starts `spec`'s program; with `namespaces` (the daemon must be root),
+/// in PID, UTS and mount namespaces of its own.  Its streams are the
+/// [`Io`].
+pub fn spawn(spec: &StartSpec, namespaces: bool) -> Result<(Spawned, Io), String> {
+    let program = &spec.argv[0];
+    let path = find_program(program, &spec.env)
+        .ok_or_else(|| format!("cannot start {program}: not found"))?;
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root && spec.uid != unsafe { libc::geteuid() } {
+        return Err(format!(
+            "cannot start {program} as user {}: this node's daemon is not root",
+            spec.uid
+        ));
+    }
+    let cstr = |s: &[u8], what: &str| {
+        CString::new(s).map_err(|_| format!("cannot start {program}: {what} holds a NUL byte"))
+    };
+    let argv: Vec<CString> = spec
+        .argv
+        .iter()
+        .map(|a| cstr(a.as_bytes(), "an argument"))
+        .collect::<Result<_, _>>()?;
+    let env: Vec<CString> = spec
+        .env
+        .iter()
+        .map(|e| cstr(e.as_bytes(), "the environment"))
+        .collect::<Result<_, _>>()?;
+    let ptrs = |v: &[CString]| {
+        v.iter()
+            .map(|c| c.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect::<Vec<_>>()
+    };
+    let (io, stdio, tty, keep) = match spec.tty {
+        None => {
+            let (in_r, in_w) = pipe()?;
+            let (out_r, out_w) = pipe()?;
+            let (err_r, err_w) = pipe()?;
+            let stdio = [in_r.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
+            let io = Io::Pipes {
+                stdin: File::from(in_w),
+                stdout: File::from(out_r),
+                stderr: File::from(err_r),
+            };
+            (io, stdio, None, vec![in_r, out_w, err_w])
+        }
+        Some(size) => {
+            let (master, slave) = open_pty(size)?;
+            let s = slave.as_raw_fd();
+            (Io::Tty { master }, [s, s, s], Some(s), vec![slave])
+        }
+    };
+    let (status_r, status_w) = pipe()?;
+    let argv_ptrs = ptrs(&argv);
+    let env_ptrs = ptrs(&env);
+    let prepared = Prepared {
+        path: cstr(path.as_os_str().as_bytes(), "the path")?,
+        _argv: argv,
+        argv_ptrs,
+        _env: env,
+        env_ptrs,
+        cwd: cstr(spec.cwd.as_bytes(), "the directory")?,
+        hostname: spec.hostname.as_bytes().to_vec(),
+        groups: spec.groups.clone(),
+        rlimits: spec
+            .rlimits
+            .iter()
+            .map(|l| {
+                (
+                    l.resource,
+                    libc::rlimit {
+                        rlim_cur: l.soft,
+                        rlim_max: l.hard,
+                    },
+                )
+            })
+            .collect(),
+        uid: spec.uid,
+        gid: spec.gid,
+        umask: spec.umask as libc::mode_t,
+        set_ids: root,
+        namespaces: namespaces && root,
+        stdio,
+        tty,
+        status: status_w.as_raw_fd(),
+        keep: {
+            let mut keep: Vec<RawFd> = stdio.to_vec();
+            keep.push(status_w.as_raw_fd());
+            keep.sort_unstable();
+            keep.dedup();
+            keep
+        },
+        // SAFETY: getpid cannot fail.
+        daemon: unsafe { libc::getpid() },
+    };
+    // SAFETY: the child runs only async-signal-safe calls on memory
+    // prepared above, and never returns.
+    let session = unsafe { libc::fork() };
+    if session < 0 {
+        return Err(format!(
+            "cannot start {program}: fork: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    if session == 0 {
+        // SAFETY: in the child, see above.
+        unsafe { session_child(&prepared) }
+    }
+    // The children hold their ends now.
+    drop(keep);
+    drop(status_w);
+    let mut spawned = Spawned {
+        session,
+        group: 0,
+        namespaces: false,
+        status: File::from(status_r),
+    };
+    let mut running = false;
+    while spawned.group == 0 || !running {
+        match spawned.message() {
+            Some((MSG_GROUP, pid)) => spawned.group = pid,
+            Some((MSG_RUNNING, ns)) => {
+                running = true;
+                spawned.namespaces = ns != 0;
+            }
+            Some((kind, errno)) if kind >= MSG_FAILED => {
+                spawned.wait_session();
+                let step = STEPS
+                    .get((kind - MSG_FAILED) as usize)
+                    .copied()
+                    .unwrap_or("start");
+                return Err(format!(
+                    "cannot start {program}: {step}: {}",
+                    std::io::Error::from_raw_os_error(errno)
+                ));
+            }
+            _ => {
+                spawned.wait_session();
+                return Err(format!("cannot start {program}: its starter died"));
+            }
+        }
+    }
+    Ok((spawned, io))
+}
+
+impl Spawned {
+    /// The next change of the program's state; `None` once the status
+    /// pipe closed (the watcher is gone).  Blocks.
+    pub fn next_change(&mut self) -> Option<Change> {
+        loop {
+            let (kind, status) = self.message()?;
+            if kind != MSG_STATUS {
+                continue;
+            }
+            return Some(if libc::WIFSTOPPED(status) {
+                Change::Stopped(libc::WSTOPSIG(status))
+            } else if libc::WIFCONTINUED(status) {
+                Change::Continued
+            } else if libc::WIFSIGNALED(status) {
+                Change::Killed(libc::WTERMSIG(status))
+            } else {
+                Change::Exited(libc::WEXITSTATUS(status))
+            });
+        }
+    }
+
+    /// Reaps the session process.
+    pub fn wait_session(&mut self) {
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        while unsafe { libc::waitpid(self.session, &mut status, 0) } < 0
+            && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+        {}
+    }
+
+    fn message(&mut self) -> Option<(i32, i32)> {
+        let mut b = [0u8; 8];
+        self.status.read_exact(&mut b).ok()?;
+        Some((
+            i32::from_ne_bytes(b[..4].try_into().expect("4 bytes")),
+            i32::from_ne_bytes(b[4..].try_into().expect("4 bytes")),
+        ))
+    }
+}
+
+/// Sets the size of the terminal whose master side is `master`; the
+/// program's foreground group gets SIGWINCH.
+pub fn resize(master: &File, size: WinSize) -> std::io::Result<()> {
+    let ws = winsize(size);
+    // SAFETY: TIOCSWINSZ on a valid fd with a valid winsize.
+    if unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSWINSZ, &ws) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Where `program` is, looked up in the `PATH` of `env` when it has no
+/// slash (as `execvp` would, but before forking).
+fn find_program(program: &str, env: &[String]) -> Option<PathBuf> {
+    let executable = |p: &Path| {
+        std::fs::metadata(p)
+            .map(|m| {
+                use std::os::unix::fs::PermissionsExt;
+                m.is_file() && m.permissions().mode() & 0o111 != 0
+            })
+            .unwrap_or(false)
+    };
+    if program.contains('/') {
+        let p = PathBuf::from(program);
+        return executable(&p).then_some(p);
+    }
+    let path = env
+        .iter()
+        .find_map(|e| e.strip_prefix("PATH="))
+        .unwrap_or("/usr/local/bin:/usr/bin:/bin");
+    path.split(':')
+        .map(|dir| Path::new(if dir.is_empty() { "." } else { dir }).join(program))
+        .find(|p| executable(p))
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two fds.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: both fds are new and ours.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn winsize(size: WinSize) -> libc::winsize {
+    libc::winsize {
+        ws_row: size.rows,
+        ws_col: size.cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    }
+}
+
+/// A new pseudo-terminal of `size`: master and slave, both close-on-exec.
+fn open_pty(size: WinSize) -> Result<(File, OwnedFd), String> {
+    let err = |what: &str| format!("{what}: {}", std::io::Error::last_os_error());
+    // SAFETY: plain calls on fds we own; ptsname_r writes within `name`.
+    unsafe {
+        let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+        if m < 0 {
+            return Err(err("cannot open a pseudo-terminal"));
+        }
+        let master = File::from_raw_fd(m);
+        if libc::grantpt(m) != 0 || libc::unlockpt(m) != 0 {
+            return Err(err("cannot unlock the pseudo-terminal"));
+        }
+        let mut name = [0 as libc::c_char; 128];
+        if libc::ptsname_r(m, name.as_mut_ptr(), name.len()) != 0 {
+            return Err(err("cannot name the pseudo-terminal"));
+        }
+        let s = libc::open(
+            name.as_ptr(),
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+        );
+        if s < 0 {
+            return Err(err("cannot open the pseudo-terminal's slave"));
+        }
+        let slave = OwnedFd::from_raw_fd(s);
+        let ws = winsize(size);
+        libc::ioctl(m, libc::TIOCSWINSZ, &ws);
+        Ok((master, slave))
+    }
+}
+
+// ---- in the children: async-signal-safe calls only ----
+
+/// Writes one status message.
+unsafe fn report(p: &Prepared, kind: i32, value: i32) {
+    let mut b = [0u8; 8];
+    b[..4].copy_from_slice(&kind.to_ne_bytes());
+    b[4..].copy_from_slice(&value.to_ne_bytes());
+    // SAFETY: a valid fd and buffer.
+    unsafe { libc::write(p.status, b.as_ptr().cast(), 8) };
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// Reports `step` failed and ends the process.
+unsafe fn fail(p: &Prepared, step: i32) -> ! {
+    let e = errno();
+    // SAFETY: see `report`.
+    unsafe {
+        report(p, MSG_FAILED + step, e);
+        libc::_exit(127)
+    }
+}
+
+/// Dies with the parent; false if the parent is already gone.  A parent
+/// in an outer PID namespace is seen as pid 0.
+unsafe fn die_with_parent(parent: libc::pid_t) -> bool {
+    // SAFETY: prctl and getppid have no memory effects.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == 0 && libc::getppid() == parent }
+}
+
+/// Blocks every signal that can be blocked.
+unsafe fn block_signals() {
+    // SAFETY: a local sigset.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::sigprocmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+    }
+}
+
+unsafe fn session_child(p: &Prepared) -> ! {
+    // SAFETY: async-signal-safe calls on prepared memory throughout.
+    unsafe {
+        if !die_with_parent(p.daemon) {
+            libc::_exit(1);
+        }
+        block_signals();
+        let mut next = 3;
+        for &fd in &p.keep {
+            if fd > next {
+                libc::close_range(next as u32, fd as u32 - 1, 0);
+            }
+            next = next.max(fd + 1);
+        }
+        libc::close_range(next as u32, u32::MAX, 0);
+        if libc::setsid() < 0 {
+            fail(p, STEP_SETSID);
+        }
+        if let Some(tty) = p.tty
+            && libc::ioctl(tty, libc::TIOCSCTTY, 0) != 0
+        {
+            fail(p, STEP_TTY);
+        }
+        let ns = p.namespaces
+            && libc::unshare(libc::CLONE_NEWPID | libc::CLONE_NEWUTS | libc::CLONE_NEWNS) == 0;
+        if ns && !p.hostname.is_empty() {
+            libc::sethostname(p.hostname.as_ptr().cast(), p.hostname.len());
+        }
+        let me = libc::getpid();
+        let watcher = libc::fork();
+        if watcher < 0 {
+            fail(p, STEP_FORK);
+        }
+        if watcher == 0 {
+            watcher_child(p, if ns { 0 } else { me }, ns);
+        }
+        report(p, MSG_GROUP, watcher);
+        let mut status = 0;
+        while libc::waitpid(watcher, &mut status, 0) < 0 && errno() == libc::EINTR {}
+        libc::_exit(0)
+    }
+}
+
+unsafe fn watcher_child(p: &Prepared, session: libc::pid_t, ns: bool) -> ! {
+    // SAFETY: as in `session_child`.
+    unsafe {
+        if !die_with_parent(session) {
+            libc::_exit(1);
+        }
+        if libc::setpgid(0, 0) != 0 {
+            fail(p, STEP_PGID);
+        }
+        if ns {
+            // This namespace's own /proc, with mounts from outside still
+            // arriving (slave, not private) but none leaving.
+            let none = c"none".as_ptr();
+            libc::mount(
+                none,
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_SLAVE,
+                std::ptr::null(),
+            );
+            libc::mount(
+                c"proc".as_ptr(),
+                c"/proc".as_ptr(),
+                c"proc".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                std::ptr::null(),
+            );
+        }
+        if let Some(tty) = p.tty {
+            // Our group becomes the terminal's foreground (SIGTTOU is
+            // blocked, so a background group may do this).
+            libc::tcsetpgrp(tty, libc::getpid());
+        }
+        let mut exec_pipe = [0; 2];
+        if libc::pipe2(exec_pipe.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            fail(p, STEP_FORK);
+        }
+        let me = libc::getpid();
+        let program = libc::fork();
+        if program < 0 {
+            fail(p, STEP_FORK);
+        }
+        if program == 0 {
+            libc::close(exec_pipe[0]);
+            program_child(p, me, exec_pipe[1]);
+        }
+        libc::close(exec_pipe[1]);
+        // The program's exec closes its end of the pipe; a failure
+        // writes (step, errno) there first.
+        let mut b = [0u8; 8];
+        let mut got = 0;
+        while got < 8 {
+            let n = libc::read(exec_pipe[0], b.as_mut_ptr().add(got).cast(), 8 - got);
+            if n > 0 {
+                got += n as usize;
+            } else if n == 0 || errno() != libc::EINTR {
+                break;
+            }
+        }
+        if got == 8 {
+            let step = i32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+            let e = i32::from_ne_bytes([b[4], b[5], b[6], b[7]]);
+            report(p, MSG_FAILED + step, e);
+            libc::_exit(127);
+        }
+        report(p, MSG_RUNNING, ns as i32);
+        loop {
+            let mut status = 0;
+            // As a PID namespace's init, the watcher reaps whatever the
+            // program leaves behind; it reports the program only.
+            let who = if ns { -1 } else { program };
+            let r = libc::waitpid(who, &mut status, libc::WUNTRACED | libc::WCONTINUED);
+            if r == program {
+                report(p, MSG_STATUS, status);
+                if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+                    libc::_exit(0);
+                }
+            } else if r < 0 && errno() != libc::EINTR {
+                libc::_exit(0);
+            }
+        }
+    }
+}
+
+unsafe fn program_child(p: &Prepared, watcher: libc::pid_t, exec_fd: RawFd) -> ! {
+    // SAFETY: as in `session_child`.
+    unsafe {
+        let fail_step = |step: i32| -> ! {
+            let e = errno();
+            let mut b = [0u8; 8];
+            b[..4].copy_from_slice(&step.to_ne_bytes());
+            b[4..].copy_from_slice(&e.to_ne_bytes());
+            libc::write(exec_fd, b.as_ptr().cast(), 8);
+            libc::_exit(127)
+        };
+        if !die_with_parent(watcher) {
+            libc::_exit(1);
+        }
+        // Signals as a freshly started program has them: default actions
+        // (the daemon ignores SIGPIPE), nothing blocked.
+        for sig in 1..libc::SIGRTMIN() {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        for (i, &fd) in p.stdio.iter().enumerate() {
+            if libc::dup2(fd, i as i32) < 0 {
+                fail_step(STEP_STDIO);
+            }
+        }
+        for (resource, limit) in &p.rlimits {
+            // A limit this node cannot grant stays as it is here.
+            libc::setrlimit(*resource as _, limit);
+        }
+        if p.set_ids {
+            if libc::setgroups(p.groups.len(), p.groups.as_ptr()) != 0 {
+                fail_step(STEP_GROUPS);
+            }
+            if libc::setgid(p.gid) != 0 {
+                fail_step(STEP_GID);
+            }
+            if libc::setuid(p.uid) != 0 {
+                fail_step(STEP_UID);
+            }
+        }
+        libc::umask(p.umask);
+        if libc::chdir(p.cwd.as_ptr()) != 0 {
+            fail_step(STEP_CHDIR);
+        }
+        libc::execve(p.path.as_ptr(), p.argv_ptrs.as_ptr(), p.env_ptrs.as_ptr());
+        fail_step(STEP_EXEC)
+    }
+}
