@@ -25,6 +25,8 @@ enum Command {
     /// arguments, environment, directory, user, groups, umask, limits and
     /// host name; its output, input, signals and exit status pass through.
     Run(crate::cmd_run::RunArgs),
+    /// GNU make with every recipe placed on a node of the cluster.
+    Make(crate::cmd_make::MakeArgs),
     /// List the cluster's processes: id, home, node, state, CPU, memory.
     Ps(crate::cmd_ps::PsArgs),
     /// Send a signal to processes of the cluster (through their homes).
@@ -182,6 +184,7 @@ impl Cli {
             Command::Node(args) => run_node(args),
             Command::Status(args) => crate::cmd_status::run(args),
             Command::Run(args) => crate::cmd_run::run(args),
+            Command::Make(args) => crate::cmd_make::run(args),
             Command::Ps(args) => crate::cmd_ps::ps(args),
             Command::Kill(args) => crate::cmd_ps::kill(args),
             Command::Wait(args) => crate::cmd_ps::wait(args),

@@ -9,6 +9,7 @@ mod cmd_cluster;
 mod cmd_dir;
 mod cmd_file;
 mod cmd_group;
+mod cmd_make;
 mod cmd_ps;
 mod cmd_rpc;
 mod cmd_run;
@@ -51,6 +52,10 @@ impl From<String> for Failure {
 }
 
 fn main() -> ExitCode {
+    // As make's shell, under `shoal make`.
+    if let Some(never) = cmd_make::as_shell() {
+        match never {}
+    }
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {

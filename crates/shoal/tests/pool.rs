@@ -693,3 +693,110 @@ fn a_program_on_a_pty_behaves_as_on_the_home_terminal() {
     assert_eq!(code, Some(0), "{screen:?}");
     assert!(screen.contains("finished go"), "{screen:?}");
 }
+
+/// `shoal make`: every recipe runs on a node of the cluster (they spread:
+/// each records its network namespace, one per node here), with make's
+/// semantics intact: exit statuses, `-k`, `.ONESHELL`, a recursive make
+/// with the jobserver, and each job's output kept together.
+#[test]
+fn shoal_make_spreads_recipes_and_keeps_make_s_semantics() {
+    let t = TestCluster::up("tu", 39, 3, Mode::Netns);
+    let c = t.get();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("sub")).unwrap();
+    std::fs::write(
+        d.join("Makefile"),
+        "OBJS = $(patsubst %,t%.out,1 2 3 4 5 6 7 8 9)\n\
+         all: $(OBJS) sub.done one\n\
+         t%.out:\n\
+         \t@sleep 0.3; readlink /proc/self/ns/net > $@; echo first $@; echo second $@\n\
+         sub.done:\n\
+         \t$(MAKE) -C sub\n\
+         \ttouch $@\n\
+         .ONESHELL:\n\
+         one:\n\
+         \t@x=kept\n\
+         \techo \"one shell $$x\" > $@\n\
+         fail:\n\
+         \t@exit 3\n\
+         other: slow\n\
+         \t@echo other ran\n\
+         slow:\n\
+         \t@sleep 1\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("sub/Makefile"),
+        "all: s1.out s2.out s3.out\n\
+         s%.out:\n\
+         \t@readlink /proc/self/ns/net > $@\n",
+    )
+    .unwrap();
+    let make = |args: &[&str]| {
+        c.command("n1", shoal())
+            .unwrap()
+            .current_dir(d)
+            .arg("make")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = make(&[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // The default: every node's cores.
+    let cores = std::thread::available_parallelism().unwrap().get() * 3;
+    assert!(
+        text(&out.stderr).contains(&format!("{cores} jobs at once")),
+        "{}",
+        text(&out.stderr)
+    );
+    // Each job's lines together.
+    let stdout = text(&out.stdout);
+    for i in 1..=9 {
+        assert!(
+            stdout.contains(&format!("first t{i}.out\nsecond t{i}.out\n")),
+            "{stdout}"
+        );
+    }
+    let mut places = std::collections::HashSet::new();
+    for f in (1..=9)
+        .map(|i| format!("t{i}.out"))
+        .chain((1..=3).map(|i| format!("sub/s{i}.out")))
+    {
+        let ns = std::fs::read_to_string(d.join(&f)).unwrap();
+        assert!(ns.starts_with("net:["), "{f}: {ns}");
+        places.insert(ns);
+    }
+    let here = std::fs::read_link("/proc/self/ns/net").unwrap();
+    assert!(
+        !places.contains(&format!("{}\n", here.display())),
+        "a recipe ran outside the cluster"
+    );
+    assert!(
+        places.len() >= 2,
+        "every recipe ran on one node: {places:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.join("one")).unwrap(),
+        "one shell kept\n"
+    );
+
+    // A failing recipe fails make (status 2) and says which, and make
+    // starts nothing more; -k goes on with what does not depend on it.
+    let out = make(&["fail", "other"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("fail] Error 3"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!text(&out.stdout).contains("other ran"));
+    let out = make(&["-k", "fail", "other"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stdout).contains("other ran"),
+        "{}",
+        text(&out.stdout)
+    );
+}
