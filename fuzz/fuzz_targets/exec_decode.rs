@@ -13,6 +13,18 @@ fuzz_target!(|data: &[u8]| {
         let again = ExecRequest::decode(&r.encode()).expect("a re-encoded request decodes");
         assert_eq!(again, r, "re-encoding changed the request");
     }
+    // Read in place, an output is what the full decoder makes of it.
+    if let Ok(Some(o)) = ExecReply::decode_output(data) {
+        match ExecReply::decode(data).expect("an output read in place decodes") {
+            ExecReply::Output {
+                stdout,
+                stderr,
+                stopped,
+                ended,
+            } => assert_eq!((o.stdout, o.stderr, o.stopped, o.ended), (&stdout[..], &stderr[..], stopped, ended)),
+            other => panic!("read in place as an output, decoded as {other:?}"),
+        }
+    }
     if let Ok(r) = ExecReply::decode(data) {
         let again = ExecReply::decode(&r.encode()).expect("a re-encoded reply decodes");
         assert_eq!(again, r, "re-encoding changed the reply");

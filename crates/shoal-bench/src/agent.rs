@@ -148,9 +148,21 @@ impl Agent {
         shoal: &Path,
         args: &[&str],
     ) -> Result<Agent, String> {
+        Agent::start_with_env(cluster, node, shoal, args, &[])
+    }
+
+    /// Starts `shoal ARGS` on `node` with `env` added to its environment.
+    pub fn start_with_env(
+        cluster: &Cluster,
+        node: &str,
+        shoal: &Path,
+        args: &[&str],
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> Result<Agent, String> {
         let mut child = cluster
             .command(node, shoal)?
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -23,12 +23,18 @@
 //!   100 MiB reads (client cache, remote, uncached), a 4 KiB append to a
 //!   100 MiB file and the directory paper's tmp-file experiment, each
 //!   beside its local-disk twin (and etcd for the tmp file's name).
+//! - [`exec`]: `shoal bench exec`, the processor pool after the
+//!   Amoeba–Sprite comparison's Table 4 (a null program started locally,
+//!   on a named node, on a chosen node, against fork+exec and ssh), 1 GiB
+//!   through a remote program's stdout, and the Sprite migration paper's
+//!   Table 5 (a C build with make, shoal make and distcc).
 //! - [`grpc`]: the gRPC echo peer; [`etcd`]: the etcd baseline;
 //!   [`agent`]: the driver's side of the agents that run on nodes.
 
 pub mod agent;
 pub mod dir;
 pub mod etcd;
+pub mod exec;
 pub mod file;
 pub mod group;
 pub mod grpc;

@@ -155,7 +155,7 @@ impl Daemon {
             config,
             // Namespaces need root; without it programs run without.
             // SAFETY: geteuid cannot fail.
-            exec: Arc::new(crate::exec::Exec::new(unsafe { libc::geteuid() } == 0)),
+            exec: Arc::new(crate::exec::Exec::new(unsafe { libc::geteuid() } == 0)?),
             // Numbered from a random point: a restarted home does not
             // reuse the ids of its previous incarnation.
             procs: Mutex::new(shoal_pool::ProcTable::new(

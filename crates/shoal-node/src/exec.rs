@@ -69,21 +69,24 @@ struct Proc {
 }
 
 /// The programs this node runs, by id.
-#[derive(Default)]
 pub struct Exec {
     procs: Mutex<HashMap<ProcId, Proc>>,
     /// Run programs in PID, UTS and mount namespaces of their own (needs
     /// root; see `crate::spawn`).
     namespaces: bool,
+    spawner: crate::spawn::Spawner,
 }
 
 impl Exec {
-    /// An exec service; `namespaces` as in [`crate::spawn::spawn`].
-    pub fn new(namespaces: bool) -> Exec {
-        Exec {
+    /// An exec service; `namespaces` as in [`crate::spawn::Spawner::spawn`].
+    /// Forks its spawner: make it while the process is small.
+    pub fn new(namespaces: bool) -> Result<Exec, String> {
+        Ok(Exec {
             procs: Mutex::default(),
             namespaces,
-        }
+            spawner: crate::spawn::Spawner::start()
+                .map_err(|e| format!("cannot start the exec service's spawner: {e}"))?,
+        })
     }
 
     /// How many programs run here (for the load reports).
@@ -127,7 +130,13 @@ impl Exec {
                 Ok(r) => self.handle(r),
                 Err(e) => ExecReply::Error(e.to_string()),
             };
-            if server.putrep(&request, reply.encode()).is_err() {
+            // Output leaves as it is, behind its header: no copy.
+            let pieces: Vec<bytes::Bytes> = reply
+                .into_pieces()
+                .into_iter()
+                .map(bytes::Bytes::from)
+                .collect();
+            if server.putrep(&request, pieces).is_err() {
                 break;
             }
         }
@@ -243,7 +252,7 @@ impl Exec {
                 spec.cwd
             ));
         }
-        let (spawned, io) = crate::spawn::spawn(&spec, self.namespaces)?;
+        let (spawned, io) = self.spawner.spawn(&spec, self.namespaces)?;
         let output = Arc::new((Mutex::new(Output::default()), Condvar::new()));
         let (stdin, tty) = match io {
             crate::spawn::Io::Pipes {
@@ -293,10 +302,11 @@ impl Exec {
             }
             cond.notify_all();
         };
-        spawned.wait_session();
-        let mut o = lock.lock();
-        o.stopped = None;
-        o.ended = Some(ended);
+        {
+            let mut o = lock.lock();
+            o.stopped = None;
+            o.ended = Some(ended);
+        }
         cond.notify_all();
     }
 
@@ -322,7 +332,12 @@ impl Exec {
         }
         let take = |v: &mut Vec<u8>| {
             let n = v.len().min(max.max(1));
-            v.drain(..n).collect::<Vec<u8>>()
+            if n == v.len() {
+                // All of it: no copy (the pump starts a new buffer).
+                std::mem::take(v)
+            } else {
+                v.drain(..n).collect::<Vec<u8>>()
+            }
         };
         let stdout = take(&mut o.stdout);
         let stderr = take(&mut o.stderr);
@@ -401,7 +416,7 @@ fn pump(
     which: fn(&mut Output) -> &mut Vec<u8>,
 ) {
     std::thread::spawn(move || {
-        let mut buf = vec![0u8; 64 << 10];
+        let mut buf = vec![0u8; 1 << 20];
         let (lock, cond) = &*output;
         loop {
             let n = match pipe.read(&mut buf) {
@@ -455,7 +470,7 @@ mod tests {
 
     /// An exec service as the daemon makes it: namespaces when root.
     fn exec() -> Arc<Exec> {
-        Arc::new(Exec::new(root()))
+        Arc::new(Exec::new(root()).unwrap())
     }
 
     fn start(exec: &Arc<Exec>, id: ProcId, spec: StartSpec) {

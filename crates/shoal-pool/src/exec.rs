@@ -275,6 +275,33 @@ impl ExecRequest {
 }
 
 impl ExecReply {
+    /// The encoding in pieces whose concatenation is [`ExecReply::encode`]'s:
+    /// an output's bytes are pieces of their own, not copied.
+    pub fn into_pieces(self) -> Vec<Vec<u8>> {
+        match self {
+            ExecReply::Output {
+                stdout,
+                stderr,
+                stopped,
+                ended,
+            } => {
+                let head = ExecReply::Output {
+                    stdout: Vec::new(),
+                    stderr: Vec::new(),
+                    stopped,
+                    ended,
+                }
+                .encode();
+                // The header ends with the stdout length.
+                let mut head = head;
+                let at = head.len() - 4;
+                head[at..].copy_from_slice(&(stdout.len() as u32).to_le_bytes());
+                vec![head, stdout, stderr]
+            }
+            other => vec![other.encode()],
+        }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Vec::new();
         match self {
@@ -330,24 +357,12 @@ impl ExecReply {
             }
             1 => ExecReply::Started { pid: r.u32()? },
             2 => {
-                let stopped = match r.u8()? {
-                    0 => None,
-                    1 => Some(r.u32()? as i32),
-                    _ => return Err(DecodeError("stopped flag")),
-                };
-                let ended = match r.u8()? {
-                    0 => None,
-                    1 => Some(Ended::Exited(r.u32()? as i32)),
-                    2 => Some(Ended::Killed(r.u32()? as i32)),
-                    _ => return Err(DecodeError("end kind")),
-                };
-                let n = r.u32()? as usize;
-                let stdout = r.take(n)?.to_vec();
+                let o = output(r)?;
                 return Ok(ExecReply::Output {
-                    stdout,
-                    stderr: r.0.to_vec(),
-                    stopped,
-                    ended,
+                    stdout: o.stdout.to_vec(),
+                    stderr: o.stderr.to_vec(),
+                    stopped: o.stopped,
+                    ended: o.ended,
                 });
             }
             3 => ExecReply::Done,
@@ -356,6 +371,51 @@ impl ExecReply {
         r.end()?;
         Ok(reply)
     }
+}
+
+/// An [`ExecReply::Output`] read in place: its bytes borrowed from the
+/// reply (output at volume is written on without a copy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputRef<'a> {
+    pub stdout: &'a [u8],
+    pub stderr: &'a [u8],
+    pub stopped: Option<i32>,
+    pub ended: Option<Ended>,
+}
+
+impl ExecReply {
+    /// The reply in place if it is an output; `None` for any other reply
+    /// (decode those with [`ExecReply::decode`]).
+    pub fn decode_output(b: &[u8]) -> Result<Option<OutputRef<'_>>, DecodeError> {
+        let mut r = Reader(b);
+        if r.u8()? != 2 {
+            return Ok(None);
+        }
+        output(r).map(Some)
+    }
+}
+
+/// The rest of an output reply, after its tag.
+fn output(mut r: Reader<'_>) -> Result<OutputRef<'_>, DecodeError> {
+    let stopped = match r.u8()? {
+        0 => None,
+        1 => Some(r.u32()? as i32),
+        _ => return Err(DecodeError("stopped flag")),
+    };
+    let ended = match r.u8()? {
+        0 => None,
+        1 => Some(Ended::Exited(r.u32()? as i32)),
+        2 => Some(Ended::Killed(r.u32()? as i32)),
+        _ => return Err(DecodeError("end kind")),
+    };
+    let n = r.u32()? as usize;
+    let stdout = r.take(n)?;
+    Ok(OutputRef {
+        stdout,
+        stderr: r.0,
+        stopped,
+        ended,
+    })
 }
 
 fn put_u32(w: &mut Vec<u8>, v: u32) {
@@ -542,7 +602,19 @@ mod tests {
 
         #[test]
         fn replies_round_trip(r in replies()) {
-            prop_assert_eq!(ExecReply::decode(&r.encode()).unwrap(), r);
+            prop_assert_eq!(ExecReply::decode(&r.encode()).unwrap(), r.clone());
+            prop_assert_eq!(r.clone().into_pieces().concat(), r.encode());
+            let bytes = r.encode();
+            match (&r, ExecReply::decode_output(&bytes).unwrap()) {
+                (ExecReply::Output { stdout, stderr, stopped, ended }, Some(o)) => {
+                    prop_assert_eq!(
+                        (o.stdout, o.stderr, o.stopped, o.ended),
+                        (&stdout[..], &stderr[..], *stopped, *ended)
+                    );
+                }
+                (ExecReply::Output { .. }, None) => prop_assert!(false, "an output not read as one"),
+                (_, o) => prop_assert!(o.is_none()),
+            }
         }
 
         #[test]

@@ -72,7 +72,8 @@ enum Command {
 
 /// The agents of every benchmark: `shoal bench rpc`'s (`serve`, `client`),
 /// `shoal bench group`'s (`group member`), `shoal bench dir`'s (`dir
-/// client`) and `shoal bench file`'s (`file client`).
+/// client`), `shoal bench file`'s (`file client`) and `shoal bench exec`'s
+/// (`exec timer`).
 #[derive(Subcommand)]
 enum BenchAgentCommand {
     #[command(flatten)]
@@ -86,6 +87,9 @@ enum BenchAgentCommand {
     /// `shoal bench file`'s agents.
     #[command(subcommand)]
     File(shoal_bench::file::AgentCommand),
+    /// `shoal bench exec`'s agents.
+    #[command(subcommand)]
+    Exec(shoal_bench::exec::AgentCommand),
 }
 
 /// Flags of `shoal node`; each overrides the config file.
@@ -159,6 +163,12 @@ enum BenchCommand {
     /// cache, remote, uncached), a 4 KiB append to a 100 MiB file and the
     /// tmp-file experiment, beside the local disk and an etcd cluster.
     File(shoal_bench::file::BenchArgs),
+    /// The processor pool after the Amoeba–Sprite paper's Table 4 and the
+    /// Sprite migration paper's Table 5: a null program started locally,
+    /// on a named node and on a chosen node against fork+exec and ssh;
+    /// 1 GiB through a remote program's stdout; a C build with make,
+    /// shoal make and distcc.
+    Exec(shoal_bench::exec::BenchArgs),
 }
 
 impl Cli {
@@ -208,6 +218,9 @@ impl Cli {
             Command::Bench(BenchCommand::File(args)) => {
                 shoal_bench::file::run(args).map_err(Failure::failed)
             }
+            Command::Bench(BenchCommand::Exec(args)) => {
+                shoal_bench::exec::run(args).map_err(Failure::failed)
+            }
             Command::BenchAgent(BenchAgentCommand::Rpc(c)) => {
                 shoal_bench::rpc::agent(c).map_err(Failure::failed)
             }
@@ -219,6 +232,9 @@ impl Cli {
             }
             Command::BenchAgent(BenchAgentCommand::File(c)) => {
                 shoal_bench::file::agent(c).map_err(Failure::failed)
+            }
+            Command::BenchAgent(BenchAgentCommand::Exec(c)) => {
+                shoal_bench::exec::agent(c).map_err(Failure::failed)
             }
         }
     }

@@ -255,48 +255,83 @@ fn start(client: &mut Client, shared: &Shared, spec: &StartSpec) -> Result<(), S
 
 /// Follows the started program: its output to ours, its stops to ours,
 /// until its end; an error if its node is lost.
+///
+/// A thread of its own writes the output, so that the next read travels
+/// while the last one's bytes are written.
 fn follow(client: &mut Client, shared: &Shared) -> Result<Ended, String> {
     let port = *shared.port.lock();
-    let (mut out, mut err) = (std::io::stdout().lock(), std::io::stderr().lock());
+    // Output into a pipe: a megabyte of it, so that the reader wakes once
+    // a megabyte, not once a page run (refused quietly where not allowed).
+    // SAFETY: F_SETPIPE_SZ on our stdout; an fd that is no pipe refuses.
+    unsafe { libc::fcntl(1, libc::F_SETPIPE_SZ, 1 << 20) };
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(1);
+    let closed = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let closed = closed.clone();
+        std::thread::spawn(move || {
+            let (mut out, mut err) = (std::io::stdout().lock(), std::io::stderr().lock());
+            for reply in rx {
+                let Ok(Some(o)) = ExecReply::decode_output(&reply) else {
+                    continue;
+                };
+                if out.write_all(o.stdout).and_then(|()| out.flush()).is_err() {
+                    closed.store(true, Ordering::Release);
+                }
+                let _ = err.write_all(o.stderr);
+            }
+        })
+    };
+    let finish = |tx: std::sync::mpsc::SyncSender<Vec<u8>>, writer: std::thread::JoinHandle<()>| {
+        drop(tx);
+        let _ = writer.join();
+    };
     let mut was_stopped = None;
+    let mut piped = false;
     loop {
         let read = ExecRequest::Read {
             id: shared.id,
             max: READ_MAX,
             wait_ms: 1000,
         };
-        match call(client, &port, &read)? {
-            ExecReply::Output {
-                stdout,
-                stderr,
-                stopped,
-                ended,
-            } => {
-                // A closed output of ours (a pipe whose reader left) ends
-                // the program as it would have ended it here.
-                if out.write_all(&stdout).and_then(|()| out.flush()).is_err() {
-                    let _ = call(client, &port, &signal(shared.id, libc::SIGPIPE));
-                }
-                let _ = err.write_all(&stderr);
-                if let Some(ended) = ended {
-                    let _ = out.flush();
-                    return Ok(ended);
-                }
-                // On a pty, a stop typed at the terminal stops the program
-                // there; this process stops with it, giving the terminal
-                // back to the home's shell (its SIGCONT continues both).
-                if shared.tty
-                    && was_stopped.is_none()
-                    && matches!(stopped, Some(libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU))
-                {
-                    let _ = out.flush();
-                    stop_here(shared);
-                }
-                was_stopped = stopped;
+        let reply = match call_raw(client, &port, &read) {
+            Ok(r) => r,
+            Err(e) => {
+                finish(tx, writer);
+                return Err(e);
             }
-            ExecReply::Error(e) => return Err(e),
-            other => return Err(format!("unexpected answer {other:?}")),
+        };
+        let (stopped, ended) = match ExecReply::decode_output(&reply) {
+            Ok(Some(o)) => (o.stopped, o.ended),
+            other => {
+                finish(tx, writer);
+                return Err(match other.map(|_| ExecReply::decode(&reply)) {
+                    Ok(Ok(ExecReply::Error(e))) => e,
+                    Ok(Ok(other)) => format!("unexpected answer {other:?}"),
+                    Ok(Err(e)) | Err(e) => e.to_string(),
+                });
+            }
+        };
+        let _ = tx.send(reply);
+        // A closed output of ours (a pipe whose reader left) ends the
+        // program as it would have ended it here.
+        if !piped && closed.load(Ordering::Acquire) {
+            piped = true;
+            let _ = call(client, &port, &signal(shared.id, libc::SIGPIPE));
         }
+        if let Some(ended) = ended {
+            finish(tx, writer);
+            return Ok(ended);
+        }
+        // On a pty, a stop typed at the terminal stops the program there;
+        // this process stops with it, giving the terminal back to the
+        // home's shell (its SIGCONT continues both).
+        if shared.tty
+            && was_stopped.is_none()
+            && matches!(stopped, Some(libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU))
+        {
+            stop_here(shared);
+        }
+        was_stopped = stopped;
     }
 }
 
@@ -375,14 +410,19 @@ fn signal(id: ProcId, signal: i32) -> ExecRequest {
 
 /// One exec call, decoded.
 fn call(client: &mut Client, port: &PutPort, request: &ExecRequest) -> Result<ExecReply, String> {
+    let reply = call_raw(client, port, request)?;
+    ExecReply::decode(&reply).map_err(|e| e.to_string())
+}
+
+/// One exec call: the reply's bytes.
+fn call_raw(client: &mut Client, port: &PutPort, request: &ExecRequest) -> Result<Vec<u8>, String> {
     let opts = CallOptions {
         deadline: Some(Duration::from_secs(10)),
         cancel: None,
     };
-    let reply = client
+    client
         .trans_with(port, request.encode(), &opts)
-        .map_err(|e| e.to_string())?;
-    ExecReply::decode(&reply).map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())
 }
 
 /// Passes the signals `shoal run` gets on to the program: the forwarded
