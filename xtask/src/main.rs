@@ -120,6 +120,8 @@ fn ensure_packages(needed: &[(&str, &str)]) -> Result<(), String> {
 }
 
 const SYSTEM: &[(&str, &str)] = &[("ip", "iproute2"), ("iptables", "iptables")];
+/// What `shoal make` drives: GNU make and a C compiler.
+const BUILD: &[(&str, &str)] = &[("make", "make"), ("cc", "gcc")];
 
 fn shoal_bin() -> PathBuf {
     root().join("target/release/shoal")
@@ -136,6 +138,8 @@ fn shoal(args: &[&str], dir: &Path) -> Command {
 
 fn demo() -> Result<(), String> {
     ensure_packages(SYSTEM)?;
+    // The pool's parallel build.
+    ensure_packages(BUILD)?;
     step("building shoal (release)");
     run(cargo().args(["build", "--release", "-p", "shoal"]))?;
     let dir = root().join("target/demo-cluster");
@@ -420,7 +424,8 @@ fn demo_dir_steps(
     replicas[0] = replica(0)?;
     std::thread::sleep(Duration::from_millis(1500));
     on("n1", &["dir", "lookup", "projects/shoal/link"])?;
-    demo_files(dir, data, &on)
+    demo_files(dir, data, &on)?;
+    demo_pool(dir, data, &on)
 }
 
 type On<'a> = dyn Fn(&str, &[&str]) -> Result<String, String> + 'a;
@@ -535,6 +540,124 @@ fn demo_files(dir: &Path, data: &Path, on: &On<'_>) -> Result<(), String> {
         }
     }
     result
+}
+
+/// The processor pool: programs placed across the nodes, `shoal ps`
+/// listing them with their home and node, one killed through its home,
+/// and a C code base built by `shoal make` over the cluster.
+fn demo_pool(dir: &Path, data: &Path, on: &On<'_>) -> Result<(), String> {
+    step("the processor pool: four programs started from n1 with shoal run --any");
+    let bin = shoal_bin().display().to_string();
+    let runs = (0..4)
+        .map(|i| {
+            shoal(
+                &[
+                    "cluster",
+                    "exec",
+                    "--node",
+                    "n1",
+                    "--",
+                    &bin,
+                    "run",
+                    "--any",
+                    "--",
+                    "sleep",
+                    &format!("{}.{i}", 5 + i),
+                ],
+                dir,
+            )
+            .spawn()
+            .map_err(|e| e.to_string())
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    // Until every program runs on its node.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let listing = loop {
+        let out = shoal(&["cluster", "exec", "--node", "n3", "--", &bin, "ps"], dir)
+            .output()
+            .map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let running = text
+            .lines()
+            .filter(|l| l.contains(" running ") && !l.contains(" - "))
+            .count();
+        if running == 4 {
+            break text;
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("the four programs never all ran:\n{text}"));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    step("shoal ps on n3: every process with its home (n1) and the node it runs on");
+    print!("  n3$ shoal ps\n{}", indent(&listing));
+    let nodes: std::collections::BTreeSet<&str> = listing
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .collect();
+    if nodes.len() < 2 {
+        return Err(format!("the pool put every program on one node: {nodes:?}"));
+    }
+    let victim = listing
+        .lines()
+        .find(|l| l.contains("sleep 8.3"))
+        .and_then(|l| l.split_whitespace().next())
+        .ok_or("sleep 8.3 is not listed")?
+        .to_string();
+    step("shoal kill from n2, through the home n1; shoal wait from n4 sees how it ended");
+    on("n2", &["kill", &victim])?;
+    let waited = shoal(
+        &[
+            "cluster", "exec", "--node", "n4", "--", &bin, "wait", &victim,
+        ],
+        dir,
+    )
+    .status()
+    .map_err(|e| e.to_string())?;
+    println!(
+        "  n4$ shoal wait {victim}: status {:?} (128 + SIGTERM)",
+        waited.code()
+    );
+    if waited.code() != Some(128 + 15) {
+        return Err(format!("shoal wait gave {waited}"));
+    }
+    for mut r in runs {
+        let _ = r.wait();
+    }
+
+    let build = data.join("build");
+    step("a parallel build: Lua 5.4's 32 C files, every recipe placed by shoal make");
+    on(
+        "n1",
+        &["bench", "exec", "--prepare-build", build.to_str().unwrap()],
+    )?;
+    let started = Instant::now();
+    let out = shoal(
+        &["cluster", "exec", "--node", "n1", "--", &bin, "make"],
+        dir,
+    )
+    .current_dir(&build)
+    .output()
+    .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    for l in lines.iter().take(3) {
+        println!("  {l}");
+    }
+    println!("  ... ({} recipe lines)", lines.len());
+    if !out.status.success() || !build.join("liblua.a").exists() {
+        return Err(format!(
+            "shoal make failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    println!(
+        "  built liblua.a in {:.1} s ({})",
+        started.elapsed().as_secs_f64(),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(())
 }
 
 /// Checks two local files hold the same bytes, and says so.
@@ -674,6 +797,9 @@ fn test(args: &[String]) -> Result<(), String> {
     let quick = args.iter().any(|a| a == "--quick");
     let started = Instant::now();
     ensure_packages(SYSTEM)?;
+    // shoal make's test runs GNU make; the pty test runs script(1).
+    ensure_packages(BUILD)?;
+    ensure_packages(&[("script", "bsdutils")])?;
     step("format");
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
     step("lints");

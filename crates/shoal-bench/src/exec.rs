@@ -50,6 +50,10 @@ pub struct BenchArgs {
     /// in Cargo's registry).
     #[arg(long)]
     pub sources: Option<PathBuf>,
+    /// Only copy the sources and their Makefile into this directory (to
+    /// build them by hand), and exit.
+    #[arg(long, value_name = "DIR")]
+    pub prepare_build: Option<PathBuf>,
 }
 
 /// The half of `shoal bench exec` that runs on a node.
@@ -158,11 +162,20 @@ fn command_of(argv: &[&str]) -> Result<Command, String> {
 
 /// Runs the benchmark.
 pub fn run(args: BenchArgs) -> Result<(), String> {
-    let tools = Tools::find()?;
     let sources = match &args.sources {
         Some(s) => s.clone(),
         None => find_lua_sources()?,
     };
+    if let Some(dir) = &args.prepare_build {
+        let files = prepare_build(&sources, dir)?;
+        println!(
+            "{files} C files of {} and a Makefile in {}",
+            sources.display(),
+            dir.display()
+        );
+        return Ok(());
+    }
+    let tools = Tools::find()?;
     let shoal = std::env::current_exe().map_err(|e| e.to_string())?;
     let guard = ClusterGuard::open_or_start(args.dir.as_deref(), "exec", (4, "bx", 249), &shoal)?;
     let metrics = measure(guard.cluster(), &shoal, &tools, &sources, args.quick);
@@ -277,6 +290,24 @@ liblua.a: $(OBJS)\n\
 \t$(CC) $(CFLAGS) -c $< -o $@\n\
 clean:\n\
 \trm -f *.o liblua.a\n";
+
+/// Copies the C sources (and their headers) in `sources` into `tree`
+/// with the bench's Makefile: how many C files.
+pub fn prepare_build(sources: &Path, tree: &Path) -> Result<usize, String> {
+    std::fs::create_dir_all(tree).map_err(|e| format!("{}: {e}", tree.display()))?;
+    let mut files = 0;
+    for entry in std::fs::read_dir(sources).map_err(|e| format!("{}: {e}", sources.display()))? {
+        let entry = entry.map_err(|e| e.to_string())?;
+        let name = entry.file_name();
+        let name_s = name.to_string_lossy();
+        if name_s.ends_with(".c") || name_s.ends_with(".h") {
+            std::fs::copy(entry.path(), tree.join(&name)).map_err(|e| e.to_string())?;
+            files += usize::from(name_s.ends_with(".c"));
+        }
+    }
+    std::fs::write(tree.join("Makefile"), MAKEFILE).map_err(|e| e.to_string())?;
+    Ok(files)
+}
 
 /// A process of the benchmark's, killed when dropped.
 struct Daemon(Child);
@@ -436,20 +467,7 @@ fn measure(
         .collect();
     let mut files = 0;
     for tree in &trees {
-        std::fs::create_dir_all(tree).map_err(|e| e.to_string())?;
-        files = 0;
-        for entry in
-            std::fs::read_dir(sources).map_err(|e| format!("{}: {e}", sources.display()))?
-        {
-            let entry = entry.map_err(|e| e.to_string())?;
-            let name = entry.file_name();
-            let name_s = name.to_string_lossy();
-            if name_s.ends_with(".c") || name_s.ends_with(".h") {
-                std::fs::copy(entry.path(), tree.join(&name)).map_err(|e| e.to_string())?;
-                files += usize::from(name_s.ends_with(".c"));
-            }
-        }
-        std::fs::write(tree.join("Makefile"), MAKEFILE).map_err(|e| e.to_string())?;
+        files = prepare_build(sources, tree)?;
     }
     if files < 30 {
         return Err(format!(

@@ -189,6 +189,8 @@ impl Cluster {
                 metrics: Some(metrics),
                 frag_bytes: None,
                 socket: Some(entry.socket.clone()),
+                // The nodes share this machine's console and load.
+                owner_detect: Some(false),
             };
             let text = toml::to_string(&config).map_err(|e| e.to_string())?;
             std::fs::write(&entry.config, text).map_err(|e| e.to_string())?;

@@ -30,6 +30,10 @@ pub struct NodeConfigFile {
     pub frag_bytes: Option<usize>,
     /// The link socket (default: `STATE_DIR/node.sock`).
     pub socket: Option<PathBuf>,
+    /// Whether the node detects its owner's activity (terminal input,
+    /// foreground load) when the owner has not said (default true; local
+    /// clusters, whose nodes share one machine and console, turn it off).
+    pub owner_detect: Option<bool>,
 }
 
 impl NodeConfigFile {
@@ -53,6 +57,7 @@ impl NodeConfigFile {
             metrics: over.metrics.or(self.metrics),
             frag_bytes: over.frag_bytes.or(self.frag_bytes),
             socket: over.socket.or(self.socket),
+            owner_detect: over.owner_detect.or(self.owner_detect),
         }
     }
 }
@@ -70,6 +75,7 @@ pub struct NodeConfig {
     pub metrics: Option<SocketAddr>,
     pub frag_bytes: usize,
     pub socket: PathBuf,
+    pub owner_detect: bool,
 }
 
 impl NodeConfig {
@@ -108,6 +114,7 @@ impl NodeConfig {
             key_file,
             metrics: file.metrics,
             frag_bytes,
+            owner_detect: file.owner_detect.unwrap_or(true),
             state_dir,
         })
     }

@@ -144,7 +144,7 @@ impl Daemon {
                 membership,
                 stats: Stats::default(),
                 links: 0,
-                load: Sampler::new(&config.state_dir),
+                load: Sampler::new(&config.state_dir, config.owner_detect),
                 load_at: None,
                 placer: shoal_pool::Placer::new(rand::random()),
             }),
@@ -298,7 +298,9 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
                     .load_at
                     .is_none_or(|t| now.saturating_since(t) >= LOAD_EVERY)
             {
-                let load = state.load.sample(shared.exec.count());
+                let load = state
+                    .load
+                    .sample(shared.exec.count(), shared.exec.cpu_jiffies());
                 state.membership.set_load(now, load);
                 state.load_at = Some(now);
                 // Homes known and silent past the deadline; a home not

@@ -94,6 +94,39 @@ impl Exec {
         self.procs.lock().len() as u32
     }
 
+    /// Processor time used so far by this daemon and the programs running
+    /// here, in clock ticks (for the load report's foreign share).
+    pub fn cpu_jiffies(&self) -> u64 {
+        let groups: Vec<u32> = self.procs.lock().values().map(|p| p.group as u32).collect();
+        let usage = if groups.is_empty() {
+            HashMap::new()
+        } else {
+            group_usage()
+        };
+        // SAFETY: sysconf has no preconditions.
+        let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        let programs: f64 = groups
+            .iter()
+            .filter_map(|g| usage.get(g))
+            .map(|u| u.cpu_s * tick)
+            .sum();
+        let own = std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .and_then(|s| {
+                let f: Vec<u64> = s
+                    .rsplit_once(')')?
+                    .1
+                    .split_ascii_whitespace()
+                    .skip(11)
+                    .take(2)
+                    .map(|v| v.parse().ok())
+                    .collect::<Option<_>>()?;
+                Some(f.iter().sum::<u64>())
+            })
+            .unwrap_or(0);
+        own + programs as u64
+    }
+
     /// The programs running here: id, pid and their process group's use.
     pub fn list(&self) -> Vec<crate::service::RunningProc> {
         let procs: Vec<(ProcId, i32, bool)> = self

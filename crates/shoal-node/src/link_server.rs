@@ -177,11 +177,13 @@ fn handle(
             None => error(format!("no process {id} spawned on this link")),
         },
         LinkRequest::Owner { active } => {
-            let owner = if active {
-                shoal_wire::Owner::Active
-            } else {
-                shoal_wire::Owner::Idle
-            };
+            let owner = active.map(|a| {
+                if a {
+                    shoal_wire::Owner::Active
+                } else {
+                    shoal_wire::Owner::Idle
+                }
+            });
             let mut state = shared.state.lock();
             match state.load.set_owner(owner) {
                 Ok(()) => {

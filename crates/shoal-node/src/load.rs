@@ -3,71 +3,131 @@
 //! - cores: the processors this daemon may run on;
 //! - run queue: the one-minute load average (`/proc/loadavg`);
 //! - foreign CPU: processor time used on the machine over the last
-//!   interval (`/proc/stat`), less what shoal's own processes used (none
-//!   yet: the processor pool's processes will be subtracted once nodes run
-//!   them);
+//!   interval (`/proc/stat`), less what shoal used (the daemon itself and
+//!   the programs the pool runs here);
 //! - free memory: `MemAvailable` (`/proc/meminfo`);
 //! - owner: what `shoal node owner active|idle` last set, kept in the
-//!   state directory across restarts.
+//!   state directory across restarts; or, if the owner has not said
+//!   (`auto`) and the node detects it, active while a terminal had input
+//!   in the last [`OWNER_INPUT`] or foreign programs use [`OWNER_CPU_MILLI`]
+//!   thousandths of a core.
 //!
 //! The nodes of a local cluster share one machine, so they all report its
 //! load: placement among them then rests on the counts of shoal
 //! processes, which are per node.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use shoal_wire::{Load, Owner};
+
+/// Terminal input this recent means the owner is at the machine.
+pub const OWNER_INPUT: Duration = Duration::from_secs(5 * 60);
+/// Foreign processor use (thousandths of a core) that means the owner is
+/// running something.
+pub const OWNER_CPU_MILLI: u32 = 500;
+
+/// The detected owner state: active with recent terminal input (`input_age`
+/// since the last) or foreground load from programs not shoal's.
+pub fn detect_owner(input_age: Option<Duration>, foreign_cpu_milli: u32) -> Owner {
+    if input_age.is_some_and(|a| a < OWNER_INPUT) || foreign_cpu_milli >= OWNER_CPU_MILLI {
+        Owner::Active
+    } else {
+        Owner::Idle
+    }
+}
+
+/// Time since the last input on any terminal of the machine (the access
+/// times of `/dev/tty*` consoles and `/dev/pts/*`, as `w` reads them).
+fn terminal_input_age() -> Option<Duration> {
+    let mut newest: Option<SystemTime> = None;
+    let mut look = |path: PathBuf| {
+        if let Ok(t) = std::fs::metadata(&path).and_then(|m| m.accessed()) {
+            newest = Some(newest.map_or(t, |n| n.max(t)));
+        }
+    };
+    for entry in std::fs::read_dir("/dev/pts")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if entry.file_name() != "ptmx" {
+            look(entry.path());
+        }
+    }
+    for i in 1..=12 {
+        look(PathBuf::from(format!("/dev/tty{i}")));
+    }
+    let newest = newest?;
+    Some(SystemTime::now().duration_since(newest).unwrap_or_default())
+}
 
 /// Samples the machine's load; keeps the last CPU counters to measure use
 /// over the interval between samples.
 #[derive(Debug)]
 pub struct Sampler {
     cores: u16,
-    /// Busy and total jiffies at the last sample.
-    last_cpu: Option<(u64, u64)>,
+    /// Busy and total jiffies at the last sample, and shoal's own.
+    last_cpu: Option<(u64, u64, u64)>,
     owner_file: PathBuf,
-    owner: Owner,
+    /// What the owner said; `None`: left to detection.
+    said: Option<Owner>,
+    /// Detect the owner's activity when they have not said.
+    detect: bool,
 }
 
 impl Sampler {
-    /// A sampler whose owner state lives in `state_dir`.
-    pub fn new(state_dir: &Path) -> Sampler {
+    /// A sampler whose owner state lives in `state_dir`; `detect`: detect
+    /// the owner's activity when they have not said.
+    pub fn new(state_dir: &Path, detect: bool) -> Sampler {
         let owner_file = state_dir.join("owner");
-        let owner = match std::fs::read_to_string(&owner_file) {
-            Ok(s) if s.trim() == "active" => Owner::Active,
-            _ => Owner::Idle,
+        let said = match std::fs::read_to_string(&owner_file)
+            .as_deref()
+            .map(str::trim)
+        {
+            Ok("active") => Some(Owner::Active),
+            Ok("idle") => Some(Owner::Idle),
+            _ => None,
         };
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Sampler {
             cores: u16::try_from(cores).unwrap_or(u16::MAX),
             last_cpu: None,
             owner_file,
-            owner,
+            said,
+            detect,
         }
     }
 
-    /// Sets the owner's state and keeps it for the next start.
-    pub fn set_owner(&mut self, owner: Owner) -> Result<(), String> {
+    /// Sets the owner's state (`None`: left to detection) and keeps it for
+    /// the next start.
+    pub fn set_owner(&mut self, owner: Option<Owner>) -> Result<(), String> {
         let text = match owner {
-            Owner::Active => "active\n",
-            Owner::Idle => "idle\n",
+            Some(Owner::Active) => "active\n",
+            Some(Owner::Idle) => "idle\n",
+            None => "auto\n",
         };
         let tmp = self.owner_file.with_extension("tmp");
         std::fs::write(&tmp, text)
             .and_then(|()| std::fs::rename(&tmp, &self.owner_file))
             .map_err(|e| format!("cannot write {}: {e}", self.owner_file.display()))?;
-        self.owner = owner;
+        self.said = owner;
         Ok(())
     }
 
-    /// The load now.  Figures `/proc` does not give read as zero.
-    pub fn sample(&mut self, shoal_procs: u32) -> Load {
+    /// The load now, with `shoal_procs` programs of the pool here that have
+    /// used `shoal_jiffies` of processor time, the daemon's own included
+    /// (a running total).  Figures `/proc` does not give read as zero.
+    pub fn sample(&mut self, shoal_procs: u32, shoal_jiffies: u64) -> Load {
         let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
-        let cpu = cpu_jiffies(&read("/proc/stat"));
+        let cpu = cpu_jiffies(&read("/proc/stat")).map(|(b, t)| (b, t, shoal_jiffies));
         let foreign_cpu_milli = match (self.last_cpu, cpu) {
-            (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => {
-                // Share of all cores busy, in thousandths of one core.
-                let share = (b1.saturating_sub(b0)) as f64 / (t1 - t0) as f64;
+            (Some((b0, t0, s0)), Some((b1, t1, s1))) if t1 > t0 => {
+                // Share of all cores busy with other programs, in
+                // thousandths of one core (a program that ended takes its
+                // time out of the total: then shoal's share reads as none).
+                let busy = b1.saturating_sub(b0).saturating_sub(s1.saturating_sub(s0));
+                let share = busy as f64 / (t1 - t0) as f64;
                 (share * self.cores as f64 * 1000.0) as u32
             }
             _ => 0,
@@ -75,13 +135,18 @@ impl Sampler {
         if cpu.is_some() {
             self.last_cpu = cpu;
         }
+        let owner = match self.said {
+            Some(o) => o,
+            None if self.detect => detect_owner(terminal_input_age(), foreign_cpu_milli),
+            None => Owner::Idle,
+        };
         Load {
             cores: self.cores.max(1),
             run_queue_centi: load_average_centi(&read("/proc/loadavg")).unwrap_or(0),
             foreign_cpu_milli,
             mem_free_mib: mem_available_mib(&read("/proc/meminfo")).unwrap_or(0),
             shoal_procs,
-            owner: self.owner,
+            owner,
         }
     }
 }
@@ -140,12 +205,51 @@ mod tests {
     #[test]
     fn the_owner_state_survives_a_restart() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = Sampler::new(dir.path());
-        assert_eq!(s.sample(0).owner, Owner::Idle);
-        s.set_owner(Owner::Active).unwrap();
-        assert_eq!(Sampler::new(dir.path()).sample(0).owner, Owner::Active);
-        let load = s.sample(3);
+        let mut s = Sampler::new(dir.path(), false);
+        assert_eq!(s.sample(0, 0).owner, Owner::Idle);
+        s.set_owner(Some(Owner::Active)).unwrap();
+        assert_eq!(
+            Sampler::new(dir.path(), false).sample(0, 0).owner,
+            Owner::Active
+        );
+        let load = s.sample(3, 0);
         assert_eq!((load.owner, load.shoal_procs), (Owner::Active, 3));
         assert!(load.cores >= 1);
+        s.set_owner(None).unwrap();
+        assert_eq!(
+            Sampler::new(dir.path(), false).sample(0, 0).owner,
+            Owner::Idle,
+            "auto without detection is idle"
+        );
+    }
+
+    #[test]
+    fn the_owner_is_detected_by_input_or_foreground_load() {
+        let min = Duration::from_secs(60);
+        assert_eq!(detect_owner(None, 0), Owner::Idle);
+        assert_eq!(detect_owner(Some(min), 0), Owner::Active);
+        assert_eq!(detect_owner(Some(OWNER_INPUT + min), 0), Owner::Idle);
+        assert_eq!(
+            detect_owner(Some(OWNER_INPUT + min), OWNER_CPU_MILLI),
+            Owner::Active
+        );
+        assert_eq!(detect_owner(None, OWNER_CPU_MILLI - 1), Owner::Idle);
+    }
+
+    #[test]
+    fn shoal_s_own_processor_time_is_not_foreign() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Sampler::new(dir.path(), false);
+        s.sample(0, 0);
+        // Burn processor time as shoal would, counting it as shoal's.
+        let t = std::time::Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < Duration::from_millis(300) {
+            x = x.wrapping_mul(31).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        // More than the whole machine could have used: nothing foreign.
+        let load = s.sample(0, u64::MAX / 2);
+        assert_eq!(load.foreign_cpu_milli, 0);
     }
 }

@@ -150,7 +150,8 @@ impl Context {
 
     /// Tells this machine's node whether its owner is using it (the
     /// processor pool keeps foreign programs off while active).
-    pub fn set_owner(&self, active: bool) -> Result<(), Error> {
+    /// `None` leaves it to the node to detect.
+    pub fn set_owner(&self, active: Option<bool>) -> Result<(), Error> {
         match self.ask_node(&LinkRequest::Owner { active })? {
             LinkResponse::Ok => Ok(()),
             _ => Err(Error::Node("unexpected answer to owner".into())),

@@ -38,9 +38,11 @@ pub enum LinkRequest {
     Drain { instance: String },
     /// `instance` finished draining and closes.
     Drained { instance: String },
-    /// The machine's owner is now active (or idle): foreign programs are
-    /// placed elsewhere while active.  Kept across restarts.
-    Owner { active: bool },
+    /// The machine's owner says they are active (`Some(true)`) or idle
+    /// (`Some(false)`), or leaves it to the node to detect (`None`):
+    /// foreign programs are placed elsewhere while active.  Kept across
+    /// restarts.
+    Owner { active: Option<bool> },
     /// Start a process from this node, its home: a new process id, and
     /// the node to run it on, `on` or the one the placement rule chooses
     /// for a program needing `mem_mib` MiB (the node counts it against the

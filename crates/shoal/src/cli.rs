@@ -132,8 +132,9 @@ struct NodeArgs {
 
 #[derive(Subcommand)]
 enum NodeCommand {
-    /// Say whether this machine's owner is using it: while active, the
-    /// processor pool places no foreign program here unless asked to.
+    /// Say whether this machine's owner is using it (or let the node
+    /// detect it): while active, the processor pool places no foreign
+    /// program here unless asked to.
     Owner {
         #[arg(value_enum)]
         state: OwnerState,
@@ -142,8 +143,13 @@ enum NodeCommand {
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum OwnerState {
+    /// The owner is using the machine.
     Active,
+    /// The owner gives the machine to the pool.
     Idle,
+    /// Let the node detect it (terminal input in the last 5 minutes, or
+    /// half a core of load from programs that are not shoal's).
+    Auto,
 }
 
 #[derive(Subcommand)]
@@ -245,7 +251,12 @@ fn run_node(args: NodeArgs) -> Result<(), Failure> {
     if let Some(NodeCommand::Owner { state }) = args.command {
         let ctx = shoal_rpc::Context::from_env()
             .map_err(|e| Failure::unreachable(format!("no node to tell: {e}")))?;
-        ctx.set_owner(matches!(state, OwnerState::Active))
+        let active = match state {
+            OwnerState::Active => Some(true),
+            OwnerState::Idle => Some(false),
+            OwnerState::Auto => None,
+        };
+        ctx.set_owner(active)
             .map_err(|e| Failure::failed(e.to_string()))?;
         return Ok(());
     }
@@ -264,6 +275,7 @@ fn run_node(args: NodeArgs) -> Result<(), Failure> {
         metrics: args.metrics,
         frag_bytes: args.frag_bytes,
         socket: None,
+        owner_detect: None,
     };
     let config = NodeConfig::resolve(file.merge(flags))?;
     shoal_node::run(config)?;
