@@ -58,6 +58,7 @@ impl Nodes {
                 key_file: key_file.clone(),
                 metrics: None,
                 frag_bytes: 60_000,
+                owner_detect: false,
             };
             let socket = config.socket.clone();
             daemons.push(Daemon::start(config, Arc::new(AtomicBool::new(false))).unwrap());
