@@ -64,6 +64,10 @@ const NOT_STARTED: u8 = 125;
 const NODE_LOST: u8 = 255;
 /// Bytes of output asked for per read, per stream.
 const READ_MAX: u32 = 4 << 20;
+/// How long a start may take, finding the node included.
+const START_DEADLINE: Duration = Duration::from_secs(5);
+/// How often `--any` chooses again when a start reaches no node.
+const UNDELIVERED_REPLACEMENTS: u32 = 2;
 /// Resource limits forwarded: Linux's `RLIMIT_CPU` (0) to `RLIMIT_RTTIME`
 /// (15).
 const RESOURCES: u32 = 16;
@@ -185,11 +189,23 @@ fn supervise(
     };
     let id = shared.id;
     let mut retries = args.retry;
+    // A start that reached no node ran nowhere: with --any the pool may
+    // choose again, retries or not.
+    let mut replacements = if args.any {
+        UNDELIVERED_REPLACEMENTS
+    } else {
+        0
+    };
     let mut helpers = false;
     loop {
         let lost = match start(&mut client, shared, &spec) {
             Err(Start::Refused(e)) => return Outcome::NotStarted(format!("{node}: {e}")),
-            Err(Start::Lost(e)) => e,
+            Err(Start::Undelivered(e)) if replacements > 0 => {
+                replacements -= 1;
+                retries += 1;
+                e
+            }
+            Err(Start::Lost(e) | Start::Undelivered(e)) => e,
             Ok(()) => {
                 if !helpers {
                     helpers = true;
@@ -234,6 +250,9 @@ fn supervise(
 enum Start {
     /// The node refused it (the reason in one line).
     Refused(String),
+    /// No server of the node's exec service could be found: the request
+    /// went nowhere, and the program did not start.
+    Undelivered(String),
     /// The node did not answer.
     Lost(String),
 }
@@ -245,11 +264,21 @@ fn start(client: &mut Client, shared: &Shared, spec: &StartSpec) -> Result<(), S
         id: shared.id,
         spec: spec.clone(),
     };
-    match call(client, &port, &start) {
-        Ok(ExecReply::Started { .. }) => Ok(()),
-        Ok(ExecReply::Error(e)) => Err(Start::Refused(e)),
-        Ok(other) => Err(Start::Refused(format!("unexpected answer {other:?}"))),
-        Err(e) => Err(Start::Lost(e)),
+    let opts = CallOptions {
+        deadline: Some(START_DEADLINE),
+        cancel: None,
+    };
+    match client.trans_with(&port, start.encode(), &opts) {
+        Ok(reply) => match ExecReply::decode(&reply) {
+            Ok(ExecReply::Started { .. }) => Ok(()),
+            Ok(ExecReply::Error(e)) => Err(Start::Refused(e)),
+            Ok(other) => Err(Start::Refused(format!("unexpected answer {other:?}"))),
+            Err(e) => Err(Start::Refused(e.to_string())),
+        },
+        Err(e @ shoal_rpc::Error::Trans(shoal_rpc::TransError::NotFound { .. })) => {
+            Err(Start::Undelivered(e.to_string()))
+        }
+        Err(e) => Err(Start::Lost(e.to_string())),
     }
 }
 

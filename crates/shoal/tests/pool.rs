@@ -499,6 +499,16 @@ fn the_home_answers_for_its_processes() {
 
     // --wait: no node is eligible (n2 is down, the others' owners are
     // active), so the program waits until one is.
+    let ctx = c.context();
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = c.status(&ctx, "n1", Duration::from_secs(2)).unwrap();
+        if s.members.iter().any(|m| m.name == "n2" && !m.alive) {
+            break;
+        }
+        assert!(Instant::now() < until, "n1 never saw n2 down");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     for n in ["n1", "n3"] {
         let out = shoal_on(c, n, &["node", "owner", "active"]);
         assert!(out.status.success(), "{}", text(&out.stderr));
@@ -509,7 +519,12 @@ fn the_home_answers_for_its_processes() {
         if out.status.code() == Some(125) {
             break;
         }
-        assert!(Instant::now() < until, "owners never active everywhere");
+        assert!(
+            Instant::now() < until,
+            "owners never active everywhere: {:?} {}",
+            out.status,
+            text(&out.stderr)
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let mut queued = c
