@@ -366,7 +366,7 @@ fn measure(
     sources: &Path,
     quick: bool,
 ) -> Result<BTreeMap<String, f64>, String> {
-    let (rounds, per_round, streams, builds) = if quick { (2, 5, 1, 1) } else { (10, 20, 3, 3) };
+    let (rounds, per_round, streams, builds) = if quick { (2, 5, 1, 1) } else { (10, 20, 3, 5) };
     let mut metrics = BTreeMap::new();
     let work = WorkDir(PathBuf::from(format!(
         "/var/tmp/shoal-bench-exec-{}",

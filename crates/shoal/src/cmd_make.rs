@@ -52,8 +52,12 @@ pub struct MakeArgs {
     pub args: Vec<String>,
 }
 
-pub fn run(args: MakeArgs) -> Result<(), Failure> {
-    let jobs = match args.jobs {
+pub fn run(mut args: MakeArgs) -> Result<(), Failure> {
+    // A -j among make's arguments (after one of make's own flags, clap
+    // leaves it there) is ours too.
+    let (jobs, rest) = take_jobs(&args.args);
+    args.args = rest;
+    let jobs = match args.jobs.or(jobs) {
         Some(0) => return Err(Failure::failed("-j takes at least 1")),
         Some(j) => j,
         None => cluster_cores()?,
@@ -86,6 +90,33 @@ pub fn run(args: MakeArgs) -> Result<(), Failure> {
             args.make
         ))),
     }
+}
+
+/// `-jN`, `-j N`, `--jobs=N` or `--jobs N` taken out of make's
+/// arguments (the last one counts), and the rest.
+fn take_jobs(args: &[String]) -> (Option<u32>, Vec<String>) {
+    let mut jobs = None;
+    let mut rest = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let a = &args[i];
+        let next = args.get(i + 1).and_then(|n| n.parse::<u32>().ok());
+        let inline = a
+            .strip_prefix("-j")
+            .or_else(|| a.strip_prefix("--jobs="))
+            .filter(|n| !n.is_empty())
+            .and_then(|n| n.parse::<u32>().ok());
+        if let Some(n) = inline {
+            jobs = Some(n);
+        } else if (a == "-j" || a == "--jobs") && next.is_some() {
+            jobs = next;
+            i += 1;
+        } else {
+            rest.push(a.clone());
+        }
+        i += 1;
+    }
+    (jobs, rest)
 }
 
 /// The cores of every live node that reported its load.
@@ -154,8 +185,16 @@ pub fn as_shell() -> Option<std::convert::Infallible> {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(1);
-    let mut command = vec![shell];
-    command.extend(args);
+    // A simple command (words only) runs without a shell, as make itself
+    // runs such recipe lines when the shell is /bin/sh.
+    let command = match simple_command(&args) {
+        Some(words) if shell == "/bin/sh" => words,
+        _ => {
+            let mut command = vec![shell];
+            command.extend(args);
+            command
+        }
+    };
     let run = crate::cmd_run::RunArgs {
         on: None,
         any: true,
@@ -174,6 +213,35 @@ pub fn as_shell() -> Option<std::convert::Infallible> {
         }
     };
     std::process::exit(code)
+}
+
+/// The words of `-c COMMAND` when COMMAND needs no shell: nothing but
+/// words of plain characters (no quoting, expansion, redirection, globbing
+/// or separators).
+fn simple_command(args: &[String]) -> Option<Vec<String>> {
+    let [flag, command] = args else { return None };
+    if flag != "-c" {
+        return None;
+    }
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./,+:@".contains(c) || c == ' ';
+    if !command.chars().all(plain) {
+        return None;
+    }
+    let words: Vec<String> = command
+        .split(' ')
+        .filter(|w| !w.is_empty())
+        .map(String::from)
+        .collect();
+    // A word that is a shell keyword or assignment needs the shell too.
+    let first = words.first()?;
+    if [
+        "if", "for", "while", "case", "until", "exec", "cd", "export", "set", "exit", ".", "eval",
+    ]
+    .contains(&first.as_str())
+    {
+        return None;
+    }
+    Some(words)
 }
 
 /// Whether make handed this recipe its jobserver: it does so only for a
@@ -196,5 +264,51 @@ fn recursive() -> bool {
         // A named jobserver (make 4.4's fifo:PATH) cannot be told apart
         // so: such a make's recursive lines run on the cluster too.
         None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_words_skip_the_shell() {
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            simple_command(&v(&["-c", "cc -O2 -c lapi.c -o lapi.o"])),
+            Some(v(&["cc", "-O2", "-c", "lapi.c", "-o", "lapi.o"]))
+        );
+        for needs_shell in [
+            "echo $HOME",
+            "a && b",
+            "x > y",
+            "echo 'q'",
+            "ls *.c",
+            "cd sub",
+            "A=1 cc",
+            "",
+        ] {
+            assert_eq!(
+                simple_command(&v(&["-c", needs_shell])),
+                None,
+                "{needs_shell}"
+            );
+        }
+        assert_eq!(simple_command(&v(&["-ec", "cc x.c"])), None);
+    }
+
+    #[test]
+    fn jobs_are_found_among_make_s_arguments() {
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            take_jobs(&v(&["-k", "-j3", "all"])),
+            (Some(3), v(&["-k", "all"]))
+        );
+        assert_eq!(take_jobs(&v(&["-j", "4", "x"])), (Some(4), v(&["x"])));
+        assert_eq!(take_jobs(&v(&["--jobs=5"])), (Some(5), v(&[])));
+        assert_eq!(take_jobs(&v(&["--jobs", "6", "-j2"])), (Some(2), v(&[])));
+        // make's unlimited -j, and targets that look like numbers, stay.
+        assert_eq!(take_jobs(&v(&["-j", "all"])), (None, v(&["-j", "all"])));
+        assert_eq!(take_jobs(&v(&["7"])), (None, v(&["7"])));
     }
 }
