@@ -221,6 +221,16 @@ impl Exec {
                 let Some(group) = self.procs.lock().get(&id).map(|p| p.group) else {
                     return ExecReply::Error(format!("no process {id} here"));
                 };
+                if signal == libc::SIGSTOP {
+                    // SIGSTOP cannot be ignored, not even by the watcher
+                    // that leads the group: stop the others one by one,
+                    // so that the watcher can report the stop.
+                    for pid in group_members(group) {
+                        // SAFETY: kill(2) of a process of the group.
+                        unsafe { libc::kill(pid, signal) };
+                    }
+                    return ExecReply::Done;
+                }
                 // SAFETY: kill(2) of the program's process group.
                 if unsafe { libc::kill(-group, signal) } != 0 {
                     return ExecReply::Error(format!(
@@ -236,13 +246,18 @@ impl Exec {
     /// The periodic check of every program (the daemon runs it every
     /// half second): a program whose home `alive` says is gone is killed,
     /// as nobody is left to read its output, wait for it or signal it; one
-    /// whose home has not read for [`LEASE`] gets SIGHUP, then SIGKILL 5 s
-    /// later; an ended one nobody read to its end for [`LEASE`] (or whose
+    /// whose home has not read for [`LEASE`] (while it was not stopped)
+    /// gets SIGHUP, then SIGKILL 5 s later; an ended one nobody read to its end for [`LEASE`] (or whose
     /// home is gone) is forgotten.
     pub fn sweep(&self, alive: impl Fn(shoal_wire::NodeId) -> bool) {
         let mut procs = self.procs.lock();
         procs.retain(|id, p| {
             let home_alive = alive(id.home);
+            // A stopped program's home stops reading too (job control):
+            // that is not a hang-up.
+            if p.output.0.lock().stopped.is_some() {
+                p.last_read = Instant::now();
+            }
             let idle = p.last_read.elapsed() > LEASE;
             let group = -p.group;
             if p.output.0.lock().ended.is_some() {
@@ -411,32 +426,53 @@ fn group_usage() -> HashMap<u32, Usage> {
         )
     };
     let mut groups: HashMap<u32, Usage> = HashMap::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return groups;
-    };
-    for entry in dir.flatten() {
-        let name = entry.file_name();
-        if name.to_str().and_then(|n| n.parse::<u32>().ok()).is_none() {
-            continue;
-        }
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        // The fields after the command, which is in parentheses and may
-        // hold anything, parentheses too.
-        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-            continue;
-        };
-        let f: Vec<&str> = rest.split_ascii_whitespace().collect();
-        if f.len() < 22 {
-            continue;
-        }
+    each_process(|_, f| {
         let num = |i: usize| f[i].parse::<u64>().unwrap_or(0);
         let u = groups.entry(num(2) as u32).or_default();
         u.cpu_s += (num(11) + num(12)) as f64 / tick;
         u.rss_kib += num(21) * page / 1024;
-    }
+    });
     groups
+}
+
+/// The processes of process group `group` but its leader.
+fn group_members(group: i32) -> Vec<i32> {
+    let mut members = Vec::new();
+    each_process(|pid, f| {
+        if f[2].parse::<i32>() == Ok(group) && pid != group {
+            members.push(pid);
+        }
+    });
+    members
+}
+
+/// Calls `f` with each process's pid and the fields of its
+/// `/proc/PID/stat` after the command (state first), 22 at least.
+fn each_process(mut f: impl FnMut(i32, &[&str])) {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // The command is in parentheses and may hold anything,
+        // parentheses too.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
+        if fields.len() >= 22 {
+            f(pid, &fields);
+        }
+    }
 }
 
 /// Moves what `pipe` yields into the buffer `which` picks, waiting while
@@ -770,5 +806,44 @@ mod tests {
         let (rest, _, ended) = drain(&exec, id(9));
         assert!(String::from_utf8_lossy(&rest).contains("done go"));
         assert_eq!(ended, Ended::Exited(0));
+    }
+
+    #[test]
+    fn a_stopped_program_is_not_hung_up_for_its_silent_home() {
+        let exec = exec();
+        start(&exec, id(10), spec(&["sleep", "30"], "/"));
+        let signal = |s| {
+            exec.handle(ExecRequest::Signal {
+                id: id(10),
+                signal: s,
+            })
+        };
+        let stopped = || exec.procs.lock()[&id(10)].output.0.lock().stopped;
+        let age = |p: &mut Proc| p.last_read = Instant::now() - 2 * LEASE;
+        assert_eq!(signal(libc::SIGSTOP), ExecReply::Done);
+        let until = Instant::now() + Duration::from_secs(5);
+        while stopped().is_none() {
+            assert!(Instant::now() < until, "the stop was not seen");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        age(exec.procs.lock().get_mut(&id(10)).unwrap());
+        exec.sweep(|_| true);
+        assert!(
+            exec.procs.lock()[&id(10)].hung_up.is_none(),
+            "hung up while stopped"
+        );
+        assert_eq!(signal(libc::SIGCONT), ExecReply::Done);
+        while stopped().is_some() {
+            assert!(Instant::now() < until, "the continue was not seen");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        age(exec.procs.lock().get_mut(&id(10)).unwrap());
+        exec.sweep(|_| true);
+        assert!(
+            exec.procs.lock()[&id(10)].hung_up.is_some(),
+            "a silent home hangs up"
+        );
+        let (_, _, ended) = drain(&exec, id(10));
+        assert_eq!(ended, Ended::Killed(libc::SIGHUP));
     }
 }

@@ -35,6 +35,26 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// Whether a process whose command line matches `pattern` runs.
+fn running(pattern: &str) -> bool {
+    !Command::new("pgrep")
+        .args(["-f", pattern])
+        .output()
+        .unwrap()
+        .stdout
+        .is_empty()
+}
+
+/// Waits up to `secs` for a process matching `pattern` to be there
+/// (`there`) or gone, failing with `why` if not.
+fn await_process(pattern: &str, there: bool, secs: u64, why: &str) {
+    let until = Instant::now() + Duration::from_secs(secs);
+    while running(pattern) != there {
+        assert!(Instant::now() < until, "{why}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn a_program_runs_elsewhere_as_if_it_ran_here() {
     let t = TestCluster::up("tp", 34, 3, Mode::Netns);
@@ -166,11 +186,10 @@ fn signals_reach_the_program_and_its_end_comes_back() {
     let status = child.wait().unwrap();
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(status.signal(), Some(libc::SIGTERM), "{status}");
-    let left = Command::new("pgrep")
-        .args(["-f", &format!("sleep {mark}")])
-        .output()
-        .unwrap();
-    assert!(left.stdout.is_empty(), "the remote program is still there");
+    assert!(
+        !running(&format!("sleep {mark}")),
+        "the remote program is still there"
+    );
 
     // The home dies under a running program: the program dies too.
     let third = format!("63.{}", std::process::id());
@@ -180,25 +199,10 @@ fn signals_reach_the_program_and_its_end_comes_back() {
         .args(["run", "--on", "n2", "--", "sleep", &third])
         .spawn()
         .unwrap();
-    let running = || {
-        !Command::new("pgrep")
-            .args(["-f", &format!("^sleep {third}$")])
-            .output()
-            .unwrap()
-            .stdout
-            .is_empty()
-    };
-    let until = Instant::now() + Duration::from_secs(10);
-    while !running() {
-        assert!(Instant::now() < until, "the program never started");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let pattern = format!("^sleep {third}$");
+    await_process(&pattern, true, 10, "the program never started");
     c.kill("n3").unwrap();
-    let until = Instant::now() + Duration::from_secs(10);
-    while running() {
-        assert!(Instant::now() < until, "the program outlived its home");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    await_process(&pattern, false, 10, "the program outlived its home");
     drop(child);
     c.start_node("n3").unwrap();
     c.wait_ready(Duration::from_secs(10), &mut |_| {}).unwrap();
@@ -222,17 +226,12 @@ fn signals_reach_the_program_and_its_end_comes_back() {
         text(&out.stderr)
     );
     // The program died with its node's daemon.
-    let until = Instant::now() + Duration::from_secs(5);
-    while !Command::new("pgrep")
-        .args(["-f", &format!("sleep {other}")])
-        .output()
-        .unwrap()
-        .stdout
-        .is_empty()
-    {
-        assert!(Instant::now() < until, "the program outlived its node");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    await_process(
+        &format!("sleep {other}"),
+        false,
+        5,
+        "the program outlived its node",
+    );
 }
 
 /// `--any` lets the pool choose: never a node whose owner is active
@@ -459,17 +458,12 @@ fn the_home_answers_for_its_processes() {
     await_row(c, "n3", &command, "lost");
     let out = shoal_on(c, "n3", &["wait", row["id"].as_str().unwrap()]);
     assert_eq!(out.status.code(), Some(255), "{}", text(&out.stderr));
-    let until = Instant::now() + Duration::from_secs(5);
-    while !Command::new("pgrep")
-        .args(["-f", &format!("^{command}$")])
-        .output()
-        .unwrap()
-        .stdout
-        .is_empty()
-    {
-        assert!(Instant::now() < until, "the program outlived its shoal run");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    await_process(
+        &format!("^{command}$"),
+        false,
+        5,
+        "the program outlived its shoal run",
+    );
 
     // --retry: the node dies, the program runs again elsewhere and its
     // status is the second run's.
