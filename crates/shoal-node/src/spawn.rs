@@ -1,16 +1,21 @@
 //! The process edge of the exec service: starting a program as its home
-//! described it (`docs/pool.md`, "What runs where").
+//! described it (`docs/pool.md`, "How a program is started").
 //!
-//! Three processes stand between the daemon and the program:
+//! The daemon forks a [`Spawner`] when it starts; the spawner forks three
+//! processes per program, and sends the daemon nothing: the daemon hands
+//! it the program's description and the pipes (or pty) and status pipe it
+//! made, and reads the status pipe.
 //!
 //! ```text
-//!   daemon ── fork ──▶ session (setsid; takes the pty as its terminal;
-//!                      │          unshares PID, UTS and mount namespaces)
-//!                      └─ fork ──▶ watcher (own process group; pid 1 of
-//!                                  │         the new PID namespace; /proc
-//!                                  │         of that namespace)
-//!                                  └─ fork ──▶ program (ids, limits,
-//!                                              umask, directory; execve)
+//!   daemon ─ spawner ── fork ──▶ session (setsid; takes the pty as its
+//!                                │  terminal; unshares PID, UTS and mount
+//!                                │  namespaces; the home's host name)
+//!                                └─ fork ──▶ watcher (own process group;
+//!                                            │  pid 1 of the new PID
+//!                                            │  namespace; its own /proc)
+//!                                            └─ fork ──▶ program (ids,
+//!                                                limits, umask, directory;
+//!                                                execve)
 //! ```
 //!
 //! The **session** process leads a session of its own, so the program's
@@ -23,8 +28,9 @@
 //! the program left in its PID namespace.  Without root (no namespaces)
 //! the same three processes run without them.
 //!
-//! Between `fork` and `execve` only async-signal-safe calls are made:
-//! everything the children need is prepared before the first fork.
+//! Between a session's `fork` and the program's `execve` only
+//! async-signal-safe calls are made: everything the children need is
+//! prepared, in the spawner, before the first fork.
 
 use std::ffi::CString;
 use std::fs::File;
