@@ -485,13 +485,19 @@ fn pump(
     which: fn(&mut Output) -> &mut Vec<u8>,
 ) {
     std::thread::spawn(move || {
-        let mut buf = vec![0u8; 1 << 20];
+        // Small at first (most programs write little: a megabyte zeroed
+        // per stream would cost every program 256 page faults), doubled
+        // while reads fill it, up to the pipe's megabyte.
+        let mut buf = vec![0u8; 64 << 10];
         let (lock, cond) = &*output;
         loop {
             let n = match pipe.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             };
+            if n == buf.len() && buf.len() < 1 << 20 {
+                buf.resize(buf.len() * 2, 0);
+            }
             let mut o = lock.lock();
             while which(&mut o).len() >= BUFFER && !o.abandoned {
                 cond.wait(&mut o);

@@ -507,7 +507,9 @@ fn forward_input(ctx: &Context, shared: Arc<Shared>) -> Result<(), String> {
     let mut client = ctx.client().map_err(|e| e.to_string())?;
     std::thread::spawn(move || {
         let mut stdin = std::io::stdin().lock();
-        let mut buf = vec![0u8; 1 << 20];
+        // Grown while reads fill it, up to a megabyte: most programs get
+        // little input, and a megabyte zeroed costs 256 page faults.
+        let mut buf = vec![0u8; 64 << 10];
         loop {
             let n = stdin.read(&mut buf).unwrap_or(0);
             let write = ExecRequest::Write {
@@ -515,6 +517,9 @@ fn forward_input(ctx: &Context, shared: Arc<Shared>) -> Result<(), String> {
                 data: buf[..n].to_vec(),
                 close: n == 0,
             };
+            if n == buf.len() && buf.len() < 1 << 20 {
+                buf.resize(buf.len() * 2, 0);
+            }
             loop {
                 let port = *shared.port.lock();
                 match call(&mut client, &port, &write) {
