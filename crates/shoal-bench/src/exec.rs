@@ -310,11 +310,24 @@ pub fn prepare_build(sources: &Path, tree: &Path) -> Result<usize, String> {
 }
 
 /// A process of the benchmark's, killed when dropped.
+/// A process of the benchmark's (a daemon that forks workers), in a
+/// process group of its own: dropping it kills the whole group.
 struct Daemon(Child);
+
+impl Daemon {
+    fn spawn(cmd: &mut Command, what: &str) -> Result<Daemon, String> {
+        use std::os::unix::process::CommandExt;
+        cmd.process_group(0)
+            .spawn()
+            .map(Daemon)
+            .map_err(|e| format!("cannot start {what}: {e}"))
+    }
+}
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        let _ = self.0.kill();
+        // SAFETY: kill(2) of the group this daemon leads.
+        unsafe { libc::kill(-(self.0.id() as i32), libc::SIGKILL) };
         let _ = self.0.wait();
     }
 }
@@ -418,17 +431,16 @@ fn measure(
     .map_err(|e| e.to_string())?;
     // sshd's privilege separation directory.
     let _ = std::fs::create_dir_all("/run/sshd");
-    let _sshd = Daemon(
+    let _sshd = Daemon::spawn(
         cluster
             .command("n2", &tools.sshd)?
             .args(["-D", "-e", "-f"])
             .arg(w.join("sshd_config"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(File::create(w.join("sshd.log")).map_err(|e| e.to_string())?)
-            .spawn()
-            .map_err(|e| format!("cannot start sshd on n2: {e}"))?,
-    );
+            .stderr(File::create(w.join("sshd.log")).map_err(|e| e.to_string())?),
+        "sshd on n2",
+    )?;
 
     // distccd on every node.
     eprintln!("bench: starting distccd on {}", nodes.join(", "));
@@ -443,7 +455,7 @@ fn measure(
     for n in &nodes[..4] {
         let ip = ip_of(cluster, n)?;
         distcc_hosts.push(format!("{ip}/{cores}"));
-        _distccd.push(Daemon(
+        _distccd.push(Daemon::spawn(
             cluster
                 .command(n, &tools.distccd)?
                 .args(["--no-detach", "--daemon", "--allow", &net, "--listen", &ip])
@@ -453,10 +465,9 @@ fn measure(
                 .stdout(Stdio::null())
                 .stderr(
                     File::create(w.join(format!("distccd-{n}.log"))).map_err(|e| e.to_string())?,
-                )
-                .spawn()
-                .map_err(|e| format!("cannot start distccd on {n}: {e}"))?,
-        ));
+                ),
+            &format!("distccd on {n}"),
+        )?);
     }
 
     // The sources, three times: one tree per way of building.
