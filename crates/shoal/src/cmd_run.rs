@@ -114,11 +114,13 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         code: NOT_STARTED,
         message,
     };
+    // What it runs with first: a home that cannot say (its directory is
+    // gone) numbers no process.
+    let spec = start_spec(&args).map_err(&not_started)?;
     let (id, node) = spawn(&mut home, &args).map_err(&not_started)?;
     let id: ProcId = id
         .parse()
         .map_err(|e| Failure::failed(format!("the node's process id: {e}")))?;
-    let spec = start_spec(&args).map_err(&not_started)?;
     let shared = Arc::new(Shared {
         id,
         port: Mutex::new(exec_port(&ctx, &node)),
