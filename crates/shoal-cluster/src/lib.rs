@@ -27,8 +27,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use shoal_node::{NodeConfigFile, NodeStatus, node_port};
-use shoal_rpc::{CallOptions, Context, ContextConfig};
+use shoal_node::{NodeConfigFile, NodeRequest, NodeStatus};
+use shoal_rpc::{Context, ContextConfig};
 use shoal_wire::ClusterKey;
 
 /// How nodes are separated.
@@ -418,7 +418,7 @@ impl Cluster {
         name: &str,
         deadline: Duration,
     ) -> Result<NodeStatus, String> {
-        node_status(ctx, &self.key, name, deadline)
+        shoal_node::ask(ctx, name, &NodeRequest::Status, deadline)
     }
 
     /// Waits until every node answers and sees every other alive.
@@ -453,25 +453,6 @@ impl Cluster {
         }
         Ok(())
     }
-}
-
-/// Asks the node called `name` for its status over shoal RPC.
-pub fn node_status(
-    ctx: &Context,
-    key: &ClusterKey,
-    name: &str,
-    deadline: Duration,
-) -> Result<NodeStatus, String> {
-    let port = node_port(key, name).put_port();
-    let mut client = ctx.client().map_err(|e| e.to_string())?;
-    let options = CallOptions {
-        deadline: Some(deadline),
-        cancel: None,
-    };
-    let reply = client
-        .trans_with(&port, &b"{\"op\":\"status\"}"[..], &options)
-        .map_err(|e| e.to_string())?;
-    serde_json::from_slice(&reply).map_err(|e| format!("bad status from {name}: {e}"))
 }
 
 fn write_private(path: &Path, text: &str) -> Result<(), String> {
