@@ -21,16 +21,21 @@
 //! own link, like any server), and exports counters for Prometheus.  For
 //! the processor pool it is a home (it numbers the processes started on
 //! this machine, places them and answers for them: `home`) and an exec
-//! service (it runs the programs homes place here: `exec`).
+//! service (it runs the programs homes place here: `exec`).  Two edges
+//! serve programs that start remote ones: `settings` (what a program
+//! started from a process gets of it) and `fdpass` (messages with file
+//! descriptors attached).
 
 mod config;
 mod daemon;
 pub mod exec;
+pub mod fdpass;
 mod home;
 mod link_server;
 mod load;
 mod metrics;
 pub mod service;
+pub mod settings;
 mod spawn;
 mod state;
 

@@ -248,7 +248,7 @@ impl Spawner {
         message.extend_from_slice(&(path.len() as u32).to_le_bytes());
         message.extend_from_slice(path);
         message.extend_from_slice(&start);
-        send_with_fds(&self.sock.lock(), &message, &fds)
+        crate::fdpass::send_with_fds(self.sock.lock().as_raw_fd(), &message, &fds)
             .map_err(|e| format!("cannot start {program}: the node's spawner: {e}"))?;
         // The children hold their ends now.
         drop(given);
@@ -283,96 +283,9 @@ impl Spawner {
     }
 }
 
-/// Sends `message` with `fds` attached to its first byte.
-fn send_with_fds(sock: &OwnedFd, message: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of_val(fds) as u32) } as usize;
-    let mut control = vec![0u8; space];
-    let mut iov = libc::iovec {
-        iov_base: message.as_ptr() as *mut libc::c_void,
-        iov_len: message.len(),
-    };
-    // SAFETY: a msghdr over live buffers; CMSG_* stay within `control`.
-    unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = space;
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of_val(fds) as u32) as usize;
-        std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(cmsg).cast(), fds.len());
-        let n = libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL);
-        if n < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // The fds went with the first byte; the rest is plain bytes.
-        let mut sent = n as usize;
-        while sent < message.len() {
-            let n = libc::send(
-                sock.as_raw_fd(),
-                message[sent..].as_ptr().cast(),
-                message.len() - sent,
-                libc::MSG_NOSIGNAL,
-            );
-            if n < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            sent += n as usize;
-        }
-    }
-    Ok(())
-}
-
-/// Receives one request: its bytes (after the length) and the fds that
-/// came with it.  `None` when the daemon is gone.
-fn receive(sock: RawFd) -> Option<(Vec<u8>, Vec<RawFd>)> {
-    let mut len = [0u8; 4];
-    let mut control = [0u8; 256];
-    let mut iov = libc::iovec {
-        iov_base: len.as_mut_ptr().cast(),
-        iov_len: 4,
-    };
-    let mut fds = Vec::new();
-    // SAFETY: a msghdr over live buffers; CMSG_* stay within `control`.
-    let got = unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = control.len();
-        let n = libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC | libc::MSG_WAITALL);
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                let count = ((*cmsg).cmsg_len - libc::CMSG_LEN(0) as usize) / 4;
-                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
-                fds.extend((0..count).map(|i| *data.add(i)));
-            }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-        }
-        n
-    };
-    if got != 4 {
-        return None;
-    }
-    let mut body = vec![0u8; u32::from_le_bytes(len) as usize];
-    let mut at = 0;
-    while at < body.len() {
-        // SAFETY: reading into the rest of `body`.
-        let n = unsafe { libc::read(sock, body[at..].as_mut_ptr().cast(), body.len() - at) };
-        if n <= 0 {
-            return None;
-        }
-        at += n as usize;
-    }
-    Some((body, fds))
-}
-
 /// The spawner's loop: one session per request, until the daemon goes.
 fn serve(sock: RawFd) {
-    while let Some((body, fds)) = receive(sock) {
+    while let Some((body, fds)) = crate::fdpass::receive(sock, usize::MAX) {
         let prepared = prepare(&body, &fds);
         match prepared {
             Some(p) => {

@@ -418,6 +418,53 @@ fn output(mut r: Reader<'_>) -> Result<OutputRef<'_>, DecodeError> {
     })
 }
 
+/// What `shoal make` tells the make shell that handed it a recipe (the
+/// shell hands it an [`ExecRequest::Start`] whose id is left for the home
+/// to give, with its standard streams attached, and later
+/// [`ExecRequest::Signal`]s it gets, each on a connection of its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShellEvent {
+    /// The recipe's process got this id.
+    Started(ProcId),
+    /// The recipe ended so.
+    Ended(Ended),
+}
+
+impl ShellEvent {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Vec::with_capacity(1 + ProcId::LEN);
+        match self {
+            ShellEvent::Started(id) => {
+                w.push(1);
+                w.extend_from_slice(&id.to_bytes());
+            }
+            ShellEvent::Ended(Ended::Exited(c)) => {
+                w.push(2);
+                put_u32(&mut w, *c as u32);
+            }
+            ShellEvent::Ended(Ended::Killed(s)) => {
+                w.push(3);
+                put_u32(&mut w, *s as u32);
+            }
+        }
+        w
+    }
+
+    pub fn decode(b: &[u8]) -> Result<ShellEvent, DecodeError> {
+        let mut r = Reader(b);
+        let event = match r.u8()? {
+            1 => ShellEvent::Started(ProcId::from_bytes(
+                r.take(ProcId::LEN)?.try_into().expect("16 bytes"),
+            )),
+            2 => ShellEvent::Ended(Ended::Exited(r.u32()? as i32)),
+            3 => ShellEvent::Ended(Ended::Killed(r.u32()? as i32)),
+            _ => return Err(DecodeError("unknown shell event")),
+        };
+        r.end()?;
+        Ok(event)
+    }
+}
+
 fn put_u32(w: &mut Vec<u8>, v: u32) {
     w.extend_from_slice(&v.to_le_bytes());
 }
@@ -621,6 +668,18 @@ mod tests {
         fn decoders_never_panic(b in proptest::collection::vec(any::<u8>(), 0..200)) {
             let _ = ExecRequest::decode(&b);
             let _ = ExecReply::decode(&b);
+            let _ = ShellEvent::decode(&b);
+        }
+
+        #[test]
+        fn shell_events_round_trip(home in any::<u64>(), seq in any::<u64>(), v in any::<i32>()) {
+            for e in [
+                ShellEvent::Started(ProcId { home: NodeId(home), seq }),
+                ShellEvent::Ended(Ended::Exited(v)),
+                ShellEvent::Ended(Ended::Killed(v)),
+            ] {
+                prop_assert_eq!(ShellEvent::decode(&e.encode()).unwrap(), e);
+            }
         }
     }
 

@@ -35,6 +35,14 @@
 //! serve one port) or a fresh locate takes its place, without the caller
 //! noticing.
 //!
+//! **Probing.**  While it waits for the reply, the client sends the
+//! request's last fragment again whenever its retransmission timer runs
+//! out, the interval doubling from `rto_initial` to `rto_max`.  A server
+//! at work answers [`Working`], which proves it alive without shortening
+//! the interval: a call that runs for seconds (a long poll) costs a few
+//! datagrams a second.
+//!
+//! [`Working`]: shoal_wire::Working
 //! [`NotHere`]: shoal_wire::NotHere
 //! [`Fate::Drained`]: shoal_wire::Fate::Drained
 
@@ -366,7 +374,10 @@ impl ClientCore {
                 if txn.state == State::Sending {
                     txn.state = State::Waiting;
                 }
-                txn.rto = self.config.rto_initial;
+                // The server is alive and at work: the next probe waits the
+                // interval as it has grown (up to `rto_max`), so a long call
+                // costs a few datagrams a second, not one every
+                // `rto_initial`.
                 txn.timer = now + txn.rto;
             }
             Packet::Ack(a)

@@ -19,7 +19,7 @@ use std::time::Duration;
 use clap::Args;
 use parking_lot::Mutex;
 use shoal_pool::ProcId;
-use shoal_pool::exec::{Ended, ExecReply, ExecRequest, Rlimit, StartSpec, WinSize};
+use shoal_pool::exec::{Ended, ExecReply, ExecRequest, StartSpec, WinSize};
 use shoal_rpc::link::ProcEnd;
 use shoal_rpc::{CallOptions, Client, Context, HomeLink, PutPort};
 
@@ -59,18 +59,15 @@ pub struct RunArgs {
 }
 
 /// Exit status when the program could not be started.
-const NOT_STARTED: u8 = 125;
+pub const NOT_STARTED: u8 = 125;
 /// Exit status when the node running the program became unreachable.
-const NODE_LOST: u8 = 255;
+pub const NODE_LOST: u8 = 255;
 /// Bytes of output asked for per read, per stream.
 const READ_MAX: u32 = 4 << 20;
 /// How long a start may take, finding the node included.
 const START_DEADLINE: Duration = Duration::from_secs(5);
 /// How often `--any` chooses again when a start reaches no node.
 const UNDELIVERED_REPLACEMENTS: u32 = 2;
-/// Resource limits forwarded: Linux's `RLIMIT_CPU` (0) to `RLIMIT_RTTIME`
-/// (15).
-const RESOURCES: u32 = 16;
 /// How often a queued `--wait` asks again for a node.
 const WAIT_RETRY: Duration = Duration::from_millis(500);
 /// Signals passed on to the program as they are.
@@ -84,20 +81,52 @@ const FORWARDED: [i32; 6] = [
 ];
 
 /// How a run ended, from the home's side.
-enum Outcome {
+pub enum Outcome {
     Ended(Ended),
     NotStarted(String),
     Lost(String),
 }
 
-/// What the helper threads share with the main one.
-struct Shared {
-    id: ProcId,
+impl Outcome {
+    /// What the home records.
+    pub fn end(&self) -> ProcEnd {
+        match self {
+            Outcome::Ended(Ended::Exited(c)) => ProcEnd::Exited(*c),
+            Outcome::Ended(Ended::Killed(s)) => ProcEnd::Killed(*s),
+            Outcome::NotStarted(_) => ProcEnd::NotStarted,
+            Outcome::Lost(_) => ProcEnd::Lost,
+        }
+    }
+}
+
+/// A running program, as the threads that serve it share it.
+pub struct Shared {
+    pub id: ProcId,
     /// The exec service of the node the program runs on now.
-    port: Mutex<PutPort>,
+    pub port: Mutex<PutPort>,
     /// The home's terminal, in raw mode while the program has a pty.
     terminal: Option<Terminal>,
     tty: bool,
+}
+
+impl Shared {
+    /// Program `id` on `node`, without a terminal.
+    pub fn new(ctx: &Context, id: ProcId, node: &str) -> Shared {
+        Shared {
+            id,
+            port: Mutex::new(exec_port(ctx, node)),
+            terminal: None,
+            tty: false,
+        }
+    }
+}
+
+/// Where a program's output goes.
+pub trait Sink {
+    /// One output reply, as read (an [`ExecReply::Output`]).
+    fn deliver(&mut self, reply: Vec<u8>);
+    /// Whether the reader of the program's stdout went away.
+    fn closed(&self) -> bool;
 }
 
 pub fn run(args: RunArgs) -> Result<(), Failure> {
@@ -118,26 +147,31 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     // gone) numbers no process.
     let spec = start_spec(&args).map_err(&not_started)?;
     let (id, node) = spawn(&mut home, &args).map_err(&not_started)?;
-    let id: ProcId = id
-        .parse()
-        .map_err(|e| Failure::failed(format!("the node's process id: {e}")))?;
     let shared = Arc::new(Shared {
-        id,
-        port: Mutex::new(exec_port(&ctx, &node)),
         terminal: if args.tty { Terminal::raw() } else { None },
         tty: args.tty,
+        ..Shared::new(&ctx, id, &node)
     });
-    let outcome = supervise(&ctx, &mut home, &shared, &args, spec, node);
+    let mut writer = Writer::start();
+    let outcome = match ctx.client() {
+        Ok(mut client) => supervise(
+            &ctx,
+            &mut home,
+            &mut client,
+            &shared,
+            &args,
+            &spec,
+            node,
+            &mut |_| start_helpers(&ctx, &shared),
+            &mut writer,
+        ),
+        Err(e) => Outcome::NotStarted(format!("{node}: {e}")),
+    };
+    writer.finish();
     if let Some(t) = &shared.terminal {
         t.restore();
     }
-    let end = match &outcome {
-        Outcome::Ended(Ended::Exited(c)) => ProcEnd::Exited(*c),
-        Outcome::Ended(Ended::Killed(s)) => ProcEnd::Killed(*s),
-        Outcome::NotStarted(_) => ProcEnd::NotStarted,
-        Outcome::Lost(_) => ProcEnd::Lost,
-    };
-    if let Err(e) = home.ended(&id.to_string(), end) {
+    if let Err(e) = home.ended(&id.to_string(), outcome.end()) {
         tracing::warn!("cannot tell the home how {id} ended: {e}");
     }
     match outcome {
@@ -152,7 +186,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
 
 /// A process id and a node from the home, waiting for an eligible node
 /// with `--wait`.
-fn spawn(home: &mut HomeLink, args: &RunArgs) -> Result<(String, String), String> {
+pub fn spawn(home: &mut HomeLink, args: &RunArgs) -> Result<(ProcId, String), String> {
     let command = args.command.join(" ");
     let mut told = false;
     loop {
@@ -162,7 +196,12 @@ fn spawn(home: &mut HomeLink, args: &RunArgs) -> Result<(String, String), String
             args.mem_mib,
             args.allow_owner_active,
         ) {
-            Ok(spawned) => return Ok(spawned),
+            Ok((id, node)) => {
+                let id = id
+                    .parse()
+                    .map_err(|e| format!("the node's process id: {e}"))?;
+                return Ok((id, node));
+            }
             Err(e) if args.wait => {
                 if !told {
                     eprintln!("shoal run: waiting for a node: {e}");
@@ -176,19 +215,20 @@ fn spawn(home: &mut HomeLink, args: &RunArgs) -> Result<(String, String), String
 }
 
 /// Starts the program and follows it to its end, on another node after a
-/// lost one while `--retry` allows.
-fn supervise(
+/// lost one while `--retry` allows.  `started` runs once, when the program
+/// first started; its output goes to `sink`.
+#[allow(clippy::too_many_arguments)]
+pub fn supervise(
     ctx: &Context,
     home: &mut HomeLink,
+    client: &mut Client,
     shared: &Arc<Shared>,
     args: &RunArgs,
-    spec: StartSpec,
+    spec: &StartSpec,
     mut node: String,
+    started: &mut dyn FnMut(&mut Client) -> Result<(), String>,
+    sink: &mut dyn Sink,
 ) -> Outcome {
-    let mut client = match ctx.client() {
-        Ok(c) => c,
-        Err(e) => return Outcome::NotStarted(format!("{node}: {e}")),
-    };
     let id = shared.id;
     let mut retries = args.retry;
     // A start that reached no node ran nowhere: with --any the pool may
@@ -200,7 +240,7 @@ fn supervise(
     };
     let mut helpers = false;
     loop {
-        let lost = match start(&mut client, shared, &spec) {
+        let lost = match start(client, shared, spec) {
             Err(Start::Refused(e)) => return Outcome::NotStarted(format!("{node}: {e}")),
             Err(Start::Undelivered(e)) if replacements > 0 => {
                 replacements -= 1;
@@ -211,11 +251,11 @@ fn supervise(
             Ok(()) => {
                 if !helpers {
                     helpers = true;
-                    if let Err(e) = start_helpers(ctx, shared) {
+                    if let Err(e) = started(client) {
                         return Outcome::Lost(e);
                     }
                 }
-                match follow(&mut client, shared) {
+                match follow(client, shared, sink) {
                     Ok(ended) => return Outcome::Ended(ended),
                     Err(e) => e,
                 }
@@ -284,38 +324,10 @@ fn start(client: &mut Client, shared: &Shared, spec: &StartSpec) -> Result<(), S
     }
 }
 
-/// Follows the started program: its output to ours, its stops to ours,
+/// Follows the started program: its output to `sink`, its stops to ours,
 /// until its end; an error if its node is lost.
-///
-/// A thread of its own writes the output, so that the next read travels
-/// while the last one's bytes are written.
-fn follow(client: &mut Client, shared: &Shared) -> Result<Ended, String> {
+fn follow(client: &mut Client, shared: &Shared, sink: &mut dyn Sink) -> Result<Ended, String> {
     let port = *shared.port.lock();
-    // Output into a pipe: a megabyte of it, so that the reader wakes once
-    // a megabyte, not once a page run (refused quietly where not allowed).
-    // SAFETY: F_SETPIPE_SZ on our stdout; an fd that is no pipe refuses.
-    unsafe { libc::fcntl(1, libc::F_SETPIPE_SZ, 1 << 20) };
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(1);
-    let closed = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let closed = closed.clone();
-        std::thread::spawn(move || {
-            let (mut out, mut err) = (std::io::stdout().lock(), std::io::stderr().lock());
-            for reply in rx {
-                let Ok(Some(o)) = ExecReply::decode_output(&reply) else {
-                    continue;
-                };
-                if out.write_all(o.stdout).and_then(|()| out.flush()).is_err() {
-                    closed.store(true, Ordering::Release);
-                }
-                let _ = err.write_all(o.stderr);
-            }
-        })
-    };
-    let finish = |tx: std::sync::mpsc::SyncSender<Vec<u8>>, writer: std::thread::JoinHandle<()>| {
-        drop(tx);
-        let _ = writer.join();
-    };
     let mut was_stopped = None;
     let mut piped = false;
     loop {
@@ -324,17 +336,10 @@ fn follow(client: &mut Client, shared: &Shared) -> Result<Ended, String> {
             max: READ_MAX,
             wait_ms: 1000,
         };
-        let reply = match call_raw(client, &port, &read) {
-            Ok(r) => r,
-            Err(e) => {
-                finish(tx, writer);
-                return Err(e);
-            }
-        };
+        let reply = call_raw(client, &port, &read)?;
         let (stopped, ended) = match ExecReply::decode_output(&reply) {
             Ok(Some(o)) => (o.stopped, o.ended),
             other => {
-                finish(tx, writer);
                 return Err(match other.map(|_| ExecReply::decode(&reply)) {
                     Ok(Ok(ExecReply::Error(e))) => e,
                     Ok(Ok(other)) => format!("unexpected answer {other:?}"),
@@ -342,15 +347,14 @@ fn follow(client: &mut Client, shared: &Shared) -> Result<Ended, String> {
                 });
             }
         };
-        let _ = tx.send(reply);
+        sink.deliver(reply);
         // A closed output of ours (a pipe whose reader left) ends the
         // program as it would have ended it here.
-        if !piped && closed.load(Ordering::Acquire) {
+        if !piped && sink.closed() {
             piped = true;
             let _ = call(client, &port, &signal(shared.id, libc::SIGPIPE));
         }
         if let Some(ended) = ended {
-            finish(tx, writer);
             return Ok(ended);
         }
         // On a pty, a stop typed at the terminal stops the program there;
@@ -363,6 +367,71 @@ fn follow(client: &mut Client, shared: &Shared) -> Result<Ended, String> {
             stop_here(shared);
         }
         was_stopped = stopped;
+    }
+}
+
+/// Output written to this process's stdout and stderr by a thread of its
+/// own, so that the next read travels while the last one's bytes are
+/// written.
+struct Writer {
+    tx: Option<std::sync::mpsc::SyncSender<Vec<u8>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    closed: Arc<AtomicBool>,
+}
+
+impl Writer {
+    fn start() -> Writer {
+        // Output into a pipe: a megabyte of it, so that the reader wakes
+        // once a megabyte, not once a page run (refused quietly where not
+        // allowed).
+        // SAFETY: F_SETPIPE_SZ on our stdout; an fd that is no pipe
+        // refuses.
+        unsafe { libc::fcntl(1, libc::F_SETPIPE_SZ, 1 << 20) };
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(1);
+        let closed = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let closed = closed.clone();
+            std::thread::spawn(move || {
+                // Locked reply by reply: this process writes its own
+                // messages meanwhile (a retry on another node).
+                for reply in rx {
+                    let Ok(Some(o)) = ExecReply::decode_output(&reply) else {
+                        continue;
+                    };
+                    let mut out = std::io::stdout().lock();
+                    if out.write_all(o.stdout).and_then(|()| out.flush()).is_err() {
+                        closed.store(true, Ordering::Release);
+                    }
+                    drop(out);
+                    let _ = std::io::stderr().lock().write_all(o.stderr);
+                }
+            })
+        };
+        Writer {
+            tx: Some(tx),
+            thread: Some(thread),
+            closed,
+        }
+    }
+
+    /// Waits until everything delivered is written.
+    fn finish(&mut self) {
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Sink for Writer {
+    fn deliver(&mut self, reply: Vec<u8>) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(reply);
+        }
+    }
+
+    fn closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
     }
 }
 
@@ -381,66 +450,28 @@ fn start_helpers(ctx: &Context, shared: &Arc<Shared>) -> Result<(), String> {
     forward_input(ctx, shared.clone())
 }
 
-fn exec_port(ctx: &Context, node: &str) -> PutPort {
+pub fn exec_port(ctx: &Context, node: &str) -> PutPort {
     shoal_node::exec::exec_port(&ctx.config().key, node).put_port()
 }
 
 /// What the program runs with: this process's own settings.
 fn start_spec(args: &RunArgs) -> Result<StartSpec, String> {
-    let cwd = std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?;
-    // SAFETY: umask(2) twice, to read it.
-    let umask = unsafe {
-        let m = libc::umask(0o022);
-        libc::umask(m);
-        m
-    };
-    let mut rlimits = Vec::new();
-    for resource in 0..RESOURCES {
-        let mut l = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit fills `l`.
-        if unsafe { libc::getrlimit(resource as _, &mut l) } == 0 {
-            rlimits.push(Rlimit {
-                resource,
-                soft: l.rlim_cur,
-                hard: l.rlim_max,
-            });
-        }
-    }
-    let mut groups = vec![0 as libc::gid_t; 65_536];
-    // SAFETY: getgroups writes at most `groups.len()` ids.
-    let n = unsafe { libc::getgroups(groups.len() as i32, groups.as_mut_ptr()) };
-    groups.truncate(n.max(0) as usize);
-    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_default();
-    Ok(StartSpec {
-        argv: args.command.clone(),
-        env: std::env::vars_os()
-            .filter_map(|(k, v)| Some(format!("{}={}", k.to_str()?, v.to_str()?)))
-            .collect(),
-        cwd: cwd.to_string_lossy().into_owned(),
-        // SAFETY: getuid/getgid cannot fail.
-        uid: unsafe { libc::getuid() },
-        gid: unsafe { libc::getgid() },
-        groups,
-        umask: umask as u32,
-        rlimits,
-        hostname,
-        tty: args
-            .tty
-            .then(|| Terminal::size().unwrap_or(WinSize { rows: 24, cols: 80 })),
-    })
+    let tty = args
+        .tty
+        .then(|| Terminal::size().unwrap_or(WinSize { rows: 24, cols: 80 }));
+    shoal_node::settings::start_spec(args.command.clone(), tty)
 }
 
-fn signal(id: ProcId, signal: i32) -> ExecRequest {
+pub fn signal(id: ProcId, signal: i32) -> ExecRequest {
     ExecRequest::Signal { id, signal }
 }
 
 /// One exec call, decoded.
-fn call(client: &mut Client, port: &PutPort, request: &ExecRequest) -> Result<ExecReply, String> {
+pub fn call(
+    client: &mut Client,
+    port: &PutPort,
+    request: &ExecRequest,
+) -> Result<ExecReply, String> {
     let reply = call_raw(client, port, request)?;
     ExecReply::decode(&reply).map_err(|e| e.to_string())
 }

@@ -52,10 +52,6 @@ impl From<String> for Failure {
 }
 
 fn main() -> ExitCode {
-    // As make's shell, under `shoal make`.
-    if let Some(never) = cmd_make::as_shell() {
-        match never {}
-    }
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {

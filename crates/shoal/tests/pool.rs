@@ -732,7 +732,11 @@ fn shoal_make_spreads_recipes_and_keeps_make_s_semantics() {
          other: slow\n\
          \t@echo other ran\n\
          slow:\n\
-         \t@sleep 1\n",
+         \t@sleep 1\n\
+         input:\n\
+         \t@tr a-z A-Z\n\
+         long:\n\
+         \tsleep $(MARK)\n",
     )
     .unwrap();
     std::fs::write(
@@ -808,4 +812,47 @@ fn shoal_make_spreads_recipes_and_keeps_make_s_semantics() {
         "{}",
         text(&out.stdout)
     );
+
+    // make's input reaches the recipe that reads it.
+    let mut child = c
+        .command("n1", shoal())
+        .unwrap()
+        .current_dir(d)
+        .args(["make", "input"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"typed at make\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "TYPED AT MAKE\n");
+
+    // A recipe is a process of the cluster like any other: `shoal ps`
+    // lists it, and a signal to make reaches it (make passes SIGTERM on
+    // to its shells, which pass it on to their lines).
+    let mark = format!("73.{}", std::process::id());
+    let command = format!("sleep {mark}");
+    let child = c
+        .command("n1", shoal())
+        .unwrap()
+        .current_dir(d)
+        .args(["make", "long", &format!("MARK={mark}")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let row = await_started(c, "n2", &command);
+    assert_eq!(row["home"], "n1", "{row}");
+    // SAFETY: kill(2) of our child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success(), "{}", text(&out.stderr));
+    await_row(c, "n1", &command, "killed by SIGTERM");
 }

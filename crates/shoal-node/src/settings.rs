@@ -1,0 +1,74 @@
+//! What a program started from this process gets of it, wherever it runs
+//! (`docs/pool.md`, "What is forwarded"): the environment, working
+//! directory, user, groups, umask, resource limits and host name.
+
+use shoal_pool::exec::{Rlimit, StartSpec, WinSize};
+
+/// Resource limits forwarded: Linux's `RLIMIT_CPU` (0) to `RLIMIT_RTTIME`
+/// (15).
+const RESOURCES: u32 = 16;
+
+/// The start description of `argv` as this process would run it (on a
+/// terminal of `tty`'s size if given).  An error if it has no working
+/// directory.
+pub fn start_spec(argv: Vec<String>, tty: Option<WinSize>) -> Result<StartSpec, String> {
+    let cwd = std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?;
+    // SAFETY: umask(2) twice, to read it.
+    let umask = unsafe {
+        let m = libc::umask(0o022);
+        libc::umask(m);
+        m
+    };
+    let mut rlimits = Vec::new();
+    for resource in 0..RESOURCES {
+        let mut l = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit fills `l`.
+        if unsafe { libc::getrlimit(resource as _, &mut l) } == 0 {
+            rlimits.push(Rlimit {
+                resource,
+                soft: l.rlim_cur,
+                hard: l.rlim_max,
+            });
+        }
+    }
+    // SAFETY: with no room, getgroups counts the groups.
+    let count = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
+    let mut groups = vec![0 as libc::gid_t; count.max(0) as usize];
+    // SAFETY: getgroups writes at most `groups.len()` ids.
+    let n = unsafe { libc::getgroups(groups.len() as i32, groups.as_mut_ptr()) };
+    groups.truncate(n.max(0) as usize);
+    Ok(StartSpec {
+        argv,
+        env: std::env::vars_os()
+            .filter_map(|(k, v)| Some(format!("{}={}", k.to_str()?, v.to_str()?)))
+            .collect(),
+        cwd: cwd.to_string_lossy().into_owned(),
+        // SAFETY: getuid/getgid cannot fail.
+        uid: unsafe { libc::getuid() },
+        gid: unsafe { libc::getgid() },
+        groups,
+        umask: umask as u32,
+        rlimits,
+        hostname: hostname(),
+        tty,
+    })
+}
+
+/// This machine's host name (its UTS namespace's).
+fn hostname() -> String {
+    // SAFETY: uname fills `u`.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return String::new();
+    }
+    let name: Vec<u8> = u
+        .nodename
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&name).into_owned()
+}
