@@ -1,12 +1,12 @@
 //! The processor pool's decoders (`ExecRequest`, `ExecReply`,
-//! `ShellEvent`, `ProcId` text) never panic, and every value they accept
+//! `LineEnded`, `ProcId` text) never panic, and every value they accept
 //! re-encodes to bytes that decode to an equal value.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use shoal_pool::ProcId;
-use shoal_pool::exec::{ExecReply, ExecRequest, ShellEvent};
+use shoal_pool::exec::{ExecReply, ExecRequest, LineEnded};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(r) = ExecRequest::decode(data) {
@@ -29,8 +29,8 @@ fuzz_target!(|data: &[u8]| {
         let again = ExecReply::decode(&r.encode()).expect("a re-encoded reply decodes");
         assert_eq!(again, r, "re-encoding changed the reply");
     }
-    if let Ok(e) = ShellEvent::decode(data) {
-        assert_eq!(ShellEvent::decode(&e.encode()), Ok(e), "re-encoding changed the event");
+    if let Ok(e) = LineEnded::decode(data) {
+        assert_eq!(LineEnded::decode(&e.encode()), Ok(e), "re-encoding changed the line's end");
     }
     if let Ok(text) = std::str::from_utf8(data)
         && let Ok(id) = text.parse::<ProcId>()

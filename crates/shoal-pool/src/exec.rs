@@ -418,50 +418,39 @@ fn output(mut r: Reader<'_>) -> Result<OutputRef<'_>, DecodeError> {
     })
 }
 
-/// What `shoal make` tells the make shell that handed it a recipe (the
-/// shell hands it an [`ExecRequest::Start`] whose id is left for the home
-/// to give, with its standard streams attached, and later
-/// [`ExecRequest::Signal`]s it gets, each on a connection of its own).
+/// What `shoal make` tells the make shell that handed it a recipe line:
+/// how the line ended.  (The shell hands the line over as an
+/// [`ExecRequest::Start`] whose id is left for the home to give, with its
+/// standard streams attached, and then passes on the signals it gets as
+/// [`ExecRequest::Signal`]s on the same connection.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ShellEvent {
-    /// The recipe's process got this id.
-    Started(ProcId),
-    /// The recipe ended so.
-    Ended(Ended),
-}
+pub struct LineEnded(pub Ended);
 
-impl ShellEvent {
+impl LineEnded {
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = Vec::with_capacity(1 + ProcId::LEN);
-        match self {
-            ShellEvent::Started(id) => {
+        let mut w = Vec::with_capacity(5);
+        match self.0 {
+            Ended::Exited(c) => {
                 w.push(1);
-                w.extend_from_slice(&id.to_bytes());
+                put_u32(&mut w, c as u32);
             }
-            ShellEvent::Ended(Ended::Exited(c)) => {
+            Ended::Killed(s) => {
                 w.push(2);
-                put_u32(&mut w, *c as u32);
-            }
-            ShellEvent::Ended(Ended::Killed(s)) => {
-                w.push(3);
-                put_u32(&mut w, *s as u32);
+                put_u32(&mut w, s as u32);
             }
         }
         w
     }
 
-    pub fn decode(b: &[u8]) -> Result<ShellEvent, DecodeError> {
+    pub fn decode(b: &[u8]) -> Result<LineEnded, DecodeError> {
         let mut r = Reader(b);
-        let event = match r.u8()? {
-            1 => ShellEvent::Started(ProcId::from_bytes(
-                r.take(ProcId::LEN)?.try_into().expect("16 bytes"),
-            )),
-            2 => ShellEvent::Ended(Ended::Exited(r.u32()? as i32)),
-            3 => ShellEvent::Ended(Ended::Killed(r.u32()? as i32)),
-            _ => return Err(DecodeError("unknown shell event")),
+        let ended = match r.u8()? {
+            1 => Ended::Exited(r.u32()? as i32),
+            2 => Ended::Killed(r.u32()? as i32),
+            _ => return Err(DecodeError("unknown line end")),
         };
         r.end()?;
-        Ok(event)
+        Ok(LineEnded(ended))
     }
 }
 
@@ -668,17 +657,13 @@ mod tests {
         fn decoders_never_panic(b in proptest::collection::vec(any::<u8>(), 0..200)) {
             let _ = ExecRequest::decode(&b);
             let _ = ExecReply::decode(&b);
-            let _ = ShellEvent::decode(&b);
+            let _ = LineEnded::decode(&b);
         }
 
         #[test]
-        fn shell_events_round_trip(home in any::<u64>(), seq in any::<u64>(), v in any::<i32>()) {
-            for e in [
-                ShellEvent::Started(ProcId { home: NodeId(home), seq }),
-                ShellEvent::Ended(Ended::Exited(v)),
-                ShellEvent::Ended(Ended::Killed(v)),
-            ] {
-                prop_assert_eq!(ShellEvent::decode(&e.encode()).unwrap(), e);
+        fn line_ends_round_trip(v in any::<i32>()) {
+            for e in [LineEnded(Ended::Exited(v)), LineEnded(Ended::Killed(v))] {
+                prop_assert_eq!(LineEnded::decode(&e.encode()).unwrap(), e);
             }
         }
     }

@@ -483,9 +483,11 @@ impl ClientCore {
         let Some(txn) = self.txn.as_mut() else { return };
         if now >= txn.deadline {
             let port = txn.port;
+            // Probes go out at most `rto_max` apart: a server heard within
+            // a few of them (one answer lost, say) is still at work.
             let recently_heard = txn
                 .heard
-                .is_some_and(|h| now.saturating_since(h) < self.config.rto_max * 2);
+                .is_some_and(|h| now.saturating_since(h) < self.config.rto_max * 4);
             let err = match txn.state {
                 State::Locating => TransError::NotFound {
                     port,

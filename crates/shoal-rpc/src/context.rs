@@ -179,6 +179,12 @@ pub struct HomeLink {
 }
 
 impl HomeLink {
+    /// Whether the node closed the link (it stopped or restarted).  Does
+    /// not block.
+    pub fn is_closed(&self) -> bool {
+        self.link.is_closed()
+    }
+
     /// A new process running `command`, on node `on` or where placement
     /// puts a program needing `mem_mib` MiB: its id and its node's name.
     pub fn spawn(

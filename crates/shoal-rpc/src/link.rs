@@ -190,7 +190,10 @@ impl Link {
         let mut answer = String::new();
         let n = self.reader.read_line(&mut answer).map_err(no_node)?;
         if n == 0 {
-            return Err(Error::Node("the node closed the link".into()));
+            return Err(no_node(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the node closed the link",
+            )));
         }
         match serde_json::from_str(&answer) {
             Ok(LinkResponse::Error { message }) => Err(Error::Node(message)),

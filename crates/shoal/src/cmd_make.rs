@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::ExitStatusExt;
@@ -33,7 +33,7 @@ use clap::Args;
 use parking_lot::Mutex;
 use shoal_node::{NodeRequest, NodeStatus, ask};
 use shoal_pool::ProcId;
-use shoal_pool::exec::{Ended, ExecReply, ExecRequest, ShellEvent, StartSpec};
+use shoal_pool::exec::{Ended, ExecReply, ExecRequest, LineEnded, StartSpec};
 use shoal_rpc::{Client, Context, HomeLink};
 
 use crate::Failure;
@@ -95,18 +95,21 @@ pub fn run(mut args: MakeArgs) -> Result<(), Failure> {
     let dir = SocketDir::new()?;
     let listener = UnixListener::bind(&dir.socket)
         .map_err(|e| Failure::failed(format!("cannot listen on {}: {e}", dir.socket.display())))?;
+    let (wake_r, wake_w) =
+        std::io::pipe().map_err(|e| Failure::failed(format!("cannot make a pipe: {e}")))?;
     let lines = Arc::new(Lines {
         ctx,
         shell: args.shell.clone(),
         retry: args.retry,
         runners: Mutex::new(Vec::new()),
         clients: Mutex::new(Vec::new()),
-        jobs: Mutex::new(HashMap::new()),
+        running: Mutex::new(HashMap::new()),
+        watch: Mutex::new(Vec::new()),
+        wake: wake_w,
     });
-    {
-        let lines = lines.clone();
-        std::thread::spawn(move || lines.serve(listener));
-    }
+    let (serving, watching) = (lines.clone(), lines.clone());
+    std::thread::spawn(move || serving.serve(listener));
+    std::thread::spawn(move || watching.watch(wake_r));
     let mut make = Command::new(&args.make);
     make.arg(format!("-j{jobs}"));
     let synced = args
@@ -124,6 +127,9 @@ pub fn run(mut args: MakeArgs) -> Result<(), Failure> {
     let mut child = make
         .spawn()
         .map_err(|e| Failure::failed(format!("cannot run {}: {e}", args.make)))?;
+    // Each running line holds a few descriptors here: as many as the
+    // limit allows (make and its lines keep the limit they had).
+    raise_open_files();
     lines.follow_signals(child.id() as libc::pid_t)?;
     let status = child
         .wait()
@@ -153,8 +159,12 @@ struct Lines {
     runners: Mutex<Vec<Runner>>,
     /// Clients for signals and input.
     clients: Mutex<Vec<Client>>,
-    /// The lines running, by process id.
-    jobs: Mutex<HashMap<ProcId, Arc<Shared>>>,
+    /// The lines whose programs run, by process id.
+    running: Mutex<HashMap<ProcId, Arc<Shared>>>,
+    /// Connections of lines for the watcher to add.
+    watch: Mutex<Vec<(UnixStream, Arc<Line>)>>,
+    /// Wakes the watcher.
+    wake: std::io::PipeWriter,
 }
 
 /// A link to the home and a client to run one line at a time.
@@ -163,9 +173,27 @@ struct Runner {
     client: Client,
 }
 
+/// One line, as its thread and the watcher of its make shell share it.
+#[derive(Default)]
+struct Line {
+    state: Mutex<LineState>,
+}
+
+#[derive(Default)]
+struct LineState {
+    /// Its program, once started: signals then go to it.
+    started: Option<Arc<Shared>>,
+    /// Signals that came before.
+    pending: Vec<i32>,
+    /// The signal that ended it while it waited for a node.
+    cancelled: Option<i32>,
+    /// Its end was told to its make shell.
+    done: bool,
+}
+
 impl Lines {
-    /// Serves the make shells: each connection hands over one line (with
-    /// its standard streams) or one signal for a running line.
+    /// Accepts the make shells: each connection hands over one line with
+    /// its standard streams, then the signals for it.
     fn serve(self: Arc<Self>, listener: UnixListener) {
         // A closed output of a line (its reader left) is an error on the
         // write, passed on to the program as SIGPIPE, not the end of this
@@ -179,13 +207,19 @@ impl Lines {
             libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         }
         for conn in listener.incoming() {
-            let Ok(conn) = conn else { continue };
-            let lines = self.clone();
-            std::thread::spawn(move || lines.connection(conn));
+            match conn {
+                Ok(conn) => {
+                    let lines = self.clone();
+                    std::thread::spawn(move || lines.connection(conn));
+                }
+                // Out of descriptors, say: the shell's connection waits in
+                // the backlog meanwhile.
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
         }
     }
 
-    fn connection(&self, conn: UnixStream) {
+    fn connection(&self, mut conn: UnixStream) {
         let Some((body, fds)) = shoal_node::fdpass::receive(conn.as_raw_fd(), MAX_LINE) else {
             return;
         };
@@ -196,8 +230,17 @@ impl Lines {
             .collect();
         match (ExecRequest::decode(&body), <[OwnedFd; 3]>::try_from(fds)) {
             (Ok(ExecRequest::Start { spec, .. }), Ok(stdio)) => self.line(conn, spec, stdio),
-            (Ok(ExecRequest::Signal { id, signal }), _) => self.signal(id, signal),
-            _ => {}
+            (request, stdio) => {
+                let why = match request {
+                    Err(e) => e.to_string(),
+                    Ok(_) => "not a line with its three streams".to_string(),
+                };
+                if let Ok([_, _, stderr]) = stdio {
+                    let _ = writeln!(File::from(stderr), "shoal make: cannot run the line: {why}");
+                }
+                let ended = Ended::Exited(i32::from(cmd_run::NOT_STARTED));
+                let _ = conn.write_all(&frame(&LineEnded(ended).encode()));
+            }
         }
     }
 
@@ -217,24 +260,51 @@ impl Lines {
             tty: false,
             command: spec.argv.clone(),
         };
-        let mut tell = |event: ShellEvent| {
-            let _ = conn.write_all(&frame(&event.encode()));
-        };
+        let line = Arc::new(Line::default());
+        if let Ok(watched) = conn.try_clone() {
+            // A shell sends whole frames; one that stops halfway is taken
+            // for gone.
+            let _ = watched.set_read_timeout(Some(Duration::from_secs(1)));
+            self.watch.lock().push((watched, line.clone()));
+            let _ = (&self.wake).write_all(&[1]);
+        }
+        let ended = self.run_line(&line, &args, &spec, stdin, stdout, &mut stderr);
+        line.state.lock().done = true;
+        let _ = conn.write_all(&frame(&LineEnded(ended).encode()));
+    }
+
+    /// The line's run, to its end.
+    fn run_line(
+        &self,
+        line: &Arc<Line>,
+        args: &RunArgs,
+        spec: &StartSpec,
+        stdin: OwnedFd,
+        stdout: OwnedFd,
+        stderr: &mut File,
+    ) -> Ended {
         let not_started = |stderr: &mut File, message: String| {
             let _ = writeln!(stderr, "shoal make: {message}");
-            ShellEvent::Ended(Ended::Exited(i32::from(cmd_run::NOT_STARTED)))
+            Ended::Exited(i32::from(cmd_run::NOT_STARTED))
         };
         let mut runner = match self.runner() {
             Ok(r) => r,
-            Err(e) => return tell(not_started(&mut stderr, e)),
+            Err(e) => return not_started(stderr, e),
         };
-        let (id, node) = match cmd_run::spawn(&mut runner.home, &args) {
+        let cancelled = || line.state.lock().cancelled;
+        let (id, node) = match cmd_run::spawn(&mut runner.home, args, "shoal make", &|| {
+            cancelled().is_some()
+        }) {
             Ok(spawned) => spawned,
-            Err(e) => return tell(not_started(&mut stderr, e)),
+            Err(e) => {
+                return match cancelled() {
+                    // A signal ended it before it ran anywhere.
+                    Some(sig) => Ended::Killed(sig),
+                    None => not_started(stderr, e),
+                };
+            }
         };
-        tell(ShellEvent::Started(id));
-        let shared = Arc::new(Shared::new(&self.ctx, id, &node));
-        self.jobs.lock().insert(id, shared.clone());
+        let shared = Arc::new(Shared::new(&self.ctx, id, &node, "shoal make"));
         let done = Arc::new(AtomicBool::new(false));
         let mut stdin = Some(stdin);
         let mut sink = FileSink {
@@ -247,40 +317,53 @@ impl Lines {
             &mut runner.home,
             &mut runner.client,
             &shared,
-            &args,
-            &spec,
+            args,
+            spec,
             node,
-            &mut |client| match stdin.take() {
-                Some(fd) => self.input(client, &shared, fd, &done),
-                None => Ok(()),
+            &mut |client| {
+                self.running.lock().insert(id, shared.clone());
+                let pending = {
+                    let mut state = line.state.lock();
+                    state.started = Some(shared.clone());
+                    std::mem::take(&mut state.pending)
+                };
+                let port = *shared.port.lock();
+                for sig in pending {
+                    let _ = cmd_run::call(client, &port, &cmd_run::signal(id, sig));
+                }
+                match stdin.take() {
+                    Some(fd) => self.input(client, &shared, fd, &done),
+                    None => Ok(()),
+                }
             },
             &mut sink,
         );
         done.store(true, Ordering::Release);
-        self.jobs.lock().remove(&id);
-        let home_told = runner.home.ended(&id.to_string(), outcome.end());
-        let program = &args.command[0];
-        let ended = match outcome {
+        self.running.lock().remove(&id);
+        match runner.home.ended(&id.to_string(), outcome.end()) {
+            Ok(()) => self.runners.lock().push(runner),
+            Err(e) => tracing::warn!("cannot tell the home how {id} ended: {e}"),
+        }
+        match outcome {
             Outcome::Ended(ended) => ended,
-            Outcome::NotStarted(e) => {
-                let _ = writeln!(stderr, "shoal make: {program} on {e}");
-                Ended::Exited(i32::from(cmd_run::NOT_STARTED))
-            }
+            Outcome::NotStarted(e) => not_started(stderr, format!("{} on {e}", args.command[0])),
             Outcome::Lost(e) => {
                 let _ = writeln!(stderr, "shoal make: {e}");
                 Ended::Exited(i32::from(cmd_run::NODE_LOST))
             }
-        };
-        tell(ShellEvent::Ended(ended));
-        if home_told.is_ok() {
-            self.runners.lock().push(runner);
         }
     }
 
-    /// A runner kept from an earlier line, or a new one.
+    /// A runner kept from an earlier line (whose link the node has not
+    /// closed meanwhile), or a new one.
     fn runner(&self) -> Result<Runner, String> {
-        if let Some(r) = self.runners.lock().pop() {
-            return Ok(r);
+        loop {
+            let Some(r) = self.runners.lock().pop() else {
+                break;
+            };
+            if !r.home.is_closed() {
+                return Ok(r);
+            }
         }
         let no_node = |e: shoal_rpc::Error| format!("no node: {e}");
         Ok(Runner {
@@ -289,24 +372,87 @@ impl Lines {
         })
     }
 
-    fn with_client<T>(&self, f: impl FnOnce(&mut Client) -> T) -> Option<T> {
-        let popped = self.clients.lock().pop();
-        let mut client = match popped {
-            Some(c) => c,
-            None => self.ctx.client().ok()?,
-        };
-        let result = f(&mut client);
-        self.clients.lock().push(client);
-        Some(result)
+    /// A client kept for signals and input, or a new one.
+    fn client(&self) -> Result<Client, String> {
+        let kept = self.clients.lock().pop();
+        match kept {
+            Some(c) => Ok(c),
+            None => self.ctx.client().map_err(|e| e.to_string()),
+        }
     }
 
-    /// Passes signal `sig` on to line `id`, if it runs.
-    fn signal(&self, id: ProcId, sig: i32) {
-        let Some(shared) = self.jobs.lock().get(&id).cloned() else {
+    /// Passes signal `sig` on to a running program.
+    fn signal(&self, shared: &Shared, sig: i32) {
+        let Ok(mut client) = self.client() else {
             return;
         };
         let port = *shared.port.lock();
-        self.with_client(|c| cmd_run::call(c, &port, &cmd_run::signal(id, sig)));
+        let _ = cmd_run::call(&mut client, &port, &cmd_run::signal(shared.id, sig));
+        self.clients.lock().push(client);
+    }
+
+    /// Watches the make shells of running lines: a signal one passes on
+    /// goes to its line's program (or waits for it to start; a line still
+    /// waiting for a node ends at once); a shell that dies (its connection
+    /// closes before its line ended) has its line's program killed, as a
+    /// home hangs up on the programs of a `shoal run` that died.
+    fn watch(self: Arc<Self>, wake: std::io::PipeReader) {
+        let mut watched: Vec<(UnixStream, Arc<Line>)> = Vec::new();
+        loop {
+            watched.append(&mut self.watch.lock());
+            let mut fds: Vec<libc::pollfd> = watched
+                .iter()
+                .map(|(s, _)| s.as_raw_fd())
+                .chain([wake.as_raw_fd()])
+                .map(|fd| libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                })
+                .collect();
+            // SAFETY: poll over live pollfds.
+            if unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) } < 0 {
+                continue;
+            }
+            if fds[watched.len()].revents != 0 {
+                let _ = (&wake).read(&mut [0u8; 64]);
+            }
+            let mut gone = Vec::new();
+            for (i, f) in fds[..watched.len()].iter().enumerate() {
+                if f.revents == 0 {
+                    continue;
+                }
+                let (stream, line) = &mut watched[i];
+                match next_signal(stream) {
+                    Some(sig) => self.line_signal(line, sig),
+                    None => {
+                        gone.push(i);
+                        self.line_signal(line, libc::SIGKILL);
+                    }
+                }
+            }
+            for i in gone.into_iter().rev() {
+                watched.swap_remove(i);
+            }
+        }
+    }
+
+    /// Signal `sig` for `line`.
+    fn line_signal(&self, line: &Line, sig: i32) {
+        let mut state = line.state.lock();
+        if state.done {
+            return;
+        }
+        match state.started.clone() {
+            Some(shared) => {
+                drop(state);
+                self.signal(&shared, sig);
+            }
+            None => {
+                state.pending.push(sig);
+                state.cancelled.get_or_insert(sig);
+            }
+        }
     }
 
     /// Passes make's standard input for a line on to it.  Most lines get
@@ -330,7 +476,9 @@ impl Lines {
                     data: Vec::new(),
                     close: true,
                 };
-                return cmd_run::call(client, &port, &close).map(|_| ());
+                // A node lost meanwhile shows in the line's next read.
+                let _ = cmd_run::call(client, &port, &close);
+                return Ok(());
             }
             // A byte was read: it goes first.
             return self.copy_input(shared, stdin, probe.to_vec(), done);
@@ -345,10 +493,7 @@ impl Lines {
         first: Vec<u8>,
         done: &Arc<AtomicBool>,
     ) -> Result<(), String> {
-        let mut client = match self.clients.lock().pop() {
-            Some(c) => c,
-            None => self.ctx.client().map_err(|e| e.to_string())?,
-        };
+        let mut client = self.client()?;
         let (shared, done) = (shared.clone(), done.clone());
         std::thread::spawn(move || {
             let mut data = first;
@@ -381,40 +526,85 @@ impl Lines {
 
     /// Signals to this process: a stop (Ctrl-Z at make's terminal) stops
     /// the running lines and then this process, and a continue continues
-    /// both; an interrupt or end goes to make, which passes it on to its
-    /// lines' shells and ends as it would.
+    /// both; any other goes to make, which passes it on to its lines'
+    /// shells and ends as it would.
     fn follow_signals(self: &Arc<Self>, make: libc::pid_t) -> Result<(), Failure> {
         let mut signals = signal_hook::iterator::Signals::new([
             libc::SIGINT,
             libc::SIGTERM,
             libc::SIGHUP,
             libc::SIGQUIT,
+            libc::SIGUSR1,
+            libc::SIGUSR2,
             libc::SIGTSTP,
             libc::SIGCONT,
         ])
         .map_err(|e| Failure::failed(format!("cannot handle signals: {e}")))?;
         let lines = self.clone();
         std::thread::spawn(move || {
-            for sig in signals.forever() {
-                match sig {
-                    libc::SIGTSTP | libc::SIGCONT => {
-                        let running: Vec<ProcId> = lines.jobs.lock().keys().copied().collect();
-                        for id in running {
-                            lines.signal(id, sig);
+            let all = |sig: i32| {
+                let running: Vec<Arc<Shared>> = lines.running.lock().values().cloned().collect();
+                for shared in running {
+                    lines.signal(&shared, sig);
+                }
+            };
+            loop {
+                let mut got: Vec<i32> = signals.wait().collect();
+                while !got.is_empty() {
+                    let sig = got.remove(0);
+                    match sig {
+                        libc::SIGTSTP => {
+                            all(libc::SIGTSTP);
+                            // A continue that came meanwhile (a quick
+                            // `fg`) undoes the stop instead of finding
+                            // this process running.
+                            got.extend(signals.pending());
+                            if let Some(at) = got.iter().position(|&s| s == libc::SIGCONT) {
+                                got.remove(at);
+                                all(libc::SIGCONT);
+                            } else {
+                                // SAFETY: kill(2) of ourselves.
+                                unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
+                            }
                         }
-                        if sig == libc::SIGTSTP {
-                            // SAFETY: kill(2) of ourselves.
-                            unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
-                        }
+                        libc::SIGCONT => all(libc::SIGCONT),
+                        // SAFETY: kill(2) of our child.
+                        _ => unsafe {
+                            libc::kill(make, sig);
+                        },
                     }
-                    // SAFETY: kill(2) of our child.
-                    _ => unsafe {
-                        libc::kill(make, sig);
-                    },
                 }
             }
         });
         Ok(())
+    }
+}
+
+/// The next signal a make shell passes on; `None` once it is gone (or
+/// says something else).
+fn next_signal(stream: &mut UnixStream) -> Option<i32> {
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len).ok()?;
+    let mut body = vec![0u8; (u32::from_le_bytes(len) as usize).min(64)];
+    stream.read_exact(&mut body).ok()?;
+    match ExecRequest::decode(&body) {
+        Ok(ExecRequest::Signal { signal, .. }) => Some(signal),
+        _ => None,
+    }
+}
+
+/// Raises this process's soft limit of open files to its hard limit.
+fn raise_open_files() {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit fills `l`; setrlimit reads it.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
+            l.rlim_cur = l.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+        }
     }
 }
 

@@ -102,6 +102,8 @@ impl Outcome {
 /// A running program, as the threads that serve it share it.
 pub struct Shared {
     pub id: ProcId,
+    /// The command that runs it, for its messages.
+    who: &'static str,
     /// The exec service of the node the program runs on now.
     pub port: Mutex<PutPort>,
     /// The home's terminal, in raw mode while the program has a pty.
@@ -110,10 +112,11 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// Program `id` on `node`, without a terminal.
-    pub fn new(ctx: &Context, id: ProcId, node: &str) -> Shared {
+    /// Program `id` on `node`, without a terminal, run by `who`.
+    pub fn new(ctx: &Context, id: ProcId, node: &str, who: &'static str) -> Shared {
         Shared {
             id,
+            who,
             port: Mutex::new(exec_port(ctx, node)),
             terminal: None,
             tty: false,
@@ -146,11 +149,11 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     // What it runs with first: a home that cannot say (its directory is
     // gone) numbers no process.
     let spec = start_spec(&args).map_err(&not_started)?;
-    let (id, node) = spawn(&mut home, &args).map_err(&not_started)?;
+    let (id, node) = spawn(&mut home, &args, "shoal run", &|| false).map_err(&not_started)?;
     let shared = Arc::new(Shared {
         terminal: if args.tty { Terminal::raw() } else { None },
         tty: args.tty,
-        ..Shared::new(&ctx, id, &node)
+        ..Shared::new(&ctx, id, &node, "shoal run")
     });
     let mut writer = Writer::start();
     let outcome = match ctx.client() {
@@ -185,8 +188,14 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
 }
 
 /// A process id and a node from the home, waiting for an eligible node
-/// with `--wait`.
-pub fn spawn(home: &mut HomeLink, args: &RunArgs) -> Result<(ProcId, String), String> {
+/// with `--wait` (while `stop` says not to give up; `who` names the
+/// waiting command in the message).
+pub fn spawn(
+    home: &mut HomeLink,
+    args: &RunArgs,
+    who: &str,
+    stop: &dyn Fn() -> bool,
+) -> Result<(ProcId, String), String> {
     let command = args.command.join(" ");
     let mut told = false;
     loop {
@@ -202,9 +211,11 @@ pub fn spawn(home: &mut HomeLink, args: &RunArgs) -> Result<(ProcId, String), St
                     .map_err(|e| format!("the node's process id: {e}"))?;
                 return Ok((id, node));
             }
-            Err(e) if args.wait => {
+            // The home's refusal (no eligible node) is waited out; a lost
+            // link is not.
+            Err(e @ shoal_rpc::Error::Node(_)) if args.wait && !stop() => {
                 if !told {
-                    eprintln!("shoal run: waiting for a node: {e}");
+                    eprintln!("{who}: waiting for a node: {e}");
                     told = true;
                 }
                 std::thread::sleep(WAIT_RETRY);
@@ -273,8 +284,8 @@ pub fn supervise(
         ) {
             Ok(next) => {
                 eprintln!(
-                    "shoal run: node {node} is unreachable ({lost}); starting {} again on {next}",
-                    args.command[0]
+                    "{}: node {node} is unreachable ({lost}); starting {} again on {next}",
+                    shared.who, args.command[0]
                 );
                 node = next;
                 *shared.port.lock() = exec_port(ctx, &node);

@@ -855,4 +855,83 @@ fn shoal_make_spreads_recipes_and_keeps_make_s_semantics() {
     let out = child.wait_with_output().unwrap();
     assert!(!out.status.success(), "{}", text(&out.stderr));
     await_row(c, "n1", &command, "killed by SIGTERM");
+
+    // A make shell that dies takes its line's program with it, as a
+    // `shoal run` that dies does.
+    let mark = format!("74.{}", std::process::id());
+    let command = format!("sleep {mark}");
+    let child = c
+        .command("n1", shoal())
+        .unwrap()
+        .current_dir(d)
+        .args(["make", "long", &format!("MARK={mark}")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    await_started(c, "n1", &command);
+    let shell = format!("shoal-make-shell -c sleep {mark}");
+    let out = Command::new("pkill")
+        .args(["-KILL", "-f", &shell])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "no make shell running {command}");
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    await_process(
+        &format!("^sleep {mark}"),
+        false,
+        10,
+        "the line's program outlived its shell",
+    );
+    // Killed by shoal make, or hung up by the home if shoal make ended
+    // first.
+    let row = ps_row(c, "n1", true, &command).unwrap();
+    assert!(
+        row["state"] == "killed by SIGKILL" || row["state"] == "lost",
+        "{row}"
+    );
+
+    // A line waiting for a node ends when make is told to stop.
+    for n in ["n1", "n2", "n3"] {
+        let out = shoal_on(c, n, &["node", "owner", "active"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    let until = Instant::now() + Duration::from_secs(10);
+    while shoal_on(c, "n1", &["run", "--any", "--", "true"])
+        .status
+        .code()
+        != Some(125)
+    {
+        assert!(Instant::now() < until, "owners never active everywhere");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mark = format!("75.{}", std::process::id());
+    let mut child = c
+        .command("n1", shoal())
+        .unwrap()
+        .current_dir(d)
+        .args(["make", "long", &format!("MARK={mark}")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let shell = format!("shoal-make-shell -c sleep {mark}");
+    await_process(&shell, true, 10, "make never started the line's shell");
+    // SAFETY: kill(2) of our child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let until = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < until, "shoal make went on waiting");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success(), "{status:?}");
+    await_process(&shell, false, 10, "the line's shell outlived make");
+    for n in ["n1", "n2", "n3"] {
+        let out = shoal_on(c, n, &["node", "owner", "idle"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
 }

@@ -8,9 +8,10 @@
 //! on a node of the cluster through the processor pool.  This program
 //! then waits for the line's end and ends the same way, and passes on
 //! the signals it gets meanwhile (SIGINT, SIGTERM, SIGHUP, SIGQUIT,
-//! SIGUSR1, SIGUSR2), each on a connection of its own.  A stop (SIGTSTP)
-//! stops it as it would stop a shell; `shoal make` itself stops and
-//! continues the programs.
+//! SIGUSR1, SIGUSR2) over the same connection; if it dies, `shoal make`
+//! sees the connection close and kills the line.  A stop (SIGTSTP) stops
+//! it as it would stop a shell; `shoal make` itself stops and continues
+//! the programs.
 //!
 //! A recursive make's line (make hands it the jobserver: `$(MAKE)` or a
 //! `+` line) runs here, under the real shell (`SHOAL_MAKE_SHELL`).
@@ -28,7 +29,7 @@ use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 
 use shoal_pool::ProcId;
-use shoal_pool::exec::{Ended, ExecRequest, ShellEvent};
+use shoal_pool::exec::{Ended, ExecRequest, LineEnded};
 
 /// The socket of the `shoal make` this line belongs to.
 const SOCKET_ENV: &str = "SHOAL_MAKE_SOCKET";
@@ -64,14 +65,13 @@ fn main() {
         let e = std::process::Command::new(&shell).args(&args).exec();
         die(127, &format!("cannot run {shell}: {e}"));
     }
-    // Signals wait in a signalfd until the line has an id to go to.
+    // Signals are read from a signalfd, to be passed on.
     let signals = SignalFd::new(&FORWARDED);
     let spec =
         shoal_node::settings::start_spec(args, None).unwrap_or_else(|e| die(NOT_STARTED, &e));
-    let start = ExecRequest::Start {
-        id: ProcId::from_bytes(&[0; ProcId::LEN]),
-        spec,
-    };
+    // The id is the home's to give.
+    let unset = ProcId::from_bytes(&[0; ProcId::LEN]);
+    let start = ExecRequest::Start { id: unset, spec };
     let mut stream = UnixStream::connect(&socket).unwrap_or_else(|e| {
         die(
             NOT_STARTED,
@@ -88,8 +88,6 @@ fn main() {
                 &format!("cannot hand the line to shoal make: {e}"),
             )
         });
-    let mut id = None;
-    let mut pending = Vec::new();
     loop {
         let mut fds = [
             libc::pollfd {
@@ -108,22 +106,14 @@ fn main() {
             continue;
         }
         if fds[1].revents != 0
-            && let Some(sig) = signals.next()
+            && let Some(signal) = signals.next()
         {
-            match id {
-                Some(id) => pass_on(&socket, id, sig),
-                None => pending.push(sig),
-            }
+            let pass = ExecRequest::Signal { id: unset, signal };
+            let _ = stream.write_all(&frame(&pass.encode()));
         }
         if fds[0].revents != 0 {
-            match next_event(&mut stream) {
-                Some(ShellEvent::Started(started)) => {
-                    id = Some(started);
-                    for sig in pending.drain(..) {
-                        pass_on(&socket, started, sig);
-                    }
-                }
-                Some(ShellEvent::Ended(ended)) => end_as(ended),
+            match line_end(&mut stream) {
+                Some(ended) => end_as(ended),
                 None => die(LOST, "shoal make went away while the line ran"),
             }
         }
@@ -138,20 +128,13 @@ fn frame(body: &[u8]) -> Vec<u8> {
     f
 }
 
-/// The next event from `shoal make`; `None` once it is gone.
-fn next_event(stream: &mut UnixStream) -> Option<ShellEvent> {
+/// How the line ended, from `shoal make`; `None` if it went away.
+fn line_end(stream: &mut UnixStream) -> Option<Ended> {
     let mut len = [0u8; 4];
     stream.read_exact(&mut len).ok()?;
     let mut body = vec![0u8; (u32::from_le_bytes(len) as usize).min(64)];
     stream.read_exact(&mut body).ok()?;
-    ShellEvent::decode(&body).ok()
-}
-
-/// Passes signal `sig` on to process `id`, on a connection of its own.
-fn pass_on(socket: &std::ffi::OsStr, id: ProcId, sig: i32) {
-    if let Ok(mut s) = UnixStream::connect(socket) {
-        let _ = s.write_all(&frame(&ExecRequest::Signal { id, signal: sig }.encode()));
-    }
+    LineEnded::decode(&body).ok().map(|e| e.0)
 }
 
 /// Whether make handed this line its jobserver: it does so only for a
@@ -192,7 +175,12 @@ impl SignalFd {
                 libc::sigaddset(&mut set, s);
             }
             libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-            libc::signalfd(-1, &set, libc::SFD_CLOEXEC)
+            let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC);
+            if fd < 0 {
+                // Without a signalfd the signals act as they would.
+                libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            }
+            fd
         };
         SignalFd { fd }
     }
