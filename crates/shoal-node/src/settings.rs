@@ -1,8 +1,19 @@
 //! What a program started from this process gets of it, wherever it runs
 //! (`docs/pool.md`, "What is forwarded"): the environment, working
-//! directory, user, groups, umask, resource limits and host name.
+//! directory, user, groups, umask, resource limits and host name; the
+//! signals passed on to it; and how this process ends as it ended.
 
-use shoal_pool::exec::{Rlimit, StartSpec, WinSize};
+use shoal_pool::exec::{Ended, Rlimit, StartSpec, WinSize};
+
+/// Signals a program started from here gets when this process gets them.
+pub const FORWARDED: [i32; 6] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
 
 /// Resource limits forwarded: Linux's `RLIMIT_CPU` (0) to `RLIMIT_RTTIME`
 /// (15).
@@ -71,4 +82,26 @@ fn hostname() -> String {
         .map(|&c| c as u8)
         .collect();
     String::from_utf8_lossy(&name).into_owned()
+}
+
+/// Ends this process the way its program ended: with its exit status, or
+/// killed by the same signal (its default action restored and the signal
+/// unblocked first).
+pub fn end_as(ended: Ended) -> ! {
+    match ended {
+        Ended::Exited(code) => std::process::exit(code),
+        Ended::Killed(sig) => {
+            // SAFETY: the default action, unblocked, then the signal: this
+            // process ends as the program ended.
+            unsafe {
+                libc::signal(sig, libc::SIG_DFL);
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, sig);
+                libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+                libc::raise(sig);
+            }
+            std::process::exit(128 + sig)
+        }
+    }
 }

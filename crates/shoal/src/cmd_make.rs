@@ -529,17 +529,10 @@ impl Lines {
     /// both; any other goes to make, which passes it on to its lines'
     /// shells and ends as it would.
     fn follow_signals(self: &Arc<Self>, make: libc::pid_t) -> Result<(), Failure> {
-        let mut signals = signal_hook::iterator::Signals::new([
-            libc::SIGINT,
-            libc::SIGTERM,
-            libc::SIGHUP,
-            libc::SIGQUIT,
-            libc::SIGUSR1,
-            libc::SIGUSR2,
-            libc::SIGTSTP,
-            libc::SIGCONT,
-        ])
-        .map_err(|e| Failure::failed(format!("cannot handle signals: {e}")))?;
+        let mut wanted = shoal_node::settings::FORWARDED.to_vec();
+        wanted.extend([libc::SIGTSTP, libc::SIGCONT]);
+        let mut signals = signal_hook::iterator::Signals::new(wanted)
+            .map_err(|e| Failure::failed(format!("cannot handle signals: {e}")))?;
         let lines = self.clone();
         std::thread::spawn(move || {
             let all = |sig: i32| {

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use clap::Args;
 use parking_lot::Mutex;
+use shoal_node::settings::{FORWARDED, end_as};
 use shoal_pool::ProcId;
 use shoal_pool::exec::{Ended, ExecReply, ExecRequest, StartSpec, WinSize};
 use shoal_rpc::link::ProcEnd;
@@ -70,15 +71,6 @@ const START_DEADLINE: Duration = Duration::from_secs(5);
 const UNDELIVERED_REPLACEMENTS: u32 = 2;
 /// How often a queued `--wait` asks again for a node.
 const WAIT_RETRY: Duration = Duration::from_millis(500);
-/// Signals passed on to the program as they are.
-const FORWARDED: [i32; 6] = [
-    libc::SIGINT,
-    libc::SIGTERM,
-    libc::SIGHUP,
-    libc::SIGQUIT,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-];
 
 /// How a run ended, from the home's side.
 pub enum Outcome {
@@ -631,21 +623,5 @@ impl Terminal {
             rows: ws.ws_row,
             cols: ws.ws_col,
         })
-    }
-}
-
-/// Ends this process the way the program ended.
-fn end_as(ended: Ended) -> ! {
-    match ended {
-        Ended::Exited(code) => std::process::exit(code),
-        Ended::Killed(sig) => {
-            // SAFETY: restoring the default action and raising the signal
-            // ends this process as the program ended.
-            unsafe {
-                libc::signal(sig, libc::SIG_DFL);
-                libc::raise(sig);
-            }
-            std::process::exit(128 + sig)
-        }
     }
 }

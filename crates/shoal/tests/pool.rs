@@ -834,20 +834,24 @@ fn shoal_make_spreads_recipes_and_keeps_make_s_semantics() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "TYPED AT MAKE\n");
 
+    // `shoal make long` in the background, its recipe `sleep MARK`.
+    let make_long = |mark: &str| {
+        c.command("n1", shoal())
+            .unwrap()
+            .current_dir(d)
+            .args(["make", "long", &format!("MARK={mark}")])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+
     // A recipe is a process of the cluster like any other: `shoal ps`
     // lists it, and a signal to make reaches it (make passes SIGTERM on
     // to its shells, which pass it on to their lines).
     let mark = format!("73.{}", std::process::id());
     let command = format!("sleep {mark}");
-    let child = c
-        .command("n1", shoal())
-        .unwrap()
-        .current_dir(d)
-        .args(["make", "long", &format!("MARK={mark}")])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = make_long(&mark);
     let row = await_started(c, "n2", &command);
     assert_eq!(row["home"], "n1", "{row}");
     // SAFETY: kill(2) of our child.
@@ -860,15 +864,7 @@ fn shoal_make_spreads_recipes_and_keeps_make_s_semantics() {
     // `shoal run` that dies does.
     let mark = format!("74.{}", std::process::id());
     let command = format!("sleep {mark}");
-    let child = c
-        .command("n1", shoal())
-        .unwrap()
-        .current_dir(d)
-        .args(["make", "long", &format!("MARK={mark}")])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = make_long(&mark);
     await_started(c, "n1", &command);
     let shell = format!("shoal-make-shell -c sleep {mark}");
     let out = Command::new("pkill")
@@ -907,15 +903,7 @@ fn shoal_make_spreads_recipes_and_keeps_make_s_semantics() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let mark = format!("75.{}", std::process::id());
-    let mut child = c
-        .command("n1", shoal())
-        .unwrap()
-        .current_dir(d)
-        .args(["make", "long", &format!("MARK={mark}")])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = make_long(&mark);
     let shell = format!("shoal-make-shell -c sleep {mark}");
     await_process(&shell, true, 10, "make never started the line's shell");
     // SAFETY: kill(2) of our child.

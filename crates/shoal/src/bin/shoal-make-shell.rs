@@ -28,6 +28,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 
+use shoal_node::settings::{FORWARDED, end_as};
 use shoal_pool::ProcId;
 use shoal_pool::exec::{Ended, ExecRequest, LineEnded};
 
@@ -35,15 +36,6 @@ use shoal_pool::exec::{Ended, ExecRequest, LineEnded};
 const SOCKET_ENV: &str = "SHOAL_MAKE_SOCKET";
 /// The real shell.
 const SHELL_ENV: &str = "SHOAL_MAKE_SHELL";
-/// Signals passed on to the line.
-const FORWARDED: [i32; 6] = [
-    libc::SIGINT,
-    libc::SIGTERM,
-    libc::SIGHUP,
-    libc::SIGQUIT,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-];
 /// Exit status when the line could not be handed over.
 const NOT_STARTED: i32 = 125;
 /// Exit status when `shoal make` went away.
@@ -192,26 +184,6 @@ impl SignalFd {
         let size = std::mem::size_of::<libc::signalfd_siginfo>();
         let n = unsafe { libc::read(self.fd, (&raw mut info).cast(), size) };
         (n as usize == size).then_some(info.ssi_signo as i32)
-    }
-}
-
-/// Ends this process the way the line ended.
-fn end_as(ended: Ended) -> ! {
-    match ended {
-        Ended::Exited(code) => std::process::exit(code),
-        Ended::Killed(sig) => {
-            // SAFETY: the default action, unblocked, then the signal: this
-            // process ends as the line ended.
-            unsafe {
-                libc::signal(sig, libc::SIG_DFL);
-                let mut set: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&mut set);
-                libc::sigaddset(&mut set, sig);
-                libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-                libc::raise(sig);
-            }
-            std::process::exit(128 + sig)
-        }
     }
 }
 
