@@ -102,3 +102,24 @@ pub fn receive(sock: RawFd, max: usize) -> Option<(Vec<u8>, Vec<RawFd>)> {
     }
     Some((body, fds))
 }
+
+/// `body` with its length first: a message without descriptors, to write
+/// as it is.
+pub fn frame(body: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(4 + body.len());
+    f.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    f.extend_from_slice(body);
+    f
+}
+
+/// Receives one message that brings no descriptors: its bytes.  `None`
+/// as for [`receive`], or if descriptors came with it (they are closed).
+pub fn receive_plain(sock: RawFd, max: usize) -> Option<Vec<u8>> {
+    let (body, fds) = receive(sock, max)?;
+    let plain = fds.is_empty();
+    for fd in fds {
+        // SAFETY: closing the fds that came with a message refused.
+        unsafe { libc::close(fd) };
+    }
+    plain.then_some(body)
+}

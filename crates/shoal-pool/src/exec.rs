@@ -284,20 +284,7 @@ impl ExecReply {
                 stderr,
                 stopped,
                 ended,
-            } => {
-                let head = ExecReply::Output {
-                    stdout: Vec::new(),
-                    stderr: Vec::new(),
-                    stopped,
-                    ended,
-                }
-                .encode();
-                // The header ends with the stdout length.
-                let mut head = head;
-                let at = head.len() - 4;
-                head[at..].copy_from_slice(&(stdout.len() as u32).to_le_bytes());
-                vec![head, stdout, stderr]
-            }
+            } => vec![output_head(stopped, ended, stdout.len()), stdout, stderr],
             other => vec![other.encode()],
         }
     }
@@ -319,26 +306,7 @@ impl ExecReply {
                 stopped,
                 ended,
             } => {
-                w.push(2);
-                match stopped {
-                    None => w.push(0),
-                    Some(s) => {
-                        w.push(1);
-                        put_u32(&mut w, *s as u32);
-                    }
-                }
-                match ended {
-                    None => w.push(0),
-                    Some(Ended::Exited(c)) => {
-                        w.push(1);
-                        put_u32(&mut w, *c as u32);
-                    }
-                    Some(Ended::Killed(s)) => {
-                        w.push(2);
-                        put_u32(&mut w, *s as u32);
-                    }
-                }
-                put_u32(&mut w, stdout.len() as u32);
+                w = output_head(*stopped, *ended, stdout.len());
                 w.extend_from_slice(stdout);
                 w.extend_from_slice(stderr);
             }
@@ -402,12 +370,7 @@ fn output(mut r: Reader<'_>) -> Result<OutputRef<'_>, DecodeError> {
         1 => Some(r.u32()? as i32),
         _ => return Err(DecodeError("stopped flag")),
     };
-    let ended = match r.u8()? {
-        0 => None,
-        1 => Some(Ended::Exited(r.u32()? as i32)),
-        2 => Some(Ended::Killed(r.u32()? as i32)),
-        _ => return Err(DecodeError("end kind")),
-    };
+    let ended = r.ended()?;
     let n = r.u32()? as usize;
     let stdout = r.take(n)?;
     Ok(OutputRef {
@@ -429,28 +392,47 @@ pub struct LineEnded(pub Ended);
 impl LineEnded {
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Vec::with_capacity(5);
-        match self.0 {
-            Ended::Exited(c) => {
-                w.push(1);
-                put_u32(&mut w, c as u32);
-            }
-            Ended::Killed(s) => {
-                w.push(2);
-                put_u32(&mut w, s as u32);
-            }
-        }
+        put_ended(&mut w, Some(self.0));
         w
     }
 
     pub fn decode(b: &[u8]) -> Result<LineEnded, DecodeError> {
         let mut r = Reader(b);
-        let ended = match r.u8()? {
-            1 => Ended::Exited(r.u32()? as i32),
-            2 => Ended::Killed(r.u32()? as i32),
-            _ => return Err(DecodeError("unknown line end")),
-        };
+        let ended = r.ended()?.ok_or(DecodeError("a line's end"))?;
         r.end()?;
         Ok(LineEnded(ended))
+    }
+}
+
+/// An output reply up to its stdout: tag, stop, end, stdout's length.
+fn output_head(stopped: Option<i32>, ended: Option<Ended>, stdout_len: usize) -> Vec<u8> {
+    let mut w = Vec::with_capacity(15);
+    w.push(2);
+    match stopped {
+        None => w.push(0),
+        Some(s) => {
+            w.push(1);
+            put_u32(&mut w, s as u32);
+        }
+    }
+    put_ended(&mut w, ended);
+    put_u32(&mut w, stdout_len as u32);
+    w
+}
+
+/// How a program ended, if it did: 0; 1 and the exit status; 2 and the
+/// signal.
+fn put_ended(w: &mut Vec<u8>, ended: Option<Ended>) {
+    match ended {
+        None => w.push(0),
+        Some(Ended::Exited(c)) => {
+            w.push(1);
+            put_u32(w, c as u32);
+        }
+        Some(Ended::Killed(s)) => {
+            w.push(2);
+            put_u32(w, s as u32);
+        }
     }
 }
 
@@ -497,6 +479,15 @@ impl<'a> Reader<'a> {
         Ok(u64::from_le_bytes(
             self.take(8)?.try_into().expect("8 bytes"),
         ))
+    }
+
+    fn ended(&mut self) -> Result<Option<Ended>, DecodeError> {
+        Ok(match self.u8()? {
+            0 => None,
+            1 => Some(Ended::Exited(self.u32()? as i32)),
+            2 => Some(Ended::Killed(self.u32()? as i32)),
+            _ => return Err(DecodeError("end kind")),
+        })
     }
 
     fn size(&mut self) -> Result<WinSize, DecodeError> {

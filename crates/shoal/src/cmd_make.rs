@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use clap::Args;
 use parking_lot::Mutex;
+use shoal_node::fdpass::{self, frame};
 use shoal_node::{NodeRequest, NodeStatus, ask};
 use shoal_pool::ProcId;
 use shoal_pool::exec::{Ended, ExecReply, ExecRequest, LineEnded, StartSpec};
@@ -47,8 +48,6 @@ const SOCKET_ENV: &str = "SHOAL_MAKE_SOCKET";
 const SHELL_ENV: &str = "SHOAL_MAKE_SHELL";
 /// The largest line description the make shell may hand over.
 const MAX_LINE: usize = 64 << 20;
-/// How often a job's input forwarder looks whether its job ended.
-const INPUT_POLL_MS: i32 = 200;
 
 #[derive(Args)]
 pub struct MakeArgs {
@@ -220,7 +219,7 @@ impl Lines {
     }
 
     fn connection(&self, mut conn: UnixStream) {
-        let Some((body, fds)) = shoal_node::fdpass::receive(conn.as_raw_fd(), MAX_LINE) else {
+        let Some((body, fds)) = fdpass::receive(conn.as_raw_fd(), MAX_LINE) else {
             return;
         };
         // SAFETY: the fds came with the message and are ours alone.
@@ -422,7 +421,7 @@ impl Lines {
                 if f.revents == 0 {
                     continue;
                 }
-                let (stream, line) = &mut watched[i];
+                let (stream, line) = &watched[i];
                 match next_signal(stream) {
                     Some(sig) => self.line_signal(line, sig),
                     None => {
@@ -467,9 +466,10 @@ impl Lines {
         done: &Arc<AtomicBool>,
     ) -> Result<(), String> {
         let mut stdin = File::from(stdin);
-        if readable(stdin.as_raw_fd(), 0) {
+        let mut first = Vec::new();
+        if cmd_run::readable(stdin.as_raw_fd(), 0) {
             let mut probe = [0u8; 1];
-            if let Ok(0) = std::io::Read::read(&mut stdin, &mut probe) {
+            if let Ok(0) = stdin.read(&mut probe) {
                 let port = *shared.port.lock();
                 let close = ExecRequest::Write {
                     id: shared.id,
@@ -481,46 +481,10 @@ impl Lines {
                 return Ok(());
             }
             // A byte was read: it goes first.
-            return self.copy_input(shared, stdin, probe.to_vec(), done);
+            first = probe.to_vec();
         }
-        self.copy_input(shared, stdin, Vec::new(), done)
-    }
-
-    fn copy_input(
-        &self,
-        shared: &Arc<Shared>,
-        mut stdin: File,
-        first: Vec<u8>,
-        done: &Arc<AtomicBool>,
-    ) -> Result<(), String> {
-        let mut client = self.client()?;
-        let (shared, done) = (shared.clone(), done.clone());
-        std::thread::spawn(move || {
-            let mut data = first;
-            let mut buf = vec![0u8; 64 << 10];
-            loop {
-                let close = data.is_empty() && {
-                    // Wait for input while the line runs.
-                    while !readable(stdin.as_raw_fd(), INPUT_POLL_MS) {
-                        if done.load(Ordering::Acquire) {
-                            return;
-                        }
-                    }
-                    let n = std::io::Read::read(&mut stdin, &mut buf).unwrap_or(0);
-                    data.extend_from_slice(&buf[..n]);
-                    n == 0
-                };
-                let write = ExecRequest::Write {
-                    id: shared.id,
-                    data: std::mem::take(&mut data),
-                    close,
-                };
-                let port = *shared.port.lock();
-                if cmd_run::call(&mut client, &port, &write).is_err() || close {
-                    return;
-                }
-            }
-        });
+        let client = self.client()?;
+        cmd_run::copy_input(client, shared.clone(), stdin, first, Some(done.clone()));
         Ok(())
     }
 
@@ -575,11 +539,8 @@ impl Lines {
 
 /// The next signal a make shell passes on; `None` once it is gone (or
 /// says something else).
-fn next_signal(stream: &mut UnixStream) -> Option<i32> {
-    let mut len = [0u8; 4];
-    stream.read_exact(&mut len).ok()?;
-    let mut body = vec![0u8; (u32::from_le_bytes(len) as usize).min(64)];
-    stream.read_exact(&mut body).ok()?;
+fn next_signal(stream: &UnixStream) -> Option<i32> {
+    let body = fdpass::receive_plain(stream.as_raw_fd(), 64)?;
     match ExecRequest::decode(&body) {
         Ok(ExecRequest::Signal { signal, .. }) => Some(signal),
         _ => None,
@@ -626,25 +587,6 @@ impl Sink for FileSink {
     fn closed(&self) -> bool {
         self.closed
     }
-}
-
-/// Whether `fd` has input (or its end) within `ms` milliseconds.
-fn readable(fd: RawFd, ms: i32) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: poll over one live pollfd.
-    unsafe { libc::poll(&mut p, 1, ms) > 0 }
-}
-
-/// `body` with its length first.
-fn frame(body: &[u8]) -> Vec<u8> {
-    let mut f = Vec::with_capacity(4 + body.len());
-    f.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    f.extend_from_slice(body);
-    f
 }
 
 /// What runs for a line the make shell got as `FLAGS... LINE`: the line's

@@ -12,6 +12,7 @@
 //! while the program ran (its fate is unknown).
 
 use std::io::{IsTerminal, Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -69,6 +70,9 @@ const READ_MAX: u32 = 4 << 20;
 const START_DEADLINE: Duration = Duration::from_secs(5);
 /// How often `--any` chooses again when a start reaches no node.
 const UNDELIVERED_REPLACEMENTS: u32 = 2;
+/// How often an input copier that may be told to stop looks whether it
+/// is.
+const INPUT_POLL_MS: i32 = 200;
 /// How often a queued `--wait` asks again for a node.
 const WAIT_RETRY: Duration = Duration::from_millis(500);
 
@@ -536,37 +540,73 @@ fn forward_signals(ctx: &Context, shared: Arc<Shared>) -> Result<(), String> {
     Ok(())
 }
 
-/// Copies standard input to the program until it ends.  A chunk that
-/// cannot be delivered (the node is lost) waits for the program's next
-/// node, if `--retry` gives it one.
+/// Copies standard input to the program until it ends.
 fn forward_input(ctx: &Context, shared: Arc<Shared>) -> Result<(), String> {
-    let mut client = ctx.client().map_err(|e| e.to_string())?;
+    let client = ctx.client().map_err(|e| e.to_string())?;
+    copy_input(client, shared, std::io::stdin(), Vec::new(), None);
+    Ok(())
+}
+
+/// Copies `input` (`first` first) to the program, from a thread of its
+/// own, until the input ends; with `done`, also until that is set (the
+/// program ended), the input being polled meanwhile.  A chunk that cannot
+/// be delivered (the node is lost) waits for the program's next node, if
+/// `--retry` gives it one.
+pub fn copy_input<R: Read + AsRawFd + Send + 'static>(
+    mut client: Client,
+    shared: Arc<Shared>,
+    mut input: R,
+    first: Vec<u8>,
+    done: Option<Arc<AtomicBool>>,
+) {
     std::thread::spawn(move || {
-        let mut stdin = std::io::stdin().lock();
+        let finished = || done.as_ref().is_some_and(|d| d.load(Ordering::Acquire));
         // Grown while reads fill it, up to a megabyte: most programs get
         // little input, and a megabyte zeroed costs 256 page faults.
         let mut buf = vec![0u8; 64 << 10];
+        let mut data = first;
         loop {
-            let n = stdin.read(&mut buf).unwrap_or(0);
+            let close = data.is_empty() && {
+                if done.is_some() {
+                    while !readable(input.as_raw_fd(), INPUT_POLL_MS) {
+                        if finished() {
+                            return;
+                        }
+                    }
+                }
+                let n = input.read(&mut buf).unwrap_or(0);
+                data.extend_from_slice(&buf[..n]);
+                if n == buf.len() && buf.len() < 1 << 20 {
+                    buf.resize(buf.len() * 2, 0);
+                }
+                n == 0
+            };
             let write = ExecRequest::Write {
                 id: shared.id,
-                data: buf[..n].to_vec(),
-                close: n == 0,
+                data: std::mem::take(&mut data),
+                close,
             };
-            if n == buf.len() && buf.len() < 1 << 20 {
-                buf.resize(buf.len() * 2, 0);
-            }
             loop {
                 let port = *shared.port.lock();
                 match call(&mut client, &port, &write) {
-                    Ok(ExecReply::Done) if n > 0 => break,
-                    Err(_) => std::thread::sleep(Duration::from_millis(200)),
+                    Ok(ExecReply::Done) if !close => break,
+                    Err(_) if !finished() => std::thread::sleep(Duration::from_millis(200)),
                     _ => return,
                 }
             }
         }
     });
-    Ok(())
+}
+
+/// Whether `fd` has input (or its end) within `ms` milliseconds.
+pub fn readable(fd: RawFd, ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll over one live pollfd.
+    unsafe { libc::poll(&mut p, 1, ms) > 0 }
 }
 
 /// The home's terminal (standard input) and the mode it was found in.

@@ -23,11 +23,12 @@
 //! Exit statuses of its own: 125 the line could not be handed over (the
 //! message says why), 255 `shoal make` went away while the line ran.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 
+use shoal_node::fdpass::{self, frame};
 use shoal_node::settings::{FORWARDED, end_as};
 use shoal_pool::ProcId;
 use shoal_pool::exec::{Ended, ExecRequest, LineEnded};
@@ -73,13 +74,14 @@ fn main() {
             ),
         )
     });
-    shoal_node::fdpass::send_with_fds(stream.as_raw_fd(), &frame(&start.encode()), &[0, 1, 2])
-        .unwrap_or_else(|e| {
+    fdpass::send_with_fds(stream.as_raw_fd(), &frame(&start.encode()), &[0, 1, 2]).unwrap_or_else(
+        |e| {
             die(
                 NOT_STARTED,
                 &format!("cannot hand the line to shoal make: {e}"),
             )
-        });
+        },
+    );
     loop {
         let mut fds = [
             libc::pollfd {
@@ -104,7 +106,7 @@ fn main() {
             let _ = stream.write_all(&frame(&pass.encode()));
         }
         if fds[0].revents != 0 {
-            match line_end(&mut stream) {
+            match line_end(&stream) {
                 Some(ended) => end_as(ended),
                 None => die(LOST, "shoal make went away while the line ran"),
             }
@@ -112,20 +114,9 @@ fn main() {
     }
 }
 
-/// `body` with its length first.
-fn frame(body: &[u8]) -> Vec<u8> {
-    let mut f = Vec::with_capacity(4 + body.len());
-    f.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    f.extend_from_slice(body);
-    f
-}
-
 /// How the line ended, from `shoal make`; `None` if it went away.
-fn line_end(stream: &mut UnixStream) -> Option<Ended> {
-    let mut len = [0u8; 4];
-    stream.read_exact(&mut len).ok()?;
-    let mut body = vec![0u8; (u32::from_le_bytes(len) as usize).min(64)];
-    stream.read_exact(&mut body).ok()?;
+fn line_end(stream: &UnixStream) -> Option<Ended> {
+    let body = fdpass::receive_plain(stream.as_raw_fd(), 64)?;
     LineEnded::decode(&body).ok().map(|e| e.0)
 }
 
