@@ -137,9 +137,8 @@ fn shoal(args: &[&str], dir: &Path) -> Command {
 }
 
 fn demo() -> Result<(), String> {
-    ensure_packages(SYSTEM)?;
-    // The pool's parallel build.
-    ensure_packages(BUILD)?;
+    // The system's tools, and the pool's parallel build.
+    ensure_packages(&[SYSTEM, BUILD].concat())?;
     step("building shoal (release)");
     run(cargo().args(["build", "--release", "-p", "shoal"]))?;
     let dir = root().join("target/demo-cluster");
@@ -796,10 +795,8 @@ fn stop(child: &mut std::process::Child) {
 fn test(args: &[String]) -> Result<(), String> {
     let quick = args.iter().any(|a| a == "--quick");
     let started = Instant::now();
-    ensure_packages(SYSTEM)?;
     // shoal make's test runs GNU make; the pty test runs script(1).
-    ensure_packages(BUILD)?;
-    ensure_packages(&[("script", "bsdutils")])?;
+    ensure_packages(&[SYSTEM, BUILD, &[("script", "bsdutils")]].concat())?;
     step("format");
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
     step("lints");

@@ -33,6 +33,7 @@ use serde_json::{Value, json};
 use shoal_cluster::Cluster;
 
 use crate::agent::{Agent, ClusterGuard, arg, num, serve_commands};
+use crate::dir::DataDir;
 
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
@@ -309,7 +310,6 @@ pub fn prepare_build(sources: &Path, tree: &Path) -> Result<usize, String> {
     Ok(files)
 }
 
-/// A process of the benchmark's, killed when dropped.
 /// A process of the benchmark's (a daemon that forks workers), in a
 /// process group of its own: dropping it kills the whole group.
 struct Daemon(Child);
@@ -332,15 +332,6 @@ impl Drop for Daemon {
     }
 }
 
-/// The work directory, removed when dropped.
-struct WorkDir(PathBuf);
-
-impl Drop for WorkDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn run_ok(cmd: &mut Command) -> Result<(), String> {
     let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
     if !out.status.success() {
@@ -355,14 +346,6 @@ fn run_ok(cmd: &mut Command) -> Result<(), String> {
 /// The address of `node` on the cluster network (its node address's IP).
 fn ip_of(cluster: &Cluster, node: &str) -> Result<String, String> {
     Ok(cluster.node(node)?.addr.ip().to_string())
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 fn ms_of(answer: &Value) -> Result<Vec<f64>, String> {
@@ -381,7 +364,7 @@ fn measure(
 ) -> Result<BTreeMap<String, f64>, String> {
     let (rounds, per_round, streams, builds) = if quick { (2, 5, 1, 1) } else { (10, 20, 3, 5) };
     let mut metrics = BTreeMap::new();
-    let work = WorkDir(PathBuf::from(format!(
+    let work = DataDir(PathBuf::from(format!(
         "/var/tmp/shoal-bench-exec-{}",
         std::process::id()
     )));
@@ -554,7 +537,7 @@ fn measure(
     }
     timer.call(&format!("spawn 1 {shoal_s} node owner idle"))?;
     for ((name, _), mut t) in kinds.iter().zip(times) {
-        metrics.insert(name.to_string(), median(&mut t));
+        metrics.insert(name.to_string(), crate::stats::median(&mut t));
     }
 
     eprintln!(
@@ -581,8 +564,14 @@ fn measure(
             }
         }
     }
-    metrics.insert("exec_stdout_mib_s".into(), median(&mut rates[0]));
-    metrics.insert("local_cat_mib_s".into(), median(&mut rates[1]));
+    metrics.insert(
+        "exec_stdout_mib_s".into(),
+        crate::stats::median(&mut rates[0]),
+    );
+    metrics.insert(
+        "local_cat_mib_s".into(),
+        crate::stats::median(&mut rates[1]),
+    );
 
     eprintln!(
         "bench: building {files} C files with -j{jobs}: make on n1, shoal make over 4 nodes, distcc over 4 nodes; {builds} rounds"
@@ -615,7 +604,7 @@ fn measure(
         .into_iter()
         .zip(secs)
     {
-        metrics.insert(name.into(), median(&mut s));
+        metrics.insert(name.into(), crate::stats::median(&mut s));
     }
     Ok(metrics)
 }

@@ -46,16 +46,22 @@ pub(crate) struct State {
     pub membership: Membership,
     pub stats: Stats,
     pub links: u64,
-    /// Measures the load the heartbeats carry; holds the owner's state.
-    pub load: Sampler,
-    /// When the load was last measured.
-    pub load_at: Option<Time>,
     /// Chooses nodes for the programs started here.
     pub placer: shoal_pool::Placer,
 }
 
+/// The load the heartbeats carry, measured apart from [`State`]: a
+/// measurement reads `/proc`, which must not hold up the node's socket.
+pub(crate) struct Load {
+    /// Measures it; holds the owner's state.
+    pub sampler: Sampler,
+    /// When it was last measured (`None`: measure at once).
+    pub at: Option<Time>,
+}
+
 pub(crate) struct Shared {
     pub config: NodeConfig,
+    pub load: Mutex<Load>,
     /// The programs placed on this node.
     pub exec: Arc<crate::exec::Exec>,
     /// The processes this node is the home of (`crate::home`).
@@ -144,9 +150,11 @@ impl Daemon {
                 membership,
                 stats: Stats::default(),
                 links: 0,
-                load: Sampler::new(&config.state_dir, config.owner_detect),
-                load_at: None,
                 placer: shoal_pool::Placer::new(rand::random()),
+            }),
+            load: Mutex::new(Load {
+                sampler: Sampler::new(&config.state_dir, config.owner_detect),
+                at: None,
             }),
             key,
             node,
@@ -277,6 +285,16 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
         let received = socket.recv_from(&mut buf);
         let now = now();
         let mut out = Vec::new();
+        let load = {
+            let mut load = shared.load.lock();
+            load.at
+                .is_none_or(|t| now.saturating_since(t) >= LOAD_EVERY)
+                .then(|| {
+                    load.at = Some(now);
+                    load.sampler
+                        .sample(shared.exec.count(), shared.exec.cpu_jiffies())
+                })
+        };
         {
             let mut state = shared.state.lock();
             if let Ok((n, from)) = received {
@@ -293,16 +311,8 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
                     Err(e) => state.stats.count_wire_error(e),
                 }
             }
-            if state.membership.poll_timeout() <= now
-                && state
-                    .load_at
-                    .is_none_or(|t| now.saturating_since(t) >= LOAD_EVERY)
-            {
-                let load = state
-                    .load
-                    .sample(shared.exec.count(), shared.exec.cpu_jiffies());
+            if let Some(load) = load {
                 state.membership.set_load(now, load);
-                state.load_at = Some(now);
                 // Homes known and silent past the deadline; a home not
                 // heard of yet is given the lease's time instead.
                 let dead: Vec<NodeId> = state

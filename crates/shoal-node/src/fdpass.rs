@@ -6,19 +6,27 @@
 
 use std::os::fd::RawFd;
 
-/// Sends `message` with `fds` attached to its first byte.
-pub fn send_with_fds(sock: RawFd, message: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
+/// Sends `body` as one message (its length first) with `fds` attached to
+/// its first byte.
+pub fn send_with_fds(sock: RawFd, body: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
+    let len = (body.len() as u32).to_le_bytes();
     let space = unsafe { libc::CMSG_SPACE(std::mem::size_of_val(fds) as u32) } as usize;
     let mut control = vec![0u8; space];
-    let mut iov = libc::iovec {
-        iov_base: message.as_ptr() as *mut libc::c_void,
-        iov_len: message.len(),
-    };
+    let mut iov = [
+        libc::iovec {
+            iov_base: len.as_ptr() as *mut libc::c_void,
+            iov_len: len.len(),
+        },
+        libc::iovec {
+            iov_base: body.as_ptr() as *mut libc::c_void,
+            iov_len: body.len(),
+        },
+    ];
     // SAFETY: a msghdr over live buffers; CMSG_* stay within `control`.
     unsafe {
         let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = iov.len();
         msg.msg_control = control.as_mut_ptr().cast();
         msg.msg_controllen = space;
         let cmsg = libc::CMSG_FIRSTHDR(&msg);
@@ -32,13 +40,13 @@ pub fn send_with_fds(sock: RawFd, message: &[u8], fds: &[RawFd]) -> std::io::Res
         }
         // The fds went with the first byte; the rest is plain bytes.
         let mut sent = n as usize;
-        while sent < message.len() {
-            let n = libc::send(
-                sock,
-                message[sent..].as_ptr().cast(),
-                message.len() - sent,
-                libc::MSG_NOSIGNAL,
-            );
+        while sent < len.len() + body.len() {
+            let rest = if sent < len.len() {
+                &len[sent..]
+            } else {
+                &body[sent - len.len()..]
+            };
+            let n = libc::send(sock, rest.as_ptr().cast(), rest.len(), libc::MSG_NOSIGNAL);
             if n < 0 {
                 return Err(std::io::Error::last_os_error());
             }

@@ -184,11 +184,11 @@ fn handle(
                     shoal_wire::Owner::Idle
                 }
             });
-            let mut state = shared.state.lock();
-            match state.load.set_owner(owner) {
+            let mut load = shared.load.lock();
+            match load.sampler.set_owner(owner) {
                 Ok(()) => {
                     // The next heartbeats say so at once.
-                    state.load_at = None;
+                    load.at = None;
                     LinkResponse::Ok
                 }
                 Err(e) => error(e),

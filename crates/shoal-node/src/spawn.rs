@@ -58,8 +58,6 @@ pub enum Io {
 pub struct Spawned {
     /// The process group to signal: the watcher and the program.
     pub group: libc::pid_t,
-    /// Whether the program got its own PID, UTS and mount namespaces.
-    pub namespaces: bool,
     status: File,
 }
 
@@ -242,8 +240,7 @@ impl Spawner {
         }
         .encode();
         let path = path.as_os_str().as_bytes();
-        let mut message = Vec::with_capacity(9 + path.len() + start.len());
-        message.extend_from_slice(&((5 + path.len() + start.len()) as u32).to_le_bytes());
+        let mut message = Vec::with_capacity(5 + path.len() + start.len());
         message.push(u8::from(namespaces && root));
         message.extend_from_slice(&(path.len() as u32).to_le_bytes());
         message.extend_from_slice(path);
@@ -255,17 +252,13 @@ impl Spawner {
         drop(status_w);
         let mut spawned = Spawned {
             group: 0,
-            namespaces: false,
             status: File::from(status_r),
         };
         let mut running = false;
         while spawned.group == 0 || !running {
             match spawned.message() {
                 Some((MSG_GROUP, pid)) => spawned.group = pid,
-                Some((MSG_RUNNING, ns)) => {
-                    running = true;
-                    spawned.namespaces = ns != 0;
-                }
+                Some((MSG_RUNNING, _)) => running = true,
                 Some((kind, errno)) if kind >= MSG_FAILED => {
                     let step = STEPS
                         .get((kind - MSG_FAILED) as usize)

@@ -31,8 +31,8 @@ use std::time::Duration;
 
 use clap::Args;
 use parking_lot::Mutex;
+use shoal_node::NodeStatus;
 use shoal_node::fdpass::{self, frame};
-use shoal_node::{NodeRequest, NodeStatus, ask};
 use shoal_pool::ProcId;
 use shoal_pool::exec::{Ended, ExecReply, ExecRequest, LineEnded, StartSpec};
 use shoal_rpc::{Client, Context, HomeLink};
@@ -86,10 +86,15 @@ pub fn run(mut args: MakeArgs) -> Result<(), Failure> {
             shell.display()
         )));
     }
-    let ctx = Context::from_env().map_err(|e| Failure::unreachable(format!("no node: {e}")))?;
-    let jobs = match args.jobs.or(jobs) {
-        Some(j) => j,
-        None => cluster_cores(&ctx)?,
+    let (ctx, jobs) = match args.jobs.or(jobs) {
+        Some(j) => (
+            Context::from_env().map_err(|e| Failure::unreachable(format!("no node: {e}")))?,
+            j,
+        ),
+        None => {
+            let (ctx, status) = crate::cmd_ps::local()?;
+            (ctx, cluster_cores(&status))
+        }
     };
     let dir = SocketDir::new()?;
     let listener = UnixListener::bind(&dir.socket)
@@ -631,19 +636,14 @@ fn take_jobs(args: &[String]) -> (Option<u32>, Vec<String>) {
 }
 
 /// The cores of every live node that reported its load.
-fn cluster_cores(ctx: &Context) -> Result<u32, Failure> {
-    let Some((_, name)) = ctx.config().node.clone() else {
-        return Err(Failure::unreachable("the local node did not say who it is"));
-    };
-    let status: NodeStatus = ask(ctx, &name, &NodeRequest::Status, Duration::from_secs(2))
-        .map_err(|e| Failure::unreachable(format!("the local node {name}: {e}")))?;
+fn cluster_cores(status: &NodeStatus) -> u32 {
     let cores: u32 = status
         .members
         .iter()
         .filter(|m| m.alive)
         .filter_map(|m| m.load.as_ref().map(|l| u32::from(l.cores)))
         .sum();
-    Ok(cores.max(1))
+    cores.max(1)
 }
 
 /// A private directory holding this process's socket, removed when

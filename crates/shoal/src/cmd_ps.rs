@@ -265,7 +265,7 @@ pub fn wait(args: WaitArgs) -> Result<(), Failure> {
 }
 
 /// The local node and its view of the cluster.
-fn local() -> Result<(Context, NodeStatus), Failure> {
+pub fn local() -> Result<(Context, NodeStatus), Failure> {
     let ctx = Context::from_env().map_err(|e| Failure::unreachable(format!("no node: {e}")))?;
     let Some((_, name)) = ctx.config().node.clone() else {
         return Err(Failure::unreachable("the local node did not say who it is"));

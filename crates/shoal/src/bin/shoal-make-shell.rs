@@ -74,14 +74,12 @@ fn main() {
             ),
         )
     });
-    fdpass::send_with_fds(stream.as_raw_fd(), &frame(&start.encode()), &[0, 1, 2]).unwrap_or_else(
-        |e| {
-            die(
-                NOT_STARTED,
-                &format!("cannot hand the line to shoal make: {e}"),
-            )
-        },
-    );
+    fdpass::send_with_fds(stream.as_raw_fd(), &start.encode(), &[0, 1, 2]).unwrap_or_else(|e| {
+        die(
+            NOT_STARTED,
+            &format!("cannot hand the line to shoal make: {e}"),
+        )
+    });
     loop {
         let mut fds = [
             libc::pollfd {
