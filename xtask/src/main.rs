@@ -898,6 +898,7 @@ const FUZZ_TARGETS: &[&str] = &[
     "dir_decode",
     "file_decode",
     "exec_decode",
+    "session_decode",
 ];
 
 /// cargo-fuzz's instrumentation flags, less `-Zsanitizer=address`, the one

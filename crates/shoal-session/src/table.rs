@@ -1,0 +1,683 @@
+//! A node's sessions with its peers (`docs/security.md`, "Node sessions"),
+//! as a state machine without I/O: the daemon and the simulator feed it
+//! datagrams, sends and timer ticks, and it returns the datagrams to send
+//! and the plaintexts that opened.
+//!
+//! - **Starting.** A send to a peer with no usable session queues the
+//!   plaintext (a few per peer) and starts a handshake; the queue leaves
+//!   sealed once the session is up.  Message 1 is resent until answered,
+//!   for a while; then the queue is dropped and the next send tries again.
+//! - **Confirming.** The responder is sure of a session when message 3
+//!   arrives, and says so with an empty sealed datagram (a keepalive); the
+//!   initiator resends message 3 until anything opens in the session.
+//!   The initiator seals at once, so its first datagrams may overtake
+//!   message 3: the responder holds a few, and opens them when it comes.
+//! - **Rekeying.** A session's initiator starts the next handshake on the
+//!   first send after `rekey_after`; the responder, if that has not
+//!   happened, 30 s later.  The newest session seals; older ones (three at
+//!   most) still open, until `reject_after` from their making, when their
+//!   keys are erased.
+//! - **Liveness.** A sender that has heard nothing in its newest session
+//!   for `stale_after` starts another (the peer may have restarted and lost
+//!   it); a node that heard from a peer and sent nothing back for
+//!   `keepalive` sends an empty datagram, so a working session never looks
+//!   stale.
+//! - **Replay.** Each session has its own [`ReplayWindow`]; a datagram is
+//!   marked only after it opened.  Erased sessions open nothing at all.
+//! - **Crossed handshakes** (both sides start at once) make two sessions;
+//!   both open, and each side seals with the newer.
+//!
+//! Time is microseconds on the caller's clock (`now`) for timers, and
+//! Unix seconds (`wall`) for certificate validity.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+
+use crate::SessionError;
+use crate::cert::{NodeCert, RevocationList, Trust};
+use crate::datagram::{Class, Header, class, open, seal};
+use crate::handshake::{Established, Initiator, NodeIdentity, Responder, handshake_receiver};
+use crate::window::{COUNTER_LIMIT, ReplayWindow};
+
+/// Timers and bounds.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The initiator rekeys on its first send after this (µs).
+    pub rekey_after: u64,
+    /// A session opens nothing after this from its making (µs).
+    pub reject_after: u64,
+    /// Handshake messages are resent at this interval (µs).
+    pub retry: u64,
+    /// An unanswered handshake is given up after this (µs).
+    pub give_up: u64,
+    /// Plaintexts held per peer while its session is being made.
+    pub max_queued: usize,
+    /// Handshakes answered and not finished, over all peers.
+    pub max_responding: usize,
+    /// A sender that has heard nothing in its newest session for this long
+    /// (µs) starts another: the peer may have lost it (restarted).
+    pub stale_after: u64,
+    /// A node that heard from a peer and sent nothing back for this long
+    /// (µs) sends an empty datagram, so the peer knows the session works.
+    pub keepalive: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            rekey_after: 120_000_000,
+            reject_after: 180_000_000,
+            retry: 500_000,
+            give_up: 10_000_000,
+            max_queued: 64,
+            max_responding: 256,
+            stale_after: 15_000_000,
+            keepalive: 10_000_000,
+        }
+    }
+}
+
+/// What happened, counted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub handshakes: u64,
+    pub handshake_failures: u64,
+    pub replays: u64,
+    pub bad_tags: u64,
+    pub unknown_index: u64,
+    pub sealed: u64,
+    pub opened: u64,
+    pub dropped_queued: u64,
+}
+
+/// What the shell must do, or hear of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Send `datagram` to `to`.
+    Send { to: SocketAddr, datagram: Vec<u8> },
+    /// A session with node `name` (certificate `serial`) at `addr` is up.
+    Up {
+        addr: SocketAddr,
+        name: String,
+        serial: u64,
+    },
+    /// A handshake with `addr` failed, or was given up.
+    Refused { addr: SocketAddr, why: String },
+    /// A datagram that came before the handshake's last message opened
+    /// once the session was made: deliver it as [`Sessions::handle`]'s
+    /// [`Opened`] would have been.
+    Deliver {
+        index: u32,
+        serial: u64,
+        plaintext: Vec<u8>,
+    },
+}
+
+/// Datagrams held per answered handshake until its last message comes.
+const MAX_EARLY: usize = 8;
+
+/// A datagram that opened in a session.
+#[derive(Debug)]
+pub struct Opened<'a> {
+    /// The session's local index.
+    pub index: u32,
+    /// The peer's certificate serial.
+    pub serial: u64,
+    /// What the peer sealed.
+    pub plaintext: &'a mut [u8],
+}
+
+struct Live {
+    est: Established,
+    addr: SocketAddr,
+    made: u64,
+    counter: u64,
+    window: ReplayWindow,
+    /// The initiator's message 3, resent until something opens.
+    finish: Option<Vec<u8>>,
+    last_retry: u64,
+    last_recv: u64,
+    last_send: u64,
+}
+
+enum Pending {
+    Initiating {
+        init: Initiator,
+        message: Vec<u8>,
+        started: u64,
+        last_sent: u64,
+    },
+    Responding {
+        resp: Responder,
+        started: u64,
+        /// Node datagrams that arrived (reordered) before message 3.
+        early: Vec<Vec<u8>>,
+    },
+}
+
+/// Sessions kept per peer; the newest seals, all open.
+const MAX_SESSIONS: usize = 4;
+
+#[derive(Default)]
+struct Peer {
+    /// Live sessions, oldest first.
+    sessions: Vec<u32>,
+    initiating: Option<u32>,
+    queue: VecDeque<Vec<u8>>,
+}
+
+/// See the module documentation.
+pub struct Sessions {
+    cfg: Config,
+    me: NodeIdentity,
+    trust: Trust,
+    aes: bool,
+    rng: ChaCha20Rng,
+    live: HashMap<u32, Live>,
+    pending: HashMap<u32, (SocketAddr, Pending)>,
+    peers: HashMap<SocketAddr, Peer>,
+    stats: Stats,
+}
+
+impl Sessions {
+    /// A table for `me`, trusting `trust`; `aes` says whether this CPU has
+    /// AES instructions; indexes and ephemeral keys come from `seed`.
+    pub fn new(cfg: Config, me: NodeIdentity, trust: Trust, aes: bool, seed: [u8; 32]) -> Self {
+        Sessions {
+            cfg,
+            me,
+            trust,
+            aes,
+            rng: ChaCha20Rng::from_seed(seed),
+            live: HashMap::new(),
+            pending: HashMap::new(),
+            peers: HashMap::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    pub fn trust(&self) -> &Trust {
+        &self.trust
+    }
+
+    /// Seals `plaintext` for the node at `to`, starting a session first if
+    /// there is none.
+    pub fn send(&mut self, now: u64, to: SocketAddr, plaintext: &[u8], out: &mut Vec<Output>) {
+        let peer = self.peers.entry(to).or_default();
+        let initiating = peer.initiating.is_some();
+        let usable = peer.sessions.last().copied().and_then(|i| {
+            let l = &self.live[&i];
+            let young = now.saturating_sub(l.made) < self.cfg.reject_after;
+            (young && l.counter < COUNTER_LIMIT).then_some(i)
+        });
+        let Some(index) = usable else {
+            if peer.queue.len() >= self.cfg.max_queued {
+                peer.queue.pop_front();
+                self.stats.dropped_queued += 1;
+            }
+            peer.queue.push_back(plaintext.to_vec());
+            if !initiating {
+                self.initiate(now, to, out);
+            }
+            return;
+        };
+        let live = self.live.get_mut(&index).expect("current is live");
+        let age = now.saturating_sub(live.made);
+        let due = if live.est.initiator {
+            self.cfg.rekey_after
+        } else {
+            self.cfg.rekey_after + 30_000_000
+        };
+        let stale = now.saturating_sub(live.last_recv) >= self.cfg.stale_after;
+        let datagram = seal_live(live, plaintext);
+        live.last_send = now;
+        self.stats.sealed += 1;
+        out.push(Output::Send { to, datagram });
+        if (age >= due || stale) && !initiating {
+            self.initiate(now, to, out);
+        }
+    }
+
+    /// Handles a datagram from `from`: a handshake message (answered
+    /// through `out`), or a node datagram, opened in place.  `Ok(None)`:
+    /// nothing to deliver (a handshake, a keepalive).
+    pub fn handle<'a>(
+        &mut self,
+        now: u64,
+        wall: u64,
+        from: SocketAddr,
+        datagram: &'a mut [u8],
+        out: &mut Vec<Output>,
+    ) -> Result<Option<Opened<'a>>, SessionError> {
+        match class(datagram)? {
+            Class::Initiation => {
+                self.answer(now, from, datagram, out);
+                Ok(None)
+            }
+            Class::Response | Class::Finish => {
+                self.finish(now, wall, from, datagram, out);
+                Ok(None)
+            }
+            Class::Node => self.open_node(now, datagram),
+            _ => Err(SessionError::Malformed("not a node datagram")),
+        }
+    }
+
+    /// Resends handshake messages, gives up on silent handshakes, and
+    /// erases sessions past `reject_after`.
+    pub fn poll(&mut self, now: u64, out: &mut Vec<Output>) {
+        let mut given_up = Vec::new();
+        for (&index, (addr, p)) in &mut self.pending {
+            match p {
+                Pending::Initiating {
+                    message,
+                    started,
+                    last_sent,
+                    ..
+                } => {
+                    if now.saturating_sub(*started) >= self.cfg.give_up {
+                        given_up.push((index, *addr, true));
+                    } else if now.saturating_sub(*last_sent) >= self.cfg.retry {
+                        *last_sent = now;
+                        out.push(Output::Send {
+                            to: *addr,
+                            datagram: message.clone(),
+                        });
+                    }
+                }
+                Pending::Responding { started, .. } => {
+                    if now.saturating_sub(*started) >= self.cfg.give_up {
+                        given_up.push((index, *addr, false));
+                    }
+                }
+            }
+        }
+        for (index, addr, initiating) in given_up {
+            self.pending.remove(&index);
+            if initiating && let Some(peer) = self.peers.get_mut(&addr) {
+                peer.initiating = None;
+                self.stats.dropped_queued += peer.queue.len() as u64;
+                peer.queue.clear();
+                self.stats.handshake_failures += 1;
+                out.push(Output::Refused {
+                    addr,
+                    why: "no answer to the handshake".into(),
+                });
+            }
+        }
+        let mut expired = Vec::new();
+        for (&index, live) in &mut self.live {
+            if now.saturating_sub(live.made) >= self.cfg.reject_after {
+                expired.push(index);
+            } else if let Some(finish) = &live.finish
+                && now.saturating_sub(live.last_retry) >= self.cfg.retry
+            {
+                live.last_retry = now;
+                out.push(Output::Send {
+                    to: live.addr,
+                    datagram: finish.clone(),
+                });
+            }
+        }
+        for peer in self.peers.values() {
+            let Some(live) = peer.sessions.last().and_then(|i| self.live.get_mut(i)) else {
+                continue;
+            };
+            if live.last_recv > live.last_send
+                && now.saturating_sub(live.last_recv) >= self.cfg.keepalive
+            {
+                live.last_send = now;
+                let datagram = seal_live(live, &[]);
+                self.stats.sealed += 1;
+                out.push(Output::Send {
+                    to: live.addr,
+                    datagram,
+                });
+            }
+        }
+        for index in expired {
+            self.erase(index);
+        }
+    }
+
+    /// When [`Sessions::poll`] next has work, if ever.
+    pub fn next_timer(&self) -> Option<u64> {
+        let pending = self.pending.values().map(|(_, p)| match p {
+            Pending::Initiating {
+                started, last_sent, ..
+            } => (last_sent + self.cfg.retry).min(started + self.cfg.give_up),
+            Pending::Responding { started, .. } => started + self.cfg.give_up,
+        });
+        let live = self.live.values().map(|l| {
+            let mut at = l.made + self.cfg.reject_after;
+            if l.finish.is_some() {
+                at = at.min(l.last_retry + self.cfg.retry);
+            }
+            if l.last_recv > l.last_send {
+                at = at.min(l.last_recv + self.cfg.keepalive);
+            }
+            at
+        });
+        pending.chain(live).min()
+    }
+
+    /// Takes a newer revocation list: sessions and handshakes with the
+    /// nodes it names end at once.  Whether it was newer.
+    pub fn revoke(&mut self, list: RevocationList) -> bool {
+        if !self.trust.update(list) {
+            return false;
+        }
+        let revoked: Vec<u32> = self
+            .live
+            .iter()
+            .filter(|(_, l)| self.trust.revoked.revokes(l.est.peer.serial))
+            .map(|(&i, _)| i)
+            .collect();
+        for index in revoked {
+            self.erase(index);
+        }
+        // Handshakes in flight are checked again when they finish.
+        true
+    }
+
+    /// The peer and endpoint root of the session whose local index is
+    /// `index`, if it is alive.
+    pub fn session(&self, index: u32) -> Option<(&NodeCert, SocketAddr, &[u8; 32])> {
+        self.live
+            .get(&index)
+            .map(|l| (&l.est.peer, l.addr, &l.est.endpoint_root))
+    }
+
+    /// The index the node at `addr` seals with now, and the peer's index
+    /// for it (the one this side names).
+    pub fn current(&self, addr: SocketAddr) -> Option<(u32, u32)> {
+        let i = *self.peers.get(&addr)?.sessions.last()?;
+        Some((i, self.live[&i].est.remote_index))
+    }
+
+    fn fresh_index(&mut self) -> u32 {
+        loop {
+            let i: u32 = self.rng.random();
+            if i != 0 && !self.live.contains_key(&i) && !self.pending.contains_key(&i) {
+                return i;
+            }
+        }
+    }
+
+    fn initiate(&mut self, now: u64, to: SocketAddr, out: &mut Vec<Output>) {
+        let index = self.fresh_index();
+        let seed: [u8; 32] = self.rng.random();
+        let mut message = Vec::new();
+        match Initiator::start(&self.me, &self.trust, index, seed, &mut message) {
+            Ok(init) => {
+                out.push(Output::Send {
+                    to,
+                    datagram: message.clone(),
+                });
+                self.pending.insert(
+                    index,
+                    (
+                        to,
+                        Pending::Initiating {
+                            init,
+                            message,
+                            started: now,
+                            last_sent: now,
+                        },
+                    ),
+                );
+                self.peers.entry(to).or_default().initiating = Some(index);
+            }
+            Err(e) => {
+                self.stats.handshake_failures += 1;
+                out.push(Output::Refused {
+                    addr: to,
+                    why: e.to_string(),
+                });
+            }
+        }
+    }
+
+    fn answer(&mut self, now: u64, from: SocketAddr, datagram: &[u8], out: &mut Vec<Output>) {
+        let responding = self
+            .pending
+            .values()
+            .filter(|(_, p)| matches!(p, Pending::Responding { .. }))
+            .count();
+        if responding >= self.cfg.max_responding {
+            self.stats.handshake_failures += 1;
+            return;
+        }
+        let index = self.fresh_index();
+        let seed: [u8; 32] = self.rng.random();
+        let mut message = Vec::new();
+        match Responder::answer(
+            datagram,
+            &self.me,
+            &self.trust,
+            index,
+            seed,
+            self.aes,
+            &mut message,
+        ) {
+            Ok(resp) => {
+                out.push(Output::Send {
+                    to: from,
+                    datagram: message,
+                });
+                self.pending.insert(
+                    index,
+                    (
+                        from,
+                        Pending::Responding {
+                            resp,
+                            started: now,
+                            early: Vec::new(),
+                        },
+                    ),
+                );
+            }
+            Err(e) => self.refused(from, e, out),
+        }
+    }
+
+    /// Handles message 2 (for a handshake this side started) or message 3
+    /// (for one it answered).
+    fn finish(
+        &mut self,
+        now: u64,
+        wall: u64,
+        from: SocketAddr,
+        datagram: &[u8],
+        out: &mut Vec<Output>,
+    ) {
+        let Ok(index) = handshake_receiver(datagram) else {
+            self.stats.handshake_failures += 1;
+            return;
+        };
+        let Some((addr, pending)) = self.pending.remove(&index) else {
+            // A resent message 3 of a session already made lands here.
+            self.stats.unknown_index += 1;
+            return;
+        };
+        let response = class(datagram) == Ok(Class::Response);
+        let ours = addr == from
+            && matches!(
+                (&pending, response),
+                (Pending::Initiating { .. }, true) | (Pending::Responding { .. }, false)
+            );
+        if !ours {
+            // Not ours to finish from that address, or in that order.
+            self.pending.insert(index, (addr, pending));
+            self.stats.unknown_index += 1;
+            return;
+        }
+        match pending {
+            Pending::Initiating { init, .. } => {
+                self.peers.entry(addr).or_default().initiating = None;
+                let mut finish = Vec::new();
+                match init.finish(datagram, &self.me, &self.trust, wall, self.aes, &mut finish) {
+                    Ok(est) => {
+                        out.push(Output::Send {
+                            to: addr,
+                            datagram: finish.clone(),
+                        });
+                        self.install(now, addr, est, Some(finish), out);
+                    }
+                    Err(e) => self.refused(addr, e, out),
+                }
+            }
+            Pending::Responding { resp, early, .. } => {
+                match resp.finish(datagram, &self.trust, wall) {
+                    Ok(est) => {
+                        self.install(now, addr, est, None, out);
+                        // Confirms the session to the initiator.
+                        let live = self.live.get_mut(&index).expect("just installed");
+                        let datagram = seal_live(live, &[]);
+                        self.stats.sealed += 1;
+                        out.push(Output::Send { to: addr, datagram });
+                        for mut d in early {
+                            if let Ok(Some(o)) = self.open_node(now, &mut d) {
+                                out.push(Output::Deliver {
+                                    index: o.index,
+                                    serial: o.serial,
+                                    plaintext: o.plaintext.to_vec(),
+                                });
+                            }
+                        }
+                    }
+                    Err(e) => self.refused(addr, e, out),
+                }
+            }
+        }
+    }
+
+    fn install(
+        &mut self,
+        now: u64,
+        addr: SocketAddr,
+        est: Established,
+        finish: Option<Vec<u8>>,
+        out: &mut Vec<Output>,
+    ) {
+        let index = est.local_index;
+        out.push(Output::Up {
+            addr,
+            name: est.peer.name.clone(),
+            serial: est.peer.serial,
+        });
+        self.stats.handshakes += 1;
+        self.live.insert(
+            index,
+            Live {
+                est,
+                addr,
+                made: now,
+                counter: 0,
+                window: ReplayWindow::new(),
+                finish,
+                last_retry: now,
+                last_recv: now,
+                last_send: now,
+            },
+        );
+        let peer = self.peers.entry(addr).or_default();
+        peer.sessions.push(index);
+        let oldest = (peer.sessions.len() > MAX_SESSIONS).then(|| peer.sessions[0]);
+        let queued: Vec<Vec<u8>> = peer.queue.drain(..).collect();
+        if let Some(old) = oldest {
+            self.erase(old);
+        }
+        let live = self.live.get_mut(&index).expect("just installed");
+        for plaintext in queued {
+            let datagram = seal_live(live, &plaintext);
+            self.stats.sealed += 1;
+            out.push(Output::Send { to: addr, datagram });
+        }
+    }
+
+    fn open_node<'a>(
+        &mut self,
+        now: u64,
+        datagram: &'a mut [u8],
+    ) -> Result<Option<Opened<'a>>, SessionError> {
+        let header = Header::peek(datagram)?;
+        let Header::Node { receiver, counter } = header else {
+            return Err(SessionError::Malformed("not a node datagram"));
+        };
+        let Some(live) = self.live.get_mut(&receiver) else {
+            if let Some((_, Pending::Responding { early, .. })) = self.pending.get_mut(&receiver)
+                && early.len() < MAX_EARLY
+            {
+                // Sent right after message 3, which has not come yet.
+                early.push(datagram.to_vec());
+                return Ok(None);
+            }
+            self.stats.unknown_index += 1;
+            return Err(SessionError::UnknownIndex);
+        };
+        if now.saturating_sub(live.made) >= self.cfg.reject_after {
+            self.stats.unknown_index += 1;
+            return Err(SessionError::UnknownIndex);
+        }
+        if !live.window.check(counter) {
+            self.stats.replays += 1;
+            return Err(SessionError::Replayed);
+        }
+        let plaintext = match open(&live.est.recv, datagram) {
+            Ok((_, plaintext)) => plaintext,
+            Err(e) => {
+                self.stats.bad_tags += 1;
+                return Err(e);
+            }
+        };
+        live.window.accept(counter);
+        live.finish = None;
+        live.last_recv = now;
+        self.stats.opened += 1;
+        if plaintext.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Opened {
+            index: receiver,
+            serial: live.est.peer.serial,
+            plaintext,
+        }))
+    }
+
+    fn refused(&mut self, addr: SocketAddr, e: SessionError, out: &mut Vec<Output>) {
+        self.stats.handshake_failures += 1;
+        out.push(Output::Refused {
+            addr,
+            why: e.to_string(),
+        });
+    }
+
+    /// Forgets session `index`: its keys are dropped with it.
+    fn erase(&mut self, index: u32) {
+        let Some(live) = self.live.remove(&index) else {
+            return;
+        };
+        if let Some(peer) = self.peers.get_mut(&live.addr) {
+            peer.sessions.retain(|&i| i != index);
+        }
+    }
+}
+
+fn seal_live(live: &mut Live, plaintext: &[u8]) -> Vec<u8> {
+    let header = Header::Node {
+        receiver: live.est.remote_index,
+        counter: live.counter,
+    };
+    live.counter += 1;
+    let mut datagram = Vec::with_capacity(plaintext.len() + 32);
+    seal(&live.est.send, &header, &[plaintext], &mut datagram);
+    datagram
+}
