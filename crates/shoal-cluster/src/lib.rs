@@ -13,8 +13,13 @@
 //! DIR/cluster.key       the cluster key
 //! DIR/n1/node.toml      node n1's configuration
 //! DIR/n1/node.log       its log
-//! DIR/n1/state/         its identity, pid file and link socket
+//! DIR/n1/node.sock      its link socket
+//! DIR/n1/state/         its identity and pid file (0700)
 //! ```
+//!
+//! The directory is checked to be the user's and writable by nobody else
+//! (root's default, `/run/shoal/cluster`, cannot be planted), and the key
+//! is written 0600.
 //!
 //! Programs run "on" a node through [`Cluster::command`]: inside its
 //! namespace, with `SHOAL_NODE` pointing at its link socket.
@@ -89,11 +94,49 @@ pub struct Cluster {
     key: ClusterKey,
 }
 
-/// The default cluster directory: `$SHOAL_CLUSTER`, or `/tmp/shoal-cluster`.
+/// The default cluster directory: `$SHOAL_CLUSTER`; else root's is
+/// `/run/shoal/cluster`, where only root can make files, and another
+/// user's `/tmp/shoal-cluster-UID`, which must be theirs.
 pub fn default_dir() -> PathBuf {
-    std::env::var_os("SHOAL_CLUSTER")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/tmp/shoal-cluster"))
+    if let Some(d) = std::env::var_os("SHOAL_CLUSTER") {
+        return PathBuf::from(d);
+    }
+    if is_root() {
+        PathBuf::from("/run/shoal/cluster")
+    } else {
+        // SAFETY: geteuid has no preconditions.
+        PathBuf::from(format!("/tmp/shoal-cluster-{}", unsafe { libc::geteuid() }))
+    }
+}
+
+/// Makes `dir` (0755) if missing, and checks that it is this user's and
+/// that nobody else can make or replace files in it: a cluster's
+/// configuration, key and pid files must not be plantable.
+fn owned_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    }
+    match std::fs::DirBuilder::new().mode(0o755).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
+    }
+    let meta = std::fs::symlink_metadata(dir)
+        .map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{} is not a directory of this user's that only they can write to \
+             (owner uid {}, mode {:o}); refusing to use it for a cluster",
+            dir.display(),
+            meta.uid(),
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
 }
 
 /// Whether this process may build namespaces.
@@ -123,12 +166,11 @@ impl Cluster {
         if spec.mode == Mode::Netns && !is_root() {
             return Err("namespaced clusters need root; use --loopback".into());
         }
-        std::fs::create_dir_all(&spec.dir)
-            .map_err(|e| format!("cannot create {}: {e}", spec.dir.display()))?;
+        owned_dir(&spec.dir)?;
         let dir = std::fs::canonicalize(&spec.dir).map_err(|e| e.to_string())?;
         let key = ClusterKey::random();
         let key_file = dir.join("cluster.key");
-        write_private(&key_file, &format!("{}\n", key.to_hex()))?;
+        shoal_rpc::private::write(&key_file, format!("{}\n", key.to_hex()).as_bytes())?;
         let bridge = (spec.mode == Mode::Netns).then(|| format!("shb-{}", spec.name));
         if let Some(bridge) = &bridge {
             progress(&format!(
@@ -142,7 +184,8 @@ impl Cluster {
             let name = format!("n{i}");
             let node_dir = dir.join(&name);
             let state_dir = node_dir.join("state");
-            std::fs::create_dir_all(&state_dir).map_err(|e| e.to_string())?;
+            owned_dir(&node_dir)?;
+            shoal_rpc::private::dir(&state_dir, false)?;
             let (addr, bind, broadcast, netns, metrics) = match spec.mode {
                 Mode::Netns => {
                     let ip = Ipv4Addr::new(10, 77, spec.subnet, 10 + i as u8);
@@ -169,7 +212,7 @@ impl Cluster {
             };
             let entry = NodeEntry {
                 config: node_dir.join("node.toml"),
-                socket: state_dir.join("node.sock"),
+                socket: node_dir.join("node.sock"),
                 log: node_dir.join("node.log"),
                 state_dir,
                 name,
@@ -219,6 +262,9 @@ impl Cluster {
     /// Opens the cluster in `dir`.
     pub fn open(dir: &Path) -> Result<Cluster, String> {
         let path = dir.join("cluster.toml");
+        if dir.exists() {
+            owned_dir(dir)?;
+        }
         let text = std::fs::read_to_string(&path).map_err(|e| {
             format!(
                 "no cluster in {} ({e}); start one with `shoal cluster up`",
@@ -227,9 +273,8 @@ impl Cluster {
         })?;
         let file: ClusterFile =
             toml::from_str(&text).map_err(|e| format!("{}: {}", path.display(), e.message()))?;
-        let key_text = std::fs::read_to_string(&file.key_file)
-            .map_err(|e| format!("cannot read {}: {e}", file.key_file.display()))?;
-        let key = key_text
+        let key_bytes = shoal_rpc::private::read(&file.key_file)?;
+        let key = String::from_utf8_lossy(&key_bytes)
             .parse()
             .map_err(|e: String| format!("{}: {e}", file.key_file.display()))?;
         Ok(Cluster {
@@ -453,19 +498,6 @@ impl Cluster {
         }
         Ok(())
     }
-}
-
-fn write_private(path: &Path, text: &str) -> Result<(), String> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    f.write_all(text.as_bytes()).map_err(|e| e.to_string())
 }
 
 /// Makes a spawned daemon independent of this process: its own session,

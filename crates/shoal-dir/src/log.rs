@@ -243,10 +243,14 @@ pub struct Recovery {
     pub keep: Vec<Option<usize>>,
 }
 
+const OLDER_LOG_CORRUPT: &str = "a log older than the newest is corrupt, so writes it held are \
+     lost; move this replica's data directory aside and start it empty to rejoin from the others";
+
 /// Rebuilds a replica's state from its snapshot (if any) and its logs,
 /// given as (base, bytes) sorted by base.  A log whose successor starts at
-/// or before the snapshot is covered by it; a log without a valid header
-/// keeps nothing.
+/// or before the snapshot is covered by it; the newest log, if torn or
+/// without a valid header, keeps what is intact.  An older log that is
+/// not intact is an error: its successor's writes would follow a gap.
 pub fn recover(
     port: shoal_cap::PutPort,
     snapshot: Option<&[u8]>,
@@ -270,10 +274,20 @@ pub fn recover(
             keep.push(None);
             continue;
         }
+        // Only the newest log can end torn: an older one was synced whole
+        // before its successor was made, so a bad record in it is lost
+        // data, and replaying past it would skip acknowledged writes.
+        let older = i + 1 < logs.len();
         let Some(parsed) = parse(bytes) else {
+            if older {
+                return Err(crate::codec::bad("directory log", OLDER_LOG_CORRUPT));
+            }
             keep.push(Some(0));
             continue;
         };
+        if older && parsed.valid_len < bytes.len() {
+            return Err(crate::codec::bad("directory log", OLDER_LOG_CORRUPT));
+        }
         for rec in parsed.records {
             match rec {
                 LogRecord::Entry { index, request } if index > state.index() => {

@@ -465,6 +465,62 @@ proptest! {
     }
 }
 
+/// A torn newest log is cut; a torn older one is refused, because the
+/// writes after the tear would be skipped while later logs still replay.
+#[test]
+fn only_the_newest_log_may_be_torn() {
+    let mut t = T::new();
+    let start = t.s.clone();
+    let mut logs = Vec::new();
+    for round in 0..2 {
+        let base = t.s.index();
+        let mut buf = LogBuffer::new();
+        for _ in 0..3 {
+            let dir = t.mkdir();
+            t.seq += 1;
+            let op = Op::Append {
+                dir,
+                name: vec![b'a' + round],
+                caps: vec![obj(1)],
+                masks: vec![Rights::ALL; 3],
+            };
+            let req = Request {
+                client: 1,
+                seq: t.seq,
+                min_index: 0,
+                flags: 0,
+                op,
+            };
+            let r = t.s.apply(&req);
+            buf.push(r.response().index, &req, &req.encode());
+        }
+        let mut file = log::header(base).to_vec();
+        file.extend_from_slice(&buf.take(true).unwrap());
+        logs.push((base, file));
+    }
+    let snap = start.encode_snapshot();
+    let given = |logs: &[(u64, Vec<u8>)]| -> Vec<(u64, Vec<u8>)> { logs.to_vec() };
+    let run = |logs: Vec<(u64, Vec<u8>)>| {
+        let refs: Vec<(u64, &[u8])> = logs.iter().map(|(b, f)| (*b, f.as_slice())).collect();
+        log::recover(port(), Some(&snap), &refs).map(|r| (r.state.index(), r.keep))
+    };
+    let (index, _) = run(given(&logs)).unwrap();
+    assert_eq!(index, t.s.index());
+    let mut torn_newest = given(&logs);
+    let n = torn_newest[1].1.len();
+    torn_newest[1].1.truncate(n - 1);
+    let (_, keep) = run(torn_newest).unwrap();
+    assert!(matches!(keep[1], Some(len) if len < n - 1));
+    let mut torn_older = given(&logs);
+    let n = torn_older[0].1.len();
+    torn_older[0].1[n - 3] ^= 0xff;
+    let err = run(torn_older).unwrap_err();
+    assert!(err.to_string().contains("older than the newest"), "{err}");
+    let mut headless = given(&logs);
+    headless[0].1[0] = b'X';
+    assert!(run(headless).is_err());
+}
+
 #[test]
 fn temporary_names_cancel_out_in_the_log() {
     let mut t = T::new();

@@ -56,6 +56,18 @@ fn log_path(dir: &Path, base: u64) -> PathBuf {
     dir.join(format!("log.{base:020}"))
 }
 
+/// Creates (or truncates) `path` for reading and writing, 0600 if new.
+fn create_private(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+}
+
 fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
@@ -93,7 +105,8 @@ impl Store {
     /// Opens (creating if needed) the data directory and rebuilds the state
     /// from its snapshot and logs.
     pub fn open(dir: &Path, port: PutPort) -> io::Result<(Store, Recovered)> {
-        fs::create_dir_all(dir)?;
+        // Snapshots and logs hold every directory's secret.
+        shoal_rpc::private::dir(dir, true).map_err(io::Error::other)?;
         let snapshot = match fs::read(dir.join("snapshot")) {
             Ok(bytes) => Some(bytes),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
@@ -125,25 +138,30 @@ impl Store {
                 None => fs::remove_file(path)?,
                 Some(0) => {
                     cut += bytes.len() as u64;
-                    fs::write(path, log::header(*base))?;
+                    let mut f = create_private(path)?;
+                    f.write_all(&log::header(*base))?;
+                    f.sync_all()?;
                 }
                 Some(len) if *len < bytes.len() => {
                     cut += (bytes.len() - len) as u64;
-                    OpenOptions::new()
-                        .write(true)
-                        .open(path)?
-                        .set_len(*len as u64)?;
+                    let f = OpenOptions::new().write(true).open(path)?;
+                    f.set_len(*len as u64)?;
+                    f.sync_all()?;
                 }
                 Some(_) => {}
             }
         }
+        // Removals and cuts are durable before anything new is written.
+        sync_dir(dir)?;
         let (state, replayed) = (rec.state, rec.replayed);
         // Append to the newest log, or start one at the state's index.
         let (log_base, path) = match files.last() {
             Some((b, p)) if p.exists() => (*b, p.clone()),
             _ => {
                 let p = log_path(dir, state.index());
-                fs::write(&p, log::header(state.index()))?;
+                let mut f = create_private(&p)?;
+                f.write_all(&log::header(state.index()))?;
+                f.sync_all()?;
                 sync_dir(dir)?;
                 (state.index(), p)
             }
@@ -203,12 +221,7 @@ impl Store {
         }
         self.log.sync_data()?;
         let path = log_path(&self.dir, index);
-        let mut f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)?;
+        let mut f = create_private(&path)?;
         f.write_all(&log::header(index))?;
         f.sync_data()?;
         sync_dir(&self.dir)?;
@@ -229,8 +242,9 @@ impl Store {
     /// Records the replica group generation.
     pub fn write_generation(&self, generation: u64) -> io::Result<()> {
         let tmp = self.dir.join("generation.tmp");
-        fs::write(&tmp, generation.to_le_bytes())?;
-        File::open(&tmp)?.sync_all()?;
+        let mut f = create_private(&tmp)?;
+        f.write_all(&generation.to_le_bytes())?;
+        f.sync_all()?;
         fs::rename(&tmp, self.dir.join("generation"))?;
         sync_dir(&self.dir)
     }
@@ -247,7 +261,7 @@ impl Snapshots {
     /// it covers (those that start before `index`).
     pub fn write(&self, index: u64, snapshot: &[u8]) -> io::Result<()> {
         let tmp = self.dir.join("snapshot.tmp");
-        let mut f = File::create(&tmp)?;
+        let mut f = create_private(&tmp)?;
         f.write_all(snapshot)?;
         f.sync_all()?;
         fs::rename(&tmp, self.dir.join("snapshot"))?;

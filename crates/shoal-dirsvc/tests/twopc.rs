@@ -39,7 +39,11 @@ impl Nodes {
     fn up() -> Nodes {
         let dir = tempfile::tempdir().unwrap();
         let key_file = dir.path().join("cluster.key");
-        std::fs::write(&key_file, format!("{}\n", ClusterKey::random().to_hex())).unwrap();
+        shoal_rpc::private::write(
+            &key_file,
+            format!("{}\n", ClusterKey::random().to_hex()).as_bytes(),
+        )
+        .unwrap();
         let addrs: Vec<SocketAddr> = (0..2)
             .map(|_| SocketAddr::from(([127, 0, 0, 1], free_port())))
             .collect();

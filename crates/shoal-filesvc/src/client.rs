@@ -24,10 +24,13 @@
 //!
 //! **Client cache.**  Files never change, so a copy is valid as long as
 //! the file exists: with a cache directory ([`FileClient::with_cache`];
-//! the command line uses one per node), a read asks a replica for the
+//! the command line uses one per user), a read asks a replica for the
 //! file's size and digest (one small call, which also checks the
 //! capability's rights and that the file still exists), then reads a
-//! cached copy with that digest from the local disk's page cache.
+//! cached copy with that digest from the local disk's page cache.  Each
+//! copy ends with the BLAKE3 of its bytes, and is handed on only after
+//! they hash to it.  The cache is the user's own (a private directory,
+//! files 0600), so no other user can read or plant a copy.
 
 use std::io::{Read, Write};
 use std::os::unix::fs::FileExt;
@@ -83,6 +86,42 @@ impl ClientError {
             _ => false,
         }
     }
+}
+
+/// A new cache file only its owner can read.
+fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+}
+
+/// Whether the first `size` bytes of `f` hash to the BLAKE3 that follows
+/// them; leaves `f` at its start.
+fn cached_copy_intact(f: &mut std::fs::File, size: u64) -> bool {
+    use std::io::Seek;
+    let mut hasher = blake3::Hasher::new();
+    if std::io::copy(&mut (&mut *f).take(size), &mut hasher).ok() != Some(size) {
+        return false;
+    }
+    let mut trailer = [0u8; 32];
+    f.read_exact(&mut trailer).is_ok()
+        && hasher.finalize().as_bytes() == &trailer
+        && f.rewind().is_ok()
+}
+
+/// Ends a cache copy of `size` bytes in `f` with their BLAKE3.
+fn seal_cached_copy(f: &mut std::fs::File, size: u64) -> std::io::Result<()> {
+    use std::io::Seek;
+    f.rewind()?;
+    let mut hasher = blake3::Hasher::new();
+    if std::io::copy(&mut (&mut *f).take(size), &mut hasher)? != size {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    f.write_all_at(hasher.finalize().as_bytes(), size)
 }
 
 /// A local cache of immutable files.
@@ -453,7 +492,11 @@ impl FileClient {
         };
         let path = cache.path(&first, &st);
         let tmp = path.with_extension(format!("tmp{}", rand::random::<u32>()));
-        if std::fs::write(&tmp, data).is_ok() && std::fs::rename(&tmp, &path).is_ok() {
+        let written = create_private(&tmp).and_then(|mut f| {
+            f.write_all(data)?;
+            f.write_all(blake3::hash(data).as_bytes())
+        });
+        if written.is_ok() && std::fs::rename(&tmp, &path).is_ok() {
             cache.trim();
         } else {
             let _ = std::fs::remove_file(&tmp);
@@ -564,19 +607,30 @@ impl FileClient {
         let cached = self.cache.clone().map(|c| (c.path(&first, &st), c));
         if let Some((path, _)) = &cached
             && let Ok(mut f) = std::fs::File::open(path)
-            && f.metadata().map(|m| m.len()).ok() == Some(st.size)
+            && f.metadata().map(|m| m.len()).ok() == Some(st.size + 32)
         {
-            let _ = f.set_modified(std::time::SystemTime::now());
-            let mut buf = vec![0u8; 1 << 20];
-            loop {
-                let n = f
-                    .read(&mut buf)
-                    .map_err(|e| ClientError::Local(e.to_string()))?;
-                if n == 0 {
-                    return Ok(st.size);
+            // A copy is used only if its bytes hash to the BLAKE3 written
+            // after them: checked in full before the first byte goes on, so
+            // a damaged copy is never half delivered (the second pass reads
+            // from the page cache).
+            if cached_copy_intact(&mut f, st.size) {
+                let _ = f.set_modified(std::time::SystemTime::now());
+                let mut buf = vec![0u8; 1 << 20];
+                let mut left = st.size;
+                while left > 0 {
+                    let want = left.min(buf.len() as u64) as usize;
+                    let n = f
+                        .read(&mut buf[..want])
+                        .map_err(|e| ClientError::Local(e.to_string()))?;
+                    if n == 0 {
+                        return Err(ClientError::Local("cached copy shrank".into()));
+                    }
+                    sink(&buf[..n])?;
+                    left -= n as u64;
                 }
-                sink(&buf[..n])?;
+                return Ok(st.size);
             }
+            let _ = std::fs::remove_file(path);
         }
         // Tee into a new cache entry if the file fits.
         let mut tee = cached
@@ -584,7 +638,7 @@ impl FileClient {
             .filter(|(_, c)| st.size <= c.max_bytes / 2)
             .and_then(|(path, _)| {
                 let tmp = path.with_extension(format!("tmp{}", rand::random::<u32>()));
-                std::fs::File::create(&tmp).ok().map(|f| (tmp, f))
+                create_private(&tmp).ok().map(|f| (tmp, f))
             });
         // Two calls in flight while all goes well; then, from wherever that
         // stopped, one at a time with failover between replicas.
@@ -646,9 +700,10 @@ impl FileClient {
                 return Err(ClientError::AllReplicas(errors));
             }
         }
-        if let (Some((tmp, f)), Some((path, cache))) = (tee, &cached) {
+        if let (Some((tmp, mut f)), Some((path, cache))) = (tee, &cached) {
+            let sealed = seal_cached_copy(&mut f, st.size);
             drop(f);
-            if std::fs::rename(&tmp, path).is_ok() {
+            if sealed.is_ok() && std::fs::rename(&tmp, path).is_ok() {
                 cache.trim();
             } else {
                 let _ = std::fs::remove_file(tmp);

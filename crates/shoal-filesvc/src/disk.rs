@@ -2,7 +2,7 @@
 //! offset from any thread, and `fdatasync` (which also makes a changed
 //! length durable).
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -16,13 +16,11 @@ pub struct FileDisk {
 }
 
 impl FileDisk {
+    /// Opens `path`, creating it 0600 (its directory synced) if missing;
+    /// an existing file must be this user's and private
+    /// (`shoal_rpc::private`): the store's files hold its secrets.
     pub fn open(path: &Path) -> io::Result<FileDisk> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)?;
+        let file = shoal_rpc::private::create_or_open(path).map_err(io::Error::other)?;
         Ok(FileDisk {
             file,
             syncs: Default::default(),

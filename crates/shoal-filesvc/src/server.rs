@@ -45,12 +45,12 @@ impl Default for ServerConfig {
     }
 }
 
-/// Opens the store in `dir`, formatting it if the directory holds none.
+/// Opens the store in `dir` (made private: only this user may enter it),
+/// formatting it if the directory holds none.
 pub fn open_store(dir: &Path, cfg: StoreConfig) -> Result<Store<FileDisk>, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let f = |n: &str| {
-        FileDisk::open(&dir.join(n)).map_err(|e| format!("{}: {e}", dir.join(n).display()))
-    };
+    // The metadata holds the server's get-port and every file's secret.
+    shoal_rpc::private::dir(dir, true)?;
+    let f = |n: &str| FileDisk::open(&dir.join(n)).map_err(|e| e.to_string());
     let disks = Disks {
         data: f("data")?,
         meta: [f("meta.0")?, f("meta.1")?],

@@ -128,8 +128,9 @@ pub struct Daemon {
 impl Daemon {
     /// Starts every thread of a node with `config`.  `stop` ends it.
     pub fn start(config: NodeConfig, stop: Arc<AtomicBool>) -> Result<Daemon, String> {
-        let key_text = std::fs::read_to_string(&config.key_file)
-            .map_err(|e| format!("cannot read cluster key {}: {e}", config.key_file.display()))?;
+        let key_bytes =
+            shoal_rpc::private::read(&config.key_file).map_err(|e| format!("cluster key: {e}"))?;
+        let key_text = String::from_utf8_lossy(&key_bytes);
         let key = ClusterKey::from_str(&key_text)
             .map_err(|e| format!("{}: {e}", config.key_file.display()))?;
         let node = crate::state::node_id(&config.state_dir)?;

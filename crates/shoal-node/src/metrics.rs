@@ -1,37 +1,64 @@
 //! Prometheus metrics over a minimal HTTP/1.1 responder: every request,
 //! whatever its path, gets the text exposition of the node's counters.
+//! Up to 32 clients are answered at once, each on its own thread.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::daemon::Shared;
 
-/// Serves metrics on `addr`; returns the bound address.
+/// Most scrapes served at once; a connection past them is closed at once.
+const MAX_CLIENTS: usize = 32;
+
+/// Serves metrics on `addr`; returns the bound address.  Each connection
+/// is answered on a thread of its own, so an idle or slow client delays
+/// nobody else.
 pub fn start(shared: Arc<Shared>, addr: SocketAddr) -> Result<SocketAddr, String> {
     let listener =
         TcpListener::bind(addr).map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
     let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    let clients = Arc::new(AtomicUsize::new(0));
     std::thread::Builder::new()
         .name("metrics".into())
         .spawn(move || {
             for stream in listener.incoming() {
-                let Ok(mut stream) = stream else { continue };
-                let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-                let mut buf = [0u8; 4096];
-                let _ = stream.read(&mut buf);
-                let body = render(&shared);
-                let head = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = stream.write_all(head.as_bytes());
-                let _ = stream.write_all(body.as_bytes());
+                let Ok(stream) = stream else { continue };
+                if clients.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
+                    clients.fetch_sub(1, Ordering::AcqRel);
+                    continue;
+                }
+                let (shared, mine) = (shared.clone(), clients.clone());
+                let spawned = std::thread::Builder::new()
+                    .name("metrics-client".into())
+                    .spawn(move || {
+                        answer(&shared, stream);
+                        mine.fetch_sub(1, Ordering::AcqRel);
+                    });
+                if spawned.is_err() {
+                    clients.fetch_sub(1, Ordering::AcqRel);
+                }
             }
         })
         .map_err(|e| format!("cannot start metrics thread: {e}"))?;
     Ok(bound)
+}
+
+/// Reads one request (whatever it asks) and answers with the exposition.
+fn answer(shared: &Shared, mut stream: TcpStream) {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
+    let mut buf = [0u8; 4096];
+    let _ = stream.read(&mut buf);
+    let body = render(shared);
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = stream.write_all(head.as_bytes());
+    let _ = stream.write_all(body.as_bytes());
 }
 
 /// The exposition text.

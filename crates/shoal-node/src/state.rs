@@ -1,4 +1,5 @@
-//! The node's state directory: its persistent identity.
+//! The node's state directory (private: `crate::private`): its
+//! persistent identity, written durably.
 
 use std::path::Path;
 
@@ -6,8 +7,7 @@ use shoal_wire::NodeId;
 
 /// Reads the node id from `dir/node.id`, creating it on first start.
 pub fn node_id(dir: &Path) -> Result<NodeId, String> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| format!("cannot create state directory {}: {e}", dir.display()))?;
+    shoal_rpc::private::dir(dir, true)?;
     let path = dir.join("node.id");
     match std::fs::read_to_string(&path) {
         Ok(text) => u64::from_str_radix(text.trim(), 16)
@@ -15,10 +15,7 @@ pub fn node_id(dir: &Path) -> Result<NodeId, String> {
             .map_err(|_| format!("{} is corrupt: expected 16 hex digits", path.display())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let id = NodeId::random();
-            let tmp = dir.join("node.id.tmp");
-            std::fs::write(&tmp, format!("{id}\n"))
-                .and_then(|()| std::fs::rename(&tmp, &path))
-                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            shoal_rpc::private::write(&path, format!("{id}\n").as_bytes())?;
             Ok(id)
         }
         Err(e) => Err(format!("cannot read {}: {e}", path.display())),

@@ -43,6 +43,7 @@ mod context;
 mod error;
 pub mod group;
 pub mod link;
+pub mod private;
 mod server;
 mod socket;
 mod spin;

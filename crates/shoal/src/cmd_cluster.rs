@@ -10,7 +10,7 @@ use crate::Failure;
 
 #[derive(Args, Clone)]
 pub struct DirArg {
-    /// The cluster's directory (default: $SHOAL_CLUSTER or /tmp/shoal-cluster).
+    /// The cluster's directory (default: $SHOAL_CLUSTER, else /run/shoal/cluster for root and /tmp/shoal-cluster-UID for others).
     #[arg(long, global = true)]
     pub dir: Option<PathBuf>,
 }

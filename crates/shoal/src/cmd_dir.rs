@@ -196,13 +196,16 @@ pub fn load_root(common: &Common) -> Result<Capability, Failure> {
         return Ok(c);
     }
     let path = root_file();
-    let text = std::fs::read_to_string(&path).map_err(|e| {
-        Failure::failed(format!(
-            "no root directory ({}: {e}); run `shoal init` first, or pass --root",
+    if !path.exists() {
+        return Err(Failure::failed(format!(
+            "no root directory ({} does not exist); run `shoal init` first, or pass --root",
             path.display()
-        ))
-    })?;
-    text.trim()
+        )));
+    }
+    // An all-rights capability: only its owner may read it.
+    let bytes = shoal_rpc::private::read(&path).map_err(Failure::failed)?;
+    String::from_utf8_lossy(&bytes)
+        .trim()
         .parse()
         .map_err(|e| Failure::failed(format!("{}: {e}", path.display())))
 }
@@ -221,9 +224,9 @@ pub fn init(force: bool) -> Result<(), Failure> {
     let root = dir
         .create_dir(&["owner", "group", "other"])
         .map_err(client_failure)?;
-    std::fs::create_dir_all(config_dir())
-        .and_then(|_| std::fs::write(&path, format!("{root}\n")))
-        .map_err(|e| Failure::failed(format!("{}: {e}", path.display())))?;
+    shoal_rpc::private::dir(&config_dir(), true)
+        .and_then(|()| shoal_rpc::private::write(&path, format!("{root}\n").as_bytes()))
+        .map_err(Failure::failed)?;
     println!("root directory {root}");
     println!("saved in {}", path.display());
     Ok(())

@@ -146,18 +146,27 @@ pub struct ServeArgs {
     common: Common,
 }
 
-/// A file client with this node's cache (`$SHOAL_FILE_CACHE` names
-/// another directory; `off` disables it).
+/// A file client with the user's cache, `~/.cache/shoal/files` (or under
+/// `$XDG_CACHE_HOME`), a directory only they can enter;
+/// `$SHOAL_FILE_CACHE` names another, and `off` disables it.
 fn file_client(ctx: &shoal_rpc::Context) -> Result<FileClient, Failure> {
     let dir = match std::env::var_os("SHOAL_FILE_CACHE") {
         Some(d) if d == "off" => None,
         Some(d) => Some(PathBuf::from(d)),
-        None => ctx
-            .config()
-            .node_socket
-            .as_ref()
-            .and_then(|s| s.parent())
-            .map(|p| p.join("file-cache")),
+        None => std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .map(|c| c.join("shoal/files")),
+    };
+    let dir = match dir {
+        Some(d) => match shoal_rpc::private::dir(&d, true) {
+            Ok(()) => Some(d),
+            Err(e) => {
+                eprintln!("shoal: not caching files: {e}");
+                None
+            }
+        },
+        None => None,
     };
     Ok(FileClient::new(ctx)
         .map_err(file_failure)?

@@ -11,7 +11,7 @@ use crate::Failure;
 
 #[derive(Args)]
 pub struct StatusArgs {
-    /// The local cluster's directory (default: $SHOAL_CLUSTER or /tmp/shoal-cluster).
+    /// The local cluster's directory (default: $SHOAL_CLUSTER, else /run/shoal/cluster for root and /tmp/shoal-cluster-UID for others).
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// The node to ask (default: the first).

@@ -383,8 +383,22 @@ fn datagrams_without_the_cluster_key_are_dropped_and_counted() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    // Prometheus sees the same counters.
-    let metrics = fetch_metrics(c.node("n1").unwrap().metrics);
+    // Prometheus sees the same counters, even with idle clients connected
+    // first: they are still waiting for their answers when it gets its own.
+    let addr = c.node("n1").unwrap().metrics;
+    let idle: Vec<_> = (0..3)
+        .map(|_| std::net::TcpStream::connect(addr).unwrap())
+        .collect();
+    let metrics = fetch_metrics(addr);
+    for s in &idle {
+        s.set_nonblocking(true).unwrap();
+        let mut byte = [0u8; 1];
+        let r = std::io::Read::read(&mut &*s, &mut byte);
+        assert!(
+            matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+            "an idle client was answered before the scrape: {r:?}"
+        );
+    }
     let line = metrics
         .lines()
         .find(|l| l.starts_with("shoal_node_dropped_bad_mac_total"))
