@@ -11,10 +11,13 @@
 //! ```text
 //! DIR/cluster.toml      what `up` built: mode, subnet, nodes, addresses
 //! DIR/cluster.key       the cluster key
+//! DIR/admin/            the cluster's admin key and id (0700), which
+//!                       admitted every node
 //! DIR/n1/node.toml      node n1's configuration
 //! DIR/n1/node.log       its log
 //! DIR/n1/node.sock      its link socket
-//! DIR/n1/state/         its identity and pid file (0700)
+//! DIR/n1/state/         its identity (static key, certificate) and pid
+//!                       file (0700)
 //! ```
 //!
 //! The directory is checked to be the user's and writable by nobody else
@@ -171,6 +174,8 @@ impl Cluster {
         let key = ClusterKey::random();
         let key_file = dir.join("cluster.key");
         shoal_rpc::private::write(&key_file, format!("{}\n", key.to_hex()).as_bytes())?;
+        // The cluster's own admin key admits every node.
+        let admin = shoal_node::identity::Admin::create(&dir.join("admin"))?;
         let bridge = (spec.mode == Mode::Netns).then(|| format!("shb-{}", spec.name));
         if let Some(bridge) = &bridge {
             progress(&format!(
@@ -186,6 +191,16 @@ impl Cluster {
             let state_dir = node_dir.join("state");
             owned_dir(&node_dir)?;
             shoal_rpc::private::dir(&state_dir, false)?;
+            let public = shoal_node::identity::static_public_hex(&state_dir)?;
+            let public: [u8; 32] = hex::decode(public)
+                .ok()
+                .and_then(|k| k.try_into().ok())
+                .expect("a static key's public half is 32 bytes");
+            let cert = admin.admit(&name, public, shoal_node::identity::CERT_DAYS)?;
+            shoal_rpc::private::write(
+                &state_dir.join(shoal_node::identity::NODE_CERT),
+                format!("{}\n", hex::encode(cert)).as_bytes(),
+            )?;
             let (addr, bind, broadcast, netns, metrics) = match spec.mode {
                 Mode::Netns => {
                     let ip = Ipv4Addr::new(10, 77, spec.subnet, 10 + i as u8);
@@ -229,6 +244,9 @@ impl Cluster {
                 broadcast,
                 seeds: Some(seeds),
                 key_file: Some(key_file.clone()),
+                cluster_id: Some(admin.cluster().to_hex()),
+                admin_key: Some(admin.public().to_hex()),
+                cert_file: None,
                 metrics: Some(metrics),
                 frag_bytes: None,
                 socket: Some(entry.socket.clone()),

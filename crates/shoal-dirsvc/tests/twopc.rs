@@ -49,10 +49,17 @@ impl Nodes {
             .collect();
         let mut daemons = Vec::new();
         let mut ctx = Vec::new();
+        let admin = shoal_node::identity::Admin::create(&dir.path().join("admin")).unwrap();
         for i in 0..2 {
-            let state_dir = dir.path().join(format!("n{}", i + 1));
+            let name = format!("n{}", i + 1);
+            let state_dir = dir.path().join(&name);
+            let public = shoal_node::identity::static_public_hex(&state_dir).unwrap();
+            let public: [u8; 32] = hex::decode(public).unwrap().try_into().unwrap();
+            let cert = admin.admit(&name, public, 1).unwrap();
+            let cert_file = state_dir.join("node.cert");
+            std::fs::write(&cert_file, hex::encode(cert)).unwrap();
             let config = NodeConfig {
-                name: format!("n{}", i + 1),
+                name,
                 socket: state_dir.join("node.sock"),
                 state_dir,
                 addr: addrs[i],
@@ -60,6 +67,9 @@ impl Nodes {
                 broadcast: None,
                 seeds: vec![addrs[1 - i]],
                 key_file: key_file.clone(),
+                cluster: admin.cluster(),
+                admin: admin.public(),
+                cert_file,
                 metrics: None,
                 frag_bytes: 60_000,
                 owner_detect: false,

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use shoal_session::{AdminPublic, ClusterId};
 
 /// The configuration file's contents; every field optional.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -24,6 +25,12 @@ pub struct NodeConfigFile {
     pub seeds: Option<Vec<SocketAddr>>,
     /// File holding the cluster key (64 hex characters).
     pub key_file: Option<PathBuf>,
+    /// The cluster's id (32 hex digits, from `shoal cluster init`).
+    pub cluster_id: Option<String>,
+    /// The admin key's public half (64 hex digits): what admits nodes.
+    pub admin_key: Option<String>,
+    /// This node's certificate (default: `STATE_DIR/node.cert`).
+    pub cert_file: Option<PathBuf>,
     /// Where to serve Prometheus metrics.
     pub metrics: Option<SocketAddr>,
     /// Body bytes per datagram.
@@ -54,6 +61,9 @@ impl NodeConfigFile {
             broadcast: over.broadcast.or(self.broadcast),
             seeds: over.seeds.or(self.seeds),
             key_file: over.key_file.or(self.key_file),
+            cluster_id: over.cluster_id.or(self.cluster_id),
+            admin_key: over.admin_key.or(self.admin_key),
+            cert_file: over.cert_file.or(self.cert_file),
             metrics: over.metrics.or(self.metrics),
             frag_bytes: over.frag_bytes.or(self.frag_bytes),
             socket: over.socket.or(self.socket),
@@ -72,6 +82,9 @@ pub struct NodeConfig {
     pub broadcast: Option<SocketAddr>,
     pub seeds: Vec<SocketAddr>,
     pub key_file: PathBuf,
+    pub cluster: ClusterId,
+    pub admin: AdminPublic,
+    pub cert_file: PathBuf,
     pub metrics: Option<SocketAddr>,
     pub frag_bytes: usize,
     pub socket: PathBuf,
@@ -90,6 +103,15 @@ impl NodeConfig {
         let key_file = file
             .key_file
             .ok_or("no cluster key: set key_file in the config or pass --key-file")?;
+        let cluster = ClusterId::from_hex(file.cluster_id.as_deref().ok_or(
+            "no cluster id: set cluster_id in the config (`shoal cluster init` prints it)",
+        )?)
+        .map_err(|_| "cluster_id must be 32 hex digits")?;
+        let admin =
+            AdminPublic::from_hex(file.admin_key.as_deref().ok_or(
+                "no admin key: set admin_key in the config (`shoal cluster init` prints it)",
+            )?)
+            .map_err(|_| "admin_key must be 64 hex digits")?;
         let name = file.name.unwrap_or_else(|| addr.to_string());
         if name.is_empty() || name.len() > shoal_wire::MAX_NAME_BYTES {
             return Err(format!(
@@ -106,6 +128,11 @@ impl NodeConfig {
         }
         Ok(NodeConfig {
             socket: file.socket.unwrap_or_else(|| state_dir.join("node.sock")),
+            cert_file: file
+                .cert_file
+                .unwrap_or_else(|| state_dir.join(crate::identity::NODE_CERT)),
+            cluster,
+            admin,
             name,
             bind: file.bind.unwrap_or(addr),
             addr,
@@ -132,6 +159,8 @@ mod tests {
             state_dir = "/tmp/a"
             addr = "127.0.0.1:7701"
             key_file = "/tmp/key"
+            cluster_id = "00112233445566778899aabbccddeeff"
+            admin_key = "0011223344556677889900112233445566778899001122334455667788990011"
             "#,
         )
         .unwrap();
@@ -143,6 +172,7 @@ mod tests {
         assert_eq!(c.name, "b");
         assert_eq!(c.bind, c.addr);
         assert_eq!(c.socket, PathBuf::from("/tmp/a/node.sock"));
+        assert_eq!(c.cert_file, PathBuf::from("/tmp/a/node.cert"));
     }
 
     #[test]

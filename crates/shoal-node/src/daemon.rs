@@ -1,7 +1,9 @@
 //! The daemon's threads and shared state.
 //!
 //! - `net`: the node socket: answers locate questions from the registry,
-//!   takes and sends heartbeats.
+//!   takes and sends heartbeats, which travel sealed in node sessions
+//!   (`shoal_session::Sessions`: a Noise handshake with each peer, whose
+//!   certificate must name the node its heartbeats speak for).
 //! - `link-accept` and one `link` thread per program (see `link_server`).
 //! - `service-N`: the node service, a shoal RPC server like any other
 //!   (status, and the home's answers for its processes).
@@ -20,6 +22,8 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use shoal_proto::{Dest, Membership, MembershipConfig, Registry, Stats, Time};
 use shoal_rpc::{Context, Server};
+use shoal_session::table::{Config as SessionConfig, Output as SessionOutput};
+use shoal_session::{Algorithm, Sessions};
 use shoal_wire::{ClusterKey, MAX_DATAGRAM, NodeId, Owner, Packet, decode};
 
 use crate::config::NodeConfig;
@@ -71,6 +75,13 @@ pub(crate) struct Shared {
     /// The daemon's own RPC context, once it serves.
     pub rpc: OnceLock<Context>,
     pub key: ClusterKey,
+    /// This node's certificate and what it trusts.
+    pub identity: crate::identity::Identity,
+    /// Sessions with the other nodes (heartbeats travel in them).
+    pub sessions: Mutex<Sessions>,
+    /// Heartbeats refused: unsealed, or naming another node than the
+    /// session's.
+    pub forged_heartbeats: std::sync::atomic::AtomicU64,
     pub node: NodeId,
     pub started: Instant,
     pub state: Mutex<State>,
@@ -113,8 +124,32 @@ impl Shared {
                 .entries()
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v))
+                .chain(self.session_counters())
                 .collect(),
+            cluster: self.identity.trust.cluster.to_hex(),
+            cert_serial: self.identity.me.cert().serial,
+            revocations: self.sessions.lock().trust().revoked.version,
         }
+    }
+}
+
+impl Shared {
+    /// The session table's counters and the refused heartbeats, named as
+    /// the metrics export them.
+    fn session_counters(&self) -> Vec<(String, u64)> {
+        let s = self.sessions.lock().stats().clone();
+        vec![
+            ("session_handshakes".into(), s.handshakes),
+            ("session_handshake_failures".into(), s.handshake_failures),
+            ("session_replays".into(), s.replays),
+            ("session_bad_tags".into(), s.bad_tags),
+            ("session_unknown_index".into(), s.unknown_index),
+            ("session_dropped_queued".into(), s.dropped_queued),
+            (
+                "forged_heartbeats".into(),
+                self.forged_heartbeats.load(Ordering::Relaxed),
+            ),
+        ]
     }
 }
 
@@ -134,6 +169,21 @@ impl Daemon {
         let key = ClusterKey::from_str(&key_text)
             .map_err(|e| format!("{}: {e}", config.key_file.display()))?;
         let node = crate::state::node_id(&config.state_dir)?;
+        let identity = crate::identity::load(
+            &config.name,
+            &config.state_dir,
+            &config.cert_file,
+            config.cluster,
+            config.admin,
+            crate::identity::wall(),
+        )?;
+        let sessions = Sessions::new(
+            SessionConfig::default(),
+            identity.me.clone(),
+            identity.trust.clone(),
+            Algorithm::cpu_has_aes(),
+            rand::random(),
+        );
         let socket = shoal_rpc_socket(config.bind)?;
         let incarnation: u64 = rand::random();
         let membership = Membership::new(
@@ -158,6 +208,9 @@ impl Daemon {
                 at: None,
             }),
             key,
+            identity,
+            sessions: Mutex::new(sessions),
+            forged_heartbeats: Default::default(),
             node,
             started: Instant::now(),
             stop,
@@ -285,7 +338,30 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
         let _ = socket.set_read_timeout(Some(timeout));
         let received = socket.recv_from(&mut buf);
         let now = now();
-        let mut out = Vec::new();
+        let mut out: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
+        // Plaintexts that opened in a node session, with the peer's name.
+        let mut opened: Vec<(String, Vec<u8>)> = Vec::new();
+        let mut unsealed = None;
+        if let Ok((n, from)) = received {
+            if n >= 3 && buf[2] == shoal_session::datagram::VERSION {
+                let mut sessions = shared.sessions.lock();
+                let mut outputs = Vec::new();
+                let wall = crate::identity::wall();
+                match sessions.handle(now.0, wall, from, &mut buf[..n], &mut outputs) {
+                    Ok(Some(o)) => {
+                        let (index, plaintext) = (o.index, o.plaintext.to_vec());
+                        if let Some((peer, _, _)) = sessions.session(index) {
+                            opened.push((peer.name.clone(), plaintext));
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::debug!(%from, "node datagram dropped: {e}"),
+                }
+                route(&sessions, outputs, &mut out, &mut opened);
+            } else {
+                unsealed = Some((n, from));
+            }
+        }
         let load = {
             let mut load = shared.load.lock();
             load.at
@@ -296,21 +372,33 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
                         .sample(shared.exec.count(), shared.exec.cpu_jiffies())
                 })
         };
+        let mut heartbeats = Vec::new();
         {
             let mut state = shared.state.lock();
-            if let Ok((n, from)) = received {
+            if received.is_ok() {
                 state.stats.datagrams_in += 1;
+            }
+            if let Some((n, from)) = unsealed {
+                // Programs' locate questions still come under the cluster
+                // key; heartbeats come only in node sessions.
                 match decode(&buf[..n], &shared.key) {
                     Ok(Packet::Locate(l)) => {
                         state.stats.locates += 1;
-                        if let Some(t) = state.registry.handle_locate(from, &l) {
-                            out.push(t);
+                        if let Some(t) = state.registry.handle_locate(from, &l)
+                            && let Dest::Addr(addr) = t.dest
+                        {
+                            out.push((addr, t.bytes));
                         }
                     }
-                    Ok(Packet::Heartbeat(h)) => state.membership.handle_heartbeat(now, &h),
+                    Ok(Packet::Heartbeat(_)) => {
+                        shared.forged_heartbeats.fetch_add(1, Ordering::Relaxed);
+                    }
                     Ok(_) => state.stats.dropped_stale += 1,
                     Err(e) => state.stats.count_wire_error(e),
                 }
+            }
+            for (peer, plaintext) in &opened {
+                hear(shared, &mut state, now, peer, plaintext);
             }
             if let Some(load) = load {
                 state.membership.set_load(now, load);
@@ -327,13 +415,72 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
             }
             state.membership.handle_timeout(now);
             while let Some(t) = state.membership.poll_transmit() {
-                out.push(t);
+                if let Dest::Addr(addr) = t.dest {
+                    heartbeats.push((addr, t.bytes));
+                }
             }
-            state.stats.datagrams_out += out.len() as u64;
         }
-        for t in out {
-            if let Dest::Addr(addr) = t.dest {
-                let _ = socket.send_to(&t.bytes, addr);
+        let mut late = Vec::new();
+        {
+            let mut sessions = shared.sessions.lock();
+            let mut outputs = Vec::new();
+            for (addr, bytes) in &heartbeats {
+                sessions.send(now.0, *addr, bytes, &mut outputs);
+            }
+            sessions.poll(now.0, &mut outputs);
+            route(&sessions, outputs, &mut out, &mut late);
+        }
+        // (Lock order: `state` before `sessions`, so never the other way.)
+        if !late.is_empty() {
+            let mut state = shared.state.lock();
+            for (peer, plaintext) in &late {
+                hear(shared, &mut state, now, peer, plaintext);
+            }
+        }
+        shared.state.lock().stats.datagrams_out += out.len() as u64;
+        for (addr, bytes) in out {
+            let _ = socket.send_to(&bytes, addr);
+        }
+    }
+}
+
+/// Handles what node `peer` sealed in its session: a heartbeat, which must
+/// speak for `peer` itself.
+fn hear(shared: &Shared, state: &mut State, now: Time, peer: &str, plaintext: &[u8]) {
+    match decode(plaintext, &shared.key) {
+        Ok(Packet::Heartbeat(h)) if h.name == peer => state.membership.handle_heartbeat(now, &h),
+        Ok(Packet::Heartbeat(h)) => {
+            tracing::warn!(session = %peer, claims = %h.name, "heartbeat for another node");
+            shared.forged_heartbeats.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(_) => state.stats.dropped_stale += 1,
+        Err(e) => state.stats.count_wire_error(e),
+    }
+}
+
+/// Sorts the session table's outputs: datagrams to send, plaintexts to
+/// handle (with the peer's name), and news for the log.
+fn route(
+    sessions: &Sessions,
+    outputs: Vec<SessionOutput>,
+    out: &mut Vec<(SocketAddr, Vec<u8>)>,
+    opened: &mut Vec<(String, Vec<u8>)>,
+) {
+    for o in outputs {
+        match o {
+            SessionOutput::Send { to, datagram } => out.push((to, datagram)),
+            SessionOutput::Deliver {
+                index, plaintext, ..
+            } => {
+                if let Some((peer, _, _)) = sessions.session(index) {
+                    opened.push((peer.name.clone(), plaintext));
+                }
+            }
+            SessionOutput::Up { addr, name, serial } => {
+                tracing::info!(%addr, %name, serial, "node session up")
+            }
+            SessionOutput::Refused { addr, why } => {
+                tracing::warn!(%addr, "node session refused: {why}")
             }
         }
     }

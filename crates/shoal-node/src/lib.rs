@@ -26,11 +26,13 @@
 //! started from a process gets of it) and `fdpass` (messages with file
 //! descriptors attached).
 
+mod account;
 mod config;
 mod daemon;
 pub mod exec;
 pub mod fdpass;
 mod home;
+pub mod identity;
 mod link_server;
 mod load;
 mod metrics;

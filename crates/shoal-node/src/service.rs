@@ -126,6 +126,15 @@ pub struct NodeStatus {
     pub links: u64,
     pub members: Vec<MemberStatus>,
     pub counters: std::collections::BTreeMap<String, u64>,
+    /// The cluster this node belongs to (hex id).
+    #[serde(default)]
+    pub cluster: String,
+    /// Its certificate's serial.
+    #[serde(default)]
+    pub cert_serial: u64,
+    /// The version of the newest revocation list it holds.
+    #[serde(default)]
+    pub revocations: u64,
 }
 
 /// Asks node `name`'s service `request`; its answer, decoded.

@@ -211,6 +211,14 @@ impl Spawner {
                 spec.uid
             ));
         }
+        // No group the user's account does not have.
+        let mut spec = spec.clone();
+        if root {
+            let (gid, groups) = crate::account::clamp(spec.uid, spec.gid, &spec.groups)
+                .map_err(|e| format!("cannot start {program}: {e}"))?;
+            spec.gid = gid;
+            spec.groups = groups;
+        }
         let (io, given) = match spec.tty {
             None => {
                 let (in_r, in_w) = pipe()?;
@@ -236,7 +244,7 @@ impl Spawner {
                 home: shoal_wire::NodeId(0),
                 seq: 0,
             },
-            spec: spec.clone(),
+            spec,
         }
         .encode();
         let path = path.as_os_str().as_bytes();
@@ -716,10 +724,6 @@ unsafe fn program_child(p: &Prepared, watcher: libc::pid_t, exec_fd: RawFd) -> !
                 fail_step(STEP_STDIO);
             }
         }
-        for (resource, limit) in &p.rlimits {
-            // A limit this node cannot grant stays as it is here.
-            libc::setrlimit(*resource as _, limit);
-        }
         if p.set_ids {
             if libc::setgroups(p.groups.len(), p.groups.as_ptr()) != 0 {
                 fail_step(STEP_GROUPS);
@@ -730,6 +734,20 @@ unsafe fn program_child(p: &Prepared, watcher: libc::pid_t, exec_fd: RawFd) -> !
             if libc::setuid(p.uid) != 0 {
                 fail_step(STEP_UID);
             }
+        }
+        // Limits are set as the user, and never above what this node
+        // itself has: a request can lower them, not raise them.
+        for (resource, limit) in &p.rlimits {
+            let mut here: libc::rlimit = std::mem::zeroed();
+            if libc::getrlimit(*resource as _, &mut here) != 0 {
+                continue;
+            }
+            let hard = limit.rlim_max.min(here.rlim_max);
+            let clamped = libc::rlimit {
+                rlim_cur: limit.rlim_cur.min(hard),
+                rlim_max: hard,
+            };
+            libc::setrlimit(*resource as _, &clamped);
         }
         libc::umask(p.umask);
         if libc::chdir(p.cwd.as_ptr()) != 0 {

@@ -139,6 +139,16 @@ enum NodeCommand {
         #[arg(value_enum)]
         state: OwnerState,
     },
+    /// Print this node's static public key (made on first use), for the
+    /// administrator's `shoal cluster admit`.
+    Key {
+        /// The node's state directory.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        /// Or its configuration file, which names it.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -260,6 +270,17 @@ fn run_node(args: NodeArgs) -> Result<(), Failure> {
             .map_err(|e| Failure::failed(e.to_string()))?;
         return Ok(());
     }
+    if let Some(NodeCommand::Key { state_dir, config }) = args.command {
+        let dir = match (state_dir, config) {
+            (Some(d), _) => d,
+            (None, Some(c)) => NodeConfigFile::load(&c)?
+                .state_dir
+                .ok_or_else(|| Failure::usage(format!("{} names no state_dir", c.display())))?,
+            (None, None) => return Err(Failure::usage("give --state-dir or --config")),
+        };
+        println!("{}", shoal_node::identity::static_public_hex(&dir)?);
+        return Ok(());
+    }
     let file = match &args.config {
         Some(path) => NodeConfigFile::load(path)?,
         None => NodeConfigFile::default(),
@@ -272,6 +293,9 @@ fn run_node(args: NodeArgs) -> Result<(), Failure> {
         broadcast: args.broadcast,
         seeds: (!args.seeds.is_empty()).then_some(args.seeds),
         key_file: args.key_file,
+        cluster_id: None,
+        admin_key: None,
+        cert_file: None,
         metrics: args.metrics,
         frag_bytes: args.frag_bytes,
         socket: None,

@@ -1,10 +1,13 @@
-//! `shoal cluster ...`: local clusters for development, demos and tests.
+//! `shoal cluster ...`: local clusters for development, demos and tests;
+//! and the administrator's commands for real ones (`init`, `admit`,
+//! `revoke`).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use shoal_cluster::{Cluster, Mode, Spec};
+use shoal_node::identity::Admin;
 
 use crate::Failure;
 
@@ -85,6 +88,47 @@ pub enum ClusterCommand {
     },
     /// Undo partition and loss on a node.
     Heal(NodeArg),
+    /// Make a new cluster's admin key and id (for real machines): prints
+    /// the lines every node's configuration needs.
+    Init(AdminArg),
+    /// Admit a node: print a certificate for its name and key (from
+    /// `shoal node key` on that machine), to save as its node.cert.
+    Admit {
+        /// The node's name.
+        name: String,
+        /// The node's static public key, 64 hex digits.
+        key: String,
+        /// Days the certificate is valid.
+        #[arg(long, default_value_t = shoal_node::identity::CERT_DAYS)]
+        days: u64,
+        #[command(flatten)]
+        admin: AdminArg,
+    },
+    /// Revoke a node's certificates (by name or serial): print the new
+    /// revocation list, to save as each node's STATE_DIR/revoked.
+    Revoke {
+        /// The node's name, or a certificate serial.
+        node: String,
+        #[command(flatten)]
+        admin: AdminArg,
+    },
+}
+
+#[derive(Args, Clone)]
+pub struct AdminArg {
+    /// Where the admin key lives (default: $SHOAL_ADMIN_DIR, else
+    /// ~/.config/shoal/admin); a directory only its owner may enter.
+    #[arg(long)]
+    pub admin_dir: Option<PathBuf>,
+}
+
+impl AdminArg {
+    fn dir(&self) -> PathBuf {
+        self.admin_dir
+            .clone()
+            .or_else(|| std::env::var_os("SHOAL_ADMIN_DIR").map(PathBuf::from))
+            .unwrap_or_else(|| crate::cmd_dir::config_dir().join("admin"))
+    }
 }
 
 #[derive(Args)]
@@ -162,6 +206,33 @@ pub fn run(command: ClusterCommand) -> Result<(), Failure> {
             Ok(Cluster::open(&node.dir.dir())?.loss(&node.node, percent)?)
         }
         ClusterCommand::Heal(n) => Ok(Cluster::open(&n.dir.dir())?.heal(&n.node)?),
+        ClusterCommand::Init(admin) => {
+            let a = Admin::create(&admin.dir())?;
+            eprintln!("admin key made in {} (keep it safe)", admin.dir().display());
+            eprintln!("every node's configuration needs:");
+            println!("cluster_id = \"{}\"", a.cluster().to_hex());
+            println!("admin_key = \"{}\"", a.public().to_hex());
+            Ok(())
+        }
+        ClusterCommand::Admit {
+            name,
+            key,
+            days,
+            admin,
+        } => {
+            let key: [u8; 32] = hex::decode(key.trim())
+                .ok()
+                .and_then(|k| k.try_into().ok())
+                .ok_or_else(|| Failure::usage("the node's key must be 64 hex digits"))?;
+            let cert = Admin::open(&admin.dir())?.admit(&name, key, days)?;
+            println!("{}", hex::encode(cert));
+            Ok(())
+        }
+        ClusterCommand::Revoke { node, admin } => {
+            let list = Admin::open(&admin.dir())?.revoke(&node)?;
+            println!("{}", hex::encode(list));
+            Ok(())
+        }
     }
 }
 

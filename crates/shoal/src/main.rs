@@ -36,6 +36,14 @@ impl Failure {
         }
     }
 
+    /// The command was given wrong arguments.
+    pub fn usage(message: impl Into<String>) -> Failure {
+        Failure {
+            code: 2,
+            message: message.into(),
+        }
+    }
+
     /// The target could not be reached.
     pub fn unreachable(message: impl Into<String>) -> Failure {
         Failure {

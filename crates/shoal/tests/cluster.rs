@@ -413,6 +413,52 @@ fn datagrams_without_the_cluster_key_are_dropped_and_counted() {
     c.wait_ready(Duration::from_secs(5), &mut |_| {}).unwrap();
 }
 
+/// Heartbeats count only inside node sessions: one sent in the clear by a
+/// holder of the cluster key (for a node that does not exist, or naming a
+/// real one) is refused and counted, and the membership does not change.
+#[test]
+fn heartbeats_outside_node_sessions_are_refused_and_counted() {
+    let t = TestCluster::up("tv", 40, 2, Mode::Netns);
+    let c = t.get();
+    let ctx = c.context();
+    let before = c.status(&ctx, "n1", Duration::from_secs(2)).unwrap();
+    assert!(before.counters["session_handshakes"] >= 1, "{before:?}");
+    assert_ne!(before.cert_serial, 0);
+    let target = c.node("n1").unwrap().addr;
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    for (node, name) in [(0x5eed_u64, "n9"), (1, "n2")] {
+        let heartbeat = shoal_wire::encode(
+            &shoal_wire::Packet::Heartbeat(shoal_wire::Heartbeat {
+                node: shoal_wire::NodeId(node),
+                incarnation: 1,
+                name: name.into(),
+                addr: socket.local_addr().unwrap(),
+                members: vec![],
+                load: None,
+            }),
+            c.key(),
+        );
+        for _ in 0..5 {
+            socket.send_to(&heartbeat, target).unwrap();
+        }
+    }
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let after = c.status(&ctx, "n1", Duration::from_secs(2)).unwrap();
+        if after.counters["forged_heartbeats"] - before.counters["forged_heartbeats"] >= 10 {
+            assert!(
+                after.members.iter().all(|m| m.name != "n9"),
+                "{:?}",
+                after.members
+            );
+            assert_eq!(after.members.len(), 2);
+            break;
+        }
+        assert!(Instant::now() < until, "{:?}", after.counters);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn fetch_metrics(addr: std::net::SocketAddr) -> String {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).unwrap();

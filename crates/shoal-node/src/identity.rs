@@ -1,0 +1,337 @@
+//! A node's identity and what it trusts, on disk (`docs/security.md`,
+//! "Admission and revocation"), and the administrator's side: the admin
+//! key that admits nodes and revokes them.
+//!
+//! ```text
+//! STATE_DIR/node.key    the node's static X25519 key (hex, 0600), made at first start
+//! STATE_DIR/node.cert   its certificate, from the administrator (hex)
+//! STATE_DIR/revoked     the newest revocation list this node verified (hex)
+//! ADMIN_DIR/admin.key   the admin key's seed (hex, 0600; the directory 0700)
+//! ADMIN_DIR/cluster.id  the cluster id (hex)
+//! ADMIN_DIR/admitted    one line per certificate: serial, name
+//! ADMIN_DIR/revoked     the current revocation list (hex)
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use shoal_rpc::private;
+use shoal_session::handshake::static_public;
+use shoal_session::{
+    AdminKey, AdminPublic, ClusterId, NodeCert, NodeIdentity, RevocationList, Trust,
+};
+
+/// The node's static key file in its state directory.
+pub const NODE_KEY: &str = "node.key";
+/// The node's certificate, by default in its state directory.
+pub const NODE_CERT: &str = "node.cert";
+/// The newest revocation list, in the state directory.
+pub const REVOKED: &str = "revoked";
+
+/// How long a certificate is valid by default.
+pub const CERT_DAYS: u64 = 365;
+
+/// Unix seconds now.
+pub fn wall() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The node's static private key, made (0600) on first use.
+pub fn static_key(state_dir: &Path) -> Result<[u8; 32], String> {
+    private::dir(state_dir, true)?;
+    let path = state_dir.join(NODE_KEY);
+    if path.exists() {
+        let text = private::read(&path)?;
+        return parse_hex32(&String::from_utf8_lossy(&text))
+            .ok_or_else(|| format!("{} is corrupt: expected 64 hex digits", path.display()));
+    }
+    let key: [u8; 32] = rand::random();
+    private::write(&path, format!("{}\n", hex::encode(key)).as_bytes())?;
+    Ok(key)
+}
+
+/// The public half of the node's static key, as the administrator admits
+/// it (`shoal node key`).
+pub fn static_public_hex(state_dir: &Path) -> Result<String, String> {
+    Ok(hex::encode(static_public(&static_key(state_dir)?)))
+}
+
+/// A node's identity, checked, and what it trusts.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub me: NodeIdentity,
+    pub trust: Trust,
+}
+
+/// Loads the identity of the node named `name` whose state is in
+/// `state_dir` and certificate in `cert_file`, in the cluster `cluster`
+/// under the admin key `admin`; checks it at `wall`.
+pub fn load(
+    name: &str,
+    state_dir: &Path,
+    cert_file: &Path,
+    cluster: ClusterId,
+    admin: AdminPublic,
+    wall: u64,
+) -> Result<Identity, String> {
+    let private = static_key(state_dir)?;
+    let revoked_path = state_dir.join(REVOKED);
+    let revoked = if revoked_path.exists() {
+        let bytes = read_hex(&revoked_path)?;
+        RevocationList::verify(&bytes, cluster, &admin)
+            .map_err(|e| format!("{}: {e}", revoked_path.display()))?
+    } else {
+        RevocationList::default()
+    };
+    let trust = Trust {
+        cluster,
+        admin,
+        revoked,
+    };
+    if !cert_file.exists() {
+        return Err(format!(
+            "no node certificate at {}: print this node's key with `shoal node key`, have the \
+             administrator run `shoal cluster admit {name} KEY`, and save what it prints there",
+            cert_file.display()
+        ));
+    }
+    let cert = read_hex(cert_file)?;
+    let me = NodeIdentity::new(private, cert, &trust, wall)
+        .map_err(|e| format!("{}: {e}", cert_file.display()))?;
+    if me.cert().name != name {
+        return Err(format!(
+            "{} admits a node named {}, not {name}",
+            cert_file.display(),
+            me.cert().name
+        ));
+    }
+    Ok(Identity { me, trust })
+}
+
+/// Stores a newer revocation list in `state_dir` (after the caller
+/// verified it).
+pub fn store_revoked(state_dir: &Path, bytes: &[u8]) -> Result<(), String> {
+    private::write(
+        &state_dir.join(REVOKED),
+        format!("{}\n", hex::encode(bytes)).as_bytes(),
+    )
+}
+
+/// The administrator's keys and records.
+pub struct Admin {
+    dir: PathBuf,
+    key: AdminKey,
+    cluster: ClusterId,
+}
+
+impl Admin {
+    /// Makes a new admin key and cluster id in `dir` (private).  Refuses a
+    /// directory that already holds an admin key.
+    pub fn create(dir: &Path) -> Result<Admin, String> {
+        private::dir(dir, false)?;
+        let key_path = dir.join("admin.key");
+        if key_path.exists() {
+            return Err(format!(
+                "{} exists already: this directory belongs to a cluster",
+                key_path.display()
+            ));
+        }
+        let key = AdminKey::from_seed(rand::random());
+        let cluster = ClusterId(rand::random());
+        private::write(
+            &key_path,
+            format!("{}\n", hex::encode(key.seed())).as_bytes(),
+        )?;
+        private::write(
+            &dir.join("cluster.id"),
+            format!("{}\n", cluster.to_hex()).as_bytes(),
+        )?;
+        Ok(Admin {
+            dir: dir.to_path_buf(),
+            key,
+            cluster,
+        })
+    }
+
+    /// Opens the admin key in `dir`.
+    pub fn open(dir: &Path) -> Result<Admin, String> {
+        private::dir(dir, false)?;
+        let key_path = dir.join("admin.key");
+        if !key_path.exists() {
+            return Err(format!(
+                "no admin key in {} (make one with `shoal cluster init`)",
+                dir.display()
+            ));
+        }
+        let seed = parse_hex32(&String::from_utf8_lossy(&private::read(&key_path)?))
+            .ok_or_else(|| format!("{} is corrupt", key_path.display()))?;
+        let id_path = dir.join("cluster.id");
+        let cluster = ClusterId::from_hex(&String::from_utf8_lossy(&private::read(&id_path)?))
+            .map_err(|e| format!("{}: {e}", id_path.display()))?;
+        Ok(Admin {
+            dir: dir.to_path_buf(),
+            key: AdminKey::from_seed(seed),
+            cluster,
+        })
+    }
+
+    pub fn cluster(&self) -> ClusterId {
+        self.cluster
+    }
+
+    pub fn public(&self) -> AdminPublic {
+        self.key.public()
+    }
+
+    /// A certificate for node `name` with static public key `key`, valid
+    /// from now for `days`; recorded in `admitted`.
+    pub fn admit(&self, name: &str, key: [u8; 32], days: u64) -> Result<Vec<u8>, String> {
+        let now = wall();
+        let serial = loop {
+            let s: u64 = rand::random();
+            if s != 0 {
+                break s;
+            }
+        };
+        let cert = NodeCert {
+            cluster: self.cluster,
+            serial,
+            // A little slack for clocks a few minutes apart.
+            not_before: now.saturating_sub(600),
+            not_after: now.saturating_add(days.saturating_mul(86_400)),
+            static_key: key,
+            name: name.to_string(),
+        }
+        .sign(&self.key)
+        .map_err(|e| format!("cannot admit {name:?}: {e}"))?;
+        let log = self.dir.join("admitted");
+        let mut text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.push_str(&format!("{serial} {name}\n"));
+        private::write(&log, text.as_bytes())?;
+        Ok(cert)
+    }
+
+    /// Revokes every certificate issued to `name` (or with serial `name`):
+    /// the new list, signed, also kept in `revoked`.
+    pub fn revoke(&self, name: &str) -> Result<Vec<u8>, String> {
+        let admitted = std::fs::read_to_string(self.dir.join("admitted")).unwrap_or_default();
+        let serials: Vec<u64> = admitted
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .filter(|(s, n)| *n == name || *s == name)
+            .filter_map(|(s, _)| s.parse().ok())
+            .collect();
+        if serials.is_empty() {
+            return Err(format!(
+                "no node {name} was admitted from {}",
+                self.dir.display()
+            ));
+        }
+        let path = self.dir.join(REVOKED);
+        let mut list = if path.exists() {
+            RevocationList::verify(&read_hex(&path)?, self.cluster, &self.public())
+                .map_err(|e| format!("{}: {e}", path.display()))?
+        } else {
+            RevocationList::default()
+        };
+        list.version += 1;
+        list.issued = wall();
+        list.serials.extend(serials);
+        let bytes = list
+            .sign(self.cluster, &self.key)
+            .map_err(|e| e.to_string())?;
+        private::write(&path, format!("{}\n", hex::encode(&bytes)).as_bytes())?;
+        Ok(bytes)
+    }
+}
+
+/// Reads a file of hex text.
+pub fn read_hex(path: &Path) -> Result<Vec<u8>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    hex::decode(text.trim()).map_err(|_| format!("{} is not hex", path.display()))
+}
+
+fn parse_hex32(text: &str) -> Option<[u8; 32]> {
+    hex::decode(text.trim()).ok()?.try_into().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_admitted_node_loads_and_a_revoked_one_does_not() {
+        let tmp = tempfile::tempdir().unwrap();
+        let admin = Admin::create(&tmp.path().join("admin")).unwrap();
+        assert!(Admin::create(&tmp.path().join("admin")).is_err());
+        let admin = {
+            drop(admin);
+            Admin::open(&tmp.path().join("admin")).unwrap()
+        };
+        let state = tmp.path().join("n1");
+        let public: [u8; 32] = hex::decode(static_public_hex(&state).unwrap())
+            .unwrap()
+            .try_into()
+            .unwrap();
+        let cert_file = state.join(NODE_CERT);
+        let missing = load(
+            "n1",
+            &state,
+            &cert_file,
+            admin.cluster(),
+            admin.public(),
+            wall(),
+        );
+        assert!(missing.unwrap_err().contains("shoal cluster admit n1"));
+        let cert = admin.admit("n1", public, CERT_DAYS).unwrap();
+        std::fs::write(&cert_file, hex::encode(&cert)).unwrap();
+        let id = load(
+            "n1",
+            &state,
+            &cert_file,
+            admin.cluster(),
+            admin.public(),
+            wall(),
+        )
+        .unwrap();
+        assert_eq!(id.me.cert().name, "n1");
+        let wrong_name = load(
+            "n2",
+            &state,
+            &cert_file,
+            admin.cluster(),
+            admin.public(),
+            wall(),
+        );
+        assert!(wrong_name.unwrap_err().contains("not n2"));
+        // Another cluster's admin does not admit it.
+        let other = Admin::create(&tmp.path().join("other")).unwrap();
+        assert!(
+            load(
+                "n1",
+                &state,
+                &cert_file,
+                admin.cluster(),
+                other.public(),
+                wall()
+            )
+            .is_err()
+        );
+        // Revoked: stored, and the node no longer loads.
+        let list = admin.revoke("n1").unwrap();
+        assert!(admin.revoke("n9").is_err());
+        store_revoked(&state, &list).unwrap();
+        let e = load(
+            "n1",
+            &state,
+            &cert_file,
+            admin.cluster(),
+            admin.public(),
+            wall(),
+        )
+        .unwrap_err();
+        assert!(e.contains("revoked"), "{e}");
+    }
+}
