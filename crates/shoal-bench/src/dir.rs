@@ -735,6 +735,7 @@ fn delta(before: &Value, after: &Value, path: &[&str]) -> f64 {
 
 /// Runs the benchmark.
 pub fn run(args: BenchArgs) -> Result<(), String> {
+    crate::announce_cpu();
     let etcd = find_etcd()?;
     let shoal = std::env::current_exe().map_err(|e| e.to_string())?;
     let guard = ClusterGuard::open_or_start(None, "dir", (4, "bd", 253), &shoal)?;

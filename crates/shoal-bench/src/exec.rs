@@ -163,6 +163,7 @@ fn command_of(argv: &[&str]) -> Result<Command, String> {
 
 /// Runs the benchmark.
 pub fn run(args: BenchArgs) -> Result<(), String> {
+    crate::announce_cpu();
     let sources = match &args.sources {
         Some(s) => s.clone(),
         None => find_lua_sources()?,

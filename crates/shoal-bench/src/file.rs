@@ -750,6 +750,7 @@ impl ClientAgent {
 
 /// Runs the benchmark.
 pub fn run(args: BenchArgs) -> Result<(), String> {
+    crate::announce_cpu();
     let etcd = find_etcd()?;
     let shoal = std::env::current_exe().map_err(|e| e.to_string())?;
     let guard = ClusterGuard::open_or_start(args.dir.as_deref(), "file", (4, "bf", 250), &shoal)?;

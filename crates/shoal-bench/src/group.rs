@@ -540,6 +540,7 @@ const MEMBER: &[&str] = &["bench-agent", "group", "member"];
 
 /// Runs the benchmark.
 pub fn run(args: BenchArgs) -> Result<(), String> {
+    crate::announce_cpu();
     let etcd = find_etcd()?;
     let shoal = std::env::current_exe().map_err(|e| e.to_string())?;
     let guard = ClusterGuard::open_or_start(args.dir.as_deref(), "group", (3, "bg", 252), &shoal)?;

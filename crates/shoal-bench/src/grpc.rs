@@ -13,7 +13,8 @@
 //! ```
 //!
 //! so no `protoc` or build script is needed. The API is blocking: each side
-//! runs its own tokio runtime.
+//! runs its own tokio runtime.  With a [`Cert`], the same service runs over
+//! TLS (rustls with ring), as gRPC deployments do.
 //!
 //! Both sides use a *current_thread* runtime: with one call outstanding at a
 //! time there is nothing to parallelise, and a single-threaded runtime avoids
@@ -35,9 +36,13 @@ use tonic::client::Grpc;
 use tonic::codegen::{Body, BoxFuture, Service, StdError, http};
 use tonic::server::NamedService;
 use tonic::transport::server::TcpIncoming;
-use tonic::transport::{Channel, Endpoint, Server};
+use tonic::transport::{
+    Certificate, Channel, ClientTlsConfig, Endpoint, Identity, Server, ServerTlsConfig,
+};
 use tonic::{Request, Response, Status};
 use tonic_prost::ProstCodec;
+
+use crate::tls::Cert;
 
 /// Full path of the echo method.
 const CALL_PATH: &str = "/shoal.bench.Echo/Call";
@@ -102,8 +107,11 @@ pub struct GrpcServer {
 }
 
 impl GrpcServer {
-    /// Binds `addr` (e.g. "0.0.0.0:0" or "10.1.2.3:0") and serves the echo.
-    pub fn start(addr: SocketAddr) -> io::Result<GrpcServer> {
+    /// Binds `addr` (e.g. "0.0.0.0:0" or "10.1.2.3:0") and serves the echo;
+    /// over TLS with `tls`'s certificate.
+    pub fn start(addr: SocketAddr, tls: Option<&Cert>) -> io::Result<GrpcServer> {
+        let tls = tls
+            .map(|c| ServerTlsConfig::new().identity(Identity::from_pem(&c.cert_pem, &c.key_pem)));
         // Bind here so bind errors and the chosen port reach the caller.
         let listener = TcpListener::bind(addr)?;
         listener.set_nonblocking(true)?;
@@ -121,7 +129,14 @@ impl GrpcServer {
                     // `serve_with_incoming` ignores the builder's TCP options,
                     // so set TCP_NODELAY on the incoming stream itself.
                     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-                    let serve = Server::builder()
+                    let mut builder = Server::builder();
+                    if let Some(tls) = tls {
+                        builder = match builder.tls_config(tls) {
+                            Ok(b) => b,
+                            Err(e) => return eprintln!("grpc echo: {e}"),
+                        };
+                    }
+                    let serve = builder
                         .add_service(EchoServer)
                         .serve_with_incoming(incoming);
                     tokio::select! {
@@ -158,11 +173,12 @@ impl Drop for GrpcServer {
 /// one at a time, and returns each measured round-trip time.
 pub fn echo_rtts(
     addr: SocketAddr,
+    tls: Option<&Cert>,
     payload_len: usize,
     warmup: usize,
     n: usize,
 ) -> io::Result<Vec<Duration>> {
-    let mut client = Client::connect(addr)?;
+    let mut client = Client::connect(addr, tls)?;
     let payload = Bytes::from(vec![0xa5; payload_len]);
     let grpc = &mut client.grpc;
     client.rt.block_on(async move {
@@ -189,11 +205,22 @@ struct Client {
 }
 
 impl Client {
-    fn connect(addr: SocketAddr) -> io::Result<Client> {
+    /// A client of the echo at `addr`; over TLS, trusting `tls`.
+    fn connect(addr: SocketAddr, tls: Option<&Cert>) -> io::Result<Client> {
         let rt = current_thread_runtime()?;
-        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
             .map_err(io::Error::other)?
             .tcp_nodelay(true);
+        if let Some(cert) = tls {
+            endpoint = endpoint
+                .tls_config(
+                    ClientTlsConfig::new()
+                        .ca_certificate(Certificate::from_pem(&cert.cert_pem))
+                        .domain_name(crate::tls::SERVER_NAME),
+                )
+                .map_err(io::Error::other)?;
+        }
         let channel = rt.block_on(endpoint.connect()).map_err(io::Error::other)?;
         Ok(Client {
             rt,
@@ -232,20 +259,27 @@ mod tests {
     use super::*;
 
     fn local_server() -> GrpcServer {
-        GrpcServer::start("127.0.0.1:0".parse().unwrap()).unwrap()
+        GrpcServer::start("127.0.0.1:0".parse().unwrap(), None).unwrap()
     }
 
     #[test]
     fn echo_rtts_returns_n_samples() {
         let server = local_server();
-        let rtts = echo_rtts(server.local_addr(), 100, 5, 20).unwrap();
+        let rtts = echo_rtts(server.local_addr(), None, 100, 5, 20).unwrap();
         assert_eq!(rtts.len(), 20);
+        // And over TLS.
+        let cert = Cert::new().unwrap();
+        let tls = GrpcServer::start("127.0.0.1:0".parse().unwrap(), Some(&cert)).unwrap();
+        let trusted = Cert::trusting(&cert.cert_pem).unwrap();
+        let rtts = echo_rtts(tls.local_addr(), Some(&trusted), 100, 5, 20).unwrap();
+        assert_eq!(rtts.len(), 20);
+        assert!(echo_rtts(tls.local_addr(), None, 100, 1, 1).is_err());
     }
 
     #[test]
     fn echo_echoes() {
         let server = local_server();
-        let mut client = Client::connect(server.local_addr()).unwrap();
+        let mut client = Client::connect(server.local_addr(), None).unwrap();
         for len in [0, 1, 100, 70_000] {
             let payload: Bytes = (0..len).map(|i| (i * 7) as u8).collect();
             assert_eq!(client.call_once(payload.clone()).unwrap(), payload);
@@ -255,7 +289,7 @@ mod tests {
     #[test]
     fn unknown_method_is_unimplemented() {
         let server = local_server();
-        let Client { rt, mut grpc } = Client::connect(server.local_addr()).unwrap();
+        let Client { rt, mut grpc } = Client::connect(server.local_addr(), None).unwrap();
         let err = rt
             .block_on(async {
                 grpc.ready().await.unwrap();

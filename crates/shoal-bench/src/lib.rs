@@ -8,7 +8,8 @@
 //!
 //! - [`rpc`]: `shoal bench rpc`, Table 1 of the Amoeba–Sprite comparison:
 //!   null, 16 KiB and 30,000-byte RPCs and a 64 MiB transfer, against raw
-//!   UDP, raw TCP and gRPC.
+//!   UDP, raw TCP, a TLS 1.3 stream and gRPC (in the clear and over TLS);
+//!   the node session handshake and the AEAD's in-memory rate.
 //! - [`group`]: `shoal bench group`, group communication after the
 //!   group-vs-RPC directory paper: send latency at resilience 0, 1 and 2,
 //!   throughput, datagrams per message and fail-over, beside a null RPC
@@ -28,10 +29,12 @@
 //!   on a named node, on a chosen node, against fork+exec and ssh), 1 GiB
 //!   through a remote program's stdout, and the Sprite migration paper's
 //!   Table 5 (a C build with make, shoal make and distcc).
-//! - [`grpc`]: the gRPC echo peer; [`etcd`]: the etcd baseline;
+//! - [`grpc`]: the gRPC echo peer (in the clear and over TLS); [`tls`]:
+//!   the TLS 1.3 stream peer; [`etcd`]: the etcd baseline;
 //!   [`agent`]: the driver's side of the agents that run on nodes.
 
 pub mod agent;
+mod crypto;
 pub mod dir;
 pub mod etcd;
 pub mod exec;
@@ -40,15 +43,43 @@ pub mod group;
 pub mod grpc;
 pub mod rpc;
 mod stats;
+pub mod tls;
+
+/// This machine's CPU model, as `/proc/cpuinfo` names it: ratios that
+/// hold on one vendor's cores need not hold on another's.
+pub fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, m)| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Says which CPU a benchmark runs on, first thing.
+pub(crate) fn announce_cpu() {
+    eprintln!(
+        "bench: CPU {} ({} cores)",
+        cpu_model(),
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+}
 
 /// Writes a benchmark's metrics as `{"metrics": ..., "quick": ...}` to
-/// `path`, if one was given.
+/// `path`, if one was given, with the CPU model among the metrics.
 pub(crate) fn write_json(
     path: Option<&std::path::Path>,
     metrics: &impl serde::Serialize,
     quick: bool,
 ) -> Result<(), String> {
     let Some(path) = path else { return Ok(()) };
+    let mut metrics = serde_json::to_value(metrics).expect("metrics serialize");
+    if let Some(m) = metrics.as_object_mut() {
+        m.insert("cpu_model".into(), cpu_model().into());
+    }
     let json = serde_json::json!({ "metrics": metrics, "quick": quick });
     std::fs::write(
         path,

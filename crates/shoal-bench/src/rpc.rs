@@ -3,9 +3,12 @@
 //!
 //! The driver brings up a two-node local cluster (or uses one given with
 //! `--dir`), starts a *server agent* on node n2 (a shoal echo port, a raw
-//! UDP echo, a raw TCP sink and a gRPC echo) and runs a *client agent* on
-//! node n1 that measures them all, once unpinned and once with both agents
-//! pinned to CPU 0.  Capability verification is measured in the driver.
+//! UDP echo, a raw TCP sink, a TLS 1.3 sink, and a gRPC echo in the clear
+//! and over TLS) and runs a *client agent* on node n1 that measures them
+//! all, unpinned, with both agents pinned to CPU 0, and split across two
+//! CPUs.  Capability verification, the node session handshake and the
+//! AEAD's in-memory rate (the ceiling of any encrypted transfer) are
+//! measured in the driver.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -23,8 +26,8 @@ use shoal_cluster::Cluster;
 use crate::agent::ClusterGuard;
 use shoal_rpc::{Context, GetPort};
 
-use crate::grpc;
 use crate::stats::{median, percentile_us};
+use crate::{grpc, tls};
 
 /// Flags of `shoal bench rpc`.
 #[derive(Args, Debug, Clone)]
@@ -68,6 +71,10 @@ struct Targets {
     udp: SocketAddr,
     tcp: SocketAddr,
     grpc: SocketAddr,
+    /// The TLS 1.3 sink and gRPC over TLS, with the run's certificate.
+    tls: SocketAddr,
+    grpc_tls: SocketAddr,
+    tls_cert: String,
 }
 
 const BULK_BYTES: usize = 64 << 20;
@@ -142,12 +149,19 @@ fn serve_agent() -> Result<(), String> {
             std::thread::spawn(move || tcp_sink(stream));
         }
     });
-    let grpc = grpc::GrpcServer::start(SocketAddr::new(ip, 0)).map_err(|e| e.to_string())?;
+    let grpc = grpc::GrpcServer::start(SocketAddr::new(ip, 0), None).map_err(|e| e.to_string())?;
+    let cert = tls::Cert::new()?;
+    let tls_addr = tls::start_sink(ip, &cert)?;
+    let grpc_tls =
+        grpc::GrpcServer::start(SocketAddr::new(ip, 0), Some(&cert)).map_err(|e| e.to_string())?;
     let targets = Targets {
         port: server.port().to_string(),
         udp: udp_addr,
         tcp: tcp_addr,
         grpc: grpc.local_addr(),
+        tls: tls_addr,
+        grpc_tls: grpc_tls.local_addr(),
+        tls_cert: cert.cert_pem.clone(),
     };
     println!("{}", serde_json::to_string(&targets).expect("serializes"));
     std::io::stdout().flush().map_err(|e| e.to_string())?;
@@ -156,6 +170,7 @@ fn serve_agent() -> Result<(), String> {
     let _ = std::io::stdin().read_to_end(&mut sink);
     let _ = server.shutdown();
     drop(grpc);
+    drop(grpc_tls);
     Ok(())
 }
 
@@ -279,9 +294,21 @@ fn client_agent(t: &Targets, quick: bool) -> Result<BTreeMap<String, f64>, Strin
         tcp_rates.push(BULK_BYTES as f64 / (1 << 20) as f64 / start.elapsed().as_secs_f64());
     }
     out.insert("raw_tcp_mib_s".into(), median(&mut tcp_rates));
+    // The same blobs over a TLS 1.3 stream: what a secure stream costs.
+    let cert = tls::Cert::trusting(&t.tls_cert)?;
+    let mut stream = tls::connect(t.tls, &cert)?;
+    tls::send_blob(&mut stream, &big[..8 << 20])?;
+    let mut tls_rates = Vec::new();
+    for _ in 0..bulk_runs {
+        let start = Instant::now();
+        tls::send_blob(&mut stream, &big)?;
+        tls_rates.push(BULK_BYTES as f64 / (1 << 20) as f64 / start.elapsed().as_secs_f64());
+    }
+    out.insert("tls_stream_mib_s".into(), median(&mut tls_rates));
 
     // The peer a user would otherwise pick: a gRPC unary echo.
-    let mut grpc_rtt = grpc::echo_rtts(t.grpc, 0, warmup, n).map_err(|e| format!("gRPC: {e}"))?;
+    let mut grpc_rtt =
+        grpc::echo_rtts(t.grpc, None, 0, warmup, n).map_err(|e| format!("gRPC: {e}"))?;
     out.insert(
         "grpc_null_rtt_us_p50".into(),
         percentile_us(&mut grpc_rtt, 50),
@@ -289,6 +316,17 @@ fn client_agent(t: &Targets, quick: bool) -> Result<BTreeMap<String, f64>, Strin
     out.insert(
         "grpc_null_rtt_us_p99".into(),
         percentile_us(&mut grpc_rtt, 99),
+    );
+    // And as it is deployed: over TLS.
+    let mut grpc_tls_rtt = grpc::echo_rtts(t.grpc_tls, Some(&cert), 0, warmup, n)
+        .map_err(|e| format!("gRPC over TLS: {e}"))?;
+    out.insert(
+        "grpc_tls_null_rtt_us_p50".into(),
+        percentile_us(&mut grpc_tls_rtt, 50),
+    );
+    out.insert(
+        "grpc_tls_null_rtt_us_p99".into(),
+        percentile_us(&mut grpc_tls_rtt, 99),
     );
     Ok(out)
 }
@@ -378,6 +416,7 @@ fn run_client(
 
 /// Runs the benchmark.
 pub fn run(args: BenchArgs) -> Result<(), String> {
+    crate::announce_cpu();
     let shoal = std::env::current_exe().map_err(|e| e.to_string())?;
     let guard = ClusterGuard::open_or_start(args.dir.as_deref(), "rpc", (2, "bn", 251), &shoal)?;
     let result = measure(guard.cluster(), &shoal, &args);
@@ -419,6 +458,15 @@ fn measure(
     }
     eprintln!("bench: measuring capability verification");
     metrics.insert("cap_verify_ns".into(), cap_verify_ns(args.quick));
+    eprintln!("bench: measuring the session handshake and the AEAD ceiling");
+    metrics.insert(
+        "session_handshake_us".into(),
+        crate::crypto::handshake_us(args.quick)?,
+    );
+    metrics.insert(
+        "aead_ceiling_mib_s".into(),
+        crate::crypto::aead_ceiling_mib_s(args.quick),
+    );
     Ok(metrics)
 }
 
@@ -454,6 +502,7 @@ fn table(m: &BTreeMap<String, f64>) -> String {
         ("raw UDP echo", "raw_udp_rtt_us"),
         ("shoal null RPC", "null_rpc_rtt_us"),
         ("gRPC echo (tonic)", "grpc_null_rtt_us"),
+        ("gRPC echo over TLS (tonic, rustls)", "grpc_tls_null_rtt_us"),
     ] {
         t.push_str(&format!("| {name} |"));
         for p in placements {
@@ -469,6 +518,7 @@ fn table(m: &BTreeMap<String, f64>) -> String {
     for (name, key) in [
         ("shoal RPC", "bulk_64mib_mib_s"),
         ("raw TCP", "raw_tcp_mib_s"),
+        ("TLS 1.3 stream (rustls)", "tls_stream_mib_s"),
     ] {
         t.push_str(&format!("| {name} |"));
         for p in placements {
@@ -511,6 +561,30 @@ fn table(m: &BTreeMap<String, f64>) -> String {
             g("grpc_null_rtt_us_p50_pinned") / g("null_rpc_rtt_us_p50_pinned") >= 3.0,
         ),
         (
+            "gRPC over TLS p50 / null RPC p50",
+            g("grpc_tls_null_rtt_us_p50") / g("null_rpc_rtt_us_p50"),
+            "≥ 5.0",
+            g("grpc_tls_null_rtt_us_p50") / g("null_rpc_rtt_us_p50") >= 5.0,
+        ),
+        (
+            "same, pinned",
+            g("grpc_tls_null_rtt_us_p50_pinned") / g("null_rpc_rtt_us_p50_pinned"),
+            "≥ 5.0",
+            g("grpc_tls_null_rtt_us_p50_pinned") / g("null_rpc_rtt_us_p50_pinned") >= 5.0,
+        ),
+        (
+            "64 MiB RPC / TLS stream",
+            g("bulk_64mib_mib_s") / g("tls_stream_mib_s"),
+            "≥ 1.10",
+            g("bulk_64mib_mib_s") / g("tls_stream_mib_s") >= 1.1,
+        ),
+        (
+            "node session handshake (µs)",
+            g("session_handshake_us"),
+            "≤ 1000",
+            g("session_handshake_us") <= 1000.0,
+        ),
+        (
             "capability verify (ns)",
             g("cap_verify_ns"),
             "≤ 1000",
@@ -523,6 +597,11 @@ fn table(m: &BTreeMap<String, f64>) -> String {
             verdict(ok)
         ));
     }
+    t.push_str(&format!(
+        "\nThe AEAD's in-memory seal-and-open rate, the ceiling of any encrypted transfer \
+         on this CPU: {:.0} MiB/s.\n",
+        g("aead_ceiling_mib_s")
+    ));
     t.push_str(&format!(
         "\nFor information: 64 MiB RPC / raw TCP is {:.2} with both ends on one CPU, {:.2} split across two.\n",
         g("bulk_64mib_mib_s_pinned") / g("raw_tcp_mib_s_pinned"),
