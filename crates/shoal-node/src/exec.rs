@@ -53,15 +53,40 @@ struct Output {
     ended: Option<Ended>,
     /// Nobody will read any more: the pumps stop.
     abandoned: bool,
+    /// Reads waiting for something to say, oldest first.
+    readers: Vec<Parked>,
+}
+
+/// How an answer leaves: back to the request's client (or, in tests, to a
+/// channel), from whichever thread has it.
+pub type Answer = Box<dyn FnOnce(ExecReply) + Send>;
+
+/// A read with nothing to say yet: answered when output, a stop or the
+/// end comes, or empty at `until`.
+struct Parked {
+    answer: Answer,
+    max: usize,
+    until: Instant,
+}
+
+/// Reads parked per program: more get an empty answer at once.
+const MAX_PARKED: usize = 4;
+/// Writes queued per program behind the one being written.
+const MAX_QUEUED_WRITES: usize = 4;
+
+/// A write for a program's writer thread.
+struct Input {
+    data: Vec<u8>,
+    close: bool,
+    answer: Answer,
 }
 
 struct Proc {
     /// The process group signals go to (see `crate::spawn`).
     group: i32,
-    /// The program's input: a pipe, or the terminal's master side.
-    stdin: Option<File>,
-    /// The terminal's master side, if it has one.
-    tty: Option<File>,
+    /// Writes go to the thread that owns the program's input (a pipe, or
+    /// the terminal's master side); `None` once it was closed.
+    input: Option<std::sync::mpsc::SyncSender<Input>>,
     output: Arc<(Mutex<Output>, Condvar)>,
     last_read: Instant,
     /// When the program got SIGHUP for a home that stopped reading.
@@ -75,7 +100,14 @@ pub struct Exec {
     /// root; see `crate::spawn`).
     namespaces: bool,
     spawner: crate::spawn::Spawner,
+    /// Starts the thread that answers parked reads whose wait is over.
+    timer: std::sync::Once,
+    /// The terminals' master sides, of the programs that have one.
+    ttys: Mutex<HashMap<ProcId, File>>,
 }
+
+/// How often parked reads are checked for the end of their wait.
+const TICK: Duration = Duration::from_millis(50);
 
 impl Exec {
     /// An exec service; `namespaces` as in [`crate::spawn::Spawner::spawn`].
@@ -86,6 +118,8 @@ impl Exec {
             namespaces,
             spawner: crate::spawn::Spawner::start()
                 .map_err(|e| format!("cannot start the exec service's spawner: {e}"))?,
+            timer: std::sync::Once::new(),
+            ttys: Mutex::default(),
         })
     }
 
@@ -101,7 +135,7 @@ impl Exec {
         let usage = if groups.is_empty() {
             HashMap::new()
         } else {
-            group_usage()
+            crate::procfs::group_usage()
         };
         // SAFETY: sysconf has no preconditions.
         let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
@@ -140,7 +174,7 @@ impl Exec {
                     .then_some((*id, p.group, o.stopped.is_some()))
             })
             .collect();
-        let usage = group_usage();
+        let usage = crate::procfs::group_usage();
         procs
             .into_iter()
             .map(|(id, group, stopped)| {
@@ -156,60 +190,100 @@ impl Exec {
             .collect()
     }
 
-    /// Serves `server` until it closes.
+    /// Serves `server` until it closes.  No request holds the thread: a
+    /// read with nothing to say waits parked with its program, and a write
+    /// waits in its program's writer thread, so programs that never write
+    /// or never read cannot starve the service of threads.
     pub fn serve(self: &Arc<Self>, server: &Server) {
         while let Ok(request) = server.getreq() {
-            let reply = match ExecRequest::decode(request.body()) {
-                Ok(r) => self.handle(r),
-                Err(e) => ExecReply::Error(e.to_string()),
-            };
-            // Output leaves as it is, behind its header: no copy.
-            let pieces: Vec<bytes::Bytes> = reply
-                .into_pieces()
-                .into_iter()
-                .map(bytes::Bytes::from)
-                .collect();
-            if server.putrep(&request, pieces).is_err() {
-                break;
+            let server = server.clone();
+            let decoded = ExecRequest::decode(request.body());
+            let answer: Answer = Box::new(move |reply: ExecReply| {
+                // Output leaves as it is, behind its header: no copy.
+                let pieces: Vec<bytes::Bytes> = reply
+                    .into_pieces()
+                    .into_iter()
+                    .map(bytes::Bytes::from)
+                    .collect();
+                let _ = server.putrep(&request, pieces);
+            });
+            match decoded {
+                Ok(r) => self.dispatch(r, answer),
+                Err(e) => answer(ExecReply::Error(e.to_string())),
             }
         }
     }
 
+    /// Carries out `request`; its reply goes to `answer`, now or later.
+    pub fn dispatch(self: &Arc<Self>, request: ExecRequest, answer: Answer) {
+        self.timer.call_once(|| {
+            // Holds the service only weakly: it ends with it.
+            let exec = Arc::downgrade(self);
+            let _ = std::thread::Builder::new()
+                .name("exec-timer".into())
+                .spawn(move || {
+                    while let Some(exec) = exec.upgrade() {
+                        exec.expire_reads();
+                        drop(exec);
+                        std::thread::sleep(TICK);
+                    }
+                });
+        });
+        match request {
+            ExecRequest::Read { id, max, wait_ms } => self.read(id, max as usize, wait_ms, answer),
+            ExecRequest::Write { id, data, close } => self.write(id, data, close, answer),
+            other => answer(self.handle(other)),
+        }
+    }
+
+    /// Hands a write to the program's writer thread, which answers once
+    /// the bytes are in the pipe.
+    fn write(&self, id: ProcId, data: Vec<u8>, close: bool, answer: Answer) {
+        use std::sync::mpsc::TrySendError;
+        let mut procs = self.procs.lock();
+        let Some(p) = procs.get_mut(&id) else {
+            drop(procs);
+            return answer(ExecReply::Error(format!("no process {id} here")));
+        };
+        let Some(input) = &p.input else {
+            drop(procs);
+            return answer(ExecReply::Error(format!("the input of {id} is closed")));
+        };
+        let queued = input.try_send(Input {
+            data,
+            close,
+            answer,
+        });
+        if close {
+            p.input = None;
+        }
+        drop(procs);
+        match queued {
+            Ok(()) => {}
+            Err(TrySendError::Full(i)) => (i.answer)(ExecReply::Error(format!(
+                "the input of {id} is busy: {MAX_QUEUED_WRITES} writes wait already"
+            ))),
+            // The writer ended with the program's input.
+            Err(TrySendError::Disconnected(i)) => (i.answer)(ExecReply::Done),
+        }
+    }
+
+    /// Carries out what never waits: start, resize, signal.
     fn handle(self: &Arc<Self>, request: ExecRequest) -> ExecReply {
         match request {
             ExecRequest::Start { id, spec } => match self.start(id, spec) {
                 Ok(pid) => ExecReply::Started { pid },
                 Err(e) => ExecReply::Error(e),
             },
-            ExecRequest::Read { id, max, wait_ms } => self.read(id, max as usize, wait_ms),
-            ExecRequest::Write { id, data, close } => {
-                // Taken out of the table while it blocks on a full pipe.
-                let stdin = match self.procs.lock().get_mut(&id) {
-                    Some(p) => p.stdin.take(),
-                    None => return ExecReply::Error(format!("no process {id} here")),
-                };
-                let Some(mut stdin) = stdin else {
-                    return ExecReply::Error(format!("the input of {id} is closed"));
-                };
-                // A program that exited closed its end: what it did not
-                // read is dropped, as a pipe would.
-                let _ = stdin.write_all(&data);
-                let tty = self.procs.lock().get(&id).is_some_and(|p| p.tty.is_some());
-                if close && tty {
-                    // A terminal's end of input is its EOF character.
-                    let _ = stdin.write_all(&[4]);
-                }
-                if !close && let Some(p) = self.procs.lock().get_mut(&id) {
-                    p.stdin = Some(stdin);
-                }
-                ExecReply::Done
+            ExecRequest::Read { .. } | ExecRequest::Write { .. } => {
+                ExecReply::Error("reads and writes go through dispatch".into())
             }
             ExecRequest::Resize { id, size } => {
-                let procs = self.procs.lock();
-                let Some(p) = procs.get(&id) else {
+                if !self.procs.lock().contains_key(&id) {
                     return ExecReply::Error(format!("no process {id} here"));
-                };
-                let Some(tty) = &p.tty else {
+                }
+                let ttys = self.ttys.lock();
+                let Some(tty) = ttys.get(&id) else {
                     return ExecReply::Error(format!("process {id} has no terminal"));
                 };
                 match crate::spawn::resize(tty, size) {
@@ -225,7 +299,7 @@ impl Exec {
                     // SIGSTOP cannot be ignored, not even by the watcher
                     // that leads the group: stop the others one by one,
                     // so that the watcher can report the stop.
-                    for pid in group_members(group) {
+                    for pid in crate::procfs::group_members(group) {
                         // SAFETY: kill(2) of a process of the group.
                         unsafe { libc::kill(pid, signal) };
                     }
@@ -250,6 +324,7 @@ impl Exec {
     /// gets SIGHUP, then SIGKILL 5 s later; an ended one nobody read to its end for [`LEASE`] (or whose
     /// home is gone) is forgotten.
     pub fn sweep(&self, alive: impl Fn(shoal_wire::NodeId) -> bool) {
+        let mut forgotten: Vec<(ProcId, Vec<Parked>)> = Vec::new();
         let mut procs = self.procs.lock();
         procs.retain(|id, p| {
             let home_alive = alive(id.home);
@@ -262,7 +337,10 @@ impl Exec {
             let group = -p.group;
             if p.output.0.lock().ended.is_some() {
                 if !home_alive || idle {
-                    p.output.0.lock().abandoned = true;
+                    let mut o = p.output.0.lock();
+                    o.abandoned = true;
+                    forgotten.push((*id, std::mem::take(&mut o.readers)));
+                    drop(o);
                     p.output.1.notify_all();
                     return false;
                 }
@@ -288,6 +366,13 @@ impl Exec {
             }
             true
         });
+        drop(procs);
+        for (id, readers) in forgotten {
+            self.ttys.lock().remove(&id);
+            for p in readers {
+                (p.answer)(ExecReply::Error(format!("process {id} was forgotten")));
+            }
+        }
     }
 
     fn start(self: &Arc<Self>, id: ProcId, spec: StartSpec) -> Result<u32, String> {
@@ -302,21 +387,30 @@ impl Exec {
         }
         let (spawned, io) = self.spawner.spawn(&spec, self.namespaces)?;
         let output = Arc::new((Mutex::new(Output::default()), Condvar::new()));
+        let wake = {
+            let (exec, output) = (Arc::downgrade(self), output.clone());
+            move || {
+                if let Some(exec) = exec.upgrade() {
+                    exec.wake(id, &output);
+                }
+            }
+        };
         let (stdin, tty) = match io {
             crate::spawn::Io::Pipes {
                 stdin,
                 stdout,
                 stderr,
             } => {
-                pump(stdout, output.clone(), 1, |o| &mut o.stdout);
-                pump(stderr, output.clone(), 1, |o| &mut o.stderr);
-                (stdin, None)
+                pump(stdout, output.clone(), 1, |o| &mut o.stdout, wake.clone());
+                pump(stderr, output.clone(), 1, |o| &mut o.stderr, wake.clone());
+                (stdin, false)
             }
             crate::spawn::Io::Tty { master } => {
                 let reader = master.try_clone().map_err(|e| format!("dup: {e}"))?;
                 let writer = master.try_clone().map_err(|e| format!("dup: {e}"))?;
-                pump(reader, output.clone(), 2, |o| &mut o.stdout);
-                (writer, Some(master))
+                pump(reader, output.clone(), 2, |o| &mut o.stdout, wake.clone());
+                self.ttys.lock().insert(id, master);
+                (writer, true)
             }
         };
         let group = spawned.group;
@@ -324,19 +418,22 @@ impl Exec {
             id,
             Proc {
                 group,
-                stdin: Some(stdin),
-                tty,
+                input: Some(writer(stdin, tty)),
                 output: output.clone(),
                 last_read: Instant::now(),
                 hung_up: None,
             },
         );
-        std::thread::spawn(move || Self::watch(spawned, &output));
+        std::thread::spawn(move || Self::watch(spawned, &output, wake));
         Ok(group as u32)
     }
 
     /// Follows the program's changes of state until its end.
-    fn watch(mut spawned: crate::spawn::Spawned, output: &(Mutex<Output>, Condvar)) {
+    fn watch(
+        mut spawned: crate::spawn::Spawned,
+        output: &(Mutex<Output>, Condvar),
+        wake: impl Fn(),
+    ) {
         use crate::spawn::Change;
         let (lock, cond) = output;
         let ended = loop {
@@ -349,6 +446,7 @@ impl Exec {
                 None => break Ended::Killed(libc::SIGKILL),
             }
             cond.notify_all();
+            wake();
         };
         {
             let mut o = lock.lock();
@@ -356,123 +454,147 @@ impl Exec {
             o.ended = Some(ended);
         }
         cond.notify_all();
+        wake();
     }
 
-    fn read(&self, id: ProcId, max: usize, wait_ms: u32) -> ExecReply {
+    /// Answers a read at once if there is something to say (or it may not
+    /// wait), else parks it with the program until there is, or until its
+    /// wait is over.
+    fn read(&self, id: ProcId, max: usize, wait_ms: u32, answer: Answer) {
         let output = match self.procs.lock().get_mut(&id) {
             Some(p) => {
                 p.last_read = Instant::now();
                 p.output.clone()
             }
-            None => return ExecReply::Error(format!("no process {id} here")),
+            None => return answer(ExecReply::Error(format!("no process {id} here"))),
         };
         let (lock, cond) = &*output;
-        let until = Instant::now() + Duration::from_millis(wait_ms as u64).min(MAX_WAIT);
         let mut o = lock.lock();
-        while o.stdout.is_empty()
-            && o.stderr.is_empty()
-            && o.stopped == o.stop_told
-            && !(o.closed == 2 && o.ended.is_some())
-        {
-            if cond.wait_until(&mut o, until).timed_out() {
+        if wait_ms > 0 && !has_news(&o) && o.readers.len() < MAX_PARKED {
+            let wait = Duration::from_millis(wait_ms as u64).min(MAX_WAIT);
+            o.readers.push(Parked {
+                answer,
+                max,
+                until: Instant::now() + wait,
+            });
+            return;
+        }
+        let reply = take_news(&mut o, max);
+        drop(o);
+        cond.notify_all();
+        self.answered(id, &reply);
+        answer(reply);
+    }
+
+    /// Something changed for program `id`: its oldest parked read, if any,
+    /// is answered now.
+    fn wake(&self, id: ProcId, output: &(Mutex<Output>, Condvar)) {
+        let (lock, cond) = output;
+        let mut o = lock.lock();
+        if !has_news(&o) || o.readers.is_empty() {
+            return;
+        }
+        let parked = o.readers.remove(0);
+        let reply = take_news(&mut o, parked.max);
+        drop(o);
+        cond.notify_all();
+        self.answered(id, &reply);
+        (parked.answer)(reply);
+    }
+
+    /// Answers, with nothing, the parked reads whose wait is over.
+    fn expire_reads(&self) {
+        let now = Instant::now();
+        let outputs: Vec<Arc<(Mutex<Output>, Condvar)>> = self
+            .procs
+            .lock()
+            .values()
+            .map(|p| p.output.clone())
+            .collect();
+        for output in outputs {
+            let expired: Vec<Parked> = {
+                let mut o = output.0.lock();
+                let (gone, kept) = std::mem::take(&mut o.readers)
+                    .into_iter()
+                    .partition(|p| p.until <= now);
+                o.readers = kept;
+                gone
+            };
+            for p in expired {
+                (p.answer)(ExecReply::Output {
+                    stdout: Vec::new(),
+                    stderr: Vec::new(),
+                    stopped: None,
+                    ended: None,
+                });
+            }
+        }
+    }
+
+    /// A program whose end was just read to its home is forgotten.
+    fn answered(&self, id: ProcId, reply: &ExecReply) {
+        if let ExecReply::Output { ended: Some(_), .. } = reply {
+            self.procs.lock().remove(&id);
+            self.ttys.lock().remove(&id);
+        }
+    }
+}
+
+/// Whether a read has something to say: output, a stop it has not told,
+/// or the end once every byte is out.
+fn has_news(o: &Output) -> bool {
+    !o.stdout.is_empty()
+        || !o.stderr.is_empty()
+        || o.stopped != o.stop_told
+        || (o.closed == 2 && o.ended.is_some())
+}
+
+/// What a read answers: up to `max` bytes of each stream, the stop state,
+/// and the end once every byte has been read.
+fn take_news(o: &mut Output, max: usize) -> ExecReply {
+    let take = |v: &mut Vec<u8>| {
+        let n = v.len().min(max.max(1));
+        if n == v.len() {
+            // All of it: no copy (the pump starts a new buffer).
+            std::mem::take(v)
+        } else {
+            v.drain(..n).collect::<Vec<u8>>()
+        }
+    };
+    let stdout = take(&mut o.stdout);
+    let stderr = take(&mut o.stderr);
+    let done = o.stdout.is_empty() && o.stderr.is_empty() && o.closed == 2;
+    let ended = if done { o.ended } else { None };
+    o.stop_told = o.stopped;
+    ExecReply::Output {
+        stdout,
+        stderr,
+        stopped: o.stopped,
+        ended,
+    }
+}
+
+/// The thread that owns a program's input: writes what it is handed, in
+/// order, and answers each once its bytes are in the pipe (a program that
+/// exited closed its end: what it did not read is dropped, as a pipe
+/// would).  It ends with the input, closed by a write or by the program's
+/// end.
+fn writer(mut stdin: File, tty: bool) -> std::sync::mpsc::SyncSender<Input> {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Input>(MAX_QUEUED_WRITES);
+    std::thread::spawn(move || {
+        while let Ok(input) = rx.recv() {
+            let _ = stdin.write_all(&input.data);
+            if input.close && tty {
+                // A terminal's end of input is its EOF character.
+                let _ = stdin.write_all(&[4]);
+            }
+            (input.answer)(ExecReply::Done);
+            if input.close {
                 break;
             }
         }
-        let take = |v: &mut Vec<u8>| {
-            let n = v.len().min(max.max(1));
-            if n == v.len() {
-                // All of it: no copy (the pump starts a new buffer).
-                std::mem::take(v)
-            } else {
-                v.drain(..n).collect::<Vec<u8>>()
-            }
-        };
-        let stdout = take(&mut o.stdout);
-        let stderr = take(&mut o.stderr);
-        let done = o.stdout.is_empty() && o.stderr.is_empty() && o.closed == 2;
-        let ended = if done { o.ended } else { None };
-        o.stop_told = o.stopped;
-        let stopped = o.stopped;
-        drop(o);
-        cond.notify_all();
-        if ended.is_some() {
-            self.procs.lock().remove(&id);
-        }
-        ExecReply::Output {
-            stdout,
-            stderr,
-            stopped,
-            ended,
-        }
-    }
-}
-
-/// What a process group uses.
-#[derive(Debug, Clone, Copy, Default)]
-struct Usage {
-    cpu_s: f64,
-    rss_kib: u64,
-}
-
-/// The use of every process group on this machine, by group id, from
-/// `/proc/PID/stat` (processor time and resident pages summed over the
-/// group's processes).
-fn group_usage() -> HashMap<u32, Usage> {
-    // SAFETY: sysconf has no preconditions.
-    let (tick, page) = unsafe {
-        (
-            libc::sysconf(libc::_SC_CLK_TCK).max(1) as f64,
-            libc::sysconf(libc::_SC_PAGESIZE).max(1) as u64,
-        )
-    };
-    let mut groups: HashMap<u32, Usage> = HashMap::new();
-    each_process(|_, f| {
-        let num = |i: usize| f[i].parse::<u64>().unwrap_or(0);
-        let u = groups.entry(num(2) as u32).or_default();
-        u.cpu_s += (num(11) + num(12)) as f64 / tick;
-        u.rss_kib += num(21) * page / 1024;
     });
-    groups
-}
-
-/// The processes of process group `group` but its leader.
-fn group_members(group: i32) -> Vec<i32> {
-    let mut members = Vec::new();
-    each_process(|pid, f| {
-        if f[2].parse::<i32>() == Ok(group) && pid != group {
-            members.push(pid);
-        }
-    });
-    members
-}
-
-/// Calls `f` with each process's pid and the fields of its
-/// `/proc/PID/stat` after the command (state first), 22 at least.
-fn each_process(mut f: impl FnMut(i32, &[&str])) {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return;
-    };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        // The command is in parentheses and may hold anything,
-        // parentheses too.
-        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
-        if fields.len() >= 22 {
-            f(pid, &fields);
-        }
-    }
+    tx
 }
 
 /// Moves what `pipe` yields into the buffer `which` picks, waiting while
@@ -483,6 +605,7 @@ fn pump(
     output: Arc<(Mutex<Output>, Condvar)>,
     streams: u8,
     which: fn(&mut Output) -> &mut Vec<u8>,
+    wake: impl Fn() + Send + 'static,
 ) {
     std::thread::spawn(move || {
         // Small at first (most programs write little: a megabyte zeroed
@@ -506,350 +629,15 @@ fn pump(
                 break;
             }
             which(&mut o).extend_from_slice(&buf[..n]);
+            drop(o);
             cond.notify_all();
+            wake();
         }
         lock.lock().closed += streams;
         cond.notify_all();
+        wake();
     });
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use shoal_wire::NodeId;
-
-    fn id(seq: u64) -> ProcId {
-        ProcId {
-            home: NodeId(1),
-            seq,
-        }
-    }
-
-    fn spec(argv: &[&str], cwd: &str) -> StartSpec {
-        StartSpec {
-            argv: argv.iter().map(|s| s.to_string()).collect(),
-            env: vec!["PATH=/usr/bin:/bin".into()],
-            cwd: cwd.into(),
-            // SAFETY: getuid/getgid cannot fail.
-            uid: unsafe { libc::getuid() },
-            gid: unsafe { libc::getgid() },
-            umask: 0o022,
-            ..StartSpec::default()
-        }
-    }
-
-    fn root() -> bool {
-        // SAFETY: geteuid cannot fail.
-        unsafe { libc::geteuid() == 0 }
-    }
-
-    /// An exec service as the daemon makes it: namespaces when root.
-    fn exec() -> Arc<Exec> {
-        Arc::new(Exec::new(root()).unwrap())
-    }
-
-    fn start(exec: &Arc<Exec>, id: ProcId, spec: StartSpec) {
-        match exec.handle(ExecRequest::Start { id, spec }) {
-            ExecReply::Started { .. } => {}
-            other => panic!("{other:?}"),
-        }
-    }
-
-    /// Reads until the end: both streams and how the program ended.
-    fn drain(exec: &Arc<Exec>, id: ProcId) -> (Vec<u8>, Vec<u8>, Ended) {
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        loop {
-            match exec.handle(ExecRequest::Read {
-                id,
-                max: 1 << 20,
-                wait_ms: 500,
-            }) {
-                ExecReply::Output {
-                    stdout,
-                    stderr,
-                    ended,
-                    ..
-                } => {
-                    out.extend(stdout);
-                    err.extend(stderr);
-                    if let Some(e) = ended {
-                        return (out, err, e);
-                    }
-                }
-                other => panic!("{other:?}"),
-            }
-        }
-    }
-
-    #[test]
-    fn a_program_runs_with_its_home_s_settings_and_ends() {
-        let exec = exec();
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path().to_str().unwrap();
-        let start = ExecRequest::Start {
-            id: id(1),
-            spec: spec(&["sh", "-c", "pwd; read x; echo got $x >&2; exit 7"], d),
-        };
-        assert!(matches!(exec.handle(start), ExecReply::Started { .. }));
-        assert_eq!(exec.count(), 1);
-        let write = ExecRequest::Write {
-            id: id(1),
-            data: b"line\n".to_vec(),
-            close: true,
-        };
-        assert_eq!(exec.handle(write), ExecReply::Done);
-        let (out, err, ended) = drain(&exec, id(1));
-        assert_eq!(out, format!("{d}\n").into_bytes());
-        assert_eq!(err, b"got line\n");
-        assert_eq!(ended, Ended::Exited(7));
-        assert_eq!(
-            exec.count(),
-            0,
-            "an ended program read to its end is forgotten"
-        );
-    }
-
-    #[test]
-    fn what_cannot_start_is_refused_with_the_reason() {
-        let exec = exec();
-        let refused = |r: ExecReply| match r {
-            ExecReply::Error(e) => e,
-            other => panic!("{other:?}"),
-        };
-        let e = refused(exec.handle(ExecRequest::Start {
-            id: id(2),
-            spec: spec(&["true"], "/no/such/dir"),
-        }));
-        assert!(
-            e.contains("/no/such/dir does not exist on this node"),
-            "{e}"
-        );
-        let e = refused(exec.handle(ExecRequest::Start {
-            id: id(3),
-            spec: spec(&["no-such-program-anywhere"], "/"),
-        }));
-        assert!(e.contains("cannot start no-such-program-anywhere"), "{e}");
-        let e = refused(exec.handle(ExecRequest::Signal {
-            id: id(4),
-            signal: 15,
-        }));
-        assert!(e.contains("no process"), "{e}");
-    }
-
-    #[test]
-    fn a_program_whose_home_is_gone_is_killed_and_forgotten() {
-        let exec = exec();
-        let start = ExecRequest::Start {
-            id: id(6),
-            spec: spec(&["sleep", "30"], "/"),
-        };
-        assert!(matches!(exec.handle(start), ExecReply::Started { .. }));
-        exec.sweep(|_| true);
-        assert_eq!(exec.count(), 1, "a live home's program stays");
-        exec.sweep(|home| home != NodeId(1));
-        let until = Instant::now() + Duration::from_secs(5);
-        while exec.count() > 0 {
-            assert!(Instant::now() < until, "the program was not forgotten");
-            std::thread::sleep(Duration::from_millis(20));
-            exec.sweep(|home| home != NodeId(1));
-        }
-    }
-
-    #[test]
-    fn a_signal_reaches_the_program_s_group() {
-        let exec = exec();
-        let start = ExecRequest::Start {
-            id: id(5),
-            spec: spec(&["sh", "-c", "sleep 30 & wait"], "/"),
-        };
-        assert!(matches!(exec.handle(start), ExecReply::Started { .. }));
-        let signal = ExecRequest::Signal {
-            id: id(5),
-            signal: libc::SIGTERM,
-        };
-        assert_eq!(exec.handle(signal), ExecReply::Done);
-        let (_, _, ended) = drain(&exec, id(5));
-        assert_eq!(ended, Ended::Killed(libc::SIGTERM));
-    }
-
-    #[test]
-    fn a_program_gets_its_home_s_host_name_limits_and_a_pid_namespace() {
-        let exec = exec();
-        let mut spec = spec(
-            &[
-                "sh",
-                "-c",
-                "echo $$; hostname; ulimit -n; ulimit -Hn; ps -e -o pid= | wc -l",
-            ],
-            "/",
-        );
-        spec.hostname = "home-of-the-test".into();
-        spec.rlimits = vec![shoal_pool::exec::Rlimit {
-            resource: libc::RLIMIT_NOFILE,
-            soft: 77,
-            hard: 99,
-        }];
-        start(&exec, id(7), spec);
-        let (out, err, ended) = drain(&exec, id(7));
-        assert_eq!(ended, Ended::Exited(0), "{}", String::from_utf8_lossy(&err));
-        let out = String::from_utf8(out).unwrap();
-        let lines: Vec<&str> = out.lines().collect();
-        assert_eq!(&lines[2..4], ["77", "99"], "limits forwarded: {out}");
-        if root() {
-            // The watcher is pid 1; the program is 2; ps sees only these
-            // two and itself (and the pipe's wc).
-            assert_eq!(lines[0], "2", "{out}");
-            assert_eq!(lines[1], "home-of-the-test", "{out}");
-            assert!(lines[4].trim().parse::<u32>().unwrap() <= 4, "{out}");
-        } else {
-            assert_ne!(lines[0], "2", "{out}");
-            assert_ne!(lines[1], "home-of-the-test", "{out}");
-        }
-    }
-
-    #[test]
-    fn a_program_on_a_terminal_sees_one_and_its_size_changes() {
-        let exec = exec();
-        let mut spec = spec(
-            &[
-                "sh",
-                "-c",
-                "test -t 0 && test -t 1 && echo tty; stty size; read x; stty size; echo got $x",
-            ],
-            "/",
-        );
-        spec.tty = Some(shoal_pool::exec::WinSize {
-            rows: 30,
-            cols: 100,
-        });
-        start(&exec, id(8), spec);
-        // Wait for the first size before changing it.
-        let mut out = Vec::new();
-        while !String::from_utf8_lossy(&out).contains("30 100") {
-            match exec.handle(ExecRequest::Read {
-                id: id(8),
-                max: 1 << 20,
-                wait_ms: 500,
-            }) {
-                ExecReply::Output { stdout, .. } => out.extend(stdout),
-                other => panic!("{other:?}"),
-            }
-        }
-        let resize = ExecRequest::Resize {
-            id: id(8),
-            size: shoal_pool::exec::WinSize {
-                rows: 40,
-                cols: 120,
-            },
-        };
-        assert_eq!(exec.handle(resize), ExecReply::Done);
-        let write = ExecRequest::Write {
-            id: id(8),
-            data: b"word\n".to_vec(),
-            close: false,
-        };
-        assert_eq!(exec.handle(write), ExecReply::Done);
-        let (rest, err, ended) = drain(&exec, id(8));
-        out.extend(rest);
-        let out = String::from_utf8_lossy(&out);
-        assert!(err.is_empty(), "a terminal is one stream");
-        assert_eq!(ended, Ended::Exited(0), "{out}");
-        assert!(out.contains("tty\r\n30 100\r\n"), "{out:?}");
-        // The terminal echoes the input, then the program's output.
-        assert!(out.contains("40 120\r\ngot word\r\n"), "{out:?}");
-    }
-
-    #[test]
-    fn a_stop_typed_at_the_terminal_is_reported_and_undone() {
-        let exec = exec();
-        // The stop comes while the shell reads (a stop typed while a shell
-        // forks stops the child before its exec, and the shell, blocked in
-        // vfork, cannot stop: the same on a local terminal).
-        let mut spec = spec(&["sh", "-c", "echo ready; read x; echo done $x"], "/");
-        spec.tty = Some(shoal_pool::exec::WinSize { rows: 24, cols: 80 });
-        start(&exec, id(9), spec);
-        let read = || match exec.handle(ExecRequest::Read {
-            id: id(9),
-            max: 1 << 20,
-            wait_ms: 500,
-        }) {
-            ExecReply::Output {
-                stdout, stopped, ..
-            } => (stdout, stopped),
-            other => panic!("{other:?}"),
-        };
-        let mut out = Vec::new();
-        while !String::from_utf8_lossy(&out).contains("ready") {
-            out.extend(read().0);
-        }
-        // Ctrl-Z, as a terminal's user types it.
-        let ctrl_z = ExecRequest::Write {
-            id: id(9),
-            data: vec![0x1a],
-            close: false,
-        };
-        assert_eq!(exec.handle(ctrl_z), ExecReply::Done);
-        let until = Instant::now() + Duration::from_secs(10);
-        loop {
-            assert!(Instant::now() < until, "the stop was not reported");
-            let (o, st) = read();
-            out.extend(o);
-            if st == Some(libc::SIGTSTP) {
-                break;
-            }
-        }
-        let cont = ExecRequest::Signal {
-            id: id(9),
-            signal: libc::SIGCONT,
-        };
-        assert_eq!(exec.handle(cont), ExecReply::Done);
-        let write = ExecRequest::Write {
-            id: id(9),
-            data: b"go\n".to_vec(),
-            close: false,
-        };
-        assert_eq!(exec.handle(write), ExecReply::Done);
-        let (rest, _, ended) = drain(&exec, id(9));
-        assert!(String::from_utf8_lossy(&rest).contains("done go"));
-        assert_eq!(ended, Ended::Exited(0));
-    }
-
-    #[test]
-    fn a_stopped_program_is_not_hung_up_for_its_silent_home() {
-        let exec = exec();
-        start(&exec, id(10), spec(&["sleep", "30"], "/"));
-        let signal = |s| {
-            exec.handle(ExecRequest::Signal {
-                id: id(10),
-                signal: s,
-            })
-        };
-        let stopped = || exec.procs.lock()[&id(10)].output.0.lock().stopped;
-        let age = |p: &mut Proc| p.last_read = Instant::now() - 2 * LEASE;
-        assert_eq!(signal(libc::SIGSTOP), ExecReply::Done);
-        let until = Instant::now() + Duration::from_secs(5);
-        while stopped().is_none() {
-            assert!(Instant::now() < until, "the stop was not seen");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        age(exec.procs.lock().get_mut(&id(10)).unwrap());
-        exec.sweep(|_| true);
-        assert!(
-            exec.procs.lock()[&id(10)].hung_up.is_none(),
-            "hung up while stopped"
-        );
-        assert_eq!(signal(libc::SIGCONT), ExecReply::Done);
-        while stopped().is_some() {
-            assert!(Instant::now() < until, "the continue was not seen");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        age(exec.procs.lock().get_mut(&id(10)).unwrap());
-        exec.sweep(|_| true);
-        assert!(
-            exec.procs.lock()[&id(10)].hung_up.is_some(),
-            "a silent home hangs up"
-        );
-        let (_, _, ended) = drain(&exec, id(10));
-        assert_eq!(ended, Ended::Killed(libc::SIGHUP));
-    }
-}
+mod tests;

@@ -36,6 +36,7 @@ pub mod identity;
 mod link_server;
 mod load;
 mod metrics;
+mod procfs;
 pub mod service;
 pub mod settings;
 mod spawn;

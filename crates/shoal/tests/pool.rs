@@ -923,3 +923,47 @@ fn shoal_make_spreads_recipes_and_keeps_make_s_semantics() {
         assert!(out.status.success(), "{}", text(&out.stderr));
     }
 }
+
+/// Programs fed more input than a pipe holds and never reading it, on one
+/// node, hold none of its exec service's threads: another program still
+/// starts there and ends, with its output.
+#[test]
+fn programs_that_never_read_do_not_starve_a_node() {
+    let t = TestCluster::up("tw", 41, 2, Mode::Netns);
+    let c = t.get();
+    let mut stuck = Vec::new();
+    for _ in 0..6 {
+        let mut cmd = c.command("n1", shoal()).unwrap();
+        cmd.args(["run", "--on", "n2", "--", "sleep", "600"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = cmd.spawn().unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(&vec![0u8; 8 << 20]);
+        });
+        stuck.push(child);
+    }
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let n = Command::new("pgrep")
+            .args(["-fc", "^sleep 600$"])
+            .output()
+            .unwrap();
+        if text(&n.stdout).trim().parse::<usize>().unwrap_or(0) >= 6 {
+            break;
+        }
+        assert!(Instant::now() < until, "the six programs did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Their input is on its way to the full pipes.
+    std::thread::sleep(Duration::from_secs(1));
+    let out = run_from(c, "n1", "n2", "/", &["echo", "served"], b"");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "served\n");
+    for mut child in stuck {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}

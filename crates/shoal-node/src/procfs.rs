@@ -1,0 +1,71 @@
+//! Process groups as `/proc` shows them: their members and what they use.
+
+use std::collections::HashMap;
+
+/// What a process group uses.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Usage {
+    pub cpu_s: f64,
+    pub rss_kib: u64,
+}
+
+/// The use of every process group on this machine, by group id, from
+/// `/proc/PID/stat` (processor time and resident pages summed over the
+/// group's processes).
+pub fn group_usage() -> HashMap<u32, Usage> {
+    // SAFETY: sysconf has no preconditions.
+    let (tick, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_CLK_TCK).max(1) as f64,
+            libc::sysconf(libc::_SC_PAGESIZE).max(1) as u64,
+        )
+    };
+    let mut groups: HashMap<u32, Usage> = HashMap::new();
+    each_process(|_, f| {
+        let num = |i: usize| f[i].parse::<u64>().unwrap_or(0);
+        let u = groups.entry(num(2) as u32).or_default();
+        u.cpu_s += (num(11) + num(12)) as f64 / tick;
+        u.rss_kib += num(21) * page / 1024;
+    });
+    groups
+}
+
+/// The processes of process group `group` but its leader.
+pub fn group_members(group: i32) -> Vec<i32> {
+    let mut members = Vec::new();
+    each_process(|pid, f| {
+        if f[2].parse::<i32>() == Ok(group) && pid != group {
+            members.push(pid);
+        }
+    });
+    members
+}
+
+/// Calls `f` with each process's pid and the fields of its
+/// `/proc/PID/stat` after the command (state first), 22 at least.
+fn each_process(mut f: impl FnMut(i32, &[&str])) {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // The command is in parentheses and may hold anything,
+        // parentheses too.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
+        if fields.len() >= 22 {
+            f(pid, &fields);
+        }
+    }
+}
