@@ -17,11 +17,13 @@
 //!   happened, 30 s later.  The newest session seals; older ones (three at
 //!   most) still open, until `reject_after` from their making, when their
 //!   keys are erased.
-//! - **Liveness.** A sender that has heard nothing in its newest session
-//!   for `stale_after` starts another (the peer may have restarted and lost
-//!   it); a node that heard from a peer and sent nothing back for
-//!   `keepalive` sends an empty datagram, so a working session never looks
-//!   stale.
+//! - **Liveness.** A node that gets a datagram naming a session it does
+//!   not have (it restarted, or let the session expire) starts a new one
+//!   with the sender at once, at most once per `retry` per address.  A
+//!   sender that has heard nothing in its newest session for `stale_after`
+//!   starts another too; a node that heard from a peer and sent nothing
+//!   back for `keepalive` sends an empty datagram, so a working session
+//!   never looks stale.
 //! - **Replay.** Each session has its own [`ReplayWindow`]; a datagram is
 //!   marked only after it opened.  Erased sessions open nothing at all.
 //! - **Crossed handshakes** (both sides start at once) make two sessions;
@@ -167,6 +169,8 @@ struct Peer {
     sessions: Vec<u32>,
     initiating: Option<u32>,
     queue: VecDeque<Vec<u8>>,
+    /// When an unknown session from this address last started one.
+    reconnected: Option<u64>,
 }
 
 /// See the module documentation.
@@ -265,7 +269,13 @@ impl Sessions {
                 self.finish(now, wall, from, datagram, out);
                 Ok(None)
             }
-            Class::Node => self.open_node(now, datagram),
+            Class::Node => {
+                let opened = self.open_node(now, datagram);
+                if let Err(SessionError::UnknownIndex) = opened {
+                    self.reconnect(now, from, out);
+                }
+                opened
+            }
             _ => Err(SessionError::Malformed("not a node datagram")),
         }
     }
@@ -409,6 +419,25 @@ impl Sessions {
                 return i;
             }
         }
+    }
+
+    /// A node datagram from `from` named no session here: this node lost
+    /// it (it restarted) or let it expire, while the peer still seals in
+    /// it.  Starting a new session at once, rather than waiting for the
+    /// peer to find its session silent, brings the peer back within a
+    /// round trip.  At most once per `retry` per address, so forged
+    /// datagrams buy an attacker no more than that.
+    fn reconnect(&mut self, now: u64, from: SocketAddr, out: &mut Vec<Output>) {
+        let peer = self.peers.entry(from).or_default();
+        if peer.initiating.is_some()
+            || peer
+                .reconnected
+                .is_some_and(|t| now.saturating_sub(t) < self.cfg.retry)
+        {
+            return;
+        }
+        peer.reconnected = Some(now);
+        self.initiate(now, from, out);
     }
 
     fn initiate(&mut self, now: u64, to: SocketAddr, out: &mut Vec<Output>) {

@@ -335,7 +335,7 @@ fn forged_and_altered_datagrams_are_counted_and_dropped() {
 }
 
 #[test]
-fn a_restarted_peer_is_reached_again_within_stale_after() {
+fn a_restarted_peer_is_reached_again_at_once() {
     let mut net = Net::new(2, 21, 0.0);
     for i in 0..5 {
         net.send(0, 1, &text(i));
@@ -356,9 +356,10 @@ fn a_restarted_peer_is_reached_again_within_stale_after() {
         .iter()
         .filter(|d| d.0 == 0)
         .collect();
-    // Lost until n1 noticed (15 s of silence), then delivered again.
+    // The restarted n2 answers the first datagram it cannot open with a
+    // new session: at most the first is lost.
     assert!(
-        late.len() >= 10,
+        late.len() >= 29,
         "{} delivered after the restart",
         late.len()
     );
