@@ -1,9 +1,46 @@
-//! Users' accounts on this node: who a uid is, and which groups it may
-//! run with.  A start request names a uid, a gid and groups; a root daemon
+//! Users' accounts on this node: who a uid is, which groups it may run
+//! with, and who is at the other end of a local socket.  A start request names a uid, a gid and groups; a root daemon
 //! runs the program with no group the account does not have
 //! (`docs/security.md`, "Local authority").
 
 use std::ffi::CStr;
+
+/// The login name of `uid` on this node, or the number if it has none.
+pub fn user_name(uid: u32) -> String {
+    let mut buf = vec![0u8; 16 * 1024];
+    // SAFETY: an all-zero passwd is a valid value to be filled in.
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: as in `lookup`.
+    let rc =
+        unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr().cast(), buf.len(), &mut found) };
+    if rc != 0 || found.is_null() {
+        return uid.to_string();
+    }
+    // SAFETY: pw_name points into `buf`, NUL-terminated, while `buf` lives.
+    unsafe { CStr::from_ptr(pw.pw_name) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Who is on the other end of a Unix socket, as the kernel says
+/// (`SO_PEERCRED`): pid, uid, gid.  Nothing the peer says can change it.
+pub fn peer(socket: &impl std::os::fd::AsRawFd) -> Option<(i32, u32, u32)> {
+    // SAFETY: an all-zero ucred is a valid value to be filled in.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `cred`.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0).then_some((cred.pid, cred.uid, cred.gid))
+}
 
 /// A user's primary group and every group they belong to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,5 +113,16 @@ mod tests {
         assert_eq!((gid, groups), (0, vec![0]));
         assert!(super::clamp(0, 4_000_000, &[]).is_err());
         assert!(super::clamp(4_000_000, 0, &[]).is_err());
+        assert_eq!(super::user_name(0), "root");
+        assert_eq!(super::user_name(4_000_000), "4000000");
+    }
+
+    #[test]
+    fn the_kernel_says_who_is_on_the_other_end() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (pid, uid, gid) = super::peer(&a).unwrap();
+        assert_eq!(pid as u32, std::process::id());
+        // SAFETY: getuid/getgid cannot fail.
+        assert_eq!((uid, gid), unsafe { (libc::getuid(), libc::getgid()) });
     }
 }

@@ -26,6 +26,7 @@ const SIGNAL_DEADLINE: Duration = Duration::from_secs(5);
 /// if named (it must be a live member), else the placement rule's choice.
 pub(crate) fn spawn(
     shared: &Shared,
+    peer: crate::link_server::Peer,
     command: &str,
     on: Option<&str>,
     mem_mib: u32,
@@ -42,7 +43,7 @@ pub(crate) fn spawn(
         }
         None => place(shared, mem_mib, allow_owner_active, None)?,
     };
-    let id = shared.procs.lock().spawn(now().0, command, &node);
+    let id = shared.procs.lock().spawn(now().0, command, &node, peer.uid);
     Ok((id, node))
 }
 
@@ -175,6 +176,7 @@ pub(crate) fn procs(shared: &Shared, with_ended: bool) -> ProcAnswer {
             id: p.id.to_string(),
             command: p.command.clone(),
             node: p.node.clone(),
+            uid: p.uid,
             age_s: now.saturating_sub(p.started_us) as f64 / 1e6,
             end: end_of(p.state),
         })

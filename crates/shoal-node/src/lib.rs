@@ -26,7 +26,7 @@
 //! started from a process gets of it) and `fdpass` (messages with file
 //! descriptors attached).
 
-mod account;
+pub mod account;
 mod config;
 mod daemon;
 pub mod exec;

@@ -53,7 +53,18 @@ pub fn start(shared: Arc<Shared>) -> Result<(), String> {
     Ok(())
 }
 
+/// Who is at the other end of a link, as the kernel said when it was
+/// opened.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Peer {
+    pub uid: u32,
+}
+
 fn serve(shared: Arc<Shared>, stream: UnixStream) {
+    let Some((_, uid, _)) = crate::account::peer(&stream) else {
+        return;
+    };
+    let peer = Peer { uid };
     shared.state.lock().links += 1;
     let mut registered: Vec<(PutPort, Instance)> = Vec::new();
     // Processes this link spawned that have not ended yet.
@@ -72,7 +83,7 @@ fn serve(shared: Arc<Shared>, stream: UnixStream) {
             Ok(_) => {}
         }
         let response = match serde_json::from_str::<LinkRequest>(&line) {
-            Ok(request) => handle(&shared, request, &mut registered, &mut spawned),
+            Ok(request) => handle(&shared, peer, request, &mut registered, &mut spawned),
             Err(e) => LinkResponse::Error {
                 message: format!("bad link request: {e}"),
             },
@@ -98,6 +109,7 @@ fn serve(shared: Arc<Shared>, stream: UnixStream) {
 
 fn handle(
     shared: &Shared,
+    peer: Peer,
     request: LinkRequest,
     registered: &mut Vec<(PutPort, Instance)>,
     spawned: &mut Vec<ProcId>,
@@ -140,8 +152,14 @@ fn handle(
             on,
             mem_mib,
             allow_owner_active,
-        } => match crate::home::spawn(shared, &command, on.as_deref(), mem_mib, allow_owner_active)
-        {
+        } => match crate::home::spawn(
+            shared,
+            peer,
+            &command,
+            on.as_deref(),
+            mem_mib,
+            allow_owner_active,
+        ) {
             Ok((id, node)) => {
                 spawned.push(id);
                 LinkResponse::Spawned {
@@ -176,6 +194,9 @@ fn handle(
             }
             None => error(format!("no process {id} spawned on this link")),
         },
+        LinkRequest::Owner { .. } if peer.uid != 0 => {
+            error("only root may say whether this machine's owner is using it".into())
+        }
         LinkRequest::Owner { active } => {
             let owner = active.map(|a| {
                 if a {

@@ -66,6 +66,9 @@ pub struct HomedProc {
     pub command: String,
     /// The node it runs (or ran) on.
     pub node: String,
+    /// Who started it (a uid of its home).
+    #[serde(default)]
+    pub uid: u32,
     /// Seconds since it started.
     pub age_s: f64,
     /// How it ended; none while it runs.

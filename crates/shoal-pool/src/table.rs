@@ -40,6 +40,8 @@ pub struct Proc {
     pub command: String,
     /// The name of the node it runs on.
     pub node: String,
+    /// Who started it: the uid its home's kernel reported.
+    pub uid: u32,
     pub started_us: u64,
     pub state: ProcState,
 }
@@ -66,8 +68,9 @@ impl ProcTable {
         }
     }
 
-    /// Records a new process running `command` on `node`: its id.
-    pub fn spawn(&mut self, now_us: u64, command: &str, node: &str) -> ProcId {
+    /// Records a new process of user `uid` running `command` on `node`:
+    /// its id.
+    pub fn spawn(&mut self, now_us: u64, command: &str, node: &str, uid: u32) -> ProcId {
         let seq = self.next;
         self.next = self.next.wrapping_add(1).max(1);
         let id = ProcId {
@@ -88,6 +91,7 @@ impl ProcTable {
                 id,
                 command,
                 node: node.to_string(),
+                uid,
                 started_us: now_us,
                 state: ProcState::Running,
             },
@@ -170,11 +174,12 @@ mod tests {
     #[test]
     fn a_process_is_numbered_followed_and_remembered_after_its_end() {
         let mut t = ProcTable::new(NodeId(7), 100);
-        let a = t.spawn(1, "sleep 30", "n2");
-        let b = t.spawn(2, "true", "n3");
+        let a = t.spawn(1, "sleep 30", "n2", 1000);
+        let b = t.spawn(2, "true", "n3", 0);
         assert_eq!((a.home, a.seq, b.seq), (NodeId(7), 100, 101));
         assert!(t.moved(a, "n4"));
         assert_eq!(t.get(a).unwrap().node, "n4");
+        assert_eq!((t.get(a).unwrap().uid, t.get(b).unwrap().uid), (1000, 0));
         assert!(t.end(b, 5, Some(Ended::Exited(3))));
         assert!(!t.end(b, 6, Some(Ended::Exited(0))), "ends once");
         assert_eq!(
@@ -188,7 +193,7 @@ mod tests {
         assert_eq!(t.get(a).unwrap().state, ProcState::Lost { at_us: 7 });
         assert_eq!(t.running().count(), 0);
         assert_eq!(t.ended().count(), 2);
-        let c = t.spawn(8, "x", "n1");
+        let c = t.spawn(8, "x", "n1", 0);
         t.forget(c);
         assert!(
             t.get(c).is_none(),
@@ -208,7 +213,7 @@ mod tests {
     #[test]
     fn long_commands_are_cut_on_a_character_boundary() {
         let mut t = ProcTable::new(NodeId(1), 1);
-        let id = t.spawn(0, &"é".repeat(200), "n1");
+        let id = t.spawn(0, &"é".repeat(200), "n1", 0);
         let c = &t.get(id).unwrap().command;
         assert!(
             c.len() <= MAX_COMMAND && c.len() >= MAX_COMMAND - 1,
@@ -233,7 +238,7 @@ mod tests {
             for (now, (op, pick)) in ops.into_iter().enumerate() {
                 match op {
                     0 => {
-                        let id = t.spawn(now as u64, "p", "n");
+                        let id = t.spawn(now as u64, "p", "n", 0);
                         prop_assert!(seen.insert(id), "id {} handed out twice", id);
                         ids.push(id);
                     }

@@ -57,6 +57,8 @@ struct Row {
     id: String,
     home: String,
     node: String,
+    /// Who started it, named as this node names the uid.
+    user: String,
     state: String,
     cpu_s: Option<f64>,
     rss_kib: Option<u64>,
@@ -117,6 +119,7 @@ pub fn ps(args: PsArgs) -> Result<(), Failure> {
             id: p.id,
             home,
             node: p.node,
+            user: shoal_node::account::user_name(p.uid),
             state,
             cpu_s: here.as_ref().map(|r| r.cpu_s),
             rss_kib: here.as_ref().map(|r| r.rss_kib),
@@ -134,6 +137,7 @@ pub fn ps(args: PsArgs) -> Result<(), Failure> {
             id,
             home,
             node,
+            user: "?".into(),
             state: "running (home silent)".into(),
             cpu_s: Some(r.cpu_s),
             rss_kib: Some(r.rss_kib),
@@ -150,15 +154,16 @@ pub fn ps(args: PsArgs) -> Result<(), Failure> {
         return Ok(());
     }
     println!(
-        "{:<28} {:<8} {:<8} {:<22} {:>8} {:>9} {:>8}  COMMAND",
-        "ID", "HOME", "NODE", "STATE", "CPU", "RSS", "AGE"
+        "{:<28} {:<8} {:<8} {:<10} {:<22} {:>8} {:>9} {:>8}  COMMAND",
+        "ID", "HOME", "NODE", "USER", "STATE", "CPU", "RSS", "AGE"
     );
     for r in rows {
         println!(
-            "{:<28} {:<8} {:<8} {:<22} {:>8} {:>9} {:>8}  {}",
+            "{:<28} {:<8} {:<8} {:<10} {:<22} {:>8} {:>9} {:>8}  {}",
             r.id,
             r.home,
             r.node,
+            r.user,
             r.state,
             r.cpu_s.map_or("-".into(), |c| format!("{c:.2}s")),
             r.rss_kib

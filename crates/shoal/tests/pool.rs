@@ -887,6 +887,8 @@ fn shoal_make_spreads_recipes_and_keeps_make_s_semantics() {
         row["state"] == "killed by SIGKILL" || row["state"] == "lost",
         "{row}"
     );
+    // Its owner is who ran shoal make, as the home's kernel said.
+    assert_eq!(row["user"], "root", "{row}");
 
     // A line waiting for a node ends when make is told to stop.
     for n in ["n1", "n2", "n3"] {
