@@ -393,6 +393,18 @@ impl GroupCore {
         let c = self.coord.as_ref().expect("coordinating");
         let (_, upto, _) = c.fetch.expect("set above");
         if self.held < upto {
+            // The best voter may have died after it voted: a reset that
+            // cannot fetch its log fails like one that lacks votes, and
+            // the next attempt (a new ballot) goes without that voter.
+            if now.saturating_since(c.started) >= self.cfg.recovery_timeout {
+                let have = self
+                    .members
+                    .iter()
+                    .filter(|m| c.votes.contains_key(&m.id))
+                    .count();
+                let need = self.cfg.quorum(self.members.len());
+                self.fail_recovery(now, have, need);
+            }
             return;
         }
         // Quorum against the membership at the end of the log, and the one
@@ -465,10 +477,16 @@ impl GroupCore {
         }
         if now.saturating_since(c.started) >= self.cfg.recovery_timeout {
             let (have, need) = have_need;
-            self.coord = None;
-            self.recovery_failed_at = Some(now);
-            self.events.push_back(Event::ResetFailed { have, need });
+            self.fail_recovery(now, have, need);
         }
+    }
+
+    /// The reset this member coordinates failed: it is tried again after
+    /// `suspect_after`, or when the application asks.
+    fn fail_recovery(&mut self, now: Time, have: usize, need: usize) {
+        self.coord = None;
+        self.recovery_failed_at = Some(now);
+        self.events.push_back(Event::ResetFailed { have, need });
     }
 
     /// Drops log entries after `keep` (they may be tentative entries of an
