@@ -438,14 +438,29 @@ impl GroupCore {
             vec![self.members.clone(), self.prev_members.clone()]
         };
         for list in &lists {
-            let list: Vec<_> = list.iter().filter(|m| !c.empty.contains(&m.id)).collect();
-            if list.is_empty() {
+            // Joiners still waiting for their state hold nothing: they do
+            // not count towards the n - r that must include a holder of
+            // every committed entry, but their votes (they keep their
+            // promise) count towards the majority, so a joiner's admission
+            // followed by the sequencer's crash leaves a majority able to
+            // reset.
+            let holders: Vec<_> = list.iter().filter(|m| !c.empty.contains(&m.id)).collect();
+            if holders.is_empty() {
                 continue;
             }
-            let have = list.iter().filter(|m| voters.contains(&m.id)).count();
-            let need = match c.min_override {
-                Some(min) => min.clamp(1, list.len()),
-                None => self.cfg.quorum(list.len()),
+            let have = holders.iter().filter(|m| voters.contains(&m.id)).count();
+            let (have, need) = match c.min_override {
+                Some(min) => (have, min.clamp(1, holders.len())),
+                None => {
+                    let need = self.cfg.holders_needed(holders.len());
+                    let answered = have + (list.len() - holders.len());
+                    let majority = self.cfg.majority(list.len());
+                    if have < need {
+                        (have, need)
+                    } else {
+                        (answered, majority)
+                    }
+                }
             };
             if have < need {
                 ok = false;
