@@ -85,10 +85,19 @@ impl GroupConfig {
     /// message) and at least `min_members`, by default a majority (so two
     /// sides of a partition can never both reset).
     pub fn quorum(&self, n: usize) -> usize {
-        let floor = self.min_members.unwrap_or(n / 2 + 1);
-        floor
-            .max(n.saturating_sub(self.resilience))
-            .clamp(1, n.max(1))
+        self.majority(n).max(self.holders_needed(n))
+    }
+
+    /// The majority part of [`GroupConfig::quorum`]: `min_members`, by
+    /// default a majority of `n`.
+    pub fn majority(&self, n: usize) -> usize {
+        self.min_members.unwrap_or(n / 2 + 1).clamp(1, n.max(1))
+    }
+
+    /// The resilience part of [`GroupConfig::quorum`]: at least `n - r`
+    /// (and 1) of the `n` members that may hold entries.
+    pub fn holders_needed(&self, n: usize) -> usize {
+        n.saturating_sub(self.resilience).clamp(1, n.max(1))
     }
 
     /// Members besides the sequencer that must hold an entry before it

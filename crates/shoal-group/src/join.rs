@@ -18,8 +18,8 @@ use rustc_hash::FxHashMap;
 use shoal_cap::PutPort;
 use shoal_proto::Time;
 use shoal_wire::group::{
-    GroupBody, GroupHeader, GroupPacket, Join, MemberEntry, State, StateMeta, StateReq,
-    decode_state, encode_state,
+    EntryKind, GroupBody, GroupHeader, GroupPacket, Join, MemberEntry, State, StateMeta, StateReq,
+    decode_member, decode_state, encode_state,
 };
 use shoal_wire::{ClusterKey, Frag, MemberId};
 
@@ -104,7 +104,14 @@ impl GroupCore {
     /// Datagrams while joining: only state fragments matter.
     pub(crate) fn joining_packet(&mut self, now: Time, from: SocketAddr, p: &GroupPacket<'_>) {
         if let GroupBody::Invite(i) = &p.body {
-            // A reset while we wait for our state: we hold nothing.
+            // A reset while we wait for our state: we hold nothing, but our
+            // vote counts towards the coordinator's majority, so we keep
+            // the promise as members do.
+            let b = (i.ballot, p.hdr.from);
+            if b < self.promised {
+                return;
+            }
+            self.promised = b;
             let vote = shoal_wire::group::Vote {
                 ballot: i.ballot,
                 coord: p.hdr.from,
@@ -168,7 +175,7 @@ impl GroupCore {
         self.inc = meta.inc;
         self.last_normal = (meta.inc, meta.sequencer);
         self.sequencer = meta.sequencer;
-        self.promised = (meta.inc, meta.sequencer);
+        self.promised = self.promised.max((meta.inc, meta.sequencer));
         self.members = meta.members.clone();
         self.prev_members = meta.members.clone();
         self.members_seq = at_seq;
@@ -287,6 +294,20 @@ impl GroupCore {
         // The state must include the joiner's own join.
         let members = self.members_at(at);
         if !members.iter().any(|m| m.id == joiner) {
+            return;
+        }
+        // ... and its latest one: a joiner expelled before its state came
+        // (silent meanwhile) and admitted again by its retried join must
+        // not start from a state of its first admission, or it would
+        // deliver its own expulsion and leave while the group counts it
+        // a member.  Entries after `at` are still in the log (purging
+        // stops at what the application has seen).
+        let changed_later = self.log.range(at + 1..).any(|(_, e)| match e.kind {
+            EntryKind::Join => decode_member(&e.body).is_ok_and(|m| m.id == joiner),
+            EntryKind::Leave => e.body[..] == joiner.0.to_le_bytes(),
+            _ => false,
+        });
+        if changed_later {
             return;
         }
         let meta = StateMeta {

@@ -393,6 +393,18 @@ impl GroupCore {
         let c = self.coord.as_ref().expect("coordinating");
         let (_, upto, _) = c.fetch.expect("set above");
         if self.held < upto {
+            // The best voter may have died after it voted: a reset that
+            // cannot fetch its log fails like one that lacks votes, and
+            // the next attempt (a new ballot) goes without that voter.
+            if now.saturating_since(c.started) >= self.cfg.recovery_timeout {
+                let have = self
+                    .members
+                    .iter()
+                    .filter(|m| c.votes.contains_key(&m.id))
+                    .count();
+                let need = self.cfg.quorum(self.members.len());
+                self.fail_recovery(now, have, need);
+            }
             return;
         }
         // Quorum against the membership at the end of the log, and the one
@@ -426,14 +438,29 @@ impl GroupCore {
             vec![self.members.clone(), self.prev_members.clone()]
         };
         for list in &lists {
-            let list: Vec<_> = list.iter().filter(|m| !c.empty.contains(&m.id)).collect();
-            if list.is_empty() {
+            // Joiners still waiting for their state hold nothing: they do
+            // not count towards the n - r that must include a holder of
+            // every committed entry, but their votes (they keep their
+            // promise) count towards the majority, so a joiner's admission
+            // followed by the sequencer's crash leaves a majority able to
+            // reset.
+            let holders: Vec<_> = list.iter().filter(|m| !c.empty.contains(&m.id)).collect();
+            if holders.is_empty() {
                 continue;
             }
-            let have = list.iter().filter(|m| voters.contains(&m.id)).count();
-            let need = match c.min_override {
-                Some(min) => min.clamp(1, list.len()),
-                None => self.cfg.quorum(list.len()),
+            let have = holders.iter().filter(|m| voters.contains(&m.id)).count();
+            let (have, need) = match c.min_override {
+                Some(min) => (have, min.clamp(1, holders.len())),
+                None => {
+                    let need = self.cfg.holders_needed(holders.len());
+                    let answered = have + (list.len() - holders.len());
+                    let majority = self.cfg.majority(list.len());
+                    if have < need {
+                        (have, need)
+                    } else {
+                        (answered, majority)
+                    }
+                }
             };
             if have < need {
                 ok = false;
@@ -465,10 +492,16 @@ impl GroupCore {
         }
         if now.saturating_since(c.started) >= self.cfg.recovery_timeout {
             let (have, need) = have_need;
-            self.coord = None;
-            self.recovery_failed_at = Some(now);
-            self.events.push_back(Event::ResetFailed { have, need });
+            self.fail_recovery(now, have, need);
         }
+    }
+
+    /// The reset this member coordinates failed: it is tried again after
+    /// `suspect_after`, or when the application asks.
+    fn fail_recovery(&mut self, now: Time, have: usize, need: usize) {
+        self.coord = None;
+        self.recovery_failed_at = Some(now);
+        self.events.push_back(Event::ResetFailed { have, need });
     }
 
     /// Drops log entries after `keep` (they may be tentative entries of an

@@ -204,6 +204,9 @@ impl GroupCore {
                     acked: false,
                 },
             );
+            // A state made for an earlier admission of the same member
+            // (expelled before it arrived) is not for this one.
+            self.state_out.remove(&m.id);
         }
         if need == 0 {
             self.commit = seq;

@@ -55,3 +55,18 @@ pub fn seeds() -> Vec<u64> {
         .unwrap_or(64);
     (0..n).collect()
 }
+
+/// [`seeds`], and then `regressions`: seeds that once failed, which a
+/// scenario runs every time (not when `SHOAL_SIM_SEED` picks one).
+pub fn seeds_and(regressions: &[u64]) -> Vec<u64> {
+    let mut all = seeds();
+    if std::env::var_os("SHOAL_SIM_SEED").is_none() {
+        all.extend(
+            regressions
+                .iter()
+                .filter(|s| !all.contains(s))
+                .collect::<Vec<_>>(),
+        );
+    }
+    all
+}

@@ -4,12 +4,18 @@
 //! seeds; `SHOAL_SIM_SEED=S SHOAL_SIM_TRACE=1` replays one with a trace.
 
 use shoal_dir::replica::Durability;
-use shoal_sim::{DirSim, DirSimConfig, Faults, seeds};
+use shoal_sim::{DirSim, DirSimConfig, Faults, seeds_and};
 
+/// Runs `name` over the seeds, and over `regressions` (seeds that once
+/// failed) every time.
 fn run(name: &str, cfg: DirSimConfig) {
+    run_and(name, cfg, &[]);
+}
+
+fn run_and(name: &str, cfg: DirSimConfig, regressions: &[u64]) {
     let mut failed = Vec::new();
     let (mut ok, mut unknown) = (0, 0);
-    for seed in seeds() {
+    for seed in seeds_and(regressions) {
         let mut sim = DirSim::new(seed, cfg.clone());
         let report = sim.run();
         ok += report.ops_ok;
@@ -63,24 +69,29 @@ fn lossy_network_replicated() {
 
 #[test]
 fn crashes_fsync() {
-    run(
+    // 2373: a coordinator waited forever to fetch the log of a voter that
+    // had crashed since it voted.
+    run_and(
         "crashes_fsync",
         DirSimConfig {
             crashes: 3,
             ..Default::default()
         },
+        &[2373],
     );
 }
 
 #[test]
 fn crashes_replicated() {
-    run(
+    // 5580: the same, with the coordinator alone after two crashes.
+    run_and(
         "crashes_replicated",
         DirSimConfig {
             durability: Durability::Replicated,
             crashes: 3,
             ..Default::default()
         },
+        &[5580],
     );
 }
 
