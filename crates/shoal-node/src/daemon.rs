@@ -36,6 +36,8 @@ const POLL: Duration = Duration::from_millis(50);
 const LOAD_EVERY: Duration = Duration::from_millis(500);
 /// Threads serving the exec service (a write to a full pipe holds one).
 const EXEC_THREADS: usize = 4;
+/// How often each peer is told this node's revocation list version.
+const ANNOUNCE_EVERY: Duration = Duration::from_secs(5);
 /// Threads serving the node service (a `wait` holds one up to 2 s).
 const SERVICE_THREADS: usize = 4;
 
@@ -79,6 +81,10 @@ pub(crate) struct Shared {
     pub identity: crate::identity::Identity,
     /// Sessions with the other nodes (heartbeats travel in them).
     pub sessions: Mutex<Sessions>,
+    /// The newest revocation list held: its version and signed bytes.
+    pub revocations: Mutex<Option<(u64, Vec<u8>)>>,
+    /// Tell every peer the revocation version at the next turn.
+    pub announce: AtomicBool,
     /// Heartbeats refused: unsealed, or naming another node than the
     /// session's.
     pub forged_heartbeats: std::sync::atomic::AtomicU64,
@@ -177,6 +183,13 @@ impl Daemon {
             config.admin,
             crate::identity::wall(),
         )?;
+        let revocations = {
+            let path = config.state_dir.join(crate::identity::REVOKED);
+            path.exists()
+                .then(|| crate::identity::read_hex(&path))
+                .transpose()?
+                .map(|bytes| (identity.trust.revoked.version, bytes))
+        };
         let sessions = Sessions::new(
             SessionConfig::default(),
             identity.me.clone(),
@@ -210,6 +223,8 @@ impl Daemon {
             key,
             identity,
             sessions: Mutex::new(sessions),
+            revocations: Mutex::new(revocations),
+            announce: AtomicBool::new(true),
             forged_heartbeats: Default::default(),
             node,
             started: Instant::now(),
@@ -328,6 +343,7 @@ pub fn run(config: NodeConfig) -> Result<(), String> {
 
 fn net_loop(shared: &Shared, socket: &UdpSocket) {
     let mut buf = vec![0u8; MAX_DATAGRAM];
+    let mut last_announce: Option<Time> = None;
     while !shared.stop.load(Ordering::Acquire) {
         let timeout = {
             let state = shared.state.lock();
@@ -339,8 +355,9 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
         let received = socket.recv_from(&mut buf);
         let now = now();
         let mut out: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
-        // Plaintexts that opened in a node session, with the peer's name.
-        let mut opened: Vec<(String, Vec<u8>)> = Vec::new();
+        // Plaintexts that opened in a node session, with the peer's name
+        // and address.
+        let mut opened: Vec<((String, SocketAddr), Vec<u8>)> = Vec::new();
         let mut unsealed = None;
         if let Ok((n, from)) = received {
             if n >= 3 && buf[2] == shoal_session::datagram::VERSION {
@@ -350,8 +367,8 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
                 match sessions.handle(now.0, wall, from, &mut buf[..n], &mut outputs) {
                     Ok(Some(o)) => {
                         let (index, plaintext) = (o.index, o.plaintext.to_vec());
-                        if let Some((peer, _, _)) = sessions.session(index) {
-                            opened.push((peer.name.clone(), plaintext));
+                        if let Some((peer, addr, _)) = sessions.session(index) {
+                            opened.push(((peer.name.clone(), addr), plaintext));
                         }
                     }
                     Ok(None) => {}
@@ -372,7 +389,8 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
                         .sample(shared.exec.count(), shared.exec.cpu_jiffies())
                 })
         };
-        let mut heartbeats = Vec::new();
+        // What to seal for other nodes: heartbeats, revocation news.
+        let mut heartbeats: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
         {
             let mut state = shared.state.lock();
             if received.is_ok() {
@@ -398,7 +416,7 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
                 }
             }
             for (peer, plaintext) in &opened {
-                hear(shared, &mut state, now, peer, plaintext);
+                hear(shared, &mut state, now, peer, plaintext, &mut heartbeats);
             }
             if let Some(load) = load {
                 state.membership.set_load(now, load);
@@ -416,7 +434,19 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
             state.membership.handle_timeout(now);
             while let Some(t) = state.membership.poll_transmit() {
                 if let Dest::Addr(addr) = t.dest {
-                    heartbeats.push((addr, t.bytes));
+                    let mut m = Vec::with_capacity(1 + t.bytes.len());
+                    m.push(MSG_PACKET);
+                    m.extend_from_slice(&t.bytes);
+                    heartbeats.push((addr, m));
+                }
+            }
+            if shared.announce.swap(false, Ordering::AcqRel)
+                || last_announce.is_none_or(|t| now.saturating_since(t) >= ANNOUNCE_EVERY)
+            {
+                last_announce = Some(now);
+                let m = revocation_version(shared);
+                for member in state.membership.view(now).iter().skip(1) {
+                    heartbeats.push((member.addr, m.clone()));
                 }
             }
         }
@@ -433,9 +463,18 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
         // (Lock order: `state` before `sessions`, so never the other way.)
         if !late.is_empty() {
             let mut state = shared.state.lock();
+            let mut replies = Vec::new();
             for (peer, plaintext) in &late {
-                hear(shared, &mut state, now, peer, plaintext);
+                hear(shared, &mut state, now, peer, plaintext, &mut replies);
             }
+            drop(state);
+            // Answered at the next turn's pace: rare (a handshake's end).
+            let mut sessions = shared.sessions.lock();
+            let mut outputs = Vec::new();
+            for (addr, m) in &replies {
+                sessions.send(now.0, *addr, m, &mut outputs);
+            }
+            route(&sessions, outputs, &mut out, &mut Vec::new());
         }
         shared.state.lock().stats.datagrams_out += out.len() as u64;
         for (addr, bytes) in out {
@@ -444,9 +483,61 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
     }
 }
 
+/// What nodes say to each other inside a session: the first byte says
+/// which.
+const MSG_PACKET: u8 = 0;
+/// "My revocation list has this version" (u64).
+const MSG_REVOCATIONS: u8 = 1;
+/// A signed revocation list, for a peer whose version is older.
+const MSG_REVOCATION_LIST: u8 = 2;
+
 /// Handles what node `peer` sealed in its session: a heartbeat, which must
-/// speak for `peer` itself.
-fn hear(shared: &Shared, state: &mut State, now: Time, peer: &str, plaintext: &[u8]) {
+/// speak for `peer` itself, or news of revocations.
+fn hear(
+    shared: &Shared,
+    state: &mut State,
+    now: Time,
+    peer: &(String, SocketAddr),
+    plaintext: &[u8],
+    replies: &mut Vec<(SocketAddr, Vec<u8>)>,
+) {
+    let (peer, addr) = (peer.0.as_str(), peer.1);
+    match plaintext.split_first() {
+        Some((&MSG_PACKET, packet)) => hear_packet(shared, state, now, peer, packet),
+        Some((&MSG_REVOCATIONS, version)) if version.len() == 8 => {
+            let theirs = u64::from_le_bytes(version.try_into().expect("8 bytes"));
+            let ours = shared.revocations.lock().clone();
+            let held = ours.as_ref().map_or(0, |(v, _)| *v);
+            if let Some((version, list)) = ours
+                && theirs < version
+            {
+                let mut m = vec![MSG_REVOCATION_LIST];
+                m.extend_from_slice(&list);
+                replies.push((addr, m));
+            } else if theirs > held {
+                // Ours is older: saying so brings theirs.
+                replies.push((addr, revocation_version(shared)));
+            }
+        }
+        Some((&MSG_REVOCATION_LIST, list)) => {
+            if let Err(e) = crate::revocation::take(shared, list) {
+                tracing::debug!(%peer, "revocation list not taken: {e}");
+            }
+        }
+        _ => state.stats.dropped_malformed += 1,
+    }
+}
+
+/// The message telling a peer which revocation list this node holds.
+fn revocation_version(shared: &Shared) -> Vec<u8> {
+    let version = shared.revocations.lock().as_ref().map_or(0, |(v, _)| *v);
+    let mut m = vec![MSG_REVOCATIONS];
+    m.extend_from_slice(&version.to_le_bytes());
+    m
+}
+
+/// A v1 packet a node sealed in its session.
+fn hear_packet(shared: &Shared, state: &mut State, now: Time, peer: &str, plaintext: &[u8]) {
     match decode(plaintext, &shared.key) {
         Ok(Packet::Heartbeat(h)) if h.name == peer => state.membership.handle_heartbeat(now, &h),
         Ok(Packet::Heartbeat(h)) => {
@@ -464,7 +555,7 @@ fn route(
     sessions: &Sessions,
     outputs: Vec<SessionOutput>,
     out: &mut Vec<(SocketAddr, Vec<u8>)>,
-    opened: &mut Vec<(String, Vec<u8>)>,
+    opened: &mut Vec<((String, SocketAddr), Vec<u8>)>,
 ) {
     for o in outputs {
         match o {
@@ -472,8 +563,8 @@ fn route(
             SessionOutput::Deliver {
                 index, plaintext, ..
             } => {
-                if let Some((peer, _, _)) = sessions.session(index) {
-                    opened.push((peer.name.clone(), plaintext));
+                if let Some((peer, addr, _)) = sessions.session(index) {
+                    opened.push(((peer.name.clone(), addr), plaintext));
                 }
             }
             SessionOutput::Up { addr, name, serial } => {

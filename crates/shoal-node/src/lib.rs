@@ -37,6 +37,7 @@ mod link_server;
 mod load;
 mod metrics;
 mod procfs;
+mod revocation;
 pub mod service;
 pub mod settings;
 mod spawn;

@@ -194,6 +194,16 @@ fn handle(
             }
             None => error(format!("no process {id} spawned on this link")),
         },
+        LinkRequest::Revocations { .. } if peer.uid != 0 => {
+            error("only root may hand this node a revocation list".into())
+        }
+        LinkRequest::Revocations { list } => match hex::decode(list.trim()) {
+            Err(_) => error("a revocation list is hex, as `shoal cluster revoke` prints it".into()),
+            Ok(bytes) => match crate::revocation::take(shared, &bytes) {
+                Ok(()) => LinkResponse::Ok,
+                Err(e) => error(e),
+            },
+        },
         LinkRequest::Owner { .. } if peer.uid != 0 => {
             error("only root may say whether this machine's owner is using it".into())
         }

@@ -158,6 +158,17 @@ impl Context {
         }
     }
 
+    /// Hands the local node a revocation list (hex), which it checks, keeps
+    /// and passes on; refused if it is not newer than the node's.
+    pub fn revoke(&self, list: &str) -> Result<(), Error> {
+        match self.ask_node(&LinkRequest::Revocations {
+            list: list.to_string(),
+        })? {
+            LinkResponse::Ok => Ok(()),
+            _ => Err(Error::Node("unexpected answer to revocations".into())),
+        }
+    }
+
     /// One request to the local node over a fresh link; its refusal as an
     /// error.
     fn ask_node(&self, request: &LinkRequest) -> Result<LinkResponse, Error> {

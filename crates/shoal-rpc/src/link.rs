@@ -43,6 +43,10 @@ pub enum LinkRequest {
     /// foreign programs are placed elsewhere while active.  Kept across
     /// restarts.
     Owner { active: Option<bool> },
+    /// A revocation list from the administrator (hex, as `shoal cluster
+    /// revoke` prints it): the node checks it, keeps it if newer, and
+    /// passes it on to every node it has a session with.  Root only.
+    Revocations { list: String },
     /// Start a process from this node, its home: a new process id, and
     /// the node to run it on, `on` or the one the placement rule chooses
     /// for a program needing `mem_mib` MiB (the node counts it against the

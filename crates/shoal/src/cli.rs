@@ -139,6 +139,13 @@ enum NodeCommand {
         #[arg(value_enum)]
         state: OwnerState,
     },
+    /// Hand this node a revocation list, as `shoal cluster revoke` prints
+    /// it (or `-` to read it from standard input): the node checks it,
+    /// keeps it, and passes it on to every other node.  Root only.
+    Revoke {
+        /// The list, hex, or `-`.
+        list: String,
+    },
     /// Print this node's static public key (made on first use), for the
     /// administrator's `shoal cluster admit`.
     Key {
@@ -268,6 +275,22 @@ fn run_node(args: NodeArgs) -> Result<(), Failure> {
         };
         ctx.set_owner(active)
             .map_err(|e| Failure::failed(e.to_string()))?;
+        return Ok(());
+    }
+    if let Some(NodeCommand::Revoke { list }) = &args.command {
+        let list = if list == "-" {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                .map_err(|e| Failure::failed(format!("cannot read the list: {e}")))?;
+            text
+        } else {
+            list.clone()
+        };
+        let ctx = shoal_rpc::Context::from_env()
+            .map_err(|e| Failure::unreachable(format!("no node to tell: {e}")))?;
+        ctx.revoke(list.trim())
+            .map_err(|e| Failure::failed(e.to_string()))?;
+        eprintln!("revocation list taken; it spreads to every node");
         return Ok(());
     }
     if let Some(NodeCommand::Key { state_dir, config }) = args.command {

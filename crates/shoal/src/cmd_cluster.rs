@@ -105,7 +105,7 @@ pub enum ClusterCommand {
         admin: AdminArg,
     },
     /// Revoke a node's certificates (by name or serial): print the new
-    /// revocation list, to save as each node's STATE_DIR/revoked.
+    /// revocation list, to hand to any node with `shoal node revoke`.
     Revoke {
         /// The node's name, or a certificate serial.
         node: String,

@@ -652,3 +652,55 @@ fn load_and_owner_state_travel_in_heartbeats() {
         "{err}"
     );
 }
+
+/// Revoking one node needs no other node re-keyed: the list, handed to
+/// one node, spreads to the others inside their sessions, each ends its
+/// sessions with the revoked node, and the rest carry on.
+#[test]
+fn a_revoked_node_is_cut_off_and_the_list_spreads() {
+    let t = TestCluster::up("tz", 44, 3, Mode::Netns);
+    let c = t.get();
+    let ctx = c.context();
+    c.wait_ready(Duration::from_secs(10), &mut |_| {}).unwrap();
+    let admin = shoal_node::identity::Admin::open(&c.dir().join("admin")).unwrap();
+    let list = hex::encode(admin.revoke("n3").unwrap());
+    let revoke = |node: &str| {
+        c.command(node, common::shoal())
+            .unwrap()
+            .args(["node", "revoke", &list])
+            .output()
+            .unwrap()
+    };
+    let out = revoke("n1");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The same list again is not newer.
+    let again = revoke("n1");
+    assert!(!again.status.success());
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("version 1 already"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let n2 = c.status(&ctx, "n2", Duration::from_secs(2)).unwrap();
+        let n1 = c.status(&ctx, "n1", Duration::from_secs(2)).unwrap();
+        let sees_n3 =
+            |s: &shoal_node::NodeStatus| s.members.iter().any(|m| m.name == "n3" && m.alive);
+        let sees_each_other = n1.members.iter().any(|m| m.name == "n2" && m.alive)
+            && n2.members.iter().any(|m| m.name == "n1" && m.alive);
+        if n2.revocations == 1 && !sees_n3(&n1) && !sees_n3(&n2) && sees_each_other {
+            assert!(
+                n1.counters["session_handshake_failures"] > 0
+                    || n2.counters["session_handshake_failures"] > 0
+            );
+            break;
+        }
+        assert!(Instant::now() < until, "n1: {n1:?}\nn2: {n2:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
