@@ -106,7 +106,9 @@ pub struct Stat {
     /// Ageing passes left before the file is garbage-collected unless
     /// touched.
     pub ttl: u8,
-    /// BLAKE3 of the file's contents (zeros while uncommitted).
+    /// The file's digest: BLAKE3 over its pieces' extent checksums and
+    /// ranges, so it names the contents exactly (zeros while uncommitted).
+    /// It is not the BLAKE3 of the bytes themselves.
     pub hash: [u8; 32],
 }
 

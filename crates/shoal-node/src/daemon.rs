@@ -389,8 +389,10 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
                         .sample(shared.exec.count(), shared.exec.cpu_jiffies())
                 })
         };
-        // What to seal for other nodes: heartbeats, revocation news.
+        // What to seal for other nodes: heartbeats, revocation news; and
+        // revocation lists peers sent.
         let mut heartbeats: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
+        let mut lists: Vec<Vec<u8>> = Vec::new();
         {
             let mut state = shared.state.lock();
             if received.is_ok() {
@@ -416,7 +418,15 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
                 }
             }
             for (peer, plaintext) in &opened {
-                hear(shared, &mut state, now, peer, plaintext, &mut heartbeats);
+                hear(
+                    shared,
+                    &mut state,
+                    now,
+                    peer,
+                    plaintext,
+                    &mut heartbeats,
+                    &mut lists,
+                );
             }
             if let Some(load) = load {
                 state.membership.set_load(now, load);
@@ -465,7 +475,15 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
             let mut state = shared.state.lock();
             let mut replies = Vec::new();
             for (peer, plaintext) in &late {
-                hear(shared, &mut state, now, peer, plaintext, &mut replies);
+                hear(
+                    shared,
+                    &mut state,
+                    now,
+                    peer,
+                    plaintext,
+                    &mut replies,
+                    &mut lists,
+                );
             }
             drop(state);
             // Answered at the next turn's pace: rare (a handshake's end).
@@ -475,6 +493,11 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
                 sessions.send(now.0, *addr, m, &mut outputs);
             }
             route(&sessions, outputs, &mut out, &mut Vec::new());
+        }
+        for list in lists {
+            if let Err(e) = crate::revocation::take(shared, &list) {
+                tracing::debug!("revocation list from a peer not taken: {e}");
+            }
         }
         shared.state.lock().stats.datagrams_out += out.len() as u64;
         for (addr, bytes) in out {
@@ -500,6 +523,7 @@ fn hear(
     peer: &(String, SocketAddr),
     plaintext: &[u8],
     replies: &mut Vec<(SocketAddr, Vec<u8>)>,
+    lists: &mut Vec<Vec<u8>>,
 ) {
     let (peer, addr) = (peer.0.as_str(), peer.1);
     match plaintext.split_first() {
@@ -519,11 +543,8 @@ fn hear(
                 replies.push((addr, revocation_version(shared)));
             }
         }
-        Some((&MSG_REVOCATION_LIST, list)) => {
-            if let Err(e) = crate::revocation::take(shared, list) {
-                tracing::debug!(%peer, "revocation list not taken: {e}");
-            }
-        }
+        // Taken once the state lock is released (it writes a file).
+        Some((&MSG_REVOCATION_LIST, list)) => lists.push(list.to_vec()),
         _ => state.stats.dropped_malformed += 1,
     }
 }

@@ -104,6 +104,8 @@ pub struct Exec {
     timer: std::sync::Once,
     /// The terminals' master sides, of the programs that have one.
     ttys: Mutex<HashMap<ProcId, File>>,
+    /// Ids whose start is under way.
+    starting: Mutex<std::collections::HashSet<ProcId>>,
 }
 
 /// How often parked reads are checked for the end of their wait.
@@ -120,6 +122,7 @@ impl Exec {
                 .map_err(|e| format!("cannot start the exec service's spawner: {e}"))?,
             timer: std::sync::Once::new(),
             ttys: Mutex::default(),
+            starting: Mutex::default(),
         })
     }
 
@@ -254,7 +257,7 @@ impl Exec {
             close,
             answer,
         });
-        if close {
+        if close && queued.is_ok() {
             p.input = None;
         }
         drop(procs);
@@ -376,9 +379,17 @@ impl Exec {
     }
 
     fn start(self: &Arc<Self>, id: ProcId, spec: StartSpec) -> Result<u32, String> {
-        if self.procs.lock().contains_key(&id) {
+        // The id is taken before anything starts, so two starts of one id
+        // at once start one program.
+        if self.procs.lock().contains_key(&id) || !self.starting.lock().insert(id) {
             return Err(format!("process {id} is already running here"));
         }
+        let started = self.start_reserved(id, spec);
+        self.starting.lock().remove(&id);
+        started
+    }
+
+    fn start_reserved(self: &Arc<Self>, id: ProcId, spec: StartSpec) -> Result<u32, String> {
         if !std::path::Path::new(&spec.cwd).is_dir() {
             return Err(format!(
                 "the working directory {} does not exist on this node",
@@ -534,8 +545,17 @@ impl Exec {
     /// A program whose end was just read to its home is forgotten.
     fn answered(&self, id: ProcId, reply: &ExecReply) {
         if let ExecReply::Output { ended: Some(_), .. } = reply {
-            self.procs.lock().remove(&id);
+            let gone = self.procs.lock().remove(&id);
             self.ttys.lock().remove(&id);
+            // Other reads parked on it learn it is gone.
+            let others = gone.map_or(Vec::new(), |p| {
+                std::mem::take(&mut p.output.0.lock().readers)
+            });
+            for p in others {
+                (p.answer)(ExecReply::Error(format!(
+                    "no process {id} here: its end was read"
+                )));
+            }
         }
     }
 }

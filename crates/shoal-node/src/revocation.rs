@@ -18,18 +18,24 @@ pub(crate) fn take(shared: &Shared, bytes: &[u8]) -> Result<(), String> {
     let trust = &shared.identity.trust;
     let list = RevocationList::verify(bytes, trust.cluster, &trust.admin)
         .map_err(|e| format!("not a revocation list of this cluster: {e}"))?;
-    let held = shared.revocations.lock().as_ref().map_or(0, |(v, _)| *v);
-    if list.version <= held {
+    // Held throughout, so two lists arriving at once (from the link and
+    // from a peer) are taken one after the other, never interleaved.
+    // Lock order: `revocations`, then `sessions`.
+    let mut held = shared.revocations.lock();
+    let version = held.as_ref().map_or(0, |(v, _)| *v);
+    if list.version <= version {
         return Err(format!(
-            "this node holds revocation list version {held} already (given {})",
+            "this node holds revocation list version {version} already (given {})",
             list.version
         ));
     }
-    let version = list.version;
-    let revoked = list.serials.len();
-    shared.sessions.lock().revoke(list);
+    let (version, revoked) = (list.version, list.serials.len());
+    if !shared.sessions.lock().revoke(list) {
+        return Err("the sessions hold a newer revocation list".into());
+    }
     crate::identity::store_revoked(&shared.config.state_dir, bytes)?;
-    *shared.revocations.lock() = Some((version, bytes.to_vec()));
+    *held = Some((version, bytes.to_vec()));
+    drop(held);
     shared.announce.store(true, Ordering::Release);
     tracing::warn!(version, revoked, "revocation list taken");
     Ok(())

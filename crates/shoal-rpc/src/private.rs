@@ -54,10 +54,30 @@ pub fn dir(dir: &Path, tighten: bool) -> Result<(), String> {
 pub fn check_file(path: &Path) -> Result<(), String> {
     let meta =
         fs::symlink_metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    check_meta(path, &meta)
+}
+
+/// Opens the secret file `path` (never through a symbolic link) and checks
+/// what was opened, so nothing can be swapped in between.
+fn open_checked(path: &Path, write: bool) -> Result<File, String> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(write)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    check_meta(path, &meta)?;
+    Ok(file)
+}
+
+fn check_meta(path: &Path, meta: &fs::Metadata) -> Result<(), String> {
     if !meta.is_file() {
         return Err(format!("{} is not a regular file", path.display()));
     }
-    check_owner(path, &meta)?;
+    check_owner(path, meta)?;
     if meta.mode() & 0o077 != 0 {
         return Err(format!(
             "{} is readable or writable by other users (mode {:o}); it holds secrets: chmod 600 it",
@@ -68,10 +88,13 @@ pub fn check_file(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Reads the secret file `path` after [`check_file`].
+/// Reads the secret file `path`, checked as [`check_file`] does on the
+/// file opened.
 pub fn read(path: &Path) -> Result<Vec<u8>, String> {
-    check_file(path)?;
-    fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut open_checked(path, false)?, &mut bytes)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    Ok(bytes)
 }
 
 /// Writes `bytes` to `path` (in a private directory) as a 0600 file,
@@ -118,14 +141,7 @@ pub fn create_or_open(path: &Path) -> Result<File, String> {
             sync_dir(parent).map_err(fail)?;
             Ok(f)
         }
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            check_file(path)?;
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(path)
-                .map_err(fail)
-        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => open_checked(path, true),
         Err(e) => Err(fail(e)),
     }
 }
@@ -176,5 +192,7 @@ mod tests {
         drop(create_or_open(&g).unwrap());
         std::os::unix::fs::symlink(&g, d.join("link")).unwrap();
         assert!(check_file(&d.join("link")).is_err(), "a symlink is refused");
+        assert!(read(&d.join("link")).is_err(), "not read through a symlink");
+        assert!(create_or_open(&d.join("link")).is_err(), "nor opened");
     }
 }

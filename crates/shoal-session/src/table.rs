@@ -65,6 +65,11 @@ pub struct Config {
     /// A node that heard from a peer and sent nothing back for this long
     /// (µs) sends an empty datagram, so the peer knows the session works.
     pub keepalive: u64,
+    /// Handshakes this node started and not finished, over all peers.
+    pub max_initiating: usize,
+    /// Sessions started, over all addresses, for datagrams naming an
+    /// unknown session, per second.
+    pub max_reconnects: usize,
 }
 
 impl Default for Config {
@@ -78,6 +83,8 @@ impl Default for Config {
             max_responding: 256,
             stale_after: 15_000_000,
             keepalive: 10_000_000,
+            max_initiating: 64,
+            max_reconnects: 16,
         }
     }
 }
@@ -120,6 +127,8 @@ pub enum Output {
 
 /// Datagrams held per answered handshake until its last message comes.
 const MAX_EARLY: usize = 8;
+/// Bytes of such datagrams held over all handshakes.
+const MAX_EARLY_BYTES: usize = 1 << 20;
 
 /// A datagram that opened in a session.
 #[derive(Debug)]
@@ -184,6 +193,10 @@ pub struct Sessions {
     pending: HashMap<u32, (SocketAddr, Pending)>,
     peers: HashMap<SocketAddr, Peer>,
     stats: Stats,
+    /// When the reconnects of the last second started.
+    reconnects: VecDeque<u64>,
+    /// Bytes held as early datagrams.
+    early_bytes: usize,
 }
 
 impl Sessions {
@@ -200,6 +213,8 @@ impl Sessions {
             pending: HashMap::new(),
             peers: HashMap::new(),
             stats: Stats::default(),
+            reconnects: VecDeque::new(),
+            early_bytes: 0,
         }
     }
 
@@ -270,7 +285,7 @@ impl Sessions {
                 Ok(None)
             }
             Class::Node => {
-                let opened = self.open_node(now, datagram);
+                let opened = self.open_node(now, Some(from), datagram);
                 if let Err(SessionError::UnknownIndex) = opened {
                     self.reconnect(now, from, out);
                 }
@@ -310,7 +325,9 @@ impl Sessions {
             }
         }
         for (index, addr, initiating) in given_up {
-            self.pending.remove(&index);
+            if let Some((_, Pending::Responding { early, .. })) = self.pending.remove(&index) {
+                self.early_bytes -= early.iter().map(Vec::len).sum::<usize>();
+            }
             if initiating && let Some(peer) = self.peers.get_mut(&addr) {
                 peer.initiating = None;
                 self.stats.dropped_queued += peer.queue.len() as u64;
@@ -355,6 +372,15 @@ impl Sessions {
         for index in expired {
             self.erase(index);
         }
+        // Addresses this node has nothing with any more are forgotten.
+        let give_up = self.cfg.give_up;
+        self.peers.retain(|_, p| {
+            !p.sessions.is_empty()
+                || p.initiating.is_some()
+                || !p.queue.is_empty()
+                || p.reconnected
+                    .is_some_and(|t| now.saturating_sub(t) < give_up)
+        });
     }
 
     /// When [`Sessions::poll`] next has work, if ever.
@@ -428,6 +454,16 @@ impl Sessions {
     /// round trip.  At most once per `retry` per address, so forged
     /// datagrams buy an attacker no more than that.
     fn reconnect(&mut self, now: u64, from: SocketAddr, out: &mut Vec<Output>) {
+        while self
+            .reconnects
+            .front()
+            .is_some_and(|&t| now.saturating_sub(t) >= 1_000_000)
+        {
+            self.reconnects.pop_front();
+        }
+        if self.reconnects.len() >= self.cfg.max_reconnects {
+            return;
+        }
         let peer = self.peers.entry(from).or_default();
         if peer.initiating.is_some()
             || peer
@@ -437,10 +473,24 @@ impl Sessions {
             return;
         }
         peer.reconnected = Some(now);
+        self.reconnects.push_back(now);
         self.initiate(now, from, out);
     }
 
     fn initiate(&mut self, now: u64, to: SocketAddr, out: &mut Vec<Output>) {
+        let initiating = self
+            .pending
+            .values()
+            .filter(|(_, p)| matches!(p, Pending::Initiating { .. }))
+            .count();
+        if initiating >= self.cfg.max_initiating {
+            self.stats.handshake_failures += 1;
+            out.push(Output::Refused {
+                addr: to,
+                why: "too many handshakes under way".into(),
+            });
+            return;
+        }
         let index = self.fresh_index();
         let seed: [u8; 32] = self.rng.random();
         let mut message = Vec::new();
@@ -564,6 +614,7 @@ impl Sessions {
                 }
             }
             Pending::Responding { resp, early, .. } => {
+                self.early_bytes -= early.iter().map(Vec::len).sum::<usize>();
                 match resp.finish(datagram, &self.trust, wall) {
                     Ok(est) => {
                         self.install(now, addr, est, None, out);
@@ -573,7 +624,7 @@ impl Sessions {
                         self.stats.sealed += 1;
                         out.push(Output::Send { to: addr, datagram });
                         for mut d in early {
-                            if let Ok(Some(o)) = self.open_node(now, &mut d) {
+                            if let Ok(Some(o)) = self.open_node(now, None, &mut d) {
                                 out.push(Output::Deliver {
                                     index: o.index,
                                     serial: o.serial,
@@ -632,9 +683,12 @@ impl Sessions {
         }
     }
 
+    /// Opens a node datagram from `from` (`None`: one held early, its
+    /// address checked then).
     fn open_node<'a>(
         &mut self,
         now: u64,
+        from: Option<SocketAddr>,
         datagram: &'a mut [u8],
     ) -> Result<Option<Opened<'a>>, SessionError> {
         let header = Header::peek(datagram)?;
@@ -642,10 +696,15 @@ impl Sessions {
             return Err(SessionError::Malformed("not a node datagram"));
         };
         let Some(live) = self.live.get_mut(&receiver) else {
-            if let Some((_, Pending::Responding { early, .. })) = self.pending.get_mut(&receiver)
+            if let Some((addr, Pending::Responding { early, .. })) = self.pending.get_mut(&receiver)
+                && Some(*addr) == from
                 && early.len() < MAX_EARLY
+                && self.early_bytes + datagram.len() <= MAX_EARLY_BYTES
             {
-                // Sent right after message 3, which has not come yet.
+                // Sent right after message 3, which has not come yet
+                // (unauthenticated until then: bounded, and only from the
+                // handshake's own address).
+                self.early_bytes += datagram.len();
                 early.push(datagram.to_vec());
                 return Ok(None);
             }

@@ -366,3 +366,30 @@ fn a_restarted_peer_is_reached_again_at_once() {
     assert!(late.iter().any(|d| d.2 == text(229)));
     net.check_delivered_once();
 }
+
+/// Datagrams naming unknown sessions, forged from many addresses, start
+/// at most `max_reconnects` handshakes a second, and the table forgets
+/// the addresses again.
+#[test]
+fn forged_unknown_sessions_buy_an_attacker_little() {
+    let mut net = Net::new(1, 4, 0.0);
+    let mut out = Vec::new();
+    for i in 0..1000u32 {
+        let mut forged = vec![0x53, 0x48, 2, 4];
+        forged.extend_from_slice(&(i + 1).to_le_bytes());
+        forged.extend_from_slice(&[0; 8 + 16]);
+        let from = SocketAddr::from(([192, 0, 2, (i % 250) as u8], 1000 + i as u16));
+        let _ = net.nodes[0].handle(0, WALL, from, &mut forged, &mut out);
+    }
+    let starts = out
+        .iter()
+        .filter(|o| matches!(o, Output::Send { datagram, .. } if datagram[3] == 1))
+        .count();
+    assert_eq!(starts, Config::default().max_reconnects);
+    // Given up and forgotten after `give_up`: nothing more is sent.
+    out.clear();
+    net.nodes[0].poll(11 * SEC, &mut out);
+    out.clear();
+    net.nodes[0].poll(12 * SEC, &mut out);
+    assert!(out.is_empty(), "{out:?}");
+}
