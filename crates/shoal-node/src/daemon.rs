@@ -174,7 +174,6 @@ impl Daemon {
         let key_text = String::from_utf8_lossy(&key_bytes);
         let key = ClusterKey::from_str(&key_text)
             .map_err(|e| format!("{}: {e}", config.key_file.display()))?;
-        let node = crate::state::node_id(&config.state_dir)?;
         let identity = crate::identity::load(
             &config.name,
             &config.state_dir,
@@ -183,6 +182,7 @@ impl Daemon {
             config.admin,
             crate::identity::wall(),
         )?;
+        let node = crate::identity::node_id(identity.me.public());
         let revocations = {
             let path = config.state_dir.join(crate::identity::REVOKED);
             path.exists()
@@ -355,9 +355,9 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
         let received = socket.recv_from(&mut buf);
         let now = now();
         let mut out: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
-        // Plaintexts that opened in a node session, with the peer's name
-        // and address.
-        let mut opened: Vec<((String, SocketAddr), Vec<u8>)> = Vec::new();
+        // Plaintexts that opened in a node session, with the peer's name,
+        // address and node id (from its certificate's key).
+        let mut opened: Vec<(Peer, Vec<u8>)> = Vec::new();
         let mut unsealed = None;
         if let Ok((n, from)) = received {
             if n >= 3 && buf[2] == shoal_session::datagram::VERSION {
@@ -368,7 +368,7 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
                     Ok(Some(o)) => {
                         let (index, plaintext) = (o.index, o.plaintext.to_vec());
                         if let Some((peer, addr, _)) = sessions.session(index) {
-                            opened.push(((peer.name.clone(), addr), plaintext));
+                            opened.push((Peer::of(peer, addr), plaintext));
                         }
                     }
                     Ok(None) => {}
@@ -514,18 +514,35 @@ const MSG_REVOCATIONS: u8 = 1;
 /// A signed revocation list, for a peer whose version is older.
 const MSG_REVOCATION_LIST: u8 = 2;
 
+/// The node at the other end of a session, as its certificate says.
+struct Peer {
+    name: String,
+    addr: SocketAddr,
+    node: NodeId,
+}
+
+impl Peer {
+    fn of(cert: &shoal_session::NodeCert, addr: SocketAddr) -> Peer {
+        Peer {
+            name: cert.name.clone(),
+            addr,
+            node: crate::identity::node_id(&cert.static_key),
+        }
+    }
+}
+
 /// Handles what node `peer` sealed in its session: a heartbeat, which must
 /// speak for `peer` itself, or news of revocations.
 fn hear(
     shared: &Shared,
     state: &mut State,
     now: Time,
-    peer: &(String, SocketAddr),
+    peer: &Peer,
     plaintext: &[u8],
     replies: &mut Vec<(SocketAddr, Vec<u8>)>,
     lists: &mut Vec<Vec<u8>>,
 ) {
-    let (peer, addr) = (peer.0.as_str(), peer.1);
+    let addr = peer.addr;
     match plaintext.split_first() {
         Some((&MSG_PACKET, packet)) => hear_packet(shared, state, now, peer, packet),
         Some((&MSG_REVOCATIONS, version)) if version.len() == 8 => {
@@ -558,11 +575,15 @@ fn revocation_version(shared: &Shared) -> Vec<u8> {
 }
 
 /// A v1 packet a node sealed in its session.
-fn hear_packet(shared: &Shared, state: &mut State, now: Time, peer: &str, plaintext: &[u8]) {
+fn hear_packet(shared: &Shared, state: &mut State, now: Time, peer: &Peer, plaintext: &[u8]) {
     match decode(plaintext, &shared.key) {
-        Ok(Packet::Heartbeat(h)) if h.name == peer => state.membership.handle_heartbeat(now, &h),
+        // A node speaks only for itself: its name and id are its
+        // certificate's.
+        Ok(Packet::Heartbeat(h)) if h.name == peer.name && h.node == peer.node => {
+            state.membership.handle_heartbeat(now, &h)
+        }
         Ok(Packet::Heartbeat(h)) => {
-            tracing::warn!(session = %peer, claims = %h.name, "heartbeat for another node");
+            tracing::warn!(session = %peer.name, claims = %h.name, id = %h.node, "heartbeat for another node");
             shared.forged_heartbeats.fetch_add(1, Ordering::Relaxed);
         }
         Ok(_) => state.stats.dropped_stale += 1,
@@ -576,7 +597,7 @@ fn route(
     sessions: &Sessions,
     outputs: Vec<SessionOutput>,
     out: &mut Vec<(SocketAddr, Vec<u8>)>,
-    opened: &mut Vec<((String, SocketAddr), Vec<u8>)>,
+    opened: &mut Vec<(Peer, Vec<u8>)>,
 ) {
     for o in outputs {
         match o {
@@ -585,7 +606,7 @@ fn route(
                 index, plaintext, ..
             } => {
                 if let Some((peer, addr, _)) = sessions.session(index) {
-                    opened.push(((peer.name.clone(), addr), plaintext));
+                    opened.push((Peer::of(peer, addr), plaintext));
                 }
             }
             SessionOutput::Up { addr, name, serial } => {

@@ -3,7 +3,8 @@
 //! key that admits nodes and revokes them.
 //!
 //! ```text
-//! STATE_DIR/node.key    the node's static X25519 key (hex, 0600), made at first start
+//! STATE_DIR/node.key    the node's static X25519 key (hex, 0600), made at first
+//!                       start; the node's id is derived from it
 //! STATE_DIR/node.cert   its certificate, from the administrator (hex)
 //! STATE_DIR/revoked     the newest revocation list this node verified (hex)
 //! ADMIN_DIR/admin.key   the admin key's seed (hex, 0600; the directory 0700)
@@ -55,6 +56,15 @@ pub fn static_key(state_dir: &Path) -> Result<[u8; 32], String> {
 /// it (`shoal node key`).
 pub fn static_public_hex(state_dir: &Path) -> Result<String, String> {
     Ok(hex::encode(static_public(&static_key(state_dir)?)))
+}
+
+/// The node id of the node whose static public key is `public`: derived
+/// from the key, so that no node can speak under another's id (a
+/// heartbeat's id must be its session's), and kept as long as the key.
+pub fn node_id(public: &[u8; 32]) -> shoal_wire::NodeId {
+    let hash = blake3::derive_key("shoal 2026 node id", public);
+    let id = u64::from_le_bytes(hash[..8].try_into().expect("8 bytes"));
+    shoal_wire::NodeId(id.max(1))
 }
 
 /// A node's identity, checked, and what it trusts.
@@ -275,6 +285,10 @@ mod tests {
             .unwrap()
             .try_into()
             .unwrap();
+        // The node id comes from the key: the same while it lasts, and
+        // nobody else's.
+        assert_eq!(node_id(&public), node_id(&public));
+        assert_ne!(node_id(&public), node_id(&[0; 32]));
         let cert_file = state.join(NODE_CERT);
         let missing = load(
             "n1",

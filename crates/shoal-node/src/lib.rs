@@ -41,7 +41,6 @@ mod revocation;
 pub mod service;
 pub mod settings;
 mod spawn;
-mod state;
 
 pub use config::{NodeConfig, NodeConfigFile};
 pub use daemon::{Daemon, run};

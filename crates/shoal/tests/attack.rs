@@ -101,7 +101,7 @@ fn a_local_user_cannot_read_the_cluster_s_secrets() {
         "cluster.key",
         "admin/admin.key",
         "n1/state/node.key",
-        "n2/state/node.id",
+        "n2/state/node.key",
     ] {
         let out = as_attacker("cat", &[&path(secret)]);
         assert!(denied(&out), "{secret}: {out:?}");
