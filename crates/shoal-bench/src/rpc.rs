@@ -146,7 +146,10 @@ fn serve_agent() -> Result<(), String> {
     let tcp_addr = tcp.local_addr().map_err(|e| e.to_string())?;
     std::thread::spawn(move || {
         for stream in tcp.incoming().flatten() {
-            std::thread::spawn(move || tcp_sink(stream));
+            std::thread::spawn(move || {
+                let _ = stream.set_nodelay(true);
+                tls::sink(stream)
+            });
         }
     });
     let grpc = grpc::GrpcServer::start(SocketAddr::new(ip, 0), None).map_err(|e| e.to_string())?;
@@ -172,29 +175,6 @@ fn serve_agent() -> Result<(), String> {
     drop(grpc);
     drop(grpc_tls);
     Ok(())
-}
-
-/// Reads length-prefixed blobs and acknowledges each with one byte.
-fn tcp_sink(mut stream: TcpStream) {
-    let _ = stream.set_nodelay(true);
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let mut len = [0u8; 8];
-        if stream.read_exact(&mut len).is_err() {
-            return;
-        }
-        let mut left = u64::from_le_bytes(len) as usize;
-        while left > 0 {
-            let want = left.min(buf.len());
-            match stream.read(&mut buf[..want]) {
-                Ok(0) | Err(_) => return,
-                Ok(n) => left -= n,
-            }
-        }
-        if stream.write_all(&[1]).is_err() {
-            return;
-        }
-    }
 }
 
 fn client_agent(t: &Targets, quick: bool) -> Result<BTreeMap<String, f64>, String> {
@@ -280,17 +260,10 @@ fn client_agent(t: &Targets, quick: bool) -> Result<BTreeMap<String, f64>, Strin
     let mut tcp = TcpStream::connect(t.tcp).map_err(|e| format!("raw TCP: {e}"))?;
     tcp.set_nodelay(true).map_err(|e| e.to_string())?;
     let mut tcp_rates = Vec::new();
-    let send_blob = |tcp: &mut TcpStream, bytes: &[u8]| -> Result<(), String> {
-        tcp.write_all(&(bytes.len() as u64).to_le_bytes())
-            .map_err(|e| e.to_string())?;
-        tcp.write_all(bytes).map_err(|e| e.to_string())?;
-        let mut ack = [0u8; 1];
-        tcp.read_exact(&mut ack).map_err(|e| e.to_string())
-    };
-    send_blob(&mut tcp, &big[..8 << 20])?;
+    tls::send_blob(&mut tcp, &big[..8 << 20])?;
     for _ in 0..bulk_runs {
         let start = Instant::now();
-        send_blob(&mut tcp, &big)?;
+        tls::send_blob(&mut tcp, &big)?;
         tcp_rates.push(BULK_BYTES as f64 / (1 << 20) as f64 / start.elapsed().as_secs_f64());
     }
     out.insert("raw_tcp_mib_s".into(), median(&mut tcp_rates));

@@ -84,7 +84,9 @@ pub fn start_sink(ip: std::net::IpAddr, cert: &Cert) -> Result<SocketAddr, Strin
     Ok(addr)
 }
 
-fn sink(mut stream: impl Read + Write) {
+/// Reads length-prefixed blobs from `stream` and acknowledges each with
+/// one byte: the sink of both the raw TCP and the TLS baselines.
+pub(crate) fn sink(mut stream: impl Read + Write) {
     let mut buf = vec![0u8; 1 << 20];
     loop {
         let mut len = [0u8; 8];
@@ -138,7 +140,7 @@ pub fn connect(addr: SocketAddr, cert: &Cert) -> Result<Stream, String> {
     Ok(stream)
 }
 
-/// Sends one blob and waits for its acknowledgement.
+/// Sends one blob to a [`sink`] and waits for its acknowledgement.
 pub fn send_blob(stream: &mut (impl Read + Write), bytes: &[u8]) -> Result<(), String> {
     stream
         .write_all(&(bytes.len() as u64).to_le_bytes())

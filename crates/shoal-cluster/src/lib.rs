@@ -191,11 +191,7 @@ impl Cluster {
             let state_dir = node_dir.join("state");
             owned_dir(&node_dir)?;
             shoal_rpc::private::dir(&state_dir, false)?;
-            let public = shoal_node::identity::static_public_hex(&state_dir)?;
-            let public: [u8; 32] = hex::decode(public)
-                .ok()
-                .and_then(|k| k.try_into().ok())
-                .expect("a static key's public half is 32 bytes");
+            let public = shoal_node::identity::static_public_key(&state_dir)?;
             let cert = admin.admit(&name, public, shoal_node::identity::CERT_DAYS)?;
             shoal_rpc::private::write(
                 &state_dir.join(shoal_node::identity::NODE_CERT),

@@ -53,8 +53,7 @@ impl Nodes {
         for i in 0..2 {
             let name = format!("n{}", i + 1);
             let state_dir = dir.path().join(&name);
-            let public = shoal_node::identity::static_public_hex(&state_dir).unwrap();
-            let public: [u8; 32] = hex::decode(public).unwrap().try_into().unwrap();
+            let public = shoal_node::identity::static_public_key(&state_dir).unwrap();
             let cert = admin.admit(&name, public, 1).unwrap();
             let cert_file = state_dir.join("node.cert");
             std::fs::write(&cert_file, hex::encode(cert)).unwrap();

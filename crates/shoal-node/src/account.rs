@@ -1,26 +1,35 @@
 //! Users' accounts on this node: who a uid is, which groups it may run
-//! with, and who is at the other end of a local socket.  A start request names a uid, a gid and groups; a root daemon
-//! runs the program with no group the account does not have
-//! (`docs/security.md`, "Local authority").
+//! with, and who is at the other end of a local socket.  A start request
+//! names a uid, a gid and groups; a root daemon runs the program with no
+//! group the account does not have (`docs/security.md`, "Local
+//! authority").
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 
-/// The login name of `uid` on this node, or the number if it has none.
-pub fn user_name(uid: u32) -> String {
+/// The login name and primary group of `uid` in the passwd database.
+fn passwd(uid: u32) -> Option<(CString, u32)> {
     let mut buf = vec![0u8; 16 * 1024];
     // SAFETY: an all-zero passwd is a valid value to be filled in.
     let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
     let mut found: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: as in `lookup`.
+    // SAFETY: getpwuid_r writes into `pw` and `buf`, both ours and of the
+    // sizes given, and sets `found` to `&pw` or null.
     let rc =
         unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr().cast(), buf.len(), &mut found) };
     if rc != 0 || found.is_null() {
-        return uid.to_string();
+        return None;
     }
     // SAFETY: pw_name points into `buf`, NUL-terminated, while `buf` lives.
-    unsafe { CStr::from_ptr(pw.pw_name) }
-        .to_string_lossy()
-        .into_owned()
+    let name = unsafe { CStr::from_ptr(pw.pw_name) }.to_owned();
+    Some((name, pw.pw_gid))
+}
+
+/// The login name of `uid` on this node, or the number if it has none.
+pub fn user_name(uid: u32) -> String {
+    passwd(uid).map_or_else(
+        || uid.to_string(),
+        |(name, _)| name.to_string_lossy().into_owned(),
+    )
 }
 
 /// Who is on the other end of a Unix socket, as the kernel says
@@ -53,20 +62,7 @@ pub struct Account {
 /// The account of `uid` on this node, from the passwd and group
 /// databases; `None` if it has none.
 pub fn lookup(uid: u32) -> Option<Account> {
-    let mut buf = vec![0u8; 16 * 1024];
-    // SAFETY: an all-zero passwd is a valid value to be filled in.
-    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut found: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: getpwuid_r writes into `pw` and `buf`, both ours and of the
-    // sizes given, and sets `found` to `&pw` or null.
-    let rc =
-        unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr().cast(), buf.len(), &mut found) };
-    if rc != 0 || found.is_null() {
-        return None;
-    }
-    // SAFETY: pw_name points into `buf`, NUL-terminated, while `buf` lives.
-    let name = unsafe { CStr::from_ptr(pw.pw_name) }.to_owned();
-    let gid = pw.pw_gid;
+    let (name, gid) = passwd(uid)?;
     let mut groups = vec![0 as libc::gid_t; 64];
     loop {
         let mut n = groups.len() as libc::c_int;

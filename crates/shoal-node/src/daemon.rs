@@ -461,15 +461,7 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
             }
         }
         let mut late = Vec::new();
-        {
-            let mut sessions = shared.sessions.lock();
-            let mut outputs = Vec::new();
-            for (addr, bytes) in &heartbeats {
-                sessions.send(now.0, *addr, bytes, &mut outputs);
-            }
-            sessions.poll(now.0, &mut outputs);
-            route(&sessions, outputs, &mut out, &mut late);
-        }
+        seal(shared, now, &heartbeats, true, &mut out, &mut late);
         // (Lock order: `state` before `sessions`, so never the other way.)
         if !late.is_empty() {
             let mut state = shared.state.lock();
@@ -486,13 +478,8 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
                 );
             }
             drop(state);
-            // Answered at the next turn's pace: rare (a handshake's end).
-            let mut sessions = shared.sessions.lock();
-            let mut outputs = Vec::new();
-            for (addr, m) in &replies {
-                sessions.send(now.0, *addr, m, &mut outputs);
-            }
-            route(&sessions, outputs, &mut out, &mut Vec::new());
+            // Rare (a handshake's end): what they open is heard next turn.
+            seal(shared, now, &replies, false, &mut out, &mut Vec::new());
         }
         for list in lists {
             if let Err(e) = crate::revocation::take(shared, &list) {
@@ -589,6 +576,28 @@ fn hear_packet(shared: &Shared, state: &mut State, now: Time, peer: &Peer, plain
         Ok(_) => state.stats.dropped_stale += 1,
         Err(e) => state.stats.count_wire_error(e),
     }
+}
+
+/// Seals `messages` in the sessions with their nodes (starting sessions
+/// where needed) and, with `poll`, runs the table's timers: the datagrams
+/// go to `out`, plaintexts the table opened meanwhile to `opened`.
+fn seal(
+    shared: &Shared,
+    now: Time,
+    messages: &[(SocketAddr, Vec<u8>)],
+    poll: bool,
+    out: &mut Vec<(SocketAddr, Vec<u8>)>,
+    opened: &mut Vec<(Peer, Vec<u8>)>,
+) {
+    let mut sessions = shared.sessions.lock();
+    let mut outputs = Vec::new();
+    for (addr, m) in messages {
+        sessions.send(now.0, *addr, m, &mut outputs);
+    }
+    if poll {
+        sessions.poll(now.0, &mut outputs);
+    }
+    route(&sessions, outputs, out, opened);
 }
 
 /// Sorts the session table's outputs: datagrams to send, plaintexts to

@@ -52,10 +52,10 @@ pub fn static_key(state_dir: &Path) -> Result<[u8; 32], String> {
     Ok(key)
 }
 
-/// The public half of the node's static key, as the administrator admits
-/// it (`shoal node key`).
-pub fn static_public_hex(state_dir: &Path) -> Result<String, String> {
-    Ok(hex::encode(static_public(&static_key(state_dir)?)))
+/// The public half of the node's static key, which the administrator
+/// admits (`shoal node key` prints it in hex).
+pub fn static_public_key(state_dir: &Path) -> Result<[u8; 32], String> {
+    Ok(static_public(&static_key(state_dir)?))
 }
 
 /// The node id of the node whose static public key is `public`: derived
@@ -281,10 +281,7 @@ mod tests {
             Admin::open(&tmp.path().join("admin")).unwrap()
         };
         let state = tmp.path().join("n1");
-        let public: [u8; 32] = hex::decode(static_public_hex(&state).unwrap())
-            .unwrap()
-            .try_into()
-            .unwrap();
+        let public = static_public_key(&state).unwrap();
         // The node id comes from the key: the same while it lasts, and
         // nobody else's.
         assert_eq!(node_id(&public), node_id(&public));

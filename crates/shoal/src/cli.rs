@@ -301,7 +301,10 @@ fn run_node(args: NodeArgs) -> Result<(), Failure> {
                 .ok_or_else(|| Failure::usage(format!("{} names no state_dir", c.display())))?,
             (None, None) => return Err(Failure::usage("give --state-dir or --config")),
         };
-        println!("{}", shoal_node::identity::static_public_hex(&dir)?);
+        println!(
+            "{}",
+            hex::encode(shoal_node::identity::static_public_key(&dir)?)
+        );
         return Ok(());
     }
     let file = match &args.config {
