@@ -9,8 +9,8 @@
 //! at most 1 MiB bodies.
 //!
 //! The input is a list of records: `tick, flags, len_lo, len_hi`, then
-//! `len` bytes of datagram (its MAC is recomputed when it is long enough to
-//! have one).  `tick` advances the clock by `tick` milliseconds, and an odd
+//! `len` bytes of plaintext (what a shell hands a core once a datagram
+//! opened; the server takes it as from the client it names).  `tick` advances the clock by `tick` milliseconds, and an odd
 //! `tick` fires the timers; an odd `flags` loses what the cores send in
 //! this round, and `flags / 2 % 3` picks the sender (client, server, node).
 
@@ -23,9 +23,10 @@ use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use shoal_cap::PutPort;
 use shoal_proto::{
-    ClientConfig, ClientCore, Dest, Registry, ServerConfig, ServerCore, Time, Transmit, pool,
+    Caller, ClientConfig, ClientCore, Dest, Registry, ServerConfig, ServerCore, Time, Transmit,
+    pool,
 };
-use shoal_wire::{ClientId, ClusterKey, Endpoint, HEADER_LEN, Instance, NodeId, Packet, decode};
+use shoal_wire::{ClientId, Endpoint, Instance, NodeId, Packet, decode_plain, encode_plain};
 
 const CLIENT: SocketAddr = addr(1);
 const SERVER: SocketAddr = addr(2);
@@ -40,7 +41,6 @@ const fn addr(last: u8) -> SocketAddr {
 }
 
 struct Net {
-    key: ClusterKey,
     port: PutPort,
     client: ClientCore,
     server: ServerCore,
@@ -49,13 +49,14 @@ struct Net {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let key = ClusterKey::from_bytes([7; 32]);
     let port = PutPort::from_bytes([1; 16]);
     let instance = Instance(1);
-    let mut registry = Registry::new(NodeId(1), key.clone());
+    let mut registry = Registry::new(NodeId(1));
     let endpoint = Endpoint {
         addr: SERVER,
         instance,
+        uid: 0,
+        system: false,
     };
     registry.register(port, endpoint);
     let server_config = ServerConfig {
@@ -73,10 +74,9 @@ fuzz_target!(|data: &[u8]| {
         ..ClientConfig::default()
     };
     let mut net = Net {
-        server: ServerCore::new(port, instance, key.clone(), server_config),
-        client: ClientCore::new(ClientId(1), key.clone(), client_config),
+        server: ServerCore::new(port, instance, server_config),
+        client: ClientCore::new(ClientId(1), client_config),
         registry,
-        key,
         port,
         now: Time(0),
     };
@@ -92,15 +92,10 @@ fuzz_target!(|data: &[u8]| {
             net.client.handle_timeout(net.now);
             net.server.handle_timeout(net.now);
         }
-        let mut datagram = datagram.to_vec();
-        if datagram.len() >= HEADER_LEN {
-            let mac = net.key.mac(&datagram);
-            datagram[4..HEADER_LEN].copy_from_slice(&mac);
-        }
         let from = PEERS[usize::from(flags / 2) % PEERS.len()];
-        net.client.handle_datagram(net.now, from, &datagram);
-        net.server.handle_datagram(net.now, from, &datagram);
-        net.locate(from, &datagram);
+        net.client.handle_datagram(net.now, from, datagram);
+        net.to_server(from, datagram);
+        net.locate(datagram);
         net.pump(flags % 2 == 0);
         if net.client.poll_outcome().is_some() {
             net.start();
@@ -117,13 +112,32 @@ impl Net {
         self.client.start(self.now, self.port, body, deadline);
     }
 
-    /// The registry answers `datagram`, sent by `from`, if it is a locate.
-    fn locate(&mut self, from: SocketAddr, datagram: &[u8]) {
-        if let Ok(Packet::Locate(l)) = decode(datagram, &self.key)
-            && let Some(t) = self.registry.handle_locate(from, &l)
+    /// The registry answers `plain` if it is a locate.
+    fn locate(&mut self, plain: &[u8]) {
+        if let Ok(Packet::Locate(l)) = decode_plain(plain)
+            && let Some(here) = self.registry.handle_locate(&l)
         {
-            self.deliver(NODE, &t);
+            let mut answer = Vec::new();
+            encode_plain(&Packet::Here(here), &mut answer);
+            self.client.handle_datagram(self.now, NODE, &answer);
         }
+    }
+
+    /// The server takes `plain` from the client it names (as its shell
+    /// would once it opened in that client's channel).
+    fn to_server(&mut self, from: SocketAddr, plain: &[u8]) {
+        let packet = decode_plain(plain);
+        let client = packet
+            .as_ref()
+            .ok()
+            .and_then(Packet::client)
+            .unwrap_or(ClientId(0));
+        let caller = Caller {
+            node: NodeId(2),
+            uid: 0,
+            client,
+        };
+        self.server.handle_packet(self.now, from, caller, 1, packet);
     }
 
     /// Delivers (or loses) what the cores send and serves requests (echo),
@@ -147,7 +161,8 @@ impl Net {
             }
             while let Some(req) = self.server.poll_request() {
                 moved = true;
-                self.server.reply(self.now, req.txn, Bytes::from(req.body));
+                self.server
+                    .reply(self.now, req.caller, req.txn, Bytes::from(req.body));
             }
             if !moved {
                 break;
@@ -159,8 +174,8 @@ impl Net {
     fn deliver(&mut self, from: SocketAddr, t: &Transmit) {
         match t.dest {
             Dest::Addr(CLIENT) => self.client.handle_datagram(self.now, from, &t.bytes),
-            Dest::Addr(SERVER) => self.server.handle_datagram(self.now, from, &t.bytes),
-            Dest::Addr(NODE) | Dest::Nodes => self.locate(from, &t.bytes),
+            Dest::Addr(SERVER) => self.to_server(from, &t.bytes),
+            Dest::Addr(NODE) | Dest::Nodes | Dest::Node(_) => self.locate(&t.bytes),
             Dest::Addr(_) => {}
         }
     }

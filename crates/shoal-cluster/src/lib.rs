@@ -364,8 +364,19 @@ impl Cluster {
     }
 
     /// A context for talking to the cluster from outside any node (from
-    /// the machine itself): key, and every node's address for locate.
+    /// the machine itself): attached to the first node whose socket
+    /// answers, which locates for it and gives it its keys, with its
+    /// endpoints bound on this machine.  If no node answers, calls fail
+    /// with that node's error.
     pub fn context(&self) -> Context {
+        for node in &self.file.nodes {
+            if let Ok(ctx) = Context::attach(&node.socket) {
+                let mut config = ctx.config().clone();
+                config.bind_ip = std::net::IpAddr::from([0, 0, 0, 0]);
+                config.deadline = Duration::from_secs(2);
+                return Context::new(config);
+            }
+        }
         let locate = self.file.nodes.iter().map(|n| n.addr).collect();
         let mut config = ContextConfig::new(self.key.clone(), locate);
         config.deadline = Duration::from_secs(2);
@@ -486,11 +497,14 @@ impl Cluster {
         timeout: Duration,
         progress: &mut dyn FnMut(&str),
     ) -> Result<(), String> {
-        let ctx = self.context();
+        let mut ctx = self.context();
         let want = self.file.nodes.len();
         let deadline = Instant::now() + timeout;
         for node in &self.file.nodes {
             loop {
+                if ctx.config().link.is_none() {
+                    ctx = self.context();
+                }
                 let err = match self.status(&ctx, &node.name, Duration::from_millis(500)) {
                     Ok(s) if s.members.iter().filter(|m| m.alive).count() == want => break,
                     Ok(s) => format!(

@@ -1,9 +1,10 @@
 //! The daemon's threads and shared state.
 //!
-//! - `net`: the node socket: answers locate questions from the registry,
-//!   takes and sends heartbeats, which travel sealed in node sessions
-//!   (`shoal_session::Sessions`: a Noise handshake with each peer, whose
-//!   certificate must name the node its heartbeats speak for).
+//! - `net`: the node socket: everything on it travels sealed in node
+//!   sessions (`shoal_session::Sessions`: a Noise handshake with each
+//!   peer, whose certificate must name the node its messages speak for):
+//!   heartbeats, revocation news, and locate questions and answers
+//!   (`crate::locate`), which it answers from the registry.
 //! - `link-accept` and one `link` thread per program (see `link_server`).
 //! - `service-N`: the node service, a shoal RPC server like any other
 //!   (status, and the home's answers for its processes).
@@ -24,7 +25,7 @@ use shoal_proto::{Dest, Membership, MembershipConfig, Registry, Stats, Time};
 use shoal_rpc::{Context, Server};
 use shoal_session::table::{Config as SessionConfig, Output as SessionOutput};
 use shoal_session::{Algorithm, Sessions};
-use shoal_wire::{ClusterKey, MAX_DATAGRAM, NodeId, Owner, Packet, decode};
+use shoal_wire::{ClusterKey, MAX_DATAGRAM, NodeId, Owner, Packet, decode, decode_plain};
 
 use crate::config::NodeConfig;
 use crate::load::Sampler;
@@ -81,6 +82,12 @@ pub(crate) struct Shared {
     pub identity: crate::identity::Identity,
     /// Sessions with the other nodes (heartbeats travel in them).
     pub sessions: Mutex<Sessions>,
+    /// The node socket, for link threads to send locates on.
+    pub socket: UdpSocket,
+    /// Locates under way and the answers they gathered
+    /// (`crate::locate`); `located` is notified as answers come.
+    pub locating: Mutex<crate::locate::Pending>,
+    pub located: Condvar,
     /// The newest revocation list held: its version and signed bytes.
     pub revocations: Mutex<Option<(u64, Vec<u8>)>>,
     /// Tell every peer the revocation version at the next turn.
@@ -205,12 +212,11 @@ impl Daemon {
             config.addr,
             incarnation,
             config.seeds.clone(),
-            key.clone(),
             MembershipConfig::default(),
         );
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
-                registry: Registry::new(node, key.clone()),
+                registry: Registry::new(node),
                 membership,
                 stats: Stats::default(),
                 links: 0,
@@ -223,6 +229,11 @@ impl Daemon {
             key,
             identity,
             sessions: Mutex::new(sessions),
+            socket: socket
+                .try_clone()
+                .map_err(|e| format!("cannot share the node socket: {e}"))?,
+            locating: Mutex::new(Default::default()),
+            located: Condvar::new(),
             revocations: Mutex::new(revocations),
             announce: AtomicBool::new(true),
             forged_heartbeats: Default::default(),
@@ -398,18 +409,10 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
             if received.is_ok() {
                 state.stats.datagrams_in += 1;
             }
-            if let Some((n, from)) = unsealed {
-                // Programs' locate questions still come under the cluster
-                // key; heartbeats come only in node sessions.
+            if let Some((n, _)) = unsealed {
+                // Nothing is taken outside a node session; a heartbeat
+                // sent so (even under the cluster key) is counted forged.
                 match decode(&buf[..n], &shared.key) {
-                    Ok(Packet::Locate(l)) => {
-                        state.stats.locates += 1;
-                        if let Some(t) = state.registry.handle_locate(from, &l)
-                            && let Dest::Addr(addr) = t.dest
-                        {
-                            out.push((addr, t.bytes));
-                        }
-                    }
                     Ok(Packet::Heartbeat(_)) => {
                         shared.forged_heartbeats.fetch_add(1, Ordering::Relaxed);
                     }
@@ -549,6 +552,17 @@ fn hear(
         }
         // Taken once the state lock is released (it writes a file).
         Some((&MSG_REVOCATION_LIST, list)) => lists.push(list.to_vec()),
+        Some((&crate::locate::MSG_LOCATE, plain)) => {
+            state.stats.locates += 1;
+            if let Some(answer) = crate::locate::answer(&state.registry, plain) {
+                replies.push((addr, answer));
+            }
+        }
+        Some((&crate::locate::MSG_HERE, plain)) => {
+            if !crate::locate::heard(shared, peer.node, addr, plain) {
+                state.stats.dropped_stale += 1;
+            }
+        }
         _ => state.stats.dropped_malformed += 1,
     }
 }
@@ -561,9 +575,9 @@ fn revocation_version(shared: &Shared) -> Vec<u8> {
     m
 }
 
-/// A v1 packet a node sealed in its session.
+/// A packet a node sealed in its session.
 fn hear_packet(shared: &Shared, state: &mut State, now: Time, peer: &Peer, plaintext: &[u8]) {
-    match decode(plaintext, &shared.key) {
+    match decode_plain(plaintext) {
         // A node speaks only for itself: its name and id are its
         // certificate's.
         Ok(Packet::Heartbeat(h)) if h.name == peer.name && h.node == peer.node => {

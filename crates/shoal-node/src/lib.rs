@@ -35,6 +35,7 @@ mod home;
 pub mod identity;
 mod link_server;
 mod load;
+mod locate;
 mod metrics;
 mod procfs;
 mod revocation;

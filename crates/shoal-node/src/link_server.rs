@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use shoal_cap::{GetPort, PutPort};
 use shoal_pool::ProcId;
 use shoal_rpc::link::{Hello, LinkRequest, LinkResponse};
-use shoal_wire::{Endpoint, Instance};
+use shoal_wire::{ClientId, Endpoint, Instance};
 
 use crate::daemon::Shared;
 
@@ -33,7 +33,8 @@ pub fn start(shared: Arc<Shared>) -> Result<(), String> {
     }
     let listener =
         UnixListener::bind(path).map_err(|e| format!("cannot bind {}: {e}", path.display()))?;
-    // Whoever can connect gets the cluster key: owner and group only.
+    // Whoever can connect gets the cluster key (for groups, until they
+    // have keys of their own): owner and group only.
     let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660));
     std::thread::Builder::new()
         .name("link-accept".into())
@@ -58,13 +59,23 @@ pub fn start(shared: Arc<Shared>) -> Result<(), String> {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Peer {
     pub uid: u32,
+    /// The daemon itself: what it registers is a system service.
+    pub daemon: bool,
 }
 
+/// Client endpoints one link may have ids for.
+const MAX_CLIENTS: usize = 4096;
+
 fn serve(shared: Arc<Shared>, stream: UnixStream) {
-    let Some((_, uid, _)) = crate::account::peer(&stream) else {
+    let Some((pid, uid, _)) = crate::account::peer(&stream) else {
         return;
     };
-    let peer = Peer { uid };
+    let peer = Peer {
+        uid,
+        daemon: pid as u32 == std::process::id(),
+    };
+    // Client ids given to this link: keys are derived for these only.
+    let mut clients: Vec<ClientId> = Vec::new();
     shared.state.lock().links += 1;
     let mut registered: Vec<(PutPort, Instance)> = Vec::new();
     // Processes this link spawned that have not ended yet.
@@ -83,7 +94,14 @@ fn serve(shared: Arc<Shared>, stream: UnixStream) {
             Ok(_) => {}
         }
         let response = match serde_json::from_str::<LinkRequest>(&line) {
-            Ok(request) => handle(&shared, peer, request, &mut registered, &mut spawned),
+            Ok(request) => handle(
+                &shared,
+                peer,
+                request,
+                &mut registered,
+                &mut spawned,
+                &mut clients,
+            ),
             Err(e) => LinkResponse::Error {
                 message: format!("bad link request: {e}"),
             },
@@ -113,9 +131,88 @@ fn handle(
     request: LinkRequest,
     registered: &mut Vec<(PutPort, Instance)>,
     spawned: &mut Vec<ProcId>,
+    clients: &mut Vec<ClientId>,
 ) -> LinkResponse {
     let error = |message: String| LinkResponse::Error { message };
+    let client_of = |text: &str, clients: &[ClientId]| {
+        u64::from_str_radix(text, 16)
+            .ok()
+            .map(ClientId)
+            .filter(|c| clients.contains(c))
+            .ok_or_else(|| format!("no client {text} on this link"))
+    };
     match request {
+        LinkRequest::Client => {
+            if clients.len() >= MAX_CLIENTS {
+                return error(format!("at most {MAX_CLIENTS} client endpoints per link"));
+            }
+            let id = ClientId::random();
+            clients.push(id);
+            LinkResponse::Client {
+                id: format!("{:016x}", id.0),
+                uid: peer.uid,
+            }
+        }
+        LinkRequest::Locate {
+            client,
+            port,
+            instance,
+            node,
+            wait_ms,
+            all,
+        } => {
+            let client = match client_of(&client, clients) {
+                Ok(c) => c,
+                Err(e) => return error(e),
+            };
+            let (Ok(port), Ok(instance), Ok(node)) = (
+                PutPort::from_str(&port),
+                u64::from_str_radix(&instance, 16),
+                u64::from_str_radix(&node, 16),
+            ) else {
+                return error("locate: port, instance and node are hex".into());
+            };
+            let locate = shoal_wire::Locate {
+                nonce: shoal_wire::Nonce::random(),
+                port,
+                instance: Instance(instance),
+                node: shoal_wire::NodeId(node),
+            };
+            let wait = std::time::Duration::from_millis(wait_ms.min(5_000) as u64);
+            match crate::locate::locate(shared, peer.uid, client, locate, wait, all) {
+                Ok(answers) => LinkResponse::Located { answers },
+                Err(e) => error(e),
+            }
+        }
+        LinkRequest::Channel {
+            client,
+            node,
+            instance,
+        } => {
+            let client = match client_of(&client, clients) {
+                Ok(c) => c,
+                Err(e) => return error(e),
+            };
+            let (Ok(node), Some(instance)) =
+                (u64::from_str_radix(&node, 16), parse_instance(&instance))
+            else {
+                return error("channel: node and instance are hex".into());
+            };
+            let node = shoal_wire::NodeId(node);
+            match crate::locate::channel(shared, peer.uid, client, node, instance) {
+                Ok(grant) => LinkResponse::Channel(grant),
+                Err(e) => error(e),
+            }
+        }
+        LinkRequest::ServerKey { instance, index } => {
+            let Some(instance) = parse_instance(&instance) else {
+                return error("instance must be 16 hex digits, not zero".into());
+            };
+            if !registered.iter().any(|r| r.1 == instance) {
+                return error("no such endpoint registered on this link".into());
+            }
+            crate::locate::server_key(shared, instance, index)
+        }
         LinkRequest::Hello => {
             let locate = match shared.config.broadcast {
                 Some(b) => vec![b],
@@ -140,6 +237,7 @@ fn handle(
             };
             LinkResponse::Hello(Hello {
                 key: shared.key.to_hex(),
+                uid: peer.uid,
                 node: shared.node.to_string(),
                 name: shared.config.name.clone(),
                 node_addr: shared.config.addr,
@@ -238,8 +336,14 @@ fn handle(
             };
             // The F-box: the node, not the program, turns get into put.
             let port = get.put_port();
+            let endpoint = Endpoint {
+                addr,
+                instance,
+                uid: peer.uid,
+                system: peer.daemon,
+            };
             let mut state = shared.state.lock();
-            if !state.registry.register(port, Endpoint { addr, instance }) {
+            if !state.registry.register(port, endpoint) {
                 return error(format!("port {port} has too many endpoints on this node"));
             }
             registered.push((port, instance));

@@ -348,42 +348,6 @@ impl Incoming {
         self.mark(frag.index)
     }
 
-    /// Where the fragment the sender will most likely send next (the one
-    /// after the highest received, in order) goes: its index and its bytes
-    /// in the body, for a receive straight into them.  `None` before the
-    /// first fragment (the fragment size is not known yet) and once that
-    /// fragment is not missing.  The bytes count as received only through
-    /// [`Incoming::add_placed`]; whatever else lands in them meanwhile is
-    /// overwritten when the fragment does arrive.
-    pub fn next_slot(&mut self) -> Option<(u32, &mut [u8])> {
-        let frag_bytes = self.frag_bytes?;
-        if self.received_count == 0 {
-            return None;
-        }
-        let index = self.highest + 1;
-        if index >= self.count || self.received.get(index) {
-            return None;
-        }
-        let start = index as usize * frag_bytes;
-        let end = (start + frag_bytes).min(self.total_len as usize);
-        Some((index, &mut self.data[start..end]))
-    }
-
-    /// Adds fragment `frag` whose `len` bytes a receive already put in the
-    /// slot [`Incoming::next_slot`] gave for it.
-    pub fn add_placed(&mut self, frag: Frag, total_len: u64, len: usize) -> Added {
-        match self.place(frag, total_len, len) {
-            Ok(_) => self.mark(frag.index),
-            Err(added) => added,
-        }
-    }
-
-    /// The bytes of a slot from [`Incoming::next_slot`], to check them.
-    pub fn slot(&self, index: u32, len: usize) -> Option<&[u8]> {
-        let start = index as usize * self.frag_bytes?;
-        self.data.get(start..start + len)
-    }
-
     /// Checks fragment `frag` of `len` bytes against the body: where its
     /// bytes go, or why it is not added.
     fn place(&mut self, frag: Frag, total_len: u64, len: usize) -> Result<usize, Added> {

@@ -54,15 +54,15 @@ use std::time::Duration;
 use bytes::Bytes;
 use shoal_cap::PutPort;
 use shoal_wire::{
-    Ack, AckDir, ClientId, ClusterKey, Endpoint, Fate, Instance, Locate, Nonce, Packet,
-    ReplyStatus, Request, Seq, TxnId, decode, decode_split, encode_into,
+    Ack, AckDir, ClientId, Endpoint, Fate, Instance, Locate, NodeId, Nonce, Packet, ReplyStatus,
+    Request, Seq, TxnId, WireError, decode_plain, encode_plain,
 };
 
 use crate::body::{Added, Incoming, Outgoing};
 use crate::error::TransError;
 use crate::stats::Stats;
 use crate::time::Time;
-use crate::transmit::{Dest, Transmit};
+use crate::transmit::{Dest, Transmit, Via};
 
 /// Tuning of a client endpoint.
 #[derive(Debug, Clone)]
@@ -136,18 +136,17 @@ struct Txn {
     rto: Duration,
 }
 
-/// A server endpoint and the node that told us about it.
+/// A server endpoint and the node it is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Located {
     endpoint: Endpoint,
-    node: SocketAddr,
+    node: NodeId,
 }
 
 /// One client endpoint's protocol state.
 #[derive(Debug)]
 pub struct ClientCore {
     id: ClientId,
-    key: ClusterKey,
     config: ClientConfig,
     next_seq: u64,
     next_nonce: u64,
@@ -160,10 +159,9 @@ pub struct ClientCore {
 
 impl ClientCore {
     /// A client endpoint with identity `id` (fresh for each endpoint).
-    pub fn new(id: ClientId, key: ClusterKey, config: ClientConfig) -> Self {
+    pub fn new(id: ClientId, config: ClientConfig) -> Self {
         Self {
             id,
-            key,
             config,
             next_seq: 1,
             next_nonce: id.0.rotate_left(32),
@@ -263,74 +261,34 @@ impl ClientCore {
         self.outcome.take()
     }
 
-    /// A datagram arrived from `from`.
-    pub fn handle_datagram(&mut self, now: Time, from: SocketAddr, datagram: &[u8]) {
+    /// A plaintext arrived from `from` (opened by the shell, which
+    /// checked it came from the server it names, or from this node).
+    pub fn handle_datagram(&mut self, now: Time, from: SocketAddr, plain: &[u8]) {
+        self.handle_packet(now, from, decode_plain(plain));
+    }
+
+    /// [`ClientCore::handle_datagram`] for a plaintext the shell decoded.
+    pub fn handle_packet(
+        &mut self,
+        now: Time,
+        from: SocketAddr,
+        packet: Result<Packet<'_>, WireError>,
+    ) {
         self.stats.datagrams_in += 1;
-        match decode(datagram, &self.key) {
-            Ok(p) => self.on_packet(now, from, p, None),
+        match packet {
+            Ok(p) => self.on_packet(now, from, p),
             Err(e) => self.stats.count_wire_error(e),
         }
     }
 
-    /// Where the next fragment of the reply being received most likely
-    /// goes (see [`Incoming::next_slot`]): a shell may receive the next
-    /// datagram's first [`shoal_wire::REPLY_HEAD`] bytes elsewhere and the
-    /// rest straight into these, then hand it over with
-    /// [`ClientCore::handle_placed`], so the payload is never copied.
-    pub fn reply_slot(&mut self) -> Option<(u32, &mut [u8])> {
-        let txn = self.txn.as_mut()?;
-        if txn.state != State::Receiving {
-            return None;
-        }
-        txn.reply.as_mut()?.next_slot()
+    /// A datagram the shell could not open (forged, replayed, or for a
+    /// channel it has no key for): counted, nothing else.
+    pub fn handle_unopened(&mut self, replayed: bool) {
+        self.stats.count_unopened(replayed);
     }
 
-    /// A datagram from `from` received in up to three places: `head`, then
-    /// `len` bytes in the slot [`ClientCore::reply_slot`] gave for fragment
-    /// `index`, then (if it was longer than the slot) `spill`.  If it is
-    /// not that fragment, it is handled as a whole datagram (copied
-    /// together first); the slot's bytes count for nothing until the
-    /// fragment itself arrives.
-    pub fn handle_placed(
-        &mut self,
-        now: Time,
-        from: SocketAddr,
-        head: &[u8],
-        (index, len): (u32, usize),
-        spill: &[u8],
-    ) {
-        let Some(slot) = self
-            .txn
-            .as_ref()
-            .and_then(|t| t.reply.as_ref())
-            .and_then(|r| r.slot(index, len))
-        else {
-            // The transaction moved on: nothing can be placed any more.
-            self.stats.datagrams_in += 1;
-            return self.stats.dropped_stale += 1;
-        };
-        if spill.is_empty() && len > 0 {
-            match decode_split(head, slot, &self.key) {
-                Ok(Packet::Reply(r)) if r.payload.is_empty() && r.frag.index == index => {
-                    self.stats.datagrams_in += 1;
-                    return self.on_packet(now, from, Packet::Reply(r), Some(len));
-                }
-                _ => {}
-            }
-        }
-        let whole = [head, slot, spill].concat();
-        self.handle_datagram(now, from, &whole);
-    }
-
-    /// A packet arrived from `from`; `placed`: a reply fragment whose
-    /// payload, this many bytes, is already in its place in the body.
-    fn on_packet(
-        &mut self,
-        now: Time,
-        from: SocketAddr,
-        packet: Packet<'_>,
-        placed: Option<usize>,
-    ) {
+    /// A packet arrived from `from`.
+    fn on_packet(&mut self, now: Time, from: SocketAddr, packet: Packet<'_>) {
         let Some(txn) = self.txn.as_mut() else {
             self.stats.dropped_stale += 1;
             return;
@@ -353,14 +311,17 @@ impl ClientCore {
                     .iter()
                     .map(|&endpoint| Located {
                         endpoint,
-                        node: from,
+                        node: h.node,
                     })
                     .collect();
                 self.cache.insert(h.port, located);
                 self.choose_target(now);
             }
             Packet::Here(h)
-                if txn.state == State::Verifying && h.nonce == txn.nonce && h.port == txn.port =>
+                if txn.state == State::Verifying
+                    && h.nonce == txn.nonce
+                    && h.port == txn.port
+                    && txn.target.is_some_and(|t| t.node == h.node) =>
             {
                 if h.fate == Fate::Drained {
                     self.choose_target(now);
@@ -422,10 +383,7 @@ impl ClientCore {
                 }
                 txn.state = State::Receiving;
                 let reply = txn.reply.as_mut().expect("set above");
-                let added = match placed {
-                    Some(len) => reply.add_placed(r.frag, r.total_len, len),
-                    None => reply.add(r.frag, r.total_len, r.payload),
-                };
+                let added = reply.add(r.frag, r.total_len, r.payload);
                 match added {
                     Added::Invalid => {
                         self.stats.dropped_malformed += 1;
@@ -602,17 +560,18 @@ impl ClientCore {
     /// a question to the target's node while verifying.
     fn send_locate(&mut self) {
         let txn = self.txn.as_ref().expect("in a transaction");
-        let (dest, instance) = match (txn.state, txn.target) {
-            (State::Verifying, Some(t)) => (Dest::Addr(t.node), t.endpoint.instance),
-            _ => (Dest::Nodes, Instance(0)),
+        let (dest, instance, node) = match (txn.state, txn.target) {
+            (State::Verifying, Some(t)) => (Dest::Node(t.node), t.endpoint.instance, t.node),
+            _ => (Dest::Nodes, Instance(0), NodeId(0)),
         };
         let packet = Packet::Locate(Locate {
             nonce: txn.nonce,
             port: txn.port,
             instance,
+            node,
         });
         self.stats.locates += 1;
-        self.push(dest, &packet);
+        self.push(dest, Via::Node, &packet);
     }
 
     fn send_fragment(&mut self, idx: u32) {
@@ -625,8 +584,8 @@ impl ClientCore {
         };
         self.stats.datagrams_out += 1;
         self.transmits.push_back(crate::transmit::fragment(
-            &self.key,
             Dest::Addr(target.addr),
+            Via::Server(target.instance),
             out,
             idx,
             |payload| {
@@ -656,18 +615,19 @@ impl ClientCore {
             base,
             mask,
         });
-        self.push(Dest::Addr(target.addr), &packet);
+        self.push(
+            Dest::Addr(target.addr),
+            Via::Server(target.instance),
+            &packet,
+        );
     }
 
     /// Encodes `packet` into a pooled buffer and queues it for `dest`.
-    fn push(&mut self, dest: Dest, packet: &Packet<'_>) {
-        enqueue(
-            &self.key,
-            &mut self.stats,
-            &mut self.transmits,
-            dest,
-            packet,
-        );
+    fn push(&mut self, dest: Dest, via: Via, packet: &Packet<'_>) {
+        let mut bytes = crate::pool::datagram();
+        encode_plain(packet, &mut bytes);
+        self.stats.datagrams_out += 1;
+        self.transmits.push_back(Transmit::whole(dest, via, bytes));
     }
 
     fn finish(&mut self, result: Result<Vec<u8>, TransError>) {
@@ -680,34 +640,16 @@ impl ClientCore {
     }
 }
 
-/// Encodes `packet` into a pooled buffer and queues it for `dest`.
-fn enqueue(
-    key: &ClusterKey,
-    stats: &mut Stats,
-    transmits: &mut VecDeque<Transmit>,
-    dest: Dest,
-    packet: &Packet<'_>,
-) {
-    let mut bytes = crate::pool::datagram();
-    encode_into(packet, key, &mut bytes);
-    stats.datagrams_out += 1;
-    transmits.push_back(Transmit::whole(dest, bytes));
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Registry, ServerConfig, ServerCore};
+    use crate::{Caller, Registry, ServerConfig, ServerCore};
     use shoal_cap::GetPort;
-    use shoal_wire::{NodeId, REPLY_HEAD};
 
-    /// A reply received fragment by fragment into the slots the core
-    /// offers (the way the shell does), with the server's datagrams
-    /// delivered out of order and some twice: every datagram that is not
-    /// the expected fragment lands in the slot all the same, or spills
-    /// past it, and the body still comes out whole.
+    /// A reply in fragments, with the server's datagrams delivered out of
+    /// order and some twice: the body still comes out whole.
     #[test]
-    fn placed_fragments_make_the_same_reply() {
+    fn reordered_and_repeated_fragments_make_the_same_reply() {
         proptest::proptest!(|(len in 0usize..2000, frag in 1usize..300, order in proptest::collection::vec(0usize..8, 0..64))| {
             let body: Vec<u8> = (0..len).map(|i| (i * 7 % 253) as u8).collect();
             proptest::prop_assert_eq!(exchange(&body, frag, &order), body);
@@ -717,18 +659,19 @@ mod tests {
     /// One call carrying `reply` back in fragments of `frag` bytes; `order`
     /// shuffles (and duplicates) the server's datagrams.
     fn exchange(reply: &[u8], frag: usize, order: &[usize]) -> Vec<u8> {
-        let key = ClusterKey::from_bytes([3; 32]);
         let port = GetPort::from_bytes([9; 16]).put_port();
         let server_addr: SocketAddr = "10.0.0.2:9000".parse().unwrap();
         let client_addr: SocketAddr = "10.0.0.1:9000".parse().unwrap();
         let node_addr: SocketAddr = "10.0.0.2:7700".parse().unwrap();
-        let mut registry = Registry::new(NodeId(1), key.clone());
+        let mut registry = Registry::new(NodeId(1));
         let instance = Instance(77);
         registry.register(
             port,
             Endpoint {
                 addr: server_addr,
                 instance,
+                uid: 1000,
+                system: false,
             },
         );
         let config = ServerConfig {
@@ -736,13 +679,18 @@ mod tests {
             window: 8,
             ..ServerConfig::default()
         };
-        let mut server = ServerCore::new(port, instance, key.clone(), config);
+        let mut server = ServerCore::new(port, instance, config);
         let config = ClientConfig {
             frag_bytes: frag,
             window: 8,
             ..ClientConfig::default()
         };
-        let mut client = ClientCore::new(ClientId(5), key.clone(), config);
+        let mut client = ClientCore::new(ClientId(5), config);
+        let caller = Caller {
+            node: NodeId(2),
+            uid: 1000,
+            client: ClientId(5),
+        };
         let mut now = Time(0);
         client.start(
             now,
@@ -755,23 +703,25 @@ mod tests {
             now = now + Duration::from_millis(1);
             while let Some(t) = client.poll_transmit() {
                 let dest = t.dest;
-                let bytes = t.into_datagram(&key);
+                let bytes = t.into_plain();
                 match dest {
-                    Dest::Nodes => {
-                        if let Ok(Packet::Locate(l)) = decode(&bytes, &key)
-                            && let Some(a) = registry.handle_locate(client_addr, &l)
+                    Dest::Nodes | Dest::Node(_) => {
+                        if let Ok(Packet::Locate(l)) = decode_plain(&bytes)
+                            && let Some(here) = registry.handle_locate(&l)
                         {
-                            client.handle_datagram(now, node_addr, &a.into_datagram(&key));
+                            let mut plain = Vec::new();
+                            encode_plain(&Packet::Here(here), &mut plain);
+                            client.handle_datagram(now, node_addr, &plain);
                         }
                     }
-                    Dest::Addr(_) => server.handle_datagram(now, client_addr, &bytes),
+                    Dest::Addr(_) => server.handle_datagram(now, client_addr, caller, 1, &bytes),
                 }
             }
             while let Some(req) = server.poll_request() {
-                server.reply(now, req.txn, reply.to_vec());
+                server.reply(now, req.caller, req.txn, reply.to_vec());
             }
             let mut out: Vec<Vec<u8>> = std::iter::from_fn(|| server.poll_transmit())
-                .map(|t| t.into_datagram(&key))
+                .map(Transmit::into_plain)
                 .collect();
             // Reorder: each datagram moves back by up to `order[turn]`
             // places, and one in three turns repeats the first.
@@ -786,28 +736,7 @@ mod tests {
             }
             turn += 1;
             for d in out {
-                match client.reply_slot() {
-                    Some((index, slot)) => {
-                        let n = d.len().min(REPLY_HEAD);
-                        let mut head = vec![0u8; n];
-                        head.copy_from_slice(&d[..n]);
-                        let rest = &d[n..];
-                        let len = rest.len().min(slot.len());
-                        slot[..len].copy_from_slice(&rest[..len]);
-                        if d.len() <= REPLY_HEAD {
-                            client.handle_datagram(now, server_addr, &head);
-                        } else {
-                            client.handle_placed(
-                                now,
-                                server_addr,
-                                &head,
-                                (index, len),
-                                &rest[len..],
-                            );
-                        }
-                    }
-                    None => client.handle_datagram(now, server_addr, &d),
-                }
+                client.handle_datagram(now, server_addr, &d);
             }
             if let Some(r) = client.poll_outcome() {
                 return r.unwrap();

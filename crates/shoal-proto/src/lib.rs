@@ -46,4 +46,4 @@ pub use registry::Registry;
 pub use server::{Delivered, ServerConfig, ServerCore};
 pub use stats::Stats;
 pub use time::Time;
-pub use transmit::{Dest, Transmit};
+pub use transmit::{Caller, Dest, Transmit, Via};

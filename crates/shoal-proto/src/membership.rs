@@ -10,10 +10,10 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use shoal_wire::{ClusterKey, Heartbeat, Load, MAX_MEMBERS, Member, NodeId, Packet, encode};
+use shoal_wire::{Heartbeat, Load, MAX_MEMBERS, Member, NodeId, Packet, encode_plain};
 
 use crate::time::Time;
-use crate::transmit::{Dest, Transmit};
+use crate::transmit::{Dest, Transmit, Via};
 
 /// A member silent for this many `dead_after` periods is forgotten.
 const FORGET_FACTOR: u32 = 40;
@@ -71,7 +71,6 @@ pub struct Membership {
     incarnation: u64,
     seeds: Vec<SocketAddr>,
     peers: BTreeMap<NodeId, Peer>,
-    key: ClusterKey,
     config: MembershipConfig,
     next_beat: Time,
     transmits: Vec<Transmit>,
@@ -87,7 +86,6 @@ impl Membership {
         addr: SocketAddr,
         incarnation: u64,
         seeds: Vec<SocketAddr>,
-        key: ClusterKey,
         config: MembershipConfig,
     ) -> Self {
         Self {
@@ -97,7 +95,6 @@ impl Membership {
             incarnation,
             seeds,
             peers: BTreeMap::new(),
-            key,
             config,
             next_beat: Time(0),
             transmits: Vec::new(),
@@ -177,7 +174,8 @@ impl Membership {
                     addr: p.addr,
                 }),
         );
-        let bytes = encode(
+        let mut bytes = Vec::new();
+        encode_plain(
             &Packet::Heartbeat(Heartbeat {
                 node: self.me,
                 incarnation: self.incarnation,
@@ -186,7 +184,7 @@ impl Membership {
                 members,
                 load: self.load.map(|(l, _)| l),
             }),
-            &self.key,
+            &mut bytes,
         );
         let mut dests: Vec<SocketAddr> = self.peers.values().map(|p| p.addr).collect();
         for s in &self.seeds {
@@ -196,7 +194,7 @@ impl Membership {
         }
         for addr in dests {
             self.transmits
-                .push(Transmit::whole(Dest::Addr(addr), bytes.clone()));
+                .push(Transmit::whole(Dest::Addr(addr), Via::Node, bytes.clone()));
         }
     }
 
@@ -250,7 +248,7 @@ impl Membership {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shoal_wire::decode;
+    use shoal_wire::decode_plain;
 
     fn node(i: u8, seeds: Vec<SocketAddr>) -> Membership {
         Membership::new(
@@ -259,14 +257,12 @@ mod tests {
             SocketAddr::from(([10, 0, 0, i], 7700)),
             1,
             seeds,
-            ClusterKey::from_bytes([5; 32]),
             MembershipConfig::default(),
         )
     }
 
     /// Delivers every pending heartbeat between the nodes.
     fn exchange(nodes: &mut [Membership], now: Time) {
-        let key = ClusterKey::from_bytes([5; 32]);
         let mut mail = Vec::new();
         for n in nodes.iter_mut() {
             n.handle_timeout(now);
@@ -276,7 +272,7 @@ mod tests {
         }
         for t in mail {
             let Dest::Addr(to) = t.dest else { continue };
-            let Ok(Packet::Heartbeat(hb)) = decode(&t.bytes, &key) else {
+            let Ok(Packet::Heartbeat(hb)) = decode_plain(&t.bytes) else {
                 panic!("not a heartbeat")
             };
             if let Some(n) = nodes.iter_mut().find(|n| n.addr == to) {

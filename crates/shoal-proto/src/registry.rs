@@ -14,33 +14,26 @@
 //! request elsewhere only if the instance left by draining ([`Fate`]).
 
 use std::collections::{HashMap, VecDeque};
-use std::net::SocketAddr;
 
 use shoal_cap::PutPort;
-use shoal_wire::{
-    ClusterKey, Endpoint, Fate, Here, Instance, Locate, MAX_HERE_ENDPOINTS, NodeId, Packet, encode,
-};
+use shoal_wire::{Endpoint, Fate, Here, Instance, Locate, MAX_HERE_ENDPOINTS, NodeId};
 
 /// Tombstones kept; the oldest is forgotten first.
 const MAX_TOMBSTONES: usize = 4096;
-
-use crate::transmit::{Dest, Transmit};
 
 /// Registered endpoints of one node.
 #[derive(Debug)]
 pub struct Registry {
     node: NodeId,
-    key: ClusterKey,
     ports: HashMap<PutPort, Vec<Endpoint>>,
     tombstones: VecDeque<(Instance, Fate)>,
 }
 
 impl Registry {
     /// An empty registry for `node`.
-    pub fn new(node: NodeId, key: ClusterKey) -> Self {
+    pub fn new(node: NodeId) -> Self {
         Self {
             node,
-            key,
             ports: HashMap::new(),
             tombstones: VecDeque::new(),
         }
@@ -117,9 +110,9 @@ impl Registry {
         self.ports.is_empty()
     }
 
-    /// The answer to a locate from `from`: always when it asks about an
-    /// instance, otherwise only if this node serves the port.
-    pub fn handle_locate(&self, from: SocketAddr, locate: &Locate) -> Option<Transmit> {
+    /// The answer to a locate: always when it asks about an instance,
+    /// otherwise only if this node serves the port.
+    pub fn handle_locate(&self, locate: &Locate) -> Option<Here> {
         let endpoints = self.ports.get(&locate.port);
         let fate = if locate.instance == Instance(0) {
             endpoints?;
@@ -127,17 +120,13 @@ impl Registry {
         } else {
             self.fate(locate.instance)
         };
-        let bytes = encode(
-            &Packet::Here(Here {
-                nonce: locate.nonce,
-                port: locate.port,
-                node: self.node,
-                fate,
-                endpoints: endpoints.cloned().unwrap_or_default(),
-            }),
-            &self.key,
-        );
-        Some(Transmit::whole(Dest::Addr(from), bytes))
+        Some(Here {
+            nonce: locate.nonce,
+            port: locate.port,
+            node: self.node,
+            fate,
+            endpoints: endpoints.cloned().unwrap_or_default(),
+        })
     }
 }
 
@@ -145,32 +134,27 @@ impl Registry {
 mod tests {
     use super::*;
     use shoal_cap::GetPort;
-    use shoal_wire::{Nonce, decode};
+    use shoal_wire::Nonce;
 
-    fn setup() -> (Registry, PutPort, Endpoint, ClusterKey) {
-        let key = ClusterKey::from_bytes([1; 32]);
-        let reg = Registry::new(NodeId(7), key.clone());
+    fn setup() -> (Registry, PutPort, Endpoint, ()) {
+        let reg = Registry::new(NodeId(7));
         let port = GetPort::from_bytes([2; 16]).put_port();
         let ep = Endpoint {
             addr: "10.0.0.1:4000".parse().unwrap(),
             instance: Instance(9),
+            uid: 1000,
+            system: false,
         };
-        (reg, port, ep, key)
+        (reg, port, ep, ())
     }
 
-    fn ask(reg: &Registry, key: &ClusterKey, port: PutPort, instance: Instance) -> Option<Here> {
-        let t = reg.handle_locate(
-            "10.0.0.2:5000".parse().unwrap(),
-            &Locate {
-                nonce: Nonce(3),
-                port,
-                instance,
-            },
-        )?;
-        match decode(&t.bytes, key).unwrap() {
-            Packet::Here(h) => Some(h),
-            p => panic!("unexpected {p:?}"),
-        }
+    fn ask(reg: &Registry, _: &(), port: PutPort, instance: Instance) -> Option<Here> {
+        reg.handle_locate(&Locate {
+            nonce: Nonce(3),
+            port,
+            instance,
+            node: NodeId(0),
+        })
     }
 
     #[test]

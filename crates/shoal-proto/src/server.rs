@@ -1,7 +1,8 @@
 //! The server end of RPC: one endpoint (one socket, one put-port, one
 //! instance), shared by any number of server threads.
 //!
-//! **At-most-once.**  The core keeps one record per client: the sequence
+//! **At-most-once.**  The core keeps one record per caller (the node, uid
+//! and client endpoint the shell authenticated: see [`Caller`]): the sequence
 //! number of its latest transaction and where that transaction stands
 //! (reassembling, executing, replied, done).  A fragment of a newer
 //! transaction starts it and implicitly acknowledges the older one's reply;
@@ -40,14 +41,14 @@ use std::time::Duration;
 use rustc_hash::FxHashMap;
 use shoal_cap::PutPort;
 use shoal_wire::{
-    Ack, AckDir, ClientId, ClusterKey, Frag, Instance, NotHere, Packet, Reply, ReplyStatus,
-    Request, Seq, TxnId, WireError, Working, decode, encode_into,
+    Ack, AckDir, Frag, Instance, NotHere, Packet, Reply, ReplyStatus, Request, Seq, TxnId,
+    WireError, Working, decode_plain, encode_plain,
 };
 
 use crate::body::{Added, Incoming, Outgoing, Rope};
 use crate::stats::Stats;
 use crate::time::Time;
-use crate::transmit::{Dest, Transmit};
+use crate::transmit::{Caller, Dest, Transmit, Via};
 
 /// Refusals remembered without a record (when the table is full).
 const MAX_REFUSED: usize = 4096;
@@ -86,6 +87,8 @@ impl Default for ServerConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivered {
     pub txn: TxnId,
+    /// Who sent it, as the shell authenticated it.
+    pub caller: Caller,
     pub from: SocketAddr,
     pub body: Vec<u8>,
 }
@@ -103,7 +106,10 @@ enum RecState {
 #[derive(Debug)]
 struct Record {
     seq: Seq,
+    /// Where the caller's latest datagram came from, and through which
+    /// channel: replies go back there.
     from: SocketAddr,
+    channel: u32,
     touched: Time,
     state: RecState,
 }
@@ -113,27 +119,25 @@ struct Record {
 pub struct ServerCore {
     port: PutPort,
     instance: Instance,
-    key: ClusterKey,
     config: ServerConfig,
-    records: FxHashMap<ClientId, Record>,
+    records: FxHashMap<Caller, Record>,
     assembling_bytes: u64,
     ready: VecDeque<Delivered>,
     transmits: VecDeque<Transmit>,
     next_sweep: Time,
     draining: bool,
     /// Transactions refused while the record table was full.
-    refused: VecDeque<TxnId>,
+    refused: VecDeque<(Caller, Seq)>,
     stats: Stats,
 }
 
 impl ServerCore {
     /// A server endpoint for `port` (the put-port of the get-port the
     /// server holds), incarnation `instance`.
-    pub fn new(port: PutPort, instance: Instance, key: ClusterKey, config: ServerConfig) -> Self {
+    pub fn new(port: PutPort, instance: Instance, config: ServerConfig) -> Self {
         Self {
             port,
             instance,
-            key,
             config,
             records: FxHashMap::default(),
             assembling_bytes: 0,
@@ -211,49 +215,74 @@ impl ServerCore {
         self.next_sweep = now + ttl / 4;
     }
 
-    /// A datagram arrived from `from`.
-    pub fn handle_datagram(&mut self, now: Time, from: SocketAddr, datagram: &[u8]) {
-        self.handle_packet(now, from, decode(datagram, &self.key));
+    /// A plaintext from `caller` arrived from `from` in channel
+    /// `channel` (opened by the shell, which authenticated the caller).
+    pub fn handle_datagram(
+        &mut self,
+        now: Time,
+        from: SocketAddr,
+        caller: Caller,
+        channel: u32,
+        plain: &[u8],
+    ) {
+        self.handle_packet(now, from, caller, channel, decode_plain(plain));
     }
 
-    /// [`ServerCore::handle_datagram`] for a datagram the shell decoded
-    /// itself (with [`shoal_wire::decode`] and this core's key), so that
-    /// checking its MAC need not hold up whoever else uses the core.
+    /// [`ServerCore::handle_datagram`] for a plaintext the shell decoded
+    /// itself, so that opening it need not hold up whoever else uses the
+    /// core.  A packet whose transaction names another client than the
+    /// channel's is dropped: a caller speaks only for itself.
     pub fn handle_packet(
         &mut self,
         now: Time,
         from: SocketAddr,
+        caller: Caller,
+        channel: u32,
         packet: Result<Packet<'_>, WireError>,
     ) {
         self.stats.datagrams_in += 1;
+        let src = Source {
+            from,
+            caller,
+            channel,
+        };
         match packet {
-            Ok(Packet::Request(r)) => self.on_request(now, from, r),
-            Ok(Packet::Ack(a)) if a.dir == AckDir::Reply => self.on_reply_ack(now, a),
+            Ok(Packet::Request(r)) if r.txn.client == caller.client => self.on_request(now, src, r),
+            Ok(Packet::Ack(a)) if a.dir == AckDir::Reply && a.txn.client == caller.client => {
+                self.on_reply_ack(now, caller, a)
+            }
             Ok(_) => self.stats.dropped_stale += 1,
             Err(e) => self.stats.count_wire_error(e),
         }
     }
 
-    /// The application's reply to a delivered request.  Returns `false`
-    /// (and sends nothing) if the client has moved on meanwhile.
-    pub fn reply(&mut self, now: Time, txn: TxnId, body: impl Into<Rope>) -> bool {
+    /// A datagram the shell could not open (forged, replayed, or in a
+    /// channel it has no key for): counted, nothing else.
+    pub fn handle_unopened(&mut self, replayed: bool) {
+        self.stats.count_unopened(replayed);
+    }
+
+    /// The application's reply to a request `caller` delivered.  Returns
+    /// `false` (and sends nothing) if the client has moved on meanwhile.
+    pub fn reply(&mut self, now: Time, caller: Caller, txn: TxnId, body: impl Into<Rope>) -> bool {
         let mut out = Outgoing::new(body, self.config.frag_bytes, self.config.window);
         let (records, mut tx) = self.split();
-        let Some(rec) = records.get_mut(&txn.client) else {
+        let Some(rec) = records.get_mut(&caller) else {
             return false;
         };
         if rec.seq != txn.seq || !matches!(rec.state, RecState::Executing) {
             return false;
         }
         rec.touched = now;
+        let to = rec.source(caller);
         for idx in out.start() {
-            tx.reply_fragment(rec.from, txn, &out, idx);
+            tx.reply_fragment(to, txn, &out, idx);
         }
         rec.state = RecState::Replied(out);
         true
     }
 
-    fn on_request(&mut self, now: Time, from: SocketAddr, r: Request<'_>) {
+    fn on_request(&mut self, now: Time, src: Source, r: Request<'_>) {
         if r.port != self.port || (r.instance != self.instance && r.instance != Instance(0)) {
             let actual = if r.port == self.port {
                 self.instance
@@ -267,18 +296,19 @@ impl ServerCore {
                 wanted: r.instance,
                 actual,
             });
-            return self.sender().send(from, &packet);
+            return self.sender().send(src, &packet);
         }
         let window = self.config.window;
         let (records, mut tx) = self.split();
-        let complete = match records.get_mut(&r.txn.client) {
+        let complete = match records.get_mut(&src.caller) {
             Some(rec) if r.txn.seq < rec.seq => {
                 tx.stats.dropped_stale += 1;
                 false
             }
             Some(rec) if r.txn.seq == rec.seq => {
                 rec.touched = now;
-                rec.from = from;
+                rec.from = src.from;
+                rec.channel = src.channel;
                 match &mut rec.state {
                     RecState::Assembling(inc) => {
                         let added = inc.add(r.frag, r.total_len, r.payload);
@@ -293,21 +323,21 @@ impl ServerCore {
                             true
                         } else {
                             if inc.wants_ack(added, r.frag.index, window) {
-                                tx.request_ack(from, r.txn, inc.ack_state());
+                                tx.request_ack(src, r.txn, inc.ack_state());
                             }
                             false
                         }
                     }
                     RecState::Executing => {
                         tx.stats.duplicates += 1;
-                        tx.working(from, r.txn);
+                        tx.working(src, r.txn);
                         false
                     }
                     RecState::Replied(out) => {
                         tx.stats.duplicates += 1;
                         tx.stats.retransmits += 1;
                         let idx = out.probe();
-                        tx.reply_fragment(from, r.txn, out, idx);
+                        tx.reply_fragment(src, r.txn, out, idx);
                         false
                     }
                     RecState::Done => {
@@ -316,19 +346,19 @@ impl ServerCore {
                     }
                     RecState::Refused(status) => {
                         tx.stats.duplicates += 1;
-                        tx.refusal(from, r.txn, *status);
+                        tx.refusal(src, r.txn, *status);
                         false
                     }
                 }
             }
-            _ => return self.start_txn(now, from, r),
+            _ => return self.start_txn(now, src, r),
         };
         if complete {
-            self.complete(r.txn);
+            self.complete(src.caller, r.txn);
         }
     }
 
-    fn start_txn(&mut self, now: Time, from: SocketAddr, r: Request<'_>) {
+    fn start_txn(&mut self, now: Time, src: Source, r: Request<'_>) {
         if self.draining {
             self.stats.refused += 1;
             let packet = Packet::NotHere(NotHere {
@@ -337,19 +367,19 @@ impl ServerCore {
                 wanted: self.instance,
                 actual: self.instance,
             });
-            return self.sender().send(from, &packet);
+            return self.sender().send(src, &packet);
         }
-        if self.refused.contains(&r.txn) {
+        if self.refused.contains(&(src.caller, r.txn.seq)) {
             // Refused before without a record: refused for good.
-            return self.refuse(from, r.txn, ReplyStatus::Busy);
+            return self.refuse(src, r.txn, ReplyStatus::Busy);
         }
-        let known = self.records.contains_key(&r.txn.client);
+        let known = self.records.contains_key(&src.caller);
         if !known && self.records.len() >= self.config.max_records {
             self.next_sweep = now;
             self.handle_timeout(now);
         }
         let full = !known && self.records.len() >= self.config.max_records;
-        let old_assembling = match self.records.get(&r.txn.client).map(|r| &r.state) {
+        let old_assembling = match self.records.get(&src.caller).map(|r| &r.state) {
             Some(RecState::Assembling(inc)) => inc.total_len(),
             _ => 0,
         };
@@ -365,18 +395,18 @@ impl ServerCore {
         };
         if let Some(status) = refuse {
             // The refusal is final for this transaction: remember it (in
-            // the client's record, replacing the older transaction's, or,
+            // the caller's record, replacing the older transaction's, or,
             // when the table is full, in a bounded list), so no later copy
             // or fragment of it can start it after all.
             if full {
                 if self.refused.len() >= MAX_REFUSED {
                     self.refused.pop_front();
                 }
-                self.refused.push_back(r.txn);
+                self.refused.push_back((src.caller, r.txn.seq));
             } else {
-                self.set_record(r.txn, from, now, RecState::Refused(status));
+                self.set_record(src, r.txn.seq, now, RecState::Refused(status));
             }
-            return self.refuse(from, r.txn, status);
+            return self.refuse(src, r.txn, status);
         }
         let Some(mut inc) = Incoming::new(r.total_len, r.frag.count, self.config.max_request_bytes)
         else {
@@ -391,20 +421,21 @@ impl ServerCore {
         if !complete {
             self.assembling_bytes += inc.total_len();
         }
-        self.set_record(r.txn, from, now, RecState::Assembling(inc));
+        self.set_record(src, r.txn.seq, now, RecState::Assembling(inc));
         if complete {
-            self.complete(r.txn);
+            self.complete(src.caller, r.txn);
         }
     }
 
-    /// Makes `state` the client's record for `txn`, replacing (and so
-    /// implicitly acknowledging) its older transaction.
-    fn set_record(&mut self, txn: TxnId, from: SocketAddr, now: Time, state: RecState) {
+    /// Makes `state` the caller's record for transaction `seq`, replacing
+    /// (and so implicitly acknowledging) its older transaction.
+    fn set_record(&mut self, src: Source, seq: Seq, now: Time, state: RecState) {
         let old = self.records.insert(
-            txn.client,
+            src.caller,
             Record {
-                seq: txn.seq,
-                from,
+                seq,
+                from: src.from,
+                channel: src.channel,
                 touched: now,
                 state,
             },
@@ -418,35 +449,37 @@ impl ServerCore {
         }
     }
 
-    fn refuse(&mut self, to: SocketAddr, txn: TxnId, status: ReplyStatus) {
+    fn refuse(&mut self, to: Source, txn: TxnId, status: ReplyStatus) {
         self.stats.refused += 1;
         self.sender().refusal(to, txn, status);
     }
 
-    /// The request of `txn` is whole: hand it to the application.
-    fn complete(&mut self, txn: TxnId) {
-        let rec = self.records.get_mut(&txn.client).expect("record exists");
+    /// The request of `txn` from `caller` is whole: hand it to the
+    /// application.
+    fn complete(&mut self, caller: Caller, txn: TxnId) {
+        let rec = self.records.get_mut(&caller).expect("record exists");
         let RecState::Assembling(inc) = std::mem::replace(&mut rec.state, RecState::Executing)
         else {
             unreachable!("completing a request that is not being assembled");
         };
-        let from = rec.from;
+        let src = rec.source(caller);
         if inc.count() > 1 {
             self.assembling_bytes -= inc.total_len();
             // Tell the client the whole request is here, so it stops sending.
-            self.sender().working(from, txn);
+            self.sender().working(src, txn);
         }
         self.stats.transactions += 1;
         self.ready.push_back(Delivered {
             txn,
-            from,
+            caller,
+            from: src.from,
             body: inc.into_body(),
         });
     }
 
-    fn on_reply_ack(&mut self, now: Time, a: Ack) {
+    fn on_reply_ack(&mut self, now: Time, caller: Caller, a: Ack) {
         let (records, mut tx) = self.split();
-        let rec = match records.get_mut(&a.txn.client) {
+        let rec = match records.get_mut(&caller) {
             Some(rec) if rec.seq == a.txn.seq && a.instance == tx.instance => rec,
             _ => {
                 tx.stats.dropped_stale += 1;
@@ -454,13 +487,14 @@ impl ServerCore {
             }
         };
         rec.touched = now;
+        let to = rec.source(caller);
         let RecState::Replied(out) = &mut rec.state else {
             tx.stats.dropped_stale += 1;
             return;
         };
         let (send, _) = out.on_ack(a.base, a.mask);
         for idx in send {
-            tx.reply_fragment(rec.from, a.txn, out, idx);
+            tx.reply_fragment(to, a.txn, out, idx);
         }
         if out.is_acked() {
             rec.state = RecState::Done;
@@ -472,11 +506,10 @@ impl ServerCore {
     }
 
     /// The records and the output half, borrowed apart.
-    fn split(&mut self) -> (&mut FxHashMap<ClientId, Record>, Sender<'_>) {
+    fn split(&mut self) -> (&mut FxHashMap<Caller, Record>, Sender<'_>) {
         (
             &mut self.records,
             Sender {
-                key: &self.key,
                 instance: self.instance,
                 transmits: &mut self.transmits,
                 stats: &mut self.stats,
@@ -485,30 +518,48 @@ impl ServerCore {
     }
 }
 
+/// Where a datagram came from: its address, its authenticated caller and
+/// the channel it came in.
+#[derive(Debug, Clone, Copy)]
+struct Source {
+    from: SocketAddr,
+    caller: Caller,
+    channel: u32,
+}
+
+impl Record {
+    fn source(&self, caller: Caller) -> Source {
+        Source {
+            from: self.from,
+            caller,
+            channel: self.channel,
+        }
+    }
+}
+
 /// The output half of the core, borrowed apart from the records so a
 /// record can be updated and answered in one step.
 struct Sender<'a> {
-    key: &'a ClusterKey,
     instance: Instance,
     transmits: &'a mut VecDeque<Transmit>,
     stats: &'a mut Stats,
 }
 
 impl Sender<'_> {
-    fn send(&mut self, to: SocketAddr, packet: &Packet<'_>) {
+    fn send(&mut self, to: Source, packet: &Packet<'_>) {
         self.stats.datagrams_out += 1;
         let mut bytes = crate::pool::datagram();
-        encode_into(packet, self.key, &mut bytes);
+        encode_plain(packet, &mut bytes);
         self.transmits
-            .push_back(Transmit::whole(Dest::Addr(to), bytes));
+            .push_back(Transmit::whole(Dest::Addr(to.from), via(to), bytes));
     }
 
-    fn reply_fragment(&mut self, to: SocketAddr, txn: TxnId, out: &Outgoing, idx: u32) {
+    fn reply_fragment(&mut self, to: Source, txn: TxnId, out: &Outgoing, idx: u32) {
         let instance = self.instance;
         self.stats.datagrams_out += 1;
         self.transmits.push_back(crate::transmit::fragment(
-            self.key,
-            Dest::Addr(to),
+            Dest::Addr(to.from),
+            via(to),
             out,
             idx,
             |payload| {
@@ -524,7 +575,7 @@ impl Sender<'_> {
         ));
     }
 
-    fn refusal(&mut self, to: SocketAddr, txn: TxnId, status: ReplyStatus) {
+    fn refusal(&mut self, to: Source, txn: TxnId, status: ReplyStatus) {
         let packet = Packet::Reply(Reply {
             txn,
             instance: self.instance,
@@ -536,7 +587,7 @@ impl Sender<'_> {
         self.send(to, &packet);
     }
 
-    fn working(&mut self, to: SocketAddr, txn: TxnId) {
+    fn working(&mut self, to: Source, txn: TxnId) {
         let packet = Packet::Working(Working {
             txn,
             instance: self.instance,
@@ -544,7 +595,7 @@ impl Sender<'_> {
         self.send(to, &packet);
     }
 
-    fn request_ack(&mut self, to: SocketAddr, txn: TxnId, (base, mask): (u32, u64)) {
+    fn request_ack(&mut self, to: Source, txn: TxnId, (base, mask): (u32, u64)) {
         let packet = Packet::Ack(Ack {
             txn,
             instance: self.instance,
@@ -556,6 +607,13 @@ impl Sender<'_> {
     }
 }
 
+fn via(to: Source) -> Via {
+    Via::Client {
+        caller: to.caller,
+        channel: to.channel,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -564,29 +622,30 @@ mod tests {
 
     const CLIENT: &str = "10.0.0.1:5000";
 
-    fn core() -> (ServerCore, ClusterKey) {
-        let key = ClusterKey::from_bytes([4; 32]);
+    fn core() -> (ServerCore, ()) {
+        let key = ();
         let port = GetPort::from_bytes([1; 16]).put_port();
         let config = ServerConfig {
             max_request_bytes: 1000,
             max_records: 2,
             ..ServerConfig::default()
         };
-        (ServerCore::new(port, Instance(5), key.clone(), config), key)
+        (ServerCore::new(port, Instance(5), config), key)
     }
 
     fn request(
         core: &ServerCore,
-        key: &ClusterKey,
+        _: &(),
         client: u64,
         seq: u64,
         instance: u64,
         body: &[u8],
     ) -> Vec<u8> {
-        shoal_wire::encode(
+        let mut out = Vec::new();
+        encode_plain(
             &Packet::Request(Request {
                 txn: TxnId {
-                    client: ClientId(client),
+                    client: shoal_wire::ClientId(client),
                     seq: Seq(seq),
                 },
                 instance: Instance(instance),
@@ -595,23 +654,38 @@ mod tests {
                 total_len: body.len() as u64,
                 payload: body,
             }),
-            key,
-        )
+            &mut out,
+        );
+        out
     }
 
     /// Everything the core sent, decoded.  The bytes are leaked (a few
     /// hundred per test) so the packets can borrow them.
-    fn sent(core: &mut ServerCore, key: &ClusterKey) -> Vec<Packet<'static>> {
+    fn sent(core: &mut ServerCore, _: &()) -> Vec<Packet<'static>> {
         let mut out = Vec::new();
         while let Some(t) = core.poll_transmit() {
-            let bytes: &'static [u8] = Box::leak(t.into_datagram(key).into_boxed_slice());
-            out.push(shoal_wire::decode(bytes, key).unwrap());
+            let bytes: &'static [u8] = Box::leak(t.into_plain().into_boxed_slice());
+            out.push(decode_plain(bytes).unwrap());
         }
         out
     }
 
+    /// The caller whose client endpoint is `client`.
+    fn caller(client: u64) -> Caller {
+        Caller {
+            node: shoal_wire::NodeId(1),
+            uid: 1000,
+            client: shoal_wire::ClientId(client),
+        }
+    }
+
+    /// Hands `bytes` to the core as its transaction's client sent them.
     fn feed(core: &mut ServerCore, bytes: &[u8]) {
-        core.handle_datagram(Time(1), CLIENT.parse().unwrap(), bytes);
+        let client = match decode_plain(bytes) {
+            Ok(p) => p.client().map_or(0, |c| c.0),
+            Err(_) => 0,
+        };
+        core.handle_datagram(Time(1), CLIENT.parse().unwrap(), caller(client), 1, bytes);
     }
 
     #[test]
@@ -624,7 +698,8 @@ mod tests {
         feed(&mut s, &req);
         assert!(s.poll_request().is_none(), "a duplicate must not run again");
         assert!(matches!(&sent(&mut s, &key)[..], [Packet::Working(_)]));
-        assert!(s.reply(Time(2), d.txn, Bytes::from_static(b"ok")));
+        assert_eq!(d.caller, caller(1));
+        assert!(s.reply(Time(2), d.caller, d.txn, Bytes::from_static(b"ok")));
         assert!(matches!(&sent(&mut s, &key)[..], [Packet::Reply(r)] if r.payload == b"ok"));
         feed(&mut s, &req);
         assert!(s.poll_request().is_none());
@@ -688,13 +763,41 @@ mod tests {
     #[test]
     fn forged_datagrams_are_counted_not_answered() {
         let (mut s, key) = core();
-        let mut req = request(&s, &key, 1, 1, 5, b"x");
-        req[30] ^= 1;
-        feed(&mut s, &req);
+        // The shell could not open it: counted, not parsed.
+        s.handle_unopened(false);
+        s.handle_unopened(true);
         feed(&mut s, &[1, 2, 3]);
+        // A request naming another client than its channel's.
+        let req = request(&s, &key, 2, 1, 5, b"x");
+        s.handle_datagram(Time(1), CLIENT.parse().unwrap(), caller(1), 1, &req);
         assert!(s.poll_request().is_none());
         assert!(sent(&mut s, &key).is_empty());
         assert_eq!(s.stats().dropped_bad_mac, 1);
+        assert_eq!(s.stats().replays, 1);
         assert_eq!(s.stats().dropped_malformed, 1);
+        assert_eq!(s.stats().dropped_stale, 1);
+    }
+
+    #[test]
+    fn callers_with_one_client_id_on_different_nodes_or_uids_keep_apart() {
+        let (s, key) = core();
+        let req = request(&s, &key, 1, 1, 5, b"x");
+        let from = CLIENT.parse().unwrap();
+        let a = caller(1);
+        let b = Caller { uid: 0, ..a };
+        let c = Caller {
+            node: shoal_wire::NodeId(9),
+            ..a
+        };
+        // (The table holds two records.)
+        for (x, y) in [(a, b), (a, c)] {
+            let (mut s, _) = core();
+            for who in [x, y] {
+                s.handle_datagram(Time(1), from, who, 1, &req);
+                let d = s.poll_request().expect("each caller's request runs");
+                assert_eq!(d.caller, who);
+            }
+            assert_eq!(s.records(), 2);
+        }
     }
 }

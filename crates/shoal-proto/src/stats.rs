@@ -23,8 +23,10 @@ stats! {
     datagrams_in,
     /// Datagrams the core asked to send.
     datagrams_out,
-    /// Dropped: MAC did not match the cluster key.
+    /// Dropped: did not open (a bad tag or MAC, or no key for its channel).
     dropped_bad_mac,
+    /// Dropped: opened, but its counter was seen before or is too old.
+    replays,
     /// Dropped: malformed, truncated or of an unknown kind or version.
     dropped_malformed,
     /// Dropped: valid, but for no transaction this core knows.
@@ -44,6 +46,17 @@ stats! {
 }
 
 impl Stats {
+    /// Counts a datagram the shell could not open: a replay, or one that
+    /// did not open at all.
+    pub fn count_unopened(&mut self, replayed: bool) {
+        self.datagrams_in += 1;
+        if replayed {
+            self.replays += 1;
+        } else {
+            self.dropped_bad_mac += 1;
+        }
+    }
+
     /// Counts a decode failure under the right counter.
     pub fn count_wire_error(&mut self, e: shoal_wire::WireError) {
         match e {

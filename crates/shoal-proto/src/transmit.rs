@@ -1,9 +1,14 @@
 //! What a core asks its shell to send.
+//!
+//! A core speaks in plaintexts ([`shoal_wire::encode_plain`]: a kind byte
+//! and a body) and never holds a key: the shell seals each one for the
+//! channel [`Transmit::via`] names (`docs/security.md`, "Endpoint
+//! channels"), and opens what arrives before the core sees it.
 
 use std::net::SocketAddr;
 
 use bytes::Bytes;
-use shoal_wire::{ClusterKey, Packet, encode_into, encode_unsealed};
+use shoal_wire::{ClientId, Instance, NodeId, Packet, encode_plain};
 
 use crate::body::Outgoing;
 
@@ -12,49 +17,62 @@ use crate::body::Outgoing;
 pub enum Dest {
     /// One address.
     Addr(SocketAddr),
-    /// Every node of the cluster: a broadcast on the cluster network, or,
-    /// where there is none (loopback clusters), each known node in turn.
+    /// Every node of the cluster (a locate question: the shell asks its
+    /// own node, which asks the others).
     Nodes,
+    /// One node, by id (a question about an instance it had).
+    Node(NodeId),
 }
 
-/// One datagram to send: `bytes` followed by the pieces of `tail`.  A large
-/// fragment's payload travels as `tail`, slices of the body it belongs to,
-/// so the shell sends it with a gathering send instead of copying it behind
-/// the header; `tail` is empty otherwise.  Such a datagram also leaves the
-/// core without its MAC (`sealed` false): the shell computes it with
-/// [`Transmit::seal`] just before sending, outside any lock it holds on
-/// the core.  Every other datagram is sealed already.
+/// Who sent a request, as the shell authenticated it: the node it came
+/// from, the uid that node vouches for, and the client endpoint.  A
+/// server keeps its at-most-once records per caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Caller {
+    pub node: NodeId,
+    pub uid: u32,
+    pub client: ClientId,
+}
+
+/// Which channel a datagram travels in, for the shell to seal it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// No endpoint channel: a question for the node (locate).
+    Node,
+    /// A client's datagram to server endpoint `instance`.
+    Server(Instance),
+    /// A server's datagram to `caller`, whose request came in the node
+    /// session `channel` names (its index on the server's node).
+    Client { caller: Caller, channel: u32 },
+}
+
+/// One datagram to send: the plaintext `bytes` followed by the pieces of
+/// `tail`.  A large fragment's payload travels as `tail`, slices of the
+/// body it belongs to, so it is not copied behind its header: the shell
+/// seals head and pieces together, and encrypting them is the one copy
+/// they make.  `tail` is empty otherwise.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transmit {
     pub dest: Dest,
+    pub via: Via,
     pub bytes: Vec<u8>,
     pub tail: Vec<Bytes>,
-    pub sealed: bool,
 }
 
 impl Transmit {
-    /// A sealed datagram in one piece.
-    pub fn whole(dest: Dest, bytes: Vec<u8>) -> Transmit {
+    /// A plaintext in one piece.
+    pub fn whole(dest: Dest, via: Via, bytes: Vec<u8>) -> Transmit {
         Transmit {
             dest,
+            via,
             bytes,
             tail: Vec::new(),
-            sealed: true,
         }
     }
 
-    /// Computes the MAC, if the core left it to the shell.
-    pub fn seal(&mut self, key: &ClusterKey) {
-        if !self.sealed {
-            shoal_wire::seal(&mut self.bytes, &self.tail, key);
-            self.sealed = true;
-        }
-    }
-
-    /// The sealed datagram as one buffer (`bytes` with `tail` appended),
-    /// for callers that cannot send pieces.
-    pub fn into_datagram(mut self, key: &ClusterKey) -> Vec<u8> {
-        self.seal(key);
+    /// The plaintext as one buffer (`bytes` with `tail` appended), for
+    /// callers that cannot use pieces.
+    pub fn into_plain(mut self) -> Vec<u8> {
         for piece in &self.tail {
             self.bytes.extend_from_slice(piece);
         }
@@ -63,15 +81,15 @@ impl Transmit {
 }
 
 /// Payloads at least this big go as a transmit's `tail`: below it, copying
-/// them behind the header costs less than a second piece in the send.
+/// them behind the header costs less than a second piece.
 const GATHER_MIN: usize = 4096;
 
 /// Encodes fragment `index` of `body` as the packet `packet` makes of its
 /// payload, into a pooled buffer; a large payload becomes the tail instead
-/// of being copied, and its datagram is left for the shell to seal.
+/// of being copied.
 pub(crate) fn fragment(
-    key: &ClusterKey,
     dest: Dest,
+    via: Via,
     body: &Outgoing,
     index: u32,
     packet: impl for<'a> Fn(&'a [u8]) -> Packet<'a>,
@@ -79,15 +97,15 @@ pub(crate) fn fragment(
     let range = body.range(index);
     let mut bytes = crate::pool::datagram();
     if range.len() >= GATHER_MIN {
-        encode_unsealed(&packet(&[]), &mut bytes);
+        encode_plain(&packet(&[]), &mut bytes);
         Transmit {
             dest,
+            via,
             bytes,
             tail: body.body().pieces(range),
-            sealed: false,
         }
     } else {
-        encode_into(&packet(&body.body().bytes(range)), key, &mut bytes);
-        Transmit::whole(dest, bytes)
+        encode_plain(&packet(&body.body().bytes(range)), &mut bytes);
+        Transmit::whole(dest, via, bytes)
     }
 }

@@ -1,10 +1,12 @@
 //! The client endpoint: [`Client::trans`] runs one transaction on the
 //! calling thread.
 //!
-//! Two sockets: one connected to the current server (so the kernel reports
-//! a closed port as `ECONNREFUSED`, which the core needs to notice a
-//! departed server at once), and one unconnected for locate traffic with
-//! the nodes.
+//! One socket, connected to the current server (so the kernel reports a
+//! closed port as `ECONNREFUSED`, which the core needs to notice a
+//! departed server at once).  Locate goes through the local node over the
+//! link, which hands back, with each server endpoint, this client's key
+//! for its channel to it: every datagram to a server is sealed with it,
+//! and only what opens with it reaches the core.
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -14,12 +16,17 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use shoal_cap::PutPort;
-use shoal_proto::{ClientConfig, ClientCore, Dest, Phase, Stats, pool};
-use shoal_wire::{ClientId, MAX_DATAGRAM, REPLY_HEAD};
+use shoal_proto::{ClientConfig, ClientCore, Dest, Phase, Stats, Transmit, Via, pool};
+use shoal_session::SessionError;
+use shoal_wire::{
+    ClientId, Endpoint, Fate, Here, Instance, Locate, MAX_DATAGRAM, NodeId, Packet, decode_plain,
+};
 
 use crate::clock;
 use crate::context::ContextConfig;
 use crate::error::Error;
+use crate::keys::ClientKeys;
+use crate::link::{LinkRequest, LinkResponse};
 use crate::socket;
 use crate::spin::SpinPolicy;
 
@@ -60,17 +67,26 @@ const CANCEL_POLL: Duration = Duration::from_millis(20);
 pub struct Client {
     config: Arc<ContextConfig>,
     core: ClientCore,
+    keys: ClientKeys,
+    uid: u32,
     server_sock: UdpSocket,
-    locate_sock: UdpSocket,
     connected: Option<SocketAddr>,
-    /// Read timeouts of `server_sock` and `locate_sock`, each socket its own.
-    timeouts: [socket::Timeout; 2],
+    timeout: socket::Timeout,
     spin: SpinPolicy,
     buf: Vec<u8>,
+    /// Where sealed datagrams are built.
+    out: Vec<u8>,
 }
 
 impl Client {
     pub(crate) fn new(config: Arc<ContextConfig>) -> Result<Client, Error> {
+        let (id, uid) = match config.call_node(&LinkRequest::Client)? {
+            LinkResponse::Client { id, uid } => match u64::from_str_radix(&id, 16) {
+                Ok(id) => (ClientId(id), uid),
+                Err(_) => return Err(Error::Node("a client id from the node is not hex".into())),
+            },
+            _ => return Err(Error::Node("unexpected answer to client".into())),
+        };
         let any = SocketAddr::new(config.bind_ip, 0);
         let server_sock = socket::bind(any)?;
         let spin = match config.client_spin {
@@ -84,14 +100,16 @@ impl Client {
             ..ClientConfig::default()
         };
         Ok(Client {
-            core: ClientCore::new(ClientId::random(), config.key.clone(), core_config),
+            core: ClientCore::new(id, core_config),
+            keys: ClientKeys::default(),
+            uid,
             server_sock,
-            locate_sock: socket::bind(any)?,
             config,
             connected: None,
-            timeouts: Default::default(),
+            timeout: socket::Timeout::default(),
             spin,
             buf: vec![0; MAX_DATAGRAM],
+            out: Vec::with_capacity(MAX_DATAGRAM),
         })
     }
 
@@ -164,38 +182,90 @@ impl Client {
     }
 
     fn flush(&mut self) -> Result<(), Error> {
-        while let Some(mut t) = self.core.poll_transmit() {
-            t.seal(&self.config.key);
-            match t.dest {
-                Dest::Addr(addr) if self.core.phase() == Phase::Talking(addr) => {
-                    if self.connected != Some(addr) {
-                        self.server_sock.connect(addr)?;
-                        self.connected = Some(addr);
-                    }
-                    match crate::socket::send_parts(&self.server_sock, &t.bytes, &t.tail, None) {
-                        Ok(_) => {}
-                        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                            self.core.handle_unreachable(clock::now(), addr);
-                        }
-                        Err(e) => tracing::debug!("send to {addr}: {e}"),
-                    }
-                }
-                Dest::Addr(addr) => {
-                    if let Err(e) =
-                        crate::socket::send_parts(&self.locate_sock, &t.bytes, &t.tail, Some(addr))
-                    {
-                        tracing::debug!("send to {addr}: {e}");
-                    }
-                }
-                Dest::Nodes => {
-                    for addr in &self.config.locate {
-                        if let Err(e) = self.locate_sock.send_to(&t.bytes, addr) {
-                            tracing::debug!("locate to {addr}: {e}");
-                        }
-                    }
-                }
+        while let Some(t) = self.core.poll_transmit() {
+            match (t.dest, t.via) {
+                (Dest::Addr(addr), Via::Server(instance)) => self.send(addr, instance, &t)?,
+                (Dest::Nodes | Dest::Node(_), _) => self.locate(&t.bytes)?,
+                (dest, via) => tracing::debug!(?dest, ?via, "a client datagram with no channel"),
             }
             pool::give(t.bytes);
+        }
+        Ok(())
+    }
+
+    /// Seals `t` for server endpoint `instance` and sends it to `addr`.
+    fn send(&mut self, addr: SocketAddr, instance: Instance, t: &Transmit) -> Result<(), Error> {
+        if let Some(node) = self.keys.stale(instance) {
+            self.refresh(node, instance)?;
+        }
+        let mut pieces: Vec<&[u8]> = Vec::with_capacity(1 + t.tail.len());
+        pieces.push(&t.bytes);
+        pieces.extend(t.tail.iter().map(|b| &b[..]));
+        let id = self.core.id();
+        if !self
+            .keys
+            .seal(instance, self.uid, id, &pieces, &mut self.out)
+        {
+            tracing::debug!(%instance, "no channel key: not sent");
+            return Ok(());
+        }
+        if self.connected != Some(addr) {
+            self.server_sock.connect(addr)?;
+            self.connected = Some(addr);
+        }
+        match self.server_sock.send(&self.out) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                self.core.handle_unreachable(clock::now(), addr);
+            }
+            Err(e) => tracing::debug!("send to {addr}: {e}"),
+        }
+        Ok(())
+    }
+
+    /// A fresh key for the channel to `instance` on `node`.
+    fn refresh(&mut self, node: NodeId, instance: Instance) -> Result<(), Error> {
+        let request = LinkRequest::Channel {
+            client: format!("{:016x}", self.core.id().0),
+            node: node.to_string(),
+            instance: instance.to_string(),
+        };
+        match self.config.call_node(&request) {
+            Ok(LinkResponse::Channel(grant)) => self.keys.insert(instance, node, &grant),
+            Ok(_) => Err(Error::Node("unexpected answer to channel".into())),
+            // The old key still opens for a while; the next send asks again.
+            Err(Error::Node(e)) => {
+                tracing::debug!("channel key for {instance}: {e}");
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Asks the local node the core's locate question, and hands the core
+    /// the answers, keeping the keys they carry.
+    fn locate(&mut self, plain: &[u8]) -> Result<(), Error> {
+        let Ok(Packet::Locate(l)) = decode_plain(plain) else {
+            return Ok(());
+        };
+        let left = self.core.poll_timeout().map_or(Duration::ZERO, |t| {
+            clock::instant(t).saturating_duration_since(Instant::now())
+        });
+        let request = LinkRequest::Locate {
+            client: format!("{:016x}", self.core.id().0),
+            port: l.port.to_string(),
+            instance: format!("{:016x}", l.instance.0),
+            node: format!("{:016x}", l.node.0),
+            wait_ms: left.as_millis().clamp(1, 5_000) as u32,
+            all: false,
+        };
+        let LinkResponse::Located { answers } = self.config.call_node(&request)? else {
+            return Err(Error::Node("unexpected answer to locate".into()));
+        };
+        for here in answers_to_heres(&mut self.keys, &l, &answers)? {
+            let from = SocketAddr::from(([0, 0, 0, 0], 0));
+            self.core
+                .handle_packet(clock::now(), from, Ok(Packet::Here(here)));
         }
         Ok(())
     }
@@ -205,31 +275,27 @@ impl Client {
         let Some(timer) = self.core.poll_timeout() else {
             return Ok(());
         };
-        let (sock, timeout, target) = match self.core.phase() {
-            Phase::Talking(addr) => (&self.server_sock, &mut self.timeouts[0], Some(addr)),
-            _ => (&self.locate_sock, &mut self.timeouts[1], None),
-        };
         let until = clock::instant(timer);
-        let spin = if target.is_some() {
-            self.spin
-                .spin()
-                .min(until.saturating_duration_since(Instant::now()))
-        } else {
-            Duration::ZERO
+        let Phase::Talking(target) = self.core.phase() else {
+            // Locating: the node was asked; wait for the core's timer.
+            let mut left = until.saturating_duration_since(Instant::now());
+            if cancellable {
+                left = left.min(CANCEL_POLL);
+            }
+            std::thread::sleep(left);
+            let now = clock::now();
+            if self.core.poll_timeout().is_some_and(|t| t <= now) {
+                self.core.handle_timeout(now);
+            }
+            return Ok(());
         };
-        // While a reply arrives, its next fragment is received straight
-        // into its place in the body: the header in `head`, the payload in
-        // the slot, anything longer than expected in `buf`.
-        let mut head = [0u8; REPLY_HEAD];
-        let mut slot = target.and_then(|_| self.core.reply_slot());
-        let placed = slot.as_ref().map(|(index, s)| (*index, s.len()));
+        let sock = &self.server_sock;
+        let spin = self
+            .spin
+            .spin()
+            .min(until.saturating_duration_since(Instant::now()));
         let buf = &mut self.buf;
-        let mut recv = |wait: bool| match &mut slot {
-            Some((_, s)) => socket::recv_scatter(sock, &mut [&mut head, s, buf], wait),
-            None if wait => sock.recv_from(buf).map(Some),
-            None => socket::try_recv_from(sock, buf),
-        };
-        let received = match socket::spin_with(spin, || recv(false)) {
+        let received = match socket::spin_recv(sock, buf, spin) {
             Ok(Some(got)) => Ok(Some(got)),
             Ok(None) => {
                 let mut left = until.saturating_duration_since(Instant::now());
@@ -239,51 +305,74 @@ impl Client {
                 if left.is_zero() {
                     Ok(None)
                 } else {
-                    timeout.set(sock, left)?;
-                    recv(true)
+                    self.timeout.set(sock, left)?;
+                    sock.recv_from(buf).map(Some)
                 }
             }
             Err(e) => Err(e),
         };
         let now = clock::now();
-        match (received, placed) {
-            (Ok(Some((n, from))), Some(_)) if n <= REPLY_HEAD => {
-                self.core.handle_datagram(now, from, &head[..n]);
+        match received {
+            Ok(Some((n, from))) => match self.keys.open(&mut self.buf[..n]) {
+                Ok(plain) => self.core.handle_datagram(now, from, &self.buf[plain]),
+                Err(SessionError::Replayed) => self.core.handle_unopened(true),
+                Err(_) => self.core.handle_unopened(false),
+            },
+            Ok(None) => {}
+            Err(e) if socket::is_timeout(&e) => {}
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                self.core.handle_unreachable(now, target);
             }
-            (Ok(Some((n, from))), Some((index, room))) => {
-                let len = (n - REPLY_HEAD).min(room);
-                let spill = &self.buf[..n - REPLY_HEAD - len];
-                self.core
-                    .handle_placed(now, from, &head, (index, len), spill);
-            }
-            (received, _) => self.on_received(now, target, received)?,
+            Err(e) => return Err(e.into()),
         }
         if self.core.poll_timeout().is_some_and(|t| t <= now) {
             self.core.handle_timeout(now);
         }
         Ok(())
     }
+}
 
-    /// What a plain receive into `buf` got.
-    fn on_received(
-        &mut self,
-        now: shoal_proto::Time,
-        target: Option<SocketAddr>,
-        received: io::Result<Option<(usize, SocketAddr)>>,
-    ) -> Result<(), Error> {
-        match received {
-            Ok(Some((n, from))) => self.core.handle_datagram(now, from, &self.buf[..n]),
-            Ok(None) => {}
-            Err(e) if socket::is_timeout(&e) => {}
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                if let Some(addr) = target {
-                    self.core.handle_unreachable(now, addr);
-                }
-            }
-            Err(e) => return Err(e.into()),
+/// The node's answers to locate `l` as the core takes them, keeping the
+/// channel keys they carry.
+pub(crate) fn answers_to_heres(
+    keys: &mut ClientKeys,
+    l: &Locate,
+    answers: &[crate::link::Answer],
+) -> Result<Vec<Here>, Error> {
+    let mut heres = Vec::new();
+    for a in answers {
+        let node = u64::from_str_radix(&a.node, 16)
+            .map(NodeId)
+            .map_err(|_| Error::Node("a node id from the node is not hex".into()))?;
+        let mut endpoints = Vec::new();
+        for f in a.endpoints.iter().take(shoal_wire::MAX_HERE_ENDPOINTS) {
+            let Ok(instance) = u64::from_str_radix(&f.instance, 16) else {
+                continue;
+            };
+            let instance = Instance(instance);
+            keys.insert(instance, node, &f.grant)?;
+            endpoints.push(Endpoint {
+                addr: f.addr,
+                instance,
+                uid: f.uid,
+                system: f.system,
+            });
         }
-        Ok(())
+        let fate = match a.fate {
+            1 => Fate::Serving,
+            2 => Fate::Drained,
+            3 => Fate::Vanished,
+            _ => Fate::Unknown,
+        };
+        heres.push(Here {
+            nonce: l.nonce,
+            port: l.port,
+            node,
+            fate,
+            endpoints,
+        });
     }
+    Ok(heres)
 }
 
 impl std::fmt::Debug for Client {

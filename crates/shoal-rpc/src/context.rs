@@ -1,5 +1,6 @@
-//! A program's membership of a cluster: the key, how to reach the nodes,
-//! and (for servers) the link to the local node.
+//! A program's membership of a cluster: its link to the local node (which
+//! locates servers and hands out channel keys), how to reach the nodes,
+//! and the cluster key groups still use.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -7,7 +8,9 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use shoal_cap::GetPort;
+use shoal_proto::ServerConfig;
 use shoal_wire::ClusterKey;
 
 use crate::client::Client;
@@ -26,6 +29,9 @@ pub struct ContextConfig {
     pub bind_ip: IpAddr,
     /// The local node's link socket; servers need it to register.
     pub node_socket: Option<PathBuf>,
+    /// The open link to the local node, shared by this context's client
+    /// endpoints (locate, channel keys).
+    pub link: Option<Arc<Mutex<Link>>>,
     /// The local node's id and name, when attached to one.
     pub node: Option<(shoal_wire::NodeId, String)>,
     /// Body bytes per datagram.
@@ -51,6 +57,10 @@ pub struct ContextConfig {
     /// closes; longer than a client's first retransmission interval plus
     /// the network's delay (see `shoal-proto`'s client).
     pub drain: Duration,
+    /// How long a server remembers a caller after its last datagram
+    /// (its at-most-once record; replays are refused for as long as the
+    /// caller's channel lives, whatever this is).
+    pub record_ttl: Duration,
 }
 
 impl ContextConfig {
@@ -62,6 +72,7 @@ impl ContextConfig {
             locate,
             bind_ip: IpAddr::from([0, 0, 0, 0]),
             node_socket: None,
+            link: None,
             node: None,
             frag_bytes: 60_000,
             max_body_bytes: 1 << 30,
@@ -69,6 +80,7 @@ impl ContextConfig {
             server_spin: micros_from_env("SHOAL_SPIN_US").unwrap_or(DEFAULT_SPIN),
             client_spin: micros_from_env("SHOAL_CLIENT_SPIN_US"),
             drain: Duration::from_millis(250),
+            record_ttl: ServerConfig::default().record_ttl,
         }
     }
 }
@@ -77,6 +89,22 @@ impl ContextConfig {
 /// a small RPC's round trip on a local network, so a busy server rarely
 /// sleeps, and an idle one wastes at most this much CPU per request.
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+
+impl ContextConfig {
+    /// One request to the local node on the context's link; its refusal
+    /// as an error.
+    pub(crate) fn call_node(&self, request: &LinkRequest) -> Result<LinkResponse, Error> {
+        let Some(link) = &self.link else {
+            return Err(Error::Node(
+                "this needs a link to the local node (attach with Context::from_env)".into(),
+            ));
+        };
+        match link.lock().call(request)? {
+            LinkResponse::Error { message } => Err(Error::Node(message)),
+            answer => Ok(answer),
+        }
+    }
+}
 
 fn micros_from_env(name: &str) -> Option<Duration> {
     let us: u64 = std::env::var(name).ok()?.parse().ok()?;
@@ -120,6 +148,7 @@ impl Context {
         config.node = u64::from_str_radix(&hello.node, 16)
             .ok()
             .map(|id| (shoal_wire::NodeId(id), hello.name.clone()));
+        config.link = Some(Arc::new(Mutex::new(link)));
         Ok(Context::new(config))
     }
 

@@ -52,7 +52,7 @@ use parking_lot::{Condvar, Mutex};
 use shoal_cap::{GetPort, PutPort};
 use shoal_group::{Event, GroupConfig, GroupCore, GroupDest, MemberEntry, MemberId};
 pub use shoal_group::{GroupInfo, SendError, Status};
-use shoal_wire::{Endpoint, Instance, MAX_DATAGRAM, Nonce, Packet};
+use shoal_wire::{Instance, MAX_DATAGRAM, Nonce, Packet};
 
 use crate::clock;
 use crate::context::Context;
@@ -999,51 +999,37 @@ fn register(ctx: &Context, group: &PutPort, addr: SocketAddr) -> Result<Option<L
     }
 }
 
-/// Finds members of `group`: asks the nodes (broadcast or each in turn)
+/// Finds members of `group`: asks the local node, which asks the others,
 /// who serves its locate port, for a short while.
 pub fn locate(ctx: &Context, group: &PutPort) -> Result<Vec<SocketAddr>, GroupError> {
     let port = locate_port(group).put_port();
-    let socket = socket::bind(SocketAddr::new(ctx.config().bind_ip, 0))?;
-    let key = &ctx.config().key;
-    let nonce = Nonce::random();
-    let ask = shoal_wire::encode(
-        &Packet::Locate(shoal_wire::Locate {
-            nonce,
-            port,
-            instance: Instance(0),
-        }),
-        key,
-    );
-    let mut found: Vec<Endpoint> = Vec::new();
-    let mut buf = vec![0u8; MAX_DATAGRAM];
+    let config = ctx.config();
+    let client = match config.call_node(&LinkRequest::Client)? {
+        LinkResponse::Client { id, .. } => id,
+        _ => return Err(crate::Error::Node("unexpected answer to client".into()).into()),
+    };
+    let mut found: Vec<SocketAddr> = Vec::new();
     for round in 0..4 {
-        for to in &ctx.config().locate {
-            let _ = socket.send_to(&ask, to);
-        }
-        let until = Instant::now() + Duration::from_millis(60 << round.min(2));
-        while let Some(left) = until.checked_duration_since(Instant::now()) {
-            socket.set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
-            match socket.recv_from(&mut buf) {
-                Ok((len, _)) => {
-                    if let Ok(Packet::Here(h)) = shoal_wire::decode(&buf[..len], key)
-                        && h.nonce == nonce
-                    {
-                        for e in h.endpoints {
-                            if !found.contains(&e) {
-                                found.push(e);
-                            }
-                        }
-                    }
+        let request = LinkRequest::Locate {
+            client: client.clone(),
+            port: port.to_string(),
+            instance: format!("{:016x}", 0),
+            node: format!("{:016x}", 0),
+            wait_ms: 60 << round.min(2),
+            all: true,
+        };
+        if let LinkResponse::Located { answers } = config.call_node(&request)? {
+            for e in answers.iter().flat_map(|a| &a.endpoints) {
+                if !found.contains(&e.addr) {
+                    found.push(e.addr);
                 }
-                Err(e) if socket::is_timeout(&e) => break,
-                Err(e) => return Err(e.into()),
             }
         }
         if !found.is_empty() {
             break;
         }
     }
-    Ok(found.into_iter().map(|e| e.addr).collect())
+    Ok(found)
 }
 
 /// Asks the members of `group` for their view of it (`shoal group info`).

@@ -42,6 +42,7 @@ pub mod clock;
 mod context;
 mod error;
 pub mod group;
+mod keys;
 pub mod link;
 pub mod private;
 mod server;
@@ -53,7 +54,7 @@ pub use context::{Context, ContextConfig, DEFAULT_SPIN, HomeLink};
 pub use error::Error;
 pub use server::{Request, Server};
 pub use shoal_cap::{GetPort, PutPort};
-pub use shoal_proto::{Rope, TransError};
+pub use shoal_proto::{Caller, Rope, TransError};
 
 /// Hands a reply buffer you are done with back to shoal, so the next large
 /// body reuses its memory instead of faulting in fresh pages.  Optional.

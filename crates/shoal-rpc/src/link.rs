@@ -1,8 +1,16 @@
 //! The link between a program and its node daemon: a Unix stream socket
 //! carrying one JSON object per line, request then response.
 //!
-//! A program says [`LinkRequest::Hello`] to learn the cluster key and how to
-//! reach the nodes, and [`LinkRequest::Register`] to serve a port.  The
+//! A program says [`LinkRequest::Hello`] to learn how to reach the cluster
+//! and [`LinkRequest::Register`] to serve a port.  Its client endpoints
+//! get their ids ([`LinkRequest::Client`]) and find servers
+//! ([`LinkRequest::Locate`]) through the link, and the node hands each
+//! end of an endpoint channel its key (`docs/security.md`): a client the
+//! key of its channel to each server it located, a server the secret it
+//! derives its callers' keys from ([`LinkRequest::ServerKey`]).  The node
+//! knows who is at the other end of the link from the kernel
+//! (`SO_PEERCRED`), never from the program, and derives every key for
+//! that uid only.  The
 //! node ties each registration to the connection that made it: when the
 //! program exits, however it exits, the kernel closes the connection and the
 //! node withdraws the registration at once (the instance's fate becomes
@@ -10,8 +18,8 @@
 //! [`LinkRequest::Drain`] first, then [`LinkRequest::Drained`] when its
 //! drain period is over.
 //!
-//! The socket's file permissions decide who may join the cluster: the key
-//! is handed to whoever can connect.
+//! Until groups have keys of their own, `Hello` still hands out the
+//! cluster key their datagrams are authenticated with; RPC does not use it.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
@@ -69,6 +77,33 @@ pub enum LinkRequest {
     },
     /// Process `id` (spawned on this link) ended so.
     Ended { id: String, end: ProcEnd },
+    /// A new client endpoint: an id bound to this link and its uid.
+    Client,
+    /// Where `port` (hex) is served, for client `client` (hex, from
+    /// [`LinkRequest::Client`]): this node's endpoints, and the other
+    /// nodes' (or, with `node` not zero, that node's only), waiting up to
+    /// `wait_ms` for the first answer with endpoints (with `all`, for
+    /// every answer).  With `instance` (hex, not zero), what became of
+    /// that instance.  Each endpoint comes with the client's channel key.
+    Locate {
+        client: String,
+        port: String,
+        instance: String,
+        node: String,
+        wait_ms: u32,
+        all: bool,
+    },
+    /// A fresh key for client `client`'s channel to server endpoint
+    /// `instance` on node `node` (hex each): the previous one expires.
+    Channel {
+        client: String,
+        node: String,
+        instance: String,
+    },
+    /// The secret server endpoint `instance` (registered on this link)
+    /// derives its callers' channel keys from, for the node session this
+    /// node knows as `index`, and the node at its other end.
+    ServerKey { instance: String, index: u32 },
 }
 
 /// The node's answer.
@@ -84,10 +119,65 @@ pub enum LinkResponse {
         id: String,
         node: String,
     },
+    /// A client endpoint's id (hex) and the uid it runs as.
+    Client {
+        id: String,
+        uid: u32,
+    },
+    /// Answers to a locate, one per node that answered.
+    Located {
+        answers: Vec<Answer>,
+    },
+    Channel(Grant),
+    /// A server endpoint's secret for one node session (hex), the node
+    /// at the session's other end (hex id), and the AEAD.
+    ServerKey {
+        secret: String,
+        node: String,
+        aes: bool,
+        valid_ms: u64,
+    },
     Ok,
     Error {
         message: String,
     },
+}
+
+/// One node's answer to a locate.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Answer {
+    /// The node's id (hex).
+    pub node: String,
+    /// What became of the instance asked about: 0 unknown, 1 serving,
+    /// 2 drained, 3 vanished.
+    pub fate: u8,
+    pub endpoints: Vec<Found>,
+}
+
+/// A server endpoint found, with the asking client's key for it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Found {
+    pub addr: SocketAddr,
+    /// Its instance (hex).
+    pub instance: String,
+    /// The uid that registered it.
+    pub uid: u32,
+    /// A system service (its node daemon's own).
+    pub system: bool,
+    pub grant: Grant,
+}
+
+/// A client's key for its channel to one server endpoint.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Grant {
+    /// The channel key (hex).
+    pub key: String,
+    /// The session index to name in the datagrams' headers.
+    pub index: u32,
+    /// AES-256-GCM (else ChaCha20-Poly1305).
+    pub aes: bool,
+    /// How long the key may be used.
+    pub valid_ms: u64,
 }
 
 /// How a process ended, as its home records it.
@@ -107,8 +197,11 @@ pub enum ProcEnd {
 /// What a program needs to take part in the cluster.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Hello {
-    /// The cluster key, hex.
+    /// The cluster key, hex (group datagrams only, until groups have keys).
     pub key: String,
+    /// The uid the node knows this program by.
+    #[serde(default)]
+    pub uid: u32,
     /// The node's id, hex.
     pub node: String,
     /// The node's name.

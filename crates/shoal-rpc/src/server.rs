@@ -1,6 +1,13 @@
 //! The server endpoint: one socket and one protocol core, shared by every
 //! thread that calls [`Server::getreq`].
 //!
+//! Every datagram is opened with its caller's channel key before the core
+//! sees it: the key is derived from the secret the node gave this
+//! endpoint for the caller's node session (asked once per session) and
+//! from the caller's uid and client id in the header, so what opens is
+//! authenticated as coming from that (node, uid, client), which
+//! [`Request::caller`] tells.  Replies are sealed in the same channel.
+//!
 //! Threads take turns reading the socket (leader/followers): the thread
 //! holding the reader lock receives datagrams and feeds them to the core;
 //! when a request completes it returns it to its own caller and another
@@ -14,12 +21,15 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use shoal_cap::{GetPort, PutPort};
-use shoal_proto::{Delivered, Dest, Rope, ServerConfig, ServerCore, Stats, Transmit, pool};
-use shoal_wire::{ClusterKey, Instance, MAX_DATAGRAM, TxnId, decode};
+use shoal_proto::{
+    Caller, Delivered, Dest, Rope, ServerConfig, ServerCore, Stats, Transmit, Via, pool,
+};
+use shoal_wire::{Instance, MAX_DATAGRAM, TxnId, decode_plain};
 
 use crate::clock;
 use crate::context::ContextConfig;
 use crate::error::Error;
+use crate::keys::{Refused, ServerKeys};
 use crate::link::{Link, LinkRequest, LinkResponse};
 use crate::socket;
 
@@ -30,6 +40,7 @@ const POLL: Duration = Duration::from_millis(100);
 #[derive(Debug, PartialEq, Eq)]
 pub struct Request {
     txn: TxnId,
+    caller: Caller,
     from: SocketAddr,
     body: Vec<u8>,
 }
@@ -56,6 +67,13 @@ impl Request {
         self.from
     }
 
+    /// Who sent it: the node it came from, the uid that node vouches for
+    /// (from the kernel, on that node), and the client endpoint.  Only
+    /// that node could have made the key the request opened with.
+    pub fn caller(&self) -> Caller {
+        self.caller
+    }
+
     /// The transaction's id.
     pub fn txn(&self) -> TxnId {
         self.txn
@@ -71,8 +89,11 @@ struct Reader {
 
 struct Shared {
     socket: UdpSocket,
-    /// The cluster key, to check datagrams before taking the core's lock.
-    key: ClusterKey,
+    /// The channels of this endpoint's callers, opened before the core's
+    /// lock is taken.
+    keys: Mutex<ServerKeys>,
+    /// This program's uid, as its node knows it.
+    uid: u32,
     core: Mutex<ServerCore>,
     reader: Mutex<Reader>,
     link: Mutex<Option<Link>>,
@@ -169,13 +190,22 @@ impl Server {
             window: socket::window_for(&socket, config.frag_bytes),
             max_request_bytes: config.max_body_bytes,
             max_assembling_bytes: config.max_body_bytes.saturating_mul(2),
+            record_ttl: config.record_ttl,
             ..ServerConfig::default()
         };
-        let core = ServerCore::new(port, instance, config.key.clone(), core_config);
+        let core = ServerCore::new(port, instance, core_config);
+        let uid = match &config.link {
+            Some(_) => match config.call_node(&LinkRequest::Hello)? {
+                LinkResponse::Hello(h) => h.uid,
+                _ => return Err(Error::Node("unexpected answer to hello".into())),
+            },
+            None => 0,
+        };
         Ok(Server {
             shared: Arc::new(Shared {
                 socket,
-                key: config.key.clone(),
+                keys: Mutex::new(ServerKeys::default()),
+                uid,
                 core: Mutex::new(core),
                 reader: Mutex::new(Reader {
                     buf: vec![0; MAX_DATAGRAM],
@@ -244,13 +274,17 @@ impl Server {
                 }
                 Err(e) => Err(e),
             };
-            // The MAC is checked, and the replies sent, outside the core's
-            // lock: a thread replying meanwhile is not held up by them.
-            let received = received.map(|(n, from)| (from, decode(&buf[..n], &shared.key)));
+            // Datagrams are opened, and the replies sealed and sent,
+            // outside the core's lock: a thread replying meanwhile is not
+            // held up by them.
+            let received = received.map(|(n, from)| (from, shared.open(&mut buf[..n])));
             let now = clock::now();
             let mut core = shared.core.lock();
             match received {
-                Ok((from, packet)) => core.handle_packet(now, from, packet),
+                Ok((from, Ok((caller, channel, plain)))) => {
+                    core.handle_packet(now, from, caller, channel, decode_plain(&buf[plain]))
+                }
+                Ok((_, Err(replayed))) => core.handle_unopened(replayed),
                 Err(e) if socket::is_timeout(&e) => {}
                 // An ICMP error for an earlier reply: nothing to do.
                 Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
@@ -262,7 +296,7 @@ impl Server {
             let out = outbox(&mut core);
             let delivered = core.poll_request();
             drop(core);
-            send_all(&shared.socket, &shared.key, out);
+            shared.send_all(out);
             if let Some(d) = delivered {
                 return Ok(request(d));
             }
@@ -275,10 +309,10 @@ impl Server {
     pub fn putrep(&self, request: &Request, reply: impl Into<Rope>) -> Result<(), Error> {
         let out = {
             let mut core = self.shared.core.lock();
-            core.reply(clock::now(), request.txn, reply);
+            core.reply(clock::now(), request.caller, request.txn, reply);
             outbox(&mut core)
         };
-        send_all(&self.shared.socket, &self.shared.key, out);
+        self.shared.send_all(out);
         Ok(())
     }
 
@@ -311,12 +345,18 @@ impl Server {
             let left = until.saturating_duration_since(Instant::now());
             timeout.set(&shared.socket, left.min(Duration::from_millis(10)))?;
             if let Ok((n, from)) = shared.socket.recv_from(buf) {
+                let opened = shared.open(&mut buf[..n]);
                 let out = {
                     let mut core = shared.core.lock();
-                    core.handle_datagram(clock::now(), from, &buf[..n]);
+                    match opened {
+                        Ok((caller, channel, plain)) => {
+                            core.handle_datagram(clock::now(), from, caller, channel, &buf[plain])
+                        }
+                        Err(replayed) => core.handle_unopened(replayed),
+                    }
                     outbox(&mut core)
                 };
-                send_all(&shared.socket, &shared.key, out);
+                shared.send_all(out);
             }
         }
         shared.closed.store(true, Ordering::Release);
@@ -349,6 +389,7 @@ impl Drop for Request {
 fn request(d: Delivered) -> Request {
     Request {
         txn: d.txn,
+        caller: d.caller,
         from: d.from,
         body: d.body,
     }
@@ -360,14 +401,77 @@ fn outbox(core: &mut ServerCore) -> Vec<Transmit> {
     std::iter::from_fn(|| core.poll_transmit()).collect()
 }
 
-fn send_all(socket: &UdpSocket, key: &ClusterKey, out: Vec<Transmit>) {
-    for mut t in out {
-        t.seal(key);
-        if let Dest::Addr(addr) = t.dest
-            && let Err(e) = crate::socket::send_parts(socket, &t.bytes, &t.tail, Some(addr))
-        {
-            tracing::debug!("reply to {addr}: {e}");
+impl Shared {
+    /// Opens a datagram from a caller in place: who, through which
+    /// session, and where the plaintext is; or whether it was a replay.
+    /// The secret of a session not seen yet is asked of the node.
+    fn open(&self, datagram: &mut [u8]) -> Result<(Caller, u32, std::ops::Range<usize>), bool> {
+        let opened = self.keys.lock().open(datagram);
+        match opened {
+            Ok(o) => Ok(o),
+            Err(Refused::NeedRoot(index)) => {
+                self.fetch_root(index);
+                match self.keys.lock().open(datagram) {
+                    Ok(o) => Ok(o),
+                    Err(Refused::Replayed) => Err(true),
+                    Err(_) => Err(false),
+                }
+            }
+            Err(Refused::Replayed) => Err(true),
+            Err(Refused::Bad) => Err(false),
         }
-        pool::give(t.bytes);
+    }
+
+    /// Asks the node for this endpoint's secret in session `index`.
+    fn fetch_root(&self, index: u32) {
+        let answer = match self.link.lock().as_mut() {
+            Some(link) => link.call(&LinkRequest::ServerKey {
+                instance: self.instance.to_string(),
+                index,
+            }),
+            None => return,
+        };
+        let mut keys = self.keys.lock();
+        match answer {
+            Ok(LinkResponse::ServerKey {
+                secret,
+                node,
+                aes,
+                valid_ms,
+            }) => {
+                if let Err(e) = keys.insert_root(index, &secret, &node, aes, valid_ms) {
+                    tracing::debug!("session {index:08x}: {e}");
+                    keys.unknown(index);
+                }
+            }
+            Ok(_) | Err(_) => keys.unknown(index),
+        }
+    }
+
+    /// Seals and sends what the core queued.
+    fn send_all(&self, out: Vec<Transmit>) {
+        let mut sealed = pool::datagram();
+        for t in out {
+            let (Dest::Addr(addr), Via::Client { caller, channel }) = (t.dest, t.via) else {
+                pool::give(t.bytes);
+                continue;
+            };
+            let mut pieces: Vec<&[u8]> = Vec::with_capacity(1 + t.tail.len());
+            pieces.push(&t.bytes);
+            pieces.extend(t.tail.iter().map(|b| &b[..]));
+            let ok = self.keys.lock().seal(
+                channel,
+                caller,
+                self.uid,
+                self.instance,
+                &pieces,
+                &mut sealed,
+            );
+            if ok && let Err(e) = self.socket.send_to(&sealed, addr) {
+                tracing::debug!("reply to {addr}: {e}");
+            }
+            pool::give(t.bytes);
+        }
+        pool::give(sealed);
     }
 }

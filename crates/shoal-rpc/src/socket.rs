@@ -76,33 +76,6 @@ pub fn try_recv_from(
     }
 }
 
-/// Sends `head` then the pieces of `tail` as one datagram, to `to` or
-/// (with `None`) to the socket's connected peer: a gathering send, so a
-/// large payload is never copied behind its header.
-pub fn send_parts(
-    socket: &UdpSocket,
-    head: &[u8],
-    tail: &[bytes::Bytes],
-    to: Option<SocketAddr>,
-) -> io::Result<()> {
-    if tail.is_empty() {
-        return match to {
-            Some(a) => socket.send_to(head, a),
-            None => socket.send(head),
-        }
-        .map(drop);
-    }
-    let mut parts = Vec::with_capacity(1 + tail.len());
-    parts.push(io::IoSlice::new(head));
-    parts.extend(tail.iter().map(|t| io::IoSlice::new(t)));
-    let sock = socket2::SockRef::from(socket);
-    match to {
-        Some(a) => sock.send_to_vectored(&parts, &a.into()),
-        None => sock.send_vectored(&parts),
-    }
-    .map(drop)
-}
-
 /// Fragments a peer can have in flight towards `socket` without
 /// overflowing its receive buffer (assuming peers are set up alike): half
 /// the buffer, between 4 and 64 fragments.
@@ -162,32 +135,6 @@ pub fn spin_with<T>(
         }
         // SAFETY: sched_yield has no preconditions.
         unsafe { libc::sched_yield() };
-    }
-}
-
-/// Receives one datagram into the pieces of `bufs`, in order (a
-/// scattering receive); with `wait` false, `Ok(None)` if nothing is
-/// queued.  Returns its length and sender.
-pub fn recv_scatter(
-    socket: &UdpSocket,
-    bufs: &mut [&mut [u8]],
-    wait: bool,
-) -> io::Result<Option<(usize, SocketAddr)>> {
-    let mut slices: Vec<socket2::MaybeUninitSlice<'_>> = bufs
-        .iter_mut()
-        .map(|b| {
-            // SAFETY: initialized bytes are valid MaybeUninit<u8>; the
-            // callee only writes to them.
-            let uninit =
-                unsafe { &mut *(&mut **b as *mut [u8] as *mut [std::mem::MaybeUninit<u8>]) };
-            socket2::MaybeUninitSlice::new(uninit)
-        })
-        .collect();
-    let flags = if wait { 0 } else { libc::MSG_DONTWAIT };
-    match socket2::SockRef::from(socket).recv_from_vectored_with_flags(&mut slices, flags) {
-        Ok((n, _, addr)) => Ok(addr.as_socket().map(|a| (n, a))),
-        Err(e) if !wait && is_timeout(&e) => Ok(None),
-        Err(e) => Err(e),
     }
 }
 

@@ -11,7 +11,9 @@
 //! - [`datagram`]: the datagram header, the sealed layouts, [`seal`] and
 //!   [`open`].
 //! - [`table`]: a node's [`Sessions`] with its peers: handshakes,
-//!   queueing, confirmation, rekeying and expiry.
+//!   queueing, confirmation, rekeying and expiry; and the roots endpoint
+//!   channels derive from, its own included.
+//! - [`channel`]: one end of an endpoint [`Channel`].
 //! - [`window`]: the [`ReplayWindow`].
 //! - [`kdf`]: session, endpoint channel and group member keys.
 //! - [`aead`]: the AEAD choice and keys.
@@ -24,6 +26,7 @@
 
 pub mod aead;
 pub mod cert;
+pub mod channel;
 pub mod datagram;
 pub mod handshake;
 pub mod kdf;
@@ -32,6 +35,7 @@ pub mod window;
 
 pub use aead::{Algorithm, Key, TAG_LEN};
 pub use cert::{AdminKey, AdminPublic, ClusterId, NodeCert, RevocationList, Trust};
+pub use channel::{Channel, Root};
 pub use datagram::{Class, Header, open, seal};
 pub use handshake::{Established, Initiator, NodeIdentity, Responder};
 pub use table::Sessions;

@@ -39,7 +39,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
 use crate::SessionError;
+use crate::aead::Algorithm;
 use crate::cert::{NodeCert, RevocationList, Trust};
+use crate::channel::Root;
 use crate::datagram::{Class, Header, class, open, seal};
 use crate::handshake::{Established, Initiator, NodeIdentity, Responder, handshake_receiver};
 use crate::window::{COUNTER_LIMIT, ReplayWindow};
@@ -197,7 +199,14 @@ pub struct Sessions {
     reconnects: VecDeque<u64>,
     /// Bytes held as early datagrams.
     early_bytes: usize,
+    /// This node's sessions with itself, for endpoint channels between its
+    /// own programs, oldest first: (index, endpoint root, made).
+    local: Vec<(u32, [u8; 32], u64)>,
 }
+
+/// Indexes with this bit set name a node's sessions with itself; those
+/// with other nodes never have it.
+const LOCAL_INDEX: u32 = 1 << 31;
 
 impl Sessions {
     /// A table for `me`, trusting `trust`; `aes` says whether this CPU has
@@ -215,6 +224,7 @@ impl Sessions {
             stats: Stats::default(),
             reconnects: VecDeque::new(),
             early_bytes: 0,
+            local: Vec::new(),
         }
     }
 
@@ -438,9 +448,74 @@ impl Sessions {
         Some((i, self.live[&i].est.remote_index))
     }
 
+    /// The root for endpoint channels to server endpoints on the node at
+    /// `to` (`None`: on this node), through the newest session with it:
+    /// `None` if there is none.
+    pub fn root_to(&mut self, now: u64, to: Option<SocketAddr>) -> Option<Root> {
+        let Some(addr) = to else {
+            self.local
+                .retain(|l| now.saturating_sub(l.2) < self.cfg.reject_after);
+            if self
+                .local
+                .last()
+                .is_none_or(|l| now.saturating_sub(l.2) >= self.cfg.rekey_after)
+            {
+                let index = LOCAL_INDEX | (self.rng.random::<u32>() & !LOCAL_INDEX);
+                let secret: [u8; 32] = self.rng.random();
+                self.local.push((index, secret, now));
+            }
+            let &(index, secret, made) = self.local.last().expect("just made");
+            return Some(Root {
+                index,
+                secret,
+                algorithm: Algorithm::choose(self.aes, self.aes),
+                expires: made + self.cfg.reject_after,
+            });
+        };
+        let i = *self.peers.get(&addr)?.sessions.last()?;
+        let live = &self.live[&i];
+        let expires = live.made + self.cfg.reject_after;
+        (now < expires).then(|| Root {
+            index: live.est.remote_index,
+            secret: live.est.endpoint_root,
+            algorithm: live.est.send.algorithm(),
+            expires,
+        })
+    }
+
+    /// The root of the session this node knows as `index`, and the peer
+    /// at its other end (`None`: this node itself), while it opens.
+    pub fn root_at(&self, now: u64, index: u32) -> Option<(Option<&NodeCert>, Root)> {
+        if index & LOCAL_INDEX != 0 {
+            let &(index, secret, made) = self.local.iter().find(|l| l.0 == index)?;
+            let expires = made + self.cfg.reject_after;
+            return (now < expires).then(|| {
+                let algorithm = Algorithm::choose(self.aes, self.aes);
+                let root = Root {
+                    index,
+                    secret,
+                    algorithm,
+                    expires,
+                };
+                (None, root)
+            });
+        }
+        let live = self.live.get(&index)?;
+        let expires = live.made + self.cfg.reject_after;
+        (now < expires).then(|| {
+            let root = Root {
+                index,
+                secret: live.est.endpoint_root,
+                algorithm: live.est.recv.algorithm(),
+                expires,
+            };
+            (Some(&live.est.peer), root)
+        })
+    }
+
     fn fresh_index(&mut self) -> u32 {
         loop {
-            let i: u32 = self.rng.random();
+            let i: u32 = self.rng.random::<u32>() & !LOCAL_INDEX;
             if i != 0 && !self.live.contains_key(&i) && !self.pending.contains_key(&i) {
                 return i;
             }

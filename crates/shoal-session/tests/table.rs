@@ -393,3 +393,40 @@ fn forged_unknown_sessions_buy_an_attacker_little() {
     net.nodes[0].poll(12 * SEC, &mut out);
     assert!(out.is_empty(), "{out:?}");
 }
+
+/// A client endpoint on node 0 and a server endpoint on node 1 derive the
+/// same channel key from their own tables, and so do two endpoints of one
+/// node through its session with itself; a rekey gives a new root, and an
+/// expired one gives none.
+#[test]
+fn both_ends_of_an_endpoint_channel_derive_one_key() {
+    use shoal_session::kdf::{channel_key, server_secret};
+    let mut net = Net::new(2, 7, 0.0);
+    net.send(0, 1, &text(1));
+    net.run(SEC);
+    let client_root = net.nodes[0].root_to(net.now, Some(addr(1))).unwrap();
+    let (peer, server_root) = net.nodes[1].root_at(net.now, client_root.index).unwrap();
+    assert_eq!(peer.unwrap().name, "n1");
+    assert_eq!(client_root.secret, server_root.secret);
+    assert_eq!(client_root.algorithm, server_root.algorithm);
+    let k = |root: &[u8; 32]| channel_key(&server_secret(root, 2, 77), 1, 1000, 5);
+    assert_eq!(k(&client_root.secret), k(&server_root.secret));
+    // Its own node: the same root either way, no peer.
+    let local = net.nodes[0].root_to(net.now, None).unwrap();
+    let (peer, again) = net.nodes[0].root_at(net.now, local.index).unwrap();
+    assert!(peer.is_none());
+    assert_eq!(again.secret, local.secret);
+    assert!(net.nodes[1].root_at(net.now, local.index).is_none());
+    // After the rekey time, a new local root; the old one still opens
+    // until it expires, then nothing does.
+    let later = net.now + Config::default().rekey_after;
+    let newer = net.nodes[0].root_to(later, None).unwrap();
+    assert_ne!(newer.index, local.index);
+    assert!(net.nodes[0].root_at(later, local.index).is_some());
+    assert!(net.nodes[0].root_at(local.expires, local.index).is_none());
+    assert!(
+        net.nodes[1]
+            .root_at(server_root.expires, server_root.index)
+            .is_none()
+    );
+}

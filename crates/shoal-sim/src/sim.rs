@@ -13,7 +13,9 @@ use shoal_proto::{
     ClientConfig, ClientCore, Dest, Membership, MembershipConfig, Registry, ServerConfig,
     ServerCore, Time,
 };
-use shoal_wire::{ClientId, ClusterKey, Endpoint, Instance, NodeId, Packet, TxnId, decode};
+use shoal_wire::{
+    ClientId, Endpoint, Instance, NodeId, Packet, Seq, TxnId, decode_plain, encode_plain,
+};
 
 use crate::net::Faults;
 
@@ -158,6 +160,8 @@ enum Fault {
 
 struct Node {
     ip: Ipv4Addr,
+    /// Its id: a node's id is its static key's, so a restart keeps it.
+    id: NodeId,
     up: bool,
     registry: Registry,
     membership: Membership,
@@ -199,7 +203,6 @@ pub struct Sim {
     config: SimConfig,
     rng: ChaCha8Rng,
     now: Time,
-    key: ClusterKey,
     port: shoal_cap::PutPort,
     nodes: Vec<Node>,
     servers: Vec<Server>,
@@ -226,7 +229,9 @@ impl Sim {
     /// A cluster built from `seed`; nothing has happened yet.
     pub fn new(seed: u64, config: SimConfig) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let key = ClusterKey::from_bytes(rng.random());
+        // (Drawn, though datagrams are no longer sealed here, so that each
+        // seed replays the cluster it always did.)
+        let _: [u8; 32] = rng.random();
         let port = GetPort::from_bytes(rng.random()).put_port();
         let nodes: Vec<Node> = (0..config.nodes)
             .map(|i| {
@@ -239,15 +244,15 @@ impl Sim {
                 )];
                 Node {
                     ip,
+                    id,
                     up: true,
-                    registry: Registry::new(id, key.clone()),
+                    registry: Registry::new(id),
                     membership: Membership::new(
                         id,
                         format!("n{}", i + 1),
                         addr,
                         rng.random(),
                         seeds,
-                        key.clone(),
                         MembershipConfig::default(),
                     ),
                 }
@@ -260,7 +265,6 @@ impl Sim {
             config,
             rng,
             now: Time(0),
-            key,
             port,
             nodes,
             servers: Vec::new(),
@@ -302,7 +306,7 @@ impl Sim {
             sim.entities.insert(addr, Entity::Client(c));
             sim.clients.push(Client {
                 addr,
-                core: ClientCore::new(id, sim.key.clone(), client_config.clone()),
+                core: ClientCore::new(id, client_config.clone()),
                 remaining: sim.config.txns_per_client,
                 next_start: Time(sim.rng.random_range(0..10_000)),
                 current: None,
@@ -518,12 +522,7 @@ impl Sim {
         self.servers.push(Server {
             node,
             addr,
-            core: Some(ServerCore::new(
-                self.port,
-                instance,
-                self.key.clone(),
-                config,
-            )),
+            core: Some(ServerCore::new(self.port, instance, config)),
         });
         self.logical[s] = Logical {
             node,
@@ -531,9 +530,15 @@ impl Sim {
             current: Some(i),
         };
         self.entities.insert(addr, Entity::Server(i));
-        self.nodes[node]
-            .registry
-            .register(self.port, Endpoint { addr, instance });
+        self.nodes[node].registry.register(
+            self.port,
+            Endpoint {
+                addr,
+                instance,
+                uid: 0,
+                system: false,
+            },
+        );
         self.log(|| format!("server {s} up on node {node} at {addr} as {instance}"));
     }
 
@@ -709,7 +714,7 @@ impl Sim {
                 if let Some(core) = &mut self.servers[server].core
                     && core.instance() == instance
                 {
-                    core.reply(self.now, txn, Bytes::from(body));
+                    core.reply(self.now, caller(txn), txn, Bytes::from(body));
                 }
             }
             Event::Close { server } => {
@@ -790,19 +795,20 @@ impl Sim {
         if self.nodes[node].up {
             return;
         }
-        // A restarted daemon knows nothing: a fresh registry and membership.
-        let id = NodeId(self.rng.random());
+        // A restarted daemon knows nothing: a fresh registry and membership
+        // (its id, its key's, is the same; the draw keeps seeds replaying).
+        let _: u64 = self.rng.random();
+        let id = self.nodes[node].id;
         let addr = self.daemon_addr(node);
         let seeds = vec![self.daemon_addr(0)];
         let n = &mut self.nodes[node];
-        n.registry = Registry::new(id, self.key.clone());
+        n.registry = Registry::new(id);
         n.membership = Membership::new(
             id,
             format!("n{}", node + 1),
             addr,
             self.rng.random(),
             seeds,
-            self.key.clone(),
             MembershipConfig::default(),
         );
         self.nodes[node].up = true;
@@ -857,13 +863,19 @@ impl Sim {
         for c in &mut self.clients {
             while let Some(t) = c.core.poll_transmit() {
                 let dest = t.dest;
-                let bytes = t.into_datagram(&self.key);
+                let bytes = t.into_plain();
                 match dest {
                     Dest::Addr(a) => out.push((c.addr, a, bytes)),
                     Dest::Nodes => {
                         for i in 0..self.nodes.len() {
                             let a = SocketAddr::new(IpAddr::V4(self.nodes[i].ip), DAEMON_PORT);
                             out.push((c.addr, a, bytes.clone()));
+                        }
+                    }
+                    Dest::Node(id) => {
+                        if let Some(n) = self.nodes.iter().find(|n| n.id == id) {
+                            let a = SocketAddr::new(IpAddr::V4(n.ip), DAEMON_PORT);
+                            out.push((c.addr, a, bytes));
                         }
                     }
                 }
@@ -873,7 +885,7 @@ impl Sim {
             if let Some(core) = &mut s.core {
                 while let Some(t) = core.poll_transmit() {
                     if let Dest::Addr(a) = t.dest {
-                        out.push((s.addr, a, t.into_datagram(&self.key)));
+                        out.push((s.addr, a, t.into_plain()));
                     }
                 }
             }
@@ -900,10 +912,12 @@ impl Sim {
         match self.entities.get(&to).copied() {
             Some(Entity::Daemon(n)) => {
                 let node = &mut self.nodes[n];
-                match decode(bytes, &self.key) {
+                match decode_plain(bytes) {
                     Ok(Packet::Locate(l)) => {
-                        if let Some(t) = node.registry.handle_locate(from, &l) {
-                            self.send(to, from, t.bytes);
+                        if let Some(here) = node.registry.handle_locate(&l) {
+                            let mut plain = Vec::new();
+                            encode_plain(&Packet::Here(here), &mut plain);
+                            self.send(to, from, plain);
                         }
                     }
                     Ok(Packet::Heartbeat(h)) => node.membership.handle_heartbeat(now, &h),
@@ -913,7 +927,21 @@ impl Sim {
             Some(Entity::Server(s)) => {
                 let server = &mut self.servers[s];
                 let Some(core) = &mut server.core else { return };
-                core.handle_datagram(now, from, bytes);
+                // The simulated network stands for sealed channels: a
+                // datagram speaks for the client it names.
+                let packet = decode_plain(bytes);
+                let client = packet.as_ref().ok().and_then(Packet::client);
+                let Some(client) = client else { return };
+                core.handle_packet(
+                    now,
+                    from,
+                    caller(TxnId {
+                        client,
+                        seq: Seq(0),
+                    }),
+                    0,
+                    packet,
+                );
                 let instance = core.instance();
                 let mut delivered = Vec::new();
                 while let Some(req) = core.poll_request() {
@@ -973,4 +1001,15 @@ pub struct Report {
     pub ok: usize,
     pub errors: BTreeMap<&'static str, usize>,
     pub executions: usize,
+}
+
+/// The caller a simulated datagram of transaction `txn` speaks for: the
+/// simulated network stands for sealed channels, so a client is who it
+/// says.
+fn caller(txn: TxnId) -> shoal_proto::Caller {
+    shoal_proto::Caller {
+        node: NodeId(0),
+        uid: 0,
+        client: txn.client,
+    }
 }

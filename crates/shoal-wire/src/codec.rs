@@ -34,26 +34,6 @@ pub fn encode_into(packet: &Packet<'_>, key: &ClusterKey, out: &mut Vec<u8>) {
     seal(out, &[] as &[&[u8]], key);
 }
 
-/// Encodes the head of a datagram into `out` (cleared first): `packet`, a
-/// request or reply whose payload is the pieces of `tail` joined (its own
-/// `payload` field must be empty).  The caller sends `out`'s bytes and the
-/// pieces as one datagram (a gathering send), so a large payload is never
-/// copied behind its header; the MAC covers them all.
-pub fn encode_head_into(
-    packet: &Packet<'_>,
-    tail: &[impl AsRef<[u8]>],
-    key: &ClusterKey,
-    out: &mut Vec<u8>,
-) {
-    debug_assert!(match packet {
-        Packet::Request(r) => r.payload.is_empty(),
-        Packet::Reply(r) => r.payload.is_empty(),
-        _ => tail.is_empty(),
-    });
-    encode_unsealed(packet, out);
-    seal(out, tail, key);
-}
-
 /// Encodes `packet` into `out` (cleared first) with its MAC field left
 /// zero, for a caller that computes the MAC later with [`seal`] (outside
 /// a lock, say).
@@ -63,7 +43,34 @@ pub fn encode_unsealed(packet: &Packet<'_>, out: &mut Vec<u8>) {
     out.push(VERSION);
     out.push(packet.kind());
     out.extend_from_slice(&[0u8; 16]);
-    let mut w = Writer(out);
+    write_body(packet, &mut Writer(out));
+}
+
+/// Encodes `packet` into `out` (cleared first) as a plaintext: its kind
+/// byte and its body, without the header.  This is what an endpoint or
+/// node datagram carries sealed (`shoal_session`), and what the cores
+/// take and give.
+pub fn encode_plain(packet: &Packet<'_>, out: &mut Vec<u8>) {
+    out.clear();
+    out.push(packet.kind());
+    write_body(packet, &mut Writer(out));
+}
+
+/// Bytes before a request's or reply's payload in its plaintext
+/// ([`encode_plain`]): a shell sealing a large fragment seals these and
+/// the payload's pieces together.
+pub fn plain_head_len(packet: &Packet<'_>) -> usize {
+    let mut out = Vec::with_capacity(64);
+    encode_plain(packet, &mut out);
+    out.len()
+        - match packet {
+            Packet::Request(r) => r.payload.len(),
+            Packet::Reply(r) => r.payload.len(),
+            _ => 0,
+        }
+}
+
+fn write_body(packet: &Packet<'_>, w: &mut Writer<'_>) {
     match packet {
         Packet::Request(r) => {
             w.txn(r.txn);
@@ -102,6 +109,7 @@ pub fn encode_unsealed(packet: &Packet<'_>, out: &mut Vec<u8>) {
             w.u64(p.nonce.0);
             w.bytes(p.port.as_bytes());
             w.u64(p.instance.0);
+            w.u64(p.node.0);
         }
         Packet::Here(p) => {
             assert!(p.endpoints.len() <= MAX_HERE_ENDPOINTS);
@@ -113,6 +121,8 @@ pub fn encode_unsealed(packet: &Packet<'_>, out: &mut Vec<u8>) {
             for e in &p.endpoints {
                 w.addr(e.addr);
                 w.u64(e.instance.0);
+                w.u32(e.uid);
+                w.u8(e.system as u8);
             }
         }
         Packet::Heartbeat(h) => {
@@ -136,7 +146,7 @@ pub fn encode_unsealed(packet: &Packet<'_>, out: &mut Vec<u8>) {
                 None => w.u8(0),
             }
         }
-        Packet::Group(g) => crate::group::encode_group(g, &mut w),
+        Packet::Group(g) => crate::group::encode_group(g, w),
     }
 }
 
@@ -149,27 +159,10 @@ pub fn seal(head: &mut [u8], tail: &[impl AsRef<[u8]>], key: &ClusterKey) {
 
 /// Checks the MAC of `datagram` and decodes it.
 pub fn decode<'a>(datagram: &'a [u8], key: &ClusterKey) -> Result<Packet<'a>, WireError> {
-    decode_split(datagram, &[], key)
-}
-
-/// Checks the MAC of the datagram `head` followed by `tail` (received in
-/// two places by a scattering receive) and decodes it from `head`: a
-/// request's or reply's payload is then `head`'s bytes past its header
-/// (none, if `head` is exactly [`REPLY_HEAD`] long for a reply) followed by
-/// `tail`, which the caller already holds where it wants it.
-pub fn decode_split<'a>(
-    head: &'a [u8],
-    tail: &[u8],
-    key: &ClusterKey,
-) -> Result<Packet<'a>, WireError> {
-    let datagram = head;
     if datagram.len() < HEADER_LEN {
         return Err(WireError::Truncated);
     }
-    if datagram.len() + tail.len() > MAX_DATAGRAM {
-        return Err(WireError::Oversized);
-    }
-    if !tail.is_empty() && !matches!(datagram[3], 1 | 2) {
+    if datagram.len() > MAX_DATAGRAM {
         return Err(WireError::Oversized);
     }
     if datagram[..2] != MAGIC {
@@ -182,11 +175,31 @@ pub fn decode_split<'a>(
     if !(1..=8).contains(&kind) && !(GROUP_KIND_BASE..=GROUP_KIND_LAST).contains(&kind) {
         return Err(WireError::BadKind(kind));
     }
-    let mac = key.mac_parts(datagram, &[tail]);
+    let mac = key.mac(datagram);
     if !constant_time_eq(&mac, &datagram[4..HEADER_LEN]) {
         return Err(WireError::BadMac);
     }
-    let mut r = Reader(&datagram[HEADER_LEN..]);
+    decode_body(kind, &datagram[HEADER_LEN..])
+}
+
+/// Decodes a plaintext made by [`encode_plain`]: a kind byte and a body.
+/// Nothing is authenticated here: the plaintext came out of a sealed
+/// datagram that opened, or from a core in the same process.
+pub fn decode_plain(plain: &[u8]) -> Result<Packet<'_>, WireError> {
+    let Some((&kind, body)) = plain.split_first() else {
+        return Err(WireError::Truncated);
+    };
+    if plain.len() > MAX_DATAGRAM {
+        return Err(WireError::Oversized);
+    }
+    if !(1..=8).contains(&kind) && !(GROUP_KIND_BASE..=GROUP_KIND_LAST).contains(&kind) {
+        return Err(WireError::BadKind(kind));
+    }
+    decode_body(kind, body)
+}
+
+fn decode_body(kind: u8, body: &[u8]) -> Result<Packet<'_>, WireError> {
+    let mut r = Reader(body);
     let packet = match kind {
         1 => Packet::Request(Request {
             txn: r.txn()?,
@@ -240,6 +253,7 @@ pub fn decode_split<'a>(
             nonce: Nonce(r.u64()?),
             port: r.port()?,
             instance: Instance(r.u64()?),
+            node: NodeId(r.u64()?),
         }),
         7 => {
             let nonce = Nonce(r.u64()?);
@@ -255,6 +269,8 @@ pub fn decode_split<'a>(
                 endpoints.push(Endpoint {
                     addr: r.addr()?,
                     instance: Instance(r.u64()?),
+                    uid: r.u32()?,
+                    system: r.bool()?,
                 });
             }
             Packet::Here(Here {

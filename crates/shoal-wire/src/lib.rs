@@ -1,7 +1,11 @@
-//! shoal's wire formats.
+//! shoal's packet formats.
 //!
-//! Every datagram that crosses the cluster network starts with the same
-//! 20-byte header:
+//! A packet is a kind byte and a fixed little-endian body per kind
+//! ([`Packet`]).  RPC, locate and heartbeats cross the network as
+//! *plaintexts* ([`encode_plain`], [`decode_plain`]) sealed in endpoint
+//! channels and node sessions by `shoal-session`, which authenticates
+//! them before they are parsed.  Group datagrams (until groups have keys
+//! of their own) start with a 20-byte header instead:
 //!
 //! ```text
 //!  0      2     3     4                              20
@@ -30,7 +34,7 @@ mod load;
 mod packet;
 
 pub use codec::{
-    decode, decode_split, encode, encode_head_into, encode_into, encode_unsealed, seal,
+    decode, decode_plain, encode, encode_into, encode_plain, encode_unsealed, plain_head_len, seal,
 };
 pub use ids::{ClientId, Instance, MemberId, NodeId, Nonce, Seq, TxnId};
 pub use key::ClusterKey;
@@ -46,10 +50,6 @@ pub const HEADER_LEN: usize = 20;
 pub const MAGIC: [u8; 2] = *b"SH";
 /// The wire version this build speaks.
 pub const VERSION: u8 = 1;
-/// Bytes of a reply's header, from the magic to the payload: a receiver
-/// that expects a reply fragment can receive its header and its payload
-/// into different places (see [`decode_split`]).
-pub const REPLY_HEAD: usize = HEADER_LEN + 16 + 8 + 1 + 8 + 8;
 /// The largest UDP payload shoal ever sends or accepts.
 pub const MAX_DATAGRAM: usize = 65_507;
 

@@ -136,14 +136,17 @@ pub struct NotHere {
     pub actual: Instance,
 }
 
-/// "Who serves this put-port?"  Broadcast to find a port; sent to one node
-/// with `instance` set to ask what became of that server instance.
+/// "Who serves this put-port?"  Asked of every node to find a port; of
+/// one node, with `instance` set, to ask what became of that server
+/// instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Locate {
     pub nonce: Nonce,
     pub port: PutPort,
     /// An instance whose [`Fate`] the asker wants to know, or 0.
     pub instance: Instance,
+    /// The node to ask, or 0: every node.
+    pub node: NodeId,
 }
 
 /// What a node knows of one server instance.
@@ -174,11 +177,16 @@ impl Fate {
     }
 }
 
-/// A server endpoint: where it listens, and which incarnation it is.
+/// A server endpoint: where it listens, which incarnation it is, and who
+/// runs it, as its node says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Endpoint {
     pub addr: SocketAddr,
     pub instance: Instance,
+    /// The uid that registered it (from the kernel, on its node).
+    pub uid: u32,
+    /// A system service: registered by its node daemon itself.
+    pub system: bool,
 }
 
 /// A node's answer to [`Locate`]: the endpoints registered there, and the

@@ -155,3 +155,133 @@ fn root_refuses_a_cluster_directory_someone_else_could_plant() {
     }
     assert_eq!(std::fs::metadata(&planted_key).unwrap().len(), 0);
 }
+
+/// A request captured on the wire and sent again, at once or after the
+/// server forgot its caller's record, is refused as a replay and counted;
+/// it never runs twice.  A changed copy does not open.  The server learns
+/// the caller's node and uid from the key the request opened with.
+#[test]
+fn a_replayed_request_never_runs_twice_even_after_its_record_expired() {
+    use shoal_rpc::link::{Link, LinkRequest, LinkResponse};
+    use shoal_rpc::{Context, GetPort};
+    use shoal_session::{Algorithm, Channel};
+    use shoal_wire::{ClientId, Frag, Instance, Packet, Request, Seq, TxnId, encode_plain};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
+
+    let t = TestCluster::up("ua", 45, 2, Mode::Netns);
+    let c = t.get();
+    let ctx = c.context();
+    let n2 = c.status(&ctx, "n2", Duration::from_secs(2)).unwrap().node;
+    // The server, in this process, attached to n1; it forgets a caller
+    // one second after its last datagram.
+    let attached = Context::attach(&c.node("n1").unwrap().socket).unwrap();
+    let mut config = attached.config().clone();
+    config.bind_ip = std::net::IpAddr::from([0, 0, 0, 0]);
+    config.record_ttl = Duration::from_secs(1);
+    let get = GetPort::random();
+    let server = Context::new(config).serve(get).unwrap();
+    let runs = Arc::new(AtomicU32::new(0));
+    {
+        let (server, runs) = (server.clone(), runs.clone());
+        std::thread::spawn(move || {
+            while let Ok(req) = server.getreq() {
+                runs.fetch_add(1, Ordering::SeqCst);
+                let who = format!("{} {}", req.caller().node, req.caller().uid);
+                let _ = server.putrep(&req, who.into_bytes());
+            }
+        });
+    }
+    // The client, by hand, on n2's link: an id, a locate that hands it its
+    // channel key, and one sealed request.
+    let mut link = Link::connect(&c.node("n2").unwrap().socket).unwrap();
+    let LinkResponse::Client { id, uid } = link.call(&LinkRequest::Client).unwrap() else {
+        panic!("no client id")
+    };
+    let LinkResponse::Located { answers } = link
+        .call(&LinkRequest::Locate {
+            client: id.clone(),
+            port: get.put_port().to_string(),
+            instance: format!("{:016x}", 0),
+            node: format!("{:016x}", 0),
+            wait_ms: 3000,
+            all: false,
+        })
+        .unwrap()
+    else {
+        panic!("no answer to locate")
+    };
+    let found = answers
+        .iter()
+        .flat_map(|a| &a.endpoints)
+        .next()
+        .expect("the server was found")
+        .clone();
+    let key: [u8; 32] = hex::decode(&found.grant.key).unwrap().try_into().unwrap();
+    let algorithm = if found.grant.aes {
+        Algorithm::Aes256Gcm
+    } else {
+        Algorithm::ChaCha20Poly1305
+    };
+    let mut channel = Channel::client(algorithm, &key);
+    let client = ClientId(u64::from_str_radix(&id, 16).unwrap());
+    let mut plain = Vec::new();
+    encode_plain(
+        &Packet::Request(Request {
+            txn: TxnId {
+                client,
+                seq: Seq(1),
+            },
+            instance: Instance(u64::from_str_radix(&found.instance, 16).unwrap()),
+            port: get.put_port(),
+            frag: Frag { index: 0, count: 1 },
+            total_len: 3,
+            payload: b"run",
+        }),
+        &mut plain,
+    );
+    let mut captured = Vec::new();
+    channel.seal(found.grant.index, uid, client.0, &[&plain], &mut captured);
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    socket.send_to(&captured, found.addr).unwrap();
+    let mut buf = vec![0u8; 65536];
+    let (n, _) = socket.recv_from(&mut buf).unwrap();
+    let (_, reply) = channel.open(&mut buf[..n]).expect("the reply opens");
+    let Ok(Packet::Reply(r)) = shoal_wire::decode_plain(reply) else {
+        panic!("not a reply")
+    };
+    assert_eq!(
+        String::from_utf8_lossy(r.payload),
+        format!("{n2} 0"),
+        "the server sees the calling node and uid"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    // Sent again at once, and after the record expired: refused both times.
+    socket.send_to(&captured, found.addr).unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    socket.send_to(&captured, found.addr).unwrap();
+    // A copy given a fresh counter (bytes 20..28 of the header) does not
+    // open at all.
+    let mut changed = captured.clone();
+    changed[20..28].copy_from_slice(&1000u64.to_le_bytes());
+    socket.send_to(&changed, found.addr).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while server.stats().replays < 2 || server.stats().dropped_bad_mac < 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "replays {}, bad {}",
+            server.stats().replays,
+            server.stats().dropped_bad_mac
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "a replayed request ran again"
+    );
+}

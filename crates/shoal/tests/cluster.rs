@@ -360,6 +360,7 @@ fn datagrams_without_the_cluster_key_are_dropped_and_counted() {
             nonce: shoal_wire::Nonce(1),
             port: GetPort::random().put_port(),
             instance: shoal_wire::Instance(0),
+            node: shoal_wire::NodeId(0),
         }),
         &other,
     );

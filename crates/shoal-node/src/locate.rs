@@ -1,0 +1,258 @@
+//! Locate through the node, and the keys of endpoint channels
+//! (`docs/security.md`, "Endpoint channels").
+//!
+//! A program's client asks its own node over the link where a port is
+//! served.  The node answers from its registry and asks the other nodes in
+//! their node sessions (one `MSG_LOCATE` each, or one to the node named);
+//! each answers with a `MSG_HERE` listing its endpoints, and speaks only
+//! for itself.  The node hands the client, with each endpoint, the key of
+//! the channel from this client to it:
+//!
+//! ```text
+//! T(i) = keyed_blake3(endpoint root of this node and the server's, "to" || server node || i)
+//! K    = keyed_blake3(T(i), "from" || this node || uid || client)
+//! ```
+//!
+//! where the uid is the link's, from the kernel, and the client id one
+//! this node gave that link.  A server endpoint asks its own node for
+//! `T(i)` per session (`server_key`) and derives `K` from each datagram's
+//! header, so each end holds keys for its own channels only.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use shoal_rpc::link::{Answer, Found, Grant, LinkResponse};
+use shoal_session::Root;
+use shoal_session::kdf::{channel_key, server_secret};
+use shoal_session::table::Output;
+use shoal_wire::{ClientId, Here, Instance, Locate, NodeId, Packet, decode_plain, encode_plain};
+
+use crate::daemon::{Shared, now};
+
+/// In a node session: "who here serves this?" (a plaintext `Locate`).
+pub(crate) const MSG_LOCATE: u8 = 3;
+/// In a node session: the answer (a plaintext `Here`).
+pub(crate) const MSG_HERE: u8 = 4;
+
+/// A client's key is handed out for this much less than its session has
+/// left, so it is replaced while the server's side still opens it.
+const MARGIN: Duration = Duration::from_secs(10);
+/// Locates waiting for answers at once, over all links.
+const MAX_PENDING: usize = 1024;
+
+/// Answers gathered for the locates under way, by nonce: the node that
+/// answered, its address, and its answer.
+pub(crate) type Pending = std::collections::HashMap<u64, Vec<(NodeId, SocketAddr, Here)>>;
+
+/// Where `locate.port` is served, for client `client` of `uid`: see the
+/// module documentation.
+pub(crate) fn locate(
+    shared: &Shared,
+    uid: u32,
+    client: ClientId,
+    locate: Locate,
+    wait: Duration,
+    all: bool,
+) -> Result<Vec<Answer>, String> {
+    let me = shared.node;
+    let mut answers: Vec<(NodeId, Option<SocketAddr>, Here)> = Vec::new();
+    let targets: Vec<SocketAddr> = {
+        let state = shared.state.lock();
+        if locate.node == NodeId(0) || locate.node == me {
+            answers.extend(state.registry.handle_locate(&locate).map(|h| (me, None, h)));
+        }
+        state
+            .membership
+            .view(now())
+            .into_iter()
+            .skip(1)
+            .filter(|m| m.alive && (locate.node == NodeId(0) || locate.node == m.node))
+            .map(|m| m.addr)
+            .collect()
+    };
+    let found = |a: &[(NodeId, Option<SocketAddr>, Here)]| {
+        a.iter()
+            .any(|(_, _, h)| !h.endpoints.is_empty() || locate.instance != Instance(0))
+    };
+    if !(targets.is_empty() || (!all && found(&answers))) {
+        let nonce = locate.nonce.0;
+        {
+            let mut pending = shared.locating.lock();
+            if pending.len() >= MAX_PENDING {
+                return Err("this node is answering too many locates; try again".into());
+            }
+            pending.insert(nonce, Vec::new());
+        }
+        let mut message = vec![MSG_LOCATE];
+        let mut plain = Vec::new();
+        encode_plain(&Packet::Locate(locate), &mut plain);
+        message.extend_from_slice(&plain);
+        send(shared, &targets, &message);
+        let until = Instant::now() + wait;
+        let mut pending = shared.locating.lock();
+        loop {
+            let heard = pending.get(&nonce).map_or(&[][..], Vec::as_slice);
+            let heard: Vec<_> = heard
+                .iter()
+                .map(|(n, a, h)| (*n, Some(*a), h.clone()))
+                .collect();
+            let done = heard.len() >= targets.len() || (!all && found(&heard));
+            if done || shared.located.wait_until(&mut pending, until).timed_out() {
+                let heard = pending.remove(&nonce).unwrap_or_default();
+                answers.extend(heard.into_iter().map(|(n, a, h)| (n, Some(a), h)));
+                break;
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (node, addr, here) in answers {
+        let root = shared.sessions.lock().root_to(now().0, addr);
+        let Some(root) = root else { continue };
+        let endpoints = here
+            .endpoints
+            .iter()
+            .map(|e| Found {
+                addr: e.addr,
+                instance: e.instance.to_string(),
+                uid: e.uid,
+                system: e.system,
+                grant: grant(&root, node, e.instance, me, uid, client),
+            })
+            .collect();
+        out.push(Answer {
+            node: node.to_string(),
+            fate: here.fate as u8,
+            endpoints,
+        });
+    }
+    Ok(out)
+}
+
+/// A fresh key for `client`'s channel to `instance` on `node`.
+pub(crate) fn channel(
+    shared: &Shared,
+    uid: u32,
+    client: ClientId,
+    node: NodeId,
+    instance: Instance,
+) -> Result<Grant, String> {
+    let addr = if node == shared.node {
+        None
+    } else {
+        let state = shared.state.lock();
+        let view = state.membership.view(now());
+        match view.iter().find(|m| m.node == node) {
+            Some(m) => Some(m.addr),
+            None => return Err(format!("no node {node} in this node's view")),
+        }
+    };
+    let root = shared.sessions.lock().root_to(now().0, addr);
+    match root {
+        Some(root) => Ok(grant(&root, node, instance, shared.node, uid, client)),
+        None => {
+            // No session: start one, so that the next ask finds it.
+            if let Some(addr) = addr {
+                send(shared, &[addr], &[]);
+            }
+            Err(format!("no session with node {node} yet; try again"))
+        }
+    }
+}
+
+/// The secret server endpoint `instance` derives its callers' keys from,
+/// for the session this node knows as `index`.
+pub(crate) fn server_key(shared: &Shared, instance: Instance, index: u32) -> LinkResponse {
+    let now = now().0;
+    let sessions = shared.sessions.lock();
+    let Some((peer, root)) = sessions.root_at(now, index) else {
+        return LinkResponse::Error {
+            message: format!("no session {index:08x} on this node"),
+        };
+    };
+    let node = peer.map_or(shared.node, |cert| {
+        crate::identity::node_id(&cert.static_key)
+    });
+    let secret = server_secret(&root.secret, shared.node.0, instance.0);
+    LinkResponse::ServerKey {
+        secret: hex::encode(secret),
+        node: node.to_string(),
+        aes: root.algorithm == shoal_session::Algorithm::Aes256Gcm,
+        valid_ms: root.expires.saturating_sub(now) / 1000,
+    }
+}
+
+/// `client`'s key for its channel to `instance` on `node`, through the
+/// session whose root is `root`.
+fn grant(
+    root: &Root,
+    node: NodeId,
+    instance: Instance,
+    me: NodeId,
+    uid: u32,
+    client: ClientId,
+) -> Grant {
+    let t = server_secret(&root.secret, node.0, instance.0);
+    let key = channel_key(&t, me.0, uid, client.0);
+    let left = Duration::from_micros(root.expires.saturating_sub(now().0));
+    let valid = left
+        .saturating_sub(MARGIN)
+        .max(Duration::from_secs(1))
+        .min(left);
+    Grant {
+        key: hex::encode(key),
+        index: root.index,
+        aes: root.algorithm == shoal_session::Algorithm::Aes256Gcm,
+        valid_ms: valid.as_millis() as u64,
+    }
+}
+
+/// Seals `message` for each node in `to` and sends it from a link thread
+/// (an empty one only makes sure a session is being made).
+fn send(shared: &Shared, to: &[SocketAddr], message: &[u8]) {
+    let mut outputs = Vec::new();
+    {
+        let mut sessions = shared.sessions.lock();
+        for addr in to {
+            sessions.send(now().0, *addr, message, &mut outputs);
+        }
+    }
+    for o in outputs {
+        if let Output::Send { to, datagram } = o {
+            let _ = shared.socket.send_to(&datagram, to);
+        }
+    }
+}
+
+/// A peer's locate question: the answer to seal back, if this node has
+/// one.
+pub(crate) fn answer(registry: &shoal_proto::Registry, plain: &[u8]) -> Option<Vec<u8>> {
+    let Ok(Packet::Locate(l)) = decode_plain(plain) else {
+        return None;
+    };
+    let here = registry.handle_locate(&l)?;
+    let mut plain = Vec::new();
+    encode_plain(&Packet::Here(here), &mut plain);
+    let mut message = vec![MSG_HERE];
+    message.extend_from_slice(&plain);
+    Some(message)
+}
+
+/// A peer's answer to one of this node's locates: kept if a locate waits
+/// for it and the peer speaks for itself.
+pub(crate) fn heard(shared: &Shared, node: NodeId, addr: SocketAddr, plain: &[u8]) -> bool {
+    let Ok(Packet::Here(here)) = decode_plain(plain) else {
+        return false;
+    };
+    if here.node != node {
+        return false;
+    }
+    let mut pending = shared.locating.lock();
+    match pending.get_mut(&here.nonce.0) {
+        Some(answers) if answers.len() < shoal_wire::MAX_MEMBERS => {
+            answers.push((node, addr, here));
+            shared.located.notify_all();
+            true
+        }
+        _ => false,
+    }
+}

@@ -1,0 +1,292 @@
+//! The keys of a program's endpoint channels (`docs/security.md`,
+//! "Endpoint channels"), as the node hands them out over the link.
+//!
+//! - [`ClientKeys`]: a client endpoint's channel to each server endpoint
+//!   it located, by instance, with the session index to name and when the
+//!   key must be replaced.
+//! - [`ServerKeys`]: a server endpoint's secret `T(i)` per node session
+//!   (asked of the node once per session), and a channel per caller
+//!   (session, uid, client) derived from it, each with its replay window.
+//!   A channel lives as long as its session, so a datagram replayed at any
+//!   time either fails its window or no longer opens at all.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use shoal_proto::Caller;
+use shoal_session::kdf::channel_key;
+use shoal_session::{Algorithm, Channel, Header, SessionError};
+use shoal_wire::{ClientId, Instance, NodeId};
+
+use crate::error::Error;
+use crate::link::Grant;
+
+/// Whether a grant is for AES-GCM.
+fn algorithm(aes: bool) -> Algorithm {
+    if aes {
+        Algorithm::Aes256Gcm
+    } else {
+        Algorithm::ChaCha20Poly1305
+    }
+}
+
+fn hex32(text: &str) -> Result<[u8; 32], Error> {
+    hex::decode(text)
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| Error::Node("a key from the node is not 32 bytes of hex".into()))
+}
+
+/// One client channel.
+#[derive(Debug)]
+struct ClientKey {
+    channel: Channel,
+    node: NodeId,
+    index: u32,
+    expires: Instant,
+}
+
+/// A client endpoint's channels, by server instance.
+#[derive(Debug, Default)]
+pub(crate) struct ClientKeys {
+    keys: HashMap<Instance, ClientKey>,
+}
+
+/// Most channels a client keeps; the oldest go first.
+const MAX_CLIENT_KEYS: usize = 256;
+
+impl ClientKeys {
+    /// Keeps the channel `grant` gives to `instance` on `node`.
+    pub fn insert(&mut self, instance: Instance, node: NodeId, grant: &Grant) -> Result<(), Error> {
+        let key = hex32(&grant.key)?;
+        if self.keys.len() >= MAX_CLIENT_KEYS && !self.keys.contains_key(&instance) {
+            let oldest = self
+                .keys
+                .iter()
+                .min_by_key(|(_, k)| k.expires)
+                .map(|(i, _)| *i);
+            if let Some(i) = oldest {
+                self.keys.remove(&i);
+            }
+        }
+        self.keys.insert(
+            instance,
+            ClientKey {
+                channel: Channel::client(algorithm(grant.aes), &key),
+                node,
+                index: grant.index,
+                expires: Instant::now() + Duration::from_millis(grant.valid_ms),
+            },
+        );
+        Ok(())
+    }
+
+    /// The node of `instance`, if its key has expired (or is missing but
+    /// known): it must be asked for again.
+    pub fn stale(&self, instance: Instance) -> Option<NodeId> {
+        let k = self.keys.get(&instance)?;
+        (Instant::now() >= k.expires).then_some(k.node)
+    }
+
+    /// Seals the plaintext `pieces` for `instance` into `out`; `false` if
+    /// there is no key for it.
+    pub fn seal(
+        &mut self,
+        instance: Instance,
+        uid: u32,
+        client: ClientId,
+        pieces: &[&[u8]],
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let Some(k) = self.keys.get_mut(&instance) else {
+            return false;
+        };
+        k.channel.seal(k.index, uid, client.0, pieces, out);
+        true
+    }
+
+    /// Opens a server's datagram in place: the plaintext's range in
+    /// `datagram`, or why not (a replay, or anything else).
+    pub fn open(&mut self, datagram: &mut [u8]) -> Result<std::ops::Range<usize>, SessionError> {
+        let Header::Endpoint {
+            to_client: true,
+            sender,
+            ..
+        } = Header::peek(datagram)?
+        else {
+            return Err(SessionError::Malformed("not for a client"));
+        };
+        let k = self
+            .keys
+            .get_mut(&Instance(sender))
+            .ok_or(SessionError::UnknownIndex)?;
+        let (header, plain) = k.channel.open(datagram)?;
+        let start = header.len();
+        Ok(start..start + plain.len())
+    }
+}
+
+/// One node session as a server endpoint knows it.
+#[derive(Debug)]
+struct ServerRoot {
+    secret: [u8; 32],
+    /// The node at the session's other end.
+    node: NodeId,
+    algorithm: Algorithm,
+    expires: Instant,
+}
+
+/// A server endpoint's roots and channels.
+#[derive(Debug, Default)]
+pub(crate) struct ServerKeys {
+    roots: HashMap<u32, ServerRoot>,
+    channels: HashMap<(u32, u32, u64), Channel>,
+    /// Indexes the node did not know, and until when not to ask again.
+    unknown: HashMap<u32, Instant>,
+    swept: Option<Instant>,
+}
+
+/// Channels a server keeps at once: a new caller beyond them is dropped
+/// (never an old caller's window, which would let its datagrams replay).
+const MAX_CHANNELS: usize = 1 << 16;
+/// Indexes remembered as unknown.
+const MAX_UNKNOWN: usize = 1024;
+/// How long an unknown index is not asked about again.
+const UNKNOWN_FOR: Duration = Duration::from_secs(1);
+
+/// Why a datagram did not open at a server.
+#[derive(Debug)]
+pub(crate) enum Refused {
+    /// Ask the node for the secret of this session index, then try again.
+    NeedRoot(u32),
+    /// Replayed: counted apart.
+    Replayed,
+    /// Anything else: forged, malformed, unknown, or too many callers.
+    Bad,
+}
+
+impl ServerKeys {
+    /// Keeps the secret of session `index` the node gave.
+    pub fn insert_root(
+        &mut self,
+        index: u32,
+        secret: &str,
+        node: &str,
+        aes: bool,
+        valid_ms: u64,
+    ) -> Result<(), Error> {
+        let node = u64::from_str_radix(node, 16)
+            .map_err(|_| Error::Node("a node id from the node is not hex".into()))?;
+        self.roots.insert(
+            index,
+            ServerRoot {
+                secret: hex32(secret)?,
+                node: NodeId(node),
+                algorithm: algorithm(aes),
+                expires: Instant::now() + Duration::from_millis(valid_ms),
+            },
+        );
+        Ok(())
+    }
+
+    /// Remembers that the node does not know `index`.
+    pub fn unknown(&mut self, index: u32) {
+        if self.unknown.len() >= MAX_UNKNOWN {
+            self.unknown.clear();
+        }
+        self.unknown.insert(index, Instant::now() + UNKNOWN_FOR);
+    }
+
+    /// Opens a client's datagram in place: who sent it, through which
+    /// session, and the plaintext's range in `datagram`.
+    pub fn open(
+        &mut self,
+        datagram: &mut [u8],
+    ) -> Result<(Caller, u32, std::ops::Range<usize>), Refused> {
+        self.sweep();
+        let Ok(Header::Endpoint {
+            to_client: false,
+            receiver,
+            uid,
+            sender,
+            ..
+        }) = Header::peek(datagram)
+        else {
+            return Err(Refused::Bad);
+        };
+        let Some(root) = self.roots.get(&receiver) else {
+            return match self.unknown.get(&receiver) {
+                Some(&until) if Instant::now() < until => Err(Refused::Bad),
+                _ => Err(Refused::NeedRoot(receiver)),
+            };
+        };
+        let node = root.node;
+        let id = (receiver, uid, sender);
+        let opened = match self.channels.get_mut(&id) {
+            Some(channel) => channel.open(datagram).map(|(h, p)| (h.len(), p.len())),
+            None => {
+                // A channel is kept only once something opened in it, so
+                // forged headers cannot fill the table.
+                if self.channels.len() >= MAX_CHANNELS {
+                    return Err(Refused::Bad);
+                }
+                let key = channel_key(&root.secret, node.0, uid, sender);
+                let mut channel = Channel::server(root.algorithm, &key);
+                let opened = channel.open(datagram).map(|(h, p)| (h.len(), p.len()));
+                if opened.is_ok() {
+                    self.channels.insert(id, channel);
+                }
+                opened
+            }
+        };
+        match opened {
+            Ok((start, len)) => {
+                let caller = Caller {
+                    node,
+                    uid,
+                    client: ClientId(sender),
+                };
+                Ok((caller, receiver, start..start + len))
+            }
+            Err(SessionError::Replayed) => Err(Refused::Replayed),
+            Err(_) => Err(Refused::Bad),
+        }
+    }
+
+    /// Seals a reply's `pieces` for `caller` in session `channel` into
+    /// `out`; `false` if that channel is gone (its session expired).
+    pub fn seal(
+        &mut self,
+        channel: u32,
+        caller: Caller,
+        uid: u32,
+        instance: Instance,
+        pieces: &[&[u8]],
+        out: &mut Vec<u8>,
+    ) -> bool {
+        match self
+            .channels
+            .get_mut(&(channel, caller.uid, caller.client.0))
+        {
+            Some(c) => {
+                c.seal(channel, uid, instance.0, pieces, out);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Forgets sessions past their expiry, and their channels.
+    fn sweep(&mut self) {
+        let now = Instant::now();
+        if self.swept.is_some_and(|t| now < t + Duration::from_secs(1)) {
+            return;
+        }
+        self.swept = Some(now);
+        self.roots.retain(|_, r| now < r.expires);
+        let roots = &self.roots;
+        self.channels
+            .retain(|(index, _, _), _| roots.contains_key(index));
+        self.unknown.retain(|_, until| now < *until);
+    }
+}
