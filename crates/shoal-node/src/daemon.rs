@@ -29,7 +29,7 @@ use shoal_wire::{ClusterKey, MAX_DATAGRAM, NodeId, Owner, Packet, decode, decode
 
 use crate::config::NodeConfig;
 use crate::load::Sampler;
-use crate::service::{MemberLoad, MemberStatus, NodeRequest, NodeStatus, node_port};
+use crate::service::{MemberLoad, MemberStatus, NodeRequest, NodeStatus, ProcAnswer, node_port};
 
 /// Longest the net thread sleeps before it looks at the stop flag.
 const POLL: Duration = Duration::from_millis(50);
@@ -95,6 +95,8 @@ pub(crate) struct Shared {
     /// Heartbeats refused: unsealed, or naming another node than the
     /// session's.
     pub forged_heartbeats: std::sync::atomic::AtomicU64,
+    /// `kill` and `wait` refused: not the process's owner.
+    pub refused_procs: std::sync::atomic::AtomicU64,
     pub node: NodeId,
     pub started: Instant,
     pub state: Mutex<State>,
@@ -161,6 +163,10 @@ impl Shared {
             (
                 "forged_heartbeats".into(),
                 self.forged_heartbeats.load(Ordering::Relaxed),
+            ),
+            (
+                "refused_proc_requests".into(),
+                self.refused_procs.load(Ordering::Relaxed) + self.exec.refused(),
             ),
         ]
     }
@@ -237,6 +243,7 @@ impl Daemon {
             revocations: Mutex::new(revocations),
             announce: AtomicBool::new(true),
             forged_heartbeats: Default::default(),
+            refused_procs: Default::default(),
             node,
             started: Instant::now(),
             stop,
@@ -650,10 +657,18 @@ fn service_loop(shared: &Shared, service: &Server) {
                 serde_json::to_vec(&crate::home::procs(shared, ended))
             }
             Ok(NodeRequest::Kill { id, signal }) => {
-                serde_json::to_vec(&crate::home::kill(shared, &id, signal))
+                let answer = match crate::home::may(shared, request.caller(), &id) {
+                    Ok(()) => crate::home::kill(shared, &id, signal),
+                    Err(message) => ProcAnswer::Error { message },
+                };
+                serde_json::to_vec(&answer)
             }
             Ok(NodeRequest::Wait { id, wait_ms }) => {
-                serde_json::to_vec(&crate::home::wait(shared, &id, wait_ms))
+                let answer = match crate::home::may(shared, request.caller(), &id) {
+                    Ok(()) => crate::home::wait(shared, &id, wait_ms),
+                    Err(message) => ProcAnswer::Error { message },
+                };
+                serde_json::to_vec(&answer)
             }
             Err(e) => serde_json::to_vec(&serde_json::json!({ "error": e.to_string() })),
         }

@@ -82,6 +82,8 @@ struct Input {
 }
 
 struct Proc {
+    /// Its owner: the uid it runs as, a uid of its home.
+    uid: u32,
     /// The process group signals go to (see `crate::spawn`).
     group: i32,
     /// Writes go to the thread that owns the program's input (a pipe, or
@@ -106,6 +108,8 @@ pub struct Exec {
     ttys: Mutex<HashMap<ProcId, File>>,
     /// Ids whose start is under way.
     starting: Mutex<std::collections::HashSet<ProcId>>,
+    /// Requests refused for want of authority.
+    refused: std::sync::atomic::AtomicU64,
 }
 
 /// How often parked reads are checked for the end of their wait.
@@ -123,6 +127,7 @@ impl Exec {
             timer: std::sync::Once::new(),
             ttys: Mutex::default(),
             starting: Mutex::default(),
+            refused: Default::default(),
         })
     }
 
@@ -201,6 +206,7 @@ impl Exec {
         while let Ok(request) = server.getreq() {
             let server = server.clone();
             let decoded = ExecRequest::decode(request.body());
+            let caller = request.caller();
             let answer: Answer = Box::new(move |reply: ExecReply| {
                 // Output leaves as it is, behind its header: no copy.
                 let pieces: Vec<bytes::Bytes> = reply
@@ -210,11 +216,58 @@ impl Exec {
                     .collect();
                 let _ = server.putrep(&request, pieces);
             });
-            match decoded {
+            match decoded.map_err(|e| e.to_string()).and_then(|r| {
+                self.authorize(caller, &r)?;
+                Ok(r)
+            }) {
                 Ok(r) => self.dispatch(r, answer),
-                Err(e) => answer(ExecReply::Error(e.to_string())),
+                Err(e) => answer(ExecReply::Error(e)),
             }
         }
+    }
+
+    /// Whether `caller` may ask `request`: only from the process's home,
+    /// as its owner or as root there.  A start names its owner, so a user
+    /// starts programs only as themselves; everything else is checked
+    /// against the owner the start named.  Refusals are counted.
+    pub fn authorize(
+        &self,
+        caller: shoal_rpc::Caller,
+        request: &ExecRequest,
+    ) -> Result<(), String> {
+        let id = request.id();
+        let owner = match request {
+            ExecRequest::Start { spec, .. } => Some(spec.uid),
+            _ => self.procs.lock().get(&id).map(|p| p.uid),
+        };
+        let refuse = |why: String| {
+            self.refused
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Err(why)
+        };
+        if caller.node != id.home {
+            return refuse(format!(
+                "process {id} is run for its home {}; node {} may not ask",
+                id.home, caller.node
+            ));
+        }
+        match owner {
+            Some(uid) if caller.uid != 0 && caller.uid != uid => refuse(format!(
+                "process {id} is uid {uid}'s; uid {} may not {}",
+                caller.uid,
+                match request {
+                    ExecRequest::Start { .. } => "start it",
+                    _ => "touch it",
+                }
+            )),
+            // Unknown processes get their own error later.
+            _ => Ok(()),
+        }
+    }
+
+    /// Requests refused by [`Exec::authorize`].
+    pub fn refused(&self) -> u64 {
+        self.refused.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Carries out `request`; its reply goes to `answer`, now or later.
@@ -396,6 +449,7 @@ impl Exec {
                 spec.cwd
             ));
         }
+        let uid = spec.uid;
         let (spawned, io) = self.spawner.spawn(&spec, self.namespaces)?;
         let output = Arc::new((Mutex::new(Output::default()), Condvar::new()));
         let wake = {
@@ -428,6 +482,7 @@ impl Exec {
         self.procs.lock().insert(
             id,
             Proc {
+                uid,
                 group,
                 input: Some(writer(stdin, tty)),
                 output: output.clone(),

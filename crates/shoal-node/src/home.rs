@@ -242,6 +242,29 @@ pub(crate) fn wait(shared: &Shared, id: &str, wait_ms: u32) -> ProcAnswer {
 }
 
 /// `text` as the id of a process of this home.
+/// Whether `caller` may kill or wait for process `id` of this home: its
+/// owner's uid, or root, from any node of the cluster (one cluster has
+/// one uid namespace, as its users' accounts do).  Refusals are counted.
+pub(crate) fn may(shared: &Shared, caller: shoal_rpc::Caller, id: &str) -> Result<(), String> {
+    let Ok(id) = home_id(shared, id) else {
+        // Its own error comes with the answer.
+        return Ok(());
+    };
+    let owner = shared.procs.lock().get(id).map(|p| p.uid);
+    match owner {
+        Some(uid) if caller.uid != 0 && caller.uid != uid => {
+            shared
+                .refused_procs
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Err(format!(
+                "process {id} is uid {uid}'s; uid {} may not touch it",
+                caller.uid
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
 fn home_id(shared: &Shared, text: &str) -> Result<ProcId, String> {
     let id: ProcId = text.parse().map_err(|e| format!("{e}"))?;
     if id.home != shared.node {

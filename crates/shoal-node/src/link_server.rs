@@ -63,7 +63,8 @@ pub(crate) struct Peer {
     pub daemon: bool,
 }
 
-/// Client endpoints one link may have ids for.
+/// Client endpoints one link keeps ids for; beyond them, the oldest id is
+/// forgotten (its client can no longer locate or renew its keys).
 const MAX_CLIENTS: usize = 4096;
 
 fn serve(shared: Arc<Shared>, stream: UnixStream) {
@@ -75,7 +76,7 @@ fn serve(shared: Arc<Shared>, stream: UnixStream) {
         daemon: pid as u32 == std::process::id(),
     };
     // Client ids given to this link: keys are derived for these only.
-    let mut clients: Vec<ClientId> = Vec::new();
+    let mut clients: std::collections::VecDeque<ClientId> = Default::default();
     shared.state.lock().links += 1;
     let mut registered: Vec<(PutPort, Instance)> = Vec::new();
     // Processes this link spawned that have not ended yet.
@@ -131,10 +132,10 @@ fn handle(
     request: LinkRequest,
     registered: &mut Vec<(PutPort, Instance)>,
     spawned: &mut Vec<ProcId>,
-    clients: &mut Vec<ClientId>,
+    clients: &mut std::collections::VecDeque<ClientId>,
 ) -> LinkResponse {
     let error = |message: String| LinkResponse::Error { message };
-    let client_of = |text: &str, clients: &[ClientId]| {
+    let client_of = |text: &str, clients: &std::collections::VecDeque<ClientId>| {
         u64::from_str_radix(text, 16)
             .ok()
             .map(ClientId)
@@ -144,10 +145,10 @@ fn handle(
     match request {
         LinkRequest::Client => {
             if clients.len() >= MAX_CLIENTS {
-                return error(format!("at most {MAX_CLIENTS} client endpoints per link"));
+                clients.pop_front();
             }
             let id = ClientId::random();
-            clients.push(id);
+            clients.push_back(id);
             LinkResponse::Client {
                 id: format!("{:016x}", id.0),
                 uid: peer.uid,

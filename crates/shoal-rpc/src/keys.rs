@@ -143,8 +143,14 @@ pub(crate) struct ServerKeys {
     channels: HashMap<(u32, u32, u64), Channel>,
     /// Indexes the node did not know, and until when not to ask again.
     unknown: HashMap<u32, Instant>,
+    /// When the node was asked about an index, over the last second.
+    asked: std::collections::VecDeque<Instant>,
     swept: Option<Instant>,
 }
+
+/// Most questions about unknown indexes per second: datagrams naming
+/// made-up sessions cost the node no more than this.
+const MAX_ASKS: usize = 64;
 
 /// Channels a server keeps at once: a new caller beyond them is dropped
 /// (never an old caller's window, which would let its datagrams replay).
@@ -215,10 +221,26 @@ impl ServerKeys {
             return Err(Refused::Bad);
         };
         let Some(root) = self.roots.get(&receiver) else {
-            return match self.unknown.get(&receiver) {
-                Some(&until) if Instant::now() < until => Err(Refused::Bad),
-                _ => Err(Refused::NeedRoot(receiver)),
-            };
+            let now = Instant::now();
+            if self
+                .unknown
+                .get(&receiver)
+                .is_some_and(|&until| now < until)
+            {
+                return Err(Refused::Bad);
+            }
+            while self
+                .asked
+                .front()
+                .is_some_and(|&t| now.duration_since(t) >= Duration::from_secs(1))
+            {
+                self.asked.pop_front();
+            }
+            if self.asked.len() >= MAX_ASKS {
+                return Err(Refused::Bad);
+            }
+            self.asked.push_back(now);
+            return Err(Refused::NeedRoot(receiver));
         };
         let node = root.node;
         let id = (receiver, uid, sender);

@@ -46,20 +46,28 @@ fn attacker() -> (u32, u32) {
 
 /// Runs `program ARGS` as the attacker.
 fn as_attacker(program: &str, args: &[&str]) -> Output {
-    let (uid, gid) = attacker();
     Command::new("setpriv")
-        .args([
-            "--reuid",
-            &uid.to_string(),
-            "--regid",
-            &gid.to_string(),
-            "--clear-groups",
-            "--",
-            program,
-        ])
+        .args(become_attacker())
+        .arg(program)
         .args(args)
         .output()
         .unwrap()
+}
+
+/// `setpriv`'s arguments that make the rest of its command the attacker's:
+/// its uid, its gid, no other groups.
+fn become_attacker() -> Vec<String> {
+    let (uid, gid) = attacker();
+    [
+        "--reuid",
+        &uid.to_string(),
+        "--regid",
+        &gid.to_string(),
+        "--clear-groups",
+        "--",
+    ]
+    .map(str::to_string)
+    .to_vec()
 }
 
 fn denied(out: &Output) -> bool {
@@ -284,4 +292,91 @@ fn a_replayed_request_never_runs_twice_even_after_its_record_expired() {
         1,
         "a replayed request ran again"
     );
+}
+
+/// With the node's socket opened to users (as an operator opening shoal
+/// to them would): a user cannot start a program as root by claiming uid 0
+/// in a user namespace (review C1), nor kill or wait for root's program;
+/// both are refused with a clear error and counted, and root's program
+/// runs on.
+#[test]
+fn a_user_starts_programs_only_as_themselves_and_touches_only_their_own() {
+    use std::time::{Duration, Instant};
+
+    let t = TestCluster::up("ub", 46, 2, Mode::Netns);
+    let c = t.get();
+    open_path_to(c.dir());
+    open_path_to(shoal().parent().unwrap());
+    let socket = c.node("n1").unwrap().socket.clone();
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let as_user = |args: &[&str]| {
+        c.command("n1", "setpriv")
+            .unwrap()
+            .args(become_attacker())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let shoal = shoal();
+    let shoal = shoal.to_str().unwrap();
+    let ctx = c.context();
+    let refused = |c: &shoal_cluster::Cluster| {
+        c.status(&ctx, "n2", Duration::from_secs(2))
+            .unwrap()
+            .counters["refused_proc_requests"]
+            + c.status(&ctx, "n1", Duration::from_secs(2))
+                .unwrap()
+                .counters["refused_proc_requests"]
+    };
+    let before = refused(c);
+
+    // uid 0 inside a user namespace is still the user to the kernel.
+    let out = as_user(&["unshare", "-r", shoal, "run", "--on", "n2", "--", "id"]);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        !out.status.success(),
+        "ran: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(err.contains("may not start it"), "{err}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("uid=0"));
+
+    // Root's program: the user may neither kill it nor wait for it.
+    let mark = format!("73.{}", std::process::id());
+    let mut run = c
+        .command("n1", shoal)
+        .unwrap()
+        .args(["run", "--on", "n2", "--", "sleep", &mark])
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    let id = loop {
+        let ps = c
+            .command("n1", shoal)
+            .unwrap()
+            .args(["ps", "--json"])
+            .output()
+            .unwrap();
+        let rows: serde_json::Value = serde_json::from_slice(&ps.stdout).unwrap_or_default();
+        let row = rows
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|r| r["command"].as_str() == Some(&format!("sleep {mark}")));
+        if let Some(id) = row.and_then(|r| r["id"].as_str()) {
+            break id.to_string();
+        }
+        assert!(Instant::now() < until, "root's program never started");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for args in [["kill", &id], ["wait", &id]] {
+        let out = as_user(&[shoal, args[0], args[1]]);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(!out.status.success(), "{args:?} worked");
+        assert!(err.contains("may not touch it"), "{err}");
+    }
+    assert!(run.try_wait().unwrap().is_none(), "root's program ended");
+    assert!(refused(c) >= before + 3);
+    run.kill().unwrap();
+    run.wait().unwrap();
 }
