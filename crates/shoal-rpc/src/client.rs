@@ -198,14 +198,12 @@ impl Client {
         if let Some(node) = self.keys.stale(instance) {
             self.refresh(node, instance)?;
         }
-        let mut pieces: Vec<&[u8]> = Vec::with_capacity(1 + t.tail.len());
-        pieces.push(&t.bytes);
-        pieces.extend(t.tail.iter().map(|b| &b[..]));
-        let id = self.core.id();
-        if !self
-            .keys
-            .seal(instance, self.uid, id, &pieces, &mut self.out)
-        {
+        let (id, uid) = (self.core.id(), self.uid);
+        let (keys, out) = (&mut self.keys, &mut self.out);
+        let sealed = crate::keys::with_pieces(&t.bytes, &t.tail, |pieces| {
+            keys.seal(instance, uid, id, pieces, out)
+        });
+        if !sealed {
             tracing::debug!(%instance, "no channel key: not sent");
             return Ok(());
         }

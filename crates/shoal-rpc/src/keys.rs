@@ -10,8 +10,9 @@
 //!   A channel lives as long as its session, so a datagram replayed at any
 //!   time either fails its window or no longer opens at all.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
+
+use rustc_hash::FxHashMap as HashMap;
 
 use shoal_proto::Caller;
 use shoal_session::kdf::channel_key;
@@ -20,6 +21,22 @@ use shoal_wire::{ClientId, Instance, NodeId};
 
 use crate::error::Error;
 use crate::link::Grant;
+
+/// Calls `f` with a plaintext's pieces: `head`, then those of `tail`
+/// (without allocating for the common case of no tail).
+pub(crate) fn with_pieces<R>(
+    head: &[u8],
+    tail: &[bytes::Bytes],
+    f: impl FnOnce(&[&[u8]]) -> R,
+) -> R {
+    if tail.is_empty() {
+        return f(&[head]);
+    }
+    let mut pieces: Vec<&[u8]> = Vec::with_capacity(1 + tail.len());
+    pieces.push(head);
+    pieces.extend(tail.iter().map(|b| &b[..]));
+    f(&pieces)
+}
 
 /// Whether a grant is for AES-GCM.
 fn algorithm(aes: bool) -> Algorithm {

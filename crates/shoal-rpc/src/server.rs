@@ -456,17 +456,17 @@ impl Shared {
                 pool::give(t.bytes);
                 continue;
             };
-            let mut pieces: Vec<&[u8]> = Vec::with_capacity(1 + t.tail.len());
-            pieces.push(&t.bytes);
-            pieces.extend(t.tail.iter().map(|b| &b[..]));
-            let ok = self.keys.lock().seal(
-                channel,
-                caller,
-                self.uid,
-                self.instance,
-                &pieces,
-                &mut sealed,
-            );
+            let ok = crate::keys::with_pieces(&t.bytes, &t.tail, |pieces| {
+                let mut keys = self.keys.lock();
+                keys.seal(
+                    channel,
+                    caller,
+                    self.uid,
+                    self.instance,
+                    pieces,
+                    &mut sealed,
+                )
+            });
             if ok && let Err(e) = self.socket.send_to(&sealed, addr) {
                 tracing::debug!("reply to {addr}: {e}");
             }
