@@ -34,7 +34,7 @@
 
 use std::io::{Read, Write};
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use shoal_bullet::FileError;
@@ -88,90 +88,7 @@ impl ClientError {
     }
 }
 
-/// A new cache file only its owner can read.
-fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-}
-
-/// Whether the first `size` bytes of `f` hash to the BLAKE3 that follows
-/// them; leaves `f` at its start.
-fn cached_copy_intact(f: &mut std::fs::File, size: u64) -> bool {
-    use std::io::Seek;
-    let mut hasher = blake3::Hasher::new();
-    if std::io::copy(&mut (&mut *f).take(size), &mut hasher).ok() != Some(size) {
-        return false;
-    }
-    let mut trailer = [0u8; 32];
-    f.read_exact(&mut trailer).is_ok()
-        && hasher.finalize().as_bytes() == &trailer
-        && f.rewind().is_ok()
-}
-
-/// Ends a cache copy of `size` bytes in `f` with their BLAKE3.
-fn seal_cached_copy(f: &mut std::fs::File, size: u64) -> std::io::Result<()> {
-    use std::io::Seek;
-    f.rewind()?;
-    let mut hasher = blake3::Hasher::new();
-    if std::io::copy(&mut (&mut *f).take(size), &mut hasher)? != size {
-        return Err(std::io::ErrorKind::UnexpectedEof.into());
-    }
-    f.write_all_at(hasher.finalize().as_bytes(), size)
-}
-
-/// A local cache of immutable files.
-#[derive(Debug, Clone)]
-pub struct Cache {
-    dir: PathBuf,
-    max_bytes: u64,
-}
-
-impl Cache {
-    pub fn new(dir: &Path, max_bytes: u64) -> Cache {
-        Cache {
-            dir: dir.to_path_buf(),
-            max_bytes,
-        }
-    }
-
-    fn path(&self, cap: &Capability, st: &Stat) -> PathBuf {
-        let mut h = blake3::Hasher::new();
-        h.update(cap.port().as_bytes());
-        h.update(&cap.object().get().to_le_bytes());
-        h.update(&st.hash);
-        h.update(&st.size.to_le_bytes());
-        self.dir.join(&h.finalize().to_hex()[..32])
-    }
-
-    /// Drops the least recently used copies until the cache fits.
-    fn trim(&self) {
-        let Ok(rd) = std::fs::read_dir(&self.dir) else {
-            return;
-        };
-        let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = rd
-            .flatten()
-            .filter_map(|e| {
-                let m = e.metadata().ok()?;
-                Some((m.modified().ok()?, m.len(), e.path()))
-            })
-            .collect();
-        let mut total: u64 = files.iter().map(|f| f.1).sum();
-        files.sort();
-        for (_, len, path) in files {
-            if total <= self.max_bytes {
-                break;
-            }
-            if std::fs::remove_file(&path).is_ok() {
-                total -= len;
-            }
-        }
-    }
-}
+use crate::cache::{Cache, create_private, seal_cached_copy};
 
 /// A client of the file servers.
 pub struct FileClient {
@@ -605,15 +522,15 @@ impl FileClient {
             return Err(FileError::NotCommitted.into());
         }
         let cached = self.cache.clone().map(|c| (c.path(&first, &st), c));
-        if let Some((path, _)) = &cached
+        if let Some((path, cache)) = &cached
             && let Ok(mut f) = std::fs::File::open(path)
             && f.metadata().map(|m| m.len()).ok() == Some(st.size + 32)
         {
             // A copy is used only if its bytes hash to the BLAKE3 written
             // after them: checked in full before the first byte goes on, so
             // a damaged copy is never half delivered (the second pass reads
-            // from the page cache).
-            if cached_copy_intact(&mut f, st.size) {
+            // from the page cache), once per process (see `Cache`).
+            if cache.intact(&mut f, st.size) {
                 let _ = f.set_modified(std::time::SystemTime::now());
                 let mut buf = vec![0u8; 1 << 20];
                 let mut left = st.size;

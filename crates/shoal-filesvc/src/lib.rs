@@ -10,10 +10,12 @@
 
 #![deny(unsafe_code)]
 
+mod cache;
 pub mod client;
 pub mod disk;
 pub mod manager;
 pub mod server;
 
-pub use client::{Cache, ClientError, FileClient, FileReader};
+pub use cache::Cache;
+pub use client::{ClientError, FileClient, FileReader};
 pub use server::{FileServer, ServerConfig};
