@@ -52,10 +52,11 @@ use parking_lot::{Condvar, Mutex};
 use shoal_cap::{GetPort, PutPort};
 use shoal_group::{Event, GroupConfig, GroupCore, GroupDest, MemberEntry, MemberId};
 pub use shoal_group::{GroupInfo, SendError, Status};
-use shoal_wire::{Instance, MAX_DATAGRAM, Nonce, Packet};
+use shoal_wire::{ClusterKey, Instance, MAX_DATAGRAM, Nonce, Packet};
 
 use crate::clock;
 use crate::context::Context;
+use crate::group_seal::{GroupSeal, group_key};
 use crate::link::{Link, LinkRequest, LinkResponse};
 use crate::socket;
 
@@ -239,6 +240,10 @@ struct Inner {
     /// Whether our multicasts loop back to this host (only needed when
     /// another member shares our address).
     mcast_loop: bool,
+    /// Seals what the core sends and opens what comes.
+    seal: GroupSeal,
+    /// Where a sealed datagram is built.
+    sealed: Vec<u8>,
 }
 
 /// A datagram held back: when it is due, a tie-breaker, where it goes.
@@ -302,7 +307,8 @@ impl Group {
         let group = opts.port.unwrap_or_else(|| GetPort::random().put_port());
         let (socket, mcast, me) = open_sockets(ctx, &group, &opts)?;
         let cfg = core_config(ctx, &opts);
-        let core = GroupCore::create(clock::now(), ctx.config().key.clone(), group, me, cfg);
+        let key = group_key(&ctx.config().key, &group);
+        let core = GroupCore::create(clock::now(), ClusterKey::from_bytes(key), group, me, cfg);
         let link = register(ctx, &group, me.addr)?;
         Ok(Group::start(ctx, group, core, socket, mcast, link, &opts))
     }
@@ -316,9 +322,10 @@ impl Group {
         }
         let (socket, mcast, me) = open_sockets(ctx, &group, &opts)?;
         let cfg = core_config(ctx, &opts);
+        let key = group_key(&ctx.config().key, &group);
         let core = GroupCore::join(
             clock::now(),
-            ctx.config().key.clone(),
+            ClusterKey::from_bytes(key),
             group,
             me,
             cfg,
@@ -357,8 +364,11 @@ impl Group {
     ) -> Group {
         let spin = ctx.config().server_spin;
         let me = socket.local_addr().expect("a bound socket");
+        let seal = GroupSeal::new(group_key(&ctx.config().key, &group), &group, core.id());
         let shared = Arc::new(Shared {
             core: Mutex::new(Inner {
+                seal,
+                sealed: Vec::with_capacity(MAX_DATAGRAM),
                 core,
                 sent: HashMap::new(),
                 state_fn: None,
@@ -620,6 +630,7 @@ impl Shared {
             }
         }
         while let Some(t) = inner.core.poll_transmit() {
+            inner.seal.seal(&t.bytes, &mut inner.sealed);
             let mut targets: Vec<SocketAddr> = Vec::new();
             match t.dest {
                 GroupDest::Addr(a) => targets.push(a),
@@ -640,9 +651,9 @@ impl Shared {
             }
             for to in targets {
                 match inner.delay.as_mut() {
-                    Some(d) => d.push(to, t.bytes.clone()),
+                    Some(d) => d.push(to, inner.sealed.clone()),
                     None => {
-                        let _ = self.socket.send_to(&t.bytes, to);
+                        let _ = self.socket.send_to(&inner.sealed, to);
                     }
                 }
             }
@@ -739,7 +750,7 @@ impl Shared {
     /// what it answers; true if there was any.
     fn pump(&self, inner: &mut Inner) -> bool {
         let mut got = false;
-        let Inner { core, rx, .. } = inner;
+        let Inner { core, rx, seal, .. } = inner;
         for s in std::iter::once(&self.socket).chain(self.mcast.as_ref().map(|(m, _)| m)) {
             while let Ok(Some((len, from))) = socket::try_recv_from(s, rx) {
                 if from == self.me {
@@ -747,7 +758,9 @@ impl Shared {
                     // this host need the loop): skip it unread.
                     continue;
                 }
-                core.handle_datagram(clock::now(), from, &rx[..len]);
+                if let Some(plain) = seal.open(&mut rx[..len]) {
+                    core.handle_datagram(clock::now(), from, &rx[plain]);
+                }
                 got = true;
             }
         }
@@ -1039,25 +1052,30 @@ pub fn inspect(ctx: &Context, group: &PutPort) -> Result<Vec<serde_json::Value>,
         return Err(GroupError::NotFound(*group));
     }
     let socket = socket::bind(SocketAddr::new(ctx.config().bind_ip, 0))?;
-    let key = &ctx.config().key;
+    let gk = group_key(&ctx.config().key, group);
+    let key = &ClusterKey::from_bytes(gk);
+    let me = MemberId::random();
+    let mut seal = GroupSeal::new(gk, group, me);
     let nonce = Nonce::random().0;
-    let ask = shoal_wire::encode(
+    let plain = shoal_wire::encode(
         &Packet::Group(shoal_wire::group::GroupPacket {
             hdr: shoal_wire::group::GroupHeader {
                 group: *group,
                 inc: 0,
                 seqr: MemberId(0),
-                from: MemberId::random(),
+                from: me,
             },
             body: shoal_wire::group::GroupBody::InfoReq(shoal_wire::group::InfoReq { nonce }),
         }),
         key,
     );
     let mut answers: HashMap<SocketAddr, serde_json::Value> = HashMap::new();
+    let mut ask = Vec::new();
     let mut buf = vec![0u8; MAX_DATAGRAM];
     for _ in 0..3 {
         for m in &members {
             if !answers.contains_key(m) {
+                seal.seal(&plain, &mut ask);
                 let _ = socket.send_to(&ask, m);
             }
         }
@@ -1069,7 +1087,10 @@ pub fn inspect(ctx: &Context, group: &PutPort) -> Result<Vec<serde_json::Value>,
             socket.set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
             match socket.recv_from(&mut buf) {
                 Ok((len, from)) => {
-                    if let Ok(Packet::Group(p)) = shoal_wire::decode(&buf[..len], key)
+                    let Some(range) = seal.open(&mut buf[..len]) else {
+                        continue;
+                    };
+                    if let Ok(Packet::Group(p)) = shoal_wire::decode(&buf[range], key)
                         && let shoal_wire::group::GroupBody::Info(i) = p.body
                         && i.nonce == nonce
                         && let Ok(v) = serde_json::from_slice(i.json)

@@ -42,6 +42,7 @@ pub mod clock;
 mod context;
 mod error;
 pub mod group;
+mod group_seal;
 mod keys;
 pub mod link;
 pub mod private;
