@@ -380,3 +380,122 @@ fn a_user_starts_programs_only_as_themselves_and_touches_only_their_own() {
     run.kill().unwrap();
     run.wait().unwrap();
 }
+
+/// A capture on the cluster's bridge while a program runs remotely finds
+/// none of what it was given or said: not its environment, not its
+/// arguments, not its input or output bytes.  (Capabilities, directory
+/// secrets and file bytes travel the same sealed channels; the suite does
+/// not start those services here.)
+#[test]
+fn a_capture_on_the_bridge_finds_nothing_secret() {
+    use std::io::Write;
+    use std::process::Stdio;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let t = TestCluster::up("uc", 47, 2, Mode::Netns);
+    let c = t.get();
+    let bridge = c.file().bridge.clone().expect("a namespaced cluster");
+    let capture = Capture::start(&bridge);
+    let mark = |what: &str| format!("shoal-{what}-{:016x}", rand::random::<u64>());
+    let (env, arg, input) = (mark("env"), mark("arg"), mark("input"));
+    // A control: a datagram sent in clear across the bridge is seen.
+    let control = mark("control");
+    let udp = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    udp.send_to(control.as_bytes(), c.node("n2").unwrap().addr)
+        .unwrap();
+    let mut run = c
+        .command("n1", shoal())
+        .unwrap()
+        .env("SHOAL_TEST_SECRET", &env)
+        .args(["run", "--on", "n2", "--", "sh", "-c"])
+        .arg(format!("echo \"$SHOAL_TEST_SECRET\" {arg}; cat"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    run.stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = run.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&out.stdout).to_string();
+    // The program got them all, and said them back.
+    for m in [&env, &arg, &input] {
+        assert!(out.contains(m.as_str()), "{m} missing from {out:?}");
+    }
+    let frames = capture.stop();
+    let seen = |m: &str| frames.windows(m.len()).any(|w| w == m.as_bytes());
+    assert!(seen(&control), "the capture saw nothing in clear at all");
+    for m in [&env, &arg, &input] {
+        assert!(!seen(m), "{m} crossed the bridge in clear");
+    }
+
+    /// Frames seen on an interface, by a raw packet socket.
+    struct Capture {
+        stop: Arc<AtomicBool>,
+        thread: std::thread::JoinHandle<Vec<u8>>,
+    }
+
+    impl Capture {
+        fn start(interface: &str) -> Capture {
+            let name = std::ffi::CString::new(interface).unwrap();
+            // SAFETY: plain system calls on a socket this function owns.
+            let fd = unsafe {
+                let proto = (libc::ETH_P_ALL as u16).to_be();
+                let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, proto as i32);
+                assert!(
+                    fd >= 0,
+                    "packet socket: {}",
+                    std::io::Error::last_os_error()
+                );
+                let mut addr: libc::sockaddr_ll = std::mem::zeroed();
+                addr.sll_family = libc::AF_PACKET as u16;
+                addr.sll_protocol = proto;
+                addr.sll_ifindex = libc::if_nametoindex(name.as_ptr()) as i32;
+                let r = libc::bind(
+                    fd,
+                    (&addr as *const libc::sockaddr_ll).cast(),
+                    std::mem::size_of::<libc::sockaddr_ll>() as u32,
+                );
+                assert_eq!(r, 0, "bind: {}", std::io::Error::last_os_error());
+                let tv = libc::timeval {
+                    tv_sec: 0,
+                    tv_usec: 100_000,
+                };
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVTIMEO,
+                    (&tv as *const libc::timeval).cast(),
+                    std::mem::size_of::<libc::timeval>() as u32,
+                );
+                fd
+            };
+            let stop = Arc::new(AtomicBool::new(false));
+            let flag = stop.clone();
+            let thread = std::thread::spawn(move || {
+                let mut all = Vec::new();
+                let mut buf = vec![0u8; 65536];
+                while !flag.load(Ordering::Acquire) {
+                    // SAFETY: reads into a buffer of its length.
+                    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+                    if n > 0 {
+                        all.extend_from_slice(&buf[..n as usize]);
+                    }
+                }
+                // SAFETY: the socket is this thread's.
+                unsafe { libc::close(fd) };
+                all
+            });
+            Capture { stop, thread }
+        }
+
+        fn stop(self) -> Vec<u8> {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            self.stop.store(true, Ordering::Release);
+            self.thread.join().unwrap()
+        }
+    }
+}
