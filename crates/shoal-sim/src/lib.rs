@@ -10,6 +10,11 @@
 //! Scripted faults crash and restart servers and whole nodes, and move
 //! servers between nodes.
 //!
+//! Every datagram between a client and a server is sealed and opened by the
+//! real session code (`seal.rs`: `shoal_session::Channel`), and a scenario
+//! can have the network replay captured datagrams after the servers forgot
+//! them ([`SimConfig::replay`]).
+//!
 //! Everything that happens is a function of the seed: a failing run replays
 //! exactly with the same seed (see `docs/testing.md`).  The checks
 //! ([`Sim::check`]) are the protocol's promises:
@@ -19,6 +24,8 @@
 //! - **integrity**: every successful reply is the reply to that request;
 //! - **no hang**: every transaction ends by its deadline;
 //! - **honest errors**: a request reported as never executed was not;
+//! - **sealing**: every datagram between endpoints opens, except replays,
+//!   which the windows refuse (counted in [`Report::replays_refused`]);
 //! - **liveness** (after the faults heal): every transaction succeeds.
 //!
 //! [`Registry`]: shoal_proto::Registry
@@ -31,6 +38,7 @@ pub mod dir;
 mod group;
 pub mod linearize;
 mod net;
+mod seal;
 mod sim;
 mod timeline;
 

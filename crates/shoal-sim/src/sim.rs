@@ -11,13 +11,15 @@ use rand_chacha::ChaCha8Rng;
 use shoal_cap::GetPort;
 use shoal_proto::{
     ClientConfig, ClientCore, Dest, Membership, MembershipConfig, Registry, ServerConfig,
-    ServerCore, Time,
+    ServerCore, Time, Via,
 };
-use shoal_wire::{
-    ClientId, Endpoint, Instance, NodeId, Packet, Seq, TxnId, decode_plain, encode_plain,
-};
+use shoal_wire::{ClientId, Endpoint, Instance, NodeId, Packet, TxnId, decode_plain, encode_plain};
 
 use crate::net::Faults;
+use crate::seal::{Seals, Unopened};
+
+mod check;
+pub use check::Report;
 
 const DAEMON_PORT: u16 = 7700;
 
@@ -64,6 +66,14 @@ pub struct SimConfig {
     /// How long a stopping server drains (microseconds); must exceed the
     /// client's first retransmission timeout plus the network's delay.
     pub drain_us: u64,
+    /// How long a server keeps a caller's record after its last datagram
+    /// (microseconds); must exceed the deadline.
+    pub record_ttl_us: u64,
+    /// Chance that a datagram between endpoints is captured and sent again
+    /// after the server's records of it expired (a replay attack; drawn
+    /// from a stream of its own, so the rest of a seed's run is as
+    /// without it).
+    pub replay: f64,
 }
 
 impl Default for SimConfig {
@@ -88,6 +98,8 @@ impl Default for SimConfig {
             service_us: (0, 20_000),
             think_us: (0, 50_000),
             drain_us: 200_000,
+            record_ttl_us: 3_000_000,
+            replay: 0.0,
         }
     }
 }
@@ -116,6 +128,7 @@ enum Event {
     Reply {
         server: usize,
         instance: Instance,
+        caller: shoal_proto::Caller,
         txn: TxnId,
         body: Vec<u8>,
     },
@@ -178,7 +191,6 @@ struct Server {
 /// restarts and moves.
 struct Logical {
     node: usize,
-    addr: SocketAddr,
     current: Option<usize>,
 }
 
@@ -223,6 +235,10 @@ pub struct Sim {
     outcomes: Vec<Outcome>,
     violations: Vec<String>,
     trace: Option<Vec<String>>,
+    /// Every endpoint channel, sealed and opened by the real session code.
+    seals: Seals,
+    /// Draws replays apart from everything else.
+    replay_rng: ChaCha8Rng,
 }
 
 impl Sim {
@@ -281,6 +297,8 @@ impl Sim {
             outcomes: Vec::new(),
             violations: Vec::new(),
             trace: std::env::var_os("SHOAL_SIM_TRACE").map(|_| Vec::new()),
+            seals: Seals::new(seed),
+            replay_rng: ChaCha8Rng::seed_from_u64(seed ^ 0x7265_706c_6179),
         };
         for i in 0..sim.nodes.len() {
             sim.entities.insert(sim.daemon_addr(i), Entity::Daemon(i));
@@ -289,7 +307,6 @@ impl Sim {
             let node = s % sim.config.nodes;
             sim.logical.push(Logical {
                 node,
-                addr: SocketAddr::new(IpAddr::V4(sim.nodes[node].ip), 0),
                 current: None,
             });
             sim.start_server(s, node);
@@ -378,75 +395,6 @@ impl Sim {
         self.trace.as_deref().unwrap_or(&[])
     }
 
-    /// Checks every promise over what happened; see the crate docs.
-    pub fn check(&self) -> Result<Report, String> {
-        self.check_promises(true)
-    }
-
-    /// Checks the safety promises only (at-most-once, integrity, deadlines,
-    /// honest errors), for scenarios where calls may fail by design.
-    pub fn check_safety(&self) -> Result<Report, String> {
-        self.check_promises(false)
-    }
-
-    fn check_promises(&self, liveness: bool) -> Result<Report, String> {
-        let fail = |what: String| Err(format!("seed {}: {what}", self.seed));
-        if let Some(v) = self.violations.first() {
-            return fail(v.clone());
-        }
-        let mut report = Report::default();
-        for o in &self.outcomes {
-            let runs = self.executions.get(&o.txn).copied().unwrap_or(0);
-            match o.result {
-                Ok(()) => {
-                    report.ok += 1;
-                    if runs != 1 {
-                        return fail(format!("{} succeeded but ran {runs} times", o.txn));
-                    }
-                }
-                Err(code) => {
-                    *report.errors.entry(code).or_default() += 1;
-                    if matches!(code, "not-found" | "busy" | "too-large") && runs != 0 {
-                        return fail(format!(
-                            "{} reported {code} (never executed) but ran",
-                            o.txn
-                        ));
-                    }
-                    if liveness
-                        && let Some(healed) = self.healed_at
-                        && o.started >= healed + Duration::from_secs(3)
-                    {
-                        return fail(format!(
-                            "{} started after the network healed but failed: {code}",
-                            o.txn
-                        ));
-                    }
-                }
-            }
-            if o.ended.0 > o.started.0 + self.config.deadline_us {
-                return fail(format!("{} ended after its deadline", o.txn));
-            }
-        }
-        report.executions = self.executions.values().map(|&n| n as usize).sum();
-        if liveness
-            && let Some(healed) = self.healed_at
-            && self.now >= healed + Duration::from_secs(3)
-        {
-            for (i, n) in self.nodes.iter().enumerate() {
-                let view = n.membership.view(self.now);
-                let alive = view.iter().filter(|m| m.alive).count();
-                if alive != self.nodes.len() {
-                    return fail(format!(
-                        "after healing, node {} sees {alive} of {} nodes alive",
-                        i + 1,
-                        self.nodes.len()
-                    ));
-                }
-            }
-        }
-        Ok(report)
-    }
-
     fn log(&mut self, what: impl FnOnce() -> String) {
         if let Some(t) = &mut self.trace {
             t.push(format!("{:>12} {}", self.now.0, what()));
@@ -502,20 +450,18 @@ impl Sim {
     /// Starts logical server `s` on `node` as a new instance; at its old
     /// address if it stays on the same node and the address is free.
     fn start_server(&mut self, s: usize, node: usize) {
-        let old = &self.logical[s];
-        let addr =
-            if old.node == node && old.addr.port() != 0 && !self.entities.contains_key(&old.addr) {
-                old.addr
-            } else {
-                self.next_port += 1;
-                SocketAddr::new(IpAddr::V4(self.nodes[node].ip), self.next_port)
-            };
+        // A fresh port, as a real server binds port 0: an instance that
+        // took over its predecessor's address could not open what was
+        // sealed for it, so could not refuse it (`NotHere`) either.
+        self.next_port += 1;
+        let addr = SocketAddr::new(IpAddr::V4(self.nodes[node].ip), self.next_port);
         let instance = Instance(self.rng.random::<u64>() | 1);
         let config = ServerConfig {
             frag_bytes: self.config.frag_bytes,
             window: self.config.server_window,
             max_records: self.config.server_max_records,
             max_request_bytes: self.config.server_max_request,
+            record_ttl: Duration::from_micros(self.config.record_ttl_us),
             ..ServerConfig::default()
         };
         let i = self.servers.len();
@@ -526,7 +472,6 @@ impl Sim {
         });
         self.logical[s] = Logical {
             node,
-            addr,
             current: Some(i),
         };
         self.entities.insert(addr, Entity::Server(i));
@@ -708,13 +653,14 @@ impl Sim {
             Event::Reply {
                 server,
                 instance,
+                caller,
                 txn,
                 body,
             } => {
                 if let Some(core) = &mut self.servers[server].core
                     && core.instance() == instance
                 {
-                    core.reply(self.now, caller(txn), txn, Bytes::from(body));
+                    core.reply(self.now, caller, txn, Bytes::from(body));
                 }
             }
             Event::Close { server } => {
@@ -856,16 +802,40 @@ impl Sim {
                 },
             );
         }
+        let endpoints = !matches!(self.entities.get(&to), Some(Entity::Daemon(_)) | None)
+            && !matches!(self.entities.get(&from), Some(Entity::Daemon(_)));
+        if endpoints && self.config.replay > 0.0 && self.replay_rng.random_bool(self.config.replay)
+        {
+            // Captured, and sent again once the server has forgotten it.
+            let later =
+                self.config.record_ttl_us + self.replay_rng.random_range(500_000..2_000_000);
+            let at = self.now + Duration::from_micros(later);
+            self.schedule(at, Event::Deliver { from, to, bytes });
+        }
     }
 
     fn flush(&mut self) {
         let mut out = Vec::new();
+        let nodes = &self.nodes;
+        let node_index = |addr: SocketAddr| {
+            nodes
+                .iter()
+                .position(|n| IpAddr::V4(n.ip) == addr.ip())
+                .unwrap_or(0)
+        };
         for c in &mut self.clients {
             while let Some(t) = c.core.poll_transmit() {
-                let dest = t.dest;
+                let (dest, via) = (t.dest, t.via);
                 let bytes = t.into_plain();
                 match dest {
-                    Dest::Addr(a) => out.push((c.addr, a, bytes)),
+                    Dest::Addr(a) => {
+                        let Via::Server(instance) = via else { continue };
+                        let node = node_index(c.addr) as u32;
+                        let sealed = self
+                            .seals
+                            .seal_to_server(c.core.id(), node, instance, &bytes);
+                        out.push((c.addr, a, sealed));
+                    }
                     Dest::Nodes => {
                         for i in 0..self.nodes.len() {
                             let a = SocketAddr::new(IpAddr::V4(self.nodes[i].ip), DAEMON_PORT);
@@ -884,8 +854,14 @@ impl Sim {
         for s in &mut self.servers {
             if let Some(core) = &mut s.core {
                 while let Some(t) = core.poll_transmit() {
-                    if let Dest::Addr(a) = t.dest {
-                        out.push((s.addr, a, t.into_plain()));
+                    if let (Dest::Addr(a), Via::Client { caller, channel }) = (t.dest, t.via) {
+                        let instance = core.instance();
+                        let plain = t.into_plain();
+                        if let Some(sealed) =
+                            self.seals.seal_to_client(instance, channel, caller, &plain)
+                        {
+                            out.push((s.addr, a, sealed));
+                        }
                     }
                 }
             }
@@ -927,22 +903,15 @@ impl Sim {
             Some(Entity::Server(s)) => {
                 let server = &mut self.servers[s];
                 let Some(core) = &mut server.core else { return };
-                // The simulated network stands for sealed channels: a
-                // datagram speaks for the client it names.
-                let packet = decode_plain(bytes);
-                let client = packet.as_ref().ok().and_then(Packet::client);
-                let Some(client) = client else { return };
-                core.handle_packet(
-                    now,
-                    from,
-                    caller(TxnId {
-                        client,
-                        seq: Seq(0),
-                    }),
-                    0,
-                    packet,
-                );
                 let instance = core.instance();
+                let ids: Vec<NodeId> = self.nodes.iter().map(|n| n.id).collect();
+                match self.seals.open_at_server(instance, &ids, bytes) {
+                    Ok((caller, channel, plain)) => {
+                        core.handle_packet(now, from, caller, channel, decode_plain(&plain))
+                    }
+                    Err(Unopened::Replayed) => core.handle_unopened(true),
+                    Err(Unopened::Bad) => core.handle_unopened(false),
+                }
                 let mut delivered = Vec::new();
                 while let Some(req) = core.poll_request() {
                     delivered.push(req);
@@ -970,6 +939,7 @@ impl Sim {
                         Event::Reply {
                             server: s,
                             instance,
+                            caller: req.caller,
                             txn: req.txn,
                             body,
                         },
@@ -977,7 +947,17 @@ impl Sim {
                 }
             }
             Some(Entity::Client(c)) => {
-                self.clients[c].core.handle_datagram(now, from, bytes);
+                let core = &mut self.clients[c].core;
+                if bytes.starts_with(b"SH") {
+                    match self.seals.open_at_client(core.id(), bytes) {
+                        Ok(plain) => core.handle_datagram(now, from, &plain),
+                        Err(Unopened::Replayed) => core.handle_unopened(true),
+                        Err(Unopened::Bad) => core.handle_unopened(false),
+                    }
+                } else {
+                    // From a daemon: locate answers, plaintexts.
+                    core.handle_datagram(now, from, bytes);
+                }
                 self.collect_outcome(c);
             }
             None => {
@@ -992,24 +972,5 @@ impl Sim {
                 }
             }
         }
-    }
-}
-
-/// What a run did.
-#[derive(Debug, Default, Clone)]
-pub struct Report {
-    pub ok: usize,
-    pub errors: BTreeMap<&'static str, usize>,
-    pub executions: usize,
-}
-
-/// The caller a simulated datagram of transaction `txn` speaks for: the
-/// simulated network stands for sealed channels, so a client is who it
-/// says.
-fn caller(txn: TxnId) -> shoal_proto::Caller {
-    shoal_proto::Caller {
-        node: NodeId(0),
-        uid: 0,
-        client: txn.client,
     }
 }

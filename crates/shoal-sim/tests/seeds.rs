@@ -157,3 +157,23 @@ fn clients_relocate_a_moved_server() {
         assert_eq!(report.ok, 10, "seed {seed}: {:?}", report.errors);
     }
 }
+
+/// The network captures datagrams between endpoints and sends them again
+/// after the servers forgot their callers' records: the channels' replay
+/// windows refuse every one (counted), and at-most-once holds.
+#[test]
+fn replays_after_the_records_expired_never_run() {
+    let mut refused = 0;
+    for seed in seeds() {
+        let config = SimConfig {
+            replay: 0.05,
+            ..SimConfig::default()
+        };
+        let r = run(seed, config);
+        refused += r.replays_refused;
+    }
+    assert!(
+        refused > 0,
+        "no replay ever reached an endpoint: the scenario checks nothing"
+    );
+}
