@@ -234,7 +234,7 @@ impl ClientAgent {
     }
 
     fn open(&mut self, label: &str, service: &str) -> Result<Value, String> {
-        let port = shoal_dirsvc::service_port(&self.ctx.config().key, service).put_port();
+        let port = shoal_dirsvc::service_port(&self.ctx.config().cluster, service).put_port();
         let mut session = Aimed::new(&self.ctx, port, AIM)?;
         let dir = match session.call(Op::CreateDir {
             columns: vec![b"owner".to_vec(), b"group".to_vec(), b"other".to_vec()],
@@ -527,14 +527,14 @@ fn aimed_client(
 /// ports (`null` where one does not answer three times in a row).
 pub(crate) fn replica_status(ctx: &Context, service: &str, n: usize) -> Result<Vec<Value>, String> {
     let mut c = ctx.client().map_err(|e| e.to_string())?;
-    let key = &ctx.config().key;
+    let cluster = &ctx.config().cluster;
     let opts = shoal_rpc::CallOptions {
         deadline: Some(Duration::from_secs(1)),
         cancel: None,
     };
     Ok((0..n)
         .map(|i| {
-            let port = shoal_dirsvc::peer_port(key, service, i).put_port();
+            let port = shoal_dirsvc::peer_port(cluster, service, i).put_port();
             for _ in 0..3 {
                 match c.trans_with(&port, Vec::new(), &opts) {
                     Ok(b) => return serde_json::from_slice(&b).unwrap_or(Value::Null),

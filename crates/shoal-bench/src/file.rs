@@ -314,7 +314,7 @@ impl ClientAgent {
 
     /// A new root directory on `service`, once the service answers.
     fn root(&mut self, service: &str) -> Result<Value, String> {
-        let port = shoal_dirsvc::service_port(&self.ctx.config().key, service).put_port();
+        let port = shoal_dirsvc::service_port(&self.ctx.config().cluster, service).put_port();
         let mut dir = DirClient::with_port(&self.ctx, port).map_err(|e| e.to_string())?;
         let until = Instant::now() + Duration::from_secs(30);
         loop {

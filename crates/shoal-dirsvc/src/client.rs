@@ -62,7 +62,7 @@ pub struct DirClient {
 impl DirClient {
     /// A client of the cluster's default directory service.
     pub fn new(ctx: &Context) -> Result<DirClient, ClientError> {
-        let port = crate::service_port(&ctx.config().key, crate::DEFAULT_SERVICE).put_port();
+        let port = crate::service_port(&ctx.config().cluster, crate::DEFAULT_SERVICE).put_port();
         DirClient::with_port(ctx, port)
     }
 

@@ -20,25 +20,17 @@ pub mod workload;
 pub use client::{ClientError, DirClient};
 pub use replica::{Durability, Replica, ReplicaConfig};
 
-use shoal_cap::GetPort;
-use shoal_wire::ClusterKey;
-
 /// The name of a cluster's default directory service.
 pub const DEFAULT_SERVICE: &str = "dir";
 
-/// The get-port of the directory service `name` of the cluster: every
-/// replica serves it, so a client reaches whichever answers first.
-pub fn service_port(key: &ClusterKey, name: &str) -> GetPort {
-    GetPort::derive(
-        key.as_bytes(),
-        &format!("shoal 2026 directory service {name}"),
-    )
+/// The directory service `name` of the cluster, a system service: every
+/// replica serves it (replicas run as root), so a client reaches whichever
+/// answers first.
+pub fn service_port(cluster: &[u8; 16], name: &str) -> shoal_rpc::Service {
+    shoal_rpc::system_port(cluster, &format!("directory service {name}"))
 }
 
 /// The port on which replica `i` of service `name` answers its peers.
-pub fn peer_port(key: &ClusterKey, name: &str, i: usize) -> GetPort {
-    GetPort::derive(
-        key.as_bytes(),
-        &format!("shoal 2026 directory peer {name} {i}"),
-    )
+pub fn peer_port(cluster: &[u8; 16], name: &str, i: usize) -> shoal_rpc::Service {
+    shoal_rpc::system_port(cluster, &format!("directory peer {name} {i}"))
 }

@@ -48,7 +48,7 @@ pub use shoal_dir::replica::Durability;
 /// How a replica runs.
 #[derive(Debug, Clone)]
 pub struct ReplicaConfig {
-    /// The service's name (its port derives from it and the cluster key).
+    /// The service's name (its port derives from it and the cluster id).
     pub service: String,
     /// This replica's number, 0..replicas.
     pub replica: usize,
@@ -161,8 +161,8 @@ impl Replica {
                 cfg.replica, cfg.replicas
             )));
         }
-        let key = ctx.config().key.clone();
-        let port = crate::service_port(&key, &cfg.service).put_port();
+        let cluster = ctx.config().cluster;
+        let port = crate::service_port(&cluster, &cfg.service).put_port();
         let (store, rec) = Store::open(&cfg.data_dir, port)?;
         tracing::info!(
             index = rec.state.index(),
@@ -172,7 +172,7 @@ impl Replica {
             cfg.data_dir.display()
         );
         let peer = Arc::new(
-            ctx.serve(crate::peer_port(&key, &cfg.service, cfg.replica))
+            ctx.serve(crate::peer_port(&cluster, &cfg.service, cfg.replica))
                 .map_err(std::io::Error::other)?,
         );
         let index = rec.state.index();
@@ -718,11 +718,11 @@ impl Shared {
     }
 
     fn start_serving(self: &Arc<Self>) -> Result<(), shoal_rpc::Error> {
-        let key = self.ctx.config().key.clone();
+        let cluster = self.ctx.config().cluster;
         let me = self.clone();
         self.server.start(
             &self.ctx,
-            crate::service_port(&key, &self.cfg.service),
+            crate::service_port(&cluster, &self.cfg.service),
             self.cfg.threads,
             "dir-serve",
             || false,
@@ -753,7 +753,7 @@ impl Shared {
 
     /// [`Shared::ask_peers`], with the port of each peer's group.
     fn ask_peers_ports(&self) -> Vec<(usize, Option<PeerStatus>, Option<PutPort>)> {
-        let key = self.ctx.config().key.clone();
+        let cluster = self.ctx.config().cluster;
         let Ok(mut client) = self.ctx.client() else {
             return Vec::new();
         };
@@ -764,7 +764,7 @@ impl Shared {
         (0..self.cfg.replicas)
             .filter(|&i| i != self.cfg.replica)
             .map(|i| {
-                let port = crate::peer_port(&key, &self.cfg.service, i).put_port();
+                let port = crate::peer_port(&cluster, &self.cfg.service, i).put_port();
                 let json = client
                     .trans_with(&port, Vec::new(), &opts)
                     .ok()

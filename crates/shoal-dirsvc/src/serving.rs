@@ -6,8 +6,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
-use shoal_cap::GetPort;
-use shoal_rpc::{Context, Server};
+use shoal_rpc::{Context, Server, Service};
 
 /// A server endpoint and its threads.
 type Pool = (Arc<Server>, Vec<JoinHandle<()>>);
@@ -30,7 +29,7 @@ impl Serving {
     pub(crate) fn start(
         &self,
         ctx: &Context,
-        port: GetPort,
+        port: Service,
         threads: usize,
         name: &str,
         stopping: impl Fn() -> bool,

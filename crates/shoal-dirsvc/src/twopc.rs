@@ -80,7 +80,7 @@ use crate::store::{DiskStats, Store};
 /// How a two-phase-commit replica runs.
 #[derive(Debug, Clone)]
 pub struct TwoPcConfig {
-    /// The service's name (its ports derive from it and the cluster key).
+    /// The service's name (its ports derive from it and the cluster id).
     pub service: String,
     /// This replica's number: 0 or 1.
     pub replica: usize,
@@ -288,8 +288,8 @@ impl TwoPc {
                 cfg.replica
             )));
         }
-        let key = ctx.config().key.clone();
-        let port = crate::service_port(&key, &cfg.service).put_port();
+        let cluster = ctx.config().cluster;
+        let port = crate::service_port(&cluster, &cfg.service).put_port();
         let (store, rec) = Store::open(&cfg.data_dir, port)?;
         let mut state = rec.state;
         let intent = OpenOptions::new()
@@ -336,13 +336,13 @@ impl TwoPc {
             cfg.data_dir.display()
         );
         let peer_server = Arc::new(
-            ctx.serve(crate::peer_port(&key, &cfg.service, cfg.replica))
+            ctx.serve(crate::peer_port(&cluster, &cfg.service, cfg.replica))
                 .map_err(std::io::Error::other)?,
         );
         let index = state.index();
         let shared = Arc::new(Shared {
             port,
-            peer_port: crate::peer_port(&key, &cfg.service, 1 - cfg.replica).put_port(),
+            peer_port: crate::peer_port(&cluster, &cfg.service, 1 - cfg.replica).put_port(),
             state: RwLock::new(state),
             applied: Mutex::new(index),
             applied_cv: Condvar::new(),
@@ -686,11 +686,11 @@ impl Shared {
     }
 
     fn start_serving(self: &Arc<Self>) -> Result<(), shoal_rpc::Error> {
-        let key = self.ctx.config().key.clone();
+        let cluster = self.ctx.config().cluster;
         let me = self.clone();
         self.server.start(
             &self.ctx,
-            crate::service_port(&key, &self.cfg.service),
+            crate::service_port(&cluster, &self.cfg.service),
             self.cfg.threads,
             "dir2pc-serve",
             || self.stop.load(Ordering::SeqCst),

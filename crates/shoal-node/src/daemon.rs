@@ -97,6 +97,9 @@ pub(crate) struct Shared {
     pub forged_heartbeats: std::sync::atomic::AtomicU64,
     /// `kill` and `wait` refused: not the process's owner.
     pub refused_procs: std::sync::atomic::AtomicU64,
+    /// System services a program that is neither the daemon nor root
+    /// tried to serve.
+    pub refused_system: std::sync::atomic::AtomicU64,
     pub node: NodeId,
     pub started: Instant,
     pub state: Mutex<State>,
@@ -163,6 +166,10 @@ impl Shared {
             (
                 "forged_heartbeats".into(),
                 self.forged_heartbeats.load(Ordering::Relaxed),
+            ),
+            (
+                "refused_system_registrations".into(),
+                self.refused_system.load(Ordering::Relaxed),
             ),
             (
                 "refused_proc_requests".into(),
@@ -244,6 +251,7 @@ impl Daemon {
             announce: AtomicBool::new(true),
             forged_heartbeats: Default::default(),
             refused_procs: Default::default(),
+            refused_system: Default::default(),
             node,
             started: Instant::now(),
             stop,
@@ -274,7 +282,10 @@ impl Daemon {
         };
         let ctx = Context::attach(&shared.config.socket).map_err(|e| e.to_string())?;
         let service = ctx
-            .serve(node_port(&shared.key, &shared.config.name))
+            .serve(node_port(
+                &shared.identity.trust.cluster.0,
+                &shared.config.name,
+            ))
             .map_err(|e| format!("cannot serve the node service: {e}"))?;
         for i in 0..SERVICE_THREADS {
             let shared = shared.clone();
@@ -285,7 +296,10 @@ impl Daemon {
                 .map_err(|e| format!("cannot start service thread: {e}"))?;
         }
         let exec_server = ctx
-            .serve(crate::exec::exec_port(&shared.key, &shared.config.name))
+            .serve(crate::exec::exec_port(
+                &shared.identity.trust.cluster.0,
+                &shared.config.name,
+            ))
             .map_err(|e| format!("cannot serve the exec service: {e}"))?;
         for i in 0..EXEC_THREADS {
             let exec = shared.exec.clone();

@@ -19,15 +19,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
-use shoal_cap::GetPort;
 use shoal_pool::ProcId;
 use shoal_pool::exec::{Ended, ExecReply, ExecRequest, StartSpec};
 use shoal_rpc::Server;
-use shoal_wire::ClusterKey;
 
-/// The get-port of node `name`'s exec service.
-pub fn exec_port(key: &ClusterKey, name: &str) -> GetPort {
-    GetPort::derive(key.as_bytes(), &format!("shoal node exec {name}"))
+/// Node `name`'s exec service, a system service of cluster `cluster`.
+pub fn exec_port(cluster: &[u8; 16], name: &str) -> shoal_rpc::Service {
+    shoal_rpc::system_port(cluster, &format!("exec {name}"))
 }
 
 /// Output held per stream before the pipe is left to fill.

@@ -239,6 +239,7 @@ fn handle(
             LinkResponse::Hello(Hello {
                 key: shared.key.to_hex(),
                 uid: peer.uid,
+                cluster: shared.identity.trust.cluster.to_hex(),
                 node: shared.node.to_string(),
                 name: shared.config.name.clone(),
                 node_addr: shared.config.addr,
@@ -328,31 +329,33 @@ fn handle(
             get_port,
             addr,
             instance,
-        } => {
-            let Ok(get) = GetPort::from_str(&get_port) else {
-                return error("get_port must be 32 hex characters".into());
-            };
-            let Some(instance) = parse_instance(&instance) else {
-                return error("instance must be 16 hex digits, not zero".into());
-            };
+        } => match GetPort::from_str(&get_port) {
             // The F-box: the node, not the program, turns get into put.
-            let port = get.put_port();
-            let endpoint = Endpoint {
+            Ok(get) => register(
+                shared,
+                peer,
+                get.put_port(),
                 addr,
-                instance,
-                uid: peer.uid,
-                system: peer.daemon,
-            };
-            let mut state = shared.state.lock();
-            if !state.registry.register(port, endpoint) {
-                return error(format!("port {port} has too many endpoints on this node"));
-            }
-            registered.push((port, instance));
-            tracing::info!(%port, %addr, %instance, "server endpoint registered");
-            LinkResponse::Registered {
-                put_port: port.to_string(),
-            }
+                &instance,
+                false,
+                registered,
+            ),
+            Err(_) => error("get_port must be 32 hex characters".into()),
+        },
+        LinkRequest::RegisterSystem { .. } if !peer.daemon && peer.uid != 0 => {
+            shared
+                .refused_system
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            error("only the node's daemon and root may serve a system service".into())
         }
+        LinkRequest::RegisterSystem {
+            put_port,
+            addr,
+            instance,
+        } => match PutPort::from_str(&put_port) {
+            Ok(port) => register(shared, peer, port, addr, &instance, true, registered),
+            Err(_) => error("put_port must be 32 hex characters".into()),
+        },
         LinkRequest::Drain { instance } => {
             let Some(instance) = parse_instance(&instance) else {
                 return error("instance must be 16 hex digits, not zero".into());
@@ -375,6 +378,40 @@ fn handle(
             shared.state.lock().registry.drained(instance);
             LinkResponse::Ok
         }
+    }
+}
+
+/// Registers the endpoint `instance` (hex) at `addr` for `port` on this
+/// link; `system`: as a system service.
+fn register(
+    shared: &Shared,
+    peer: Peer,
+    port: PutPort,
+    addr: std::net::SocketAddr,
+    instance: &str,
+    system: bool,
+    registered: &mut Vec<(PutPort, Instance)>,
+) -> LinkResponse {
+    let Some(instance) = parse_instance(instance) else {
+        return LinkResponse::Error {
+            message: "instance must be 16 hex digits, not zero".into(),
+        };
+    };
+    let endpoint = Endpoint {
+        addr,
+        instance,
+        uid: peer.uid,
+        system: system || peer.daemon,
+    };
+    if !shared.state.lock().registry.register(port, endpoint) {
+        return LinkResponse::Error {
+            message: format!("port {port} has too many endpoints on this node"),
+        };
+    }
+    registered.push((port, instance));
+    tracing::info!(%port, %addr, %instance, system, "server endpoint registered");
+    LinkResponse::Registered {
+        put_port: port.to_string(),
     }
 }
 

@@ -8,13 +8,12 @@
 //! is the home of: they go through the home, wherever the process runs.
 
 use serde::{Deserialize, Serialize};
-use shoal_cap::GetPort;
 use shoal_rpc::link::ProcEnd;
-use shoal_wire::ClusterKey;
 
-/// The get-port of node `name`'s service.
-pub fn node_port(key: &ClusterKey, name: &str) -> GetPort {
-    GetPort::derive(key.as_bytes(), &format!("shoal node service {name}"))
+/// Node `name`'s service, a system service of cluster `cluster`: anyone
+/// can call it, only that node's daemon can serve it.
+pub fn node_port(cluster: &[u8; 16], name: &str) -> shoal_rpc::Service {
+    shoal_rpc::system_port(cluster, &format!("node {name}"))
 }
 
 /// A request to the node service.
@@ -147,7 +146,7 @@ pub fn ask<T: serde::de::DeserializeOwned>(
     request: &NodeRequest,
     deadline: std::time::Duration,
 ) -> Result<T, String> {
-    let port = node_port(&ctx.config().key, name).put_port();
+    let port = node_port(&ctx.config().cluster, name).put_port();
     let mut client = ctx.client().map_err(|e| e.to_string())?;
     let options = shoal_rpc::CallOptions {
         deadline: Some(deadline),

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use shoal_cap::GetPort;
 use shoal_proto::ServerConfig;
 use shoal_wire::ClusterKey;
 
@@ -17,6 +16,7 @@ use crate::client::Client;
 use crate::error::Error;
 use crate::link::{Link, LinkRequest, LinkResponse, ProcEnd};
 use crate::server::Server;
+use crate::service::Service;
 
 /// Everything a context needs.
 #[derive(Debug, Clone)]
@@ -32,6 +32,8 @@ pub struct ContextConfig {
     /// The open link to the local node, shared by this context's client
     /// endpoints (locate, channel keys).
     pub link: Option<Arc<Mutex<Link>>>,
+    /// The cluster's id (system services' ports derive from it).
+    pub cluster: [u8; 16],
     /// The local node's id and name, when attached to one.
     pub node: Option<(shoal_wire::NodeId, String)>,
     /// Body bytes per datagram.
@@ -73,6 +75,7 @@ impl ContextConfig {
             bind_ip: IpAddr::from([0, 0, 0, 0]),
             node_socket: None,
             link: None,
+            cluster: [0; 16],
             node: None,
             frag_bytes: 60_000,
             max_body_bytes: 1 << 30,
@@ -149,6 +152,12 @@ impl Context {
             .ok()
             .map(|id| (shoal_wire::NodeId(id), hello.name.clone()));
         config.link = Some(Arc::new(Mutex::new(link)));
+        if let Some(cluster) = hex::decode(&hello.cluster)
+            .ok()
+            .and_then(|b| <[u8; 16]>::try_from(b).ok())
+        {
+            config.cluster = cluster;
+        }
         Ok(Context::new(config))
     }
 
@@ -162,9 +171,15 @@ impl Context {
         Client::new(self.config.clone())
     }
 
-    /// Serves the put-port of `get_port` from this process.
-    pub fn serve(&self, get_port: GetPort) -> Result<Server, Error> {
-        Server::new(self.config.clone(), get_port)
+    /// Serves `service` from this process: the put-port of a get-port,
+    /// or (for the node's daemon and root only) a system service.
+    pub fn serve(&self, service: impl Into<Service>) -> Result<Server, Error> {
+        Server::new(self.config.clone(), service.into())
+    }
+
+    /// System service `name` of this cluster (see [`crate::system_port`]).
+    pub fn system(&self, name: &str) -> Service {
+        crate::service::system_port(&self.config.cluster, name)
     }
 
     /// A link to this machine's node as the home of processes.

@@ -47,6 +47,7 @@ mod keys;
 pub mod link;
 pub mod private;
 mod server;
+pub mod service;
 mod socket;
 mod spin;
 
@@ -54,6 +55,7 @@ pub use client::{CallOptions, CancelToken, Client};
 pub use context::{Context, ContextConfig, DEFAULT_SPIN, HomeLink};
 pub use error::Error;
 pub use server::{Request, Server};
+pub use service::{Service, system_port};
 pub use shoal_cap::{GetPort, PutPort};
 pub use shoal_proto::{Caller, Rope, TransError};
 

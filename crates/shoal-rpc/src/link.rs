@@ -42,6 +42,13 @@ pub enum LinkRequest {
         addr: SocketAddr,
         instance: String,
     },
+    /// Serve system service `put_port` (hex) at `addr` as `instance`: only
+    /// the node's own daemon and root may (see `crate::service`).
+    RegisterSystem {
+        put_port: String,
+        addr: SocketAddr,
+        instance: String,
+    },
     /// `instance` stops taking new requests: withdraw it from locate.
     Drain { instance: String },
     /// `instance` finished draining and closes.
@@ -202,6 +209,9 @@ pub struct Hello {
     /// The uid the node knows this program by.
     #[serde(default)]
     pub uid: u32,
+    /// The cluster's id (hex): system services' ports derive from it.
+    #[serde(default)]
+    pub cluster: String,
     /// The node's id, hex.
     pub node: String,
     /// The node's name.

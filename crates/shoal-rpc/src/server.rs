@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use shoal_cap::{GetPort, PutPort};
+use shoal_cap::PutPort;
 use shoal_proto::{
     Caller, Delivered, Dest, Rope, ServerConfig, ServerCore, Stats, Transmit, Via, pool,
 };
@@ -31,6 +31,7 @@ use crate::context::ContextConfig;
 use crate::error::Error;
 use crate::keys::{Refused, ServerKeys};
 use crate::link::{Link, LinkRequest, LinkResponse};
+use crate::service::Service;
 use crate::socket;
 
 /// Longest a reading thread sleeps before it checks for shutdown.
@@ -101,7 +102,7 @@ struct Shared {
     /// microseconds (see [`Shared::keep_registered`]): an atomic, because
     /// every `getreq` looks at it.
     link_checked: AtomicU64,
-    get_port: GetPort,
+    service: Service,
     addr: SocketAddr,
     closed: AtomicBool,
     instance: Instance,
@@ -136,16 +137,12 @@ impl Shared {
         }
         let path = current.path().to_path_buf();
         let registered = Link::connect(&path).and_then(|mut fresh| {
-            fresh.call(&LinkRequest::Register {
-                get_port: self.get_port.to_hex(),
-                addr: self.addr,
-                instance: self.instance.to_string(),
-            })?;
+            fresh.call(&register(self.service, self.addr, self.instance))?;
             Ok(fresh)
         });
         match registered {
             Ok(fresh) => {
-                tracing::info!(port = %self.get_port.put_port(), "registered again with a restarted node");
+                tracing::info!(port = %self.service.put_port(), "registered again with a restarted node");
                 *link = Some(fresh);
             }
             Err(e) => tracing::debug!("node not back yet: {e}"),
@@ -163,7 +160,7 @@ pub struct Server {
 }
 
 impl Server {
-    pub(crate) fn new(config: Arc<ContextConfig>, get_port: GetPort) -> Result<Server, Error> {
+    pub(crate) fn new(config: Arc<ContextConfig>, service: Service) -> Result<Server, Error> {
         let Some(path) = &config.node_socket else {
             return Err(Error::Node(
                 "serving needs a link to the local node (attach with Context::from_env)".into(),
@@ -173,15 +170,12 @@ impl Server {
         let addr = socket.local_addr()?;
         let instance = Instance::random();
         let mut link = Link::connect(path)?;
-        let LinkResponse::Registered { put_port } = link.call(&LinkRequest::Register {
-            get_port: get_port.to_hex(),
-            addr,
-            instance: instance.to_string(),
-        })?
+        let LinkResponse::Registered { put_port } =
+            link.call(&register(service, addr, instance))?
         else {
             return Err(Error::Node("unexpected answer to register".into()));
         };
-        let port = get_port.put_port();
+        let port = service.put_port();
         if put_port != port.to_string() {
             return Err(Error::Node("the node computed a different put-port".into()));
         }
@@ -213,7 +207,7 @@ impl Server {
                 }),
                 link: Mutex::new(Some(link)),
                 link_checked: AtomicU64::new(clock::now().0),
-                get_port,
+                service,
                 addr,
                 closed: AtomicBool::new(false),
                 instance,
@@ -383,6 +377,22 @@ impl Drop for Request {
     /// A large body's memory goes back to the pool for the next request.
     fn drop(&mut self) {
         pool::give(std::mem::take(&mut self.body));
+    }
+}
+
+/// The link request that registers `service` at `addr` as `instance`.
+fn register(service: Service, addr: SocketAddr, instance: Instance) -> LinkRequest {
+    match service {
+        Service::Port(get) => LinkRequest::Register {
+            get_port: get.to_hex(),
+            addr,
+            instance: instance.to_string(),
+        },
+        Service::System(put) => LinkRequest::RegisterSystem {
+            put_port: put.to_string(),
+            addr,
+            instance: instance.to_string(),
+        },
     }
 }
 

@@ -250,7 +250,7 @@ fn status_all(ctx: &Context, service: &str, replicas: usize, json: bool) -> Resu
     }
     let mut missing = 0;
     for i in 0..replicas {
-        let port = shoal_dirsvc::peer_port(&ctx.config().key, service, i).put_port();
+        let port = shoal_dirsvc::peer_port(&ctx.config().cluster, service, i).put_port();
         let answer = client
             .trans_with(&port, Vec::new(), &opts)
             .ok()
@@ -366,7 +366,7 @@ pub fn run(command: DirCommand) -> Result<(), Failure> {
             if all {
                 return status_all(&ctx, &service, replicas, json);
             }
-            let port = shoal_dirsvc::service_port(&ctx.config().key, &service).put_port();
+            let port = shoal_dirsvc::service_port(&ctx.config().cluster, &service).put_port();
             let mut dir = DirClient::with_port(&ctx, port).map_err(client_failure)?;
             dir.retry_for(Duration::from_secs(3));
             let s = dir.status().map_err(client_failure)?;

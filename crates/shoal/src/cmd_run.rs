@@ -458,7 +458,7 @@ fn start_helpers(ctx: &Context, shared: &Arc<Shared>) -> Result<(), String> {
 }
 
 pub fn exec_port(ctx: &Context, node: &str) -> PutPort {
-    shoal_node::exec::exec_port(&ctx.config().key, node).put_port()
+    shoal_node::exec::exec_port(&ctx.config().cluster, node).put_port()
 }
 
 /// What the program runs with: this process's own settings.

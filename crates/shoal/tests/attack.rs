@@ -377,6 +377,30 @@ fn a_user_starts_programs_only_as_themselves_and_touches_only_their_own() {
     }
     assert!(run.try_wait().unwrap().is_none(), "root's program ended");
     assert!(refused(c) >= before + 3);
+
+    // Nor can the user serve a system service: here, a directory replica,
+    // which would receive everyone's capabilities.
+    let data = format!("/tmp/shoal-attacker-dir-{}", std::process::id());
+    let out = as_user(&[
+        "timeout",
+        "20",
+        shoal,
+        "dir",
+        "serve",
+        "--replica",
+        "0",
+        "--data",
+        &data,
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "a user served the directory");
+    assert!(
+        err.contains("only the node's daemon and root may serve"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&data);
+    let status = c.status(&ctx, "n1", Duration::from_secs(2)).unwrap();
+    assert!(status.counters["refused_system_registrations"] >= 1);
     run.kill().unwrap();
     run.wait().unwrap();
 }
