@@ -378,7 +378,7 @@ impl Cluster {
             }
         }
         let locate = self.file.nodes.iter().map(|n| n.addr).collect();
-        let mut config = ContextConfig::new(self.key.clone(), locate);
+        let mut config = ContextConfig::new(locate);
         config.deadline = Duration::from_secs(2);
         Context::new(config)
     }

@@ -33,9 +33,9 @@ pub fn start(shared: Arc<Shared>) -> Result<(), String> {
     }
     let listener =
         UnixListener::bind(path).map_err(|e| format!("cannot bind {}: {e}", path.display()))?;
-    // Whoever can connect gets the cluster key (for groups, until they
-    // have keys of their own): owner and group only.
-    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660));
+    // Open to every local user: the daemon learns who each is from the
+    // kernel, and hands out no key shared with other users or nodes.
+    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666));
     std::thread::Builder::new()
         .name("link-accept".into())
         .spawn(move || {
@@ -205,6 +205,12 @@ fn handle(
                 Err(e) => error(e),
             }
         }
+        LinkRequest::GroupKey { port } => match PutPort::from_str(&port) {
+            Ok(port) => LinkResponse::GroupKey {
+                key: hex::encode(shoal_rpc::group_key(&shared.key, &port)),
+            },
+            Err(_) => error("port must be 32 hex characters".into()),
+        },
         LinkRequest::ServerKey { instance, index } => {
             let Some(instance) = parse_instance(&instance) else {
                 return error("instance must be 16 hex digits, not zero".into());
@@ -237,7 +243,6 @@ fn handle(
                 }
             };
             LinkResponse::Hello(Hello {
-                key: shared.key.to_hex(),
                 uid: peer.uid,
                 cluster: shared.identity.trust.cluster.to_hex(),
                 node: shared.node.to_string(),

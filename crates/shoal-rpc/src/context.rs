@@ -1,16 +1,15 @@
 //! A program's membership of a cluster: its link to the local node (which
-//! locates servers and hands out channel keys), how to reach the nodes,
-//! and the cluster key groups still use.
+//! locates servers and hands out the keys of its channels and groups), and
+//! how to reach the nodes.  A program holds no key shared with other users
+//! or nodes.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use shoal_proto::ServerConfig;
-use shoal_wire::ClusterKey;
 
 use crate::client::Client;
 use crate::error::Error;
@@ -21,8 +20,6 @@ use crate::service::Service;
 /// Everything a context needs.
 #[derive(Debug, Clone)]
 pub struct ContextConfig {
-    /// The cluster key.
-    pub key: ClusterKey,
     /// Where locate requests go: a broadcast address, or every node.
     pub locate: Vec<SocketAddr>,
     /// The address servers and clients bind to (port chosen by the kernel).
@@ -66,11 +63,10 @@ pub struct ContextConfig {
 }
 
 impl ContextConfig {
-    /// A configuration with defaults for everything but the key and the
-    /// locate targets.
-    pub fn new(key: ClusterKey, locate: Vec<SocketAddr>) -> Self {
+    /// A configuration with defaults for everything but the locate
+    /// targets.
+    pub fn new(locate: Vec<SocketAddr>) -> Self {
         Self {
-            key,
             locate,
             bind_ip: IpAddr::from([0, 0, 0, 0]),
             node_socket: None,
@@ -143,8 +139,7 @@ impl Context {
         let LinkResponse::Hello(hello) = link.call(&LinkRequest::Hello)? else {
             return Err(Error::Node("unexpected answer to hello".into()));
         };
-        let key = ClusterKey::from_str(&hello.key).map_err(Error::Node)?;
-        let mut config = ContextConfig::new(key, hello.locate);
+        let mut config = ContextConfig::new(hello.locate);
         config.bind_ip = hello.node_addr.ip();
         config.node_socket = Some(path.to_path_buf());
         config.frag_bytes = hello.frag_bytes;

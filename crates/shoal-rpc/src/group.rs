@@ -56,7 +56,7 @@ use shoal_wire::{ClusterKey, Instance, MAX_DATAGRAM, Nonce, Packet};
 
 use crate::clock;
 use crate::context::Context;
-use crate::group_seal::{GroupSeal, group_key};
+use crate::group_seal::GroupSeal;
 use crate::link::{Link, LinkRequest, LinkResponse};
 use crate::socket;
 
@@ -307,10 +307,18 @@ impl Group {
         let group = opts.port.unwrap_or_else(|| GetPort::random().put_port());
         let (socket, mcast, me) = open_sockets(ctx, &group, &opts)?;
         let cfg = core_config(ctx, &opts);
-        let key = group_key(&ctx.config().key, &group);
+        let key = key_of(ctx, &group)?;
         let core = GroupCore::create(clock::now(), ClusterKey::from_bytes(key), group, me, cfg);
         let link = register(ctx, &group, me.addr)?;
-        Ok(Group::start(ctx, group, core, socket, mcast, link, &opts))
+        Ok(Group::start(
+            key,
+            group,
+            core,
+            (socket, mcast),
+            link,
+            &opts,
+            ctx,
+        ))
     }
 
     /// Joins the group named `group`.  Returns once this process is a
@@ -322,7 +330,7 @@ impl Group {
         }
         let (socket, mcast, me) = open_sockets(ctx, &group, &opts)?;
         let cfg = core_config(ctx, &opts);
-        let key = group_key(&ctx.config().key, &group);
+        let key = key_of(ctx, &group)?;
         let core = GroupCore::join(
             clock::now(),
             ClusterKey::from_bytes(key),
@@ -332,7 +340,7 @@ impl Group {
             contacts,
             Nonce::random().0,
         );
-        let mut g = Group::start(ctx, group, core, socket, mcast, None, &opts);
+        let mut g = Group::start(key, group, core, (socket, mcast), None, &opts, ctx);
         // Wait until admitted.
         let deadline = Instant::now() + opts.join_timeout + Duration::from_millis(500);
         {
@@ -354,17 +362,17 @@ impl Group {
     }
 
     fn start(
-        ctx: &Context,
+        key: [u8; 32],
         group: PutPort,
         core: GroupCore,
-        socket: UdpSocket,
-        mcast: Option<(UdpSocket, SocketAddrV4)>,
+        (socket, mcast): (UdpSocket, Option<(UdpSocket, SocketAddrV4)>),
         link: Option<Link>,
         opts: &GroupOptions,
+        ctx: &Context,
     ) -> Group {
         let spin = ctx.config().server_spin;
         let me = socket.local_addr().expect("a bound socket");
-        let seal = GroupSeal::new(group_key(&ctx.config().key, &group), &group, core.id());
+        let seal = GroupSeal::new(key, &group, core.id());
         let shared = Arc::new(Shared {
             core: Mutex::new(Inner {
                 seal,
@@ -993,6 +1001,22 @@ fn open_multicast(
     Ok((s.into(), addr))
 }
 
+/// The key of `group`'s datagrams, from the local node.
+fn key_of(ctx: &Context, group: &PutPort) -> Result<[u8; 32], GroupError> {
+    let request = LinkRequest::GroupKey {
+        port: group.to_string(),
+    };
+    match ctx.config().call_node(&request)? {
+        LinkResponse::GroupKey { key } => hex::decode(&key)
+            .ok()
+            .and_then(|k| k.try_into().ok())
+            .ok_or_else(|| {
+                crate::Error::Node("a group key from the node is not hex".into()).into()
+            }),
+        _ => Err(crate::Error::Node("unexpected answer to group_key".into()).into()),
+    }
+}
+
 /// Registers this member under the group's locate port with the local node.
 fn register(ctx: &Context, group: &PutPort, addr: SocketAddr) -> Result<Option<Link>, GroupError> {
     let Some(path) = &ctx.config().node_socket else {
@@ -1052,7 +1076,7 @@ pub fn inspect(ctx: &Context, group: &PutPort) -> Result<Vec<serde_json::Value>,
         return Err(GroupError::NotFound(*group));
     }
     let socket = socket::bind(SocketAddr::new(ctx.config().bind_ip, 0))?;
-    let gk = group_key(&ctx.config().key, group);
+    let gk = key_of(ctx, group)?;
     let key = &ClusterKey::from_bytes(gk);
     let me = MemberId::random();
     let mut seal = GroupSeal::new(gk, group, me);

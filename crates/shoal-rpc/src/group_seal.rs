@@ -4,7 +4,9 @@
 //! replay window per sender at each receiver.
 //!
 //! The group key is derived from the cluster key and the group's port
-//! (`group_key`): every member holds it, and nobody on the network does.
+//! (`group_key`) by the members' nodes, which hand it to any local program
+//! that names the port (`GroupKey` on the link): every member holds it,
+//! and nobody on the network does.
 //! Each member seals with `member_key(group key, its member id)`; member
 //! ids are drawn afresh by every member that joins, so its counters start
 //! at zero.  The group core inside still checks its own MAC, under the

@@ -18,8 +18,9 @@
 //! [`LinkRequest::Drain`] first, then [`LinkRequest::Drained`] when its
 //! drain period is over.
 //!
-//! Until groups have keys of their own, `Hello` still hands out the
-//! cluster key their datagrams are authenticated with; RPC does not use it.
+//! A group member gets its group's key the same way ([`LinkRequest::GroupKey`]).
+//! No answer carries a key shared with other users or nodes, so the socket
+//! is open to every local user.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
@@ -111,6 +112,9 @@ pub enum LinkRequest {
     /// derives its callers' channel keys from, for the node session this
     /// node knows as `index`, and the node at its other end.
     ServerKey { instance: String, index: u32 },
+    /// The key of group `port` (hex): anyone who knows a group's port may
+    /// join it, as a port is a capability.
+    GroupKey { port: String },
 }
 
 /// The node's answer.
@@ -136,6 +140,10 @@ pub enum LinkResponse {
         answers: Vec<Answer>,
     },
     Channel(Grant),
+    /// A group's key (hex).
+    GroupKey {
+        key: String,
+    },
     /// A server endpoint's secret for one node session (hex), the node
     /// at the session's other end (hex id), and the AEAD.
     ServerKey {
@@ -204,8 +212,6 @@ pub enum ProcEnd {
 /// What a program needs to take part in the cluster.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Hello {
-    /// The cluster key, hex (group datagrams only, until groups have keys).
-    pub key: String,
     /// The uid the node knows this program by.
     #[serde(default)]
     pub uid: u32,

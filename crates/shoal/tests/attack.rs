@@ -308,12 +308,26 @@ fn a_user_starts_programs_only_as_themselves_and_touches_only_their_own() {
     open_path_to(c.dir());
     open_path_to(shoal().parent().unwrap());
     let socket = c.node("n1").unwrap().socket.clone();
-    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    // The socket is open to every user, and nothing it says to one holds
+    // the cluster key.
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o666, "the node's socket is {mode:o}");
+    let key = std::fs::read_to_string(&c.file().key_file).unwrap();
+    let mut link = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    std::io::Write::write_all(&mut link, b"{\"op\":\"hello\"}\n").unwrap();
+    let mut hello = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(&link), &mut hello).unwrap();
+    assert!(hello.contains("\"uid\""), "{hello}");
+    assert!(
+        !hello.contains(key.trim()),
+        "hello hands out the cluster key"
+    );
     let as_user = |args: &[&str]| {
         c.command("n1", "setpriv")
             .unwrap()
             .args(become_attacker())
             .args(args)
+            .current_dir("/tmp")
             .output()
             .unwrap()
     };
@@ -329,6 +343,16 @@ fn a_user_starts_programs_only_as_themselves_and_touches_only_their_own() {
                 .counters["refused_proc_requests"]
     };
     let before = refused(c);
+
+    // The user runs programs on other nodes, as themselves.
+    let (uid, _) = attacker();
+    let out = as_user(&[shoal, "run", "--on", "n2", "--", "id", "-u"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), uid.to_string());
 
     // uid 0 inside a user namespace is still the user to the kernel.
     let out = as_user(&["unshare", "-r", shoal, "run", "--on", "n2", "--", "id"]);
