@@ -70,11 +70,8 @@ pub(crate) fn locate(
             .map(|m| m.addr)
             .collect()
     };
-    let found = |a: &[(NodeId, Option<SocketAddr>, Here)]| {
-        a.iter()
-            .any(|(_, _, h)| !h.endpoints.is_empty() || locate.instance != Instance(0))
-    };
-    if !(targets.is_empty() || (!all && found(&answers))) {
+    let useful = |h: &Here| !h.endpoints.is_empty() || locate.instance != Instance(0);
+    if !(targets.is_empty() || (!all && answers.iter().any(|a| useful(&a.2)))) {
         let nonce = locate.nonce.0;
         {
             let mut pending = shared.locating.lock();
@@ -92,11 +89,7 @@ pub(crate) fn locate(
         let mut pending = shared.locating.lock();
         loop {
             let heard = pending.get(&nonce).map_or(&[][..], Vec::as_slice);
-            let heard: Vec<_> = heard
-                .iter()
-                .map(|(n, a, h)| (*n, Some(*a), h.clone()))
-                .collect();
-            let done = heard.len() >= targets.len() || (!all && found(&heard));
+            let done = heard.len() >= targets.len() || (!all && heard.iter().any(|a| useful(&a.2)));
             if done || shared.located.wait_until(&mut pending, until).timed_out() {
                 let heard = pending.remove(&nonce).unwrap_or_default();
                 answers.extend(heard.into_iter().map(|(n, a, h)| (n, Some(a), h)));

@@ -332,7 +332,7 @@ impl Client {
 
 /// The node's answers to locate `l` as the core takes them, keeping the
 /// channel keys they carry.
-pub(crate) fn answers_to_heres(
+fn answers_to_heres(
     keys: &mut ClientKeys,
     l: &Locate,
     answers: &[crate::link::Answer],

@@ -31,6 +31,8 @@ pub struct ContextConfig {
     pub link: Option<Arc<Mutex<Link>>>,
     /// The cluster's id (system services' ports derive from it).
     pub cluster: [u8; 16],
+    /// This program's uid, as its node knows it (from the kernel).
+    pub uid: u32,
     /// The local node's id and name, when attached to one.
     pub node: Option<(shoal_wire::NodeId, String)>,
     /// Body bytes per datagram.
@@ -72,6 +74,7 @@ impl ContextConfig {
             node_socket: None,
             link: None,
             cluster: [0; 16],
+            uid: 0,
             node: None,
             frag_bytes: 60_000,
             max_body_bytes: 1 << 30,
@@ -147,6 +150,7 @@ impl Context {
             .ok()
             .map(|id| (shoal_wire::NodeId(id), hello.name.clone()));
         config.link = Some(Arc::new(Mutex::new(link)));
+        config.uid = hello.uid;
         if let Some(cluster) = hex::decode(&hello.cluster)
             .ok()
             .and_then(|b| <[u8; 16]>::try_from(b).ok())

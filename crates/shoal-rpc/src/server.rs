@@ -188,13 +188,7 @@ impl Server {
             ..ServerConfig::default()
         };
         let core = ServerCore::new(port, instance, core_config);
-        let uid = match &config.link {
-            Some(_) => match config.call_node(&LinkRequest::Hello)? {
-                LinkResponse::Hello(h) => h.uid,
-                _ => return Err(Error::Node("unexpected answer to hello".into())),
-            },
-            None => 0,
-        };
+        let uid = config.uid;
         Ok(Server {
             shared: Arc::new(Shared {
                 socket,
