@@ -740,7 +740,13 @@ impl<D: Disk> Store<D> {
             Op::Verify { file } => self.verify(&file).map(|_| Answer::Done),
             Op::Touch { files } => Ok(Answer::Touched(self.touch(&files, now_us))),
             Op::Admin { server, what } => {
-                self.check_server(&server, ADMIN)?;
+                // A server's figures are for everyone it serves (choosing
+                // servers needs them); the rest is the administrator's.
+                let need = match what {
+                    AdminOp::Stats => READ,
+                    _ => ADMIN,
+                };
+                self.check_server(&server, need)?;
                 match what {
                     AdminOp::Sync => self.flush().map(|_| Answer::Done),
                     AdminOp::Fsck => Ok(self.fsck()),

@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, HashSet, VecDeque};
 
 use shoal_bullet::op::AdminOp;
 use shoal_bullet::{Answer, FileError};
-use shoal_cap::{Capability, PutPort};
+use shoal_cap::{Capability, PutPort, Rights};
 use shoal_dir::DirError;
 use shoal_dirsvc::DirClient;
 
@@ -43,6 +43,22 @@ fn dir_err(e: shoal_dirsvc::ClientError) -> String {
     e.to_string()
 }
 
+/// What each column of `fileservers` gets of a server's capability: its
+/// owner (the administrator) everything; the other columns, which users'
+/// roots reach it through (`shoal init --user`), reading its figures and
+/// creating files, but none of its administration.
+fn server_masks(columns: usize) -> Vec<Rights> {
+    (0..columns)
+        .map(|i| {
+            if i == 0 {
+                Rights::ALL
+            } else {
+                shoal_bullet::model::READ | shoal_bullet::model::CREATE
+            }
+        })
+        .collect()
+}
+
 /// Names the file server `name` under the root's `fileservers` directory
 /// (creating it if need be); a restarted server with the same store keeps
 /// its entry.
@@ -53,19 +69,39 @@ pub fn register(
     server: &Capability,
 ) -> Result<(), String> {
     let servers = servers_dir(dir, root, true)?;
+    let masks = server_masks(dir.list(&servers).map_err(dir_err)?.columns.len());
     match dir.lookup(&servers, name) {
-        Ok(caps) if caps == [*server] => Ok(()),
-        Ok(caps) => dir
-            .replace(&servers, name, &caps, &[*server])
-            .map_err(dir_err),
+        Ok(caps) => {
+            if caps != [*server] {
+                dir.replace(&servers, name, &caps, &[*server])
+                    .map_err(dir_err)?;
+            }
+            if dir.get_masks(&servers, name).map_err(dir_err)? != masks {
+                dir.chmod(&servers, name, &masks).map_err(dir_err)?;
+            }
+            Ok(())
+        }
         Err(shoal_dirsvc::ClientError::Dir(DirError::NotFound(_))) => {
-            match dir.append(&servers, name, &[*server], None) {
+            match dir.append(&servers, name, &[*server], Some(&masks)) {
                 Ok(()) | Err(shoal_dirsvc::ClientError::Dir(DirError::Exists(_))) => Ok(()),
                 Err(e) => Err(dir_err(e)),
             }
         }
         Err(e) => Err(dir_err(e)),
     }
+}
+
+/// The `fileservers` directory of `root` as a user reached through it
+/// sees it: only its `other` column (the last one), so its servers'
+/// capabilities come restricted to reading figures and creating files.
+/// `None` if no server has registered yet.
+pub fn servers_for_users(dir: &mut DirClient, root: &Capability) -> Result<Capability, String> {
+    let servers = servers_dir(dir, root, false)?;
+    let columns = dir.list(&servers).map_err(dir_err)?.columns.len();
+    let last = shoal_dir::model::column(columns.saturating_sub(1));
+    servers
+        .restrict(last)
+        .map_err(|e| format!("cannot restrict the file servers' directory: {e}"))
 }
 
 fn servers_dir(dir: &mut DirClient, root: &Capability, create: bool) -> Result<Capability, String> {

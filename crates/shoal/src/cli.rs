@@ -51,11 +51,7 @@ enum Command {
     File(crate::cmd_file::FileCommand),
     /// Create your root directory (its capability goes to
     /// $SHOAL_CONFIG_DIR/root, by default ~/.config/shoal/root).
-    Init {
-        /// Replace an existing root (the old one is not deleted).
-        #[arg(long)]
-        force: bool,
-    },
+    Init(crate::cmd_init::InitArgs),
     /// Inspect and restrict capabilities (offline: no server needed).
     #[command(subcommand)]
     Cap(crate::cmd_cap::CapCommand),
@@ -227,7 +223,7 @@ impl Cli {
             Command::Group(c) => crate::cmd_group::run(c),
             Command::Dir(c) => crate::cmd_dir::run(c),
             Command::File(c) => crate::cmd_file::run(c),
-            Command::Init { force } => crate::cmd_dir::init(force),
+            Command::Init(args) => crate::cmd_init::run(args),
             Command::DirWorkload(args) => crate::cmd_workload::run(args),
             Command::Bench(BenchCommand::Rpc(args)) => {
                 shoal_bench::rpc::run(args).map_err(Failure::failed)

@@ -103,7 +103,7 @@ pub enum DirCommand {
     },
 }
 
-#[derive(Args)]
+#[derive(Args, Default)]
 pub struct Common {
     /// Start paths at this directory capability instead of your root.
     #[arg(long, global = true)]
@@ -187,7 +187,7 @@ pub fn config_dir() -> PathBuf {
     PathBuf::from(home).join(".config/shoal")
 }
 
-fn root_file() -> PathBuf {
+pub fn root_file() -> PathBuf {
     config_dir().join("root")
 }
 
@@ -208,28 +208,6 @@ pub fn load_root(common: &Common) -> Result<Capability, Failure> {
         .trim()
         .parse()
         .map_err(|e| Failure::failed(format!("{}: {e}", path.display())))
-}
-
-/// `shoal init`: create the user's root directory.
-pub fn init(force: bool) -> Result<(), Failure> {
-    let path = root_file();
-    if path.exists() && !force {
-        return Err(Failure::failed(format!(
-            "{} exists already (use --force to make a new, empty root)",
-            path.display()
-        )));
-    }
-    let ctx = attach()?;
-    let mut dir = DirClient::new(&ctx).map_err(client_failure)?;
-    let root = dir
-        .create_dir(&["owner", "group", "other"])
-        .map_err(client_failure)?;
-    shoal_rpc::private::dir(&config_dir(), true)
-        .and_then(|()| shoal_rpc::private::write(&path, format!("{root}\n").as_bytes()))
-        .map_err(Failure::failed)?;
-    println!("root directory {root}");
-    println!("saved in {}", path.display());
-    Ok(())
 }
 
 /// `shoal dir status --all`: each replica's own status, through its peer

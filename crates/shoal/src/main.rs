@@ -9,6 +9,7 @@ mod cmd_cluster;
 mod cmd_dir;
 mod cmd_file;
 mod cmd_group;
+mod cmd_init;
 mod cmd_make;
 mod cmd_ps;
 mod cmd_rpc;
@@ -67,11 +68,24 @@ fn main() -> ExitCode {
             let _ = e.print();
             return ExitCode::SUCCESS;
         }
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            // `shoal dir`: what there is to choose from.
+            let _ = e.print();
+            return ExitCode::from(2);
+        }
         Err(e) => {
             // One line: what is wrong, and where to look.
             let text = e.to_string();
-            let first = text.lines().next().unwrap_or("bad usage");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
+            // clap puts what is missing on the lines after a colon.
+            let mut lines = text
+                .lines()
+                .map(str::trim)
+                .take_while(|l| !l.is_empty() && !l.starts_with("Usage:"));
+            let mut first = lines.next().unwrap_or("bad usage").to_string();
+            if first.ends_with(':') {
+                first = format!("{first} {}", lines.collect::<Vec<_>>().join(", "));
+            }
+            let first = first.strip_prefix("error: ").unwrap_or(&first);
             eprintln!("shoal: {first} (see --help)");
             return ExitCode::from(2);
         }

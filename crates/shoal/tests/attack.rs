@@ -9,39 +9,16 @@
 //! sessions.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 use std::process::{Command, Output};
 
 mod common;
 
-use common::{TestCluster, shoal};
+use common::{TestCluster, open_path_to, shoal};
 use shoal_cluster::Mode;
 
 /// The attacker's uid and gid, making the user on first use.
 fn attacker() -> (u32, u32) {
-    let id = |flag: &str| {
-        Command::new("id")
-            .args([flag, "shoal-attacker"])
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-    };
-    if id("-u").is_none() {
-        let made = Command::new("useradd")
-            .args([
-                "--system",
-                "--no-create-home",
-                "--shell",
-                "/usr/sbin/nologin",
-                "shoal-attacker",
-            ])
-            .status()
-            .unwrap();
-        // Another test binary may have made it meanwhile.
-        assert!(made.success() || id("-u").is_some(), "useradd failed");
-    }
-    (id("-u").unwrap(), id("-g").unwrap())
+    common::local_user("shoal-attacker", false)
 }
 
 /// Runs `program ARGS` as the attacker.
@@ -72,20 +49,6 @@ fn become_attacker() -> Vec<String> {
 
 fn denied(out: &Output) -> bool {
     !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("Permission denied")
-}
-
-/// Opens the way to `dir` for everyone (the test's temporary directory is
-/// root's alone), so that only the cluster's own modes protect it.
-fn open_path_to(dir: &Path) {
-    let mut p = dir;
-    while let Some(parent) = p.parent() {
-        if parent == Path::new("/") || parent == Path::new("/tmp") {
-            break;
-        }
-        p = parent;
-        let mode = std::fs::metadata(p).unwrap().permissions().mode();
-        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode | 0o011)).unwrap();
-    }
 }
 
 /// Secrets on disk (review M2): the cluster key, the admin key, a node's

@@ -160,3 +160,52 @@ pub fn until_ok(
         std::thread::sleep(std::time::Duration::from_millis(300));
     }
 }
+
+/// The uid and gid of the local user `name`, made on first use (a system
+/// user without a home, or with `home` an ordinary one with its home
+/// directory).
+pub fn local_user(name: &str, home: bool) -> (u32, u32) {
+    let id = |flag: &str| {
+        Command::new("id")
+            .args([flag, name])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+    };
+    if id("-u").is_none() {
+        let mut add = Command::new("useradd");
+        if home {
+            add.args(["--create-home", "--shell", "/bin/sh"]);
+        } else {
+            add.args([
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+            ]);
+        }
+        let made = add.arg(name).status().unwrap();
+        // Another test binary may have made it meanwhile.
+        assert!(
+            made.success() || id("-u").is_some(),
+            "useradd {name} failed"
+        );
+    }
+    (id("-u").unwrap(), id("-g").unwrap())
+}
+
+/// Opens the way to `dir` for everyone (the test's temporary directory is
+/// root's alone), so that only the cluster's own modes protect it.
+pub fn open_path_to(dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mut p = dir;
+    while let Some(parent) = p.parent() {
+        if parent == std::path::Path::new("/") || parent == std::path::Path::new("/tmp") {
+            break;
+        }
+        p = parent;
+        let mode = std::fs::metadata(p).unwrap().permissions().mode();
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode | 0o011)).unwrap();
+    }
+}
