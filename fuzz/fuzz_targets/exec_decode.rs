@@ -1,12 +1,12 @@
 //! The processor pool's decoders (`ExecRequest`, `ExecReply`,
-//! `LineEnded`, `ProcId` text) never panic, and every value they accept
+//! `LineEnded`, `Grant`, `ProcId` text) never panic, and every value they accept
 //! re-encodes to bytes that decode to an equal value.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use shoal_pool::ProcId;
-use shoal_pool::exec::{ExecReply, ExecRequest, LineEnded};
+use shoal_pool::exec::{ExecReply, ExecRequest, Grant, LineEnded};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(r) = ExecRequest::decode(data) {
@@ -28,6 +28,9 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(r) = ExecReply::decode(data) {
         let again = ExecReply::decode(&r.encode()).expect("a re-encoded reply decodes");
         assert_eq!(again, r, "re-encoding changed the reply");
+    }
+    if let Ok(g) = Grant::decode(data) {
+        assert_eq!(Grant::decode(&g.encode()), Ok(g), "re-encoding changed the grant");
     }
     if let Ok(e) = LineEnded::decode(data) {
         assert_eq!(LineEnded::decode(&e.encode()), Ok(e), "re-encoding changed the line's end");

@@ -30,6 +30,17 @@ fuzz_target!(|data: &[u8]| {
     let _ = decode_hello(data);
     let _ = handshake_receiver(data);
     let _ = Header::peek(data);
+    // A start grant: any bytes are refused or open only under their root.
+    let root = shoal_session::Root {
+        index: 3,
+        secret: [9; 32],
+        algorithm: Algorithm::Aes256Gcm,
+        expires: u64::MAX,
+    };
+    let _ = shoal_session::grant::index(data);
+    assert!(shoal_session::grant::open(&root, data).is_err() || data.len() >= shoal_session::grant::OVERHEAD);
+    let sealed = shoal_session::grant::seal(&root, [1; 12], data);
+    assert_eq!(shoal_session::grant::open(&root, &sealed).ok().as_deref(), (sealed.len() <= shoal_session::grant::MAX_SEALED).then_some(data));
 
     // The handshake's three messages.
     let private = [5; 32];

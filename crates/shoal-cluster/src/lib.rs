@@ -248,6 +248,8 @@ impl Cluster {
                 socket: Some(entry.socket.clone()),
                 // The nodes share this machine's console and load.
                 owner_detect: Some(false),
+                // Root on one node is root on all: they are one machine.
+                remote_root: Some(shoal_node::RemoteRoot::Allow),
             };
             let text = toml::to_string(&config).map_err(|e| e.to_string())?;
             std::fs::write(&entry.config, text).map_err(|e| e.to_string())?;

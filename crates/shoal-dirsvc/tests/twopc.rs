@@ -72,6 +72,7 @@ impl Nodes {
                 metrics: None,
                 frag_bytes: 60_000,
                 owner_detect: false,
+                remote_root: shoal_node::RemoteRoot::Allow,
             };
             let socket = config.socket.clone();
             daemons.push(Daemon::start(config, Arc::new(AtomicBool::new(false))).unwrap());

@@ -24,6 +24,40 @@ fn passwd(uid: u32) -> Option<(CString, u32)> {
     Some((name, pw.pw_gid))
 }
 
+/// The account `name`: its uid, primary gid and home directory.
+pub fn by_name(name: &str) -> Option<(u32, u32, std::path::PathBuf)> {
+    let cname = CString::new(name).ok()?;
+    let mut buf = vec![0u8; 16 * 1024];
+    // SAFETY: an all-zero passwd is a valid value to be filled in.
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: getpwnam_r writes into `pw` and `buf`, both ours and of the
+    // sizes given, and sets `found` to `&pw` or null.
+    let rc = unsafe {
+        libc::getpwnam_r(
+            cname.as_ptr(),
+            &mut pw,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            &mut found,
+        )
+    };
+    if rc != 0 || found.is_null() {
+        return None;
+    }
+    // SAFETY: pw_dir points into `buf`, NUL-terminated, while `buf` lives.
+    let home = unsafe { CStr::from_ptr(pw.pw_dir) }
+        .to_string_lossy()
+        .into_owned();
+    Some((pw.pw_uid, pw.pw_gid, home.into()))
+}
+
+/// The uid and gid a squashed remote root runs as: `nobody`'s, or
+/// 65534 where the node has no such account.
+pub fn nobody() -> (u32, u32) {
+    by_name("nobody").map_or((65_534, 65_534), |(uid, gid, _)| (uid, gid))
+}
+
 /// The login name of `uid` on this node, or the number if it has none.
 pub fn user_name(uid: u32) -> String {
     passwd(uid).map_or_else(

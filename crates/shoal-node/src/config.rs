@@ -41,6 +41,23 @@ pub struct NodeConfigFile {
     /// foreground load) when the owner has not said (default true; local
     /// clusters, whose nodes share one machine and console, turn it off).
     pub owner_detect: Option<bool>,
+    /// What a program that root on another node starts here runs as
+    /// (default `squash`: as `nobody`; `allow`: as root).
+    pub remote_root: Option<RemoteRoot>,
+}
+
+/// Whether root on another node is root here (`docs/security.md`,
+/// "Principals").
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum RemoteRoot {
+    /// A remote root's programs run as `nobody`, with its group and no
+    /// others.
+    #[default]
+    Squash,
+    /// A remote root's programs run as root (nodes whose roots trust each
+    /// other, such as a local cluster's, which share one machine).
+    Allow,
 }
 
 impl NodeConfigFile {
@@ -68,6 +85,7 @@ impl NodeConfigFile {
             frag_bytes: over.frag_bytes.or(self.frag_bytes),
             socket: over.socket.or(self.socket),
             owner_detect: over.owner_detect.or(self.owner_detect),
+            remote_root: over.remote_root.or(self.remote_root),
         }
     }
 }
@@ -89,6 +107,7 @@ pub struct NodeConfig {
     pub frag_bytes: usize,
     pub socket: PathBuf,
     pub owner_detect: bool,
+    pub remote_root: RemoteRoot,
 }
 
 impl NodeConfig {
@@ -142,6 +161,7 @@ impl NodeConfig {
             metrics: file.metrics,
             frag_bytes,
             owner_detect: file.owner_detect.unwrap_or(true),
+            remote_root: file.remote_root.unwrap_or_default(),
             state_dir,
         })
     }
@@ -173,6 +193,10 @@ mod tests {
         assert_eq!(c.bind, c.addr);
         assert_eq!(c.socket, PathBuf::from("/tmp/a/node.sock"));
         assert_eq!(c.cert_file, PathBuf::from("/tmp/a/node.cert"));
+        assert_eq!(c.remote_root, RemoteRoot::Squash);
+        let allow: NodeConfigFile = toml::from_str("remote_root = 'allow'").unwrap();
+        assert_eq!(allow.remote_root, Some(RemoteRoot::Allow));
+        assert!(toml::from_str::<NodeConfigFile>("remote_root = 'yes'").is_err());
     }
 
     #[test]

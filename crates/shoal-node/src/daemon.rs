@@ -189,6 +189,7 @@ pub struct Daemon {
 impl Daemon {
     /// Starts every thread of a node with `config`.  `stop` ends it.
     pub fn start(config: NodeConfig, stop: Arc<AtomicBool>) -> Result<Daemon, String> {
+        let remote_root = config.remote_root;
         let key_bytes =
             shoal_rpc::private::read(&config.key_file).map_err(|e| format!("cluster key: {e}"))?;
         let key_text = String::from_utf8_lossy(&key_bytes);
@@ -258,7 +259,11 @@ impl Daemon {
             config,
             // Namespaces need root; without it programs run without.
             // SAFETY: geteuid cannot fail.
-            exec: Arc::new(crate::exec::Exec::new(unsafe { libc::geteuid() } == 0)?),
+            exec: Arc::new(crate::exec::Exec::new(
+                unsafe { libc::geteuid() } == 0,
+                node,
+                remote_root,
+            )?),
             // Numbered from a random point: a restarted home does not
             // reuse the ids of its previous incarnation.
             procs: Mutex::new(shoal_pool::ProcTable::new(
@@ -306,7 +311,10 @@ impl Daemon {
             let server = exec_server.clone();
             std::thread::Builder::new()
                 .name(format!("exec-{i}"))
-                .spawn(move || exec.serve(&server))
+                .spawn({
+                    let shared = shared.clone();
+                    move || exec.serve(&server, &move |sealed| open_grant(&shared, sealed))
+                })
                 .map_err(|e| format!("cannot start exec thread: {e}"))?;
         }
         let _ = shared.rpc.set(ctx);
@@ -661,6 +669,21 @@ fn route(
             }
         }
     }
+}
+
+/// Opens a start grant sealed for this node: the node that sealed it (the
+/// other end of the session it names) and its plaintext.
+fn open_grant(shared: &Shared, sealed: &[u8]) -> Result<(NodeId, Vec<u8>), String> {
+    let index = shoal_session::grant::index(sealed).map_err(|e| e.to_string())?;
+    let sessions = shared.sessions.lock();
+    let (peer, root) = sessions
+        .root_at(now().0, index)
+        .ok_or_else(|| format!("no session {index:08x} on this node"))?;
+    let from = peer.map_or(shared.node, |cert| {
+        crate::identity::node_id(&cert.static_key)
+    });
+    let plain = shoal_session::grant::open(&root, sealed).map_err(|e| e.to_string())?;
+    Ok((from, plain))
 }
 
 fn service_loop(shared: &Shared, service: &Server) {

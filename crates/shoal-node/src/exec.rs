@@ -93,9 +93,17 @@ struct Proc {
     hung_up: Option<Instant>,
 }
 
+/// Opens a sealed start grant: the node at the other end of the session
+/// it names, and its plaintext; or why not.
+pub type GrantOpener = dyn Fn(&[u8]) -> Result<(shoal_wire::NodeId, Vec<u8>), String> + Sync;
+
 /// The programs this node runs, by id.
 pub struct Exec {
     procs: Mutex<HashMap<ProcId, Proc>>,
+    /// This node.
+    node: shoal_wire::NodeId,
+    /// What root on another node runs as here.
+    remote_root: crate::RemoteRoot,
     /// Run programs in PID, UTS and mount namespaces of their own (needs
     /// root; see `crate::spawn`).
     namespaces: bool,
@@ -116,9 +124,15 @@ const TICK: Duration = Duration::from_millis(50);
 impl Exec {
     /// An exec service; `namespaces` as in [`crate::spawn::Spawner::spawn`].
     /// Forks its spawner: make it while the process is small.
-    pub fn new(namespaces: bool) -> Result<Exec, String> {
+    pub fn new(
+        namespaces: bool,
+        node: shoal_wire::NodeId,
+        remote_root: crate::RemoteRoot,
+    ) -> Result<Exec, String> {
         Ok(Exec {
             procs: Mutex::default(),
+            node,
+            remote_root,
             namespaces,
             spawner: crate::spawn::Spawner::start()
                 .map_err(|e| format!("cannot start the exec service's spawner: {e}"))?,
@@ -200,7 +214,7 @@ impl Exec {
     /// read with nothing to say waits parked with its program, and a write
     /// waits in its program's writer thread, so programs that never write
     /// or never read cannot starve the service of threads.
-    pub fn serve(self: &Arc<Self>, server: &Server) {
+    pub fn serve(self: &Arc<Self>, server: &Server, grants: &GrantOpener) {
         while let Ok(request) = server.getreq() {
             let server = server.clone();
             let decoded = ExecRequest::decode(request.body());
@@ -214,8 +228,8 @@ impl Exec {
                     .collect();
                 let _ = server.putrep(&request, pieces);
             });
-            match decoded.map_err(|e| e.to_string()).and_then(|r| {
-                self.authorize(caller, &r)?;
+            match decoded.map_err(|e| e.to_string()).and_then(|mut r| {
+                self.authorize(caller, &mut r, grants)?;
                 Ok(r)
             }) {
                 Ok(r) => self.dispatch(r, answer),
@@ -227,11 +241,16 @@ impl Exec {
     /// Whether `caller` may ask `request`: only from the process's home,
     /// as its owner or as root there.  A start names its owner, so a user
     /// starts programs only as themselves; everything else is checked
-    /// against the owner the start named.  Refusals are counted.
+    /// against the owner the start named.  A start runs only with the
+    /// start grant its home sealed for this node, and is clamped to it:
+    /// the groups and hard limits the program that asked has; a remote
+    /// root's start is squashed to `nobody` unless this node allows it.
+    /// Refusals are counted.
     pub fn authorize(
         &self,
         caller: shoal_rpc::Caller,
-        request: &ExecRequest,
+        request: &mut ExecRequest,
+        grants: &GrantOpener,
     ) -> Result<(), String> {
         let id = request.id();
         let owner = match request {
@@ -250,17 +269,47 @@ impl Exec {
             ));
         }
         match owner {
-            Some(uid) if caller.uid != 0 && caller.uid != uid => refuse(format!(
-                "process {id} is uid {uid}'s; uid {} may not {}",
-                caller.uid,
-                match request {
-                    ExecRequest::Start { .. } => "start it",
-                    _ => "touch it",
-                }
-            )),
+            Some(uid) if caller.uid != 0 && caller.uid != uid => {
+                return refuse(format!(
+                    "process {id} is uid {uid}'s; uid {} may not {}",
+                    caller.uid,
+                    match request {
+                        ExecRequest::Start { .. } => "start it",
+                        _ => "touch it",
+                    }
+                ));
+            }
             // Unknown processes get their own error later.
-            _ => Ok(()),
+            _ => {}
         }
+        let ExecRequest::Start { spec, grant, .. } = request else {
+            return Ok(());
+        };
+        let (from, plain) = match grants(grant) {
+            Ok(opened) => opened,
+            Err(e) => return refuse(format!("process {id}: its start grant is refused: {e}")),
+        };
+        if from != caller.node {
+            return refuse(format!(
+                "process {id}: its start grant is node {from}'s, not its home's"
+            ));
+        }
+        let checked = shoal_pool::exec::Grant::decode(&plain)
+            .map_err(|e| e.to_string())
+            .and_then(|g| g.clamp(id, spec));
+        if let Err(e) = checked {
+            return refuse(format!("process {id}: {e}"));
+        }
+        if spec.uid == 0
+            && caller.node != self.node
+            && self.remote_root == crate::RemoteRoot::Squash
+        {
+            let (uid, gid) = crate::account::nobody();
+            spec.uid = uid;
+            spec.gid = gid;
+            spec.groups = vec![gid];
+        }
+        Ok(())
     }
 
     /// Requests refused by [`Exec::authorize`].
@@ -325,7 +374,7 @@ impl Exec {
     /// Carries out what never waits: start, resize, signal.
     fn handle(self: &Arc<Self>, request: ExecRequest) -> ExecReply {
         match request {
-            ExecRequest::Start { id, spec } => match self.start(id, spec) {
+            ExecRequest::Start { id, spec, .. } => match self.start(id, spec) {
                 Ok(pid) => ExecReply::Started { pid },
                 Err(e) => ExecReply::Error(e),
             },

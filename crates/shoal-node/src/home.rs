@@ -19,6 +19,8 @@ use crate::service::{HomedProc, ProcAnswer};
 
 /// Longest one `wait` request waits.
 const MAX_WAIT: Duration = Duration::from_secs(2);
+/// Longest a start grant waits for a session with its node.
+const SESSION_WAIT: Duration = Duration::from_secs(2);
 /// Deadline of a signal sent to a process's node.
 const SIGNAL_DEADLINE: Duration = Duration::from_secs(5);
 
@@ -45,6 +47,46 @@ pub(crate) fn spawn(
     };
     let id = shared.procs.lock().spawn(now().0, command, &node, peer.uid);
     Ok((id, node))
+}
+
+/// The start grant of process `id` for node `node` (hex): what the
+/// kernel says of the program that asked for it (`peer`), sealed for that
+/// node's exec service under this node's session with it
+/// (`docs/security.md`, "Local authority").
+pub(crate) fn grant(
+    shared: &Shared,
+    peer: crate::link_server::Peer,
+    id: ProcId,
+    node: &str,
+) -> Result<String, String> {
+    let credentials = crate::credentials::read(peer.pid, peer.pidfd, peer.uid)?;
+    let target = {
+        let state = shared.state.lock();
+        let view = state.membership.view(now());
+        view.iter()
+            .find(|m| m.name == node)
+            .map(|m| m.node)
+            .ok_or_else(|| format!("no node named {node} in the cluster"))?
+    };
+    // A session is normally up with every member; a new one takes a
+    // round trip.
+    let until = Instant::now() + SESSION_WAIT;
+    let root = loop {
+        match crate::locate::root_for(shared, target) {
+            Ok(root) => break root,
+            Err(e) if Instant::now() >= until => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    let grant = shoal_pool::exec::Grant {
+        id,
+        uid: peer.uid,
+        gid: credentials.gid,
+        groups: credentials.groups,
+        hard: credentials.hard,
+    };
+    let sealed = shoal_session::grant::seal(&root, rand::random(), &grant.encode());
+    Ok(hex::encode(sealed))
 }
 
 /// Process `id` lost its node `lost`: the node it is to run on now.

@@ -28,6 +28,7 @@
 
 pub mod account;
 mod config;
+mod credentials;
 mod daemon;
 pub mod exec;
 pub mod fdpass;
@@ -43,7 +44,7 @@ pub mod service;
 pub mod settings;
 mod spawn;
 
-pub use config::{NodeConfig, NodeConfigFile};
+pub use config::{NodeConfig, NodeConfigFile, RemoteRoot};
 pub use daemon::{Daemon, run};
 pub use service::{
     HomedProc, MemberLoad, MemberStatus, NodeRequest, NodeStatus, ProcAnswer, RunningProc, ask,

@@ -61,6 +61,10 @@ pub(crate) struct Peer {
     pub uid: u32,
     /// The daemon itself: what it registers is a system service.
     pub daemon: bool,
+    pub pid: i32,
+    /// A pidfd of that process (-1 if the kernel gave none), open while
+    /// the link is: what start grants are checked against.
+    pub pidfd: std::os::fd::RawFd,
 }
 
 /// Client endpoints one link keeps ids for; beyond them, the oldest id is
@@ -71,9 +75,13 @@ fn serve(shared: Arc<Shared>, stream: UnixStream) {
     let Some((pid, uid, _)) = crate::account::peer(&stream) else {
         return;
     };
+    // Kept open as long as the link: `peer.pidfd` borrows it.
+    let pidfd = crate::credentials::pidfd(&stream, pid);
     let peer = Peer {
         uid,
         daemon: pid as u32 == std::process::id(),
+        pid,
+        pidfd: pidfd.as_ref().map_or(-1, std::os::fd::AsRawFd::as_raw_fd),
     };
     // Client ids given to this link: keys are derived for these only.
     let mut clients: std::collections::VecDeque<ClientId> = Default::default();
@@ -265,13 +273,20 @@ fn handle(
             mem_mib,
             allow_owner_active,
         ) {
-            Ok((id, node)) => {
-                spawned.push(id);
-                LinkResponse::Spawned {
-                    id: id.to_string(),
-                    node,
+            Ok((id, node)) => match crate::home::grant(shared, peer, id, &node) {
+                Ok(grant) => {
+                    spawned.push(id);
+                    LinkResponse::Spawned {
+                        id: id.to_string(),
+                        node,
+                        grant,
+                    }
                 }
-            }
+                Err(e) => {
+                    crate::home::ended(shared, id, shoal_rpc::link::ProcEnd::NotStarted);
+                    error(e)
+                }
+            },
             Err(e) => error(e),
         },
         LinkRequest::Respawn {
@@ -281,10 +296,13 @@ fn handle(
             allow_owner_active,
         } => match spawned_id(&id, spawned) {
             Some(id) => {
-                match crate::home::respawn(shared, id, &lost, mem_mib, allow_owner_active) {
-                    Ok(node) => LinkResponse::Spawned {
+                match crate::home::respawn(shared, id, &lost, mem_mib, allow_owner_active)
+                    .and_then(|node| Ok((crate::home::grant(shared, peer, id, &node)?, node)))
+                {
+                    Ok((grant, node)) => LinkResponse::Spawned {
                         id: id.to_string(),
                         node,
+                        grant,
                     },
                     Err(e) => error(e),
                 }

@@ -129,6 +129,14 @@ pub(crate) fn channel(
     node: NodeId,
     instance: Instance,
 ) -> Result<Grant, String> {
+    let root = root_for(shared, node)?;
+    Ok(grant(&root, node, instance, shared.node, uid, client))
+}
+
+/// The endpoint root of this node's current session with `node` (its own
+/// local session if `node` is this one); if there is none yet, one is
+/// started and an error says to try again.
+pub(crate) fn root_for(shared: &Shared, node: NodeId) -> Result<Root, String> {
     let addr = if node == shared.node {
         None
     } else {
@@ -141,7 +149,7 @@ pub(crate) fn channel(
     };
     let root = shared.sessions.lock().root_to(now().0, addr);
     match root {
-        Some(root) => Ok(grant(&root, node, instance, shared.node, uid, client)),
+        Some(root) => Ok(root),
         None => {
             // No session: start one, so that the next ask finds it.
             if let Some(addr) = addr {

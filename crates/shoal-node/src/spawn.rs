@@ -245,6 +245,8 @@ impl Spawner {
                 seq: 0,
             },
             spec,
+            // Checked already: the spawner runs what its daemon says.
+            grant: Vec::new(),
         }
         .encode();
         let path = path.as_os_str().as_bytes();

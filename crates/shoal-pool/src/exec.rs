@@ -61,8 +61,13 @@ pub struct WinSize {
 /// A request to a node's exec service.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExecRequest {
-    /// Start `spec` as process `id`.
-    Start { id: ProcId, spec: StartSpec },
+    /// Start `spec` as process `id`, with the start grant its home sealed
+    /// for this node ([`Grant`], sealed by `shoal_session::grant`).
+    Start {
+        id: ProcId,
+        spec: StartSpec,
+        grant: Vec<u8>,
+    },
     /// Output written since the last read (at most `max` bytes of each
     /// stream), waiting up to `wait_ms` for some.
     Read { id: ProcId, max: u32, wait_ms: u32 },
@@ -118,6 +123,103 @@ pub const MAX_STRINGS: usize = 65_536;
 pub const MAX_GROUPS: usize = 65_536;
 /// Most resource limits in a start request.
 pub const MAX_RLIMITS: usize = 64;
+/// Most bytes of a sealed start grant.
+pub const MAX_GRANT: usize = 16 * 1024;
+
+/// What a home vouches for about the process that asked it to start
+/// program `id` (`docs/security.md`, "Local authority"): its uid, gid and
+/// groups and its hard limits, as the home's kernel reports them.  The
+/// home seals it for the node the program runs on; that node's exec
+/// service runs nothing without one, and nothing beyond it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub id: ProcId,
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
+    /// Hard limits: `RLIMIT_*` number, hard limit.
+    pub hard: Vec<(u32, u64)>,
+}
+
+impl Grant {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Vec::with_capacity(32 + 4 * self.groups.len() + 12 * self.hard.len());
+        w.extend_from_slice(&self.id.to_bytes());
+        put_u32(&mut w, self.uid);
+        put_u32(&mut w, self.gid);
+        put_u32(&mut w, self.groups.len() as u32);
+        for g in &self.groups {
+            put_u32(&mut w, *g);
+        }
+        put_u32(&mut w, self.hard.len() as u32);
+        for (resource, hard) in &self.hard {
+            put_u32(&mut w, *resource);
+            w.extend_from_slice(&hard.to_le_bytes());
+        }
+        w
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Grant, DecodeError> {
+        let mut r = Reader(b);
+        let id = ProcId::from_bytes(r.take(ProcId::LEN)?.try_into().expect("16 bytes"));
+        let (uid, gid) = (r.u32()?, r.u32()?);
+        let groups = r.groups()?;
+        let n = r.limit_count()?;
+        let hard = (0..n)
+            .map(|_| Ok((r.u32()?, r.u64()?)))
+            .collect::<Result<_, _>>()?;
+        r.end()?;
+        Ok(Grant {
+            id,
+            uid,
+            gid,
+            groups,
+            hard,
+        })
+    }
+
+    /// `spec`, the start of process `id`, as this grant allows it, or why
+    /// not: the uid the grant's (root's grant may name any uid); a gid and
+    /// groups the process had (root naming another uid leaves them to the
+    /// node's account check); no hard limit above the process's, and one
+    /// for every limit the process had.
+    pub fn clamp(&self, id: ProcId, spec: &mut StartSpec) -> Result<(), String> {
+        if self.id != id {
+            return Err(format!(
+                "the start grant is for process {}, not {id}",
+                self.id
+            ));
+        }
+        if spec.uid == self.uid {
+            if spec.gid != self.gid && !self.groups.contains(&spec.gid) {
+                return Err(format!("uid {} is not in group {}", spec.uid, spec.gid));
+            }
+            spec.groups.retain(|g| self.groups.contains(g));
+        } else if self.uid != 0 {
+            return Err(format!(
+                "uid {} may not start a program as uid {}",
+                self.uid, spec.uid
+            ));
+        }
+        for &(resource, hard) in &self.hard {
+            let mut found = false;
+            for l in spec.rlimits.iter_mut().filter(|l| l.resource == resource) {
+                l.hard = l.hard.min(hard);
+                l.soft = l.soft.min(l.hard);
+                found = true;
+            }
+            if !found {
+                spec.rlimits.push(Rlimit {
+                    resource,
+                    soft: hard,
+                    hard,
+                });
+            }
+        }
+        Ok(())
+    }
+}
 
 impl ExecRequest {
     /// The process the request is about.
@@ -143,7 +245,7 @@ impl ExecRequest {
         w.push(tag);
         w.extend_from_slice(&id.to_bytes());
         match self {
-            ExecRequest::Start { spec, .. } => {
+            ExecRequest::Start { spec, grant, .. } => {
                 put_u32(&mut w, spec.uid);
                 put_u32(&mut w, spec.gid);
                 put_u32(&mut w, spec.umask);
@@ -168,6 +270,8 @@ impl ExecRequest {
                         put_size(&mut w, size);
                     }
                 }
+                put_u32(&mut w, grant.len() as u32);
+                w.extend_from_slice(grant);
             }
             ExecRequest::Read { max, wait_ms, .. } => {
                 put_u32(&mut w, *max);
@@ -203,15 +307,8 @@ impl ExecRequest {
                 if hostname.len() != 1 {
                     return Err(DecodeError("a start has one host name"));
                 }
-                let n = r.u32()? as usize;
-                if n > MAX_GROUPS {
-                    return Err(DecodeError("too many groups"));
-                }
-                let groups = (0..n).map(|_| r.u32()).collect::<Result<_, _>>()?;
-                let n = r.u32()? as usize;
-                if n > MAX_RLIMITS {
-                    return Err(DecodeError("too many resource limits"));
-                }
+                let groups = r.groups()?;
+                let n = r.limit_count()?;
                 let rlimits = (0..n)
                     .map(|_| {
                         Ok(Rlimit {
@@ -226,8 +323,14 @@ impl ExecRequest {
                     1 => Some(r.size()?),
                     _ => return Err(DecodeError("tty flag")),
                 };
+                let n = r.u32()? as usize;
+                if n > MAX_GRANT {
+                    return Err(DecodeError("grant too long"));
+                }
+                let grant = r.take(n)?.to_vec();
                 ExecRequest::Start {
                     id,
+                    grant,
                     spec: StartSpec {
                         argv,
                         env,
@@ -498,6 +601,24 @@ impl<'a> Reader<'a> {
         })
     }
 
+    /// A count of groups, then the groups.
+    fn groups(&mut self) -> Result<Vec<u32>, DecodeError> {
+        let n = self.u32()? as usize;
+        if n > MAX_GROUPS {
+            return Err(DecodeError("too many groups"));
+        }
+        (0..n).map(|_| self.u32()).collect()
+    }
+
+    /// A count of resource limits, checked.
+    fn limit_count(&mut self) -> Result<usize, DecodeError> {
+        let n = self.u32()? as usize;
+        if n > MAX_RLIMITS {
+            return Err(DecodeError("too many resource limits"));
+        }
+        Ok(n)
+    }
+
     fn strings(&mut self) -> Result<Vec<String>, DecodeError> {
         let n = self.u32()? as usize;
         if n > MAX_STRINGS {
@@ -552,12 +673,25 @@ mod tests {
                 any::<(u32, u32, u32)>(),
                 proptest::collection::vec(any::<u32>(), 0..5),
                 proptest::collection::vec(any::<(u32, u64, u64)>(), 0..5),
-                proptest::option::of(any::<(u16, u16)>()),
+                (
+                    proptest::option::of(any::<(u16, u16)>()),
+                    proptest::collection::vec(any::<u8>(), 0..40),
+                ),
             )
                 .prop_map(
-                    |(id, argv, env, (cwd, hostname), (uid, gid, umask), groups, limits, tty)| {
+                    |(
+                        id,
+                        argv,
+                        env,
+                        (cwd, hostname),
+                        (uid, gid, umask),
+                        groups,
+                        limits,
+                        (tty, grant),
+                    )| {
                         ExecRequest::Start {
                             id,
+                            grant,
                             spec: StartSpec {
                                 argv,
                                 env,
@@ -645,7 +779,55 @@ mod tests {
         }
 
         #[test]
+        fn grants_round_trip(
+            id in id(),
+            (uid, gid) in any::<(u32, u32)>(),
+            groups in proptest::collection::vec(any::<u32>(), 0..5),
+            hard in proptest::collection::vec(any::<(u32, u64)>(), 0..5),
+        ) {
+            let g = Grant { id, uid, gid, groups, hard };
+            prop_assert_eq!(Grant::decode(&g.encode()).unwrap(), g);
+        }
+
+        #[test]
+        fn a_clamped_start_never_exceeds_its_grant(
+            asked_gid in 0u32..6,
+            asked_groups in proptest::collection::vec(0u32..6, 0..6),
+            granted in proptest::collection::vec(0u32..6, 0..4),
+            limits in proptest::collection::vec((0u32..4, any::<u64>(), any::<u64>()), 0..4),
+            hard in proptest::collection::vec((0u32..4, any::<u64>()), 0..4),
+        ) {
+            let id = ProcId { home: NodeId(1), seq: 1 };
+            let grant = Grant { id, uid: 1000, gid: 1, groups: granted.clone(), hard: hard.clone() };
+            let mut spec = StartSpec {
+                uid: 1000,
+                gid: asked_gid,
+                groups: asked_groups,
+                rlimits: limits.iter().map(|&(resource, soft, hard)| Rlimit { resource, soft, hard }).collect(),
+                ..StartSpec::default()
+            };
+            match grant.clamp(id, &mut spec) {
+                Err(_) => prop_assert!(asked_gid != 1 && !granted.contains(&asked_gid)),
+                Ok(()) => {
+                    prop_assert!(spec.groups.iter().all(|g| granted.contains(g)));
+                    for &(resource, h) in &hard {
+                        for l in spec.rlimits.iter().filter(|l| l.resource == resource) {
+                            prop_assert!(l.hard <= h && l.soft <= l.hard);
+                        }
+                        prop_assert!(spec.rlimits.iter().any(|l| l.resource == resource));
+                    }
+                }
+            }
+            // Another uid, or another process's grant, is refused.
+            let mut other = StartSpec { uid: 1001, ..StartSpec::default() };
+            prop_assert!(grant.clamp(id, &mut other).is_err());
+            let another = ProcId { home: NodeId(1), seq: 2 };
+            prop_assert!(grant.clamp(another, &mut spec).is_err());
+        }
+
+        #[test]
         fn decoders_never_panic(b in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = Grant::decode(&b);
             let _ = ExecRequest::decode(&b);
             let _ = ExecReply::decode(&b);
             let _ = LineEnded::decode(&b);
@@ -667,6 +849,7 @@ mod tests {
                 seq: 2,
             },
             spec: StartSpec::default(),
+            grant: Vec::new(),
         };
         assert!(ExecRequest::decode(&r.encode()).is_err());
     }

@@ -225,6 +225,10 @@ impl Context {
     }
 }
 
+fn unhex_grant(text: &str) -> Result<Vec<u8>, Error> {
+    hex::decode(text).map_err(|_| Error::Node("the node's start grant is not hex".into()))
+}
+
 /// A link to the local node as the home of the processes started on it
 /// (see [`LinkRequest::Spawn`]): they are tied to it, and the home hangs
 /// up on those still running when it closes.
@@ -240,14 +244,15 @@ impl HomeLink {
     }
 
     /// A new process running `command`, on node `on` or where placement
-    /// puts a program needing `mem_mib` MiB: its id and its node's name.
+    /// puts a program needing `mem_mib` MiB: its id, its node's name, and
+    /// the start grant its start request carries there.
     pub fn spawn(
         &mut self,
         command: &str,
         on: Option<&str>,
         mem_mib: u32,
         allow_owner_active: bool,
-    ) -> Result<(String, String), Error> {
+    ) -> Result<(String, String, Vec<u8>), Error> {
         let request = LinkRequest::Spawn {
             command: command.to_string(),
             on: on.map(str::to_string),
@@ -255,19 +260,20 @@ impl HomeLink {
             allow_owner_active,
         };
         match self.link.call(&request)? {
-            LinkResponse::Spawned { id, node } => Ok((id, node)),
+            LinkResponse::Spawned { id, node, grant } => Ok((id, node, unhex_grant(&grant)?)),
             _ => Err(Error::Node("unexpected answer to spawn".into())),
         }
     }
 
-    /// Process `id` lost its node `lost`: the node to start it again on.
+    /// Process `id` lost its node `lost`: the node to start it again on,
+    /// and the start grant for it.
     pub fn respawn(
         &mut self,
         id: &str,
         lost: &str,
         mem_mib: u32,
         allow_owner_active: bool,
-    ) -> Result<String, Error> {
+    ) -> Result<(String, Vec<u8>), Error> {
         let request = LinkRequest::Respawn {
             id: id.to_string(),
             lost: lost.to_string(),
@@ -275,7 +281,7 @@ impl HomeLink {
             allow_owner_active,
         };
         match self.link.call(&request)? {
-            LinkResponse::Spawned { node, .. } => Ok(node),
+            LinkResponse::Spawned { node, grant, .. } => Ok((node, unhex_grant(&grant)?)),
             _ => Err(Error::Node("unexpected answer to respawn".into())),
         }
     }

@@ -129,6 +129,10 @@ pub enum LinkResponse {
     Spawned {
         id: String,
         node: String,
+        /// The start grant for that node (hex), sealed for its exec
+        /// service: the program's start request carries it.
+        #[serde(default)]
+        grant: String,
     },
     /// A client endpoint's id (hex) and the uid it runs as.
     Client {

@@ -59,3 +59,11 @@ pub fn member_key(group_key: &[u8; 32], member: u64) -> [u8; 32] {
     input[6..].copy_from_slice(&member.to_le_bytes());
     *blake3::keyed_hash(group_key, &input).as_bytes()
 }
+
+/// The key a home's daemon seals start grants with for the node at the
+/// other end of the session whose endpoint root is `endpoint_root`
+/// (`docs/security.md`, "Local authority").  Only the two daemons hold
+/// the root, so only they hold this key.
+pub fn grant_key(endpoint_root: &[u8; 32]) -> [u8; 32] {
+    *blake3::keyed_hash(endpoint_root, b"start grant").as_bytes()
+}

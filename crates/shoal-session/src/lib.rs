@@ -14,6 +14,7 @@
 //!   queueing, confirmation, rekeying and expiry; and the roots endpoint
 //!   channels derive from, its own included.
 //! - [`channel`]: one end of an endpoint [`Channel`].
+//! - [`grant`]: start grants sealed from one daemon to another.
 //! - [`window`]: the [`ReplayWindow`].
 //! - [`kdf`]: session, endpoint channel and group member keys.
 //! - [`aead`]: the AEAD choice and keys.
@@ -28,6 +29,7 @@ pub mod aead;
 pub mod cert;
 pub mod channel;
 pub mod datagram;
+pub mod grant;
 pub mod handshake;
 pub mod kdf;
 pub mod table;

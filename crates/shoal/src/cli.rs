@@ -322,6 +322,7 @@ fn run_node(args: NodeArgs) -> Result<(), Failure> {
         frag_bytes: args.frag_bytes,
         socket: None,
         owner_detect: None,
+        remote_root: None,
     };
     let config = NodeConfig::resolve(file.merge(flags))?;
     shoal_node::run(config)?;

@@ -11,7 +11,6 @@
 //! - `shoal init --set -` saves a root capability read from standard input
 //!   (one that the administrator made, say) as the user's.
 
-use std::ffi::{CStr, CString};
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -114,32 +113,8 @@ struct Account {
 }
 
 fn account(name: &str) -> Option<Account> {
-    let cname = CString::new(name).ok()?;
-    let mut buf = vec![0u8; 16 * 1024];
-    // SAFETY: an all-zero passwd is a valid value to be filled in.
-    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut found: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: getpwnam_r writes into `pw` and `buf`, both ours and of the
-    // sizes given, and sets `found` to `&pw` or null.
-    let rc = unsafe {
-        libc::getpwnam_r(
-            cname.as_ptr(),
-            &mut pw,
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            &mut found,
-        )
-    };
-    if rc != 0 || found.is_null() {
-        return None;
-    }
-    // SAFETY: pw_dir points into `buf`, NUL-terminated, while `buf` lives.
-    let home = unsafe { CStr::from_ptr(pw.pw_dir) }.to_string_lossy();
-    Some(Account {
-        uid: pw.pw_uid,
-        gid: pw.pw_gid,
-        home: PathBuf::from(home.into_owned()),
-    })
+    let (uid, gid, home) = shoal_node::account::by_name(name)?;
+    Some(Account { uid, gid, home })
 }
 
 /// The administrator's part of making user `name`'s root.

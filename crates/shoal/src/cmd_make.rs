@@ -296,7 +296,7 @@ impl Lines {
             Err(e) => return not_started(stderr, e),
         };
         let cancelled = || line.state.lock().cancelled;
-        let (id, node) = match cmd_run::spawn(&mut runner.home, args, "shoal make", &|| {
+        let (id, node, grant) = match cmd_run::spawn(&mut runner.home, args, "shoal make", &|| {
             cancelled().is_some()
         }) {
             Ok(spawned) => spawned,
@@ -308,7 +308,7 @@ impl Lines {
                 };
             }
         };
-        let shared = Arc::new(Shared::new(&self.ctx, id, &node, "shoal make"));
+        let shared = Arc::new(Shared::new(&self.ctx, id, (&node, grant), "shoal make"));
         let done = Arc::new(AtomicBool::new(false));
         let mut stdin = Some(stdin);
         let mut sink = FileSink {

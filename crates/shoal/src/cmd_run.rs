@@ -102,18 +102,27 @@ pub struct Shared {
     who: &'static str,
     /// The exec service of the node the program runs on now.
     pub port: Mutex<PutPort>,
+    /// The start grant the home gave for that node.
+    pub grant: Mutex<Vec<u8>>,
     /// The home's terminal, in raw mode while the program has a pty.
     terminal: Option<Terminal>,
     tty: bool,
 }
 
 impl Shared {
-    /// Program `id` on `node`, without a terminal, run by `who`.
-    pub fn new(ctx: &Context, id: ProcId, node: &str, who: &'static str) -> Shared {
+    /// Program `id` on `node` (started with `grant`), without a terminal,
+    /// run by `who`.
+    pub fn new(
+        ctx: &Context,
+        id: ProcId,
+        (node, grant): (&str, Vec<u8>),
+        who: &'static str,
+    ) -> Shared {
         Shared {
             id,
             who,
             port: Mutex::new(exec_port(ctx, node)),
+            grant: Mutex::new(grant),
             terminal: None,
             tty: false,
         }
@@ -145,11 +154,12 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     // What it runs with first: a home that cannot say (its directory is
     // gone) numbers no process.
     let spec = start_spec(&args).map_err(&not_started)?;
-    let (id, node) = spawn(&mut home, &args, "shoal run", &|| false).map_err(&not_started)?;
+    let (id, node, grant) =
+        spawn(&mut home, &args, "shoal run", &|| false).map_err(&not_started)?;
     let shared = Arc::new(Shared {
         terminal: if args.tty { Terminal::raw() } else { None },
         tty: args.tty,
-        ..Shared::new(&ctx, id, &node, "shoal run")
+        ..Shared::new(&ctx, id, (&node, grant), "shoal run")
     });
     let mut writer = Writer::start();
     let outcome = match ctx.client() {
@@ -191,7 +201,7 @@ pub fn spawn(
     args: &RunArgs,
     who: &str,
     stop: &dyn Fn() -> bool,
-) -> Result<(ProcId, String), String> {
+) -> Result<(ProcId, String, Vec<u8>), String> {
     let command = args.command.join(" ");
     let mut told = false;
     loop {
@@ -201,11 +211,11 @@ pub fn spawn(
             args.mem_mib,
             args.allow_owner_active,
         ) {
-            Ok((id, node)) => {
+            Ok((id, node, grant)) => {
                 let id = id
                     .parse()
                     .map_err(|e| format!("the node's process id: {e}"))?;
-                return Ok((id, node));
+                return Ok((id, node, grant));
             }
             // The home's refusal (no eligible node) is waited out; a lost
             // link is not.
@@ -278,7 +288,8 @@ pub fn supervise(
             args.mem_mib,
             args.allow_owner_active,
         ) {
-            Ok(next) => {
+            Ok((next, grant)) => {
+                *shared.grant.lock() = grant;
                 eprintln!(
                     "{}: node {node} is unreachable ({lost}); starting {} again on {next}",
                     shared.who, args.command[0]
@@ -312,6 +323,7 @@ fn start(client: &mut Client, shared: &Shared, spec: &StartSpec) -> Result<(), S
     let start = ExecRequest::Start {
         id: shared.id,
         spec: spec.clone(),
+        grant: shared.grant.lock().clone(),
     };
     let opts = CallOptions {
         deadline: Some(START_DEADLINE),

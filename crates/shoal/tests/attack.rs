@@ -510,3 +510,154 @@ fn a_capture_on_the_bridge_finds_nothing_secret() {
         }
     }
 }
+
+/// Start grants (`docs/security.md`, "Local authority"): an exec service
+/// runs nothing without the grant its program's home sealed for it, and
+/// nothing beyond it. Tried by hand, as root on n1: a start without a
+/// grant, with another process's grant, and with a grant sealed for
+/// another node are refused and counted; a start asking for a hard limit
+/// above its process's gets its process's. And root on another node runs
+/// as `nobody` where the node squashes remote root (the default).
+#[test]
+fn starts_run_only_with_their_home_s_grant_and_no_more() {
+    use shoal_pool::exec::{ExecReply, ExecRequest, Rlimit, StartSpec};
+    use std::time::{Duration, Instant};
+
+    let t = TestCluster::up("ue", 49, 3, Mode::Netns);
+    let c = t.get();
+    // n3 squashes remote root, as a node configured by default does.
+    c.stop("n3").unwrap();
+    let n3 = c.node("n3").unwrap().config.clone();
+    let text = std::fs::read_to_string(&n3).unwrap();
+    std::fs::write(
+        &n3,
+        text.replace("remote_root = \"allow\"", "remote_root = \"squash\""),
+    )
+    .unwrap();
+    c.start_node("n3").unwrap();
+    c.wait_ready(Duration::from_secs(30), &mut |_| {}).unwrap();
+    let run = |on: &str| {
+        let out = c
+            .command("n1", shoal())
+            .unwrap()
+            .args(["run", "--on", on, "--", "id", "-u"])
+            .current_dir("/")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(run("n2"), "0", "n2 allows remote root");
+    assert_eq!(run("n1"), "0", "root is root on its own node");
+    let nobody = Command::new("id").args(["-u", "nobody"]).output().unwrap();
+    assert_eq!(run("n3"), String::from_utf8_lossy(&nobody.stdout).trim());
+
+    // By hand: this process is the program, n1 its home.
+    let ctx = shoal_rpc::Context::attach(&c.node("n1").unwrap().socket).unwrap();
+    let mut config = ctx.config().clone();
+    config.bind_ip = std::net::IpAddr::from([0, 0, 0, 0]);
+    let ctx = shoal_rpc::Context::new(config);
+    let mut home = ctx.home().unwrap();
+    let mut client = ctx.client().unwrap();
+    let cluster = ctx.config().cluster;
+    let port = |node: &str| shoal_node::exec::exec_port(&cluster, node).put_port();
+    let opts = shoal_rpc::CallOptions {
+        deadline: Some(Duration::from_secs(5)),
+        cancel: None,
+    };
+    // This process's hard limit on core files, lowered: what its grants
+    // carry.
+    let core = libc::rlimit {
+        rlim_cur: 4096,
+        rlim_max: 8192,
+    };
+    // SAFETY: setrlimit lowers this process's own limit.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_CORE, &core) }, 0);
+    let spec = StartSpec {
+        argv: vec![
+            "awk".into(),
+            "/Max core/ { print $6 }".into(),
+            "/proc/self/limits".into(),
+        ],
+        env: vec!["PATH=/usr/bin:/bin".into()],
+        cwd: "/".into(),
+        uid: 0,
+        gid: 0,
+        groups: vec![0],
+        umask: 0o022,
+        rlimits: vec![Rlimit {
+            resource: libc::RLIMIT_CORE,
+            soft: u64::MAX,
+            hard: u64::MAX,
+        }],
+        hostname: "n1".into(),
+        tty: None,
+    };
+    let spawn = |home: &mut shoal_rpc::HomeLink| {
+        let (id, node, grant) = home.spawn("sh", Some("n2"), 0, true).unwrap();
+        assert_eq!(node, "n2");
+        (id.parse::<shoal_pool::ProcId>().unwrap(), grant)
+    };
+    let (id, grant) = spawn(&mut home);
+    let (_, other_grant) = spawn(&mut home);
+    let refused = || {
+        c.status(&ctx, "n2", Duration::from_secs(2))
+            .unwrap()
+            .counters["refused_proc_requests"]
+            + c.status(&ctx, "n3", Duration::from_secs(2))
+                .unwrap()
+                .counters["refused_proc_requests"]
+    };
+    let before = refused();
+    let mut start = |node: &str, id, grant: &[u8]| {
+        let request = ExecRequest::Start {
+            id,
+            spec: spec.clone(),
+            grant: grant.to_vec(),
+        };
+        let reply = client
+            .trans_with(&port(node), request.encode(), &opts)
+            .unwrap();
+        ExecReply::decode(&reply).unwrap()
+    };
+    for (node, id, grant, why) in [
+        ("n2", id, &[][..], "start grant is refused"),
+        ("n2", id, &other_grant[..], "is for process"),
+        ("n3", id, &grant[..], "start grant is refused"),
+    ] {
+        match start(node, id, grant) {
+            ExecReply::Error(e) => assert!(e.contains(why), "{e}"),
+            other => panic!("started: {other:?}"),
+        }
+    }
+    assert!(refused() >= before + 3);
+    assert!(matches!(start("n2", id, &grant), ExecReply::Started { .. }));
+    let mut out = Vec::new();
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let read = ExecRequest::Read {
+            id,
+            max: 4096,
+            wait_ms: 500,
+        };
+        let reply = client
+            .trans_with(&port("n2"), read.encode(), &opts)
+            .unwrap();
+        match ExecReply::decode(&reply).unwrap() {
+            ExecReply::Output { stdout, ended, .. } => {
+                out.extend(stdout);
+                if ended.is_some() {
+                    break;
+                }
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(Instant::now() < until, "the program never ended");
+    }
+    // The hard limit, in bytes.
+    assert_eq!(String::from_utf8_lossy(&out).trim(), "8192");
+}

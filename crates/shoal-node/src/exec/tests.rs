@@ -31,7 +31,7 @@ fn root() -> bool {
 
 /// An exec service as the daemon makes it: namespaces when root.
 fn exec() -> Arc<Exec> {
-    Arc::new(Exec::new(root()).unwrap())
+    Arc::new(Exec::new(root(), NodeId(1), crate::RemoteRoot::Allow).unwrap())
 }
 
 /// Carries out `request` and waits for its answer.
@@ -47,7 +47,14 @@ fn call(exec: &Arc<Exec>, request: ExecRequest) -> ExecReply {
 }
 
 fn start(exec: &Arc<Exec>, id: ProcId, spec: StartSpec) {
-    match call(exec, ExecRequest::Start { id, spec }) {
+    match call(
+        exec,
+        ExecRequest::Start {
+            id,
+            spec,
+            grant: Vec::new(),
+        },
+    ) {
         ExecReply::Started { .. } => {}
         other => panic!("{other:?}"),
     }
@@ -88,6 +95,7 @@ fn a_program_runs_with_its_home_s_settings_and_ends() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
     let start = ExecRequest::Start {
+        grant: Vec::new(),
         id: id(1),
         spec: spec(&["sh", "-c", "pwd; read x; echo got $x >&2; exit 7"], d),
     };
@@ -120,6 +128,7 @@ fn what_cannot_start_is_refused_with_the_reason() {
     let e = refused(call(
         &exec,
         ExecRequest::Start {
+            grant: Vec::new(),
             id: id(2),
             spec: spec(&["true"], "/no/such/dir"),
         },
@@ -131,6 +140,7 @@ fn what_cannot_start_is_refused_with_the_reason() {
     let e = refused(call(
         &exec,
         ExecRequest::Start {
+            grant: Vec::new(),
             id: id(3),
             spec: spec(&["no-such-program-anywhere"], "/"),
         },
@@ -150,6 +160,7 @@ fn what_cannot_start_is_refused_with_the_reason() {
 fn a_program_whose_home_is_gone_is_killed_and_forgotten() {
     let exec = exec();
     let start = ExecRequest::Start {
+        grant: Vec::new(),
         id: id(6),
         spec: spec(&["sleep", "30"], "/"),
     };
@@ -169,6 +180,7 @@ fn a_program_whose_home_is_gone_is_killed_and_forgotten() {
 fn a_signal_reaches_the_program_s_group() {
     let exec = exec();
     let start = ExecRequest::Start {
+        grant: Vec::new(),
         id: id(5),
         spec: spec(&["sh", "-c", "sleep 30 & wait"], "/"),
     };
@@ -439,4 +451,104 @@ fn stuck_writes_and_quiet_reads_hold_no_thread() {
             ExecReply::Done
         );
     }
+}
+
+/// A start runs only with a grant its home made, clamped to it; a remote
+/// root is squashed unless the node allows it.
+#[test]
+fn starts_are_clamped_to_their_home_s_grant() {
+    use shoal_pool::exec::{Grant, Rlimit};
+    let home = NodeId(1);
+    let caller = |node: NodeId, uid: u32| shoal_rpc::Caller {
+        node,
+        uid,
+        client: shoal_wire::ClientId(7),
+    };
+    // The "sealed" grant is its plaintext behind the node that made it.
+    let opener = |sealed: &[u8]| -> Result<(NodeId, Vec<u8>), String> {
+        let (node, plain) = sealed.split_first().ok_or("no grant")?;
+        Ok((NodeId(u64::from(*node)), plain.to_vec()))
+    };
+    let sealed = |by: u8, g: &Grant| [vec![by], g.encode()].concat();
+    let user = Grant {
+        id: id(1),
+        uid: 1000,
+        gid: 100,
+        groups: vec![100, 27],
+        hard: vec![(libc::RLIMIT_NOFILE, 512)],
+    };
+    let start = |uid: u32, grant: Vec<u8>| {
+        let mut s = spec(&["true"], "/");
+        s.uid = uid;
+        s.gid = 100;
+        s.groups = vec![27, 4];
+        s.rlimits = vec![Rlimit {
+            resource: libc::RLIMIT_NOFILE,
+            soft: 4096,
+            hard: 65_536,
+        }];
+        ExecRequest::Start {
+            id: id(1),
+            spec: s,
+            grant,
+        }
+    };
+    let exec = Exec::new(false, NodeId(2), crate::RemoteRoot::Squash).unwrap();
+
+    let mut r = start(1000, sealed(1, &user));
+    exec.authorize(caller(home, 1000), &mut r, &opener).unwrap();
+    let ExecRequest::Start { spec, .. } = &r else {
+        unreachable!()
+    };
+    assert_eq!(spec.groups, vec![27], "a group the process lacked was kept");
+    assert_eq!((spec.rlimits[0].soft, spec.rlimits[0].hard), (512, 512));
+
+    let before = exec.refused();
+    // No grant; a grant another node made; another process's grant.
+    for (mut r, why) in [
+        (start(1000, Vec::new()), "start grant is refused"),
+        (start(1000, sealed(3, &user)), "not its home's"),
+        (
+            start(
+                1000,
+                sealed(
+                    1,
+                    &Grant {
+                        id: id(2),
+                        ..user.clone()
+                    },
+                ),
+            ),
+            "is for process",
+        ),
+    ] {
+        let e = exec
+            .authorize(caller(home, 1000), &mut r, &opener)
+            .unwrap_err();
+        assert!(e.contains(why), "{e}");
+    }
+    assert_eq!(exec.refused(), before + 3);
+
+    // Root on the home: squashed here, kept where remote root is allowed.
+    let root_grant = Grant {
+        uid: 0,
+        gid: 0,
+        groups: vec![0],
+        ..user.clone()
+    };
+    let as_root = |exec: &Exec| {
+        let mut r = start(0, sealed(1, &root_grant));
+        if let ExecRequest::Start { spec, .. } = &mut r {
+            spec.gid = 0;
+        }
+        exec.authorize(caller(home, 0), &mut r, &opener).unwrap();
+        match r {
+            ExecRequest::Start { spec, .. } => (spec.uid, spec.groups),
+            _ => unreachable!(),
+        }
+    };
+    let (nobody, nogroup) = crate::account::nobody();
+    assert_eq!(as_root(&exec), (nobody, vec![nogroup]));
+    let allowing = Exec::new(false, NodeId(2), crate::RemoteRoot::Allow).unwrap();
+    assert_eq!(as_root(&allowing).0, 0);
 }

@@ -64,7 +64,12 @@ fn main() {
         shoal_node::settings::start_spec(args, None).unwrap_or_else(|e| die(NOT_STARTED, &e));
     // The id is the home's to give.
     let unset = ProcId::from_bytes(&[0; ProcId::LEN]);
-    let start = ExecRequest::Start { id: unset, spec };
+    // The grant too: `shoal make` gets it from its home.
+    let start = ExecRequest::Start {
+        id: unset,
+        spec,
+        grant: Vec::new(),
+    };
     let mut stream = UnixStream::connect(&socket).unwrap_or_else(|e| {
         die(
             NOT_STARTED,
