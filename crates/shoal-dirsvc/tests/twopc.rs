@@ -73,6 +73,7 @@ impl Nodes {
                 frag_bytes: 60_000,
                 owner_detect: false,
                 remote_root: shoal_node::RemoteRoot::Allow,
+                socket_group: None,
             };
             let socket = config.socket.clone();
             daemons.push(Daemon::start(config, Arc::new(AtomicBool::new(false))).unwrap());

@@ -52,6 +52,27 @@ pub fn by_name(name: &str) -> Option<(u32, u32, std::path::PathBuf)> {
     Some((pw.pw_uid, pw.pw_gid, home.into()))
 }
 
+/// The gid of group `name`.
+pub fn group_by_name(name: &str) -> Option<u32> {
+    let cname = CString::new(name).ok()?;
+    let mut buf = vec![0u8; 64 * 1024];
+    // SAFETY: an all-zero group is a valid value to be filled in.
+    let mut gr: libc::group = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::group = std::ptr::null_mut();
+    // SAFETY: getgrnam_r writes into `gr` and `buf`, both ours and of the
+    // sizes given, and sets `found` to `&gr` or null.
+    let rc = unsafe {
+        libc::getgrnam_r(
+            cname.as_ptr(),
+            &mut gr,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            &mut found,
+        )
+    };
+    (rc == 0 && !found.is_null()).then_some(gr.gr_gid)
+}
+
 /// The uid and gid a squashed remote root runs as: `nobody`'s, or
 /// 65534 where the node has no such account.
 pub fn nobody() -> (u32, u32) {
@@ -144,6 +165,8 @@ mod tests {
         assert!(super::clamp(0, 4_000_000, &[]).is_err());
         assert!(super::clamp(4_000_000, 0, &[]).is_err());
         assert_eq!(super::user_name(0), "root");
+        assert_eq!(super::group_by_name("root"), Some(0));
+        assert_eq!(super::group_by_name("no-such-group-here"), None);
         assert_eq!(super::user_name(4_000_000), "4000000");
     }
 

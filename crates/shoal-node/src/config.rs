@@ -44,6 +44,9 @@ pub struct NodeConfigFile {
     /// What a program that root on another node starts here runs as
     /// (default `squash`: as `nobody`; `allow`: as root).
     pub remote_root: Option<RemoteRoot>,
+    /// Open the link socket only to this group's members (mode 0660)
+    /// instead of every local user (0666).
+    pub socket_group: Option<String>,
 }
 
 /// Whether root on another node is root here (`docs/security.md`,
@@ -86,6 +89,7 @@ impl NodeConfigFile {
             socket: over.socket.or(self.socket),
             owner_detect: over.owner_detect.or(self.owner_detect),
             remote_root: over.remote_root.or(self.remote_root),
+            socket_group: over.socket_group.or(self.socket_group),
         }
     }
 }
@@ -108,6 +112,8 @@ pub struct NodeConfig {
     pub socket: PathBuf,
     pub owner_detect: bool,
     pub remote_root: RemoteRoot,
+    /// The group the link socket is open to, if not every user.
+    pub socket_group: Option<String>,
 }
 
 impl NodeConfig {
@@ -162,6 +168,7 @@ impl NodeConfig {
             frag_bytes,
             owner_detect: file.owner_detect.unwrap_or(true),
             remote_root: file.remote_root.unwrap_or_default(),
+            socket_group: file.socket_group,
             state_dir,
         })
     }

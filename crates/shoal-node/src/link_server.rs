@@ -33,9 +33,20 @@ pub fn start(shared: Arc<Shared>) -> Result<(), String> {
     }
     let listener =
         UnixListener::bind(path).map_err(|e| format!("cannot bind {}: {e}", path.display()))?;
-    // Open to every local user: the daemon learns who each is from the
-    // kernel, and hands out no key shared with other users or nodes.
-    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666));
+    // Open to every local user, or to one group's: the daemon learns who
+    // each is from the kernel, and hands out no key shared with other
+    // users or nodes.
+    match &shared.config.socket_group {
+        None => std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)),
+        Some(group) => {
+            let gid = crate::account::group_by_name(group)
+                .ok_or_else(|| format!("socket_group: no group named {group}"))?;
+            std::os::unix::fs::chown(path, None, Some(gid)).and_then(|()| {
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+            })
+        }
+    }
+    .map_err(|e| format!("cannot open {} to its users: {e}", path.display()))?;
     std::thread::Builder::new()
         .name("link-accept".into())
         .spawn(move || {

@@ -323,6 +323,7 @@ fn run_node(args: NodeArgs) -> Result<(), Failure> {
         socket: None,
         owner_detect: None,
         remote_root: None,
+        socket_group: None,
     };
     let config = NodeConfig::resolve(file.merge(flags))?;
     shoal_node::run(config)?;

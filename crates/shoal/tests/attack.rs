@@ -401,13 +401,11 @@ fn a_user_starts_programs_only_as_themselves_and_touches_only_their_own() {
 fn a_capture_on_the_bridge_finds_nothing_secret() {
     use std::io::Write;
     use std::process::Stdio;
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
 
     let t = TestCluster::up("uc", 47, 2, Mode::Netns);
     let c = t.get();
     let bridge = c.file().bridge.clone().expect("a namespaced cluster");
-    let capture = Capture::start(&bridge);
+    let capture = common::Capture::start(&bridge);
     let mark = |what: &str| format!("shoal-{what}-{:016x}", rand::random::<u64>());
     let (env, arg, input) = (mark("env"), mark("arg"), mark("input"));
     // A control: a datagram sent in clear across the bridge is seen.
@@ -437,77 +435,17 @@ fn a_capture_on_the_bridge_finds_nothing_secret() {
         assert!(out.contains(m.as_str()), "{m} missing from {out:?}");
     }
     let frames = capture.stop();
+    let (n1, n2) = (c.node("n1").unwrap().addr, c.node("n2").unwrap().addr);
+    assert!(
+        !common::udp_between(&frames, n1, n2).is_empty()
+            && !common::udp_between(&frames, n2, n1).is_empty(),
+        "the capture saw no traffic between the nodes"
+    );
+    let frames = frames.concat();
     let seen = |m: &str| frames.windows(m.len()).any(|w| w == m.as_bytes());
     assert!(seen(&control), "the capture saw nothing in clear at all");
     for m in [&env, &arg, &input] {
         assert!(!seen(m), "{m} crossed the bridge in clear");
-    }
-
-    /// Frames seen on an interface, by a raw packet socket.
-    struct Capture {
-        stop: Arc<AtomicBool>,
-        thread: std::thread::JoinHandle<Vec<u8>>,
-    }
-
-    impl Capture {
-        fn start(interface: &str) -> Capture {
-            let name = std::ffi::CString::new(interface).unwrap();
-            // SAFETY: plain system calls on a socket this function owns.
-            let fd = unsafe {
-                let proto = (libc::ETH_P_ALL as u16).to_be();
-                let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, proto as i32);
-                assert!(
-                    fd >= 0,
-                    "packet socket: {}",
-                    std::io::Error::last_os_error()
-                );
-                let mut addr: libc::sockaddr_ll = std::mem::zeroed();
-                addr.sll_family = libc::AF_PACKET as u16;
-                addr.sll_protocol = proto;
-                addr.sll_ifindex = libc::if_nametoindex(name.as_ptr()) as i32;
-                let r = libc::bind(
-                    fd,
-                    (&addr as *const libc::sockaddr_ll).cast(),
-                    std::mem::size_of::<libc::sockaddr_ll>() as u32,
-                );
-                assert_eq!(r, 0, "bind: {}", std::io::Error::last_os_error());
-                let tv = libc::timeval {
-                    tv_sec: 0,
-                    tv_usec: 100_000,
-                };
-                libc::setsockopt(
-                    fd,
-                    libc::SOL_SOCKET,
-                    libc::SO_RCVTIMEO,
-                    (&tv as *const libc::timeval).cast(),
-                    std::mem::size_of::<libc::timeval>() as u32,
-                );
-                fd
-            };
-            let stop = Arc::new(AtomicBool::new(false));
-            let flag = stop.clone();
-            let thread = std::thread::spawn(move || {
-                let mut all = Vec::new();
-                let mut buf = vec![0u8; 65536];
-                while !flag.load(Ordering::Acquire) {
-                    // SAFETY: reads into a buffer of its length.
-                    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
-                    if n > 0 {
-                        all.extend_from_slice(&buf[..n as usize]);
-                    }
-                }
-                // SAFETY: the socket is this thread's.
-                unsafe { libc::close(fd) };
-                all
-            });
-            Capture { stop, thread }
-        }
-
-        fn stop(self) -> Vec<u8> {
-            std::thread::sleep(std::time::Duration::from_millis(300));
-            self.stop.store(true, Ordering::Release);
-            self.thread.join().unwrap()
-        }
     }
 }
 
@@ -525,15 +463,14 @@ fn starts_run_only_with_their_home_s_grant_and_no_more() {
 
     let t = TestCluster::up("ue", 49, 3, Mode::Netns);
     let c = t.get();
-    // n3 squashes remote root, as a node configured by default does.
+    // n3 squashes remote root, as a node configured by default does, and
+    // opens its socket to one group only.
+    let group = common::local_group("shoal-link");
     c.stop("n3").unwrap();
     let n3 = c.node("n3").unwrap().config.clone();
     let text = std::fs::read_to_string(&n3).unwrap();
-    std::fs::write(
-        &n3,
-        text.replace("remote_root = \"allow\"", "remote_root = \"squash\""),
-    )
-    .unwrap();
+    let text = text.replace("remote_root = \"allow\"", "remote_root = \"squash\"");
+    std::fs::write(&n3, format!("{text}socket_group = \"shoal-link\"\n")).unwrap();
     c.start_node("n3").unwrap();
     c.wait_ready(Duration::from_secs(30), &mut |_| {}).unwrap();
     let run = |on: &str| {
@@ -555,6 +492,36 @@ fn starts_run_only_with_their_home_s_grant_and_no_more() {
     assert_eq!(run("n1"), "0", "root is root on its own node");
     let nobody = Command::new("id").args(["-u", "nobody"]).output().unwrap();
     assert_eq!(run("n3"), String::from_utf8_lossy(&nobody.stdout).trim());
+
+    // n3's socket: the group's, 0660; a user outside it is refused by the
+    // kernel, one in it let in.
+    let socket = std::fs::metadata(&c.node("n3").unwrap().socket).unwrap();
+    assert_eq!(socket.permissions().mode() & 0o777, 0o660);
+    assert_eq!(std::os::unix::fs::MetadataExt::gid(&socket), group);
+    open_path_to(c.dir());
+    open_path_to(shoal().parent().unwrap());
+    let (uid, gid) = attacker();
+    let status = |groups: &str| {
+        c.command("n3", "setpriv")
+            .unwrap()
+            .args(["--reuid", &uid.to_string(), "--regid", &gid.to_string()])
+            .args(["--groups", groups, "--"])
+            .arg(shoal())
+            .arg("ps")
+            .output()
+            .unwrap()
+    };
+    let outside = status(&gid.to_string());
+    assert!(
+        denied(&outside),
+        "a user outside the group got in: {outside:?}"
+    );
+    let member = status(&format!("{gid},{group}"));
+    assert!(
+        member.status.success(),
+        "{}",
+        String::from_utf8_lossy(&member.stderr)
+    );
 
     // By hand: this process is the program, n1 its home.
     let ctx = shoal_rpc::Context::attach(&c.node("n1").unwrap().socket).unwrap();

@@ -24,27 +24,7 @@ impl Files {
     fn start(c: &Cluster) -> Files {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(tmp.path().join("config")).unwrap();
-        let dirs = (0..3)
-            .map(|i| {
-                let data = tmp.path().join(format!("d{i}"));
-                Daemon::start(
-                    c,
-                    &format!("n{}", i + 1),
-                    &[
-                        "dir",
-                        "serve",
-                        "--replica",
-                        &i.to_string(),
-                        "--replicas",
-                        "3",
-                        "--data",
-                        data.to_str().unwrap(),
-                    ],
-                    tmp.path().join(format!("d{i}.log")),
-                    &[],
-                )
-            })
-            .collect();
+        let dirs = common::dir_replicas(c, tmp.path());
         let mut f = Files {
             dirs,
             servers: Vec::new(),

@@ -125,25 +125,7 @@ fn site(c: &Cluster) -> Site<'_> {
     };
     let data = s.admin.path().join("data");
     std::fs::create_dir_all(&data).unwrap();
-    for i in 0..3 {
-        let d = data.join(format!("d{i}"));
-        s.services.push(Daemon::start(
-            c,
-            &format!("n{}", i + 1),
-            &[
-                "dir",
-                "serve",
-                "--replica",
-                &i.to_string(),
-                "--replicas",
-                "3",
-                "--data",
-                d.to_str().unwrap(),
-            ],
-            data.join(format!("d{i}.log")),
-            &[],
-        ));
-    }
+    s.services = common::dir_replicas(c, &data);
     common::until_ok("shoal init", || s.admin("n1", &["init"]), || s.logs());
     for i in 1..=2 {
         let d = data.join(format!("fs{i}"));

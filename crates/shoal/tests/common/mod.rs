@@ -209,3 +209,173 @@ pub fn open_path_to(dir: &std::path::Path) {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode | 0o011)).unwrap();
     }
 }
+
+/// Frames crossing a local cluster's bridge, caught by a raw packet
+/// socket on every port of the bridge and the bridge itself (the bridge
+/// device alone sees only what is for this host, not what it forwards
+/// between nodes).
+pub struct Capture {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<Vec<u8>>>,
+}
+
+impl Capture {
+    pub fn start(bridge: &str) -> Capture {
+        use std::sync::atomic::Ordering;
+        let index = |name: &str| {
+            let name = std::ffi::CString::new(name).unwrap();
+            // SAFETY: if_nametoindex reads a NUL-terminated name.
+            unsafe { libc::if_nametoindex(name.as_ptr()) as i32 }
+        };
+        let mut interfaces = vec![index(bridge)];
+        for port in std::fs::read_dir(format!("/sys/class/net/{bridge}/brif")).unwrap() {
+            interfaces.push(index(&port.unwrap().file_name().to_string_lossy()));
+        }
+        // SAFETY: plain system calls on a socket this function owns.
+        let fd = unsafe {
+            let proto = (libc::ETH_P_ALL as u16).to_be();
+            let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, proto as i32);
+            assert!(
+                fd >= 0,
+                "packet socket: {}",
+                std::io::Error::last_os_error()
+            );
+            let tv = libc::timeval {
+                tv_sec: 0,
+                tv_usec: 100_000,
+            };
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&tv as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as u32,
+            );
+            fd
+        };
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut frames = Vec::new();
+            let mut buf = vec![0u8; 65536];
+            while !flag.load(Ordering::Acquire) {
+                // SAFETY: an all-zero sockaddr_ll is a valid value to fill.
+                let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+                let mut len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+                // SAFETY: reads into a buffer of its length, and the sender's
+                // address into `from`.
+                let n = unsafe {
+                    libc::recvfrom(
+                        fd,
+                        buf.as_mut_ptr().cast(),
+                        buf.len(),
+                        0,
+                        (&mut from as *mut libc::sockaddr_ll).cast(),
+                        &mut len,
+                    )
+                };
+                if n > 0 && interfaces.contains(&from.sll_ifindex) {
+                    frames.push(buf[..n as usize].to_vec());
+                }
+            }
+            // SAFETY: the socket is this thread's.
+            unsafe { libc::close(fd) };
+            frames
+        });
+        Capture { stop, thread }
+    }
+
+    /// Every frame caught, once in-flight ones had time to arrive.
+    pub fn stop(self) -> Vec<Vec<u8>> {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        self.thread.join().unwrap()
+    }
+}
+
+/// The payloads of the UDP datagrams from `from` to `to` among Ethernet
+/// `frames` (IPv4, unfragmented), each once, in order.
+pub fn udp_between(
+    frames: &[Vec<u8>],
+    from: std::net::SocketAddr,
+    to: std::net::SocketAddr,
+) -> Vec<Vec<u8>> {
+    let ip = |a: std::net::SocketAddr| match a.ip() {
+        std::net::IpAddr::V4(v4) => v4.octets(),
+        std::net::IpAddr::V6(_) => [0; 4],
+    };
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for f in frames {
+        if f.len() < 42 || f[12..14] != [0x08, 0x00] || f[14] >> 4 != 4 || f[23] != 17 {
+            continue;
+        }
+        let ihl = usize::from(f[14] & 0x0f) * 4;
+        let udp = 14 + ihl;
+        if f.len() < udp + 8 || f[26..30] != ip(from) || f[30..34] != ip(to) {
+            continue;
+        }
+        let port = |at: usize| u16::from_be_bytes([f[at], f[at + 1]]);
+        let len = usize::from(port(udp + 4));
+        if port(udp) != from.port() || port(udp + 2) != to.port() || len < 8 || f.len() < udp + len
+        {
+            continue;
+        }
+        let payload = f[udp + 8..udp + len].to_vec();
+        if seen.insert(payload.clone()) {
+            out.push(payload);
+        }
+    }
+    out
+}
+
+/// The gid of local group `name`, made on first use.
+pub fn local_group(name: &str) -> u32 {
+    let gid = || {
+        Command::new("getent")
+            .args(["group", name])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .split(':')
+                    .nth(2)
+                    .and_then(|g| g.trim().parse().ok())
+            })
+    };
+    if gid().is_none() {
+        let made = Command::new("groupadd")
+            .args(["--system", name])
+            .status()
+            .unwrap();
+        assert!(made.success() || gid().is_some(), "groupadd {name} failed");
+    }
+    gid().unwrap()
+}
+
+/// A directory service of three replicas on n1, n2 and n3, each keeping
+/// its data in `dir/dI` and logging to `dir/dI.log`.
+pub fn dir_replicas(c: &Cluster, dir: &std::path::Path) -> Vec<Daemon> {
+    (0..3)
+        .map(|i| {
+            let data = dir.join(format!("d{i}"));
+            Daemon::start(
+                c,
+                &format!("n{}", i + 1),
+                &[
+                    "dir",
+                    "serve",
+                    "--replica",
+                    &i.to_string(),
+                    "--replicas",
+                    "3",
+                    "--data",
+                    data.to_str().unwrap(),
+                ],
+                dir.join(format!("d{i}.log")),
+                &[],
+            )
+        })
+        .collect()
+}
