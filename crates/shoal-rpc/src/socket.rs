@@ -127,14 +127,17 @@ pub fn spin_with<T>(
     }
     let start = std::time::Instant::now();
     loop {
+        // Yield first: a spinner waits for a datagram that its peer has
+        // yet to send, and a peer sharing this CPU sends it only once it
+        // runs; a peer on another CPU loses nothing by it.
+        // SAFETY: sched_yield has no preconditions.
+        unsafe { libc::sched_yield() };
         if let Some(got) = poll()? {
             return Ok(Some(got));
         }
         if start.elapsed() >= spin {
             return Ok(None);
         }
-        // SAFETY: sched_yield has no preconditions.
-        unsafe { libc::sched_yield() };
     }
 }
 
