@@ -233,9 +233,10 @@ impl Replica {
         self.shared.port
     }
 
-    /// The replica's status as JSON.
+    /// The replica's status as JSON, as its own process sees it (its
+    /// group's port included).
     pub fn status(&self) -> serde_json::Value {
-        self.shared.status()
+        self.shared.status(true)
     }
 
     /// Whether the replica is in its group and serving.
@@ -260,7 +261,10 @@ impl Replica {
 }
 
 impl Shared {
-    fn status(&self) -> serde_json::Value {
+    /// The replica's status; with `group_port`, the port of its group,
+    /// which is for its peers alone: whoever knows it may join the group
+    /// and read, and send, the replicas' traffic.
+    fn status(&self, group_port: bool) -> serde_json::Value {
         // Lock order: durable, then rs (as flush, which must keep the log in
         // index order).
         let durable = self.durable.lock();
@@ -276,7 +280,12 @@ impl Shared {
             "phase": self.reported_phase().name(),
             "generation": self.generation.load(Ordering::Relaxed),
             "group": self.group_tag(),
-            "group_port": self.group.read().as_ref().map(|g| g.port().to_string()),
+            "group_port": self
+                .group
+                .read()
+                .as_ref()
+                .filter(|_| group_port)
+                .map(|g| g.port().to_string()),
             "index": st.index(),
             "durable_index": durable.index,
             "directories": st.dir_count(),
@@ -598,7 +607,7 @@ impl Shared {
 
     fn handle(&self, req: Request) -> Response {
         let result = if matches!(req.op, Op::Status) {
-            Ok(Answer::Status(self.status().to_string()))
+            Ok(Answer::Status(self.status(false).to_string()))
         } else if req.op.is_write() {
             self.writes.fetch_add(1, Ordering::Relaxed);
             return self.write(req).unwrap_or_else(|e| self.error(e));
@@ -739,7 +748,10 @@ impl Shared {
     fn serve_peers(&self, server: &Server) {
         loop {
             let Ok(request) = server.getreq() else { return };
-            let _ = server.putrep(&request, self.status().to_string().into_bytes());
+            // Peers are replicas, which only daemons and root run: root
+            // on a node of the cluster (`docs/security.md`, H1).
+            let peer = request.caller().uid == 0;
+            let _ = server.putrep(&request, self.status(peer).to_string().into_bytes());
         }
     }
 

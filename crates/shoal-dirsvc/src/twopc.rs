@@ -709,6 +709,7 @@ impl Shared {
             let Ok(request) = server.getreq() else { return };
             let body = request.body();
             let answer = match body.first().copied() {
+                _ if !peer_may(request.caller(), body) => self.refused(),
                 None => self.status().to_string().into_bytes(),
                 Some(TAG_INTENT) if body.len() >= 17 => {
                     let pair = u64::from_le_bytes(body[1..9].try_into().unwrap());
@@ -984,5 +985,30 @@ impl Shared {
                 },
             }
         }
+    }
+}
+
+/// Whether `caller` may send `body` to a replica's peer port: anyone may
+/// ask its status (an empty body); intentions, joins and unpairings come
+/// only from the other replica, which only a daemon or root runs, so from
+/// root on a node of the cluster (`docs/security.md`, H1).
+fn peer_may(caller: shoal_rpc::Caller, body: &[u8]) -> bool {
+    body.is_empty() || caller.uid == 0
+}
+
+#[cfg(test)]
+mod peer_tests {
+    #[test]
+    fn only_root_sends_intentions_anyone_asks_the_status() {
+        let caller = |uid| shoal_rpc::Caller {
+            node: shoal_wire::NodeId(1),
+            uid,
+            client: shoal_wire::ClientId(2),
+        };
+        for tag in [super::TAG_INTENT, super::TAG_JOIN, super::TAG_UNPAIR] {
+            assert!(!super::peer_may(caller(1000), &[tag; 17]));
+            assert!(super::peer_may(caller(0), &[tag; 17]));
+        }
+        assert!(super::peer_may(caller(1000), &[]));
     }
 }

@@ -181,6 +181,21 @@ fn an_ordinary_user_uses_every_command_as_themselves() {
     );
     fails_with(&s.user("n1", &["init", "--user", "root"]), "only root");
 
+    // The replicas' group port is for their peers: whoever knows it could
+    // join the group and read and send the replicas' traffic.  Root's
+    // peers see it; the user, asking the same replicas, does not.
+    let all = |out: Output| String::from_utf8(out.stdout).unwrap();
+    let root_sees = all(s.admin("n2", &["dir", "status", "--all", "--json"]));
+    assert!(root_sees.contains("\"group_port\":\""), "{root_sees}");
+    for args in [
+        &["dir", "status", "--all", "--json"][..],
+        &["dir", "status", "--json"],
+    ] {
+        let user_sees = s.user_ok("n2", args);
+        assert!(user_sees.contains("\"phase\""), "{user_sees}");
+        assert!(!user_sees.contains("\"group_port\":\""), "{user_sees}");
+    }
+
     // dir: the user's own tree.
     let listing = s.user_ok("n2", &["dir", "ls"]);
     assert!(listing.contains("fileservers"), "{listing}");
