@@ -226,7 +226,7 @@ fn handle(
         }
         LinkRequest::GroupKey { port } => match PutPort::from_str(&port) {
             Ok(port) => LinkResponse::GroupKey {
-                key: hex::encode(shoal_rpc::group_key(&shared.key, &port)),
+                key: hex::encode(shoal_rpc::group_key(&shared.key, &port, peer.uid)),
             },
             Err(_) => error("port must be 32 hex characters".into()),
         },

@@ -69,7 +69,9 @@ pub enum GroupError {
         "no member of group {0} answered (is the group running? was it created on this cluster?)"
     )]
     NotFound(PutPort),
-    #[error("joining group {0} timed out: its members did not admit this process")]
+    #[error(
+        "joining group {0} timed out: its members did not admit this process (a group admits only programs of its creator's uid, unless created --open)"
+    )]
     JoinFailed(PutPort),
     #[error("this process is no longer a member of the group (expelled or left); join again")]
     NotMember,
@@ -142,9 +144,14 @@ pub struct GroupOptions {
     /// How long joining may take.
     pub join_timeout: Duration,
     /// The new group's name ([`Group::create`] only; default: a fresh
-    /// random port).  Services whose members must find their group again
-    /// after a restart derive it from their own secret.
+    /// random port, open or owned as `open` says).  Services whose members
+    /// must find their group again after a restart derive it from their
+    /// own secret.
     pub port: Option<PutPort>,
+    /// A new group admits anyone who knows its port, not only programs of
+    /// its creator's uid ([`Group::create`] only; see
+    /// [`crate::group_seal::is_open`]).
+    pub open: bool,
 }
 
 impl Default for GroupOptions {
@@ -159,6 +166,7 @@ impl Default for GroupOptions {
             send_timeout: Duration::from_secs(10),
             join_timeout: core.join_timeout,
             port: None,
+            open: false,
         }
     }
 }
@@ -304,7 +312,9 @@ impl Group {
     /// Creates a new group with this process as its only member (and
     /// sequencer).  Others join with [`Group::port`].
     pub fn create(ctx: &Context, opts: GroupOptions) -> Result<Group, GroupError> {
-        let group = opts.port.unwrap_or_else(|| GetPort::random().put_port());
+        let group = opts
+            .port
+            .unwrap_or_else(|| crate::group_seal::new_group_port(opts.open));
         let (socket, mcast, me) = open_sockets(ctx, &group, &opts)?;
         let cfg = core_config(ctx, &opts);
         let key = key_of(ctx, &group)?;
@@ -1001,7 +1011,8 @@ fn open_multicast(
     Ok((s.into(), addr))
 }
 
-/// The key of `group`'s datagrams, from the local node.
+/// The key of `group`'s datagrams, from the local node (for this
+/// program's uid, as the node knows it).
 fn key_of(ctx: &Context, group: &PutPort) -> Result<[u8; 32], GroupError> {
     let request = LinkRequest::GroupKey {
         port: group.to_string(),

@@ -27,12 +27,39 @@ const ALGORITHM: Algorithm = Algorithm::Aes256Gcm;
 /// recently heard are dropped.
 const MAX_SENDERS: usize = 1024;
 
-/// The key of group `group`'s datagrams, as every member derives it.
-pub fn group_key(cluster: &ClusterKey, group: &PutPort) -> [u8; 32] {
-    let mut input = [0u8; 48];
+/// Whether group `group` admits anyone who knows its port (an *open*
+/// group), or only programs of its owner's uid, on any node (the default):
+/// the lowest bit of its port's first byte.
+pub fn is_open(group: &PutPort) -> bool {
+    group.as_bytes()[0] & 1 == 1
+}
+
+/// A fresh port for a new group, open or owned.
+pub fn new_group_port(open: bool) -> PutPort {
+    loop {
+        let port = shoal_cap::GetPort::random().put_port();
+        if is_open(&port) == open {
+            return port;
+        }
+    }
+}
+
+/// The key of group `group`'s datagrams as a node derives it for a
+/// program of `uid` (`docs/security.md`, "Groups"): an owned group's key
+/// names the uid, so only programs of the uid that created it, on any
+/// node, hold its key and can join it or read it; an open group's is the
+/// same for every uid.
+pub fn group_key(cluster: &ClusterKey, group: &PutPort, uid: u32) -> [u8; 32] {
+    let owner = if is_open(group) {
+        u64::MAX
+    } else {
+        u64::from(uid)
+    };
+    let mut input = [0u8; 56];
     input[..32].copy_from_slice(cluster.as_bytes());
-    input[32..].copy_from_slice(group.as_bytes());
-    blake3::derive_key("shoal 2026 group key v1", &input)
+    input[32..48].copy_from_slice(group.as_bytes());
+    input[48..].copy_from_slice(&owner.to_le_bytes());
+    blake3::derive_key("shoal 2026 group key v2", &input)
 }
 
 /// One member's sealing and opening.
@@ -136,8 +163,8 @@ mod tests {
     #[test]
     fn members_open_each_other_once_and_nothing_of_another_group() {
         let cluster = ClusterKey::from_bytes([1; 32]);
-        let port = shoal_cap::GetPort::from_bytes([2; 16]).put_port();
-        let key = group_key(&cluster, &port);
+        let port = new_group_port(false);
+        let key = group_key(&cluster, &port, 1000);
         let mut a = GroupSeal::new(key, &port, MemberId(10));
         let mut b = GroupSeal::new(key, &port, MemberId(20));
         let mut d = Vec::new();
@@ -149,12 +176,12 @@ mod tests {
         assert_eq!(b.replays, 1);
         // Its own datagram looped back, and another group's, do not open.
         assert!(a.open(&mut copy.clone()).is_none());
-        let other = shoal_cap::GetPort::from_bytes([3; 16]).put_port();
-        let mut c = GroupSeal::new(group_key(&cluster, &other), &other, MemberId(30));
+        let other = new_group_port(false);
+        let mut c = GroupSeal::new(group_key(&cluster, &other, 1000), &other, MemberId(30));
         assert!(c.open(&mut copy.clone()).is_none());
         // Nor one sealed under another cluster's key for this group.
         let mut e = GroupSeal::new(
-            group_key(&ClusterKey::from_bytes([9; 32]), &port),
+            group_key(&ClusterKey::from_bytes([9; 32]), &port, 1000),
             &port,
             MemberId(40),
         );
@@ -162,5 +189,31 @@ mod tests {
         e.seal(b"x", &mut f);
         assert!(b.open(&mut f).is_none());
         assert_eq!(b.bad, 1);
+        // Nor one sealed by a program of another uid.
+        let mut g = GroupSeal::new(group_key(&cluster, &port, 1001), &port, MemberId(50));
+        let mut h = Vec::new();
+        g.seal(b"y", &mut h);
+        assert!(b.open(&mut h).is_none());
+        assert_eq!(b.bad, 2);
+    }
+
+    #[test]
+    fn an_owned_group_s_key_names_its_uid_an_open_one_s_does_not() {
+        let cluster = ClusterKey::from_bytes([1; 32]);
+        let owned = new_group_port(false);
+        let open = new_group_port(true);
+        assert!(!is_open(&owned) && is_open(&open));
+        assert_ne!(
+            group_key(&cluster, &owned, 0),
+            group_key(&cluster, &owned, 1000)
+        );
+        assert_eq!(
+            group_key(&cluster, &open, 0),
+            group_key(&cluster, &open, 1000)
+        );
+        assert_ne!(
+            group_key(&cluster, &open, 0),
+            group_key(&cluster, &owned, 0)
+        );
     }
 }

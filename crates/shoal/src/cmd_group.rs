@@ -36,8 +36,13 @@ use crate::Failure;
 
 #[derive(Subcommand)]
 pub enum GroupCommand {
-    /// Create a group and take part in it: send stdin lines, print deliveries.
+    /// Create a group and take part in it: send stdin lines, print
+    /// deliveries.  Only your own programs (your uid, on any node) can
+    /// join it, unless it is --open.
     Create {
+        /// Admit anyone who knows the group's port, not only your uid.
+        #[arg(long)]
+        open: bool,
         #[command(flatten)]
         params: Params,
         #[command(flatten)]
@@ -126,9 +131,14 @@ fn fnv(h: u64, bytes: &[u8]) -> u64 {
 
 pub fn run(command: GroupCommand) -> Result<(), Failure> {
     match command {
-        GroupCommand::Create { params, member } => {
+        GroupCommand::Create {
+            open,
+            params,
+            member,
+        } => {
             let ctx = attach()?;
             let opts = GroupOptions {
+                open,
                 resilience: params.resilience,
                 large_bytes: params.large_bytes,
                 min_members: params.min_members,

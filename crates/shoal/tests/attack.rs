@@ -390,6 +390,40 @@ fn a_user_starts_programs_only_as_themselves_and_touches_only_their_own() {
     assert!(status.counters["refused_system_registrations"] >= 1);
     run.kill().unwrap();
     run.wait().unwrap();
+
+    // Root's group: the user, who knows its port, can neither join it nor
+    // send to it, since the node gives them another key; a group root
+    // created --open admits them.
+    for (open, admitted) in [(false, false), (true, true)] {
+        let log = tempfile::NamedTempFile::new().unwrap();
+        let mut member = c
+            .command("n1", shoal)
+            .unwrap()
+            .args(["group", "create", "--no-input"])
+            .args(open.then_some("--open"))
+            .stdout(log.reopen().unwrap())
+            .spawn()
+            .unwrap();
+        let until = Instant::now() + Duration::from_secs(10);
+        let port = loop {
+            let text = std::fs::read_to_string(log.path()).unwrap();
+            if let Some(port) = text.split_whitespace().nth(1) {
+                break port.to_string();
+            }
+            assert!(Instant::now() < until, "the group never started");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let out = as_user(&[shoal, "group", "send", &port, "from-the-user"]);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.success(), admitted, "open {open}: {err}");
+        if !admitted {
+            assert!(err.contains("did not admit"), "{err}");
+        }
+        member.kill().unwrap();
+        member.wait().unwrap();
+        let seen = std::fs::read_to_string(log.path()).unwrap();
+        assert_eq!(seen.contains("from-the-user"), admitted, "{seen}");
+    }
 }
 
 /// A capture on the cluster's bridge while a program runs remotely finds
