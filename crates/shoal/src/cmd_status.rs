@@ -9,12 +9,18 @@ use shoal_node::NodeStatus;
 
 use crate::Failure;
 
+/// Without `--dir` or `$SHOAL_CLUSTER`, the node this program is attached
+/// to (`$SHOAL_NODE`, else the default socket) is asked, as on a real
+/// machine; if there is none, the local cluster in its default directory.
 #[derive(Args)]
 pub struct StatusArgs {
-    /// The local cluster's directory (default: $SHOAL_CLUSTER, else /run/shoal/cluster for root and /tmp/shoal-cluster-UID for others).
+    /// The local cluster's directory (default: $SHOAL_CLUSTER, else the
+    /// node this program is attached to, else /run/shoal/cluster for root
+    /// and /tmp/shoal-cluster-UID for others).
     #[arg(long)]
     pub dir: Option<PathBuf>,
-    /// The node to ask (default: the first).
+    /// The node to ask, by name (default: the local node, or a local
+    /// cluster's first).
     #[arg(long)]
     pub node: Option<String>,
     /// Print JSON instead of text.
@@ -26,17 +32,33 @@ pub struct StatusArgs {
 }
 
 pub fn run(args: StatusArgs) -> Result<(), Failure> {
-    let dir = args.dir.unwrap_or_else(shoal_cluster::default_dir);
-    let cluster = Cluster::open(&dir)?;
-    let name = match args.node {
-        Some(n) => n,
-        None => cluster.file().nodes[0].name.clone(),
+    let deadline = Duration::from_millis(args.deadline_ms);
+    let attached = (args.dir.is_none() && std::env::var_os("SHOAL_CLUSTER").is_none())
+        .then(|| shoal_rpc::Context::from_env().ok())
+        .flatten();
+    let (ctx, name) = match attached {
+        Some(ctx) => {
+            let name = match (args.node, &ctx.config().node) {
+                (Some(n), _) => n,
+                (None, Some((_, own))) => own.clone(),
+                (None, None) => return Err(Failure::failed("the node did not say its name")),
+            };
+            (ctx, name)
+        }
+        None => {
+            let dir = args.dir.unwrap_or_else(shoal_cluster::default_dir);
+            let cluster = Cluster::open(&dir)?;
+            let name = match args.node {
+                Some(n) => n,
+                None => cluster.file().nodes[0].name.clone(),
+            };
+            cluster.node(&name)?;
+            (cluster.context(), name)
+        }
     };
-    cluster.node(&name)?;
-    let ctx = cluster.context();
-    let status = cluster
-        .status(&ctx, &name, Duration::from_millis(args.deadline_ms))
-        .map_err(|e| Failure::unreachable(format!("{name} is unreachable: {e}")))?;
+    let status: NodeStatus =
+        shoal_node::ask(&ctx, &name, &shoal_node::NodeRequest::Status, deadline)
+            .map_err(|e| Failure::unreachable(format!("{name} is unreachable: {e}")))?;
     if args.json {
         println!(
             "{}",

@@ -196,6 +196,10 @@ fn an_ordinary_user_uses_every_command_as_themselves() {
         assert!(!user_sees.contains("\"group_port\":\""), "{user_sees}");
     }
 
+    // status: the node the user's program is attached to.
+    let status = s.user_ok("n2", &["status"]);
+    assert!(status.contains("node     n2"), "{status}");
+
     // dir: the user's own tree.
     let listing = s.user_ok("n2", &["dir", "ls"]);
     assert!(listing.contains("fileservers"), "{listing}");
