@@ -73,6 +73,8 @@ pub struct Client {
     connected: Option<SocketAddr>,
     timeout: socket::Timeout,
     spin: SpinPolicy,
+    /// The latest clock read of the call under way.
+    last: Instant,
     buf: Vec<u8>,
     /// Where sealed datagrams are built.
     out: Vec<u8>,
@@ -108,6 +110,7 @@ impl Client {
             connected: None,
             timeout: socket::Timeout::default(),
             spin,
+            last: Instant::now(),
             buf: vec![0; MAX_DATAGRAM],
             out: Vec::with_capacity(MAX_DATAGRAM),
         })
@@ -131,7 +134,8 @@ impl Client {
         // Kept to recycle the buffer once the core is done with it.
         let keep = (!small).then(|| request.clone());
         let started = Instant::now();
-        let now = clock::now();
+        self.last = started;
+        let now = clock::at(started);
         self.core.start(now, *port, request, now + deadline);
         loop {
             if let Err(e) = self.flush() {
@@ -142,7 +146,8 @@ impl Client {
                     && small
                     && reply.len() <= self.config.frag_bytes
                 {
-                    self.spin.record(started.elapsed());
+                    self.spin
+                        .record(self.last.saturating_duration_since(started));
                 }
                 if let Some(k) = keep {
                     shoal_proto::pool::give_bytes(k);
@@ -288,10 +293,12 @@ impl Client {
             return Ok(());
         };
         let sock = &self.server_sock;
+        // Measured from the call's latest clock read: a spin may pass the
+        // timer by the microseconds since.
         let spin = self
             .spin
             .spin()
-            .min(until.saturating_duration_since(Instant::now()));
+            .min(until.saturating_duration_since(self.last));
         let buf = &mut self.buf;
         let received = match socket::spin_recv(sock, buf, spin) {
             Ok(Some(got)) => Ok(Some(got)),
@@ -309,7 +316,8 @@ impl Client {
             }
             Err(e) => Err(e),
         };
-        let now = clock::now();
+        self.last = Instant::now();
+        let now = clock::at(self.last);
         match received {
             Ok(Some((n, from))) => match self.keys.open(&mut self.buf[..n]) {
                 Ok(plain) => self.core.handle_datagram(now, from, &self.buf[plain]),

@@ -125,7 +125,9 @@ pub fn spin_with<T>(
     if spin.is_zero() {
         return Ok(None);
     }
-    let start = std::time::Instant::now();
+    // The clock is read only once a poll came back empty: most spins end
+    // at the first.
+    let mut start = None;
     loop {
         // Yield first: a spinner waits for a datagram that its peer has
         // yet to send, and a peer sharing this CPU sends it only once it
@@ -135,7 +137,8 @@ pub fn spin_with<T>(
         if let Some(got) = poll()? {
             return Ok(Some(got));
         }
-        if start.elapsed() >= spin {
+        let now = std::time::Instant::now();
+        if now.saturating_duration_since(*start.get_or_insert(now)) >= spin {
             return Ok(None);
         }
     }
