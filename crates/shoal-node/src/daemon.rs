@@ -691,7 +691,7 @@ fn service_loop(shared: &Shared, service: &Server) {
         let reply = match serde_json::from_slice::<NodeRequest>(request.body()) {
             Ok(NodeRequest::Status) => serde_json::to_vec(&shared.status()),
             Ok(NodeRequest::Procs { ended }) => {
-                serde_json::to_vec(&crate::home::procs(shared, ended))
+                serde_json::to_vec(&crate::home::procs(shared, ended, request.caller()))
             }
             Ok(NodeRequest::Kill { id, signal }) => {
                 let answer = match crate::home::may(shared, request.caller(), &id) {

@@ -206,8 +206,10 @@ fn signal(shared: &Shared, id: ProcId, node: &str, signal: i32) -> Result<(), St
     }
 }
 
-/// The home's processes, and those running on this node.
-pub(crate) fn procs(shared: &Shared, with_ended: bool) -> ProcAnswer {
+/// The home's processes, and those running on this node, as `caller`
+/// may see them: everyone's, but another user's with its program's name
+/// only, not its arguments (`docs/security.md`, "Local authority").
+pub(crate) fn procs(shared: &Shared, with_ended: bool, caller: shoal_rpc::Caller) -> ProcAnswer {
     let now = now().0;
     let procs = shared.procs.lock();
     let ended = with_ended.then(|| procs.ended()).into_iter().flatten();
@@ -216,7 +218,11 @@ pub(crate) fn procs(shared: &Shared, with_ended: bool) -> ProcAnswer {
         .chain(ended)
         .map(|p| HomedProc {
             id: p.id.to_string(),
-            command: p.command.clone(),
+            command: if caller.uid == 0 || caller.uid == p.uid {
+                p.command.clone()
+            } else {
+                p.command.split(' ').next().unwrap_or_default().to_string()
+            },
             node: p.node.clone(),
             uid: p.uid,
             age_s: now.saturating_sub(p.started_us) as f64 / 1e6,

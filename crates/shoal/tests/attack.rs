@@ -356,6 +356,16 @@ fn a_user_starts_programs_only_as_themselves_and_touches_only_their_own() {
         assert!(Instant::now() < until, "root's program never started");
         std::thread::sleep(Duration::from_millis(100));
     };
+    // The user sees root's program, but not its arguments.
+    let seen = as_user(&[shoal, "ps", "--json"]);
+    let rows: serde_json::Value = serde_json::from_slice(&seen.stdout).unwrap();
+    let row = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"].as_str() == Some(&id))
+        .unwrap_or_else(|| panic!("root's program not shown: {rows}"));
+    assert_eq!(row["command"].as_str(), Some("sleep"), "{row}");
     for args in [["kill", &id], ["wait", &id]] {
         let out = as_user(&[shoal, args[0], args[1]]);
         let err = String::from_utf8_lossy(&out.stderr).to_string();
