@@ -77,7 +77,21 @@ fn fresh(force: bool) -> Result<(), Failure> {
     save(&path, &root)?;
     println!("root directory {root}");
     println!("saved in {}", path.display());
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        // Root's own root is the cluster's: file servers register in it.
+        eprintln!(
+            "shoal: note: no file server or object manager knows this root, so files stored under it age away; for one that has them, ask root to run `shoal init --user {}`",
+            whoami()
+        );
+    }
     Ok(())
+}
+
+/// This user's login name (or uid).
+fn whoami() -> String {
+    // SAFETY: getuid cannot fail.
+    shoal_node::account::user_name(unsafe { libc::getuid() })
 }
 
 /// Saves a given root, once the directory service has listed it.

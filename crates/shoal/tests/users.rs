@@ -214,6 +214,22 @@ fn an_ordinary_user_uses_every_command_as_themselves() {
     );
     s.user_ok("n3", &["dir", "rm", "docs/moved"]);
 
+    // A root the user makes alone works, with a warning that nothing
+    // keeps files stored under it.
+    let own = s.home.join("own-config");
+    let made = s
+        .user_command("n1", &shoal(), &["init"])
+        .env("SHOAL_CONFIG_DIR", &own)
+        .output()
+        .unwrap();
+    let warned = String::from_utf8_lossy(&made.stderr);
+    assert!(made.status.success(), "{warned}");
+    assert!(
+        warned.contains("age away") && warned.contains(USER),
+        "{warned}"
+    );
+    std::fs::remove_dir_all(&own).unwrap();
+
     // file: stored on root's servers through the user's root, read back
     // anywhere; administration is refused.
     let source = s.home.join("source.txt");
