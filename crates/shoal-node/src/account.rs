@@ -6,50 +6,65 @@
 
 use std::ffi::{CStr, CString};
 
-/// The login name and primary group of `uid` in the passwd database.
-fn passwd(uid: u32) -> Option<(CString, u32)> {
-    let mut buf = vec![0u8; 16 * 1024];
-    // SAFETY: an all-zero passwd is a valid value to be filled in.
-    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut found: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: getpwuid_r writes into `pw` and `buf`, both ours and of the
-    // sizes given, and sets `found` to `&pw` or null.
-    let rc =
-        unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr().cast(), buf.len(), &mut found) };
-    if rc != 0 || found.is_null() {
-        return None;
-    }
-    // SAFETY: pw_name points into `buf`, NUL-terminated, while `buf` lives.
-    let name = unsafe { CStr::from_ptr(pw.pw_name) }.to_owned();
-    Some((name, pw.pw_gid))
+/// An entry of the passwd database.
+pub struct Passwd {
+    pub name: CString,
+    pub uid: u32,
+    /// Primary group.
+    pub gid: u32,
+    pub home: std::path::PathBuf,
 }
 
-/// The account `name`: its uid, primary gid and home directory.
-pub fn by_name(name: &str) -> Option<(u32, u32, std::path::PathBuf)> {
-    let cname = CString::new(name).ok()?;
+/// The passwd entry `lookup` finds: `getpwuid_r` or `getpwnam_r` bound to
+/// its key, given the entry, buffer, buffer length and result to fill.
+fn passwd_entry(
+    lookup: impl FnOnce(
+        *mut libc::passwd,
+        *mut libc::c_char,
+        usize,
+        *mut *mut libc::passwd,
+    ) -> libc::c_int,
+) -> Option<Passwd> {
     let mut buf = vec![0u8; 16 * 1024];
     // SAFETY: an all-zero passwd is a valid value to be filled in.
     let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
     let mut found: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: getpwnam_r writes into `pw` and `buf`, both ours and of the
-    // sizes given, and sets `found` to `&pw` or null.
-    let rc = unsafe {
-        libc::getpwnam_r(
-            cname.as_ptr(),
-            &mut pw,
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            &mut found,
-        )
-    };
+    // The lookup writes into `pw` and `buf`, both ours and of the sizes
+    // given, and sets `found` to `&pw` or null.
+    let rc = lookup(&mut pw, buf.as_mut_ptr().cast(), buf.len(), &mut found);
     if rc != 0 || found.is_null() {
         return None;
     }
-    // SAFETY: pw_dir points into `buf`, NUL-terminated, while `buf` lives.
-    let home = unsafe { CStr::from_ptr(pw.pw_dir) }
-        .to_string_lossy()
-        .into_owned();
-    Some((pw.pw_uid, pw.pw_gid, home.into()))
+    // SAFETY: pw_name and pw_dir point into `buf`, NUL-terminated, while
+    // `buf` lives.
+    let (name, home) = unsafe {
+        (
+            CStr::from_ptr(pw.pw_name).to_owned(),
+            CStr::from_ptr(pw.pw_dir).to_string_lossy().into_owned(),
+        )
+    };
+    Some(Passwd {
+        name,
+        uid: pw.pw_uid,
+        gid: pw.pw_gid,
+        home: home.into(),
+    })
+}
+
+/// The passwd entry of `uid`.
+fn passwd(uid: u32) -> Option<Passwd> {
+    // SAFETY: getpwuid_r with the buffers `passwd_entry` hands it.
+    passwd_entry(|pw, buf, len, found| unsafe { libc::getpwuid_r(uid, pw, buf, len, found) })
+}
+
+/// The passwd entry of the account `name`.
+pub fn by_name(name: &str) -> Option<Passwd> {
+    let name = CString::new(name).ok()?;
+    // SAFETY: getpwnam_r with a NUL-terminated name and the buffers
+    // `passwd_entry` hands it.
+    passwd_entry(|pw, buf, len, found| unsafe {
+        libc::getpwnam_r(name.as_ptr(), pw, buf, len, found)
+    })
 }
 
 /// The gid of group `name`.
@@ -76,14 +91,14 @@ pub fn group_by_name(name: &str) -> Option<u32> {
 /// The uid and gid a squashed remote root runs as: `nobody`'s, or
 /// 65534 where the node has no such account.
 pub fn nobody() -> (u32, u32) {
-    by_name("nobody").map_or((65_534, 65_534), |(uid, gid, _)| (uid, gid))
+    by_name("nobody").map_or((65_534, 65_534), |p| (p.uid, p.gid))
 }
 
 /// The login name of `uid` on this node, or the number if it has none.
 pub fn user_name(uid: u32) -> String {
     passwd(uid).map_or_else(
         || uid.to_string(),
-        |(name, _)| name.to_string_lossy().into_owned(),
+        |p| p.name.to_string_lossy().into_owned(),
     )
 }
 
@@ -117,7 +132,7 @@ pub struct Account {
 /// The account of `uid` on this node, from the passwd and group
 /// databases; `None` if it has none.
 pub fn lookup(uid: u32) -> Option<Account> {
-    let (name, gid) = passwd(uid)?;
+    let Passwd { name, gid, .. } = passwd(uid)?;
     let mut groups = vec![0 as libc::gid_t; 64];
     loop {
         let mut n = groups.len() as libc::c_int;

@@ -54,7 +54,7 @@ mod spin;
 pub use client::{CallOptions, CancelToken, Client};
 pub use context::{Context, ContextConfig, DEFAULT_SPIN, HomeLink};
 pub use error::Error;
-pub use group_seal::{group_key, is_open as group_is_open};
+pub use group_seal::group_key;
 pub use server::{Request, Server};
 pub use service::{Service, system_port};
 pub use shoal_cap::{GetPort, PutPort};

@@ -119,18 +119,6 @@ fn set(cap: &str, force: bool) -> Result<(), Failure> {
     Ok(())
 }
 
-/// A local account: uid, gid, home directory.
-struct Account {
-    uid: u32,
-    gid: u32,
-    home: PathBuf,
-}
-
-fn account(name: &str) -> Option<Account> {
-    let (uid, gid, home) = shoal_node::account::by_name(name)?;
-    Some(Account { uid, gid, home })
-}
-
 /// The administrator's part of making user `name`'s root.
 fn for_user(name: &str, force: bool) -> Result<(), Failure> {
     // SAFETY: geteuid cannot fail.
@@ -139,7 +127,8 @@ fn for_user(name: &str, force: bool) -> Result<(), Failure> {
             "only root makes roots for other users; run `shoal init` for your own",
         ));
     }
-    let who = account(name).ok_or_else(|| Failure::usage(format!("no user named {name}")))?;
+    let who = shoal_node::account::by_name(name)
+        .ok_or_else(|| Failure::usage(format!("no user named {name}")))?;
     let admin = crate::cmd_dir::load_root(&crate::cmd_dir::Common::default())?;
     let ctx = attach()?;
     let mut dir = DirClient::new(&ctx).map_err(client_failure)?;
@@ -202,7 +191,11 @@ fn for_user(name: &str, force: bool) -> Result<(), Failure> {
 }
 
 /// Saves `root` as the user's, by running `shoal init --set -` as them.
-fn save_as(who: &Account, root: &Capability, force: bool) -> Result<(), Failure> {
+fn save_as(
+    who: &shoal_node::account::Passwd,
+    root: &Capability,
+    force: bool,
+) -> Result<(), Failure> {
     let me = std::env::current_exe()
         .map_err(|e| Failure::failed(format!("cannot find this program: {e}")))?;
     let mut child = std::process::Command::new(me)
