@@ -1,10 +1,12 @@
 //! The decoders of group payloads (a join entry's member, a view entry, a
-//! state transfer's metadata) never panic, and whatever they accept
-//! re-encodes to bytes that decode the same.
+//! state transfer's metadata) and of the members' key service (requests
+//! and replies) never panic, and whatever they accept re-encodes to bytes
+//! that decode the same.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use shoal_rpc::group_keys::{decode_reply, decode_request, encode_reply, encode_request};
 use shoal_wire::group::{
     decode_member, decode_members, decode_state, decode_view, encode_member, encode_members,
     encode_state, encode_view,
@@ -25,6 +27,12 @@ fuzz_target!(|data: &[u8]| {
         let mut out = Vec::new();
         encode_view(&view, &mut out);
         assert_eq!(decode_view(&out).expect("re-encoded view"), view);
+    }
+    if let Ok(r) = decode_request(data) {
+        assert_eq!(decode_request(&encode_request(&r)).expect("re-encoded request"), r);
+    }
+    if let Ok(r) = decode_reply(data) {
+        assert_eq!(decode_reply(&encode_reply(&r)).expect("re-encoded reply"), r);
     }
     if let Ok((meta, app)) = decode_state(data) {
         let mut out = Vec::new();

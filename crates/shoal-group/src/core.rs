@@ -160,6 +160,8 @@ pub struct GroupCore {
     /// a sender learns of them without reading every delivery first.
     pub(crate) sent: VecDeque<(u64, u64)>,
     pub(crate) stats: GroupStats,
+    /// The key epoch the shell seals in, reported by `info` only.
+    pub(crate) key_epoch: u32,
 }
 
 /// Counters for inspection and benchmarks.
@@ -194,6 +196,8 @@ pub struct GroupInfo {
     pub history_bytes: usize,
     pub history_limit_bytes: usize,
     pub in_flight: usize,
+    /// The key epoch the member's shell sends in (`docs/security.md`).
+    pub key_epoch: u32,
     pub stats: GroupStats,
 }
 
@@ -256,6 +260,7 @@ impl GroupCore {
             events: VecDeque::new(),
             sent: VecDeque::new(),
             stats: GroupStats::default(),
+            key_epoch: 0,
         }
     }
 
@@ -326,6 +331,16 @@ impl GroupCore {
         self.delivered
     }
 
+    /// Records the key epoch the shell sends in, for [`GroupCore::info`].
+    pub fn set_key_epoch(&mut self, epoch: u32) {
+        self.key_epoch = epoch;
+    }
+
+    /// The key epoch last recorded.
+    pub fn info_key_epoch(&self) -> u32 {
+        self.key_epoch
+    }
+
     pub fn info(&self) -> GroupInfo {
         GroupInfo {
             member: self.me.id.to_string(),
@@ -349,6 +364,7 @@ impl GroupCore {
             history_bytes: self.log_bytes,
             history_limit_bytes: self.cfg.history_bytes,
             in_flight: self.outgoing.len(),
+            key_epoch: self.key_epoch,
             stats: self.stats.clone(),
         }
     }

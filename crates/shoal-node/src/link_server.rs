@@ -224,12 +224,6 @@ fn handle(
                 Err(e) => error(e),
             }
         }
-        LinkRequest::GroupKey { port } => match PutPort::from_str(&port) {
-            Ok(port) => LinkResponse::GroupKey {
-                key: hex::encode(shoal_rpc::group_key(&shared.key, &port, peer.uid)),
-            },
-            Err(_) => error("port must be 32 hex characters".into()),
-        },
         LinkRequest::ServerKey { instance, index } => {
             let Some(instance) = parse_instance(&instance) else {
                 return error("instance must be 16 hex digits, not zero".into());

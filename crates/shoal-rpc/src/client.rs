@@ -69,6 +69,8 @@ pub struct Client {
     core: ClientCore,
     keys: ClientKeys,
     uid: u32,
+    /// Believe only server endpoints registered by this uid.
+    only_uid: Option<u32>,
     server_sock: UdpSocket,
     connected: Option<SocketAddr>,
     timeout: socket::Timeout,
@@ -105,6 +107,7 @@ impl Client {
             core: ClientCore::new(id, core_config),
             keys: ClientKeys::default(),
             uid,
+            only_uid: None,
             server_sock,
             config,
             connected: None,
@@ -179,6 +182,12 @@ impl Client {
     /// Counters of this endpoint.
     pub fn stats(&self) -> &Stats {
         self.core.stats()
+    }
+
+    /// Calls only server endpoints that their nodes say a program of `uid`
+    /// registered (`None`: any), as a group member does to find another.
+    pub fn only_uid(&mut self, uid: Option<u32>) {
+        self.only_uid = uid;
     }
 
     /// Forgets where `port` is served; the next call locates it afresh.
@@ -262,9 +271,14 @@ impl Client {
             wait_ms: left.as_millis().clamp(1, 5_000) as u32,
             all: false,
         };
-        let LinkResponse::Located { answers } = self.config.call_node(&request)? else {
+        let LinkResponse::Located { mut answers } = self.config.call_node(&request)? else {
             return Err(Error::Node("unexpected answer to locate".into()));
         };
+        if let Some(uid) = self.only_uid {
+            for a in &mut answers {
+                a.endpoints.retain(|e| e.uid == uid);
+            }
+        }
         for here in answers_to_heres(&mut self.keys, &l, &answers)? {
             let from = SocketAddr::from(([0, 0, 0, 0], 0));
             self.core

@@ -52,12 +52,15 @@ use parking_lot::{Condvar, Mutex};
 use shoal_cap::{GetPort, PutPort};
 use shoal_group::{Event, GroupConfig, GroupCore, GroupDest, MemberEntry, MemberId};
 pub use shoal_group::{GroupInfo, SendError, Status};
-use shoal_wire::{ClusterKey, Instance, MAX_DATAGRAM, Nonce, Packet};
+use shoal_wire::{ClusterKey, MAX_DATAGRAM, Nonce};
 
 use crate::clock;
 use crate::context::Context;
+pub use crate::group_find::{Found, inspect, locate};
+use crate::group_find::{admitted, register};
+use crate::group_keys::{KeyHost, KeyService, Keys, SharedKeys};
 use crate::group_seal::GroupSeal;
-use crate::link::{Link, LinkRequest, LinkResponse};
+use crate::link::Link;
 use crate::socket;
 
 /// Why a group call failed.
@@ -73,6 +76,8 @@ pub enum GroupError {
         "joining group {0} timed out: its members did not admit this process (a group admits only programs of its creator's uid, unless created --open)"
     )]
     JoinFailed(PutPort),
+    #[error("group {0} did not admit this process: {1}")]
+    NotAdmitted(PutPort, String),
     #[error("this process is no longer a member of the group (expelled or left); join again")]
     NotMember,
     #[error("the group has not ordered the message within {0:?}; it may still be ordered")]
@@ -304,6 +309,8 @@ impl Delay {
 pub struct Group {
     shared: Arc<Shared>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// The member's key service (none without a node to register it).
+    keys: Mutex<Option<KeyService>>,
     _link: Option<Link>,
     send_timeout: Duration,
 }
@@ -317,40 +324,34 @@ impl Group {
             .unwrap_or_else(|| crate::group_seal::new_group_port(opts.open));
         let (socket, mcast, me) = open_sockets(ctx, &group, &opts)?;
         let cfg = core_config(ctx, &opts);
-        let key = key_of(ctx, &group)?;
-        let core = GroupCore::create(clock::now(), ClusterKey::from_bytes(key), group, me, cfg);
-        let link = register(ctx, &group, me.addr)?;
-        Ok(Group::start(
-            key,
+        let keys = Keys::new(me.id);
+        let core = GroupCore::create(
+            clock::now(),
+            ClusterKey::from_bytes(keys.master),
             group,
-            core,
-            (socket, mcast),
-            link,
-            &opts,
-            ctx,
-        ))
+            me,
+            cfg,
+        );
+        let link = register(ctx, &group, &me)?;
+        Group::start(keys, group, core, (socket, mcast), link, &opts, ctx)
     }
 
     /// Joins the group named `group`.  Returns once this process is a
     /// member; its first delivery is [`Delivery::State`].
     pub fn join(ctx: &Context, group: PutPort, opts: GroupOptions) -> Result<Group, GroupError> {
-        let contacts = locate(ctx, &group)?;
-        if contacts.is_empty() {
-            return Err(GroupError::NotFound(group));
-        }
+        let (keys, contacts) = admitted(ctx, &group)?;
         let (socket, mcast, me) = open_sockets(ctx, &group, &opts)?;
         let cfg = core_config(ctx, &opts);
-        let key = key_of(ctx, &group)?;
         let core = GroupCore::join(
             clock::now(),
-            ClusterKey::from_bytes(key),
+            ClusterKey::from_bytes(keys.master),
             group,
             me,
             cfg,
             contacts,
             Nonce::random().0,
         );
-        let mut g = Group::start(key, group, core, (socket, mcast), None, &opts, ctx);
+        let mut g = Group::start(keys, group, core, (socket, mcast), None, &opts, ctx)?;
         // Wait until admitted.
         let deadline = Instant::now() + opts.join_timeout + Duration::from_millis(500);
         {
@@ -367,22 +368,28 @@ impl Group {
                 g.shared.events_cv.wait_for(&mut inner, SLICE);
             }
         }
-        g._link = register(ctx, &group, me.addr)?;
+        g._link = register(ctx, &group, &me)?;
         Ok(g)
     }
 
+    /// Starts a member: its I/O thread, and its key service (before the
+    /// first datagram goes out: the sequencer hands a joiner the next key
+    /// as soon as it is admitted).
     fn start(
-        key: [u8; 32],
+        keys: Keys,
         group: PutPort,
-        core: GroupCore,
+        mut core: GroupCore,
         (socket, mcast): (UdpSocket, Option<(UdpSocket, SocketAddrV4)>),
         link: Option<Link>,
         opts: &GroupOptions,
         ctx: &Context,
-    ) -> Group {
+    ) -> Result<Group, GroupError> {
         let spin = ctx.config().server_spin;
         let me = socket.local_addr().expect("a bound socket");
-        let seal = GroupSeal::new(key, &group, core.id());
+        let seal = GroupSeal::new(keys.epoch, keys.key, &group, core.id());
+        core.set_key_epoch(keys.epoch);
+        let id = core.id();
+        let key_state: SharedKeys = crate::group_keys::shared(keys);
         let shared = Arc::new(Shared {
             core: Mutex::new(Inner {
                 seal,
@@ -409,6 +416,16 @@ impl Group {
             idle_since: std::sync::atomic::AtomicU64::new(0),
             me,
         });
+        let keys = match ctx.config().node_socket {
+            Some(_) => Some(KeyService::start(
+                ctx,
+                group,
+                id,
+                key_state,
+                shared.clone() as Arc<dyn KeyHost>,
+            )?),
+            None => None,
+        };
         {
             let mut inner = shared.core.lock();
             shared.flush(&mut inner);
@@ -418,12 +435,13 @@ impl Group {
             .name("shoal-group".into())
             .spawn(move || s.run())
             .expect("spawn the group thread");
-        Group {
+        Ok(Group {
             shared,
             thread: Mutex::new(Some(thread)),
+            keys: Mutex::new(keys),
             _link: link,
             send_timeout: opts.send_timeout,
-        }
+        })
     }
 
     /// The group's name: give it to processes that should join.
@@ -618,6 +636,9 @@ impl Group {
         self.shared.closed.store(true, Ordering::Release);
         self.shared.io_cv.notify_all();
         let _ = thread.join();
+        if let Some(keys) = self.keys.lock().take() {
+            keys.stop();
+        }
         self.shared.events_cv.notify_all();
         self.shared.sent_cv.notify_all();
     }
@@ -778,6 +799,9 @@ impl Shared {
                 }
                 if let Some(plain) = seal.open(&mut rx[..len]) {
                     core.handle_datagram(clock::now(), from, &rx[plain]);
+                    if seal.sending() != core.info_key_epoch() {
+                        core.set_key_epoch(seal.sending());
+                    }
                 }
                 got = true;
             }
@@ -872,6 +896,43 @@ impl Shared {
                 unsafe { libc::sched_yield() };
             }
         }
+    }
+}
+
+impl KeyHost for Shared {
+    fn sequencing(&self) -> Option<(MemberId, Vec<u64>)> {
+        let inner = self.core.lock();
+        let core = &inner.core;
+        if core.status() != Status::Normal || !core.is_sequencer() {
+            return None;
+        }
+        let mut members: Vec<u64> = core.members().iter().map(|m| m.id.0).collect();
+        members.sort_unstable();
+        Some((core.id(), members))
+    }
+
+    fn take(&self, epoch: u32, key: [u8; 32], send: bool) {
+        let mut inner = self.core.lock();
+        inner.seal.add(epoch, key, send);
+        let sending = inner.seal.sending();
+        inner.core.set_key_epoch(sending);
+    }
+
+    fn behind(&self) -> Option<Vec<MemberId>> {
+        let inner = self.core.lock();
+        if !inner.seal.behind() {
+            return None;
+        }
+        let core = &inner.core;
+        let seq = core.sequencer();
+        let mut ask = vec![seq];
+        ask.extend(
+            core.members()
+                .iter()
+                .map(|m| m.id)
+                .filter(|m| *m != seq && *m != core.id()),
+        );
+        Some(ask)
     }
 }
 
@@ -1009,139 +1070,4 @@ fn open_multicast(
     u.set_multicast_loop_v4(true)?;
     u.set_multicast_ttl_v4(1)?;
     Ok((s.into(), addr))
-}
-
-/// The key of `group`'s datagrams, from the local node (for this
-/// program's uid, as the node knows it).
-fn key_of(ctx: &Context, group: &PutPort) -> Result<[u8; 32], GroupError> {
-    let request = LinkRequest::GroupKey {
-        port: group.to_string(),
-    };
-    match ctx.config().call_node(&request)? {
-        LinkResponse::GroupKey { key } => hex::decode(&key)
-            .ok()
-            .and_then(|k| k.try_into().ok())
-            .ok_or_else(|| {
-                crate::Error::Node("a group key from the node is not hex".into()).into()
-            }),
-        _ => Err(crate::Error::Node("unexpected answer to group_key".into()).into()),
-    }
-}
-
-/// Registers this member under the group's locate port with the local node.
-fn register(ctx: &Context, group: &PutPort, addr: SocketAddr) -> Result<Option<Link>, GroupError> {
-    let Some(path) = &ctx.config().node_socket else {
-        return Ok(None);
-    };
-    let mut link = Link::connect(path)?;
-    let answer = link.call(&LinkRequest::Register {
-        get_port: locate_port(group).to_hex(),
-        addr,
-        instance: Instance::random().to_string(),
-    })?;
-    match answer {
-        LinkResponse::Registered { .. } => Ok(Some(link)),
-        other => {
-            Err(crate::Error::Node(format!("unexpected answer to register: {other:?}")).into())
-        }
-    }
-}
-
-/// Finds members of `group`: asks the local node, which asks the others,
-/// who serves its locate port, for a short while.
-pub fn locate(ctx: &Context, group: &PutPort) -> Result<Vec<SocketAddr>, GroupError> {
-    let port = locate_port(group).put_port();
-    let config = ctx.config();
-    let client = match config.call_node(&LinkRequest::Client)? {
-        LinkResponse::Client { id, .. } => id,
-        _ => return Err(crate::Error::Node("unexpected answer to client".into()).into()),
-    };
-    let mut found: Vec<SocketAddr> = Vec::new();
-    for round in 0..4 {
-        let request = LinkRequest::Locate {
-            client: client.clone(),
-            port: port.to_string(),
-            instance: format!("{:016x}", 0),
-            node: format!("{:016x}", 0),
-            wait_ms: 60 << round.min(2),
-            all: true,
-        };
-        if let LinkResponse::Located { answers } = config.call_node(&request)? {
-            for e in answers.iter().flat_map(|a| &a.endpoints) {
-                if !found.contains(&e.addr) {
-                    found.push(e.addr);
-                }
-            }
-        }
-        if !found.is_empty() {
-            break;
-        }
-    }
-    Ok(found)
-}
-
-/// Asks the members of `group` for their view of it (`shoal group info`).
-pub fn inspect(ctx: &Context, group: &PutPort) -> Result<Vec<serde_json::Value>, GroupError> {
-    let members = locate(ctx, group)?;
-    if members.is_empty() {
-        return Err(GroupError::NotFound(*group));
-    }
-    let socket = socket::bind(SocketAddr::new(ctx.config().bind_ip, 0))?;
-    let gk = key_of(ctx, group)?;
-    let key = &ClusterKey::from_bytes(gk);
-    let me = MemberId::random();
-    let mut seal = GroupSeal::new(gk, group, me);
-    let nonce = Nonce::random().0;
-    let plain = shoal_wire::encode(
-        &Packet::Group(shoal_wire::group::GroupPacket {
-            hdr: shoal_wire::group::GroupHeader {
-                group: *group,
-                inc: 0,
-                seqr: MemberId(0),
-                from: me,
-            },
-            body: shoal_wire::group::GroupBody::InfoReq(shoal_wire::group::InfoReq { nonce }),
-        }),
-        key,
-    );
-    let mut answers: HashMap<SocketAddr, serde_json::Value> = HashMap::new();
-    let mut ask = Vec::new();
-    let mut buf = vec![0u8; MAX_DATAGRAM];
-    for _ in 0..3 {
-        for m in &members {
-            if !answers.contains_key(m) {
-                seal.seal(&plain, &mut ask);
-                let _ = socket.send_to(&ask, m);
-            }
-        }
-        let until = Instant::now() + Duration::from_millis(200);
-        while answers.len() < members.len() {
-            let Some(left) = until.checked_duration_since(Instant::now()) else {
-                break;
-            };
-            socket.set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
-            match socket.recv_from(&mut buf) {
-                Ok((len, from)) => {
-                    let Some(range) = seal.open(&mut buf[..len]) else {
-                        continue;
-                    };
-                    if let Ok(Packet::Group(p)) = shoal_wire::decode(&buf[range], key)
-                        && let shoal_wire::group::GroupBody::Info(i) = p.body
-                        && i.nonce == nonce
-                        && let Ok(v) = serde_json::from_slice(i.json)
-                    {
-                        answers.insert(from, v);
-                    }
-                }
-                Err(e) if socket::is_timeout(&e) => break,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        if answers.len() == members.len() {
-            break;
-        }
-    }
-    let mut list: Vec<_> = answers.into_values().collect();
-    list.sort_by_key(|v| v["member"].as_str().unwrap_or_default().to_string());
-    Ok(list)
 }

@@ -18,8 +18,8 @@
 //! [`LinkRequest::Drain`] first, then [`LinkRequest::Drained`] when its
 //! drain period is over.
 //!
-//! A group member gets its group's key the same way ([`LinkRequest::GroupKey`]).
-//! No answer carries a key shared with other users or nodes, so the socket
+//! A group's keys do not come from the node: members hand them to each
+//! other over endpoint channels (`group_keys`).  No answer carries a key shared with other users or nodes, so the socket
 //! is open to every local user.
 
 use std::io::{BufRead, BufReader, Write};
@@ -112,9 +112,6 @@ pub enum LinkRequest {
     /// derives its callers' channel keys from, for the node session this
     /// node knows as `index`, and the node at its other end.
     ServerKey { instance: String, index: u32 },
-    /// The key of group `port` (hex): anyone who knows a group's port may
-    /// join it, as a port is a capability.
-    GroupKey { port: String },
 }
 
 /// The node's answer.
@@ -144,10 +141,6 @@ pub enum LinkResponse {
         answers: Vec<Answer>,
     },
     Channel(Grant),
-    /// A group's key (hex).
-    GroupKey {
-        key: String,
-    },
     /// A server endpoint's secret for one node session (hex), the node
     /// at the session's other end (hex id), and the AEAD.
     ServerKey {

@@ -304,6 +304,14 @@ impl Server {
         Ok(())
     }
 
+    /// Stops serving at once, without a drain: withdraws the port from
+    /// locate (by closing the registration's link) and makes
+    /// [`Server::getreq`] fail with [`Error::Closed`] within its poll.
+    pub(crate) fn close(&self) {
+        self.shared.closed.store(true, Ordering::Release);
+        drop(self.shared.link.lock().take());
+    }
+
     /// Stops serving on purpose: withdraws the port from locate, refuses new
     /// requests for the drain period (answering those already begun), then
     /// closes.  Clients move to other servers without losing a request.

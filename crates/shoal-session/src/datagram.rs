@@ -73,11 +73,11 @@ pub enum Header {
         sender: u64,
         counter: u64,
     },
-    /// Class 7: which group (the put-port's first 8 bytes), its
-    /// incarnation, the sending member and the counter.
+    /// Class 7: which group (the put-port's first 8 bytes), the key epoch
+    /// its sender sealed under, the sending member and the counter.
     Group {
         group: [u8; 8],
-        incarnation: u32,
+        epoch: u32,
         member: u64,
         counter: u64,
     },
@@ -165,12 +165,12 @@ impl Header {
             }
             Header::Group {
                 group,
-                incarnation,
+                epoch,
                 member,
                 counter,
             } => {
                 out.extend_from_slice(&group);
-                out.extend_from_slice(&incarnation.to_le_bytes());
+                out.extend_from_slice(&epoch.to_le_bytes());
                 out.extend_from_slice(&member.to_le_bytes());
                 out.extend_from_slice(&counter.to_le_bytes());
             }
@@ -196,7 +196,7 @@ impl Header {
             },
             Class::Group => Header::Group {
                 group: r.array()?,
-                incarnation: r.u32()?,
+                epoch: r.u32()?,
                 member: r.u64()?,
                 counter: r.u64()?,
             },

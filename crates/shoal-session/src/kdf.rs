@@ -52,7 +52,7 @@ pub fn channel_key(server: &[u8; 32], client_node: u64, uid: u32, client: u64) -
 }
 
 /// The key group member `member` seals its datagrams with, under the
-/// incarnation's group key.
+/// group key of the epoch it sends in.
 pub fn member_key(group_key: &[u8; 32], member: u64) -> [u8; 32] {
     let mut input = [0u8; 14];
     input[..6].copy_from_slice(b"member");

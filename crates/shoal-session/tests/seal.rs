@@ -34,9 +34,9 @@ fn headers() -> impl Strategy<Value = Header> {
             any::<u64>(),
             0..COUNTER_LIMIT
         )
-            .prop_map(|(group, incarnation, member, counter)| Header::Group {
+            .prop_map(|(group, epoch, member, counter)| Header::Group {
                 group,
-                incarnation,
+                epoch,
                 member,
                 counter,
             }),

@@ -187,10 +187,11 @@ pub fn run(command: GroupCommand) -> Result<(), Failure> {
                 return Ok(());
             }
             println!(
-                "{:<17} {:<10} {:>4} {:<17} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12}",
+                "{:<17} {:<10} {:>4} {:>4} {:<17} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12}",
                 "MEMBER",
                 "STATUS",
                 "INC",
+                "KEY",
                 "SEQUENCER",
                 "HELD",
                 "COMMIT",
@@ -202,10 +203,11 @@ pub fn run(command: GroupCommand) -> Result<(), Failure> {
             for a in &answers {
                 let n = |k: &str| a[k].to_string();
                 println!(
-                    "{:<17} {:<10} {:>4} {:<17} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12}",
+                    "{:<17} {:<10} {:>4} {:>4} {:<17} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12}",
                     a["member"].as_str().unwrap_or("?"),
                     a["status"].as_str().unwrap_or("?"),
                     n("incarnation"),
+                    n("key_epoch"),
                     a["sequencer"].as_str().unwrap_or("?"),
                     n("held"),
                     n("committed"),

@@ -465,3 +465,101 @@ fn loopback_cluster_uses_unicast_fan_out() {
     let s = check(&[&a, &b, &d], &[&a, &b, &d]);
     assert_eq!(s.ordered_sends, 30, "{s:?}");
 }
+
+/// `shoal group info --json` of the group `port`, asked from `node`.
+fn info(c: &Cluster, node: &str, port: &str) -> Vec<serde_json::Value> {
+    let out = c
+        .command(node, shoal())
+        .unwrap()
+        .args(["group", "info", "--json", port])
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        return Vec::new();
+    }
+    serde_json::from_slice(&out.stdout).unwrap_or_default()
+}
+
+/// Waits until every member that answers `info` from n1 is of `n`, sends
+/// in one key epoch (newer than `after`), and counts `n` members; returns
+/// the epoch.
+fn one_epoch(c: &Cluster, port: &str, n: usize, after: Option<u64>) -> u64 {
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let answers = info(c, "n1", port);
+        let epochs: Vec<u64> = answers
+            .iter()
+            .filter_map(|a| a["key_epoch"].as_u64())
+            .collect();
+        let counts = answers
+            .iter()
+            .all(|a| a["members"].as_array().is_some_and(|m| m.len() == n));
+        if answers.len() == n
+            && counts
+            && epochs.len() == n
+            && epochs.iter().all(|e| *e == epochs[0])
+            && after.is_none_or(|a| epochs[0] > a)
+        {
+            return epochs[0];
+        }
+        assert!(
+            Instant::now() < until,
+            "no single key epoch over {n} members (after {after:?}): {answers:?}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// A group's key moves on without a member that leaves, and without one
+/// whose node is revoked: the others take the next key from the
+/// sequencer over their node sessions, the revoked node's member cannot,
+/// falls silent, is expelled and reads nothing more; nobody re-keys the
+/// cluster.
+#[test]
+fn the_group_key_moves_on_without_leavers_and_revoked_nodes() {
+    let tc = TestCluster::up("gf", 52, 4, Mode::Netns);
+    let c = tc.get();
+    let (mut a, port) = Member::create(c, "n1", 1);
+    let mut b = Member::join(c, "n2", &port);
+    let d = Member::join(c, "n3", &port);
+    let e = Member::join(c, "n4", &port);
+    let first = one_epoch(c, &port, 4, None);
+    assert!(
+        first >= 1,
+        "the joiners got a key the creator drew for them"
+    );
+
+    // A member leaves: the rest move to a newer epoch without it.
+    b.stop();
+    let second = one_epoch(c, &port, 3, Some(first));
+
+    // n3 is revoked: its member is left behind by the next key.
+    let admin = shoal_node::identity::Admin::open(&c.dir().join("admin")).unwrap();
+    let list = hex::encode(admin.revoke("n3").unwrap());
+    let out = c
+        .command("n1", shoal())
+        .unwrap()
+        .args(["node", "revoke", &list])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    one_epoch(c, &port, 2, Some(second));
+    a.say("after-the-revocation");
+    assert!(
+        e.wait(Duration::from_secs(20), |l| l
+            .iter()
+            .any(|x| x.ends_with(" after-the-revocation") && is_msg(x))),
+        "n4 does not receive after the revocation: {:?}",
+        e.log().iter().rev().take(5).collect::<Vec<_>>()
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        !d.log().iter().any(|x| x.ends_with(" after-the-revocation")),
+        "the revoked node's member read on: {:?}",
+        d.log().iter().rev().take(5).collect::<Vec<_>>()
+    );
+}
