@@ -340,8 +340,30 @@ impl Group {
     /// member; its first delivery is [`Delivery::State`].
     pub fn join(ctx: &Context, group: PutPort, opts: GroupOptions) -> Result<Group, GroupError> {
         let (keys, contacts) = admitted(ctx, &group)?;
-        let (socket, mcast, me) = open_sockets(ctx, &group, &opts)?;
-        let cfg = core_config(ctx, &opts);
+        let epoch = keys.epoch;
+        match Group::join_with(ctx, group, &opts, keys, contacts) {
+            // The group's key moved on while this process joined, and its
+            // join went out sealed in an epoch the members no longer
+            // open: once more with the new keys.
+            Err(GroupError::JoinFailed(_)) => match admitted(ctx, &group) {
+                Ok((keys, contacts)) if keys.epoch != epoch => {
+                    Group::join_with(ctx, group, &opts, keys, contacts)
+                }
+                _ => Err(GroupError::JoinFailed(group)),
+            },
+            other => other,
+        }
+    }
+
+    fn join_with(
+        ctx: &Context,
+        group: PutPort,
+        opts: &GroupOptions,
+        keys: Keys,
+        contacts: Vec<SocketAddr>,
+    ) -> Result<Group, GroupError> {
+        let (socket, mcast, me) = open_sockets(ctx, &group, opts)?;
+        let cfg = core_config(ctx, opts);
         let core = GroupCore::join(
             clock::now(),
             ClusterKey::from_bytes(keys.master),
@@ -351,7 +373,7 @@ impl Group {
             contacts,
             Nonce::random().0,
         );
-        let mut g = Group::start(keys, group, core, (socket, mcast), None, &opts, ctx)?;
+        let mut g = Group::start(keys, group, core, (socket, mcast), None, opts, ctx)?;
         // Wait until admitted.
         let deadline = Instant::now() + opts.join_timeout + Duration::from_millis(500);
         {
