@@ -58,7 +58,7 @@ use crate::clock;
 use crate::context::Context;
 pub use crate::group_find::{Found, inspect, locate};
 use crate::group_find::{admitted, register};
-use crate::group_keys::{KeyHost, KeyService, Keys, SharedKeys};
+use crate::group_keys::{Behind, KeyHost, KeyService, Keys, SharedKeys};
 use crate::group_seal::GroupSeal;
 use crate::link::Link;
 use crate::socket;
@@ -940,21 +940,29 @@ impl KeyHost for Shared {
         inner.core.set_key_epoch(sending);
     }
 
-    fn behind(&self) -> Option<Vec<MemberId>> {
+    fn take_extra(&self, epoch: u32, key: [u8; 32]) {
+        self.core.lock().seal.add_extra(epoch, key);
+    }
+
+    fn behind(&self) -> Option<Behind> {
         let inner = self.core.lock();
-        if !inner.seal.behind() {
-            return None;
-        }
+        let want = inner.seal.behind()?;
         let core = &inner.core;
-        let seq = core.sequencer();
-        let mut ask = vec![seq];
-        ask.extend(
+        let (seq, me) = (core.sequencer(), core.id());
+        let sequencer = (seq != me).then_some(seq);
+        let mut members: Vec<MemberId> = sequencer.into_iter().collect();
+        members.extend(
             core.members()
                 .iter()
                 .map(|m| m.id)
-                .filter(|m| *m != seq && *m != core.id()),
+                .filter(|m| *m != seq && *m != me),
         );
-        Some(ask)
+        Some(Behind {
+            want,
+            me,
+            sequencer,
+            members,
+        })
     }
 }
 

@@ -84,7 +84,7 @@ impl Keys {
     pub fn new(me: MemberId) -> Keys {
         Keys {
             master: rand::random(),
-            epoch: 0,
+            epoch: crate::group_seal::new_epoch(0),
             key: rand::random(),
             members: vec![me.0],
         }
@@ -312,7 +312,7 @@ pub(crate) fn answer(
                 s.refused += 1;
                 return KeyReply::Refused("the rekey's MAC does not match".into());
             }
-            if epoch > s.keys.epoch {
+            if epoch != s.keys.epoch {
                 s.keys.epoch = epoch;
                 s.keys.key = key;
                 s.keys.members = members;
@@ -405,9 +405,22 @@ pub(crate) trait KeyHost: Send + Sync + 'static {
     fn sequencing(&self) -> Option<(MemberId, Vec<u64>)>;
     /// Opens epoch `epoch` from now on; with `send`, sends in it too.
     fn take(&self, epoch: u32, key: [u8; 32], send: bool);
-    /// The members to ask for keys, the sequencer first, when a datagram
-    /// showed an epoch newer than this member holds (else `None`).
-    fn behind(&self) -> Option<Vec<MemberId>>;
+    /// Opens epoch `epoch`, not the group's own, for a while (see
+    /// [`crate::group_seal::GroupSeal::add_extra`]).
+    fn take_extra(&self, epoch: u32, key: [u8; 32]);
+    /// When a datagram came in an epoch this member does not hold.
+    fn behind(&self) -> Option<Behind>;
+}
+
+/// What a member that saw a datagram in an epoch it does not hold knows.
+pub(crate) struct Behind {
+    /// The epoch.
+    pub want: u32,
+    pub me: MemberId,
+    /// Its sequencer, unless itself.
+    pub sequencer: Option<MemberId>,
+    /// The other members it counts, the sequencer first.
+    pub members: Vec<MemberId>,
 }
 
 /// A member's key service: its server, a thread answering it, and a
@@ -497,7 +510,7 @@ fn rekey_if_due(
         }
         Keys {
             master: s.keys.master,
-            epoch: s.keys.epoch + 1,
+            epoch: crate::group_seal::new_epoch(s.keys.epoch),
             key: rand::random(),
             members,
         }
@@ -529,10 +542,19 @@ fn rekey_if_due(
 /// How often a member that is behind asks for keys.
 const CATCH_UP_EVERY: Duration = Duration::from_millis(500);
 
-/// Asks for the current keys when a datagram showed a newer epoch than
-/// this member holds.
+/// Asks for the keys of an epoch a datagram came in that this member does
+/// not hold: the members it knows first, the sequencer first of all; then
+/// whoever else serves the group (a member left alone by a partition
+/// counts nobody else, and must learn the others' epoch to hear that it
+/// is out).
 fn catch_up(ctx: &Context, group: &PutPort, state: &SharedKeys, host: &dyn KeyHost) {
-    let Some(ask) = host.behind() else {
+    let Some(Behind {
+        want,
+        me,
+        sequencer,
+        members: mut ask,
+    }) = host.behind()
+    else {
         return;
     };
     {
@@ -542,20 +564,29 @@ fn catch_up(ctx: &Context, group: &PutPort, state: &SharedKeys, host: &dyn KeyHo
         }
         s.caught_up = Some(Instant::now());
     }
+    if let Ok(found) = crate::group_find::locate(ctx, group) {
+        let uid = ctx.config().uid;
+        for f in found {
+            if f.member != me && !ask.contains(&f.member) && admits(group, f.uid, uid) {
+                ask.push(f.member);
+            }
+        }
+    }
     for m in ask {
         match admit(ctx, group, m) {
-            Ok(keys) => {
-                let mut s = state.lock();
-                if keys.master != s.keys.master {
-                    continue;
-                }
-                if keys.epoch > s.keys.epoch {
-                    s.keys = keys.clone();
-                    drop(s);
-                    host.take(keys.epoch, keys.key, true);
+            Ok(keys) if keys.epoch == want && keys.master == state.lock().keys.master => {
+                if Some(m) == sequencer {
+                    // The group's own next epoch, whose push was lost.
+                    state.lock().keys = keys.clone();
+                    host.take(keys.epoch, keys.key, false);
+                } else {
+                    // Another's: enough to hear it, or for it to hear
+                    // that it is out.
+                    host.take_extra(keys.epoch, keys.key);
                 }
                 return;
             }
+            Ok(_) => {}
             Err(e) => tracing::debug!(member = %m, "asking for the group's keys failed: {e}"),
         }
     }

@@ -10,8 +10,10 @@
 //! endpoint channel (`group_keys`).  Each member seals with
 //! `member_key(epoch key, its member id)`; member ids are drawn afresh by
 //! every member that joins, so its counters start at zero.  A member
-//! opens the epochs it holds (the newest, and the one before for a short
-//! while), and sends in the newest once the sequencer does.
+//! opens the epochs it holds (the current one, and those before for a
+//! short while), and sends in the current one once the sequencer does.
+//! Epoch ids are random, not counted: two sequencers (one cut off by a
+//! partition, one after a reset) never draw one id for two keys.
 
 use std::time::{Duration, Instant};
 
@@ -50,6 +52,24 @@ pub fn new_group_port(open: bool) -> PutPort {
 /// datagrams sealed just before the switch, and retransmissions of them.
 pub(crate) const OLD_EPOCH_GRACE: Duration = Duration::from_secs(2);
 
+/// Most epochs a member holds: the current one and two before it.
+const MAX_EPOCHS: usize = 3;
+
+/// How long a member opens an epoch it holds for opening only.
+const EXTRA_FOR: Duration = Duration::from_secs(10);
+
+/// A fresh epoch id: random, so that two sequencers (one cut off by a
+/// partition, one after a reset) never draw the same id for different
+/// keys; never 0 or `avoid`.
+pub fn new_epoch(avoid: u32) -> u32 {
+    loop {
+        let e: u32 = rand::random();
+        if e != 0 && e != avoid {
+            return e;
+        }
+    }
+}
+
 /// One epoch's key, and when a member stops opening it.
 struct Epoch {
     number: u32,
@@ -75,9 +95,16 @@ pub(crate) struct GroupSeal {
     /// Datagrams that did not open, and replays.
     pub bad: u64,
     pub replays: u64,
-    /// The newest epoch seen in a datagram of this group that is newer
-    /// than any held: this member missed a key (or was left out of it).
-    pub ahead: u32,
+    /// The last epoch seen in a datagram of this group that this member
+    /// does not hold: it missed a key, or was left out of one.
+    unknown: Option<u32>,
+    /// Epochs this member held and dropped (the last few): a datagram in
+    /// one is late, not a sign of a missed key.
+    dropped: Vec<u32>,
+    /// Epochs of others, held for opening only, for [`EXTRA_FOR`]: what a
+    /// member cut off from the others (or they from it) needs to hear
+    /// that it is out, and they to tell it.
+    extra: Vec<Epoch>,
 }
 
 impl GroupSeal {
@@ -97,16 +124,44 @@ impl GroupSeal {
             heard: 0,
             bad: 0,
             replays: 0,
-            ahead: 0,
+            unknown: None,
+            dropped: Vec::new(),
+            extra: Vec::new(),
         }
     }
 
-    /// Whether a datagram showed a newer epoch than any held.
-    pub fn behind(&self) -> bool {
-        self.ahead > self.newest().0
+    /// An epoch a datagram of this group came in that this member does
+    /// not hold (still).
+    pub fn behind(&self) -> Option<u32> {
+        self.unknown.filter(|u| !self.holds(*u))
     }
 
-    /// The newest epoch held, and its key.
+    fn holds(&self, epoch: u32) -> bool {
+        self.epochs
+            .iter()
+            .chain(&self.extra)
+            .any(|e| e.number == epoch)
+    }
+
+    /// Holds epoch `number`, not this member's group's own, for opening
+    /// only, for [`EXTRA_FOR`]; false if it was held already.
+    pub fn add_extra(&mut self, number: u32, key: [u8; 32]) -> bool {
+        if self.holds(number) {
+            return false;
+        }
+        if self.extra.len() >= 2 {
+            let gone = self.extra.remove(0).number;
+            self.forget(gone);
+        }
+        self.extra.push(Epoch {
+            number,
+            key,
+            retire: Some(Instant::now() + EXTRA_FOR),
+        });
+        true
+    }
+
+    /// The current epoch (the one taken last), and its key.
     pub fn newest(&self) -> (u32, [u8; 32]) {
         let e = self.epochs.last().expect("an epoch");
         (e.number, e.key)
@@ -117,12 +172,15 @@ impl GroupSeal {
         self.sending
     }
 
-    /// Takes epoch `number` (newer than any held) for opening; with
-    /// `send`, for sending too (the sequencer, once every member has it).
-    /// Older epochs are opened for [`OLD_EPOCH_GRACE`] more, then dropped.
-    pub fn add(&mut self, number: u32, key: [u8; 32], send: bool) {
-        if number <= self.newest().0 {
-            return;
+    /// Takes epoch `number` as the current one, for opening; with `send`,
+    /// for sending too (the sequencer, once every member has it); false if
+    /// it was held already.  The others are opened for
+    /// [`OLD_EPOCH_GRACE`] more, then dropped.
+    pub fn add(&mut self, number: u32, key: [u8; 32], send: bool) -> bool {
+        // One held for opening only becomes the group's own.
+        self.extra.retain(|e| e.number != number);
+        if self.holds(number) {
+            return false;
         }
         let retire = Instant::now() + OLD_EPOCH_GRACE;
         for e in &mut self.epochs {
@@ -133,14 +191,14 @@ impl GroupSeal {
             key,
             retire: None,
         });
-        // At most two: an epoch two behind is gone at once.
-        while self.epochs.len() > 2 {
+        while self.epochs.len() > MAX_EPOCHS {
             let gone = self.epochs.remove(0).number;
-            self.senders.retain(|(e, _), _| *e != gone);
+            self.forget(gone);
         }
-        if send {
+        if send || !self.holds(self.sending) {
             self.send_in(number);
         }
+        true
     }
 
     /// Sends in epoch `number` (held) from now on.
@@ -151,22 +209,39 @@ impl GroupSeal {
         }
     }
 
+    /// Forgets a dropped epoch's senders, and remembers that it was held.
+    fn forget(&mut self, gone: u32) {
+        self.senders.retain(|(e, _), _| *e != gone);
+        if self.dropped.len() >= 8 {
+            self.dropped.remove(0);
+        }
+        self.dropped.push(gone);
+    }
+
     /// Drops epochs whose grace has passed (not the newest).
     fn retire(&mut self) {
-        if self.epochs.len() < 2 {
+        if self.epochs.len() < 2 && self.extra.is_empty() {
             return;
         }
         let now = Instant::now();
         let newest = self.newest().0;
-        let before = self.epochs.len();
-        self.epochs
-            .retain(|e| e.number == newest || e.retire.is_none_or(|t| t > now));
-        if self.epochs.len() != before {
-            let held: Vec<u32> = self.epochs.iter().map(|e| e.number).collect();
-            self.senders.retain(|(e, _), _| held.contains(e));
-            if !held.contains(&self.sending) {
-                self.send_in(newest);
-            }
+        let gone: Vec<u32> = self
+            .epochs
+            .iter()
+            .chain(&self.extra)
+            .filter(|e| e.number != newest && e.retire.is_some_and(|t| t <= now))
+            .map(|e| e.number)
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        self.epochs.retain(|e| !gone.contains(&e.number));
+        self.extra.retain(|e| !gone.contains(&e.number));
+        for g in gone {
+            self.forget(g);
+        }
+        if !self.holds(self.sending) {
+            self.send_in(newest);
         }
     }
 
@@ -207,11 +282,12 @@ impl GroupSeal {
         let Some(key) = self
             .epochs
             .iter()
+            .chain(&self.extra)
             .find(|e| e.number == epoch)
             .map(|e| e.key)
         else {
-            if epoch > self.newest().0 {
-                self.ahead = self.ahead.max(epoch);
+            if !self.dropped.contains(&epoch) {
+                self.unknown = Some(epoch);
             }
             self.bad += 1;
             return None;
@@ -243,7 +319,7 @@ impl GroupSeal {
                 window.accept(header.counter());
                 *heard = self.heard;
                 let start = header.len();
-                if epoch > self.sending {
+                if epoch == self.newest().0 && self.sending != epoch {
                     self.send_in(epoch);
                 }
                 Some(start..start + plain.len())
@@ -317,26 +393,66 @@ mod tests {
     }
 
     #[test]
-    fn an_epoch_two_behind_is_dropped_at_once() {
+    fn three_epochs_at_most_and_a_member_knows_which_it_missed() {
         let port = new_group_port(false);
-        let mut a = GroupSeal::new(0, [1; 32], &port, MemberId(1));
-        let mut b = GroupSeal::new(0, [1; 32], &port, MemberId(2));
+        let mut a = GroupSeal::new(10, [1; 32], &port, MemberId(1));
+        let mut b = GroupSeal::new(10, [1; 32], &port, MemberId(2));
         let mut old = Vec::new();
-        a.seal(b"epoch 0", &mut old);
-        b.add(1, [2; 32], false);
-        b.add(2, [3; 32], true);
-        assert_eq!(b.newest().0, 2);
-        assert!(b.open(&mut old).is_none());
-        assert!(!b.behind());
-        // A member that missed epochs 1 and 2 knows it from the datagrams.
+        a.seal(b"epoch 10", &mut old);
+        assert!(b.add(7, [2; 32], false));
+        assert!(b.add(30, [3; 32], false));
+        assert!(
+            b.add(5, [4; 32], true),
+            "ids are not ordered: the last taken is current"
+        );
+        assert_eq!((b.newest().0, b.sending()), (5, 5));
+        assert!(
+            b.open(&mut old).is_none(),
+            "a fourth epoch pushes the first out"
+        );
+        assert_eq!(b.behind(), None, "an epoch it dropped is not one it missed");
+        // A member that missed epochs knows which from the datagrams.
         let mut d = Vec::new();
-        b.seal(b"epoch 2", &mut d);
+        b.seal(b"epoch 5", &mut d);
         assert!(a.open(&mut d).is_none());
-        assert!(a.behind());
-        a.add(2, [3; 32], true);
-        assert!(!a.behind());
-        // An older epoch handed over late changes nothing.
-        b.add(1, [2; 32], true);
-        assert_eq!((b.newest().0, b.sending()), (2, 2));
+        assert_eq!(a.behind(), Some(5));
+        assert!(a.add(5, [4; 32], false));
+        assert_eq!(a.behind(), None);
+        // An epoch held already changes nothing.
+        assert!(!b.add(30, [3; 32], true));
+        assert_eq!((b.newest().0, b.sending()), (5, 5));
+    }
+
+    #[test]
+    fn a_second_sequencer_s_epoch_never_collides_with_the_first() {
+        // Two sequencers, one cut off, each draw a next epoch: distinct.
+        let first = new_epoch(0);
+        for _ in 0..1000 {
+            let e = new_epoch(first);
+            assert!(e != 0 && e != first);
+        }
+    }
+
+    #[test]
+    fn another_side_s_epoch_opens_without_becoming_this_member_s_own() {
+        let port = new_group_port(false);
+        let mut cut_off = GroupSeal::new(40, [1; 32], &port, MemberId(1));
+        let mut other = GroupSeal::new(50, [2; 32], &port, MemberId(2));
+        let mut d = Vec::new();
+        other.seal(b"you are out", &mut d);
+        assert!(cut_off.open(&mut d.clone()).is_none());
+        assert_eq!(cut_off.behind(), Some(50));
+        assert!(cut_off.add_extra(50, [2; 32]));
+        assert_eq!(cut_off.behind(), None);
+        let r = cut_off.open(&mut d).expect("opens the other side's");
+        assert_eq!(&d[r], b"you are out");
+        assert_eq!(
+            (cut_off.newest().0, cut_off.sending()),
+            (40, 40),
+            "and still sends in its own"
+        );
+        // Pushed later as the group's own, it becomes current.
+        assert!(cut_off.add(50, [2; 32], true));
+        assert_eq!((cut_off.newest().0, cut_off.sending()), (50, 50));
     }
 }
