@@ -529,12 +529,12 @@ pub fn encode_result(result: &Result<Answer, FileError>) -> Vec<u8> {
                     w.u8(6);
                     w.u16(figures.len() as u16);
                     for (k, v) in figures {
-                        w.str16(k.as_bytes());
+                        w.str16(capped(k).as_bytes());
                         w.u64(*v);
                     }
                     w.u16(problems.len() as u16);
                     for p in problems {
-                        w.str16(&p.as_bytes()[..p.len().min(4096)]);
+                        w.str16(capped(p).as_bytes());
                     }
                 }
             }
@@ -556,7 +556,7 @@ pub fn encode_result(result: &Result<Answer, FileError>) -> Vec<u8> {
                 | FileError::BadRequest(s)
                 | FileError::Corrupt(s)
                 | FileError::NoSpace(s)
-                | FileError::Io(s) => w.str16(&s.as_bytes()[..s.len().min(4096)]),
+                | FileError::Io(s) => w.str16(capped(s).as_bytes()),
                 _ => {}
             }
         }
@@ -564,8 +564,23 @@ pub fn encode_result(result: &Result<Answer, FileError>) -> Vec<u8> {
     buf
 }
 
+/// Most bytes of a text on the wire.
+const MAX_TEXT: usize = 4096;
+
+/// `s` cut to at most [`MAX_TEXT`] bytes, at a character boundary (so
+/// that what is decoded encodes back to the same bytes).
+fn capped(s: &str) -> &str {
+    let mut end = s.len().min(MAX_TEXT);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// A text: invalid UTF-8 is replaced, which can lengthen it, so it is cut
+/// as the encoder cuts it.
 fn text(r: &mut Reader<'_>) -> Result<String, DecodeError> {
-    Ok(String::from_utf8_lossy(r.str16()?).into_owned())
+    Ok(capped(&String::from_utf8_lossy(r.str16()?)).to_string())
 }
 
 /// Decodes a result.
@@ -712,6 +727,19 @@ mod tests {
         fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
             let _ = Op::decode(&bytes);
             let _ = decode_result(&bytes);
+        }
+
+        /// A text of invalid UTF-8 decodes longer (replacement characters
+        /// take three bytes), and is cut as the encoder cuts it, at a
+        /// character boundary: what was decoded encodes back to itself.
+        #[test]
+        fn a_decoded_text_encodes_back_to_itself(bad in proptest::collection::vec(0x80u8..=0xff, 1..4096)) {
+            let mut wire = encode_result(&Err(FileError::Io(String::new())));
+            wire.truncate(wire.len() - 2);
+            wire.extend_from_slice(&(bad.len() as u16).to_le_bytes());
+            wire.extend_from_slice(&bad);
+            let r = decode_result(&wire).unwrap();
+            prop_assert_eq!(decode_result(&encode_result(&r)).unwrap(), r);
         }
     }
 

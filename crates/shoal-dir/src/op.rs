@@ -491,15 +491,30 @@ fn error_out(w: &mut Writer<'_>, e: &DirError) {
         | DirError::NotFound(s)
         | DirError::Conflict(s)
         | DirError::NotADirectory(s)
-        | DirError::Unavailable(s) => w.str16(&s.as_bytes()[..s.len().min(1024)]),
+        | DirError::Unavailable(s) => w.str16(capped(s).as_bytes()),
         DirError::UnknownDirectory | DirError::BadCapability => {}
     }
 }
 
+/// Most bytes of an error's text on the wire.
+const MAX_ERROR_TEXT: usize = 1024;
+
+/// `s` cut to at most [`MAX_ERROR_TEXT`] bytes, at a character boundary
+/// (so that what is decoded encodes back to the same bytes).
+fn capped(s: &str) -> &str {
+    let mut end = s.len().min(MAX_ERROR_TEXT);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 fn error_in(r: &mut Reader<'_>) -> Result<DirError, DecodeError> {
     let code = r.u8()?;
+    // Invalid UTF-8 is replaced, which can lengthen the text: it is cut
+    // as the encoder cuts it.
     let text = |r: &mut Reader<'_>| -> Result<String, DecodeError> {
-        Ok(String::from_utf8_lossy(r.str16()?).into_owned())
+        Ok(capped(&String::from_utf8_lossy(r.str16()?)).to_string())
     };
     Ok(match code {
         1 => DirError::UnknownDirectory,

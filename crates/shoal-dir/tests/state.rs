@@ -698,6 +698,32 @@ fn requests_and_responses_round_trip() {
     }
 }
 
+/// An error's text on the wire is at most 1,024 bytes; one of invalid
+/// UTF-8 decodes with replacement characters (three bytes each), cut
+/// again at a character boundary, so what was decoded encodes back to
+/// itself (a case the fuzzer found).
+#[test]
+fn an_error_text_of_invalid_utf8_round_trips_once_decoded() {
+    let long = Response {
+        index: 1,
+        result: Err(DirError::Conflict("é".repeat(700))),
+    };
+    let once = Response::decode(&long.encode()).unwrap();
+    let Err(DirError::Conflict(text)) = &once.result else {
+        panic!("{once:?}");
+    };
+    assert!(text.len() <= 1024 && text.chars().all(|c| c == 'é'));
+    assert_eq!(Response::decode(&once.encode()).unwrap(), once);
+    // The same answer with a text of 1,024 invalid bytes (the text is
+    // the last field: its 1,024 bytes, after its u16 length).
+    let mut wire = long.encode();
+    wire.truncate(wire.len() - 1024 - 2);
+    wire.extend_from_slice(&1024u16.to_le_bytes());
+    wire.extend(std::iter::repeat_n(0xffu8, 1024));
+    let r = Response::decode(&wire).unwrap();
+    assert_eq!(Response::decode(&r.encode()).unwrap(), r);
+}
+
 /// The operations the property test does not draw, each with too few
 /// rights: replace and install need MODIFY in every directory they touch;
 /// batched and path lookups restrict like single lookups.
