@@ -187,7 +187,7 @@ pub fn run(command: GroupCommand) -> Result<(), Failure> {
                 return Ok(());
             }
             println!(
-                "{:<17} {:<10} {:>4} {:>4} {:<17} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12}",
+                "{:<17} {:<10} {:>4} {:<8} {:<17} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12}",
                 "MEMBER",
                 "STATUS",
                 "INC",
@@ -203,11 +203,13 @@ pub fn run(command: GroupCommand) -> Result<(), Failure> {
             for a in &answers {
                 let n = |k: &str| a[k].to_string();
                 println!(
-                    "{:<17} {:<10} {:>4} {:>4} {:<17} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12}",
+                    "{:<17} {:<10} {:>4} {:<8} {:<17} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12}",
                     a["member"].as_str().unwrap_or("?"),
                     a["status"].as_str().unwrap_or("?"),
                     n("incarnation"),
-                    n("key_epoch"),
+                    a["key_epoch"]
+                        .as_u64()
+                        .map_or("?".into(), |e| format!("{e:08x}")),
                     a["sequencer"].as_str().unwrap_or("?"),
                     n("held"),
                     n("committed"),
