@@ -552,7 +552,7 @@ fn catch_up(ctx: &Context, group: &PutPort, state: &SharedKeys, host: &dyn KeyHo
         want,
         me,
         sequencer,
-        members: mut ask,
+        members: ask,
     }) = host.behind()
     else {
         return;
@@ -564,15 +564,34 @@ fn catch_up(ctx: &Context, group: &PutPort, state: &SharedKeys, host: &dyn KeyHo
         }
         s.caught_up = Some(Instant::now());
     }
-    if let Ok(found) = crate::group_find::locate(ctx, group) {
-        let uid = ctx.config().uid;
-        for f in found {
-            if f.member != me && !ask.contains(&f.member) && admits(group, f.uid, uid) {
-                ask.push(f.member);
-            }
-        }
+    // The members this one counts first; only if none has the epoch, the
+    // others its node finds (a locate costs a round of the nodes).
+    if ask_for(ctx, group, state, host, want, sequencer, &ask) {
+        return;
     }
-    for m in ask {
+    let Ok(found) = crate::group_find::locate(ctx, group) else {
+        return;
+    };
+    let uid = ctx.config().uid;
+    let others: Vec<MemberId> = found
+        .into_iter()
+        .filter(|f| f.member != me && !ask.contains(&f.member) && admits(group, f.uid, uid))
+        .map(|f| f.member)
+        .collect();
+    ask_for(ctx, group, state, host, want, sequencer, &others);
+}
+
+/// Asks `ask` in turn for epoch `want`; true once one gave it.
+fn ask_for(
+    ctx: &Context,
+    group: &PutPort,
+    state: &SharedKeys,
+    host: &dyn KeyHost,
+    want: u32,
+    sequencer: Option<MemberId>,
+    ask: &[MemberId],
+) -> bool {
+    for &m in ask {
         match admit(ctx, group, m) {
             Ok(keys) if keys.epoch == want && keys.master == state.lock().keys.master => {
                 if Some(m) == sequencer {
@@ -584,12 +603,13 @@ fn catch_up(ctx: &Context, group: &PutPort, state: &SharedKeys, host: &dyn KeyHo
                     // that it is out.
                     host.take_extra(keys.epoch, keys.key);
                 }
-                return;
+                return true;
             }
             Ok(_) => {}
             Err(e) => tracing::debug!(member = %m, "asking for the group's keys failed: {e}"),
         }
     }
+    false
 }
 
 #[cfg(test)]
