@@ -529,12 +529,12 @@ pub fn encode_result(result: &Result<Answer, FileError>) -> Vec<u8> {
                     w.u8(6);
                     w.u16(figures.len() as u16);
                     for (k, v) in figures {
-                        w.str16(capped(k).as_bytes());
+                        w.text16(k, MAX_TEXT);
                         w.u64(*v);
                     }
                     w.u16(problems.len() as u16);
                     for p in problems {
-                        w.str16(capped(p).as_bytes());
+                        w.text16(p, MAX_TEXT);
                     }
                 }
             }
@@ -556,7 +556,7 @@ pub fn encode_result(result: &Result<Answer, FileError>) -> Vec<u8> {
                 | FileError::BadRequest(s)
                 | FileError::Corrupt(s)
                 | FileError::NoSpace(s)
-                | FileError::Io(s) => w.str16(capped(s).as_bytes()),
+                | FileError::Io(s) => w.text16(s, MAX_TEXT),
                 _ => {}
             }
         }
@@ -567,20 +567,8 @@ pub fn encode_result(result: &Result<Answer, FileError>) -> Vec<u8> {
 /// Most bytes of a text on the wire.
 const MAX_TEXT: usize = 4096;
 
-/// `s` cut to at most [`MAX_TEXT`] bytes, at a character boundary (so
-/// that what is decoded encodes back to the same bytes).
-fn capped(s: &str) -> &str {
-    let mut end = s.len().min(MAX_TEXT);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
-
-/// A text: invalid UTF-8 is replaced, which can lengthen it, so it is cut
-/// as the encoder cuts it.
 fn text(r: &mut Reader<'_>) -> Result<String, DecodeError> {
-    Ok(capped(&String::from_utf8_lossy(r.str16()?)).to_string())
+    r.text16(MAX_TEXT)
 }
 
 /// Decodes a result.

@@ -44,6 +44,11 @@ impl Writer<'_> {
         self.u16(b.len() as u16);
         self.raw(b);
     }
+    /// A text (as [`Writer::str16`]) cut to at most `max` bytes at a
+    /// character boundary, as [`Reader::text16`] cuts what it decodes.
+    pub fn text16(&mut self, s: &str, max: usize) {
+        self.str16(capped(s, max).as_bytes());
+    }
     /// A byte string: u32 length, then the bytes.
     pub fn bytes32(&mut self, b: &[u8]) {
         self.u32(b.len() as u32);
@@ -62,6 +67,15 @@ impl Writer<'_> {
 }
 
 /// Reads fields from a byte slice.
+/// `s` cut to at most `max` bytes, at a character boundary.
+fn capped(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 pub struct Reader<'a> {
     buf: &'a [u8],
     what: &'static str,
@@ -97,6 +111,13 @@ impl<'a> Reader<'a> {
     pub fn str16(&mut self) -> Result<&'a [u8], DecodeError> {
         let n = self.u16()? as usize;
         self.take(n)
+    }
+    /// A text written by [`Writer::text16`] with the same `max`. Invalid
+    /// UTF-8 is replaced, which can lengthen it (three bytes for each
+    /// replacement), so it is cut again as the writer cuts: what is
+    /// decoded encodes back to the same bytes.
+    pub fn text16(&mut self, max: usize) -> Result<String, DecodeError> {
+        Ok(capped(&String::from_utf8_lossy(self.str16()?), max).to_string())
     }
     pub fn bytes32(&mut self) -> Result<&'a [u8], DecodeError> {
         let n = self.u32()? as usize;

@@ -491,7 +491,7 @@ fn error_out(w: &mut Writer<'_>, e: &DirError) {
         | DirError::NotFound(s)
         | DirError::Conflict(s)
         | DirError::NotADirectory(s)
-        | DirError::Unavailable(s) => w.str16(capped(s).as_bytes()),
+        | DirError::Unavailable(s) => w.text16(s, MAX_ERROR_TEXT),
         DirError::UnknownDirectory | DirError::BadCapability => {}
     }
 }
@@ -499,23 +499,9 @@ fn error_out(w: &mut Writer<'_>, e: &DirError) {
 /// Most bytes of an error's text on the wire.
 const MAX_ERROR_TEXT: usize = 1024;
 
-/// `s` cut to at most [`MAX_ERROR_TEXT`] bytes, at a character boundary
-/// (so that what is decoded encodes back to the same bytes).
-fn capped(s: &str) -> &str {
-    let mut end = s.len().min(MAX_ERROR_TEXT);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
-
 fn error_in(r: &mut Reader<'_>) -> Result<DirError, DecodeError> {
     let code = r.u8()?;
-    // Invalid UTF-8 is replaced, which can lengthen the text: it is cut
-    // as the encoder cuts it.
-    let text = |r: &mut Reader<'_>| -> Result<String, DecodeError> {
-        Ok(capped(&String::from_utf8_lossy(r.str16()?)).to_string())
-    };
+    let text = |r: &mut Reader<'_>| r.text16(MAX_ERROR_TEXT);
     Ok(match code {
         1 => DirError::UnknownDirectory,
         2 => DirError::BadCapability,

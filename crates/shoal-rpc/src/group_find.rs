@@ -113,9 +113,10 @@ pub(crate) fn admitted(
             "its members run as another uid, and a group admits only programs of its creator's uid unless created --open".into(),
         ));
     }
+    let mut client = crate::group_keys::key_client(ctx, group)?;
     let mut why = String::new();
     for f in &members {
-        match crate::group_keys::admit(ctx, group, f.member) {
+        match crate::group_keys::admit(&mut client, group, f.member) {
             Ok(keys) => return Ok((keys, members.iter().map(|f| f.addr).collect())),
             Err(e) => why = e,
         }

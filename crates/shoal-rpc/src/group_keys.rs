@@ -260,10 +260,9 @@ pub(crate) struct KeyState {
     pub keys: Keys,
     /// When this member last drew a key as sequencer.
     pub drawn: Option<Instant>,
-    /// Rekeys taken and refused, and pushes that were not taken.
+    /// Rekeys taken, and requests refused.
     pub taken: u64,
     pub refused: u64,
-    pub untaken: u64,
     /// When this member last asked for keys it missed.
     pub caught_up: Option<Instant>,
 }
@@ -276,13 +275,12 @@ pub(crate) fn shared(keys: Keys) -> SharedKeys {
         drawn: None,
         taken: 0,
         refused: 0,
-        untaken: 0,
         caught_up: None,
     }))
 }
 
 /// The answer of a member of uid `my_uid` holding `state` to `request`
-/// from a caller of uid `caller_uid`; `take` installs a newer epoch's key
+/// from a caller of uid `caller_uid`; `take` installs a new epoch's key
 /// for opening (the member's seal).
 pub(crate) fn answer(
     group: &PutPort,
@@ -334,23 +332,36 @@ fn subtle_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
     a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
 
-/// Asks member `member` of `group` for the group's keys (as a joiner, or
-/// to inspect the group): only a key service of this program's uid is
-/// believed for an owned group.
-pub(crate) fn admit(ctx: &Context, group: &PutPort, member: MemberId) -> Result<Keys, String> {
-    let mut client = ctx.client().map_err(|e| e.to_string())?;
+/// A client for `group`'s key services: for an owned group, it believes
+/// only those of this program's uid.
+pub(crate) fn key_client(ctx: &Context, group: &PutPort) -> Result<crate::Client, crate::Error> {
+    let mut client = ctx.client()?;
     if !is_open(group) {
         client.only_uid(Some(ctx.config().uid));
     }
-    let options = CallOptions {
+    Ok(client)
+}
+
+/// How a call to a key service waits.
+fn call_options() -> CallOptions {
+    CallOptions {
         deadline: Some(PUSH_DEADLINE),
         cancel: None,
-    };
+    }
+}
+
+/// Asks member `member` of `group` for the group's keys (as a joiner, to
+/// inspect the group, or to catch up), through a [`key_client`].
+pub(crate) fn admit(
+    client: &mut crate::Client,
+    group: &PutPort,
+    member: MemberId,
+) -> Result<Keys, String> {
     let reply = client
         .trans_with(
             &key_port(group, member).put_port(),
             encode_request(&KeyRequest::Admit),
-            &options,
+            &call_options(),
         )
         .map_err(|e| e.to_string())?;
     match decode_reply(&reply).map_err(|e| e.to_string())? {
@@ -361,41 +372,30 @@ pub(crate) fn admit(ctx: &Context, group: &PutPort, member: MemberId) -> Result<
 }
 
 /// The sequencer's side of a rekey: hands `keys` (the next epoch) to each
-/// of `members` but itself; returns those that did not take it.
-pub(crate) fn push(
-    client: &mut crate::Client,
-    group: &PutPort,
-    me: MemberId,
-    keys: &Keys,
-) -> Vec<MemberId> {
+/// of its members but itself.  One that does not take it cannot read the
+/// group from the switch on, falls silent and is expelled, or catches up.
+pub(crate) fn push(client: &mut crate::Client, group: &PutPort, me: MemberId, keys: &Keys) {
     let request = encode_request(&KeyRequest::Rekey {
         epoch: keys.epoch,
         key: keys.key,
         members: keys.members.clone(),
         mac: rekey_mac(&keys.master, keys.epoch, &keys.key, &keys.members),
     });
-    let options = CallOptions {
-        deadline: Some(PUSH_DEADLINE),
-        cancel: None,
-    };
-    let mut failed = Vec::new();
     for &m in &keys.members {
         let m = MemberId(m);
         if m == me {
             continue;
         }
         let port = key_port(group, m).put_port();
-        let reply = client.trans_with(&port, request.clone(), &options);
+        let reply = client.trans_with(&port, request.clone(), &call_options());
         match reply.as_deref().map(decode_reply) {
             Ok(Ok(KeyReply::Taken)) => {}
             other => {
                 tracing::info!(member = %m, ?other, "a member did not take the group's next key");
-                failed.push(m);
             }
         }
         client.forget(&port);
     }
-    failed
 }
 
 /// What the key service needs of the member it serves.
@@ -466,8 +466,18 @@ impl KeyService {
                     let mut client = None;
                     while !stop.load(Ordering::Acquire) {
                         std::thread::sleep(KEY_POLL);
-                        rekey_if_due(&ctx, &group, &state, &*host, &mut client);
-                        catch_up(&ctx, &group, &state, &*host);
+                        if client.is_none() {
+                            client = key_client(&ctx, &group)
+                                .inspect_err(|e| {
+                                    tracing::warn!("no client for the group's keys: {e}")
+                                })
+                                .ok();
+                        }
+                        let Some(client) = client.as_mut() else {
+                            continue;
+                        };
+                        rekey_if_due(client, &group, &state, &*host);
+                        catch_up(&ctx, client, &group, &state, &*host);
                     }
                 })
                 .expect("spawn a group key thread")
@@ -493,11 +503,10 @@ impl KeyService {
 /// changed since the last or [`REKEY_EVERY`] has passed, hands it to every
 /// other member, and sends in it.
 fn rekey_if_due(
-    ctx: &Context,
+    client: &mut crate::Client,
     group: &PutPort,
     state: &SharedKeys,
     host: &dyn KeyHost,
-    client: &mut Option<crate::Client>,
 ) {
     let Some((me, members)) = host.sequencing() else {
         return;
@@ -515,24 +524,9 @@ fn rekey_if_due(
             members,
         }
     };
-    if client.is_none() {
-        match ctx.client() {
-            Ok(mut c) => {
-                if !is_open(group) {
-                    c.only_uid(Some(ctx.config().uid));
-                }
-                *client = Some(c);
-            }
-            Err(e) => {
-                tracing::warn!("no client for rekeying the group: {e}");
-                return;
-            }
-        }
-    }
-    let failed = push(client.as_mut().expect("made above"), group, me, &next);
+    push(client, group, me, &next);
     {
         let mut s = state.lock();
-        s.untaken += failed.len() as u64;
         s.drawn = Some(Instant::now());
         s.keys = next.clone();
     }
@@ -547,7 +541,13 @@ const CATCH_UP_EVERY: Duration = Duration::from_millis(500);
 /// whoever else serves the group (a member left alone by a partition
 /// counts nobody else, and must learn the others' epoch to hear that it
 /// is out).
-fn catch_up(ctx: &Context, group: &PutPort, state: &SharedKeys, host: &dyn KeyHost) {
+fn catch_up(
+    ctx: &Context,
+    client: &mut crate::Client,
+    group: &PutPort,
+    state: &SharedKeys,
+    host: &dyn KeyHost,
+) {
     let Some(Behind {
         want,
         me,
@@ -566,7 +566,7 @@ fn catch_up(ctx: &Context, group: &PutPort, state: &SharedKeys, host: &dyn KeyHo
     }
     // The members this one counts first; only if none has the epoch, the
     // others its node finds (a locate costs a round of the nodes).
-    if ask_for(ctx, group, state, host, want, sequencer, &ask) {
+    if ask_for(client, group, state, host, want, sequencer, &ask) {
         return;
     }
     let Ok(found) = crate::group_find::locate(ctx, group) else {
@@ -578,12 +578,12 @@ fn catch_up(ctx: &Context, group: &PutPort, state: &SharedKeys, host: &dyn KeyHo
         .filter(|f| f.member != me && !ask.contains(&f.member) && admits(group, f.uid, uid))
         .map(|f| f.member)
         .collect();
-    ask_for(ctx, group, state, host, want, sequencer, &others);
+    ask_for(client, group, state, host, want, sequencer, &others);
 }
 
 /// Asks `ask` in turn for epoch `want`; true once one gave it.
 fn ask_for(
-    ctx: &Context,
+    client: &mut crate::Client,
     group: &PutPort,
     state: &SharedKeys,
     host: &dyn KeyHost,
@@ -592,7 +592,7 @@ fn ask_for(
     ask: &[MemberId],
 ) -> bool {
     for &m in ask {
-        match admit(ctx, group, m) {
+        match admit(client, group, m) {
             Ok(keys) if keys.epoch == want && keys.master == state.lock().keys.master => {
                 if Some(m) == sequencer {
                     // The group's own next epoch, whose push was lost.
@@ -644,7 +644,7 @@ mod tests {
     }
 
     #[test]
-    fn a_member_takes_only_a_newer_key_under_the_master_and_from_its_uid_if_owned() {
+    fn a_member_takes_a_new_key_only_under_the_master_and_from_its_uid_if_owned() {
         let owned = crate::group_seal::new_group_port(false);
         let keys = Keys::new(MemberId(1));
         let state = shared(keys.clone());
@@ -683,7 +683,7 @@ mod tests {
             |e, k| took.push((e, k)),
         );
         assert_eq!(reply, KeyReply::Taken);
-        // Not under another master; not an older or equal epoch again.
+        // Not under another master; not the current epoch again.
         let reply = answer(&owned, 1000, 1000, &state, &rekey(2, &[0; 32]), |e, k| {
             took.push((e, k))
         });

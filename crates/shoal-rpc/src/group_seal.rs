@@ -259,8 +259,9 @@ impl GroupSeal {
 
     /// Opens a member's datagram in place: the range of its plaintext, or
     /// `None` (counted) if it is not this group's, is of an epoch not
-    /// held, does not open, or was seen before.  A datagram of a newer
-    /// epoch than this member sends in moves its sending there.
+    /// held, does not open, or was seen before.  A datagram in the current
+    /// epoch, while this member still sends in an earlier one, moves its
+    /// sending there.
     pub fn open(&mut self, datagram: &mut [u8]) -> Option<std::ops::Range<usize>> {
         let Ok(
             header @ Header::Group {
