@@ -12,7 +12,9 @@
 //! n1, n2 and n3 (data on tmpfs, leader moved to n1); the measuring client
 //! on n4, which holds no replica, located at replica 1 of each service
 //! (not the group's sequencer, replica 0, which created the group; for
-//! rpc2pc, the initiator is replica 1).  The replicas are `shoal dir serve`
+//! rpc2pc, the initiator is replica 1), then, for the group services,
+//! aimed where the service says it orders writes (the sequencer's
+//! replica), as a `DirClient` is.  The replicas are `shoal dir serve`
 //! processes; the client is an agent (`shoal bench-agent dir client`) the
 //! driver commands line by line (see `client_agent`).
 //!
@@ -98,13 +100,15 @@ pub fn agent(command: AgentCommand) -> Result<(), String> {
     }
 }
 
-/// The replica every measuring client is located at: not the group's
-/// sequencer (its creator, replica 0), so a write crosses to the sequencer
-/// as it does for most clients; for rpc2pc, the initiator asks replica 0.
+/// The replica every measuring client is first located at: not the
+/// group's sequencer (its creator, replica 0); for rpc2pc, the initiator
+/// asks replica 0.  The latency session then follows the service's advice
+/// to the replica that orders writes, as a `DirClient` does.
 const AIM: usize = 1;
 
-/// One service the agent uses: its port, a session at replica [`AIM`], a
-/// directory of its own.
+/// One service the agent uses: its port, a session located at replica
+/// [`AIM`] and aimed where the service orders writes, a directory of its
+/// own.
 struct Opened {
     port: PutPort,
     session: Aimed,
@@ -236,6 +240,16 @@ impl ClientAgent {
     fn open(&mut self, label: &str, service: &str) -> Result<Value, String> {
         let port = shoal_dirsvc::service_port(&self.ctx.config().cluster, service).put_port();
         let mut session = Aimed::new(&self.ctx, port, AIM)?;
+        // A group replica learns where writes go from its peers within a
+        // second of joining; rpc2pc replicas never say.
+        for _ in 0..30 {
+            if shoal_dirsvc::writes_at::follow(&mut session.rpc, &port).is_some()
+                || !label.starts_with("group")
+            {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let dir = match session.call(Op::CreateDir {
             columns: vec![b"owner".to_vec(), b"group".to_vec(), b"other".to_vec()],
             secret: [0; 32],
@@ -491,14 +505,7 @@ fn aimed_client(
     want: Option<usize>,
 ) -> Result<(shoal_rpc::Client, usize, u64), String> {
     let mut c = ctx.client().map_err(|e| e.to_string())?;
-    let status = Request {
-        client: 0,
-        seq: 0,
-        min_index: 0,
-        flags: 0,
-        op: Op::Status,
-    }
-    .encode();
+    let status = Request::status().encode();
     for again in 0..500 {
         let reply = c
             .trans(&port, status.clone())
@@ -816,6 +823,22 @@ fn measure(
         }
         let disk_writes = delta(b, a, &["disk", "writes"]);
         metrics.insert(format!("dir_disk_syncs_per_write_{label}"), syncs / writes);
+        // Where the writes were taken: the share of the replica that says
+        // it orders them (none for rpc2pc).
+        let replicas = a["replicas"].as_array().cloned().unwrap_or_default();
+        let taken = |r: usize| {
+            field(&a["replicas"][r], &["writes"]) - field(&b["replicas"][r], &["writes"])
+        };
+        if let Some(at) = replicas
+            .iter()
+            .position(|r| !r["writes_at"].is_null() && r["endpoint"] == r["writes_at"])
+        {
+            let all: f64 = (0..replicas.len()).map(taken).sum();
+            metrics.insert(
+                format!("dir_writes_at_sequencer_share_{label}"),
+                taken(at) / all,
+            );
+        }
         metrics.insert(
             format!("dir_disk_writes_per_write_{label}"),
             disk_writes / writes,

@@ -223,6 +223,17 @@ fn caps_in(r: &mut Reader<'_>) -> Result<Vec<Capability>, DecodeError> {
 }
 
 impl Request {
+    /// A replica's status question (no session, no index awaited).
+    pub fn status() -> Request {
+        Request {
+            client: 0,
+            seq: 0,
+            min_index: 0,
+            flags: 0,
+            op: Op::Status,
+        }
+    }
+
     /// Encodes the request.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(128);

@@ -57,7 +57,15 @@ pub struct DirClient {
     seen: u64,
     linearizable: bool,
     retry_for: Duration,
+    /// Writes made, and when the client last asked where writes go
+    /// (`None`: since it last moved to another replica, never).
+    writes: u64,
+    aimed: Option<Instant>,
 }
+
+/// How often a client that writes asks again where writes go (the
+/// sequencer may have moved while its replica lives on).
+const AIM_EVERY: Duration = Duration::from_secs(10);
 
 impl DirClient {
     /// A client of the cluster's default directory service.
@@ -79,6 +87,8 @@ impl DirClient {
             seen: 0,
             linearizable: false,
             retry_for: Duration::from_secs(15),
+            writes: 0,
+            aimed: None,
         })
     }
 
@@ -109,6 +119,13 @@ impl DirClient {
         let write = op.is_write();
         if write {
             self.seq += 1;
+            self.writes += 1;
+            // From its second write on, a client sends its calls to the
+            // replica that orders writes (`crate::writes_at`): a client
+            // that writes once does not pay the question.
+            if self.writes >= 2 && self.aimed.is_none_or(|t| t.elapsed() >= AIM_EVERY) {
+                self.aim_writes();
+            }
         }
         let req = Request {
             client: self.id,
@@ -154,8 +171,17 @@ impl DirClient {
             }
             // Try another replica.
             self.rpc.forget(&self.port);
+            self.aimed = None;
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Asks the replica at hand where the service's writes go and aims the
+    /// client's calls there (`crate::writes_at`); a replica that does not
+    /// say (an rpc2pc one, or one between groups) changes nothing.
+    fn aim_writes(&mut self) {
+        self.aimed = Some(Instant::now());
+        crate::writes_at::follow(&mut self.rpc, &self.port);
     }
 
     /// Creates a directory with these column names (1–4; normally

@@ -16,6 +16,7 @@ mod serving;
 pub mod store;
 pub mod twopc;
 pub mod workload;
+pub mod writes_at;
 
 pub use client::{ClientError, DirClient};
 pub use replica::{Durability, Replica, ReplicaConfig};

@@ -42,6 +42,7 @@ use shoal_rpc::group::{Delivery, Group, GroupError, GroupOptions, Status};
 use shoal_rpc::{CallOptions, Context, Server};
 
 use crate::store::{DiskStats, Store};
+use crate::writes_at::Endpoint;
 
 pub use shoal_dir::replica::Durability;
 
@@ -136,6 +137,8 @@ struct Shared {
     stop: AtomicBool,
     writes: AtomicU64,
     reads: AtomicU64,
+    /// Where the service's writes go best (`writes_at`).
+    writes_at: Mutex<Option<Endpoint>>,
 }
 
 /// A running replica.
@@ -197,6 +200,7 @@ impl Replica {
             stop: AtomicBool::new(false),
             writes: AtomicU64::new(0),
             reads: AtomicU64::new(0),
+            writes_at: Mutex::new(None),
             cfg,
             ctx,
         });
@@ -260,6 +264,17 @@ impl Replica {
     }
 }
 
+/// A peer's status as [`Shared::status`] shows it (`None`: no answer, or
+/// not one).
+fn peer_status(s: &serde_json::Value) -> Option<PeerStatus> {
+    Some(PeerStatus {
+        phase: Phase::parse(s["phase"].as_str()?)?,
+        generation: s["generation"].as_u64()?,
+        index: s["index"].as_u64()?,
+        group: s["group"].as_u64()?,
+    })
+}
+
 impl Shared {
     /// The replica's status; with `group_port`, the port of its group,
     /// which is for its peers alone: whoever knows it may join the group
@@ -286,6 +301,9 @@ impl Shared {
                 .as_ref()
                 .filter(|_| group_port)
                 .map(|g| g.port().to_string()),
+            "member": self.group.read().as_ref().map(|g| g.info().member),
+            "endpoint": self.endpoint().map(Endpoint::to_json),
+            "writes_at": self.writes_at.lock().map(Endpoint::to_json),
             "index": st.index(),
             "durable_index": durable.index,
             "directories": st.dir_count(),
@@ -524,6 +542,8 @@ impl Shared {
         a.seq = 0;
         drop(a);
         self.results.lock().clear();
+        // A new group has its own sequencer.
+        *self.writes_at.lock() = None;
         self.applied_cv.notify_all();
     }
 
@@ -718,11 +738,19 @@ impl Shared {
                 Ok(r) => r,
                 Err(_) => return,
             };
-            let response = match Request::decode(request.body()) {
-                Ok(req) => self.handle(req),
-                Err(e) => self.error(DirError::BadRequest(e.to_string())),
+            let (response, ordered) = match Request::decode(request.body()) {
+                Ok(req) => {
+                    let ordered = req.op.is_write() || req.flags & FLAG_LINEARIZABLE != 0;
+                    (self.handle(req), ordered)
+                }
+                Err(e) => (self.error(DirError::BadRequest(e.to_string())), false),
             };
             let _ = server.putrep(&request, response.encode());
+            // At the sequencer, the accept of what this request sent goes
+            // out after the answer (`Group::send`).
+            if ordered && let Some(group) = self.group.read().as_ref() {
+                group.flush();
+            }
         }
     }
 
@@ -755,6 +783,25 @@ impl Shared {
         }
     }
 
+    /// This replica's client endpoint, while it serves.
+    fn endpoint(&self) -> Option<Endpoint> {
+        Some(Endpoint {
+            node: self.ctx.config().node.as_ref()?.0,
+            instance: self.server.instance()?,
+        })
+    }
+
+    /// Finds where the writes go best, from the group and the peers'
+    /// statuses (`writes_at`).
+    fn aim_writes(&self, peers: &[serde_json::Value]) {
+        let group = self.group.read().clone();
+        let at = group.and_then(|g| {
+            let info = g.info();
+            crate::writes_at::choose(&info.sequencer, (&info.member, self.endpoint()), peers)
+        });
+        *self.writes_at.lock() = at;
+    }
+
     /// Every other replica's status (None: did not answer).
     fn ask_peers(&self) -> Vec<(usize, Option<PeerStatus>)> {
         self.ask_peers_ports()
@@ -765,6 +812,18 @@ impl Shared {
 
     /// [`Shared::ask_peers`], with the port of each peer's group.
     fn ask_peers_ports(&self) -> Vec<(usize, Option<PeerStatus>, Option<PutPort>)> {
+        self.ask_peers_json()
+            .into_iter()
+            .map(|(i, json)| {
+                let status = peer_status(&json);
+                let group = json["group_port"].as_str().and_then(|p| p.parse().ok());
+                (i, status, group)
+            })
+            .collect()
+    }
+
+    /// Every other replica's status as it sent it (`null`: no answer).
+    fn ask_peers_json(&self) -> Vec<(usize, serde_json::Value)> {
         let cluster = self.ctx.config().cluster;
         let Ok(mut client) = self.ctx.client() else {
             return Vec::new();
@@ -781,18 +840,7 @@ impl Shared {
                     .trans_with(&port, Vec::new(), &opts)
                     .ok()
                     .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
-                let status = json.as_ref().and_then(|s| {
-                    Some(PeerStatus {
-                        phase: Phase::parse(s["phase"].as_str()?)?,
-                        generation: s["generation"].as_u64()?,
-                        index: s["index"].as_u64()?,
-                        group: s["group"].as_u64()?,
-                    })
-                });
-                let group = json
-                    .as_ref()
-                    .and_then(|s| s["group_port"].as_str()?.parse::<PutPort>().ok());
-                (i, status, group)
+                (i, json.unwrap_or_default())
             })
             .collect()
     }
@@ -838,8 +886,13 @@ impl Shared {
     /// Forms, joins and re-forms the group; starts and stops serving.
     fn control(self: &Arc<Self>) {
         let mut joined_at = Instant::now();
-        let mut checked = Instant::now();
+        // Peers are asked at once on joining (where writes go), then every
+        // second.
+        let mut checked = Instant::now()
+            .checked_sub(Duration::from_secs(2))
+            .unwrap_or_else(Instant::now);
         let mut said = Instant::now() - Duration::from_secs(60);
+        let mut peers: Vec<serde_json::Value> = Vec::new();
         while !self.stop.load(Ordering::Relaxed) {
             let phase = *self.phase.lock();
             match phase {
@@ -862,9 +915,17 @@ impl Shared {
                             *a = Some(Instant::now());
                         }
                     }
+                    // The sequencer's own replica knows at once that it
+                    // takes the writes; the others learn whose endpoint
+                    // does from their peers, every second.
+                    self.aim_writes(&peers);
                     if checked.elapsed() >= Duration::from_secs(1) {
                         checked = Instant::now();
-                        if behind(self.index(), &self.ask_peers()) {
+                        let answers = self.ask_peers_json();
+                        peers = answers.iter().map(|(_, j)| j.clone()).collect();
+                        let statuses: Vec<_> =
+                            answers.iter().map(|(i, j)| (*i, peer_status(j))).collect();
+                        if behind(self.index(), &statuses) {
                             tracing::warn!(
                                 "a replica outside the group has applied more writes: dissolving the group to re-form from it"
                             );

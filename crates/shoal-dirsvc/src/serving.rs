@@ -22,6 +22,11 @@ impl Serving {
         self.slot.lock().is_some()
     }
 
+    /// The serving endpoint's instance, while serving.
+    pub(crate) fn instance(&self) -> Option<shoal_wire::Instance> {
+        self.slot.lock().as_ref().map(|(s, _)| s.instance())
+    }
+
     /// Serves `port` with `threads` threads named `name-N`, each running
     /// `serve` until the server shuts down; nothing if already serving or
     /// if `stopping()` (checked under the slot's lock, so a concurrent

@@ -143,6 +143,9 @@ struct Located {
     node: NodeId,
 }
 
+/// At most this many ports with an advised endpoint at a time.
+const MAX_AIMS: usize = 64;
+
 /// One client endpoint's protocol state.
 #[derive(Debug)]
 pub struct ClientCore {
@@ -151,6 +154,9 @@ pub struct ClientCore {
     next_seq: u64,
     next_nonce: u64,
     cache: HashMap<PutPort, Vec<Located>>,
+    /// Endpoints a server named as the better one for a port
+    /// ([`ClientCore::aim`]), to be located at their nodes.
+    aims: HashMap<PutPort, (NodeId, Instance)>,
     txn: Option<Txn>,
     transmits: VecDeque<Transmit>,
     outcome: Option<Result<Vec<u8>, TransError>>,
@@ -166,6 +172,7 @@ impl ClientCore {
             next_seq: 1,
             next_nonce: id.0.rotate_left(32),
             cache: HashMap::new(),
+            aims: HashMap::new(),
             txn: None,
             transmits: VecDeque::new(),
             outcome: None,
@@ -205,6 +212,29 @@ impl ClientCore {
     /// Forgets where `port` is served, so the next call locates it afresh.
     pub fn forget(&mut self, port: &PutPort) {
         self.cache.remove(port);
+        self.aims.remove(port);
+    }
+
+    /// Makes endpoint `instance` on `node` the one the next calls to
+    /// `port` go to, as a server of the port advised (a replicated
+    /// service naming the replica that orders writes).  The endpoint is
+    /// taken only as its node confirms it: unless it is cached already,
+    /// the next call locates the port at that node alone, and uses what
+    /// the node has if the instance is gone; if the node does not
+    /// answer, the call locates as usual.
+    pub fn aim(&mut self, port: PutPort, node: NodeId, instance: Instance) {
+        if let Some(eps) = self.cache.get_mut(&port)
+            && let Some(i) = eps.iter().position(|l| l.endpoint.instance == instance)
+        {
+            let located = eps.remove(i);
+            eps.insert(0, located);
+            return;
+        }
+        if self.aims.len() >= MAX_AIMS && !self.aims.contains_key(&port) {
+            self.aims.clear();
+        }
+        self.aims.insert(port, (node, instance));
+        self.cache.remove(&port);
     }
 
     /// Starts a transaction: send `body` to a server of `port`, give up at
@@ -306,7 +336,7 @@ impl ClientCore {
                     && h.port == txn.port
                     && !h.endpoints.is_empty() =>
             {
-                let located = h
+                let mut located: Vec<Located> = h
                     .endpoints
                     .iter()
                     .map(|&endpoint| Located {
@@ -314,8 +344,24 @@ impl ClientCore {
                         node: h.node,
                     })
                     .collect();
+                if let Some((_, instance)) = self.aims.remove(&h.port)
+                    && let Some(i) = located.iter().position(|l| l.endpoint.instance == instance)
+                {
+                    let aimed = located.remove(i);
+                    located.insert(0, aimed);
+                }
                 self.cache.insert(h.port, located);
                 self.choose_target(now);
+            }
+            Packet::Here(h)
+                if txn.state == State::Locating
+                    && h.nonce == txn.nonce
+                    && h.port == txn.port
+                    && self.aims.get(&h.port).is_some_and(|a| a.0 == h.node) =>
+            {
+                // The advised node serves the port no more: ask them all.
+                self.aims.remove(&h.port);
+                self.begin_locate(now, State::Locating);
             }
             Packet::Here(h)
                 if txn.state == State::Verifying
@@ -468,6 +514,11 @@ impl ClientCore {
             State::Locating | State::Verifying => {
                 txn.rto = (txn.rto * 2).min(self.config.rto_max);
                 txn.timer = now + txn.rto;
+                // An advised node that does not answer is asked no more.
+                if txn.state == State::Locating {
+                    let port = txn.port;
+                    self.aims.remove(&port);
+                }
                 self.send_locate();
             }
             State::Sending | State::Waiting => {
@@ -562,7 +613,10 @@ impl ClientCore {
         let txn = self.txn.as_ref().expect("in a transaction");
         let (dest, instance, node) = match (txn.state, txn.target) {
             (State::Verifying, Some(t)) => (Dest::Node(t.node), t.endpoint.instance, t.node),
-            _ => (Dest::Nodes, Instance(0), NodeId(0)),
+            _ => match self.aims.get(&txn.port) {
+                Some(&(node, instance)) => (Dest::Node(node), instance, node),
+                None => (Dest::Nodes, Instance(0), NodeId(0)),
+            },
         };
         let packet = Packet::Locate(Locate {
             nonce: txn.nonce,
@@ -654,6 +708,135 @@ mod tests {
             let body: Vec<u8> = (0..len).map(|i| (i * 7 % 253) as u8).collect();
             proptest::prop_assert_eq!(exchange(&body, frag, &order), body);
         });
+    }
+
+    /// A port served on two nodes: a call goes where the first locate
+    /// answer points; after `aim`, to the advised endpoint, located at its
+    /// node alone; an advised node that no longer serves the port, or does
+    /// not answer, sends the client back to locating everywhere.
+    #[test]
+    fn aim_moves_calls_to_the_advised_endpoint_as_its_node_confirms() {
+        let port = GetPort::from_bytes([4; 16]).put_port();
+        let endpoint = |i: u64| Endpoint {
+            addr: SocketAddr::from(([10, 0, 0, i as u8], 9000)),
+            instance: Instance(i),
+            uid: 0,
+            system: false,
+        };
+        let mut nodes: Vec<(NodeId, Registry, bool)> = (1..=3u64)
+            .map(|n| (NodeId(n), Registry::new(NodeId(n)), true))
+            .collect();
+        nodes[0].1.register(port, endpoint(1));
+        nodes[1].1.register(port, endpoint(2));
+        let mut servers: Vec<ServerCore> = (1..=2u64)
+            .map(|i| ServerCore::new(port, Instance(i), ServerConfig::default()))
+            .collect();
+        let mut client = ClientCore::new(ClientId(5), ClientConfig::default());
+        let mut now = Time(0);
+        let mut call = |client: &mut ClientCore, nodes: &[(NodeId, Registry, bool)]| {
+            client.start(now, port, Bytes::new(), now + Duration::from_secs(60));
+            let mut asked = Vec::new();
+            loop {
+                now = now + Duration::from_millis(1);
+                while let Some(t) = client.poll_transmit() {
+                    let dest = t.dest;
+                    let bytes = t.into_plain();
+                    match (dest, decode_plain(&bytes)) {
+                        (Dest::Nodes | Dest::Node(_), Ok(Packet::Locate(l))) => {
+                            asked.push(dest);
+                            for (id, reg, answers) in nodes {
+                                let wanted = dest == Dest::Nodes || dest == Dest::Node(*id);
+                                if let (true, true, Some(here)) =
+                                    (wanted, *answers, reg.handle_locate(&l))
+                                {
+                                    let mut plain = Vec::new();
+                                    encode_plain(&Packet::Here(here), &mut plain);
+                                    client.handle_datagram(
+                                        now,
+                                        SocketAddr::from(([10, 9, 9, id.0 as u8], 7700)),
+                                        &plain,
+                                    );
+                                }
+                            }
+                        }
+                        (Dest::Addr(a), _) => {
+                            // Endpoint i listens at 10.0.0.i.
+                            let who = u64::from(a.ip().to_string().ends_with(".2")) + 1;
+                            let s = &mut servers[who as usize - 1];
+                            let caller = Caller {
+                                node: NodeId(9),
+                                uid: 0,
+                                client: ClientId(5),
+                            };
+                            s.handle_datagram(
+                                now,
+                                "10.0.0.9:9000".parse().unwrap(),
+                                caller,
+                                1,
+                                &bytes,
+                            );
+                            while let Some(req) = s.poll_request() {
+                                s.reply(now, req.caller, req.txn, who.to_le_bytes().to_vec());
+                            }
+                            let out: Vec<Vec<u8>> = std::iter::from_fn(|| s.poll_transmit())
+                                .map(Transmit::into_plain)
+                                .collect();
+                            for d in out {
+                                client.handle_datagram(now, a, &d);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                if let Some(r) = client.poll_outcome() {
+                    let body = r.unwrap();
+                    return (u64::from_le_bytes(body[..8].try_into().unwrap()), asked);
+                }
+                if client.poll_timeout().is_some_and(|t| t <= now) {
+                    client.handle_timeout(now);
+                }
+            }
+        };
+        let (first, asked) = call(&mut client, &nodes);
+        assert_eq!(
+            (first, asked),
+            (1, vec![Dest::Nodes]),
+            "the first answer (node 1's)"
+        );
+        client.aim(port, NodeId(2), Instance(2));
+        let (second, asked) = call(&mut client, &nodes);
+        assert_eq!(
+            (second, asked),
+            (2, vec![Dest::Node(NodeId(2))]),
+            "located at node 2 alone"
+        );
+        assert_eq!(call(&mut client, &nodes), (2, vec![]), "and cached there");
+        // Advised to node 3, which serves nothing of the port.
+        client.aim(port, NodeId(3), Instance(3));
+        let (third, asked) = call(&mut client, &nodes);
+        assert_eq!(
+            (third, asked),
+            (1, vec![Dest::Node(NodeId(3)), Dest::Nodes])
+        );
+        // Advised to node 2, which does not answer.
+        nodes[1].2 = false;
+        client.aim(port, NodeId(2), Instance(2));
+        let (fourth, asked) = call(&mut client, &nodes);
+        assert_eq!(
+            (fourth, asked),
+            (1, vec![Dest::Node(NodeId(2)), Dest::Nodes])
+        );
+        // Node 2 answers again.
+        nodes[1].2 = true;
+        client.aim(port, NodeId(2), Instance(2));
+        assert_eq!(call(&mut client, &nodes), (2, vec![Dest::Node(NodeId(2))]));
+        // Advised to the endpoint in use: nothing changes.
+        client.aim(port, NodeId(2), Instance(2));
+        assert_eq!(call(&mut client, &nodes), (2, vec![]));
+        // Node 2's answer cached its endpoints alone: advised to node 1's,
+        // the client asks node 1.
+        client.aim(port, NodeId(1), Instance(1));
+        assert_eq!(call(&mut client, &nodes), (1, vec![Dest::Node(NodeId(1))]));
     }
 
     /// One call carrying `reply` back in fragments of `frag` bytes; `order`

@@ -195,6 +195,15 @@ impl Client {
         self.core.forget(port);
     }
 
+    /// Sends the next calls to `port` to endpoint `instance` on `node`, as
+    /// a server of the port advised (a replicated service naming the
+    /// replica that orders its writes); the endpoint is used only once
+    /// that node confirms it serves the port
+    /// ([`shoal_proto::ClientCore::aim`]).
+    pub fn aim(&mut self, port: &PutPort, node: NodeId, instance: Instance) {
+        self.core.aim(*port, node, instance);
+    }
+
     fn flush(&mut self) -> Result<(), Error> {
         while let Some(t) = self.core.poll_transmit() {
             match (t.dest, t.via) {

@@ -529,8 +529,40 @@ impl Group {
             if Instant::now() >= deadline {
                 return Err(GroupError::Timeout(self.send_timeout));
             }
+            if Instant::now() < spin_until {
+                // At the sequencer, the acknowledgement that orders the
+                // message also queues its accept for the other members:
+                // return first, so that the caller's answer to whoever
+                // asked it leaves before the accept ([`Group::flush`], or
+                // the I/O thread within about a millisecond, sends it).
+                if self.shared.take_in(&mut inner) {
+                    self.shared.collect_sent(&mut inner);
+                    if let Some(seq) = inner.sent.remove(&msg_id) {
+                        self.shared.wake(&inner);
+                        return Ok(seq);
+                    }
+                    self.shared.flush(&mut inner);
+                    self.shared.wake(&inner);
+                } else {
+                    parking_lot::MutexGuard::unlocked(&mut inner, || {
+                        // SAFETY: sched_yield has no preconditions.
+                        unsafe { libc::sched_yield() };
+                    });
+                }
+                continue;
+            }
             self.shared.wait_io(&mut inner, spin_until, deadline, false);
         }
+    }
+
+    /// Sends the datagrams the protocol has queued now rather than at the
+    /// I/O thread's next turn: a sender that is the sequencer calls it
+    /// once it has acted on [`Group::send`]'s return (the message's accept
+    /// to the other members waits for it, or for the I/O thread's next
+    /// turn, within about a millisecond).
+    pub fn flush(&self) {
+        let mut inner = self.shared.core.lock();
+        self.shared.flush(&mut inner);
     }
 
     /// The next delivery, in the group's total order; waits at most
@@ -726,6 +758,11 @@ impl Shared {
                 let _ = self.socket.send_to(&bytes, to);
             }
         }
+        self.collect_sent(inner);
+    }
+
+    /// Records the sends the core has ordered.
+    fn collect_sent(&self, inner: &mut Inner) {
         while let Some((msg_id, seq)) = inner.core.poll_sent() {
             inner.sent.insert(msg_id, seq);
         }
@@ -810,6 +847,16 @@ impl Shared {
     /// Reads every queued datagram of both sockets into the core and sends
     /// what it answers; true if there was any.
     fn pump(&self, inner: &mut Inner) -> bool {
+        let got = self.take_in(inner);
+        if got {
+            self.flush(inner);
+        }
+        got
+    }
+
+    /// Reads every queued datagram of both sockets into the core, sending
+    /// nothing; true if there was any.
+    fn take_in(&self, inner: &mut Inner) -> bool {
         let mut got = false;
         let Inner { core, rx, seal, .. } = inner;
         for s in std::iter::once(&self.socket).chain(self.mcast.as_ref().map(|(m, _)| m)) {
@@ -827,9 +874,6 @@ impl Shared {
                 }
                 got = true;
             }
-        }
-        if got {
-            self.flush(inner);
         }
         got
     }

@@ -469,3 +469,130 @@ fn acknowledged_updates_survive_losing_replicas() {
         s.logs()
     );
 }
+
+/// The status of each replica that answers through its peer port (`dir
+/// status --all --json`: one line each).
+fn replica_statuses(s: &Service, c: &Cluster) -> Vec<serde_json::Value> {
+    let out = s.cli(c, "n4", &["dir", "status", "--all", "--json"]);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// Writes taken by the replica that says it orders them, and by all.
+fn writes_at_sequencer(statuses: &[serde_json::Value]) -> (Option<usize>, u64) {
+    let at = statuses
+        .iter()
+        .position(|r| !r["writes_at"].is_null() && r["endpoint"] == r["writes_at"]);
+    let all = statuses.iter().filter_map(|r| r["writes"].as_u64()).sum();
+    (at, all)
+}
+
+/// A short `dir-workload` of one client on n4, in a directory of its own.
+fn workload(s: &Service, c: &Cluster, seed: &str) -> String {
+    let w = s.ok(
+        c,
+        "n4",
+        &["dir", "mkdir", &format!("w{seed}"), "--columns", "owner"],
+    );
+    s.ok(
+        c,
+        "n4",
+        &[
+            "dir-workload",
+            "--dir",
+            w.trim(),
+            "--clients",
+            "1",
+            "--ops",
+            "400",
+            "--names",
+            "3",
+            "--seed",
+            seed,
+        ],
+    )
+}
+
+#[test]
+fn clients_write_at_the_sequencers_replica_and_follow_it_when_it_dies() {
+    let tc = TestCluster::up("dd", 54, 4, Mode::Netns);
+    let c = tc.get();
+    let mut s = Service::start(c, "replicated");
+    s.ok(c, "n4", &["init"]);
+    s.all_members(c);
+    // Every replica agrees where writes go, and a client that writes more
+    // than once sends them there: the other replicas take at most its
+    // first write and the question.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let statuses = loop {
+        let st = replica_statuses(&s, c);
+        let agreed = st.len() == 3
+            && st
+                .iter()
+                .all(|r| !r["writes_at"].is_null() && r["writes_at"] == st[0]["writes_at"]);
+        if agreed {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no agreement on where writes go: {st:?}\n{}",
+            s.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let (at, before) = writes_at_sequencer(&statuses);
+    let at = at.expect("one replica orders the writes");
+    let taken_before = statuses[at]["writes"].as_u64().unwrap();
+    workload(&s, c, "1");
+    let statuses = replica_statuses(&s, c);
+    let (_, after) = writes_at_sequencer(&statuses);
+    let taken = statuses[at]["writes"].as_u64().unwrap() - taken_before;
+    let all = after - before;
+    assert!(all >= 50, "the workload wrote little: {all}");
+    assert!(
+        taken + 5 >= all,
+        "replica {at} took {taken} of {all} writes: {statuses:?}"
+    );
+    // The sequencer's replica dies: the group goes on under another, and
+    // the clients follow it there.
+    s.replicas[at].kill();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (next, statuses) = loop {
+        let st: Vec<_> = replica_statuses(&s, c)
+            .into_iter()
+            .filter(|r| r["phase"] == "member")
+            .collect();
+        let (next, _) = writes_at_sequencer(&st);
+        if st.len() == 2
+            && let Some(n) = next
+        {
+            break (st[n]["replica"].as_u64().unwrap(), st);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no new sequencer: {st:?}\n{}",
+            s.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_ne!(next, at as u64, "{statuses:?}");
+    let writes = |st: &[serde_json::Value], r: u64| {
+        st.iter()
+            .find(|x| x["replica"] == r)
+            .and_then(|x| x["writes"].as_u64())
+            .unwrap_or(0)
+    };
+    let other = 3 - next - at as u64;
+    let (next_before, other_before) = (writes(&statuses, next), writes(&statuses, other));
+    workload(&s, c, "2");
+    let statuses = replica_statuses(&s, c);
+    let taken = writes(&statuses, next) - next_before;
+    let elsewhere = writes(&statuses, other) - other_before;
+    assert!(
+        taken >= 50 && elsewhere <= 5,
+        "new sequencer's replica {next} took {taken}, replica {other} {elsewhere}: {statuses:?}\n{}",
+        s.logs()
+    );
+}
