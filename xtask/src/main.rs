@@ -140,7 +140,7 @@ fn demo() -> Result<(), String> {
     // The system's tools, and the pool's parallel build.
     ensure_packages(&[SYSTEM, BUILD].concat())?;
     step("building shoal (release)");
-    run(cargo().args(["build", "--release", "-p", "shoal"]))?;
+    run(cargo().args(["build", "--release", "-p", "shoal", "-p", "shoal-bench"]))?;
     let dir = root().join("target/demo-cluster");
     if dir.join("cluster.toml").exists() {
         let _ = run(&mut shoal(&["cluster", "down"], &dir));
@@ -799,6 +799,8 @@ fn test(args: &[String]) -> Result<(), String> {
     ensure_packages(&[SYSTEM, BUILD, &[("script", "bsdutils")]].concat())?;
     step("format");
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    step("what users run links no benchmark peer");
+    users_run_no_bench()?;
     step("lints");
     run(cargo().args([
         "clippy",
@@ -816,6 +818,59 @@ fn test(args: &[String]) -> Result<(), String> {
     }
     println!("\nxtask: all tests passed in {:.0?}", started.elapsed());
     println!("tests: {passed} passed, {failed} failed");
+    Ok(())
+}
+
+/// The crates only the benchmarks may link: the peers they measure
+/// against and the suite itself.
+const BENCH_ONLY: &[&str] = &[
+    "shoal-bench",
+    "tonic",
+    "prost",
+    "rustls",
+    "rcgen",
+    "lua-src",
+];
+
+/// Fails if the `shoal` package (the binaries users run) depends, directly
+/// or not, on a crate only the benchmarks may link.
+fn users_run_no_bench() -> Result<(), String> {
+    let out = cargo()
+        .args([
+            "tree",
+            "-p",
+            "shoal",
+            "-e",
+            "normal,build",
+            "--prefix",
+            "none",
+        ])
+        .args(["--format", "{p}"])
+        .current_dir(root())
+        .output()
+        .map_err(|e| format!("cannot run cargo tree: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "cargo tree failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let tree = String::from_utf8_lossy(&out.stdout);
+    let linked: Vec<&str> = BENCH_ONLY
+        .iter()
+        .copied()
+        .filter(|name| {
+            tree.lines()
+                .any(|l| l.split_whitespace().next() == Some(*name))
+        })
+        .collect();
+    if !linked.is_empty() {
+        return Err(format!(
+            "the shoal binaries link benchmark-only crates: {}",
+            linked.join(", ")
+        ));
+    }
+    println!("  shoal depends on none of: {}", BENCH_ONLY.join(", "));
     Ok(())
 }
 

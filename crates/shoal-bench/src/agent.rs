@@ -141,26 +141,22 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// Starts `shoal ARGS` on `node` (the agent subcommand).
-    pub fn start(
-        cluster: &Cluster,
-        node: &str,
-        shoal: &Path,
-        args: &[&str],
-    ) -> Result<Agent, String> {
-        Agent::start_with_env(cluster, node, shoal, args, &[])
+    /// Starts `shoal-bench agent ARGS` on `node`.
+    pub fn start(cluster: &Cluster, node: &str, args: &[&str]) -> Result<Agent, String> {
+        Agent::start_with_env(cluster, node, args, &[])
     }
 
-    /// Starts `shoal ARGS` on `node` with `env` added to its environment.
+    /// Starts `shoal-bench agent ARGS` on `node` with `env` added to its
+    /// environment.
     pub fn start_with_env(
         cluster: &Cluster,
         node: &str,
-        shoal: &Path,
         args: &[&str],
         env: &[(&str, &std::ffi::OsStr)],
     ) -> Result<Agent, String> {
         let mut child = cluster
-            .command(node, shoal)?
+            .command(node, &crate::bench_exe()?)?
+            .arg("agent")
             .args(args)
             .envs(env.iter().copied())
             .stdin(Stdio::piped())

@@ -15,7 +15,7 @@
 //! rpc2pc, the initiator is replica 1), then, for the group services,
 //! aimed where the service says it orders writes (the sequencer's
 //! replica), as a `DirClient` is.  The replicas are `shoal dir serve`
-//! processes; the client is an agent (`shoal bench-agent dir client`) the
+//! processes; the client is an agent (`shoal-bench agent dir client`) the
 //! driver commands line by line (see `client_agent`).
 //!
 //! Phases:
@@ -744,7 +744,7 @@ fn delta(before: &Value, after: &Value, path: &[&str]) -> f64 {
 pub fn run(args: BenchArgs) -> Result<(), String> {
     crate::announce_cpu();
     let etcd = find_etcd()?;
-    let shoal = std::env::current_exe().map_err(|e| e.to_string())?;
+    let shoal = crate::shoal_exe()?;
     let guard = ClusterGuard::open_or_start(None, "dir", (4, "bd", 253), &shoal)?;
     let cluster = guard.cluster();
     let metrics = measure(cluster, &shoal, &etcd, args.quick);
@@ -776,7 +776,7 @@ fn measure(
         data.0.display()
     );
     let mut procs = start_replicas(cluster, shoal, &data.0)?;
-    let mut client = Agent::start(cluster, "n4", shoal, &["bench-agent", "dir", "client"])?;
+    let mut client = Agent::start(cluster, "n4", &["dir", "client"])?;
     wait_serving(&mut client, &mut procs)?;
     for (label, service, ..) in SERVICES {
         client.call(&format!("open {label} {service}"))?;

@@ -178,7 +178,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         return Ok(());
     }
     let tools = Tools::find()?;
-    let shoal = std::env::current_exe().map_err(|e| e.to_string())?;
+    let shoal = crate::shoal_exe()?;
     let guard = ClusterGuard::open_or_start(args.dir.as_deref(), "exec", (4, "bx", 249), &shoal)?;
     let metrics = measure(guard.cluster(), &shoal, &tools, &sources, args.quick);
     drop(guard);
@@ -487,8 +487,7 @@ fn measure(
     let mut timer = Agent::start_with_env(
         cluster,
         "n1",
-        shoal,
-        &["bench-agent", "exec", "timer"],
+        &["exec", "timer"],
         &[("DISTCC_DIR", distcc_dir.as_os_str())],
     )?;
     let ssh = format!(

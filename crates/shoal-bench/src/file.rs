@@ -9,8 +9,8 @@
 //! registered under `fileservers/` of a root directory the bench makes):
 //! `bf-n2` with the default extent cache (256 MiB) and `bf-n2-small` with a
 //! 16 MiB one, so that a 100 MiB read from it comes from the store and is
-//! checksum-verified; the measuring client is an agent on n1 (`shoal
-//! bench-agent file client`) that the driver commands line by line.  All
+//! checksum-verified; the measuring client is an agent on n1 (`shoal-bench
+//! agent file client`) that the driver commands line by line.  All
 //! data — the replicas' logs, the stores, the local baseline's files and
 //! the client cache — is in one directory on the real disk
 //! (`/var/tmp/shoal-bench-file-PID`, removed afterwards).  etcd, for the
@@ -753,7 +753,7 @@ impl ClientAgent {
 pub fn run(args: BenchArgs) -> Result<(), String> {
     crate::announce_cpu();
     let etcd = find_etcd()?;
-    let shoal = std::env::current_exe().map_err(|e| e.to_string())?;
+    let shoal = crate::shoal_exe()?;
     let guard = ClusterGuard::open_or_start(args.dir.as_deref(), "file", (4, "bf", 250), &shoal)?;
     let cluster = guard.cluster();
     let metrics = measure(cluster, &shoal, &etcd, args.quick);
@@ -868,7 +868,7 @@ fn measure(
         (SERVICE, "group", "fsync", 3),
         &[],
     )?;
-    let mut client = Agent::start(cluster, "n1", shoal, &["bench-agent", "file", "client"])?;
+    let mut client = Agent::start(cluster, "n1", &["file", "client"])?;
     let until = Instant::now() + Duration::from_secs(60);
     crate::dir::wait_dir_service(&mut client, &mut procs, (SERVICE, "member", 3), until)?;
     let root = client.call(&format!("root {SERVICE}"))?["root"]

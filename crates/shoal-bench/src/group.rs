@@ -8,7 +8,7 @@
 //! client on n1.
 //!
 //! The driver brings up the cluster (or uses `--dir`), starts etcd, and
-//! runs one *member agent* per node (`shoal bench-agent group member`),
+//! runs one *member agent* per node (`shoal-bench agent group member`),
 //! which it drives line by line over the agent's standard input; the agent
 //! answers each command with one JSON line (see `member_agent`).  An
 //! agent reads its deliveries all the time (one receive thread per group:
@@ -536,16 +536,16 @@ fn failover(
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
 
 /// The member agent's command line.
-const MEMBER: &[&str] = &["bench-agent", "group", "member"];
+const MEMBER: &[&str] = &["group", "member"];
 
 /// Runs the benchmark.
 pub fn run(args: BenchArgs) -> Result<(), String> {
     crate::announce_cpu();
     let etcd = find_etcd()?;
-    let shoal = std::env::current_exe().map_err(|e| e.to_string())?;
+    let shoal = crate::shoal_exe()?;
     let guard = ClusterGuard::open_or_start(args.dir.as_deref(), "group", (3, "bg", 252), &shoal)?;
     let cluster = guard.cluster();
-    let metrics = measure(cluster, &shoal, &etcd, args.quick)?;
+    let metrics = measure(cluster, &etcd, args.quick)?;
     drop(guard);
     println!("{}", table(&metrics));
     crate::write_json(args.json.as_deref(), &metrics, args.quick)?;
@@ -607,7 +607,6 @@ fn check_intact(agents: &mut [&mut Agent], label: &str) -> Result<(), String> {
 
 fn measure(
     cluster: &Cluster,
-    shoal: &Path,
     etcd_bin: &Path,
     quick: bool,
 ) -> Result<BTreeMap<String, f64>, String> {
@@ -631,9 +630,9 @@ fn measure(
     );
 
     eprintln!("bench: starting agents; groups r = 0, 1, 2 created on n2 (the sequencer)");
-    let mut a2 = Agent::start(cluster, "n2", shoal, MEMBER)?;
-    let mut a1 = Agent::start(cluster, "n1", shoal, MEMBER)?;
-    let mut a3 = Agent::start(cluster, "n3", shoal, MEMBER)?;
+    let mut a2 = Agent::start(cluster, "n2", MEMBER)?;
+    let mut a1 = Agent::start(cluster, "n1", MEMBER)?;
+    let mut a3 = Agent::start(cluster, "n3", MEMBER)?;
     for r in 0..3 {
         let port = a2.call(&format!("create r{r} {r}"))?["port"]
             .as_str()
@@ -751,7 +750,7 @@ fn measure(
         eprintln!(
             "bench: fail-over {i}/{failovers}: r = 1, n1 sends, the sequencer on n2 is SIGKILLed"
         );
-        let mut b2 = Agent::start(cluster, "n2", shoal, MEMBER)?;
+        let mut b2 = Agent::start(cluster, "n2", MEMBER)?;
         let label = format!("f{i}");
         let port = b2.call(&format!("create {label} 1"))?["port"]
             .as_str()

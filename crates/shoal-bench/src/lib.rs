@@ -89,3 +89,17 @@ pub(crate) fn write_json(
     eprintln!("bench: wrote {}", path.display());
     Ok(())
 }
+
+/// The `shoal` program the benchmarks run (the cluster, its servers, the
+/// commands they time): the one installed beside this program, else the
+/// first on `PATH`.
+pub fn shoal_exe() -> Result<std::path::PathBuf, String> {
+    shoal_cluster::program_beside("shoal")
+        .ok_or_else(|| "shoal-bench runs shoal, which is neither beside it nor on PATH".to_string())
+}
+
+/// This program: its `agent` subcommands are the halves of a benchmark
+/// that run on the cluster's nodes.
+pub(crate) fn bench_exe() -> Result<std::path::PathBuf, String> {
+    std::env::current_exe().map_err(|e| format!("cannot find shoal-bench itself: {e}"))
+}

@@ -336,13 +336,9 @@ impl Agent {
     }
 }
 
-fn start_server(
-    cluster: &Cluster,
-    shoal: &PathBuf,
-    cpu: Option<usize>,
-) -> Result<(Agent, String), String> {
-    let mut cmd = cluster.command("n2", shoal)?;
-    cmd.args(["bench-agent", "serve"]);
+fn start_server(cluster: &Cluster, cpu: Option<usize>) -> Result<(Agent, String), String> {
+    let mut cmd = cluster.command("n2", &crate::bench_exe()?)?;
+    cmd.args(["agent", "serve"]);
     if let Some(cpu) = cpu {
         cmd.args(["--cpu", &cpu.to_string()]);
     }
@@ -364,13 +360,12 @@ fn start_server(
 
 fn run_client(
     cluster: &Cluster,
-    shoal: &PathBuf,
     targets: &str,
     cpu: Option<usize>,
     quick: bool,
 ) -> Result<BTreeMap<String, f64>, String> {
-    let mut cmd = cluster.command("n1", shoal)?;
-    cmd.args(["bench-agent", "client", "--targets", targets]);
+    let mut cmd = cluster.command("n1", &crate::bench_exe()?)?;
+    cmd.args(["agent", "client", "--targets", targets]);
     if let Some(cpu) = cpu {
         cmd.args(["--cpu", &cpu.to_string()]);
     }
@@ -390,9 +385,9 @@ fn run_client(
 /// Runs the benchmark.
 pub fn run(args: BenchArgs) -> Result<(), String> {
     crate::announce_cpu();
-    let shoal = std::env::current_exe().map_err(|e| e.to_string())?;
+    let shoal = crate::shoal_exe()?;
     let guard = ClusterGuard::open_or_start(args.dir.as_deref(), "rpc", (2, "bn", 251), &shoal)?;
-    let result = measure(guard.cluster(), &shoal, &args);
+    let result = measure(guard.cluster(), &args);
     drop(guard);
     let metrics = result?;
     let table = table(&metrics);
@@ -401,11 +396,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn measure(
-    cluster: &Cluster,
-    shoal: &PathBuf,
-    args: &BenchArgs,
-) -> Result<BTreeMap<String, f64>, String> {
+fn measure(cluster: &Cluster, args: &BenchArgs) -> Result<BTreeMap<String, f64>, String> {
     let mut metrics = BTreeMap::new();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut placements = vec![
@@ -422,8 +413,8 @@ fn measure(
     }
     for (suffix, client_cpu, server_cpu, label) in placements {
         eprintln!("bench: measuring {label} (client on n1, server on n2)");
-        let (server, targets) = start_server(cluster, shoal, server_cpu)?;
-        let results = run_client(cluster, shoal, &targets, client_cpu, args.quick);
+        let (server, targets) = start_server(cluster, server_cpu)?;
+        let results = run_client(cluster, &targets, client_cpu, args.quick);
         server.stop();
         for (name, value) in results? {
             metrics.insert(format!("{name}{suffix}"), value);

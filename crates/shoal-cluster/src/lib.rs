@@ -574,3 +574,16 @@ fn stop_pid(pid: i32, grace: Duration) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// The program `name` in the directory of the running program (shoal's
+/// programs are installed side by side), else the first on `PATH`.
+pub fn program_beside(name: &str) -> Option<PathBuf> {
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|p| Some(p.parent()?.join(name)));
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    beside
+        .into_iter()
+        .chain(std::env::split_paths(&path).map(|d| d.join(name)))
+        .find(|p| p.is_file())
+}

@@ -55,37 +55,14 @@ enum Command {
     /// Inspect and restrict capabilities (offline: no server needed).
     #[command(subcommand)]
     Cap(crate::cmd_cap::CapCommand),
-    /// Run benchmarks side by side with their baselines.
-    #[command(subcommand)]
-    Bench(BenchCommand),
+    /// Run benchmarks side by side with their baselines (`shoal bench
+    /// --help`; runs shoal-bench, the benchmark suite, installed beside
+    /// shoal).
+    #[command(disable_help_flag = true)]
+    Bench(BenchArgs),
     /// Internal: the directory test workload (JSON lines of operations).
     #[command(hide = true)]
     DirWorkload(crate::cmd_workload::WorkloadArgs),
-    /// Internal: the halves of a benchmark that run on cluster nodes.
-    #[command(hide = true, subcommand)]
-    BenchAgent(BenchAgentCommand),
-}
-
-/// The agents of every benchmark: `shoal bench rpc`'s (`serve`, `client`),
-/// `shoal bench group`'s (`group member`), `shoal bench dir`'s (`dir
-/// client`), `shoal bench file`'s (`file client`) and `shoal bench exec`'s
-/// (`exec timer`).
-#[derive(Subcommand)]
-enum BenchAgentCommand {
-    #[command(flatten)]
-    Rpc(shoal_bench::rpc::AgentCommand),
-    /// `shoal bench group`'s agents.
-    #[command(subcommand)]
-    Group(shoal_bench::group::AgentCommand),
-    /// `shoal bench dir`'s agents.
-    #[command(subcommand)]
-    Dir(shoal_bench::dir::AgentCommand),
-    /// `shoal bench file`'s agents.
-    #[command(subcommand)]
-    File(shoal_bench::file::AgentCommand),
-    /// `shoal bench exec`'s agents.
-    #[command(subcommand)]
-    Exec(shoal_bench::exec::AgentCommand),
 }
 
 /// Flags of `shoal node`; each overrides the config file.
@@ -165,29 +142,11 @@ enum OwnerState {
     Auto,
 }
 
-#[derive(Subcommand)]
-enum BenchCommand {
-    /// RPC latency and throughput against raw UDP, raw TCP and gRPC.
-    Rpc(shoal_bench::rpc::BenchArgs),
-    /// Group communication (r = 0, 1, 2), throughput, datagrams per
-    /// message and fail-over, beside a null RPC and an etcd cluster.
-    Group(shoal_bench::group::BenchArgs),
-    /// The directory service after the paper's Figure 2: append-delete on
-    /// the RPC variant with two-phase commit and the group variant (fsync
-    /// and replicated), lookups and updates per second, disk writes for
-    /// temporary names, beside an etcd cluster.
-    Dir(shoal_bench::dir::BenchArgs),
-    /// The file service after the Amoeba–Sprite paper's Table 2:
-    /// create-read-destroy cycles (0 B to 100 MiB), 100 MiB reads (client
-    /// cache, remote, uncached), a 4 KiB append to a 100 MiB file and the
-    /// tmp-file experiment, beside the local disk and an etcd cluster.
-    File(shoal_bench::file::BenchArgs),
-    /// The processor pool after the Amoeba–Sprite paper's Table 4 and the
-    /// Sprite migration paper's Table 5: a null program started locally,
-    /// on a named node and on a chosen node against fork+exec and ssh;
-    /// 1 GiB through a remote program's stdout; a C build with make,
-    /// shoal make and distcc.
-    Exec(shoal_bench::exec::BenchArgs),
+/// `shoal bench`'s arguments, handed to shoal-bench as they are.
+#[derive(Args)]
+struct BenchArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<std::ffi::OsString>,
 }
 
 impl Cli {
@@ -225,38 +184,25 @@ impl Cli {
             Command::File(c) => crate::cmd_file::run(c),
             Command::Init(args) => crate::cmd_init::run(args),
             Command::DirWorkload(args) => crate::cmd_workload::run(args),
-            Command::Bench(BenchCommand::Rpc(args)) => {
-                shoal_bench::rpc::run(args).map_err(Failure::failed)
-            }
-            Command::Bench(BenchCommand::Group(args)) => {
-                shoal_bench::group::run(args).map_err(Failure::failed)
-            }
-            Command::Bench(BenchCommand::Dir(args)) => {
-                shoal_bench::dir::run(args).map_err(Failure::failed)
-            }
-            Command::Bench(BenchCommand::File(args)) => {
-                shoal_bench::file::run(args).map_err(Failure::failed)
-            }
-            Command::Bench(BenchCommand::Exec(args)) => {
-                shoal_bench::exec::run(args).map_err(Failure::failed)
-            }
-            Command::BenchAgent(BenchAgentCommand::Rpc(c)) => {
-                shoal_bench::rpc::agent(c).map_err(Failure::failed)
-            }
-            Command::BenchAgent(BenchAgentCommand::Group(c)) => {
-                shoal_bench::group::agent(c).map_err(Failure::failed)
-            }
-            Command::BenchAgent(BenchAgentCommand::Dir(c)) => {
-                shoal_bench::dir::agent(c).map_err(Failure::failed)
-            }
-            Command::BenchAgent(BenchAgentCommand::File(c)) => {
-                shoal_bench::file::agent(c).map_err(Failure::failed)
-            }
-            Command::BenchAgent(BenchAgentCommand::Exec(c)) => {
-                shoal_bench::exec::agent(c).map_err(Failure::failed)
-            }
+            Command::Bench(args) => bench(args),
         }
     }
+}
+
+/// Runs shoal-bench, the benchmark suite: a program of its own, so that
+/// the `shoal` users run links none of the peers it measures against.
+fn bench(args: BenchArgs) -> Result<(), Failure> {
+    use std::os::unix::process::CommandExt;
+    let Some(program) = shoal_cluster::program_beside("shoal-bench") else {
+        return Err(Failure::usage(
+            "the benchmarks are a program of their own, shoal-bench, which is neither beside shoal nor on PATH: build it with `cargo build --release -p shoal-bench` (it is installed beside shoal)",
+        ));
+    };
+    let e = std::process::Command::new(&program).args(&args.args).exec();
+    Err(Failure::failed(format!(
+        "cannot run {}: {e}",
+        program.display()
+    )))
 }
 
 fn run_node(args: NodeArgs) -> Result<(), Failure> {
