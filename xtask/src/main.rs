@@ -614,10 +614,10 @@ fn demo_pool(dir: &Path, data: &Path, on: &On<'_>) -> Result<(), String> {
     )
     .status()
     .map_err(|e| e.to_string())?;
-    println!(
-        "  n4$ shoal wait {victim}: status {:?} (128 + SIGTERM)",
-        waited.code()
-    );
+    let code = waited
+        .code()
+        .map_or_else(|| "none (killed)".to_string(), |c| c.to_string());
+    println!("  n4$ shoal wait {victim}; echo $?   # {code}: 128 + SIGTERM");
     if waited.code() != Some(128 + 15) {
         return Err(format!("shoal wait gave {waited}"));
     }

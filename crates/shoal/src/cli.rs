@@ -60,6 +60,12 @@ enum Command {
     /// shoal).
     #[command(disable_help_flag = true)]
     Bench(BenchArgs),
+    /// Print a completion script for SHELL (for example:
+    /// `shoal completions bash > /etc/bash_completion.d/shoal`).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Internal: the directory test workload (JSON lines of operations).
     #[command(hide = true)]
     DirWorkload(crate::cmd_workload::WorkloadArgs),
@@ -185,6 +191,16 @@ impl Cli {
             Command::Init(args) => crate::cmd_init::run(args),
             Command::DirWorkload(args) => crate::cmd_workload::run(args),
             Command::Bench(args) => bench(args),
+            Command::Completions { shell } => {
+                use clap::CommandFactory;
+                clap_complete::generate(
+                    shell,
+                    &mut Cli::command(),
+                    "shoal",
+                    &mut std::io::stdout(),
+                );
+                Ok(())
+            }
         }
     }
 }

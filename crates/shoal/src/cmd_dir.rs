@@ -52,6 +52,10 @@ pub enum DirCommand {
     Ls {
         /// The directory (default: the root).
         path: Option<OsString>,
+        /// Print JSON: `{"columns": [...], "rows": [{"name", "masks"}]}`,
+        /// each mask as `ls` shows it.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         common: Common,
     },
@@ -377,10 +381,25 @@ pub fn run(command: DirCommand) -> Result<(), Failure> {
             println!("{new}");
             Ok(())
         }
-        DirCommand::Ls { path, common } => {
+        DirCommand::Ls { path, json, common } => {
             let mut s = Session::open(&common)?;
             let dir = s.resolve_dir(path.as_ref().map(|p| p.as_bytes()).unwrap_or(b""))?;
             let listing = s.dir.list(&dir).map_err(client_failure)?;
+            if json {
+                let rows: Vec<serde_json::Value> = listing
+                    .rows
+                    .iter()
+                    .map(|(name, masks)| {
+                        let masks: Vec<String> = masks.iter().map(ToString::to_string).collect();
+                        serde_json::json!({ "name": name, "masks": masks })
+                    })
+                    .collect();
+                println!(
+                    "{}",
+                    serde_json::json!({ "columns": listing.columns, "rows": rows })
+                );
+                return Ok(());
+            }
             println!("# {}", listing.columns.join(" "));
             for (name, masks) in listing.rows {
                 println!("{}  {name}", show_masks(&masks));

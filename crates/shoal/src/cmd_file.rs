@@ -70,6 +70,10 @@ pub enum FileCommand {
     /// Size, state and replicas of the file PATH.
     Stat {
         path: OsString,
+        /// Print JSON: the fields `stat` shows, and each replica's server,
+        /// state (`ok` or the error) and capability.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         common: Common,
     },
@@ -400,26 +404,52 @@ pub fn run(command: FileCommand) -> Result<(), Failure> {
             let (_, _, caps) = lookup(&mut s, &path)?;
             cat(&mut files, &caps)
         }
-        FileCommand::Stat { path, common } => {
+        FileCommand::Stat { path, json, common } => {
             let (mut s, mut files) = open_all(&common)?;
             let (_, _, caps) = lookup(&mut s, &path)?;
             let servers = manager::servers(&mut s.dir, &s.root).unwrap_or_default();
             let (st, _) = files.stat(&caps).map_err(file_failure)?;
+            let replicas: Vec<(String, String, Capability)> = caps
+                .iter()
+                .map(|c| {
+                    let server = servers
+                        .iter()
+                        .find(|(_, s)| s.port() == c.port())
+                        .map_or("(unregistered server)", |(n, _)| n.as_str());
+                    let state = match files.stat(&[*c]) {
+                        Ok(_) => "ok".to_string(),
+                        Err(e) => e.to_string(),
+                    };
+                    (server.to_string(), state, *c)
+                })
+                .collect();
+            if json {
+                let replicas: Vec<serde_json::Value> = replicas
+                    .iter()
+                    .map(|(server, state, c)| {
+                        serde_json::json!({ "server": server, "state": state, "cap": c.to_string() })
+                    })
+                    .collect();
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "size": st.size,
+                        "committed": st.committed,
+                        "pieces": st.pieces,
+                        "ttl": st.ttl,
+                        "digest": hex(&st.hash),
+                        "replicas": replicas,
+                    })
+                );
+                return Ok(());
+            }
             println!("size       {}", st.size);
             println!("committed  {}", st.committed);
             println!("pieces     {}", st.pieces);
             println!("ttl        {}", st.ttl);
             println!("digest     {}", hex(&st.hash));
-            println!("replicas   {}", caps.len());
-            for c in &caps {
-                let server = servers
-                    .iter()
-                    .find(|(_, s)| s.port() == c.port())
-                    .map_or("(unregistered server)", |(n, _)| n.as_str());
-                let state = match files.stat(&[*c]) {
-                    Ok(_) => "ok".to_string(),
-                    Err(e) => e.to_string(),
-                };
+            println!("replicas   {}", replicas.len());
+            for (server, state, c) in &replicas {
                 println!("  {server:<12} {state:<10} {c}");
             }
             Ok(())

@@ -303,6 +303,35 @@ fn bad_cli_input_gets_one_line_errors() {
         .unwrap();
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("--nodes"));
+    // Completion scripts name the commands.
+    for shell in ["bash", "zsh", "fish"] {
+        let out = Command::new(shoal())
+            .args(["completions", shell])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{shell}");
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            script.contains("shoal") && script.contains("mkdir"),
+            "{shell}"
+        );
+    }
+    // Without shoal-bench beside it or on PATH, `shoal bench` says how to
+    // get it.
+    let alone = tempfile::tempdir().unwrap();
+    let copy = alone.path().join("shoal");
+    std::fs::copy(shoal(), &copy).unwrap();
+    let out = Command::new(&copy)
+        .args(["bench", "rpc"])
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cargo build --release -p shoal-bench"),
+        "{err}"
+    );
     let out = Command::new(shoal())
         .args(["status", "--dir", "/nonexistent/shoal"])
         .output()

@@ -210,6 +210,19 @@ fn names_from_every_node_and_every_error() {
     // Registered on n4, looked up on n1 (a replica's node) and n2.
     assert_eq!(s.ok(c, "n1", &["dir", "lookup", "a/b/x"]).trim(), b);
     assert!(s.ok(c, "n2", &["dir", "ls", "a/b"]).contains("  x"));
+    let ls: serde_json::Value =
+        serde_json::from_str(&s.ok(c, "n2", &["dir", "ls", "--json", "a/b"])).unwrap();
+    assert_eq!(
+        ls["columns"],
+        serde_json::json!(["owner", "group", "other"]),
+        "{ls}"
+    );
+    assert_eq!(ls["rows"][0]["name"], "x", "{ls}");
+    assert_eq!(
+        ls["rows"][0]["masks"].as_array().map(Vec::len),
+        Some(3),
+        "{ls}"
+    );
     s.ok(c, "n3", &["dir", "mv", "a/b/x", "a/y"]);
     assert_eq!(s.ok(c, "n4", &["dir", "lookup", "a/y"]).trim(), b);
     fails_with(&s.cli(c, "n4", &["dir", "lookup", "a/b/x"]), "not found");

@@ -179,6 +179,12 @@ fn files_from_every_node_and_every_error() {
     let stat = f.text(c, "n1", &["file", "stat", "docs/big"]);
     assert!(stat.contains(&format!("size       {}", 9 << 20)), "{stat}");
     assert_eq!(stat.matches(" ok ").count(), 3, "{stat}");
+    let stat: serde_json::Value =
+        serde_json::from_str(&f.text(c, "n1", &["file", "stat", "--json", "docs/big"])).unwrap();
+    assert_eq!(stat["size"], 9 << 20, "{stat}");
+    let replicas = stat["replicas"].as_array().unwrap();
+    assert_eq!(replicas.len(), 3, "{stat}");
+    assert!(replicas.iter().all(|r| r["state"] == "ok"), "{stat}");
     // Standard input.
     let mut cmd = c.command("n4", common::shoal()).unwrap();
     let mut child = cmd
