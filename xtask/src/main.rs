@@ -3,6 +3,8 @@
 //! run as root on a machine that lacks them), so both work on a fresh
 //! Debian machine that has only the Rust toolchain.
 
+mod bench;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -13,6 +15,7 @@ fn main() -> ExitCode {
         Some("demo") => demo(),
         Some("test") => test(&args[1..]),
         Some("sim") => sim(&args[1..]),
+        Some("bench") => bench::bench(&args[1..]),
         Some("fuzz") => match args.get(1).map(|s| s.parse::<u64>()) {
             None => fuzz(60),
             Some(Ok(seconds)) => fuzz(seconds),
@@ -49,7 +52,11 @@ tasks:
            NAME filters scenarios (e.g. group_ or promises_)
   fuzz [SECONDS]
            build the fuzz targets (fuzz/, stable Rust, no cargo-fuzz
-           needed) and run each for SECONDS (default 60; 0: build only)";
+           needed) and run each for SECONDS (default 60; 0: build only)
+  bench [--quick] [--json PATH]
+           every benchmark in turn (rpc, group, dir, file, exec), each
+           beside its baselines, into one JSON (default target/bench.json);
+           as root it installs the peers they compare against";
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -800,7 +807,7 @@ fn test(args: &[String]) -> Result<(), String> {
     step("format");
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
     step("what users run links no benchmark peer");
-    users_run_no_bench()?;
+    bench::users_run_no_bench()?;
     step("lints");
     run(cargo().args([
         "clippy",
@@ -818,59 +825,6 @@ fn test(args: &[String]) -> Result<(), String> {
     }
     println!("\nxtask: all tests passed in {:.0?}", started.elapsed());
     println!("tests: {passed} passed, {failed} failed");
-    Ok(())
-}
-
-/// The crates only the benchmarks may link: the peers they measure
-/// against and the suite itself.
-const BENCH_ONLY: &[&str] = &[
-    "shoal-bench",
-    "tonic",
-    "prost",
-    "rustls",
-    "rcgen",
-    "lua-src",
-];
-
-/// Fails if the `shoal` package (the binaries users run) depends, directly
-/// or not, on a crate only the benchmarks may link.
-fn users_run_no_bench() -> Result<(), String> {
-    let out = cargo()
-        .args([
-            "tree",
-            "-p",
-            "shoal",
-            "-e",
-            "normal,build",
-            "--prefix",
-            "none",
-        ])
-        .args(["--format", "{p}"])
-        .current_dir(root())
-        .output()
-        .map_err(|e| format!("cannot run cargo tree: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "cargo tree failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    let tree = String::from_utf8_lossy(&out.stdout);
-    let linked: Vec<&str> = BENCH_ONLY
-        .iter()
-        .copied()
-        .filter(|name| {
-            tree.lines()
-                .any(|l| l.split_whitespace().next() == Some(*name))
-        })
-        .collect();
-    if !linked.is_empty() {
-        return Err(format!(
-            "the shoal binaries link benchmark-only crates: {}",
-            linked.join(", ")
-        ));
-    }
-    println!("  shoal depends on none of: {}", BENCH_ONLY.join(", "));
     Ok(())
 }
 

@@ -164,7 +164,8 @@ pub struct Etcd {
     dir: PathBuf,
 }
 
-/// The etcd binary: `SHOAL_ETCD`, else `etcd` on the PATH or in /usr/bin.
+/// The etcd binary: `SHOAL_ETCD`, else `etcd` on the PATH or in /usr/bin
+/// (installed from Debian's `etcd-server` if missing and run as root).
 pub fn find_etcd() -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os("SHOAL_ETCD").filter(|p| !p.is_empty()) {
         let path = PathBuf::from(path);
@@ -177,18 +178,11 @@ pub fn find_etcd() -> Result<PathBuf, String> {
             ))
         };
     }
-    let candidates = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|d| d.join("etcd"))
-        .chain([PathBuf::from("/usr/bin/etcd")]);
-    for c in candidates {
-        if c.is_file() {
-            return Ok(c);
-        }
-    }
-    Err("etcd not found: the benchmark measures an etcd cluster beside shoal; install Debian's etcd 3.4 with `apt-get install etcd-server`".into())
+    crate::peers::ensure(
+        &[("etcd", "etcd-server")],
+        "the benchmark measures an etcd cluster beside shoal",
+    )?;
+    crate::peers::find("etcd").ok_or_else(|| "etcd not found".into())
 }
 
 impl Etcd {

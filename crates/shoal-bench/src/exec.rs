@@ -196,45 +196,23 @@ struct Tools {
 
 impl Tools {
     fn find() -> Result<Tools, String> {
-        let which = |p: &str| -> Option<PathBuf> {
-            let out = Command::new("sh")
-                .args(["-c", &format!("command -v {p}")])
-                .output()
-                .ok()?;
-            let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
-            (out.status.success() && !path.is_empty()).then(|| PathBuf::from(path))
-        };
-        let sshd = which("sshd").or_else(|| {
-            let p = PathBuf::from("/usr/sbin/sshd");
-            p.exists().then_some(p)
-        });
-        let mut missing = Vec::new();
-        for (program, package) in [
-            ("ssh", "openssh-client"),
-            ("ssh-keygen", "openssh-client"),
-            ("distcc", "distcc"),
-            ("distccd", "distcc"),
-            ("make", "make"),
-            ("cc", "gcc"),
-            ("ar", "binutils"),
-        ] {
-            if which(program).is_none() && !missing.contains(&package) {
-                missing.push(package);
-            }
-        }
-        if sshd.is_none() {
-            missing.push("openssh-server");
-        }
-        if !missing.is_empty() {
-            return Err(format!(
-                "the exec benchmark compares shoal with ssh and distcc: install {} (apt-get install {})",
-                missing.join(", "),
-                missing.join(" ")
-            ));
-        }
+        crate::peers::ensure(
+            &[
+                ("ssh", "openssh-client"),
+                ("ssh-keygen", "openssh-client"),
+                ("sshd", "openssh-server"),
+                ("distcc", "distcc"),
+                ("distccd", "distcc"),
+                ("make", "make"),
+                ("cc", "gcc"),
+                ("ar", "binutils"),
+            ],
+            "the exec benchmark compares shoal with ssh and distcc",
+        )?;
+        let find = |p: &str| crate::peers::find(p).ok_or_else(|| format!("{p} not found"));
         Ok(Tools {
-            sshd: sshd.expect("checked"),
-            distccd: which("distccd").expect("checked"),
+            sshd: find("sshd")?,
+            distccd: find("distccd")?,
         })
     }
 }

@@ -41,6 +41,7 @@ pub mod exec;
 pub mod file;
 pub mod group;
 pub mod grpc;
+mod peers;
 pub mod rpc;
 mod stats;
 pub mod tls;
