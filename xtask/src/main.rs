@@ -146,7 +146,7 @@ fn shoal(args: &[&str], dir: &Path) -> Command {
 fn demo() -> Result<(), String> {
     // The system's tools, and the pool's parallel build.
     ensure_packages(&[SYSTEM, BUILD].concat())?;
-    step("building shoal (release)");
+    step("building shoal and shoal-bench (release)");
     run(cargo().args(["build", "--release", "-p", "shoal", "-p", "shoal-bench"]))?;
     let dir = root().join("target/demo-cluster");
     if dir.join("cluster.toml").exists() {
