@@ -514,7 +514,7 @@ impl Group {
                 return Err(GroupError::Timeout(self.send_timeout));
             }
             self.shared
-                .wait_io(&mut inner, Instant::now(), deadline, false);
+                .wait_io(&mut inner, Instant::now(), deadline, false, None);
         };
         self.shared.flush(&mut inner);
         // Poll the sockets ourselves for a while: the answer usually comes
@@ -531,29 +531,8 @@ impl Group {
             if Instant::now() >= deadline {
                 return Err(GroupError::Timeout(self.send_timeout));
             }
-            if Instant::now() < spin_until {
-                // At the sequencer, the acknowledgement that orders the
-                // message also queues its accept for the other members:
-                // return first, so that the caller's answer to whoever
-                // asked it leaves before the accept ([`Group::flush`], or
-                // the I/O thread within about a millisecond, sends it).
-                if self.shared.take_in(&mut inner) {
-                    self.shared.collect_sent(&mut inner);
-                    if let Some(seq) = inner.sent.remove(&msg_id) {
-                        self.shared.wake(&inner);
-                        return Ok(seq);
-                    }
-                    self.shared.flush(&mut inner);
-                    self.shared.wake(&inner);
-                } else {
-                    parking_lot::MutexGuard::unlocked(&mut inner, || {
-                        // SAFETY: sched_yield has no preconditions.
-                        unsafe { libc::sched_yield() };
-                    });
-                }
-                continue;
-            }
-            self.shared.wait_io(&mut inner, spin_until, deadline, false);
+            self.shared
+                .wait_io(&mut inner, spin_until, deadline, false, Some(msg_id));
         }
     }
 
@@ -654,7 +633,7 @@ impl Group {
                 None => Instant::now() + SLICE,
             };
             self.shared
-                .wait_io(&mut inner, spin_until, until, !critical);
+                .wait_io(&mut inner, spin_until, until, !critical, None);
         }
     }
 

@@ -70,7 +70,7 @@ impl Shared {
     }
 
     /// Records the sends the core has ordered.
-    pub(super) fn collect_sent(&self, inner: &mut Inner) {
+    fn collect_sent(&self, inner: &mut Inner) {
         while let Some((msg_id, seq)) = inner.core.poll_sent() {
             inner.sent.insert(msg_id, seq);
         }
@@ -79,16 +79,27 @@ impl Shared {
     /// One wait step of an application thread inside `send`/`receive`:
     /// until `spin_until`, poll the sockets without sleeping; after, sleep
     /// in `poll` on them (at most until `until` or the next timer), then
-    /// take in what came and run the timers.
+    /// take in what came and run the timers.  `hold`: the message the
+    /// caller waits to see ordered (see below).
     pub(super) fn wait_io(
         &self,
         inner: &mut parking_lot::MutexGuard<'_, Inner>,
         spin_until: Instant,
         until: Instant,
         batch: bool,
+        hold: Option<u64>,
     ) {
         if Instant::now() < spin_until {
-            if self.pump(inner) {
+            if self.take_in(inner) {
+                self.collect_sent(inner);
+                // At the sequencer, the acknowledgement that orders the
+                // caller's message `hold` also queues its accept for the
+                // other members: leave it queued, so that the caller's
+                // answer to whoever asked it goes first ([`Group::flush`],
+                // or the I/O thread within about a millisecond, sends it).
+                if !hold.is_some_and(|m| inner.sent.contains_key(&m)) {
+                    self.flush(inner);
+                }
                 self.wake(inner);
             } else {
                 parking_lot::MutexGuard::unlocked(inner, || {
@@ -133,7 +144,7 @@ impl Shared {
     /// order: after a stall, the timers would otherwise take members whose
     /// answers wait unread for dead ones), sends, and wakes whoever has
     /// something to pick up.  True if a datagram came in.
-    pub(super) fn service(&self, inner: &mut Inner) -> bool {
+    fn service(&self, inner: &mut Inner) -> bool {
         let got = self.pump(inner);
         inner.core.handle_timeout(clock::now());
         self.flush(inner);
@@ -143,7 +154,7 @@ impl Shared {
 
     /// Wakes the threads that have something to pick up: senders whose
     /// messages were ordered, readers of deliveries (or of a status change).
-    pub(super) fn wake(&self, inner: &Inner) {
+    fn wake(&self, inner: &Inner) {
         if !inner.sent.is_empty() {
             self.sent_cv.notify_all();
         }
@@ -154,7 +165,7 @@ impl Shared {
 
     /// Reads every queued datagram of both sockets into the core and sends
     /// what it answers; true if there was any.
-    pub(super) fn pump(&self, inner: &mut Inner) -> bool {
+    fn pump(&self, inner: &mut Inner) -> bool {
         let got = self.take_in(inner);
         if got {
             self.flush(inner);
@@ -164,7 +175,7 @@ impl Shared {
 
     /// Reads every queued datagram of both sockets into the core, sending
     /// nothing; true if there was any.
-    pub(super) fn take_in(&self, inner: &mut Inner) -> bool {
+    fn take_in(&self, inner: &mut Inner) -> bool {
         let mut got = false;
         let Inner { core, rx, seal, .. } = inner;
         for s in std::iter::once(&self.socket).chain(self.mcast.as_ref().map(|(m, _)| m)) {
