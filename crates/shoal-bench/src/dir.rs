@@ -825,7 +825,7 @@ fn measure(
         metrics.insert(format!("dir_disk_syncs_per_write_{label}"), syncs / writes);
         // Where the writes were taken: the share of the replica that says
         // it orders them (none for rpc2pc).
-        let replicas = a["replicas"].as_array().cloned().unwrap_or_default();
+        let replicas = a["replicas"].as_array().map_or(&[][..], Vec::as_slice);
         let taken = |r: usize| {
             field(&a["replicas"][r], &["writes"]) - field(&b["replicas"][r], &["writes"])
         };

@@ -57,9 +57,8 @@ pub struct DirClient {
     seen: u64,
     linearizable: bool,
     retry_for: Duration,
-    /// Writes made, and when the client last asked where writes go
-    /// (`None`: since it last moved to another replica, never).
-    writes: u64,
+    /// When the client last asked where writes go (`None`: since it last
+    /// moved to another replica, never).
     aimed: Option<Instant>,
 }
 
@@ -87,7 +86,6 @@ impl DirClient {
             seen: 0,
             linearizable: false,
             retry_for: Duration::from_secs(15),
-            writes: 0,
             aimed: None,
         })
     }
@@ -119,11 +117,11 @@ impl DirClient {
         let write = op.is_write();
         if write {
             self.seq += 1;
-            self.writes += 1;
-            // From its second write on, a client sends its calls to the
-            // replica that orders writes (`crate::writes_at`): a client
-            // that writes once does not pay the question.
-            if self.writes >= 2 && self.aimed.is_none_or(|t| t.elapsed() >= AIM_EVERY) {
+            // From its second write on (`seq` counts them), a client sends
+            // its calls to the replica that orders writes
+            // (`crate::writes_at`): a client that writes once does not pay
+            // the question.
+            if self.seq >= 2 && self.aimed.is_none_or(|t| t.elapsed() >= AIM_EVERY) {
                 self.aim_writes();
             }
         }

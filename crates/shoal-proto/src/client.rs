@@ -146,6 +146,19 @@ struct Located {
 /// At most this many ports with an advised endpoint at a time.
 const MAX_AIMS: usize = 64;
 
+/// Moves endpoint `instance` to the front of `located` (the one calls go
+/// to); false if it is not there.
+fn put_first(located: &mut Vec<Located>, instance: Instance) -> bool {
+    match located.iter().position(|l| l.endpoint.instance == instance) {
+        Some(i) => {
+            let l = located.remove(i);
+            located.insert(0, l);
+            true
+        }
+        None => false,
+    }
+}
+
 /// One client endpoint's protocol state.
 #[derive(Debug)]
 pub struct ClientCore {
@@ -223,11 +236,11 @@ impl ClientCore {
     /// the node has if the instance is gone; if the node does not
     /// answer, the call locates as usual.
     pub fn aim(&mut self, port: PutPort, node: NodeId, instance: Instance) {
-        if let Some(eps) = self.cache.get_mut(&port)
-            && let Some(i) = eps.iter().position(|l| l.endpoint.instance == instance)
+        if self
+            .cache
+            .get_mut(&port)
+            .is_some_and(|eps| put_first(eps, instance))
         {
-            let located = eps.remove(i);
-            eps.insert(0, located);
             return;
         }
         if self.aims.len() >= MAX_AIMS && !self.aims.contains_key(&port) {
@@ -344,11 +357,8 @@ impl ClientCore {
                         node: h.node,
                     })
                     .collect();
-                if let Some((_, instance)) = self.aims.remove(&h.port)
-                    && let Some(i) = located.iter().position(|l| l.endpoint.instance == instance)
-                {
-                    let aimed = located.remove(i);
-                    located.insert(0, aimed);
+                if let Some((_, instance)) = self.aims.remove(&h.port) {
+                    put_first(&mut located, instance);
                 }
                 self.cache.insert(h.port, located);
                 self.choose_target(now);
