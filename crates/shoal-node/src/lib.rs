@@ -16,8 +16,8 @@
 //!
 //! The daemon is not on the RPC data path: clients and servers exchange
 //! datagrams directly.  It answers locate questions from its registry,
-//! keeps the membership view, hands programs the cluster key through the
-//! link socket, serves its own status over shoal RPC (it is a client of its
+//! keeps the membership view, gives each program (known from the kernel)
+//! the keys of its channels over the link socket, serves its own status over shoal RPC (it is a client of its
 //! own link, like any server), and exports counters for Prometheus.  For
 //! the processor pool it is a home (it numbers the processes started on
 //! this machine, places them and answers for them: `home`) and an exec
@@ -43,6 +43,7 @@ mod revocation;
 pub mod service;
 pub mod settings;
 mod spawn;
+pub mod supervise;
 
 pub use config::{NodeConfig, NodeConfigFile, RemoteRoot};
 pub use daemon::{Daemon, run};
