@@ -99,6 +99,14 @@ pub struct Service {
     pub last_error: Option<String>,
 }
 
+impl Service {
+    fn start(&mut self, name: &str) -> Action {
+        self.state = State::Spawning;
+        self.starts += 1;
+        Action::Spawn(name.to_string())
+    }
+}
+
 /// A node's services.
 #[derive(Debug, Default)]
 pub struct Supervisor {
@@ -167,9 +175,7 @@ impl Supervisor {
 
     /// Whether every service has ended (after [`Supervisor::shutdown`]).
     pub fn all_ended(&self) -> bool {
-        self.services
-            .values()
-            .all(|s| matches!(s.state, State::Stopped | State::Backoff { .. }))
+        self.services.values().all(|s| s.state == State::Stopped)
     }
 
     pub fn command(
@@ -274,19 +280,17 @@ impl Supervisor {
     /// Time passes: back-offs end, stop timeouts expire.
     pub fn tick(&mut self, now: Duration) -> Vec<Action> {
         let mut actions = Vec::new();
-        let names: Vec<String> = self.services.keys().cloned().collect();
-        for name in names {
-            let s = self.services.get_mut(&name).expect("present");
+        for (name, s) in &mut self.services {
             match s.state {
                 State::Backoff { until } if now >= until && s.wanted => {
-                    actions.extend(self.start(&name));
+                    actions.push(s.start(name));
                 }
                 State::Stopping { kill_at, killed } if now >= kill_at && !killed => {
                     s.state = State::Stopping {
                         kill_at,
                         killed: true,
                     };
-                    actions.push(Action::Signal(name, Sig::Kill));
+                    actions.push(Action::Signal(name.clone(), Sig::Kill));
                 }
                 _ => {}
             }
@@ -310,10 +314,7 @@ impl Supervisor {
     }
 
     fn start(&mut self, name: &str) -> Vec<Action> {
-        let s = self.services.get_mut(name).expect("present");
-        s.state = State::Spawning;
-        s.starts += 1;
-        vec![Action::Spawn(name.to_string())]
+        vec![self.services.get_mut(name).expect("present").start(name)]
     }
 
     fn stop(&mut self, name: &str, now: Duration) -> Vec<Action> {
