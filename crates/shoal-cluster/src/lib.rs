@@ -251,6 +251,7 @@ impl Cluster {
                 // Root on one node is root on all: they are one machine.
                 remote_root: Some(shoal_node::RemoteRoot::Allow),
                 socket_group: None,
+                services: None,
             };
             let text = toml::to_string(&config).map_err(|e| e.to_string())?;
             std::fs::write(&entry.config, text).map_err(|e| e.to_string())?;

@@ -74,6 +74,7 @@ impl Nodes {
                 owner_detect: false,
                 remote_root: shoal_node::RemoteRoot::Allow,
                 socket_group: None,
+                services: Vec::new(),
             };
             let socket = config.socket.clone();
             daemons.push(Daemon::start(config, Arc::new(AtomicBool::new(false))).unwrap());

@@ -1,5 +1,6 @@
 //! Node configuration: a TOML file, overridden by command-line flags.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -47,6 +48,133 @@ pub struct NodeConfigFile {
     /// Open the link socket only to this group's members (mode 0660)
     /// instead of every local user (0666).
     pub socket_group: Option<String>,
+    /// The services the daemon keeps running (`[[service]]` tables;
+    /// `docs/services.md`).
+    #[serde(default, rename = "service", skip_serializing_if = "Option::is_none")]
+    pub services: Option<Vec<ServiceConfig>>,
+}
+
+/// One service the node daemon keeps running: a `[[service]]` table.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceConfig {
+    /// Unique on the node: `a-z`, `0-9` and `-`, 1 to 32 bytes.
+    pub name: String,
+    /// The program and its arguments; a program without a slash is looked
+    /// up beside the daemon's own binary first, then on `PATH`.
+    pub command: Vec<String>,
+    /// The account it runs as (default root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Whether it may serve system ports.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub system: bool,
+    /// Added to its otherwise clean environment.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub restart: crate::supervise::Restart,
+    /// Seconds between SIGTERM and SIGKILL when it is stopped.
+    #[serde(default = "default_stop_timeout")]
+    pub stop_timeout_s: u64,
+    /// Its log is rotated when it reaches this many bytes ...
+    #[serde(default = "default_log_bytes")]
+    pub log_bytes: u64,
+    /// ... and this many old logs are kept.
+    #[serde(default = "default_log_keep")]
+    pub log_keep: u32,
+}
+
+fn default_stop_timeout() -> u64 {
+    10
+}
+
+fn default_log_bytes() -> u64 {
+    8 << 20
+}
+
+fn default_log_keep() -> u32 {
+    4
+}
+
+impl ServiceConfig {
+    /// A service of `name` running `command` as root, every other field
+    /// its default.
+    pub fn new(name: &str, command: &[&str]) -> ServiceConfig {
+        ServiceConfig {
+            name: name.to_string(),
+            command: command.iter().map(|s| s.to_string()).collect(),
+            user: None,
+            system: false,
+            env: BTreeMap::new(),
+            restart: Default::default(),
+            stop_timeout_s: default_stop_timeout(),
+            log_bytes: default_log_bytes(),
+            log_keep: default_log_keep(),
+        }
+    }
+
+    /// The supervisor's policy for it.
+    pub fn policy(&self) -> crate::supervise::Policy {
+        crate::supervise::Policy {
+            restart: self.restart,
+            stop_timeout: std::time::Duration::from_secs(self.stop_timeout_s),
+        }
+    }
+}
+
+/// Whether a service name is well formed.
+pub fn valid_service_name(name: &str) -> bool {
+    (1..=32).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// Checks a node's services: one-line errors naming the service and field.
+pub fn check_services(services: &[ServiceConfig]) -> Result<(), String> {
+    let mut seen = std::collections::BTreeSet::new();
+    for s in services {
+        if !valid_service_name(&s.name) {
+            return Err(format!(
+                "service {:?}: name must be 1 to 32 of a-z, 0-9 and -",
+                s.name
+            ));
+        }
+        if !seen.insert(&s.name) {
+            return Err(format!("service {}: named twice", s.name));
+        }
+        let bad = |field: &str, why: &str| Err(format!("service {}: {field} {why}", s.name));
+        if s.command.is_empty() || s.command[0].is_empty() {
+            return bad("command", "must name a program");
+        }
+        if s.command
+            .iter()
+            .chain(s.env.values())
+            .any(|a| a.contains('\0'))
+        {
+            return bad("command", "must not contain NUL");
+        }
+        if s.env
+            .keys()
+            .any(|k| k.is_empty() || k.contains('=') || k.contains('\0'))
+        {
+            return bad("env", "names must be non-empty, without = or NUL");
+        }
+        if s.user.as_deref().is_some_and(str::is_empty) {
+            return bad("user", "must not be empty");
+        }
+        if !(1..=300).contains(&s.stop_timeout_s) {
+            return bad("stop_timeout_s", "must be between 1 and 300");
+        }
+        if s.log_bytes < 64 << 10 {
+            return bad("log_bytes", "must be at least 65536");
+        }
+        if !(1..=32).contains(&s.log_keep) {
+            return bad("log_keep", "must be between 1 and 32");
+        }
+    }
+    Ok(())
 }
 
 /// Whether root on another node is root here (`docs/security.md`,
@@ -90,6 +218,7 @@ impl NodeConfigFile {
             owner_detect: over.owner_detect.or(self.owner_detect),
             remote_root: over.remote_root.or(self.remote_root),
             socket_group: over.socket_group.or(self.socket_group),
+            services: over.services.or(self.services),
         }
     }
 }
@@ -114,6 +243,8 @@ pub struct NodeConfig {
     pub remote_root: RemoteRoot,
     /// The group the link socket is open to, if not every user.
     pub socket_group: Option<String>,
+    /// The services the daemon keeps running.
+    pub services: Vec<ServiceConfig>,
 }
 
 impl NodeConfig {
@@ -151,7 +282,10 @@ impl NodeConfig {
                 shoal_wire::MAX_DATAGRAM - 128
             ));
         }
+        let services = file.services.unwrap_or_default();
+        check_services(&services)?;
         Ok(NodeConfig {
+            services,
             socket: file.socket.unwrap_or_else(|| state_dir.join("node.sock")),
             cert_file: file
                 .cert_file
@@ -211,5 +345,59 @@ mod tests {
         assert!(toml::from_str::<NodeConfigFile>("nmae = 'x'").is_err());
         let e = NodeConfig::resolve(NodeConfigFile::default()).unwrap_err();
         assert!(e.contains("state"), "{e}");
+    }
+
+    #[test]
+    fn services_are_tables_checked_field_by_field() {
+        let file: NodeConfigFile = toml::from_str(
+            r#"
+            [[service]]
+            name = "dir-r0"
+            command = ["shoal", "dir", "serve"]
+            system = true
+            restart = "on-failure"
+            env = { SHOAL_LOG = "info" }
+
+            [[service]]
+            name = "echo"
+            command = ["sh", "-c", "echo hi"]
+            user = "nobody"
+            "#,
+        )
+        .unwrap();
+        let services = file.services.unwrap();
+        assert_eq!(services.len(), 2);
+        assert_eq!(services[0].restart, crate::supervise::Restart::OnFailure);
+        assert!(services[0].system && !services[1].system);
+        assert_eq!(services[1].stop_timeout_s, 10);
+        check_services(&services).unwrap();
+        let mut twice = services.clone();
+        twice[1].name = "dir-r0".into();
+        assert!(check_services(&twice).unwrap_err().contains("twice"));
+        let mut bad = services.clone();
+        bad[0].name = "Dir".into();
+        assert!(check_services(&bad).unwrap_err().contains("name"));
+        let mut bad = services.clone();
+        bad[1].command.clear();
+        assert!(check_services(&bad).unwrap_err().contains("echo: command"));
+        let mut bad = services;
+        bad[1].stop_timeout_s = 0;
+        assert!(check_services(&bad).unwrap_err().contains("stop_timeout_s"));
+        assert!(
+            toml::from_str::<NodeConfigFile>(
+                "[[service]]\nname = 'a'\ncommand = ['x']\nrestrat = 'never'"
+            )
+            .is_err()
+        );
+        // Written back, the tables survive (`shoal cluster up` writes them).
+        let file = NodeConfigFile {
+            services: Some(vec![ServiceConfig::new(
+                "file",
+                &["shoal", "file", "serve"],
+            )]),
+            ..Default::default()
+        };
+        let text = toml::to_string(&file).unwrap();
+        assert_eq!(toml::from_str::<NodeConfigFile>(&text).unwrap(), file);
     }
 }

@@ -29,7 +29,10 @@ use shoal_wire::{ClusterKey, MAX_DATAGRAM, NodeId, Owner, Packet, decode, decode
 
 use crate::config::NodeConfig;
 use crate::load::Sampler;
-use crate::service::{MemberLoad, MemberStatus, NodeRequest, NodeStatus, ProcAnswer, node_port};
+use crate::service::{
+    MemberLoad, MemberStatus, NodeRequest, NodeStatus, ProcAnswer, ServiceAction, ServiceAnswer,
+    node_port,
+};
 
 /// Longest the net thread sleeps before it looks at the stop flag.
 const POLL: Duration = Duration::from_millis(50);
@@ -100,6 +103,10 @@ pub(crate) struct Shared {
     /// System services a program that is neither the daemon nor root
     /// tried to serve.
     pub refused_system: std::sync::atomic::AtomicU64,
+    /// The services this daemon keeps (`crate::supervise_io`).
+    pub services: Arc<crate::supervise_io::Services>,
+    /// Service requests refused for want of authority.
+    pub refused_services: std::sync::atomic::AtomicU64,
     pub node: NodeId,
     pub started: Instant,
     pub state: Mutex<State>,
@@ -147,6 +154,7 @@ impl Shared {
             cluster: self.identity.trust.cluster.to_hex(),
             cert_serial: self.identity.me.cert().serial,
             revocations: self.sessions.lock().trust().revoked.version,
+            services: self.services.list(),
         }
     }
 }
@@ -175,6 +183,10 @@ impl Shared {
                 "refused_proc_requests".into(),
                 self.refused_procs.load(Ordering::Relaxed) + self.exec.refused(),
             ),
+            (
+                "refused_service_requests".into(),
+                self.refused_services.load(Ordering::Relaxed),
+            ),
         ]
     }
 }
@@ -184,6 +196,8 @@ pub struct Daemon {
     shared: Arc<Shared>,
     service: Server,
     metrics: Option<SocketAddr>,
+    /// The `supervise` thread, which ends once every service has.
+    supervise: std::thread::JoinHandle<()>,
 }
 
 impl Daemon {
@@ -228,6 +242,18 @@ impl Daemon {
             config.seeds.clone(),
             MembershipConfig::default(),
         );
+        // Namespaces need root; without it programs run without.
+        // SAFETY: geteuid cannot fail.
+        let exec = Arc::new(crate::exec::Exec::new(
+            unsafe { libc::geteuid() } == 0,
+            node,
+            remote_root,
+        )?);
+        let services = crate::supervise_io::Services::new(
+            exec.spawner(),
+            &config.state_dir,
+            config.socket.clone(),
+        )?;
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 registry: Registry::new(node),
@@ -253,17 +279,13 @@ impl Daemon {
             forged_heartbeats: Default::default(),
             refused_procs: Default::default(),
             refused_system: Default::default(),
+            services,
+            refused_services: Default::default(),
             node,
             started: Instant::now(),
             stop,
             config,
-            // Namespaces need root; without it programs run without.
-            // SAFETY: geteuid cannot fail.
-            exec: Arc::new(crate::exec::Exec::new(
-                unsafe { libc::geteuid() } == 0,
-                node,
-                remote_root,
-            )?),
+            exec,
             // Numbered from a random point: a restarted home does not
             // reuse the ids of its previous incarnation.
             procs: Mutex::new(shoal_pool::ProcTable::new(
@@ -318,6 +340,15 @@ impl Daemon {
                 .map_err(|e| format!("cannot start exec thread: {e}"))?;
         }
         let _ = shared.rpc.set(ctx);
+        // The services last: they attach to the node as it now serves.
+        shared.services.reload(&shared.config.services)?;
+        let supervise = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("supervise".into())
+                .spawn(move || shared.services.run(&shared.stop))
+                .map_err(|e| format!("cannot start the supervise thread: {e}"))?
+        };
         let pid_file = shared.config.state_dir.join("node.pid");
         std::fs::write(&pid_file, format!("{}\n", std::process::id()))
             .map_err(|e| format!("cannot write {}: {e}", pid_file.display()))?;
@@ -332,6 +363,7 @@ impl Daemon {
             shared,
             service,
             metrics,
+            supervise,
         })
     }
 
@@ -345,9 +377,20 @@ impl Daemon {
         self.shared.status()
     }
 
-    /// Stops the node: drains its service and removes the link socket.
+    /// Takes a new set of services (the configuration was read again):
+    /// new ones start, removed ones stop, changed ones restart.
+    pub fn reload_services(&self, services: &[crate::ServiceConfig]) -> Result<(), String> {
+        self.shared.services.reload(services)
+    }
+
+    /// Stops the node: stops its services, drains its node service and
+    /// removes the link socket.
     pub fn shutdown(self) {
         self.shared.stop.store(true, Ordering::Release);
+        self.shared.services.wake();
+        if self.supervise.join().is_err() {
+            tracing::warn!("the supervise thread panicked");
+        }
         if let Err(e) = self.service.shutdown() {
             tracing::warn!("node service shutdown: {e}");
         }
@@ -366,16 +409,30 @@ fn shoal_rpc_socket(bind: SocketAddr) -> Result<UdpSocket, String> {
     Ok(socket)
 }
 
-/// Runs a node until SIGTERM or SIGINT.
-pub fn run(config: NodeConfig) -> Result<(), String> {
+/// Runs a node until SIGTERM or SIGINT; on SIGHUP, takes the services
+/// `reload` reads (the configuration file's), or keeps the old ones and
+/// logs why not.
+pub fn run(
+    config: NodeConfig,
+    reload: impl Fn() -> Result<Vec<crate::ServiceConfig>, String>,
+) -> Result<(), String> {
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, stop.clone())
             .map_err(|e| format!("cannot handle signals: {e}"))?;
     }
+    let hup = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone())
+        .map_err(|e| format!("cannot handle signals: {e}"))?;
     let daemon = Daemon::start(config, stop.clone())?;
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(POLL);
+        if hup.swap(false, Ordering::AcqRel) {
+            match reload().and_then(|s| daemon.reload_services(&s)) {
+                Ok(()) => tracing::info!("configuration read again: services updated"),
+                Err(e) => tracing::error!("configuration not taken, services unchanged: {e}"),
+            }
+        }
     }
     daemon.shutdown();
     Ok(())
@@ -707,6 +764,21 @@ fn service_loop(shared: &Shared, service: &Server) {
                 };
                 serde_json::to_vec(&answer)
             }
+            Ok(NodeRequest::Services) => serde_json::to_vec(&ServiceAnswer::Services {
+                services: shared.services.list(),
+            }),
+            Ok(NodeRequest::ServiceCtl { name, action }) => {
+                let answer = may_control(shared, request.caller())
+                    .and_then(|()| shared.services.command(&name, command_of(action)))
+                    .map_or_else(
+                        |message| ServiceAnswer::Error { message },
+                        |()| ServiceAnswer::Done,
+                    );
+                serde_json::to_vec(&answer)
+            }
+            Ok(NodeRequest::ServiceLogs { name, lines, from }) => {
+                serde_json::to_vec(&service_logs(shared, request.caller(), &name, lines, from))
+            }
             Err(e) => serde_json::to_vec(&serde_json::json!({ "error": e.to_string() })),
         }
         .expect("status serializes");
@@ -714,4 +786,66 @@ fn service_loop(shared: &Shared, service: &Server) {
             break;
         }
     }
+}
+
+/// Whether `caller` may start, stop or restart this node's services:
+/// root here, or root on another node when this one's `remote_root` is
+/// `allow`.  Refusals are counted.
+fn may_control(shared: &Shared, caller: shoal_rpc::Caller) -> Result<(), String> {
+    let remote_ok = shared.config.remote_root == crate::RemoteRoot::Allow;
+    if caller.uid == 0 && (caller.node == shared.node || remote_ok) {
+        return Ok(());
+    }
+    shared.refused_services.fetch_add(1, Ordering::Relaxed);
+    tracing::warn!(node = %caller.node, uid = caller.uid, "service request refused");
+    Err(if caller.uid == 0 {
+        format!(
+            "root on another node may not control {}'s services (its remote_root is squash)",
+            shared.config.name
+        )
+    } else {
+        format!(
+            "only root may control {}'s services (you are uid {})",
+            shared.config.name, caller.uid
+        )
+    })
+}
+
+fn command_of(action: ServiceAction) -> crate::supervise::Command {
+    match action {
+        ServiceAction::Start => crate::supervise::Command::Start,
+        ServiceAction::Stop => crate::supervise::Command::Stop,
+        ServiceAction::Restart => crate::supervise::Command::Restart,
+    }
+}
+
+/// A service's log, for whoever may control it and its own user.
+fn service_logs(
+    shared: &Shared,
+    caller: shoal_rpc::Caller,
+    name: &str,
+    lines: u32,
+    from: Option<u64>,
+) -> ServiceAnswer {
+    let Some(uid) = shared.services.uid(name) else {
+        return ServiceAnswer::Error {
+            message: format!("no service named {name:?} on {}", shared.config.name),
+        };
+    };
+    if caller.uid != uid
+        && let Err(message) = may_control(shared, caller)
+    {
+        return ServiceAnswer::Error { message };
+    }
+    let Some(log) = shared.services.log(name) else {
+        return ServiceAnswer::Error {
+            message: format!("no service named {name:?} on {}", shared.config.name),
+        };
+    };
+    let log = log.lock();
+    let (text, end) = match from {
+        Some(from) => log.since(from),
+        None => log.tail(lines.clamp(1, 100_000) as usize),
+    };
+    ServiceAnswer::Logs { text, end }
 }

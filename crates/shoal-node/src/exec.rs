@@ -107,7 +107,7 @@ pub struct Exec {
     /// Run programs in PID, UTS and mount namespaces of their own (needs
     /// root; see `crate::spawn`).
     namespaces: bool,
-    spawner: crate::spawn::Spawner,
+    spawner: Arc<crate::spawn::Spawner>,
     /// Starts the thread that answers parked reads whose wait is over.
     timer: std::sync::Once,
     /// The terminals' master sides, of the programs that have one.
@@ -134,13 +134,20 @@ impl Exec {
             node,
             remote_root,
             namespaces,
-            spawner: crate::spawn::Spawner::start()
-                .map_err(|e| format!("cannot start the exec service's spawner: {e}"))?,
+            spawner: Arc::new(
+                crate::spawn::Spawner::start()
+                    .map_err(|e| format!("cannot start the exec service's spawner: {e}"))?,
+            ),
             timer: std::sync::Once::new(),
             ttys: Mutex::default(),
             starting: Mutex::default(),
             refused: Default::default(),
         })
+    }
+
+    /// The spawner, which the node's services are started through too.
+    pub(crate) fn spawner(&self) -> Arc<crate::spawn::Spawner> {
+        self.spawner.clone()
     }
 
     /// How many programs run here (for the load reports).

@@ -41,13 +41,15 @@ mod metrics;
 mod procfs;
 mod revocation;
 pub mod service;
+mod service_log;
 pub mod settings;
 mod spawn;
 pub mod supervise;
+mod supervise_io;
 
-pub use config::{NodeConfig, NodeConfigFile, RemoteRoot};
+pub use config::{NodeConfig, NodeConfigFile, RemoteRoot, ServiceConfig, check_services};
 pub use daemon::{Daemon, run};
 pub use service::{
-    HomedProc, MemberLoad, MemberStatus, NodeRequest, NodeStatus, ProcAnswer, RunningProc, ask,
-    node_port,
+    HomedProc, MemberLoad, MemberStatus, NodeRequest, NodeStatus, ProcAnswer, RunningProc,
+    ServiceAction, ServiceAnswer, ServiceStatus, ask, node_port,
 };

@@ -370,11 +370,17 @@ fn handle(
             ),
             Err(_) => error("get_port must be 32 hex characters".into()),
         },
-        LinkRequest::RegisterSystem { .. } if !peer.daemon && peer.uid != 0 => {
+        LinkRequest::RegisterSystem { .. }
+            if !peer.daemon && peer.uid != 0 && !shared.services.is_system(peer.pid) =>
+        {
             shared
                 .refused_system
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            error("only the node's daemon and root may serve a system service".into())
+            error(
+                "only the node's daemon, root and services configured with system = true \
+                 may serve a system service"
+                    .into(),
+            )
         }
         LinkRequest::RegisterSystem {
             put_port,

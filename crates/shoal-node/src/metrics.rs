@@ -103,5 +103,41 @@ pub fn render(shared: &Shared) -> String {
             status.name
         ));
     }
+    render_services(&mut out, &status);
     out
+}
+
+/// Each service's state, starts and ends (`docs/services.md`).
+fn render_services(out: &mut String, status: &crate::NodeStatus) {
+    if status.services.is_empty() {
+        return;
+    }
+    let node = &status.name;
+    out.push_str(
+        "# HELP shoal_service_up 1 while the service runs.\n# TYPE shoal_service_up gauge\n",
+    );
+    for s in &status.services {
+        let up = u8::from(s.state == "running");
+        out.push_str(&format!(
+            "shoal_service_up{{node=\"{node}\",service=\"{}\"}} {up}\n",
+            s.name
+        ));
+    }
+    out.push_str("# HELP shoal_service_starts_total Times the service was started.\n# TYPE shoal_service_starts_total counter\n");
+    for s in &status.services {
+        out.push_str(&format!(
+            "shoal_service_starts_total{{node=\"{node}\",service=\"{}\"}} {}\n",
+            s.name, s.starts
+        ));
+    }
+    out.push_str("# HELP shoal_service_exits_total Times the service ended, by how (exited: status 0; failed: another status; killed: by a signal).\n# TYPE shoal_service_exits_total counter\n");
+    for s in &status.services {
+        for how in ["exited", "failed", "killed"] {
+            out.push_str(&format!(
+                "shoal_service_exits_total{{node=\"{node}\",service=\"{}\",how=\"{how}\"}} {}\n",
+                s.name,
+                s.exits.get(how).copied().unwrap_or(0)
+            ));
+        }
+    }
 }

@@ -69,3 +69,10 @@ fn each_process(mut f: impl FnMut(i32, &[&str])) {
         }
     }
 }
+
+/// The parent of process `pid`, if it exists.
+pub fn parent(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_ascii_whitespace().nth(1)?.parse().ok()
+}

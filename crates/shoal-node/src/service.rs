@@ -38,6 +38,76 @@ pub enum NodeRequest {
         id: String,
         wait_ms: u32,
     },
+    /// The services this node's daemon keeps (anyone may ask).
+    Services,
+    /// Start, stop or restart service `name` (root's).
+    ServiceCtl {
+        name: String,
+        action: ServiceAction,
+    },
+    /// Service `name`'s log: its last `lines` lines, or with `from` what
+    /// was written since that position (root's and the service user's).
+    ServiceLogs {
+        name: String,
+        #[serde(default)]
+        lines: u32,
+        #[serde(default)]
+        from: Option<u64>,
+    },
+}
+
+/// What an operator asks of a service.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ServiceAction {
+    Start,
+    Stop,
+    Restart,
+}
+
+/// The answer to the service requests.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum ServiceAnswer {
+    Services {
+        services: Vec<ServiceStatus>,
+    },
+    Done,
+    /// Log text (whole lines) and the log's position after it.
+    Logs {
+        text: String,
+        end: u64,
+    },
+    Error {
+        message: String,
+    },
+}
+
+/// A service as `shoal service ls` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ServiceStatus {
+    pub name: String,
+    /// `running`, `starting`, `backoff`, `stopping` or `stopped`.
+    pub state: String,
+    /// The running program's pid on its node.
+    pub pid: Option<u32>,
+    pub user: String,
+    /// Whether it may serve system ports.
+    pub system: bool,
+    /// The program (not its arguments, which may hold secrets).
+    pub command: String,
+    /// How many times it was started.
+    pub starts: u64,
+    /// How it last ended.
+    pub last_exit: Option<String>,
+    /// Why its last start failed, if it did.
+    pub error: Option<String>,
+    /// Running: seconds since it started; in back-off: seconds until
+    /// the next start.
+    pub for_s: Option<f64>,
+    /// Ends by kind (`exited`, `failed`, `killed`).
+    #[serde(default)]
+    pub exits: std::collections::BTreeMap<String, u64>,
 }
 
 /// The answer to the processor pool's requests.
@@ -137,6 +207,9 @@ pub struct NodeStatus {
     /// The version of the newest revocation list it holds.
     #[serde(default)]
     pub revocations: u64,
+    /// The services its daemon keeps.
+    #[serde(default)]
+    pub services: Vec<ServiceStatus>,
 }
 
 /// Asks node `name`'s service `request`; its answer, decoded.

@@ -390,6 +390,11 @@ fn prepare(body: &[u8], fds: &[RawFd]) -> Option<Prepared> {
 }
 
 impl Spawned {
+    /// The status pipe, to poll before [`Spawned::next_change`].
+    pub fn status_fd(&self) -> RawFd {
+        self.status.as_raw_fd()
+    }
+
     /// The next change of the program's state; `None` once the status
     /// pipe closed (the watcher is gone).  Blocks.
     pub fn next_change(&mut self) -> Option<Change> {

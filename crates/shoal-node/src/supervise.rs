@@ -15,7 +15,8 @@ pub const FIRST_DELAY: Duration = Duration::from_secs(1);
 pub const MAX_DELAY: Duration = Duration::from_secs(60);
 
 /// When a service that ended is started again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Restart {
     #[default]
     Always,

@@ -33,6 +33,10 @@ enum Command {
     Kill(crate::cmd_ps::KillArgs),
     /// Wait for a process of the cluster to end; end as it ended.
     Wait(crate::cmd_ps::WaitArgs),
+    /// The services node daemons keep (directory replicas, file
+    /// servers, ...): list, start, stop, restart, logs.
+    #[command(subcommand)]
+    Service(crate::cmd_service::ServiceCommand),
     /// Manage a local cluster of nodes on this machine.
     #[command(subcommand)]
     Cluster(crate::cmd_cluster::ClusterCommand),
@@ -180,6 +184,7 @@ impl Cli {
             Command::Run(args) => crate::cmd_run::run(args),
             Command::Make(args) => crate::cmd_make::run(args),
             Command::Ps(args) => crate::cmd_ps::ps(args),
+            Command::Service(c) => crate::cmd_service::run(c),
             Command::Kill(args) => crate::cmd_ps::kill(args),
             Command::Wait(args) => crate::cmd_ps::wait(args),
             Command::Cluster(c) => crate::cmd_cluster::run(c),
@@ -286,8 +291,17 @@ fn run_node(args: NodeArgs) -> Result<(), Failure> {
         owner_detect: None,
         remote_root: None,
         socket_group: None,
+        services: None,
     };
     let config = NodeConfig::resolve(file.merge(flags))?;
-    shoal_node::run(config)?;
+    let path = args.config.clone();
+    shoal_node::run(config, move || match &path {
+        Some(path) => {
+            let services = NodeConfigFile::load(path)?.services.unwrap_or_default();
+            shoal_node::check_services(&services)?;
+            Ok(services)
+        }
+        None => Ok(Vec::new()),
+    })?;
     Ok(())
 }

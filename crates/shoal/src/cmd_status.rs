@@ -33,29 +33,7 @@ pub struct StatusArgs {
 
 pub fn run(args: StatusArgs) -> Result<(), Failure> {
     let deadline = Duration::from_millis(args.deadline_ms);
-    let attached = (args.dir.is_none() && std::env::var_os("SHOAL_CLUSTER").is_none())
-        .then(|| shoal_rpc::Context::from_env().ok())
-        .flatten();
-    let (ctx, name) = match attached {
-        Some(ctx) => {
-            let name = match (args.node, &ctx.config().node) {
-                (Some(n), _) => n,
-                (None, Some((_, own))) => own.clone(),
-                (None, None) => return Err(Failure::failed("the node did not say its name")),
-            };
-            (ctx, name)
-        }
-        None => {
-            let dir = args.dir.unwrap_or_else(shoal_cluster::default_dir);
-            let cluster = Cluster::open(&dir)?;
-            let name = match args.node {
-                Some(n) => n,
-                None => cluster.file().nodes[0].name.clone(),
-            };
-            cluster.node(&name)?;
-            (cluster.context(), name)
-        }
-    };
+    let (ctx, name) = attach(args.dir, args.node)?;
     let status: NodeStatus =
         shoal_node::ask(&ctx, &name, &shoal_node::NodeRequest::Status, deadline)
             .map_err(|e| Failure::unreachable(format!("{name} is unreachable: {e}")))?;
@@ -68,6 +46,39 @@ pub fn run(args: StatusArgs) -> Result<(), Failure> {
         print_status(&status);
     }
     Ok(())
+}
+
+/// A context to ask nodes with, and the node to ask (`node`, or the one
+/// this program is attached to): the attached node's unless `dir` or
+/// `$SHOAL_CLUSTER` names a local cluster or there is no node to attach
+/// to, then the local cluster's (its first node by default).
+pub fn attach(
+    dir: Option<PathBuf>,
+    node: Option<String>,
+) -> Result<(shoal_rpc::Context, String), Failure> {
+    let attached = (dir.is_none() && std::env::var_os("SHOAL_CLUSTER").is_none())
+        .then(|| shoal_rpc::Context::from_env().ok())
+        .flatten();
+    match attached {
+        Some(ctx) => {
+            let name = match (node, &ctx.config().node) {
+                (Some(n), _) => n,
+                (None, Some((_, own))) => own.clone(),
+                (None, None) => return Err(Failure::failed("the node did not say its name")),
+            };
+            Ok((ctx, name))
+        }
+        None => {
+            let dir = dir.unwrap_or_else(shoal_cluster::default_dir);
+            let cluster = Cluster::open(&dir)?;
+            let name = match node {
+                Some(n) => n,
+                None => cluster.file().nodes[0].name.clone(),
+            };
+            cluster.node(&name)?;
+            Ok((cluster.context(), name))
+        }
+    }
 }
 
 pub fn print_status(s: &NodeStatus) {
@@ -101,5 +112,19 @@ pub fn print_status(s: &NodeStatus) {
             "  {:<8} {:<22} {:<12} {}{}",
             m.name, m.addr, state, silent, load
         );
+    }
+    if !s.services.is_empty() {
+        println!("services {}", s.services.len());
+        for v in &s.services {
+            println!(
+                "  {:<12} {:<9} started {} times{}",
+                v.name,
+                v.state,
+                v.starts,
+                v.last_exit
+                    .as_ref()
+                    .map_or(String::new(), |e| format!(", last {e}"))
+            );
+        }
     }
 }

@@ -14,6 +14,7 @@ mod cmd_make;
 mod cmd_ps;
 mod cmd_rpc;
 mod cmd_run;
+mod cmd_service;
 mod cmd_status;
 mod cmd_workload;
 

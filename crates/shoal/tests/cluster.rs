@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{TestCluster, shoal};
+use common::{TestCluster, fetch_metrics, shoal};
 use shoal_cluster::{Cluster, Mode};
 use shoal_rpc::{CallOptions, Error, GetPort, TransError};
 
@@ -487,17 +487,6 @@ fn heartbeats_outside_node_sessions_are_refused_and_counted() {
         assert!(Instant::now() < until, "{:?}", after.counters);
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-fn fetch_metrics(addr: std::net::SocketAddr) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
-    text
 }
 
 #[test]

@@ -379,3 +379,15 @@ pub fn dir_replicas(c: &Cluster, dir: &std::path::Path) -> Vec<Daemon> {
         })
         .collect()
 }
+
+/// A node's metrics page (Prometheus text, with the HTTP head).
+pub fn fetch_metrics(addr: std::net::SocketAddr) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
+    text
+}
