@@ -152,7 +152,9 @@ fn demo() -> Result<(), String> {
     if dir.join("cluster.toml").exists() {
         let _ = run(&mut shoal(&["cluster", "down"], &dir));
     }
-    step("starting a 4-node cluster");
+    step(
+        "starting a 4-node cluster with one command: nodes, a directory service, file servers, a root",
+    );
     run(&mut shoal(
         &[
             "cluster", "up", "--nodes", "4", "--name", "demo", "--subnet", "7",
@@ -169,6 +171,8 @@ fn demo() -> Result<(), String> {
 
 fn demo_steps(dir: &Path) -> Result<(), String> {
     run(&mut shoal(&["cluster", "status"], dir))?;
+    step("the services the node daemons keep");
+    run(&mut shoal(&["service", "ls", "--all"], dir))?;
     let out = Command::new(shoal_bin())
         .args(["rpc", "new-port"])
         .output()
@@ -210,7 +214,9 @@ fn demo_steps(dir: &Path) -> Result<(), String> {
     let mut server = serve_echo(dir, "n3", &get)?;
     call("n4", "hello again, wherever you are")?;
 
-    step("killing node n1 with SIGKILL: status reports it unreachable, the rest carry on");
+    step(
+        "killing node n1 (and so its services) with SIGKILL: status reports it unreachable, the rest carry on",
+    );
     run(&mut shoal(&["cluster", "kill", "n1"], dir))?;
     let status = shoal(&["cluster", "status", "--deadline-ms", "1000"], dir)
         .status()
@@ -292,69 +298,14 @@ fn demo_group(dir: &Path) -> Result<(), String> {
     demo_dir(dir)
 }
 
-/// The directory service: three replicas, names registered on one node
-/// and looked up on another, a replica killed, the names still there.
+/// The directory service that `cluster up` started: three replicas kept
+/// by their daemons, names registered on one node and looked up on
+/// another, a replica killed and restarted by its daemon, the names still
+/// there.
 fn demo_dir(dir: &Path) -> Result<(), String> {
-    step("a directory service: replicas on n1, n2, n3 (fsync durability)");
-    let data = dir.join("directory");
+    let data = dir.join("demo-data");
     let _ = std::fs::remove_dir_all(&data);
-    std::fs::create_dir_all(data.join("user")).map_err(|e| e.to_string())?;
-    let replica = |i: usize| -> Result<std::process::Child, String> {
-        let log = std::fs::File::create(data.join(format!("replica{i}.log")))
-            .map_err(|e| e.to_string())?;
-        let node = format!("n{}", i + 1);
-        let path = data.join(format!("r{i}"));
-        shoal(
-            &[
-                "cluster",
-                "exec",
-                "--node",
-                &node,
-                "--",
-                shoal_bin().to_str().unwrap(),
-                "dir",
-                "serve",
-                "--replica",
-                &i.to_string(),
-                "--replicas",
-                "3",
-                "--data",
-                path.to_str().unwrap(),
-            ],
-            dir,
-        )
-        .stderr(log)
-        .spawn()
-        .map_err(|e| e.to_string())
-    };
-    let mut replicas = (0..3).map(replica).collect::<Result<Vec<_>, _>>()?;
-    let result = demo_dir_steps(dir, &data, &mut replicas, &replica);
-    for r in &mut replicas {
-        stop(r);
-    }
-    if result.is_err() {
-        for i in 0..3 {
-            let log =
-                std::fs::read_to_string(data.join(format!("replica{i}.log"))).unwrap_or_default();
-            println!("--- replica {i} (last lines of its log)");
-            let lines: Vec<&str> = log.lines().collect();
-            for l in &lines[lines.len().saturating_sub(15)..] {
-                println!("  {l}");
-            }
-        }
-    }
-    result
-}
-
-type Spawn<'a> = dyn Fn(usize) -> Result<std::process::Child, String> + 'a;
-
-fn demo_dir_steps(
-    dir: &Path,
-    data: &Path,
-    replicas: &mut [std::process::Child],
-    replica: &Spawn<'_>,
-) -> Result<(), String> {
-    let user = data.join("user");
+    std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
     let on = |node: &str, args: &[&str]| -> Result<String, String> {
         let mut all = vec![
             "cluster".to_string(),
@@ -362,8 +313,6 @@ fn demo_dir_steps(
             "--node".into(),
             node.into(),
             "--".into(),
-            "env".into(),
-            format!("SHOAL_CONFIG_DIR={}", user.display()),
             shoal_bin().display().to_string(),
         ];
         all.extend(args.iter().map(|a| a.to_string()));
@@ -387,8 +336,7 @@ fn demo_dir_steps(
             std::thread::sleep(Duration::from_millis(300));
         }
     };
-    on("n4", &["init"])?;
-    step("names registered on n4");
+    step("the directory service (replicas on n1, n2, n3): names registered on n4");
     let projects = on("n4", &["dir", "mkdir", "projects"])?;
     on("n4", &["dir", "mkdir", "projects/shoal"])?;
     on("n4", &["dir", "put", "projects/link", projects.trim()])?;
@@ -413,139 +361,140 @@ fn demo_dir_steps(
         std::thread::sleep(Duration::from_millis(500));
     }
     step("killing the replica on n1 with SIGKILL: the names survive, updates go on");
-    if let Ok(Some(status)) = replicas[0].try_wait() {
-        return Err(format!("the replica on n1 exited by itself: {status}"));
-    }
-    let _ = Command::new("kill")
-        .args(["-KILL", &replicas[0].id().to_string()])
-        .status();
-    let _ = replicas[0].wait();
+    kill_service(dir, "n1", "dir-r0")?;
     let found = on("n3", &["dir", "lookup", "projects/link"])?;
     if found.trim() != projects.trim() {
         return Err(format!("after the crash n3 looked up {found:?}"));
     }
     on("n4", &["dir", "mv", "projects/link", "projects/shoal/link"])?;
     on("n2", &["dir", "ls", "projects/shoal"])?;
-    step("restarting it: it recovers from its log and catches up by state transfer");
-    replicas[0] = replica(0)?;
-    std::thread::sleep(Duration::from_millis(1500));
+    step("n1's daemon restarts it: it recovers from its log and catches up by state transfer");
+    restarted(dir, "n1", "dir-r0")?;
     on("n1", &["dir", "lookup", "projects/shoal/link"])?;
-    demo_files(dir, data, &on)?;
-    demo_pool(dir, data, &on)
+    demo_files(dir, &data, &on)?;
+    demo_pool(dir, &data, &on)
+}
+
+/// Kills service `name` on `node` with SIGKILL, as a crash would.
+fn kill_service(dir: &Path, node: &str, name: &str) -> Result<(), String> {
+    let (pid, _) = service_pid(dir, node, name)?;
+    let pid = pid.ok_or(format!("{name} on {node} is not running"))?;
+    println!("  kill -KILL {pid}   # {name} on {node}");
+    let status = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .map_err(|e| e.to_string())?;
+    if !status.success() {
+        return Err(format!("kill {pid} failed"));
+    }
+    Ok(())
+}
+
+/// Service `name` on `node`: its pid if it runs, and how often it started.
+fn service_pid(dir: &Path, node: &str, name: &str) -> Result<(Option<u64>, u64), String> {
+    let out = shoal(&["service", "ls", "--node", node, "--json"], dir)
+        .output()
+        .map_err(|e| e.to_string())?;
+    let list: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).map_err(|e| {
+        format!(
+            "shoal service ls: {e}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+    })?;
+    let s = list
+        .iter()
+        .find(|s| s["name"] == name)
+        .ok_or(format!("no service {name} on {node}"))?;
+    let pid = (s["state"] == "running")
+        .then(|| s["pid"].as_u64())
+        .flatten();
+    Ok((pid, s["starts"].as_u64().unwrap_or(0)))
+}
+
+/// Waits until the daemon of `node` has started `name` again, and shows
+/// the node's services.
+fn restarted(dir: &Path, node: &str, name: &str) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !matches!(service_pid(dir, node, name)?, (Some(_), starts) if starts >= 2) {
+        if Instant::now() >= deadline {
+            return Err(format!("{node}'s daemon did not restart {name}"));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let out = shoal(&["service", "ls", "--node", node], dir)
+        .output()
+        .map_err(|e| e.to_string())?;
+    print!(
+        "  $ shoal service ls --node {node}\n{}",
+        indent(&String::from_utf8_lossy(&out.stdout))
+    );
+    Ok(())
 }
 
 type On<'a> = dyn Fn(&str, &[&str]) -> Result<String, String> + 'a;
 
-/// The file service: three file servers, a file stored with two replicas
-/// and named in the directory, read on another node, one server killed,
-/// the file still read, the object manager restoring two replicas.
+/// The file service that `cluster up` started: a file server on every
+/// node, a file stored with two replicas and named in the directory, read
+/// on another node, the server of one replica killed, the file still
+/// read, the server restarted by its daemon with the replica it held.
 fn demo_files(dir: &Path, data: &Path, on: &On<'_>) -> Result<(), String> {
-    step("file servers fs1, fs2, fs3 on n1, n2, n3, registered in the directory");
-    let user = data.join("user");
-    let server = |i: usize| -> Result<std::process::Child, String> {
-        let log =
-            std::fs::File::create(data.join(format!("fs{i}.log"))).map_err(|e| e.to_string())?;
-        let node = format!("n{i}");
-        let store = data.join(format!("fs{i}"));
-        shoal(
-            &[
-                "cluster",
-                "exec",
-                "--node",
-                &node,
-                "--",
-                "env",
-                &format!("SHOAL_CONFIG_DIR={}", user.display()),
-                shoal_bin().to_str().unwrap(),
-                "file",
-                "serve",
-                "--name",
-                &format!("fs{i}"),
-                "--data",
-                store.to_str().unwrap(),
-            ],
-            dir,
-        )
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .map_err(|e| e.to_string())
-    };
-    let mut servers = (1..=3).map(server).collect::<Result<Vec<_>, _>>()?;
-    let result = (|| {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let list = on("n4", &["file", "servers"])?;
-            if list.lines().filter(|l| l.contains("files=")).count() == 3 {
-                break;
-            }
-            if Instant::now() >= deadline {
-                return Err("the file servers did not all register".to_string());
-            }
-            std::thread::sleep(Duration::from_millis(500));
-        }
-        // 5 MiB of recognisable text.
-        let source = data.join("report.txt");
-        let text: String = (0..150_000)
-            .map(|i| format!("line {i:06} of the shoal demo report\n"))
-            .collect::<String>()[..5 << 20]
-            .to_string();
-        std::fs::write(&source, &text).map_err(|e| e.to_string())?;
-        step(
-            "a 5 MiB file stored from n4 with two replicas on different servers, named projects/report",
-        );
+    step("the file service: a server on every node, registered in the directory");
+    on("n4", &["file", "servers"])?;
+    // 5 MiB of recognisable text.
+    let source = data.join("report.txt");
+    let text: String = (0..150_000)
+        .map(|i| format!("line {i:06} of the shoal demo report\n"))
+        .collect::<String>()[..5 << 20]
+        .to_string();
+    std::fs::write(&source, &text).map_err(|e| e.to_string())?;
+    step(
+        "a 5 MiB file stored from n4 with two replicas on different servers, named projects/report",
+    );
+    on(
+        "n4",
+        &[
+            "file",
+            "put",
+            "-q",
+            "projects/report",
+            source.to_str().unwrap(),
+        ],
+    )?;
+    let stat = on("n2", &["file", "stat", "projects/report"])?;
+    step("read back on n2 (from whichever replica answers)");
+    // Reads the file on `node` into a copy and compares it.
+    let read_back = |node: &str| -> Result<(), String> {
+        let copy = data.join(format!("report.{node}"));
         on(
-            "n4",
+            node,
             &[
                 "file",
-                "put",
+                "get",
                 "-q",
                 "projects/report",
-                source.to_str().unwrap(),
+                copy.to_str().unwrap(),
             ],
         )?;
-        let stat = on("n2", &["file", "stat", "projects/report"])?;
-        step("read back on n2 (from whichever replica answers)");
-        // Reads the file on `node` into a copy and compares it.
-        let read_back = |node: &str| -> Result<(), String> {
-            let copy = data.join(format!("report.{node}"));
-            on(
-                node,
-                &[
-                    "file",
-                    "get",
-                    "-q",
-                    "projects/report",
-                    copy.to_str().unwrap(),
-                ],
-            )?;
-            same(&source, &copy)
-        };
-        read_back("n2")?;
-        let first = stat
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("fs").and_then(|r| r.chars().next()))
-            .and_then(|c| c.to_digit(10))
-            .ok_or("no replica listed")? as usize;
-        step(&format!(
-            "killing fs{first} (the first replica's server) with SIGKILL: n3 still reads the file"
-        ));
-        let _ = Command::new("kill")
-            .args(["-KILL", &servers[first - 1].id().to_string()])
-            .status();
-        let _ = servers[first - 1].wait();
-        read_back("n3")?;
-        step("the object manager touches every named file and re-creates the lost replica");
-        on("n4", &["file", "gc", "--no-age"])?;
-        on("n4", &["file", "stat", "projects/report"])?;
-        Ok(())
-    })();
-    for s in &mut servers {
-        if matches!(s.try_wait(), Ok(None)) {
-            stop(s);
-        }
-    }
-    result
+        same(&source, &copy)
+    };
+    read_back("n2")?;
+    let first = stat
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("fs").and_then(|r| r.chars().next()))
+        .and_then(|c| c.to_digit(10))
+        .ok_or("no replica listed")?;
+    let node = format!("n{first}");
+    step(&format!(
+        "killing fs{first} (the first replica's server, on {node}) with SIGKILL: n3 still reads the file"
+    ));
+    kill_service(dir, &node, "file")?;
+    read_back("n3")?;
+    step(&format!(
+        "{node}'s daemon restarts fs{first}, with the replica it stored"
+    ));
+    restarted(dir, &node, "file")?;
+    on("n4", &["file", "stat", "projects/report"])?;
+    Ok(())
 }
 
 /// The processor pool: programs placed across the nodes, `shoal ps`

@@ -17,7 +17,12 @@
 //! DIR/n1/node.log       its log
 //! DIR/n1/node.sock      its link socket
 //! DIR/n1/state/         its identity (static key, certificate) and pid
-//!                       file (0700)
+//!                       file (0700); with the whole system, its services'
+//!                       logs, the directory replica's data (dir/) and
+//!                       the file server's store (files/)
+//! DIR/root/root         with the whole system (`Cluster::start_system`),
+//!                       the cluster's root directory, which programs run
+//!                       on its nodes use unless they set SHOAL_CONFIG_DIR
 //! ```
 //!
 //! The directory is checked to be the user's and writable by nobody else
@@ -28,6 +33,7 @@
 //! namespace, with `SHOAL_NODE` pointing at its link socket.
 
 mod netns;
+mod system;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -404,6 +410,11 @@ impl Cluster {
             None => Command::new(program),
         };
         cmd.env("SHOAL_NODE", &node.socket);
+        // The cluster's root, for its administrator, unless they chose.
+        let config = self.admin_config();
+        if std::env::var_os("SHOAL_CONFIG_DIR").is_none() && config.join("root").exists() {
+            cmd.env("SHOAL_CONFIG_DIR", config);
+        }
         Ok(cmd)
     }
 

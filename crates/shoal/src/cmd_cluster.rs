@@ -26,7 +26,10 @@ impl DirArg {
 
 #[derive(Subcommand)]
 pub enum ClusterCommand {
-    /// Start N nodes on this machine (namespaces as root, loopback otherwise).
+    /// Start N nodes on this machine (namespaces as root, loopback
+    /// otherwise) with the whole system: a directory service of up to
+    /// three replicas, a file server on every node and the cluster's root
+    /// directory, kept by the node daemons as services (--bare: nodes only).
     Up {
         /// How many nodes.
         #[arg(long, default_value_t = 4)]
@@ -40,6 +43,9 @@ pub enum ClusterCommand {
         /// Share loopback instead of namespaces, even as root.
         #[arg(long)]
         loopback: bool,
+        /// Only the nodes: no directory service, file servers or root.
+        #[arg(long)]
+        bare: bool,
         #[command(flatten)]
         dir: DirArg,
     },
@@ -150,6 +156,7 @@ pub fn run(command: ClusterCommand) -> Result<(), Failure> {
             name,
             subnet,
             loopback,
+            bare,
             dir,
         } => {
             let mode = if loopback || !shoal_cluster::is_root() {
@@ -171,7 +178,21 @@ pub fn run(command: ClusterCommand) -> Result<(), Failure> {
                 spec.dir.display()
             );
             let cluster = Cluster::up(&spec, &mut progress)?;
-            eprintln!("cluster up: {} nodes", cluster.file().nodes.len());
+            if bare {
+                eprintln!("cluster up: {} nodes", cluster.file().nodes.len());
+                return Ok(());
+            }
+            if let Err(e) = cluster.start_system(&mut progress) {
+                return Err(Failure::failed(format!(
+                    "{e}\nthe nodes run; `shoal cluster down` removes them"
+                )));
+            }
+            let n = cluster.file().nodes.len();
+            let s = if n == 1 { "" } else { "s" };
+            eprintln!(
+                "cluster up: {n} node{s}, a directory service, {n} file server{s}; \
+                 `shoal service ls --all` lists the services"
+            );
             Ok(())
         }
         ClusterCommand::Down { dir } => {

@@ -104,12 +104,15 @@ fn ls(args: LsArgs) -> Result<(), Failure> {
     let nodes = if args.all {
         let status: shoal_node::NodeStatus = ask(&ctx, &name, &NodeRequest::Status, DEADLINE)
             .map_err(|e| Failure::unreachable(format!("{name} is unreachable: {e}")))?;
-        status
+        let mut names: Vec<String> = status
             .members
             .into_iter()
             .filter(|m| m.alive)
             .map(|m| m.name)
-            .collect()
+            .collect();
+        // n2 before n10.
+        names.sort_by(|a, b| (a.len(), a).cmp(&(b.len(), b)));
+        names
     } else {
         vec![name]
     };

@@ -107,6 +107,8 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(cli.default_log())),
         )
         .with_writer(std::io::stderr)
+        // Colours for a person at a terminal, not for a service's log.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match cli.run() {
         Ok(()) => ExitCode::SUCCESS,

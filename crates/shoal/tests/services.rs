@@ -238,3 +238,115 @@ fn services_are_kept_restarted_controlled_and_logged() {
         );
     }
 }
+
+/// `shoal cluster up`'s whole system: a directory of three replicas, a
+/// file server on every node and the cluster's root, all services; a
+/// file stored and read back; a directory replica and a file server
+/// killed and restarted by their daemons, nothing lost.
+#[test]
+fn the_whole_system_comes_up_as_services_and_survives_their_crashes() {
+    let tc = TestCluster::up("sw", 57, 4, Mode::Netns);
+    let c = tc.get();
+    c.start_system(&mut |l| eprintln!("[sw] {l}")).unwrap();
+    let on = |node: &str, args: &[&str]| {
+        let out = shoal_on(c, node, false, args);
+        assert!(
+            out.status.success(),
+            "shoal {args:?} on {node}: {}",
+            text(&out)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let all = || -> Vec<Value> {
+        serde_json::from_str(&on("n4", &["service", "ls", "--all", "--json"])).unwrap()
+    };
+    let names: Vec<String> = all()
+        .iter()
+        .map(|s| {
+            format!(
+                "{} {}",
+                s["node"].as_str().unwrap(),
+                s["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "n1 dir-r0",
+            "n1 file",
+            "n2 dir-r1",
+            "n2 file",
+            "n3 dir-r2",
+            "n3 file",
+            "n4 file"
+        ]
+    );
+    let servers = on("n4", &["file", "servers"]);
+    assert_eq!(servers.matches("files=").count(), 4, "{servers}");
+    on("n4", &["dir", "mkdir", "projects"]);
+    let source = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(source.path(), b"kept by its daemons\n".repeat(1000)).unwrap();
+    on(
+        "n4",
+        &[
+            "file",
+            "put",
+            "-q",
+            "projects/notes",
+            source.path().to_str().unwrap(),
+        ],
+    );
+
+    // Kill the replica on n1 and the file server on n2 (SIGKILL).
+    let pid_of = |node: &str, name: &str| -> (i64, u64) {
+        let s = all()
+            .into_iter()
+            .find(|s| s["node"] == node && s["name"] == name)
+            .unwrap();
+        (
+            s["pid"].as_i64().unwrap_or(0),
+            s["starts"].as_u64().unwrap(),
+        )
+    };
+    for (node, name) in [("n1", "dir-r0"), ("n2", "file")] {
+        let (pid, starts) = pid_of(node, name);
+        assert_eq!(starts, 1);
+        // SAFETY: kill has no memory effects.
+        assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while [("n1", "dir-r0"), ("n2", "file")]
+        .iter()
+        .any(|(n, s)| pid_of(n, s).1 < 2 || pid_of(n, s).0 == 0)
+    {
+        assert!(Instant::now() < deadline, "not restarted: {:?}", all());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Nothing lost: the name and the file, read on the node whose server
+    // was killed.
+    assert!(on("n1", &["dir", "ls"]).contains("projects"));
+    let copy = tempfile::NamedTempFile::new().unwrap();
+    common::until_ok(
+        "reading the file back",
+        || {
+            shoal_on(
+                c,
+                "n2",
+                false,
+                &[
+                    "file",
+                    "get",
+                    "-q",
+                    "projects/notes",
+                    copy.path().to_str().unwrap(),
+                ],
+            )
+        },
+        String::new,
+    );
+    assert_eq!(
+        std::fs::read(copy.path()).unwrap(),
+        std::fs::read(source.path()).unwrap()
+    );
+}
