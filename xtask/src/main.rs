@@ -4,6 +4,7 @@
 //! Debian machine that has only the Rust toolchain.
 
 mod bench;
+mod dist;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -16,6 +17,7 @@ fn main() -> ExitCode {
         Some("test") => test(&args[1..]),
         Some("sim") => sim(&args[1..]),
         Some("bench") => bench::bench(&args[1..]),
+        Some("dist") => dist::dist().map(|_| ()),
         Some("fuzz") => match args.get(1).map(|s| s.parse::<u64>()) {
             None => fuzz(60),
             Some(Ok(seconds)) => fuzz(seconds),
@@ -39,9 +41,14 @@ fn main() -> ExitCode {
 const USAGE: &str = "usage: cargo xtask <task>
 
 tasks:
-  demo     build shoal, start a local 4-node cluster, show RPC with a
-           moving server and a crashing node, a process group that loses
-           its sequencer and carries on, tear it down
+  demo     build shoal, start the whole system on 4 local nodes with one
+           `shoal cluster up`, show RPC with a moving server and a
+           crashing node, a process group that loses its sequencer, the
+           directory and file services through crashes of their servers
+           (restarted by the node daemons), the pool and shoal make, tear
+           it down
+  dist     the Debian packages shoal and shoal-bench (systemd unit and
+           default configuration included) in target/dist/
   test     install what the tests need, then run the whole suite:
            format and lint checks, unit, property and simulation tests,
            real-cluster integration tests, and short fuzz runs

@@ -39,9 +39,7 @@ impl Cluster {
         let node = self.node(name)?;
         let mut config = NodeConfigFile::load(&node.config)?;
         config.services = (!services.is_empty()).then_some(services);
-        let text = toml::to_string(&config).map_err(|e| e.to_string())?;
-        std::fs::write(&node.config, text)
-            .map_err(|e| format!("cannot write {}: {e}", node.config.display()))?;
+        config.save(&node.config)?;
         if let Some(pid) = self.pid(name) {
             // SAFETY: plain kill(2).
             unsafe { libc::kill(pid, libc::SIGHUP) };

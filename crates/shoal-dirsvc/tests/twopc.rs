@@ -65,7 +65,7 @@ impl Nodes {
                 bind: addrs[i],
                 broadcast: None,
                 seeds: vec![addrs[1 - i]],
-                key_file: key_file.clone(),
+                key_file: Some(key_file.clone()),
                 cluster: admin.cluster(),
                 admin: admin.public(),
                 cert_file,

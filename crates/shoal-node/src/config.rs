@@ -24,7 +24,8 @@ pub struct NodeConfigFile {
     pub broadcast: Option<SocketAddr>,
     /// Nodes to join through.
     pub seeds: Option<Vec<SocketAddr>>,
-    /// File holding the cluster key (64 hex characters).
+    /// File holding an old shared cluster key (64 hex characters), only
+    /// to count heartbeats forged under it; nodes need none.
     pub key_file: Option<PathBuf>,
     /// The cluster's id (32 hex digits, from `shoal cluster init`).
     pub cluster_id: Option<String>,
@@ -199,6 +200,26 @@ impl NodeConfigFile {
         toml::from_str(&text).map_err(|e| format!("bad config {}: {}", path.display(), e.message()))
     }
 
+    /// Writes the configuration to `path` (0644: it holds no secret, and
+    /// only its owner may change it).
+    pub fn save(&self, path: &Path) -> Result<(), String> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let text = toml::to_string(self).map_err(|e| format!("config: {e}"))?;
+        let tmp = path.with_extension("toml.new");
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .open(&tmp)
+            .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+        f.write_all(text.as_bytes())
+            .and_then(|()| f.sync_all())
+            .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+        std::fs::rename(&tmp, path).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    }
+
     /// Fields set in `over` replace those here.
     pub fn merge(self, over: NodeConfigFile) -> NodeConfigFile {
         NodeConfigFile {
@@ -232,7 +253,7 @@ pub struct NodeConfig {
     pub bind: SocketAddr,
     pub broadcast: Option<SocketAddr>,
     pub seeds: Vec<SocketAddr>,
-    pub key_file: PathBuf,
+    pub key_file: Option<PathBuf>,
     pub cluster: ClusterId,
     pub admin: AdminPublic,
     pub cert_file: PathBuf,
@@ -256,9 +277,6 @@ impl NodeConfig {
         let addr = file
             .addr
             .ok_or("no node address: set addr in the config or pass --addr")?;
-        let key_file = file
-            .key_file
-            .ok_or("no cluster key: set key_file in the config or pass --key-file")?;
         let cluster = ClusterId::from_hex(file.cluster_id.as_deref().ok_or(
             "no cluster id: set cluster_id in the config (`shoal cluster init` prints it)",
         )?)
@@ -297,7 +315,7 @@ impl NodeConfig {
             addr,
             broadcast: file.broadcast,
             seeds: file.seeds.unwrap_or_default(),
-            key_file,
+            key_file: file.key_file,
             metrics: file.metrics,
             frag_bytes,
             owner_detect: file.owner_detect.unwrap_or(true),

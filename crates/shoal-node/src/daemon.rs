@@ -80,7 +80,10 @@ pub(crate) struct Shared {
     pub procs_changed: Condvar,
     /// The daemon's own RPC context, once it serves.
     pub rpc: OnceLock<Context>,
-    pub key: ClusterKey,
+    /// The old shared cluster key, if the configuration names one: only
+    /// to recognize (and count as forged) a heartbeat sent outside a
+    /// session under it.
+    pub key: Option<ClusterKey>,
     /// This node's certificate and what it trusts.
     pub identity: crate::identity::Identity,
     /// Sessions with the other nodes (heartbeats travel in them).
@@ -204,11 +207,15 @@ impl Daemon {
     /// Starts every thread of a node with `config`.  `stop` ends it.
     pub fn start(config: NodeConfig, stop: Arc<AtomicBool>) -> Result<Daemon, String> {
         let remote_root = config.remote_root;
-        let key_bytes =
-            shoal_rpc::private::read(&config.key_file).map_err(|e| format!("cluster key: {e}"))?;
-        let key_text = String::from_utf8_lossy(&key_bytes);
-        let key = ClusterKey::from_str(&key_text)
-            .map_err(|e| format!("{}: {e}", config.key_file.display()))?;
+        let key = match &config.key_file {
+            Some(path) => {
+                let bytes =
+                    shoal_rpc::private::read(path).map_err(|e| format!("cluster key: {e}"))?;
+                let text = String::from_utf8_lossy(&bytes);
+                Some(ClusterKey::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?)
+            }
+            None => None,
+        };
         let identity = crate::identity::load(
             &config.name,
             &config.state_dir,
@@ -498,12 +505,12 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
             if let Some((n, _)) = unsealed {
                 // Nothing is taken outside a node session; a heartbeat
                 // sent so (even under the cluster key) is counted forged.
-                match decode(&buf[..n], &shared.key) {
-                    Ok(Packet::Heartbeat(_)) => {
+                match shared.key.as_ref().map(|key| decode(&buf[..n], key)) {
+                    Some(Ok(Packet::Heartbeat(_))) => {
                         shared.forged_heartbeats.fetch_add(1, Ordering::Relaxed);
                     }
-                    Ok(_) => state.stats.dropped_stale += 1,
-                    Err(e) => state.stats.count_wire_error(e),
+                    Some(Ok(_)) | None => state.stats.dropped_stale += 1,
+                    Some(Err(e)) => state.stats.count_wire_error(e),
                 }
             }
             for (peer, plaintext) in &opened {

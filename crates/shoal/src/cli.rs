@@ -102,7 +102,8 @@ struct NodeArgs {
     /// A node to join through (repeatable).
     #[arg(long = "seed")]
     seeds: Vec<SocketAddr>,
-    /// File holding the cluster key.
+    /// File holding an old shared cluster key, only to count heartbeats
+    /// forged under it (nodes need none).
     #[arg(long)]
     key_file: Option<PathBuf>,
     /// Serve Prometheus metrics on this address.
@@ -129,8 +130,14 @@ enum NodeCommand {
         /// The list, hex, or `-`.
         list: String,
     },
+    /// Write this machine's node configuration and certificate from what
+    /// the administrator's `shoal cluster admit` printed (it prints this
+    /// command, to run here as root).
+    Join(Box<crate::cmd_join::JoinArgs>),
     /// Print this node's static public key (made on first use), for the
-    /// administrator's `shoal cluster admit`.
+    /// administrator's `shoal cluster admit`.  Without --state-dir or
+    /// --config: /etc/shoal/node.toml's state directory, else
+    /// /var/lib/shoal.
     Key {
         /// The node's state directory.
         #[arg(long)]
@@ -262,7 +269,15 @@ fn run_node(args: NodeArgs) -> Result<(), Failure> {
             (None, Some(c)) => NodeConfigFile::load(&c)?
                 .state_dir
                 .ok_or_else(|| Failure::usage(format!("{} names no state_dir", c.display())))?,
-            (None, None) => return Err(Failure::usage("give --state-dir or --config")),
+            (None, None) => {
+                let installed = std::path::Path::new(crate::cmd_join::DEFAULT_CONFIG);
+                installed
+                    .exists()
+                    .then(|| NodeConfigFile::load(installed))
+                    .transpose()?
+                    .and_then(|c| c.state_dir)
+                    .unwrap_or_else(|| PathBuf::from(crate::cmd_join::DEFAULT_STATE))
+            }
         };
         println!(
             "{}",
@@ -270,8 +285,14 @@ fn run_node(args: NodeArgs) -> Result<(), Failure> {
         );
         return Ok(());
     }
+    if let Some(NodeCommand::Join(join)) = args.command {
+        return crate::cmd_join::join(*join);
+    }
     let file = match &args.config {
-        Some(path) => NodeConfigFile::load(path)?,
+        Some(path) => {
+            crate::cmd_join::check_config_file(path)?;
+            NodeConfigFile::load(path)?
+        }
         None => NodeConfigFile::default(),
     };
     let flags = NodeConfigFile {

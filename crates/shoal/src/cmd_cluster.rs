@@ -107,6 +107,15 @@ pub enum ClusterCommand {
         /// Days the certificate is valid.
         #[arg(long, default_value_t = shoal_node::identity::CERT_DAYS)]
         days: u64,
+        /// The node's address (IP:PORT): with --seed, print the whole
+        /// `shoal node join` command to run on it instead of the
+        /// certificate alone.
+        #[arg(long, requires = "seeds")]
+        addr: Option<std::net::SocketAddr>,
+        /// A node already in the cluster, for the join command
+        /// (repeatable).
+        #[arg(long = "seed", requires = "addr")]
+        seeds: Vec<std::net::SocketAddr>,
         #[command(flatten)]
         admin: AdminArg,
     },
@@ -233,20 +242,42 @@ pub fn run(command: ClusterCommand) -> Result<(), Failure> {
             eprintln!("every node's configuration needs:");
             println!("cluster_id = \"{}\"", a.cluster().to_hex());
             println!("admin_key = \"{}\"", a.public().to_hex());
+            eprintln!(
+                "to join a host: run `shoal node key` on it, then here \
+                 `shoal cluster admit NAME KEY --addr ITS_IP:7700 --seed FIRST_IP:7700`, \
+                 and run the command that prints on it (docs/operations.md)"
+            );
             Ok(())
         }
         ClusterCommand::Admit {
             name,
             key,
             days,
+            addr,
+            seeds,
             admin,
         } => {
             let key: [u8; 32] = hex::decode(key.trim())
                 .ok()
                 .and_then(|k| k.try_into().ok())
                 .ok_or_else(|| Failure::usage("the node's key must be 64 hex digits"))?;
-            let cert = Admin::open(&admin.dir())?.admit(&name, key, days)?;
-            println!("{}", hex::encode(cert));
+            let admin = Admin::open(&admin.dir())?;
+            let cert = hex::encode(admin.admit(&name, key, days)?);
+            let Some(addr) = addr else {
+                println!("{cert}");
+                eprintln!(
+                    "save it as {name}'s STATE_DIR/node.cert, or give --addr and --seed for the \
+                     `shoal node join` command to run on {name}"
+                );
+                return Ok(());
+            };
+            let seeds: String = seeds.iter().map(|s| format!(" --seed {s}")).collect();
+            eprintln!("on {name}, as root:");
+            println!(
+                "shoal node join --name {name} --addr {addr}{seeds} --cluster-id {} --admin-key {} --cert {cert}",
+                admin.cluster().to_hex(),
+                admin.public().to_hex()
+            );
             Ok(())
         }
         ClusterCommand::Revoke { node, admin } => {

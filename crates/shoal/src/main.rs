@@ -10,6 +10,7 @@ mod cmd_dir;
 mod cmd_file;
 mod cmd_group;
 mod cmd_init;
+mod cmd_join;
 mod cmd_make;
 mod cmd_ps;
 mod cmd_rpc;
