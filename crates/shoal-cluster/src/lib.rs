@@ -257,6 +257,8 @@ impl Cluster {
                 // Root on one node is root on all: they are one machine.
                 remote_root: Some(shoal_node::RemoteRoot::Allow),
                 socket_group: None,
+                // Tests and benchmarks start servers by hand, as root.
+                system_ports: Some(shoal_node::SystemPorts::Root),
                 services: None,
             };
             let text = toml::to_string(&config).map_err(|e| e.to_string())?;

@@ -3,7 +3,7 @@
 //! directory, recording each operation's call and return times
 //! (CLOCK_MONOTONIC, comparable between processes of one machine) and
 //! answer, for a linearizability check (`shoal_dir::history`).  Behind
-//! `shoal dir-workload`; the real-cluster tests run it while they crash,
+//! `shoal-dir-workload`; the real-cluster tests run it while they crash,
 //! pause and partition replicas.
 
 use std::collections::BTreeMap;

@@ -74,6 +74,7 @@ impl Nodes {
                 owner_detect: false,
                 remote_root: shoal_node::RemoteRoot::Allow,
                 socket_group: None,
+                system_ports: shoal_node::SystemPorts::Root,
                 services: Vec::new(),
             };
             let socket = config.socket.clone();

@@ -49,10 +49,26 @@ pub struct NodeConfigFile {
     /// Open the link socket only to this group's members (mode 0660)
     /// instead of every local user (0666).
     pub socket_group: Option<String>,
+    /// Who besides the daemon may serve system ports (default
+    /// `services`: the services configured with `system = true`; `root`:
+    /// also root's programs, as local clusters allow).
+    pub system_ports: Option<SystemPorts>,
     /// The services the daemon keeps running (`[[service]]` tables;
     /// `docs/services.md`).
     #[serde(default, rename = "service", skip_serializing_if = "Option::is_none")]
     pub services: Option<Vec<ServiceConfig>>,
+}
+
+/// Who besides the daemon may serve system ports (`docs/services.md`).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum SystemPorts {
+    /// The services configured with `system = true`.
+    #[default]
+    Services,
+    /// Those, and root's programs (local clusters, whose tests and
+    /// benchmarks start servers by hand and whose nodes share one root).
+    Root,
 }
 
 /// One service the node daemon keeps running: a `[[service]]` table.
@@ -239,6 +255,7 @@ impl NodeConfigFile {
             owner_detect: over.owner_detect.or(self.owner_detect),
             remote_root: over.remote_root.or(self.remote_root),
             socket_group: over.socket_group.or(self.socket_group),
+            system_ports: over.system_ports.or(self.system_ports),
             services: over.services.or(self.services),
         }
     }
@@ -264,6 +281,7 @@ pub struct NodeConfig {
     pub remote_root: RemoteRoot,
     /// The group the link socket is open to, if not every user.
     pub socket_group: Option<String>,
+    pub system_ports: SystemPorts,
     /// The services the daemon keeps running.
     pub services: Vec<ServiceConfig>,
 }
@@ -303,6 +321,7 @@ impl NodeConfig {
         let services = file.services.unwrap_or_default();
         check_services(&services)?;
         Ok(NodeConfig {
+            system_ports: file.system_ports.unwrap_or_default(),
             services,
             socket: file.socket.unwrap_or_else(|| state_dir.join("node.sock")),
             cert_file: file

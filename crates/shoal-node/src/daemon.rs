@@ -76,6 +76,8 @@ pub(crate) struct Shared {
     pub exec: Arc<crate::exec::Exec>,
     /// The processes this node is the home of (`crate::home`).
     pub procs: Mutex<shoal_pool::ProcTable>,
+    /// Where the process numbers reserved on disk end (`crate::home`).
+    pub procs_reserved: std::sync::atomic::AtomicU64,
     /// Notified when a process of `procs` ends.
     pub procs_changed: Condvar,
     /// The daemon's own RPC context, once it serves.
@@ -256,6 +258,7 @@ impl Daemon {
             node,
             remote_root,
         )?);
+        let (first_number, numbers_reserved) = crate::home::first_number(&config.state_dir)?;
         let services = crate::supervise_io::Services::new(
             exec.spawner(),
             &config.state_dir,
@@ -293,12 +296,10 @@ impl Daemon {
             stop,
             config,
             exec,
-            // Numbered from a random point: a restarted home does not
-            // reuse the ids of its previous incarnation.
-            procs: Mutex::new(shoal_pool::ProcTable::new(
-                node,
-                rand::random::<u32>() as u64,
-            )),
+            // Small numbers, reserved in blocks on disk: a restarted home
+            // does not reuse the ids of its previous incarnation.
+            procs: Mutex::new(shoal_pool::ProcTable::new(node, first_number)),
+            procs_reserved: std::sync::atomic::AtomicU64::new(numbers_reserved),
             procs_changed: Condvar::new(),
             rpc: OnceLock::new(),
         });

@@ -7,6 +7,7 @@
 //! that link closes with the process still running (its `shoal run` was
 //! killed), the home hangs up on it, as a terminal's hangup would.
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use shoal_pool::exec::{Ended, ExecReply, ExecRequest};
@@ -45,8 +46,46 @@ pub(crate) fn spawn(
         }
         None => place(shared, mem_mib, allow_owner_active, None)?,
     };
-    let id = shared.procs.lock().spawn(now().0, command, &node, peer.uid);
+    let id = {
+        let mut procs = shared.procs.lock();
+        let id = procs.spawn(now().0, command, &node, peer.uid);
+        let reserved = shared.procs_reserved.load(Ordering::Acquire);
+        if id.seq + 1 >= reserved {
+            let next = reserve(&shared.config.state_dir, reserved)?;
+            shared.procs_reserved.store(next, Ordering::Release);
+        }
+        id
+    };
     Ok((id, node))
+}
+
+/// Process numbers are taken in blocks of this many: small numbers, never
+/// reused by a later incarnation of this home.
+const NUMBERS_BLOCK: u64 = 1000;
+/// The file that says where the next block starts.
+const NUMBERS_FILE: &str = "procs.next";
+
+/// The first process number this incarnation may use, with the block it
+/// starts reserved: `(first, end of the reservation)`.
+pub(crate) fn first_number(state_dir: &std::path::Path) -> Result<(u64, u64), String> {
+    let path = state_dir.join(NUMBERS_FILE);
+    let first = match std::fs::read_to_string(&path) {
+        Ok(text) => text
+            .trim()
+            .parse::<u64>()
+            .map_err(|_| format!("{}: not a number", path.display()))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 1,
+        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+    };
+    Ok((first, reserve(state_dir, first)?))
+}
+
+/// Reserves the numbers from `from` on (a block), durably, before any is
+/// used: the end of the reservation.
+fn reserve(state_dir: &std::path::Path, from: u64) -> Result<u64, String> {
+    let end = from + NUMBERS_BLOCK;
+    shoal_rpc::private::write(&state_dir.join(NUMBERS_FILE), format!("{end}\n").as_bytes())?;
+    Ok(end)
 }
 
 /// The start grant of process `id` for node `node` (hex): what the

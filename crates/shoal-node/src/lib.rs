@@ -47,7 +47,9 @@ mod spawn;
 pub mod supervise;
 mod supervise_io;
 
-pub use config::{NodeConfig, NodeConfigFile, RemoteRoot, ServiceConfig, check_services};
+pub use config::{
+    NodeConfig, NodeConfigFile, RemoteRoot, ServiceConfig, SystemPorts, check_services,
+};
 pub use daemon::{Daemon, run};
 pub use service::{
     HomedProc, MemberLoad, MemberStatus, NodeRequest, NodeStatus, ProcAnswer, RunningProc,

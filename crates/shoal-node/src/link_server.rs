@@ -370,17 +370,19 @@ fn handle(
             ),
             Err(_) => error("get_port must be 32 hex characters".into()),
         },
-        LinkRequest::RegisterSystem { .. }
-            if !peer.daemon && peer.uid != 0 && !shared.services.is_system(peer.pid) =>
-        {
+        LinkRequest::RegisterSystem { .. } if !may_serve_system(shared, &peer) => {
             shared
                 .refused_system
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            error(
-                "only the node's daemon, root and services configured with system = true \
-                 may serve a system service"
-                    .into(),
-            )
+            error(format!(
+                "only the node's daemon and the services its configuration marks system = true \
+                 may serve a system service here{}",
+                if peer.uid == 0 {
+                    " (run it as a [[service]] with system = true)"
+                } else {
+                    ""
+                }
+            ))
         }
         LinkRequest::RegisterSystem {
             put_port,
@@ -460,4 +462,13 @@ fn parse_instance(text: &str) -> Option<Instance> {
         Ok(0) | Err(_) => None,
         Ok(v) => Some(Instance(v)),
     }
+}
+
+/// Whether `peer` may serve a system port: the daemon, a running service
+/// configured `system = true`, and root's programs where the configuration
+/// says `system_ports = "root"`.
+fn may_serve_system(shared: &Shared, peer: &Peer) -> bool {
+    peer.daemon
+        || (peer.uid == 0 && shared.config.system_ports == crate::config::SystemPorts::Root)
+        || shared.services.is_system(peer.pid)
 }

@@ -44,7 +44,9 @@ pub enum LinkRequest {
         instance: String,
     },
     /// Serve system service `put_port` (hex) at `addr` as `instance`: only
-    /// the node's own daemon and root may (see `crate::service`).
+    /// the node's own daemon and the services its configuration marks
+    /// `system = true` may, and root where it says `system_ports = "root"`
+    /// (see `crate::service`).
     RegisterSystem {
         put_port: String,
         addr: SocketAddr,

@@ -70,9 +70,6 @@ enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Internal: the directory test workload (JSON lines of operations).
-    #[command(hide = true)]
-    DirWorkload(crate::cmd_workload::WorkloadArgs),
 }
 
 /// Flags of `shoal node`; each overrides the config file.
@@ -201,7 +198,6 @@ impl Cli {
             Command::Dir(c) => crate::cmd_dir::run(c),
             Command::File(c) => crate::cmd_file::run(c),
             Command::Init(args) => crate::cmd_init::run(args),
-            Command::DirWorkload(args) => crate::cmd_workload::run(args),
             Command::Bench(args) => bench(args),
             Command::Completions { shell } => {
                 use clap::CommandFactory;
@@ -312,6 +308,7 @@ fn run_node(args: NodeArgs) -> Result<(), Failure> {
         owner_detect: None,
         remote_root: None,
         socket_group: None,
+        system_ports: None,
         services: None,
     };
     let config = NodeConfig::resolve(file.merge(flags))?;

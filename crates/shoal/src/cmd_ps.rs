@@ -116,7 +116,7 @@ pub fn ps(args: PsArgs) -> Result<(), Failure> {
             (None, _) => "running".into(),
         };
         rows.push(Row {
-            id: p.id,
+            id: readable(&p.id, Some(&home)),
             home,
             node: p.node,
             user: shoal_node::account::user_name(p.uid),
@@ -131,11 +131,10 @@ pub fn ps(args: PsArgs) -> Result<(), Failure> {
     for (id, (node, r)) in running {
         let home = ProcId::from_str(&id)
             .ok()
-            .and_then(|i| names.get(&i.home.to_string()).cloned())
-            .unwrap_or_else(|| "?".into());
+            .and_then(|i| names.get(&i.home.to_string()).cloned());
         rows.push(Row {
-            id,
-            home,
+            id: readable(&id, home.as_deref()),
+            home: home.unwrap_or_else(|| "?".into()),
             node,
             user: "?".into(),
             state: "running (home silent)".into(),
@@ -145,7 +144,15 @@ pub fn ps(args: PsArgs) -> Result<(), Failure> {
             command: String::new(),
         });
     }
-    rows.sort_by(|a, b| (&a.home, &a.id).cmp(&(&b.home, &b.id)));
+    // n1.9 before n1.10, n2 before n10.
+    rows.sort_by_key(|r| {
+        let seq: u64 =
+            r.id.rsplit('.')
+                .next()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+        (r.home.len(), r.home.clone(), seq)
+    });
     if args.json {
         println!(
             "{}",
@@ -318,6 +325,16 @@ fn usage(message: &str) -> Failure {
 }
 
 /// How a process ended, in words.
+/// A process id as a person types it: its home's name and its number
+/// (`n1.42`), which `kill` and `wait` take as they take the node id's
+/// form.
+fn readable(id: &str, home: Option<&str>) -> String {
+    match (home, id.rsplit_once('.')) {
+        (Some(home), Some((_, seq))) => format!("{home}.{seq}"),
+        _ => id.to_string(),
+    }
+}
+
 fn describe(end: ProcEnd) -> String {
     match end {
         ProcEnd::Exited(c) => format!("exited {c}"),

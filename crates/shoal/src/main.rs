@@ -17,7 +17,6 @@ mod cmd_rpc;
 mod cmd_run;
 mod cmd_service;
 mod cmd_status;
-mod cmd_workload;
 
 use std::process::ExitCode;
 

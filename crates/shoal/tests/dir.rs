@@ -1,6 +1,6 @@
 //! The directory service on real local clusters: replicas are `shoal dir
 //! serve` processes in separate network namespaces; clients are `shoal
-//! dir` commands and the test workload (`shoal dir-workload`) on other
+//! dir` commands and the test workload (`shoal-dir-workload`) on other
 //! nodes.  Faults are real: SIGKILL, SIGSTOP/SIGCONT and iptables
 //! partitions.  The workload's history (CLOCK_MONOTONIC call and return
 //! times of every operation, from several processes at once) is checked
@@ -135,6 +135,26 @@ impl Service {
         let mut cmd = c.command(node, shoal()).unwrap();
         cmd.env("SHOAL_CONFIG_DIR", &self.config);
         cmd
+    }
+
+    /// The directory test workload (`shoal-dir-workload`, a test program
+    /// users are not given) on `node`.
+    fn workload_cmd(&self, c: &Cluster, node: &str) -> Command {
+        let mut cmd = c
+            .command(node, env!("CARGO_BIN_EXE_shoal-dir-workload"))
+            .unwrap();
+        cmd.env("SHOAL_CONFIG_DIR", &self.config);
+        cmd
+    }
+
+    /// Runs the workload with ARGS until it succeeds.
+    fn ok_workload(&self, c: &Cluster, node: &str, args: &[&str]) -> String {
+        let out = common::until_ok(
+            &format!("shoal-dir-workload {args:?}"),
+            || self.workload_cmd(c, node).args(args).output().unwrap(),
+            || self.logs(),
+        );
+        String::from_utf8(out).unwrap()
     }
 
     /// Runs `shoal ARGS` until it succeeds (the service may be re-forming).
@@ -301,16 +321,8 @@ fn workload_under_faults(
         .iter()
         .enumerate()
         .map(|(i, n)| {
-            s.cmd(c, n)
-                .args([
-                    "dir-workload",
-                    "--dir",
-                    &w,
-                    "--clients",
-                    "3",
-                    "--ops",
-                    "100000",
-                ])
+            s.workload_cmd(c, n)
+                .args(["--dir", &w, "--clients", "3", "--ops", "100000"])
                 .args(["--seconds", "9"])
                 .args(["--names", "3", "--seed", &(i + 1).to_string()])
                 .stdout(Stdio::piped())
@@ -329,19 +341,10 @@ fn workload_under_faults(
     }
     // After the faults: every name once more, so every acknowledged
     // update is checked.
-    let finals = s.ok(
+    let finals = s.ok_workload(
         c,
         "n4",
-        &[
-            "dir-workload",
-            "--dir",
-            &w,
-            "--names",
-            "3",
-            "--seed",
-            "99",
-            "--final-reads",
-        ],
+        &["--dir", &w, "--names", "3", "--seed", "99", "--final-reads"],
     );
     for line in finals.lines() {
         let r = Record::from_json(line).expect("a history line");
@@ -502,18 +505,17 @@ fn writes_at_sequencer(statuses: &[serde_json::Value]) -> (Option<usize>, u64) {
     (at, all)
 }
 
-/// A short `dir-workload` of one client on n4, in a directory of its own.
+/// A short `shoal-dir-workload` of one client on n4, in a directory of its own.
 fn workload(s: &Service, c: &Cluster, seed: &str) -> String {
     let w = s.ok(
         c,
         "n4",
         &["dir", "mkdir", &format!("w{seed}"), "--columns", "owner"],
     );
-    s.ok(
+    s.ok_workload(
         c,
         "n4",
         &[
-            "dir-workload",
             "--dir",
             w.trim(),
             "--clients",

@@ -414,7 +414,11 @@ fn the_home_answers_for_its_processes() {
     assert_eq!((&row["home"], &row["node"]), (&"n1".into(), &"n2".into()));
     assert!(row["rss_kib"].as_u64().unwrap() > 0, "{row}");
     let id = row["id"].as_str().unwrap().to_string();
-    let by_name = format!("n1.{}", id.split_once('.').unwrap().1);
+    // Readable: the home's name and a small number.
+    let (home, seq) = id.split_once('.').unwrap();
+    assert_eq!(home, "n1", "{id}");
+    assert!(seq.parse::<u64>().unwrap() < 1000, "{id}");
+    let by_name = id.clone();
 
     // wait from n3 and kill from n2, both through the home n1.
     let waiter = c
@@ -437,7 +441,7 @@ fn the_home_answers_for_its_processes() {
         "{}",
         text(&out.stderr)
     );
-    let out = shoal_on(c, "n3", &["wait", "n1.1"]);
+    let out = shoal_on(c, "n3", &["wait", "n1.999999"]);
     assert_eq!(out.status.code(), Some(127), "{}", text(&out.stderr));
     let out = shoal_on(c, "n3", &["kill", "-NOSUCH", &id]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));

@@ -350,3 +350,79 @@ fn the_whole_system_comes_up_as_services_and_survives_their_crashes() {
         std::fs::read(source.path()).unwrap()
     );
 }
+
+/// Where the configuration says `system_ports = "services"` (installed
+/// nodes' default), a service configured `system = true` may serve a
+/// system port whatever its user; one not so configured may not, nor may
+/// a server root starts by hand.
+#[test]
+fn only_services_configured_system_serve_system_ports() {
+    use std::os::unix::fs::PermissionsExt;
+    let tc = TestCluster::up("sx", 59, 1, Mode::Netns);
+    let c = tc.get();
+    let data = tempfile::tempdir().unwrap();
+    let dir = |i: u32| {
+        let d = data.path().join(format!("r{i}"));
+        std::fs::create_dir(&d).unwrap();
+        std::os::unix::fs::chown(&d, Some(65534), Some(65534)).unwrap();
+        d.to_str().unwrap().to_string()
+    };
+    std::fs::set_permissions(data.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    common::open_path_to(data.path());
+    let shoal = shoal();
+    let replica = |i: u32, system: bool| {
+        let mut s = shoal_node::ServiceConfig::new(
+            &format!("dir-r{i}"),
+            &[
+                shoal.to_str().unwrap(),
+                "dir",
+                "serve",
+                "--replica",
+                &i.to_string(),
+                "--replicas",
+                "2",
+                "--data",
+                &dir(i),
+            ],
+        );
+        s.user = Some("nobody".into());
+        s.system = system;
+        s.restart = shoal_node::supervise::Restart::Never;
+        s
+    };
+    let node = c.node("n1").unwrap();
+    let mut config = shoal_node::NodeConfigFile::load(&node.config).unwrap();
+    config.system_ports = None;
+    config.services = Some(vec![replica(0, true), replica(1, false)]);
+    config.save(&node.config).unwrap();
+    c.stop("n1").unwrap();
+    c.start_node("n1").unwrap();
+    until(c, "dir-r0", "served", |_| {
+        logs(c, "dir-r0").contains("serving")
+    });
+    until(c, "dir-r1", "was refused", |s| s["state"] == "stopped");
+    let refused = logs(c, "dir-r1");
+    assert!(refused.contains("may serve a system service"), "{refused}");
+    assert!(!logs(c, "dir-r0").contains("may serve a system service"));
+    let by_hand = c
+        .command("n1", &shoal)
+        .unwrap()
+        .args([
+            "dir",
+            "serve",
+            "--replica",
+            "1",
+            "--replicas",
+            "2",
+            "--data",
+        ])
+        .arg(data.path().join("by-hand"))
+        .output()
+        .unwrap();
+    assert!(!by_hand.status.success());
+    assert!(
+        text(&by_hand).contains("run it as a [[service]] with system = true"),
+        "{}",
+        text(&by_hand)
+    );
+}

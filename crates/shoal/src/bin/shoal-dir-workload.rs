@@ -1,18 +1,21 @@
-//! `shoal dir-workload` (hidden): the test workload of
-//! `shoal_dirsvc::workload`, printing one JSON line per operation, for the
-//! real-cluster linearizability tests.
+//! `shoal-dir-workload`: the test workload of `shoal_dirsvc::workload`,
+//! printing one JSON line per operation, for the real-cluster
+//! linearizability tests (`crates/shoal/tests/dir.rs`).  A program of its
+//! own, which the packages do not install: what users run carries no test
+//! machinery.
 
+use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Args;
+use clap::Parser;
 use shoal_cap::Capability;
 use shoal_dirsvc::workload::{self, Workload};
 use shoal_rpc::Context;
 
-use crate::Failure;
-
-#[derive(Args)]
-pub struct WorkloadArgs {
+/// The directory test workload: JSON lines of operations and their times.
+#[derive(Parser)]
+#[command(version)]
+struct WorkloadArgs {
     /// The directory to work in (one column).
     #[arg(long)]
     dir: Capability,
@@ -39,11 +42,19 @@ pub struct WorkloadArgs {
     final_reads: bool,
 }
 
-pub fn run(args: WorkloadArgs) -> Result<(), Failure> {
-    let ctx = Context::from_env().map_err(|e| Failure::unreachable(e.to_string()))?;
+fn main() -> ExitCode {
+    let args = WorkloadArgs::parse();
     if args.names < 2 {
-        return Err(Failure::failed("--names must be at least 2"));
+        eprintln!("shoal-dir-workload: --names must be at least 2");
+        return ExitCode::from(2);
     }
+    let ctx = match Context::from_env() {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            eprintln!("shoal-dir-workload: {e}");
+            return ExitCode::from(3);
+        }
+    };
     let records = if args.final_reads {
         workload::final_reads(&ctx, args.dir, args.names, args.seed)
     } else {
@@ -60,5 +71,5 @@ pub fn run(args: WorkloadArgs) -> Result<(), Failure> {
     for r in records {
         println!("{}", r.to_json());
     }
-    Ok(())
+    ExitCode::SUCCESS
 }
