@@ -183,7 +183,11 @@ pub fn run(command: ClusterCommand) -> Result<(), Failure> {
                 shoal,
             };
             eprintln!(
-                "starting {nodes} nodes ({mode:?}) in {}",
+                "starting {nodes} nodes ({}) in {}",
+                match mode {
+                    Mode::Netns => "each in its own network namespace",
+                    Mode::Loopback => "on loopback",
+                },
                 spec.dir.display()
             );
             let cluster = Cluster::up(&spec, &mut progress)?;

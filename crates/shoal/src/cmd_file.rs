@@ -557,7 +557,7 @@ fn admin_all(a: AdminArgs, what: AdminOp) -> Result<(), Failure> {
                 }
                 bad += problems.len();
             }
-            Ok(a) => println!("{name:<12} {a:?}"),
+            Ok(_) => println!("{name:<12} done"),
             Err(e) => {
                 println!("{name:<12} {e}");
                 bad += 1;

@@ -103,7 +103,7 @@ pub fn ps(args: PsArgs) -> Result<(), Failure> {
                 homed.extend(h.into_iter().map(|p| (name.clone(), p)));
                 running.extend(r.into_iter().map(|p| (p.id.clone(), (name.clone(), p))));
             }
-            Ok(other) => eprintln!("shoal ps: unexpected answer from {name}: {other:?}"),
+            Ok(_) => eprintln!("shoal ps: {name} gave an unexpected answer"),
             Err(e) => eprintln!("shoal ps: node {name} did not answer: {e}"),
         }
     }
@@ -216,7 +216,7 @@ pub fn kill(args: KillArgs) -> Result<(), Failure> {
             match ask(&ctx, &home, &request, DEADLINE) {
                 Ok(ProcAnswer::Done) => Ok(()),
                 Ok(ProcAnswer::Error { message }) => Err(Failure::failed(message)),
-                Ok(other) => Err(Failure::failed(format!("unexpected answer {other:?}"))),
+                Ok(_) => Err(Failure::failed("the home gave an unexpected answer")),
                 Err(e) => Err(Failure::unreachable(format!(
                     "the home {home} of {id} is unreachable: {e}"
                 ))),
@@ -262,7 +262,7 @@ pub fn wait(args: WaitArgs) -> Result<(), Failure> {
                     ProcEnd::Killed(s) => std::process::exit(128 + s),
                     ProcEnd::Lost | ProcEnd::NotStarted => Err(Failure {
                         code: FATE_UNKNOWN,
-                        message: format!("the fate of {id} is unknown: {}", describe(end)),
+                        message: format!("the fate of {} is unknown: {}", args.id, describe(end)),
                     }),
                 };
             }
@@ -272,10 +272,11 @@ pub fn wait(args: WaitArgs) -> Result<(), Failure> {
                     message,
                 });
             }
-            Ok(other) => return Err(Failure::failed(format!("unexpected answer {other:?}"))),
+            Ok(_) => return Err(Failure::failed("the home gave an unexpected answer")),
             Err(e) => {
                 return Err(Failure::unreachable(format!(
-                    "the home {home} of {id} is unreachable: {e}"
+                    "the home {home} of {} is unreachable: {e}",
+                    args.id
                 )));
             }
         }

@@ -333,7 +333,7 @@ fn start(client: &mut Client, shared: &Shared, spec: &StartSpec) -> Result<(), S
         Ok(reply) => match ExecReply::decode(&reply) {
             Ok(ExecReply::Started { .. }) => Ok(()),
             Ok(ExecReply::Error(e)) => Err(Start::Refused(e)),
-            Ok(other) => Err(Start::Refused(format!("unexpected answer {other:?}"))),
+            Ok(_) => Err(Start::Refused("an unexpected answer".into())),
             Err(e) => Err(Start::Refused(e.to_string())),
         },
         Err(e @ shoal_rpc::Error::Trans(shoal_rpc::TransError::NotFound { .. })) => {
@@ -361,7 +361,7 @@ fn follow(client: &mut Client, shared: &Shared, sink: &mut dyn Sink) -> Result<E
             other => {
                 return Err(match other.map(|_| ExecReply::decode(&reply)) {
                     Ok(Ok(ExecReply::Error(e))) => e,
-                    Ok(Ok(other)) => format!("unexpected answer {other:?}"),
+                    Ok(Ok(_)) => "an unexpected answer".to_string(),
                     Ok(Err(e)) | Err(e) => e.to_string(),
                 });
             }
