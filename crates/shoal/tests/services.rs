@@ -354,11 +354,13 @@ fn the_whole_system_comes_up_as_services_and_survives_their_crashes() {
 /// Where the configuration says `system_ports = "services"` (installed
 /// nodes' default), a service configured `system = true` may serve a
 /// system port whatever its user; one not so configured may not, nor may
-/// a server root starts by hand.
+/// a server root starts by hand.  Under `remote_root = "squash"` (also
+/// the default), root on another node may list the services but not
+/// control them.
 #[test]
 fn only_services_configured_system_serve_system_ports() {
     use std::os::unix::fs::PermissionsExt;
-    let tc = TestCluster::up("sx", 59, 1, Mode::Netns);
+    let tc = TestCluster::up("sx", 59, 2, Mode::Netns);
     let c = tc.get();
     let data = tempfile::tempdir().unwrap();
     let dir = |i: u32| {
@@ -393,6 +395,7 @@ fn only_services_configured_system_serve_system_ports() {
     let node = c.node("n1").unwrap();
     let mut config = shoal_node::NodeConfigFile::load(&node.config).unwrap();
     config.system_ports = None;
+    config.remote_root = None;
     config.services = Some(vec![replica(0, true), replica(1, false)]);
     config.save(&node.config).unwrap();
     c.stop("n1").unwrap();
@@ -425,4 +428,19 @@ fn only_services_configured_system_serve_system_ports() {
         "{}",
         text(&by_hand)
     );
+    let listed = shoal_on(c, "n2", false, &["service", "ls", "--node", "n1"]);
+    assert!(text(&listed).contains("dir-r0"), "{}", text(&listed));
+    let remote = shoal_on(
+        c,
+        "n2",
+        false,
+        &["service", "stop", "dir-r0", "--node", "n1"],
+    );
+    assert!(!remote.status.success());
+    assert!(
+        text(&remote).contains("root on another node may not control"),
+        "{}",
+        text(&remote)
+    );
+    assert_eq!(service(c, "dir-r0").unwrap()["state"], "running");
 }
