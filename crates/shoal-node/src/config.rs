@@ -80,7 +80,8 @@ pub struct ServiceConfig {
     /// The program and its arguments; a program without a slash is looked
     /// up beside the daemon's own binary first, then on `PATH`.
     pub command: Vec<String>,
-    /// The account it runs as (default root).
+    /// The account it runs as (default: the daemon's, root for an
+    /// installed node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
     /// Whether it may serve system ports.

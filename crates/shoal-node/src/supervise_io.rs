@@ -223,7 +223,7 @@ impl Services {
                     name: name.clone(),
                     state: state.into(),
                     pid: child.group.and_then(program_pid),
-                    user: child.config.user.clone().unwrap_or_else(|| "root".into()),
+                    user: child.config.user.clone().unwrap_or_else(daemon_user),
                     system: child.config.system,
                     command: child.config.command[0].clone(),
                     starts: s.starts,
@@ -381,11 +381,18 @@ pub(crate) fn describe(exit: Exit) -> String {
 }
 
 /// The account a service runs as: uid, gid, home, name.
+/// Without `user`, the daemon's own (root, for an installed node).
 fn user_of(config: &ServiceConfig) -> Result<(u32, u32, PathBuf, String), String> {
-    let name = config.user.as_deref().unwrap_or("root");
-    let p = crate::account::by_name(name)
+    let name = config.user.clone().unwrap_or_else(daemon_user);
+    let p = crate::account::by_name(&name)
         .ok_or_else(|| format!("service {}: no user {name} on this node", config.name))?;
-    Ok((p.uid, p.gid, p.home, name.to_string()))
+    Ok((p.uid, p.gid, p.home, name))
+}
+
+/// The name of the daemon's user.
+fn daemon_user() -> String {
+    // SAFETY: geteuid cannot fail.
+    crate::account::user_name(unsafe { libc::geteuid() })
 }
 
 /// What the spawner is to start for `config`: its program (beside the
