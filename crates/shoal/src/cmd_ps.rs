@@ -163,16 +163,17 @@ pub fn ps(args: PsArgs) -> Result<(), Failure> {
     // Columns as wide as their longest entry, as ps(1) does for names.
     let width =
         |f: &dyn Fn(&Row) -> usize, least: usize| rows.iter().map(f).fold(least, usize::max);
+    let id = width(&|r| r.id.len(), 8);
     let home = width(&|r| r.home.len(), 8);
     let node = width(&|r| r.node.len(), 8);
     let user = width(&|r| r.user.len(), 8);
     println!(
-        "{:<28} {:<home$} {:<node$} {:<user$} {:<22} {:>8} {:>9} {:>8}  COMMAND",
+        "{:<id$} {:<home$} {:<node$} {:<user$} {:<22} {:>8} {:>9} {:>8}  COMMAND",
         "ID", "HOME", "NODE", "USER", "STATE", "CPU", "RSS", "AGE"
     );
     for r in rows {
         println!(
-            "{:<28} {:<home$} {:<node$} {:<user$} {:<22} {:>8} {:>9} {:>8}  {}",
+            "{:<id$} {:<home$} {:<node$} {:<user$} {:<22} {:>8} {:>9} {:>8}  {}",
             r.id,
             r.home,
             r.node,
