@@ -169,33 +169,34 @@ impl Drop for GrpcServer {
     }
 }
 
-/// Connects to `addr`, makes `warmup` calls then `n` unary echo calls with a `payload_len`-byte payload,
-/// one at a time, and returns each measured round-trip time.
-pub fn echo_rtts(
-    addr: SocketAddr,
-    tls: Option<&Cert>,
-    payload_len: usize,
-    warmup: usize,
-    n: usize,
-) -> io::Result<Vec<Duration>> {
-    let mut client = Client::connect(addr, tls)?;
-    let payload = Bytes::from(vec![0xa5; payload_len]);
-    let grpc = &mut client.grpc;
-    client.rt.block_on(async move {
-        for _ in 0..warmup {
-            call(grpc, payload.clone()).await?;
-        }
-        let mut rtts = Vec::with_capacity(n);
-        for _ in 0..n {
-            let start = Instant::now();
-            let reply = call(grpc, payload.clone()).await?;
-            rtts.push(start.elapsed());
-            if reply.len() != payload_len {
-                return Err(io::Error::new(io::ErrorKind::InvalidData, "short echo"));
+/// A unary echo client kept across rounds, so that its samples can be
+/// interleaved with those of what it is compared against.
+pub struct EchoClient(Client);
+
+impl EchoClient {
+    /// A client of the echo at `addr`; over TLS, trusting `tls`.
+    pub fn connect(addr: SocketAddr, tls: Option<&Cert>) -> io::Result<EchoClient> {
+        Client::connect(addr, tls).map(EchoClient)
+    }
+
+    /// Makes `n` unary echo calls with a `payload_len`-byte payload, one at
+    /// a time; each one's round-trip time.
+    pub fn rtts(&mut self, payload_len: usize, n: usize) -> io::Result<Vec<Duration>> {
+        let payload = Bytes::from(vec![0xa5; payload_len]);
+        let grpc = &mut self.0.grpc;
+        self.0.rt.block_on(async move {
+            let mut rtts = Vec::with_capacity(n);
+            for _ in 0..n {
+                let start = Instant::now();
+                let reply = call(grpc, payload.clone()).await?;
+                rtts.push(start.elapsed());
+                if reply.len() != payload_len {
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, "short echo"));
+                }
             }
-        }
-        Ok(rtts)
-    })
+            Ok(rtts)
+        })
+    }
 }
 
 /// A blocking echo client: a tonic channel plus the runtime that drives it.

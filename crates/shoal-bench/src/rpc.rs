@@ -180,17 +180,17 @@ fn serve_agent() -> Result<(), String> {
 fn client_agent(t: &Targets, quick: bool) -> Result<BTreeMap<String, f64>, String> {
     let n = if quick { 300 } else { 5000 };
     let n_big = if quick { 100 } else { 1000 };
-    let bulk_runs = if quick { 1 } else { 3 };
+    let bulk_runs = if quick { 1 } else { 5 };
     let warmup = if quick { 50 } else { 500 };
     let mut out = BTreeMap::new();
     let ctx = Context::from_env().map_err(|e| e.to_string())?;
     let ip = ctx.config().bind_ip;
     let port: PutPort = t.port.parse().map_err(|e| format!("{e}"))?;
 
-    // The floor, a plain UDP echo between the same two nodes, and shoal's
-    // RPCs of each size (request of that size, empty reply), sampled in
-    // interleaved rounds so that drift in the machine's state during the
-    // run weighs on all of them alike.
+    // The floor, a plain UDP echo between the same two nodes, shoal's RPCs
+    // of each size (request of that size, empty reply) and the gRPC echoes,
+    // sampled in interleaved rounds so that drift in the machine's state
+    // during the run weighs on all of them alike.
     let udp = UdpSocket::bind(SocketAddr::new(ip, 0)).map_err(|e| e.to_string())?;
     udp.connect(t.udp).map_err(|e| e.to_string())?;
     udp.set_read_timeout(Some(Duration::from_secs(2)))
@@ -205,6 +205,15 @@ fn client_agent(t: &Targets, quick: bool) -> Result<BTreeMap<String, f64>, Strin
     let bodies: Vec<Bytes> = kinds.iter().map(|k| Bytes::from(vec![0x5a; k.1])).collect();
     let mut udp_rtt = Vec::with_capacity(n);
     let mut rtts: Vec<Vec<Duration>> = kinds.iter().map(|k| Vec::with_capacity(k.2)).collect();
+    // The peers a user would otherwise pick, a gRPC unary echo, plain and
+    // as it is deployed (over TLS), in the same rounds.
+    let cert = tls::Cert::trusting(&t.tls_cert)?;
+    let mut grpcs = [
+        grpc::EchoClient::connect(t.grpc, None).map_err(|e| format!("gRPC: {e}"))?,
+        grpc::EchoClient::connect(t.grpc_tls, Some(&cert))
+            .map_err(|e| format!("gRPC over TLS: {e}"))?,
+    ];
+    let mut grpc_rtts: [Vec<Duration>; 2] = [Vec::with_capacity(n), Vec::with_capacity(n)];
     const ROUNDS: usize = 10;
     for round in 0..=ROUNDS {
         // Round 0 is the warm-up; its samples are dropped.
@@ -231,6 +240,12 @@ fn client_agent(t: &Targets, quick: bool) -> Result<BTreeMap<String, f64>, Strin
                 }
             }
         }
+        for (g, samples) in grpcs.iter_mut().zip(&mut grpc_rtts) {
+            let got = g.rtts(0, count).map_err(|e| format!("gRPC: {e}"))?;
+            if keep {
+                samples.extend(got);
+            }
+        }
     }
     out.insert("raw_udp_rtt_us_p50".into(), percentile_us(&mut udp_rtt, 50));
     out.insert("raw_udp_rtt_us_p99".into(), percentile_us(&mut udp_rtt, 99));
@@ -239,49 +254,43 @@ fn client_agent(t: &Targets, quick: bool) -> Result<BTreeMap<String, f64>, Strin
         out.insert(format!("{name}_rtt_us_p99"), percentile_us(&mut rtt, 99));
     }
 
-    // Bulk: 64 MiB in one RPC, against 64 MiB over one TCP stream.
+    // Bulk: 64 MiB in one RPC, against 64 MiB over one TCP stream and over
+    // a TLS 1.3 stream (what a secure stream costs), one run of each in
+    // turn, so that drift weighs on all three alike.
     let big = Bytes::from(vec![0xa5u8; BULK_BYTES]);
+    let mib_s =
+        |start: Instant| BULK_BYTES as f64 / (1 << 20) as f64 / start.elapsed().as_secs_f64();
     // Warm up with a full-size transfer: the measured runs show the steady
     // state, where the server's body buffer is recycled (see shoal-proto's
     // pool) rather than freshly faulted in.
     client
         .trans(&port, big.clone())
         .map_err(|e| format!("bulk warm-up: {e}"))?;
-    let mut rpc_rates = Vec::new();
+    let mut tcp = TcpStream::connect(t.tcp).map_err(|e| format!("raw TCP: {e}"))?;
+    tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+    tls::send_blob(&mut tcp, &big[..8 << 20])?;
+    let mut stream = tls::connect(t.tls, &cert)?;
+    tls::send_blob(&mut stream, &big[..8 << 20])?;
+    let (mut rpc_rates, mut tcp_rates, mut tls_rates) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..bulk_runs {
         let start = Instant::now();
         client
             .trans(&port, big.clone())
             .map_err(|e| format!("bulk: {e}"))?;
-        rpc_rates.push(BULK_BYTES as f64 / (1 << 20) as f64 / start.elapsed().as_secs_f64());
+        rpc_rates.push(mib_s(start));
+        let start = Instant::now();
+        tls::send_blob(&mut tcp, &big)?;
+        tcp_rates.push(mib_s(start));
+        let start = Instant::now();
+        tls::send_blob(&mut stream, &big)?;
+        tls_rates.push(mib_s(start));
     }
     out.insert("bulk_64mib_mib_s".into(), median(&mut rpc_rates));
     out.insert("rpc_retransmits".into(), client.stats().retransmits as f64);
-    let mut tcp = TcpStream::connect(t.tcp).map_err(|e| format!("raw TCP: {e}"))?;
-    tcp.set_nodelay(true).map_err(|e| e.to_string())?;
-    let mut tcp_rates = Vec::new();
-    tls::send_blob(&mut tcp, &big[..8 << 20])?;
-    for _ in 0..bulk_runs {
-        let start = Instant::now();
-        tls::send_blob(&mut tcp, &big)?;
-        tcp_rates.push(BULK_BYTES as f64 / (1 << 20) as f64 / start.elapsed().as_secs_f64());
-    }
     out.insert("raw_tcp_mib_s".into(), median(&mut tcp_rates));
-    // The same blobs over a TLS 1.3 stream: what a secure stream costs.
-    let cert = tls::Cert::trusting(&t.tls_cert)?;
-    let mut stream = tls::connect(t.tls, &cert)?;
-    tls::send_blob(&mut stream, &big[..8 << 20])?;
-    let mut tls_rates = Vec::new();
-    for _ in 0..bulk_runs {
-        let start = Instant::now();
-        tls::send_blob(&mut stream, &big)?;
-        tls_rates.push(BULK_BYTES as f64 / (1 << 20) as f64 / start.elapsed().as_secs_f64());
-    }
     out.insert("tls_stream_mib_s".into(), median(&mut tls_rates));
 
-    // The peer a user would otherwise pick: a gRPC unary echo.
-    let mut grpc_rtt =
-        grpc::echo_rtts(t.grpc, None, 0, warmup, n).map_err(|e| format!("gRPC: {e}"))?;
+    let [mut grpc_rtt, mut grpc_tls_rtt] = grpc_rtts;
     out.insert(
         "grpc_null_rtt_us_p50".into(),
         percentile_us(&mut grpc_rtt, 50),
@@ -290,9 +299,6 @@ fn client_agent(t: &Targets, quick: bool) -> Result<BTreeMap<String, f64>, Strin
         "grpc_null_rtt_us_p99".into(),
         percentile_us(&mut grpc_rtt, 99),
     );
-    // And as it is deployed: over TLS.
-    let mut grpc_tls_rtt = grpc::echo_rtts(t.grpc_tls, Some(&cert), 0, warmup, n)
-        .map_err(|e| format!("gRPC over TLS: {e}"))?;
     out.insert(
         "grpc_tls_null_rtt_us_p50".into(),
         percentile_us(&mut grpc_tls_rtt, 50),
