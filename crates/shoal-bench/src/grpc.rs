@@ -264,17 +264,20 @@ mod tests {
     }
 
     #[test]
-    fn echo_rtts_returns_n_samples() {
+    fn an_echo_client_returns_n_samples_round_after_round() {
         let server = local_server();
-        let rtts = echo_rtts(server.local_addr(), None, 100, 5, 20).unwrap();
-        assert_eq!(rtts.len(), 20);
+        let mut client = EchoClient::connect(server.local_addr(), None).unwrap();
+        assert_eq!(client.rtts(100, 20).unwrap().len(), 20);
+        assert_eq!(client.rtts(0, 5).unwrap().len(), 5);
         // And over TLS.
         let cert = Cert::new().unwrap();
         let tls = GrpcServer::start("127.0.0.1:0".parse().unwrap(), Some(&cert)).unwrap();
         let trusted = Cert::trusting(&cert.cert_pem).unwrap();
-        let rtts = echo_rtts(tls.local_addr(), Some(&trusted), 100, 5, 20).unwrap();
-        assert_eq!(rtts.len(), 20);
-        assert!(echo_rtts(tls.local_addr(), None, 100, 1, 1).is_err());
+        let mut client = EchoClient::connect(tls.local_addr(), Some(&trusted)).unwrap();
+        assert_eq!(client.rtts(100, 20).unwrap().len(), 20);
+        // Not trusting the server's certificate: no echo.
+        let refused = EchoClient::connect(tls.local_addr(), None).and_then(|mut c| c.rtts(100, 1));
+        assert!(refused.is_err());
     }
 
     #[test]
