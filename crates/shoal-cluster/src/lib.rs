@@ -315,7 +315,7 @@ impl Cluster {
         for node in &self.file.nodes {
             if let Some(pid) = self.pid(&node.name) {
                 progress(&format!("stopping {} (pid {pid})", node.name));
-                stop_pid(pid, Duration::from_secs(3));
+                stop_pid(pid, NODE_STOP_GRACE);
             }
             if let Some(ns) = &node.netns {
                 netns::delete_node(ns);
@@ -470,7 +470,7 @@ impl Cluster {
     /// Stops node `name`'s daemon with SIGTERM.
     pub fn stop(&self, name: &str) -> Result<(), String> {
         let pid = self.pid(name).ok_or(format!("{name} is not running"))?;
-        stop_pid(pid, Duration::from_secs(5));
+        stop_pid(pid, NODE_STOP_GRACE);
         Ok(())
     }
 
@@ -574,6 +574,11 @@ pub fn pid_alive(pid: i32) -> bool {
         Err(_) => false,
     }
 }
+
+/// How long a node's daemon has to end after SIGTERM before SIGKILL: it
+/// stops its services first, each within its stop timeout (10 s by
+/// default).
+const NODE_STOP_GRACE: Duration = Duration::from_secs(12);
 
 fn stop_pid(pid: i32, grace: Duration) {
     // SAFETY: plain kill(2).

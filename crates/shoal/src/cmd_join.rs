@@ -88,6 +88,9 @@ pub fn join(args: JoinArgs) -> Result<(), Failure> {
     );
     if let Err(e) = checked {
         let _ = std::fs::remove_file(&staged);
+        // Name what the user gave, not the file it was staged in.
+        let e = e.replace(&format!("{}: ", staged.display()), "");
+        let e = e.replace(&staged.display().to_string(), "the certificate");
         return Err(Failure::failed(format!(
             "the certificate does not fit: {e}"
         )));
