@@ -304,7 +304,8 @@ impl Cluster {
             .parse()
             .map_err(|e: String| format!("{}: {e}", file.key_file.display()))?;
         Ok(Cluster {
-            dir: dir.to_path_buf(),
+            // Absolute: programs on the nodes are given paths inside it.
+            dir: std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()),
             file,
             key,
         })

@@ -28,9 +28,7 @@ impl Cluster {
     /// root capability): what programs run on its nodes use unless they
     /// set `SHOAL_CONFIG_DIR`.
     pub fn admin_config(&self) -> PathBuf {
-        std::fs::canonicalize(&self.dir)
-            .unwrap_or_else(|_| self.dir.clone())
-            .join("root")
+        self.dir.join("root")
     }
 
     /// Replaces node `name`'s services in its configuration and, if it
@@ -53,6 +51,15 @@ impl Cluster {
         Ok(NodeConfigFile::load(&node.config)?
             .services
             .unwrap_or_default())
+    }
+
+    /// Adds `service` to node `name`'s services (replacing one of its
+    /// name) and has the node read them.
+    fn put_service(&self, name: &str, service: ServiceConfig) -> Result<(), String> {
+        let mut services = self.services(name)?;
+        services.retain(|s| s.name != service.name);
+        services.push(service);
+        self.set_services(name, services)
     }
 
     /// Starts the directory service, makes the cluster's root, and starts
@@ -84,10 +91,7 @@ impl Cluster {
                 ],
             );
             dir.system = true;
-            let mut services = self.services(name)?;
-            services.retain(|s| s.name != dir.name);
-            services.push(dir);
-            self.set_services(name, services)?;
+            self.put_service(name, dir)?;
         }
         homes.dedup();
         progress(&format!(
@@ -122,10 +126,7 @@ impl Cluster {
                 "SHOAL_CONFIG_DIR".into(),
                 config.to_string_lossy().into_owned(),
             );
-            let mut services = self.services(name)?;
-            services.retain(|s| s.name != file.name);
-            services.push(file);
-            self.set_services(name, services)?;
+            self.put_service(name, file)?;
         }
         loop {
             let listed = self.until_ok(

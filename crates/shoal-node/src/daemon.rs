@@ -835,7 +835,7 @@ fn service_logs(
     lines: u32,
     from: Option<u64>,
 ) -> ServiceAnswer {
-    let Some(uid) = shared.services.uid(name) else {
+    let Some((uid, log)) = shared.services.log(name) else {
         return ServiceAnswer::Error {
             message: format!("no service named {name:?} on {}", shared.config.name),
         };
@@ -845,11 +845,6 @@ fn service_logs(
     {
         return ServiceAnswer::Error { message };
     }
-    let Some(log) = shared.services.log(name) else {
-        return ServiceAnswer::Error {
-            message: format!("no service named {name:?} on {}", shared.config.name),
-        };
-    };
     let log = log.lock();
     let (text, end) = match from {
         Some(from) => log.since(from),

@@ -58,12 +58,7 @@ fn each_process(mut f: impl FnMut(i32, &[&str])) {
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
             continue;
         };
-        // The command is in parentheses and may hold anything,
-        // parentheses too.
-        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
+        let fields = after_command(&stat);
         if fields.len() >= 22 {
             f(pid, &fields);
         }
@@ -73,6 +68,13 @@ fn each_process(mut f: impl FnMut(i32, &[&str])) {
 /// The parent of process `pid`, if it exists.
 pub fn parent(pid: i32) -> Option<i32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_ascii_whitespace().nth(1)?.parse().ok()
+    after_command(&stat).get(1)?.parse().ok()
+}
+
+/// The fields of a `/proc/PID/stat` after the command (state first). The
+/// command is in parentheses and may hold anything, parentheses too.
+fn after_command(stat: &str) -> Vec<&str> {
+    stat.rsplit_once(')').map_or_else(Vec::new, |(_, rest)| {
+        rest.split_ascii_whitespace().collect()
+    })
 }

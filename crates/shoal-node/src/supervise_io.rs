@@ -122,21 +122,28 @@ impl Services {
             if inner.children.get(&config.name).map(|c| &c.config) == Some(config) {
                 continue;
             }
-            let log = Log::open(&self.dir, &config.name, config.log_bytes, config.log_keep)?;
-            let child = inner
-                .children
-                .entry(config.name.clone())
-                .or_insert_with(|| Child {
-                    config: config.clone(),
-                    group: None,
-                    log: Arc::new(Mutex::new(log)),
-                    exits: BTreeMap::new(),
-                });
-            child.config = config.clone();
-            child
-                .log
-                .lock()
-                .set_limits(config.log_bytes, config.log_keep);
+            match inner.children.get_mut(&config.name) {
+                Some(child) => {
+                    child.config = config.clone();
+                    child
+                        .log
+                        .lock()
+                        .set_limits(config.log_bytes, config.log_keep);
+                }
+                None => {
+                    let log =
+                        Log::open(&self.dir, &config.name, config.log_bytes, config.log_keep)?;
+                    inner.children.insert(
+                        config.name.clone(),
+                        Child {
+                            config: config.clone(),
+                            group: None,
+                            log: Arc::new(Mutex::new(log)),
+                            exits: BTreeMap::new(),
+                        },
+                    );
+                }
+            }
             actions.extend(inner.core.add(&config.name, config.policy(), now));
         }
         self.perform(&mut inner, actions);
@@ -190,16 +197,13 @@ impl Services {
         Ok(())
     }
 
-    /// The uid service `name` runs as, if it exists.
-    pub fn uid(&self, name: &str) -> Option<u32> {
+    /// Service `name`'s log and the uid it runs as (`u32::MAX` if its
+    /// user has no account here), if the service exists.
+    pub fn log(&self, name: &str) -> Option<(u32, Arc<Mutex<Log>>)> {
         let inner = self.inner.lock();
         let child = inner.children.get(name)?;
-        Some(user_of(&child.config).map_or(u32::MAX, |(uid, ..)| uid))
-    }
-
-    /// Service `name`'s log, if it exists.
-    pub fn log(&self, name: &str) -> Option<Arc<Mutex<Log>>> {
-        self.inner.lock().children.get(name).map(|c| c.log.clone())
+        let uid = user_of(&child.config).map_or(u32::MAX, |(uid, ..)| uid);
+        Some((uid, child.log.clone()))
     }
 
     /// Every service, as `shoal service ls` shows it.
