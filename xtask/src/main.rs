@@ -864,6 +864,7 @@ const FUZZ_TARGETS: &[&str] = &[
     "file_decode",
     "exec_decode",
     "session_decode",
+    "fs_decode",
 ];
 
 /// cargo-fuzz's instrumentation flags, less `-Zsanitizer=address`, the one

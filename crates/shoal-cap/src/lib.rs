@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 mod capability;
+pub mod codec;
 mod ct;
 mod error;
 mod object;

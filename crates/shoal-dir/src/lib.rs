@@ -23,7 +23,7 @@
 
 #![forbid(unsafe_code)]
 
-pub mod codec;
+pub use shoal_cap::codec;
 pub mod history;
 pub mod log;
 pub mod model;

@@ -1,9 +1,12 @@
-//! Little-endian byte codec shared by the request, entry, log and snapshot
-//! formats.  The reader never panics and never allocates more than the
-//! input could hold: every length is checked against the bytes left before
-//! anything is reserved.
+//! Little-endian byte codec shared by the services' request, entry, log
+//! and snapshot formats (the directory service's and the file system's),
+//! which carry capabilities.  The reader never panics and never allocates
+//! more than the input could hold: every length is checked against the
+//! bytes left before anything is reserved.
 
-use shoal_cap::Capability;
+#![allow(missing_docs)] // each method is the field it names
+
+use crate::Capability;
 
 /// Why bytes could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -66,7 +69,6 @@ impl Writer<'_> {
     }
 }
 
-/// Reads fields from a byte slice.
 /// `s` cut to at most `max` bytes, at a character boundary.
 fn capped(s: &str, max: usize) -> &str {
     let mut end = s.len().min(max);
@@ -76,6 +78,7 @@ fn capped(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
+/// Reads fields from a byte slice.
 pub struct Reader<'a> {
     buf: &'a [u8],
     what: &'static str,

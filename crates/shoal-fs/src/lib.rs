@@ -1,0 +1,28 @@
+//! shoal's shared file system core, without I/O (`docs/fs.md`).
+//!
+//! The file system's metadata service is a replicated state machine: every
+//! replica applies the same ordered updates to a [`Tree`] and so holds the
+//! same names, inodes, attributes and versions.  This crate holds what
+//! decides something, so the replica shell, the simulator and the tests
+//! share it:
+//!
+//! - [`model`]: inodes, attributes, identities, limits and errors (with
+//!   their errno);
+//! - [`access`]: POSIX permission checks;
+//! - [`update`]: the replicated updates and their byte layout;
+//! - [`tree`]: the deterministic state machine, with client sessions for
+//!   exactly-once retries.
+//!
+//! **Architecture invariant:** no sockets, files, clocks or randomness
+//! (times and secrets travel in the updates); decoders never panic.
+
+#![forbid(unsafe_code)]
+
+pub mod access;
+pub mod model;
+pub mod tree;
+pub mod update;
+
+pub use model::{Attr, FsError, Identity, Ino, Kind};
+pub use tree::{Applied, Tree};
+pub use update::{Update, UpdateOp};
