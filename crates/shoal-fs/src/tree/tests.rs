@@ -601,7 +601,8 @@ fn extended_attributes() {
         mode,
     };
     let big = vec![0; XATTR_VALUE_MAX + 1];
-    let cases: [(&Identity, &[u8], &[u8], XattrMode, Result<Answer, FsError>); 9] = [
+    type Case<'a> = (&'a Identity, &'a [u8], &'a [u8], XattrMode, Result<Answer, FsError>);
+    let cases: [Case; 9] = [
         (
             &alice(),
             b"user.a",
