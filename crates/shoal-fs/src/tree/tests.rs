@@ -601,7 +601,13 @@ fn extended_attributes() {
         mode,
     };
     let big = vec![0; XATTR_VALUE_MAX + 1];
-    type Case<'a> = (&'a Identity, &'a [u8], &'a [u8], XattrMode, Result<Answer, FsError>);
+    type Case<'a> = (
+        &'a Identity,
+        &'a [u8],
+        &'a [u8],
+        XattrMode,
+        Result<Answer, FsError>,
+    );
     let cases: [Case; 9] = [
         (
             &alice(),
