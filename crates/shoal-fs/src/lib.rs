@@ -11,7 +11,9 @@
 //! - [`access`]: POSIX permission checks;
 //! - [`update`]: the replicated updates and their byte layout;
 //! - [`tree`]: the deterministic state machine, with client sessions for
-//!   exactly-once retries.
+//!   exactly-once retries;
+//! - [`tokens`]: the primary's soft state: who may cache what, the opens it
+//!   knows, write-shared files, recalls, change notices and leases.
 //!
 //! **Architecture invariant:** no sockets, files, clocks or randomness
 //! (times and secrets travel in the updates); decoders never panic.
@@ -20,6 +22,7 @@
 
 pub mod access;
 pub mod model;
+pub mod tokens;
 pub mod tree;
 pub mod update;
 
