@@ -41,7 +41,12 @@ pub enum Want {
     OpenRead,
     /// To open a file for writing (or reading and writing).
     OpenWrite,
-    /// To change names in a directory itself: asks for `Write`.
+    /// To change names in a directory: `Write` (a private directory, whose
+    /// changes the client makes itself) when no other client holds a
+    /// token on it; otherwise the change is the primary's to make, with
+    /// notices to the readers, and this is a `Look` (only another
+    /// client's `Write` is recalled, so that its pending changes come
+    /// first).
     Change,
 }
 
@@ -177,16 +182,20 @@ impl Tokens {
         self.inodes.get(&ino).is_some_and(|s| !s.opens.is_empty())
     }
 
-    /// Decides a request of `client` on `ino`.  Call again, with the same
-    /// arguments, when told to wait and a recall was answered or a lease
-    /// ended.
-    pub fn request(&mut self, client: ClientId, ino: Ino, want: Want) -> Decision {
+    /// Decides a request of `client` on `ino`; `have` is the opens the
+    /// client has of it already (which the primary tracks from then on if
+    /// the answer is uncached: they become uncached too).  Call again,
+    /// with the same arguments, when told to wait and a recall was
+    /// answered or a lease ended.
+    pub fn request(&mut self, client: ClientId, ino: Ino, want: Want, have: Opens) -> Decision {
         if !self.clients.contains_key(&client) {
             return Decision::NoSession;
         }
         let s = self.inodes.entry(ino).or_default();
+        let others_hold = s.holders.keys().any(|c| *c != client);
         let asked = match want {
             Want::Look | Want::OpenRead => Level::Read,
+            Want::Change if others_hold => Level::Read,
             Want::OpenWrite | Want::Change => Level::Write,
         };
         // Write-sharing, as far as the known opens tell: then nobody else
@@ -235,6 +244,7 @@ impl Tokens {
             s.holders.remove(&client);
             if opening {
                 let o = s.opens.entry(client).or_default();
+                *o = have;
                 if want == Want::OpenWrite {
                     o.writers += 1;
                 } else {

@@ -31,7 +31,10 @@ fn callbacks(t: &mut Tokens) -> Vec<(ClientId, Callback)> {
 #[test]
 fn unknown_clients_say_hello_first() {
     let mut t = Tokens::new();
-    assert_eq!(t.request(A, F, Want::Look), Decision::NoSession);
+    assert_eq!(
+        t.request(A, F, Want::Look, Opens::default()),
+        Decision::NoSession
+    );
     assert!(!t.renew(0, A));
     assert!(t.renew(1, A));
 }
@@ -39,19 +42,31 @@ fn unknown_clients_say_hello_first() {
 #[test]
 fn readers_share() {
     let mut t = with_clients(&[A, B]);
-    assert_eq!(t.request(A, F, Want::OpenRead), grant(Level::Read));
-    assert_eq!(t.request(B, F, Want::OpenRead), grant(Level::Read));
-    assert_eq!(t.request(C, F, Want::Look), Decision::NoSession);
+    assert_eq!(
+        t.request(A, F, Want::OpenRead, Opens::default()),
+        grant(Level::Read)
+    );
+    assert_eq!(
+        t.request(B, F, Want::OpenRead, Opens::default()),
+        grant(Level::Read)
+    );
+    assert_eq!(
+        t.request(C, F, Want::Look, Opens::default()),
+        Decision::NoSession
+    );
     assert!(callbacks(&mut t).is_empty());
 }
 
 #[test]
 fn sequential_write_sharing_recalls_the_writer() {
     let mut t = with_clients(&[A, B]);
-    assert_eq!(t.request(A, F, Want::OpenWrite), grant(Level::Write));
+    assert_eq!(
+        t.request(A, F, Want::OpenWrite, Opens::default()),
+        grant(Level::Write)
+    );
     // A closed its file (no message); B opens it.
     assert_eq!(
-        t.request(B, F, Want::OpenRead),
+        t.request(B, F, Want::OpenRead, Opens::default()),
         Decision::Wait { recalled: vec![A] }
     );
     assert_eq!(
@@ -66,13 +81,16 @@ fn sequential_write_sharing_recalls_the_writer() {
     );
     // Asking again while the recall is out sends no second recall.
     assert_eq!(
-        t.request(B, F, Want::OpenRead),
+        t.request(B, F, Want::OpenRead, Opens::default()),
         Decision::Wait { recalled: vec![A] }
     );
     assert!(callbacks(&mut t).is_empty());
     // A wrote back and keeps Read; B gets Read.
     t.returned(A, F, Level::Read, Opens::default());
-    assert_eq!(t.request(B, F, Want::OpenRead), grant(Level::Read));
+    assert_eq!(
+        t.request(B, F, Want::OpenRead, Opens::default()),
+        grant(Level::Read)
+    );
     assert_eq!(t.level(A, F), Level::Read);
     assert!(!t.is_shared(F));
     t.check();
@@ -81,9 +99,12 @@ fn sequential_write_sharing_recalls_the_writer() {
 #[test]
 fn concurrent_write_sharing_stops_caching_until_it_ends() {
     let mut t = with_clients(&[A, B]);
-    assert_eq!(t.request(A, F, Want::OpenWrite), grant(Level::Write));
+    assert_eq!(
+        t.request(A, F, Want::OpenWrite, Opens::default()),
+        grant(Level::Write)
+    );
     assert!(matches!(
-        t.request(B, F, Want::OpenRead),
+        t.request(B, F, Want::OpenRead, Opens::default()),
         Decision::Wait { .. }
     ));
     callbacks(&mut t);
@@ -98,7 +119,7 @@ fn concurrent_write_sharing_stops_caching_until_it_ends() {
         },
     );
     assert_eq!(
-        t.request(B, F, Want::OpenRead),
+        t.request(B, F, Want::OpenRead, Opens::default()),
         Decision::Wait { recalled: vec![A] }
     );
     assert_eq!(
@@ -121,7 +142,7 @@ fn concurrent_write_sharing_stops_caching_until_it_ends() {
         },
     );
     assert_eq!(
-        t.request(B, F, Want::OpenRead),
+        t.request(B, F, Want::OpenRead, Opens::default()),
         Decision::Grant {
             level: Level::None,
             uncached: true
@@ -136,7 +157,7 @@ fn concurrent_write_sharing_stops_caching_until_it_ends() {
     // A third client looking at it gets nothing to cache either.
     t.hello(0, C);
     assert_eq!(
-        t.request(C, F, Want::Look),
+        t.request(C, F, Want::Look, Opens::default()),
         Decision::Grant {
             level: Level::None,
             uncached: true
@@ -145,16 +166,25 @@ fn concurrent_write_sharing_stops_caching_until_it_ends() {
     // The writer closes: only B has it open, the sharing ends.
     assert!(t.close(A, F, true));
     assert!(!t.is_shared(F));
-    assert_eq!(t.request(C, F, Want::OpenRead), grant(Level::Read));
+    assert_eq!(
+        t.request(C, F, Want::OpenRead, Opens::default()),
+        grant(Level::Read)
+    );
     t.check();
 }
 
 #[test]
 fn a_writer_recalls_readers_and_learns_their_opens() {
     let mut t = with_clients(&[A, B, C]);
-    assert_eq!(t.request(A, F, Want::OpenRead), grant(Level::Read));
-    assert_eq!(t.request(B, F, Want::Look), grant(Level::Read));
-    let Decision::Wait { recalled } = t.request(C, F, Want::OpenWrite) else {
+    assert_eq!(
+        t.request(A, F, Want::OpenRead, Opens::default()),
+        grant(Level::Read)
+    );
+    assert_eq!(
+        t.request(B, F, Want::Look, Opens::default()),
+        grant(Level::Read)
+    );
+    let Decision::Wait { recalled } = t.request(C, F, Want::OpenWrite, Opens::default()) else {
         panic!()
     };
     assert_eq!(recalled, vec![A, B]);
@@ -168,12 +198,12 @@ fn a_writer_recalls_readers_and_learns_their_opens() {
         },
     );
     assert!(matches!(
-        t.request(C, F, Want::OpenWrite),
+        t.request(C, F, Want::OpenWrite, Opens::default()),
         Decision::Wait { .. }
     ));
     t.returned(B, F, Level::None, Opens::default());
     assert_eq!(
-        t.request(C, F, Want::OpenWrite),
+        t.request(C, F, Want::OpenWrite, Opens::default()),
         Decision::Grant {
             level: Level::None,
             uncached: true
@@ -186,15 +216,30 @@ fn a_writer_recalls_readers_and_learns_their_opens() {
 }
 
 #[test]
-fn directory_changes_recall_the_owner_and_notice_the_readers() {
+fn directories_are_owned_alone_or_changed_at_the_primary() {
     let mut t = with_clients(&[A, B, C]);
     let d = 20;
-    assert_eq!(t.request(A, d, Want::Change), grant(Level::Write));
-    assert!(matches!(t.request(B, d, Want::Look), Decision::Wait { .. }));
+    assert_eq!(
+        t.request(A, d, Want::Change, Opens::default()),
+        grant(Level::Write)
+    );
+    assert!(matches!(
+        t.request(B, d, Want::Look, Opens::default()),
+        Decision::Wait { .. }
+    ));
     t.returned(A, d, Level::Read, Opens::default());
-    assert_eq!(t.request(B, d, Want::Look), grant(Level::Read));
+    assert_eq!(
+        t.request(B, d, Want::Look, Opens::default()),
+        grant(Level::Read)
+    );
     callbacks(&mut t);
-    // C changes a name in it through the primary: A and B are told.
+    // C wants to change a name in it: others hold it, so no recall; the
+    // change is the primary's, and A and B are told.
+    assert_eq!(
+        t.request(C, d, Want::Change, Opens::default()),
+        grant(Level::Read)
+    );
+    assert!(callbacks(&mut t).is_empty());
     let id = t.notify(C, d).expect("readers to tell");
     assert_eq!(
         callbacks(&mut t),
@@ -209,15 +254,25 @@ fn directory_changes_recall_the_owner_and_notice_the_readers() {
     // B's lease ends instead of its confirmation.
     t.expire(0, Some(B));
     assert!(t.notice_done(id));
+    // C holds Read since its change: A's next change tells C alone.
+    let next = t.notify(A, d).expect("C holds it");
+    assert_eq!(
+        callbacks(&mut t),
+        vec![(C, Callback::Notice { id: next, dir: d })]
+    );
+    t.expire(0, Some(C));
     assert_eq!(t.notify(A, d), None, "nobody else holds it now");
 }
 
 #[test]
 fn leases_release_everything() {
     let mut t = with_clients(&[A, B]);
-    assert_eq!(t.request(A, F, Want::OpenWrite), grant(Level::Write));
+    assert_eq!(
+        t.request(A, F, Want::OpenWrite, Opens::default()),
+        grant(Level::Write)
+    );
     assert!(matches!(
-        t.request(B, F, Want::OpenRead),
+        t.request(B, F, Want::OpenRead, Opens::default()),
         Decision::Wait { .. }
     ));
     callbacks(&mut t);
@@ -231,7 +286,7 @@ fn leases_release_everything() {
         },
     );
     assert!(matches!(
-        t.request(B, F, Want::OpenRead),
+        t.request(B, F, Want::OpenRead, Opens::default()),
         Decision::Grant { uncached: true, .. }
     ));
     callbacks(&mut t);
@@ -241,7 +296,10 @@ fn leases_release_everything() {
     assert_eq!(gone, vec![A]);
     assert_eq!(closed, Vec::<Ino>::new(), "B still has it open");
     assert!(!t.is_shared(F));
-    assert_eq!(t.request(A, F, Want::Look), Decision::NoSession);
+    assert_eq!(
+        t.request(A, F, Want::Look, Opens::default()),
+        Decision::NoSession
+    );
     let (gone, closed) = t.expire(LEASE_US / 2 + LEASE_US, None);
     assert_eq!((gone, closed), (vec![B], vec![F]));
     assert!(t.inodes.is_empty());
@@ -274,7 +332,7 @@ proptest! {
     /// recalls are, and whenever two clients have a file open and one of
     /// them writes, neither may cache it (Sprite's rule).
     #[test]
-    fn sprites_rule_holds(actions in proptest::collection::vec((0u8..5, 1u64..4, 10u64..13), 1..80)) {
+    fn sprites_rule_holds(actions in proptest::collection::vec((0u8..6, 1u64..4, 10u64..13), 1..80)) {
         let mut t = Tokens::new();
         let mut models: HashMap<ClientId, Model> = HashMap::new();
         for (action, c, ino) in actions {
@@ -285,13 +343,14 @@ proptest! {
             match action {
                 0..=2 => {
                     let want = [Want::Look, Want::OpenRead, Want::OpenWrite][action as usize];
-                    let mut answer = t.request(c, ino, want);
+                    let have = models[&c].opens.get(&ino).map(|(o, _)| *o).unwrap_or_default();
+                    let mut answer = t.request(c, ino, want, have);
                     for _ in 0..4 {
                         if !matches!(answer, Decision::Wait { .. }) {
                             break;
                         }
                         deliver(&mut t, &models);
-                        answer = t.request(c, ino, want);
+                        answer = t.request(c, ino, want, have);
                     }
                     let Decision::Grant { uncached, .. } = answer else {
                         panic!("no answer after the recalls: {answer:?}");
@@ -317,9 +376,22 @@ proptest! {
                         }
                     }
                 }
-                _ => {
+                4 => {
                     t.expire(0, Some(c));
                     models.remove(&c);
+                }
+                _ => {
+                    // A name change in a directory (inodes 20..23).
+                    let dir = ino + 10;
+                    let mut answer = t.request(c, dir, Want::Change, Opens::default());
+                    for _ in 0..4 {
+                        if !matches!(answer, Decision::Wait { .. }) {
+                            break;
+                        }
+                        deliver(&mut t, &models);
+                        answer = t.request(c, dir, Want::Change, Opens::default());
+                    }
+                    prop_assert!(matches!(answer, Decision::Grant { uncached: false, .. }), "{:?}", answer);
                 }
             }
             deliver(&mut t, &models);
