@@ -13,7 +13,9 @@
 //! - [`tree`]: the deterministic state machine, with client sessions for
 //!   exactly-once retries;
 //! - [`tokens`]: the primary's soft state: who may cache what, the opens it
-//!   knows, write-shared files, recalls, change notices and leases.
+//!   knows, write-shared files, recalls, change notices and leases;
+//! - [`client`]: a client's cache of files: what each operation needs,
+//!   dirty bytes and their write-back, answers to recalls.
 //!
 //! **Architecture invariant:** no sockets, files, clocks or randomness
 //! (times and secrets travel in the updates); decoders never panic.
@@ -21,6 +23,7 @@
 #![forbid(unsafe_code)]
 
 pub mod access;
+pub mod client;
 pub mod model;
 pub mod tokens;
 pub mod tree;

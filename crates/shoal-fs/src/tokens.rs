@@ -50,7 +50,7 @@ pub enum Want {
     Change,
 }
 
-/// The opens a client has of one inode.
+/// How many opens a client has of one inode, by kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Opens {
     pub readers: u32,
@@ -61,17 +61,36 @@ impl Opens {
     fn is_empty(&self) -> bool {
         self.readers == 0 && self.writers == 0
     }
+
+    /// The counts of a list of opens (id, for writing).
+    pub fn of(list: &[(OpenId, bool)]) -> Opens {
+        let writers = list.iter().filter(|(_, w)| *w).count() as u32;
+        Opens {
+            readers: list.len() as u32 - writers,
+            writers,
+        }
+    }
 }
+
+/// One open of a client, numbered by the client (never reused within its
+/// session).  The primary tracks opens one by one, as NFSv4 does, so that
+/// a close and a report of the opens can arrive in either order.
+pub type OpenId = u64;
 
 /// A call from the primary to a client, carried by its event request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Callback {
     /// Give the inode's token up to `to`: write back or push first, then
     /// answer with [`Tokens::returned`] and the opens you have of it.
-    Recall { ino: Ino, to: Level },
+    /// `grant` numbers the grant recalled: a client that has not yet seen
+    /// that grant's answer (they travel apart, and may cross) answers once
+    /// it has.
+    Recall { ino: Ino, to: Level, grant: u64 },
     /// The file is write-shared: stop caching it, send its reads and
-    /// writes to the primary, until you are granted a token again.
-    StopCaching { ino: Ino },
+    /// writes to the primary, until you are granted a token again.  A
+    /// client holding a grant numbered above `grant` (made after this
+    /// was sent) ignores it.
+    StopCaching { ino: Ino, grant: u64 },
     /// Notice `id`: a name in directory `dir` changed (the shell carries
     /// what changed); confirm with [`Tokens::confirm`].
     Notice { id: u64, dir: Ino },
@@ -82,8 +101,12 @@ pub enum Callback {
 pub enum Decision {
     /// Answer now: the client may cache at `level`; with `uncached`, the
     /// file is write-shared and the open goes uncached (the primary now
-    /// knows it).
-    Grant { level: Level, uncached: bool },
+    /// knows it).  `grant` numbers this grant (recalls name it).
+    Grant {
+        level: Level,
+        uncached: bool,
+        grant: u64,
+    },
     /// Hold the request: recalls are out to these clients.
     Wait { recalled: Vec<ClientId> },
     /// The client is unknown or its lease ended: it must say hello again.
@@ -93,9 +116,14 @@ pub enum Decision {
 #[derive(Debug, Default)]
 struct InodeState {
     holders: BTreeMap<ClientId, Level>,
+    /// The number of each holder's grant.
+    grants: BTreeMap<ClientId, u64>,
     /// Opens the primary knows of: those made uncached, and those reported
-    /// in answers to recalls.
-    opens: BTreeMap<ClientId, Opens>,
+    /// in answers to recalls (for writing or not).
+    opens: BTreeMap<ClientId, BTreeMap<OpenId, bool>>,
+    /// Opens closed before the primary learned of them (their report is
+    /// still on its way): not to be learned when it comes.
+    closed: BTreeMap<ClientId, BTreeSet<OpenId>>,
     /// Write-shared: nobody caches it.
     shared: bool,
     /// Recalls out, and the level each asks for.
@@ -106,8 +134,54 @@ impl InodeState {
     fn is_idle(&self) -> bool {
         self.holders.is_empty()
             && self.opens.is_empty()
+            && self.closed.is_empty()
             && self.recalling.is_empty()
             && !self.shared
+    }
+
+    /// Each client's counts of known opens.
+    fn counts(&self) -> impl Iterator<Item = (ClientId, Opens)> + '_ {
+        self.opens.iter().map(|(c, ids)| {
+            let writers = ids.values().filter(|w| **w).count() as u32;
+            (
+                *c,
+                Opens {
+                    readers: ids.len() as u32 - writers,
+                    writers,
+                },
+            )
+        })
+    }
+
+    /// Recalls `client`'s grant down to `to`, unless a recall as strong
+    /// is out already.
+    fn recall(
+        &mut self,
+        callbacks: &mut VecDeque<(ClientId, Callback)>,
+        ino: Ino,
+        client: ClientId,
+        to: Level,
+    ) {
+        if self.recalling.get(&client).is_none_or(|l| *l > to) {
+            self.recalling.insert(client, to);
+            let grant = self.grants.get(&client).copied().unwrap_or(0);
+            callbacks.push_back((client, Callback::Recall { ino, to, grant }));
+        }
+    }
+
+    /// Learns opens a client reports, except those it closed already.
+    fn learn(&mut self, client: ClientId, list: &[(OpenId, bool)]) {
+        for (id, write) in list {
+            if let Some(t) = self.closed.get_mut(&client)
+                && t.remove(id)
+            {
+                if t.is_empty() {
+                    self.closed.remove(&client);
+                }
+                continue;
+            }
+            self.opens.entry(client).or_default().insert(*id, *write);
+        }
     }
 }
 
@@ -126,6 +200,7 @@ pub struct Tokens {
     inodes: HashMap<Ino, InodeState>,
     notices: HashMap<u64, Notice>,
     next_notice: u64,
+    next_grant: u64,
     callbacks: VecDeque<(ClientId, Callback)>,
 }
 
@@ -183,17 +258,28 @@ impl Tokens {
     }
 
     /// Decides a request of `client` on `ino`; `have` is the opens the
-    /// client has of it already (which the primary tracks from then on if
-    /// the answer is uncached: they become uncached too).  Call again,
-    /// with the same arguments, when told to wait and a recall was
-    /// answered or a lease ended.
-    pub fn request(&mut self, client: ClientId, ino: Ino, want: Want, have: Opens) -> Decision {
-        if !self.clients.contains_key(&client) {
-            return Decision::NoSession;
+    /// client has of it already and `new` the open asked for (which the
+    /// primary tracks from then on if the answer is uncached: they become
+    /// uncached too).  Call again, with the same arguments, when told to
+    /// wait and a recall was answered or a lease ended.
+    pub fn request(
+        &mut self,
+        client: ClientId,
+        ino: Ino,
+        want: Want,
+        have: &[(OpenId, bool)],
+        new: Option<OpenId>,
+    ) -> Decision {
+        let have_writers = have.iter().any(|(_, w)| *w);
+        if let Err(d) = self.begin(client, ino) {
+            return d;
         }
         let s = self.inodes.entry(ino).or_default();
         let others_hold = s.holders.keys().any(|c| *c != client);
         let asked = match want {
+            // A client that writes through a file it has open already
+            // cannot keep a read cache of it: it needs Write or nothing.
+            Want::Look | Want::OpenRead if have_writers => Level::Write,
             Want::Look | Want::OpenRead => Level::Read,
             Want::Change if others_hold => Level::Read,
             Want::OpenWrite | Want::Change => Level::Write,
@@ -201,8 +287,8 @@ impl Tokens {
         // Write-sharing, as far as the known opens tell: then nobody else
         // may keep any token.
         let opening = matches!(want, Want::OpenRead | Want::OpenWrite);
-        let others_open = s.opens.iter().any(|(c, o)| *c != client && !o.is_empty());
-        let others_write = s.opens.iter().any(|(c, o)| *c != client && o.writers > 0);
+        let others_open = s.counts().any(|(c, o)| c != client && !o.is_empty());
+        let others_write = s.counts().any(|(c, o)| c != client && o.writers > 0);
         let sharing =
             s.shared || (opening && ((want == Want::OpenWrite && others_open) || others_write));
         // Others' tokens in the way: recall them (each once).
@@ -221,11 +307,7 @@ impl Tokens {
             .collect();
         if !conflicting.is_empty() {
             for c in &conflicting {
-                let out = s.recalling.get(c).copied();
-                if out.is_none_or(|l| l > to) {
-                    s.recalling.insert(*c, to);
-                    self.callbacks.push_back((*c, Callback::Recall { ino, to }));
-                }
+                s.recall(&mut self.callbacks, ino, *c, to);
             }
             return Decision::Wait {
                 recalled: conflicting,
@@ -234,26 +316,31 @@ impl Tokens {
         if sharing {
             if !s.shared {
                 s.shared = true;
-                for (c, o) in &s.opens {
-                    if *c != client && !o.is_empty() {
-                        self.callbacks
-                            .push_back((*c, Callback::StopCaching { ino }));
+                for (c, o) in s.counts() {
+                    if c != client && !o.is_empty() {
+                        self.callbacks.push_back((
+                            c,
+                            Callback::StopCaching {
+                                ino,
+                                grant: self.next_grant,
+                            },
+                        ));
                     }
                 }
             }
             s.holders.remove(&client);
+            s.grants.remove(&client);
             if opening {
-                let o = s.opens.entry(client).or_default();
-                *o = have;
-                if want == Want::OpenWrite {
-                    o.writers += 1;
-                } else {
-                    o.readers += 1;
+                s.learn(client, have);
+                if let Some(id) = new {
+                    s.learn(client, &[(id, want == Want::OpenWrite)]);
                 }
             }
+            self.next_grant += 1;
             return Decision::Grant {
                 level: Level::None,
                 uncached: true,
+                grant: self.next_grant,
             };
         }
         let level = s
@@ -263,32 +350,103 @@ impl Tokens {
             .unwrap_or(Level::None)
             .max(asked);
         s.holders.insert(client, level);
+        self.next_grant += 1;
+        s.grants.insert(client, self.next_grant);
         // An open the primary already tracks for this client stays tracked:
         // its close will be reported.
         Decision::Grant {
             level,
             uncached: false,
+            grant: self.next_grant,
         }
     }
 
-    /// `client` answered a recall of `ino`: it keeps `kept` (at most what
-    /// the recall asked) and has `opens` of the inode, which the primary
-    /// now tracks until they close.
-    pub fn returned(&mut self, client: ClientId, ino: Ino, kept: Level, opens: Opens) {
+    /// What a request of `client` on `ino` gets before anything is
+    /// decided: nothing without a session, and a wait while a recall to
+    /// it is out (a grant must not cross its answer to the recall).
+    fn begin(&self, client: ClientId, ino: Ino) -> Result<(), Decision> {
+        if !self.clients.contains_key(&client) {
+            return Err(Decision::NoSession);
+        }
+        if self
+            .inodes
+            .get(&ino)
+            .is_some_and(|s| s.recalling.contains_key(&client))
+        {
+            return Err(Decision::Wait {
+                recalled: Vec::new(),
+            });
+        }
+        Ok(())
+    }
+
+    /// A write that a client sends through the primary (it holds no
+    /// `Write` token: the file is write-shared, or its token went):
+    /// nobody may cache the file while it is made, the writer included.
+    /// Waits for the recalls of every other token.
+    pub fn write_through(&mut self, client: ClientId, ino: Ino) -> Decision {
+        if let Err(d) = self.begin(client, ino) {
+            return d;
+        }
+        let s = self.inodes.entry(ino).or_default();
+        s.holders.remove(&client);
+        s.grants.remove(&client);
+        let others: Vec<ClientId> = s.holders.keys().copied().collect();
+        if !others.is_empty() {
+            for c in &others {
+                s.recall(&mut self.callbacks, ino, *c, Level::None);
+            }
+            return Decision::Wait { recalled: others };
+        }
+        self.next_grant += 1;
+        Decision::Grant {
+            level: Level::None,
+            uncached: true,
+            grant: self.next_grant,
+        }
+    }
+
+    /// The number of `client`'s grant on `ino` (0: none).
+    pub fn grant_of(&self, client: ClientId, ino: Ino) -> u64 {
+        self.inodes
+            .get(&ino)
+            .and_then(|s| s.grants.get(&client).copied())
+            .unwrap_or(0)
+    }
+
+    /// `client` answered the recall of its grant `grant` on `ino`: it
+    /// keeps `kept` (at most what the recall asked) and has `opens` of the
+    /// inode, which the primary now tracks until they close.  An answer
+    /// about another grant than the client's current one is ignored; an
+    /// answer to a weaker recall than the one out now counts for what it
+    /// kept, and the stronger recall stays out.
+    pub fn returned(
+        &mut self,
+        client: ClientId,
+        ino: Ino,
+        grant: u64,
+        kept: Level,
+        opens: &[(OpenId, bool)],
+    ) {
         let Some(s) = self.inodes.get_mut(&ino) else {
             return;
         };
-        let asked = s.recalling.remove(&client).unwrap_or(kept);
-        let kept = kept.min(asked);
+        // What it has open is true whatever grant it answers about.
+        s.learn(client, opens);
+        if s.grants.get(&client).copied().unwrap_or(0) != grant {
+            self.tidy(ino);
+            return;
+        }
+        // An answer to an earlier, weaker recall (a stronger one went out
+        // meanwhile, and will be answered too) leaves the stronger one out.
+        if s.recalling.get(&client).is_some_and(|to| kept <= *to) {
+            s.recalling.remove(&client);
+        }
         if kept == Level::None {
             s.holders.remove(&client);
+            s.grants.remove(&client);
         } else if s.holders.contains_key(&client) {
             s.holders.insert(client, kept);
-        }
-        if opens.is_empty() {
-            s.opens.remove(&client);
-        } else {
-            s.opens.insert(client, opens);
         }
         self.tidy(ino);
     }
@@ -298,26 +456,28 @@ impl Tokens {
     pub fn release(&mut self, client: ClientId, ino: Ino) {
         if let Some(s) = self.inodes.get_mut(&ino) {
             s.holders.remove(&client);
+            s.grants.remove(&client);
             s.recalling.remove(&client);
         }
         self.tidy(ino);
     }
 
-    /// A close of an open the primary knows of.  Returns true when the
-    /// file stopped being write-shared.
-    pub fn close(&mut self, client: ClientId, ino: Ino, writer: bool) -> bool {
-        let Some(s) = self.inodes.get_mut(&ino) else {
-            return false;
-        };
-        if let Some(o) = s.opens.get_mut(&client) {
-            if writer {
-                o.writers = o.writers.saturating_sub(1);
-            } else {
-                o.readers = o.readers.saturating_sub(1);
-            }
-            if o.is_empty() {
+    /// A close of open `id`, which the client told the primary of (or
+    /// may have: a report may still be on its way, and then the close
+    /// waits for it).  Returns true when the file stopped being
+    /// write-shared.
+    pub fn close(&mut self, client: ClientId, ino: Ino, id: OpenId) -> bool {
+        let s = self.inodes.entry(ino).or_default();
+        let known = s
+            .opens
+            .get_mut(&client)
+            .is_some_and(|o| o.remove(&id).is_some());
+        if known {
+            if s.opens.get(&client).is_some_and(BTreeMap::is_empty) {
                 s.opens.remove(&client);
             }
+        } else {
+            s.closed.entry(client).or_default().insert(id);
         }
         let ended = s.shared && !Self::still_shared(s);
         if ended {
@@ -330,7 +490,11 @@ impl Tokens {
     /// Whether the known opens still make a write-sharing: more than one
     /// client has the file open and one of them writes.
     fn still_shared(s: &InodeState) -> bool {
-        let open: Vec<&Opens> = s.opens.values().filter(|o| !o.is_empty()).collect();
+        let open: Vec<Opens> = s
+            .counts()
+            .map(|(_, o)| o)
+            .filter(|o| !o.is_empty())
+            .collect();
         open.len() > 1 && open.iter().any(|o| o.writers > 0)
     }
 
@@ -412,7 +576,9 @@ impl Tokens {
             let had_opens = !s.opens.is_empty();
             for c in &gone {
                 s.holders.remove(c);
+                s.grants.remove(c);
                 s.opens.remove(c);
+                s.closed.remove(c);
                 s.recalling.remove(c);
             }
             if s.shared && !Self::still_shared(s) {

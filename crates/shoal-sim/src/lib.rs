@@ -35,6 +35,7 @@
 
 pub mod bullet;
 pub mod dir;
+pub mod fs;
 mod group;
 pub mod linearize;
 mod net;
@@ -44,6 +45,7 @@ mod timeline;
 
 pub use bullet::{BulletReport, BulletSim, BulletSimConfig};
 pub use dir::{DirReport, DirSim, DirSimConfig};
+pub use fs::{FsReport, FsSim, FsSimConfig};
 pub use group::{GroupReport, GroupSim, GroupSimConfig};
 pub use net::Faults;
 pub use sim::{Outcome, Report, Sim, SimConfig};

@@ -1,4 +1,4 @@
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use proptest::prelude::*;
 
@@ -17,10 +17,34 @@ fn with_clients(clients: &[ClientId]) -> Tokens {
     t
 }
 
+/// A decision without its grant number, to compare.
+fn plain(d: Decision) -> Decision {
+    match d {
+        Decision::Grant {
+            level, uncached, ..
+        } => Decision::Grant {
+            level,
+            uncached,
+            grant: 0,
+        },
+        other => other,
+    }
+}
+
 fn grant(level: Level) -> Decision {
     Decision::Grant {
         level,
         uncached: false,
+        grant: 0,
+    }
+}
+
+/// A callback without its grant number, to compare.
+fn plain_cb(cb: (ClientId, Callback)) -> (ClientId, Callback) {
+    match cb {
+        (c, Callback::Recall { ino, to, .. }) => (c, Callback::Recall { ino, to, grant: 0 }),
+        (c, Callback::StopCaching { ino, .. }) => (c, Callback::StopCaching { ino, grant: 0 }),
+        other => other,
     }
 }
 
@@ -32,7 +56,7 @@ fn callbacks(t: &mut Tokens) -> Vec<(ClientId, Callback)> {
 fn unknown_clients_say_hello_first() {
     let mut t = Tokens::new();
     assert_eq!(
-        t.request(A, F, Want::Look, Opens::default()),
+        t.request(A, F, Want::Look, &[], Some(90)),
         Decision::NoSession
     );
     assert!(!t.renew(0, A));
@@ -43,15 +67,15 @@ fn unknown_clients_say_hello_first() {
 fn readers_share() {
     let mut t = with_clients(&[A, B]);
     assert_eq!(
-        t.request(A, F, Want::OpenRead, Opens::default()),
+        plain(t.request(A, F, Want::OpenRead, &[], Some(90))),
         grant(Level::Read)
     );
     assert_eq!(
-        t.request(B, F, Want::OpenRead, Opens::default()),
+        plain(t.request(B, F, Want::OpenRead, &[], Some(90))),
         grant(Level::Read)
     );
     assert_eq!(
-        t.request(C, F, Want::Look, Opens::default()),
+        t.request(C, F, Want::Look, &[], Some(90)),
         Decision::NoSession
     );
     assert!(callbacks(&mut t).is_empty());
@@ -61,34 +85,38 @@ fn readers_share() {
 fn sequential_write_sharing_recalls_the_writer() {
     let mut t = with_clients(&[A, B]);
     assert_eq!(
-        t.request(A, F, Want::OpenWrite, Opens::default()),
+        plain(t.request(A, F, Want::OpenWrite, &[], Some(90))),
         grant(Level::Write)
     );
     // A closed its file (no message); B opens it.
     assert_eq!(
-        t.request(B, F, Want::OpenRead, Opens::default()),
+        t.request(B, F, Want::OpenRead, &[], Some(90)),
         Decision::Wait { recalled: vec![A] }
     );
     assert_eq!(
-        callbacks(&mut t),
+        callbacks(&mut t)
+            .into_iter()
+            .map(plain_cb)
+            .collect::<Vec<_>>(),
         vec![(
             A,
             Callback::Recall {
                 ino: F,
-                to: Level::Read
+                to: Level::Read,
+                grant: 0
             }
         )]
     );
     // Asking again while the recall is out sends no second recall.
     assert_eq!(
-        t.request(B, F, Want::OpenRead, Opens::default()),
+        t.request(B, F, Want::OpenRead, &[], Some(90)),
         Decision::Wait { recalled: vec![A] }
     );
     assert!(callbacks(&mut t).is_empty());
     // A wrote back and keeps Read; B gets Read.
-    t.returned(A, F, Level::Read, Opens::default());
+    t.returned(A, F, t.grant_of(A, F), Level::Read, &[]);
     assert_eq!(
-        t.request(B, F, Want::OpenRead, Opens::default()),
+        plain(t.request(B, F, Want::OpenRead, &[], Some(90))),
         grant(Level::Read)
     );
     assert_eq!(t.level(A, F), Level::Read);
@@ -100,74 +128,67 @@ fn sequential_write_sharing_recalls_the_writer() {
 fn concurrent_write_sharing_stops_caching_until_it_ends() {
     let mut t = with_clients(&[A, B]);
     assert_eq!(
-        t.request(A, F, Want::OpenWrite, Opens::default()),
+        plain(t.request(A, F, Want::OpenWrite, &[], Some(90))),
         grant(Level::Write)
     );
     assert!(matches!(
-        t.request(B, F, Want::OpenRead, Opens::default()),
+        t.request(B, F, Want::OpenRead, &[], Some(90)),
         Decision::Wait { .. }
     ));
     callbacks(&mut t);
     // A still has the file open for writing.
-    t.returned(
-        A,
-        F,
-        Level::Read,
-        Opens {
-            readers: 0,
-            writers: 1,
-        },
-    );
+    t.returned(A, F, t.grant_of(A, F), Level::Read, &[(1, true)]);
     assert_eq!(
-        t.request(B, F, Want::OpenRead, Opens::default()),
+        t.request(B, F, Want::OpenRead, &[], Some(90)),
         Decision::Wait { recalled: vec![A] }
     );
     assert_eq!(
-        callbacks(&mut t),
+        callbacks(&mut t)
+            .into_iter()
+            .map(plain_cb)
+            .collect::<Vec<_>>(),
         vec![(
             A,
             Callback::Recall {
                 ino: F,
-                to: Level::None
+                to: Level::None,
+                grant: 0
             }
         )]
     );
-    t.returned(
-        A,
-        F,
-        Level::None,
-        Opens {
-            readers: 0,
-            writers: 1,
-        },
-    );
+    t.returned(A, F, t.grant_of(A, F), Level::None, &[(1, true)]);
     assert_eq!(
-        t.request(B, F, Want::OpenRead, Opens::default()),
+        plain(t.request(B, F, Want::OpenRead, &[], Some(90))),
         Decision::Grant {
             level: Level::None,
-            uncached: true
+            uncached: true,
+            grant: 0
         }
     );
     assert_eq!(
-        callbacks(&mut t),
-        vec![(A, Callback::StopCaching { ino: F })]
+        callbacks(&mut t)
+            .into_iter()
+            .map(plain_cb)
+            .collect::<Vec<_>>(),
+        vec![(A, Callback::StopCaching { ino: F, grant: 0 })]
     );
     assert!(t.is_shared(F));
     t.check();
     // A third client looking at it gets nothing to cache either.
     t.hello(0, C);
     assert_eq!(
-        t.request(C, F, Want::Look, Opens::default()),
+        plain(t.request(C, F, Want::Look, &[], Some(90))),
         Decision::Grant {
             level: Level::None,
-            uncached: true
+            uncached: true,
+            grant: 0
         }
     );
     // The writer closes: only B has it open, the sharing ends.
-    assert!(t.close(A, F, true));
+    assert!(t.close(A, F, 1));
     assert!(!t.is_shared(F));
     assert_eq!(
-        t.request(C, F, Want::OpenRead, Opens::default()),
+        plain(t.request(C, F, Want::OpenRead, &[], Some(90))),
         grant(Level::Read)
     );
     t.check();
@@ -177,41 +198,34 @@ fn concurrent_write_sharing_stops_caching_until_it_ends() {
 fn a_writer_recalls_readers_and_learns_their_opens() {
     let mut t = with_clients(&[A, B, C]);
     assert_eq!(
-        t.request(A, F, Want::OpenRead, Opens::default()),
+        plain(t.request(A, F, Want::OpenRead, &[], Some(90))),
         grant(Level::Read)
     );
     assert_eq!(
-        t.request(B, F, Want::Look, Opens::default()),
+        plain(t.request(B, F, Want::Look, &[], Some(90))),
         grant(Level::Read)
     );
-    let Decision::Wait { recalled } = t.request(C, F, Want::OpenWrite, Opens::default()) else {
+    let Decision::Wait { recalled } = t.request(C, F, Want::OpenWrite, &[], Some(90)) else {
         panic!()
     };
     assert_eq!(recalled, vec![A, B]);
-    t.returned(
-        A,
-        F,
-        Level::None,
-        Opens {
-            readers: 1,
-            writers: 0,
-        },
-    );
+    t.returned(A, F, t.grant_of(A, F), Level::None, &[(1, false)]);
     assert!(matches!(
-        t.request(C, F, Want::OpenWrite, Opens::default()),
+        t.request(C, F, Want::OpenWrite, &[], Some(90)),
         Decision::Wait { .. }
     ));
-    t.returned(B, F, Level::None, Opens::default());
+    t.returned(B, F, t.grant_of(B, F), Level::None, &[]);
     assert_eq!(
-        t.request(C, F, Want::OpenWrite, Opens::default()),
+        plain(t.request(C, F, Want::OpenWrite, &[], Some(90))),
         Decision::Grant {
             level: Level::None,
-            uncached: true
+            uncached: true,
+            grant: 0
         }
     );
     assert!(t.is_shared(F));
     // The reader closes: the sharing ends, C's next open may cache.
-    assert!(t.close(A, F, false));
+    assert!(t.close(A, F, 1));
     t.check();
 }
 
@@ -220,29 +234,32 @@ fn directories_are_owned_alone_or_changed_at_the_primary() {
     let mut t = with_clients(&[A, B, C]);
     let d = 20;
     assert_eq!(
-        t.request(A, d, Want::Change, Opens::default()),
+        plain(t.request(A, d, Want::Change, &[], Some(90))),
         grant(Level::Write)
     );
     assert!(matches!(
-        t.request(B, d, Want::Look, Opens::default()),
+        t.request(B, d, Want::Look, &[], Some(90)),
         Decision::Wait { .. }
     ));
-    t.returned(A, d, Level::Read, Opens::default());
+    t.returned(A, d, t.grant_of(A, d), Level::Read, &[]);
     assert_eq!(
-        t.request(B, d, Want::Look, Opens::default()),
+        plain(t.request(B, d, Want::Look, &[], Some(90))),
         grant(Level::Read)
     );
     callbacks(&mut t);
     // C wants to change a name in it: others hold it, so no recall; the
     // change is the primary's, and A and B are told.
     assert_eq!(
-        t.request(C, d, Want::Change, Opens::default()),
+        plain(t.request(C, d, Want::Change, &[], Some(90))),
         grant(Level::Read)
     );
     assert!(callbacks(&mut t).is_empty());
     let id = t.notify(C, d).expect("readers to tell");
     assert_eq!(
-        callbacks(&mut t),
+        callbacks(&mut t)
+            .into_iter()
+            .map(plain_cb)
+            .collect::<Vec<_>>(),
         vec![
             (A, Callback::Notice { id, dir: d }),
             (B, Callback::Notice { id, dir: d })
@@ -257,7 +274,10 @@ fn directories_are_owned_alone_or_changed_at_the_primary() {
     // C holds Read since its change: A's next change tells C alone.
     let next = t.notify(A, d).expect("C holds it");
     assert_eq!(
-        callbacks(&mut t),
+        callbacks(&mut t)
+            .into_iter()
+            .map(plain_cb)
+            .collect::<Vec<_>>(),
         vec![(C, Callback::Notice { id: next, dir: d })]
     );
     t.expire(0, Some(C));
@@ -268,25 +288,17 @@ fn directories_are_owned_alone_or_changed_at_the_primary() {
 fn leases_release_everything() {
     let mut t = with_clients(&[A, B]);
     assert_eq!(
-        t.request(A, F, Want::OpenWrite, Opens::default()),
+        plain(t.request(A, F, Want::OpenWrite, &[], Some(90))),
         grant(Level::Write)
     );
     assert!(matches!(
-        t.request(B, F, Want::OpenRead, Opens::default()),
+        t.request(B, F, Want::OpenRead, &[], Some(90)),
         Decision::Wait { .. }
     ));
     callbacks(&mut t);
-    t.returned(
-        A,
-        F,
-        Level::None,
-        Opens {
-            readers: 0,
-            writers: 1,
-        },
-    );
+    t.returned(A, F, t.grant_of(A, F), Level::None, &[(1, true)]);
     assert!(matches!(
-        t.request(B, F, Want::OpenRead, Opens::default()),
+        t.request(B, F, Want::OpenRead, &[], Some(90)),
         Decision::Grant { uncached: true, .. }
     ));
     callbacks(&mut t);
@@ -297,7 +309,7 @@ fn leases_release_everything() {
     assert_eq!(closed, Vec::<Ino>::new(), "B still has it open");
     assert!(!t.is_shared(F));
     assert_eq!(
-        t.request(A, F, Want::Look, Opens::default()),
+        t.request(A, F, Want::Look, &[], Some(90)),
         Decision::NoSession
     );
     let (gone, closed) = t.expire(LEASE_US / 2 + LEASE_US, None);
@@ -305,21 +317,31 @@ fn leases_release_everything() {
     assert!(t.inodes.is_empty());
 }
 
-/// One client as the model sees it: what it really has open.
+/// One client as the model sees it: its opens of each file (for writing
+/// or not) and which of them the primary may know of.
 #[derive(Default, Clone)]
 struct Model {
-    opens: HashMap<Ino, (Opens, bool)>,
+    opens: HashMap<Ino, BTreeMap<OpenId, bool>>,
+    known: BTreeSet<OpenId>,
+    next: OpenId,
 }
 
-fn deliver(t: &mut Tokens, models: &HashMap<ClientId, Model>) {
+fn deliver(t: &mut Tokens, models: &mut HashMap<ClientId, Model>) {
     while let Some((c, cb)) = t.poll_callback() {
-        if let Callback::Recall { ino, to } = cb {
-            let opens = models
-                .get(&c)
-                .and_then(|m| m.opens.get(&ino))
-                .map(|(o, _)| *o)
+        if let Callback::Recall { ino, to, grant } = cb {
+            let m = models.entry(c).or_default();
+            let list: Vec<(OpenId, bool)> = m
+                .opens
+                .get(&ino)
+                .map(|o| o.iter().map(|(i, w)| (*i, *w)).collect())
                 .unwrap_or_default();
-            t.returned(c, ino, to, opens);
+            m.known.extend(list.iter().map(|(i, _)| *i));
+            let kept = if list.iter().any(|(_, w)| *w) {
+                Level::None
+            } else {
+                to
+            };
+            t.returned(c, ino, grant, kept, &list);
         }
     }
 }
@@ -327,10 +349,11 @@ fn deliver(t: &mut Tokens, models: &HashMap<ClientId, Model>) {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
-    /// Honest clients opening, closing, looking and crashing in any order:
-    /// the token rules always hold, every request is answered once its
-    /// recalls are, and whenever two clients have a file open and one of
-    /// them writes, neither may cache it (Sprite's rule).
+    /// Honest clients opening, closing, looking, changing names and
+    /// crashing in any order: the token rules always hold, every request
+    /// is answered once its recalls are, and whenever two clients have a
+    /// file open and one of them writes, neither may cache it (Sprite's
+    /// rule).
     #[test]
     fn sprites_rule_holds(actions in proptest::collection::vec((0u8..6, 1u64..4, 10u64..13), 1..80)) {
         let mut t = Tokens::new();
@@ -343,36 +366,41 @@ proptest! {
             match action {
                 0..=2 => {
                     let want = [Want::Look, Want::OpenRead, Want::OpenWrite][action as usize];
-                    let have = models[&c].opens.get(&ino).map(|(o, _)| *o).unwrap_or_default();
-                    let mut answer = t.request(c, ino, want, have);
+                    let m = models.get_mut(&c).unwrap();
+                    m.next += 1;
+                    let id = m.next;
+                    let have: Vec<(OpenId, bool)> = m.opens.get(&ino)
+                        .map(|o| o.iter().map(|(i, w)| (*i, *w)).collect())
+                        .unwrap_or_default();
+                    let new = (want != Want::Look).then_some(id);
+                    let mut answer = t.request(c, ino, want, &have, new);
                     for _ in 0..4 {
                         if !matches!(answer, Decision::Wait { .. }) {
                             break;
                         }
-                        deliver(&mut t, &models);
-                        answer = t.request(c, ino, want, have);
+                        deliver(&mut t, &mut models);
+                        answer = t.request(c, ino, want, &have, new);
                     }
                     let Decision::Grant { uncached, .. } = answer else {
                         panic!("no answer after the recalls: {answer:?}");
                     };
+                    let m = models.get_mut(&c).unwrap();
                     if want != Want::Look {
-                        let m = models.get_mut(&c).unwrap();
-                        let (o, known) = m.opens.entry(ino).or_default();
-                        if want == Want::OpenWrite { o.writers += 1 } else { o.readers += 1 }
-                        *known |= uncached;
+                        m.opens.entry(ino).or_default().insert(id, want == Want::OpenWrite);
+                    }
+                    if uncached {
+                        m.known.extend(have.iter().map(|(i, _)| *i));
+                        m.known.insert(id);
                     }
                 }
                 3 => {
                     let m = models.get_mut(&c).unwrap();
-                    if let Some((o, known)) = m.opens.get_mut(&ino) {
-                        let writer = o.writers > 0;
-                        if writer { o.writers -= 1 } else { o.readers -= 1 }
-                        let known = *known;
-                        if o.is_empty() {
-                            m.opens.remove(&ino);
-                        }
-                        if known || t.inodes.get(&ino).is_some_and(|s| s.opens.contains_key(&c)) {
-                            t.close(c, ino, writer);
+                    if let Some(o) = m.opens.get_mut(&ino)
+                        && let Some((&id, _)) = o.iter().next()
+                    {
+                        o.remove(&id);
+                        if m.known.remove(&id) {
+                            t.close(c, ino, id);
                         }
                     }
                 }
@@ -383,22 +411,25 @@ proptest! {
                 _ => {
                     // A name change in a directory (inodes 20..23).
                     let dir = ino + 10;
-                    let mut answer = t.request(c, dir, Want::Change, Opens::default());
+                    let mut answer = t.request(c, dir, Want::Change, &[], None);
                     for _ in 0..4 {
                         if !matches!(answer, Decision::Wait { .. }) {
                             break;
                         }
-                        deliver(&mut t, &models);
-                        answer = t.request(c, dir, Want::Change, Opens::default());
+                        deliver(&mut t, &mut models);
+                        answer = t.request(c, dir, Want::Change, &[], None);
                     }
                     prop_assert!(matches!(answer, Decision::Grant { uncached: false, .. }), "{:?}", answer);
                 }
             }
-            deliver(&mut t, &models);
+            deliver(&mut t, &mut models);
             t.check();
             for ino in 10..13 {
                 let open: Vec<(ClientId, Opens)> = models.iter()
-                    .filter_map(|(c, m)| m.opens.get(&ino).map(|(o, _)| (*c, *o)))
+                    .filter_map(|(c, m)| m.opens.get(&ino).filter(|o| !o.is_empty()).map(|o| {
+                        let list: Vec<(OpenId, bool)> = o.iter().map(|(i, w)| (*i, *w)).collect();
+                        (*c, Opens::of(&list))
+                    }))
                     .collect();
                 if open.len() > 1 && open.iter().any(|(_, o)| o.writers > 0) {
                     for (c, _) in &open {
