@@ -202,11 +202,101 @@ pub struct Tokens {
     next_notice: u64,
     next_grant: u64,
     callbacks: VecDeque<(ClientId, Callback)>,
+    /// In the grace period after a primary change: only reclaims.
+    grace: bool,
+}
+
+/// Why a reclaim was refused: the client drops its cache of the inode
+/// (its opens are learned all the same).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The grace period is over.
+    Late,
+    /// The version the client caches is not the file's any more.
+    Stale,
+    /// Another client reclaimed a token this one conflicts with.
+    Conflict,
 }
 
 impl Tokens {
     pub fn new() -> Tokens {
         Tokens::default()
+    }
+
+    /// The soft state of a new primary, of group incarnation `epoch`: empty,
+    /// in its grace period (only reclaims until [`Tokens::end_grace`]),
+    /// numbering its grants above every earlier primary's.
+    pub fn after_change(epoch: u32) -> Tokens {
+        Tokens {
+            next_grant: u64::from(epoch) << 40,
+            grace: true,
+            ..Tokens::default()
+        }
+    }
+
+    /// Whether the grace period is on.
+    pub fn in_grace(&self) -> bool {
+        self.grace
+    }
+
+    /// A client reclaims, after a primary change, its token `level` on
+    /// `ino` (`current`: the version it caches is still the file's, as
+    /// the replicated state says) and its `opens` of it.  The opens are
+    /// learned whatever the answer; the token gets a new grant number, or
+    /// is refused.
+    pub fn reclaim(
+        &mut self,
+        now: u64,
+        client: ClientId,
+        ino: Ino,
+        level: Level,
+        current: bool,
+        opens: &[(OpenId, bool)],
+    ) -> Result<u64, Refused> {
+        self.renew(now, client);
+        let s = self.inodes.entry(ino).or_default();
+        s.learn(client, opens);
+        if level == Level::None {
+            return Ok(0);
+        }
+        if !self.grace {
+            return Err(Refused::Late);
+        }
+        if !current {
+            return Err(Refused::Stale);
+        }
+        let conflict = s
+            .holders
+            .iter()
+            .any(|(c, l)| *c != client && (level == Level::Write || *l == Level::Write));
+        if conflict {
+            return Err(Refused::Conflict);
+        }
+        self.next_grant += 1;
+        s.holders.insert(client, level);
+        s.grants.insert(client, self.next_grant);
+        Ok(self.next_grant)
+    }
+
+    /// Ends the grace period: files the reclaimed opens show write-shared
+    /// are so again, and requests are decided again.  (A consistent old
+    /// primary left no token on such a file; any reclaimed one is
+    /// recalled, and the next request finds the sharing.)
+    pub fn end_grace(&mut self) {
+        self.grace = false;
+        let inos: Vec<Ino> = self.inodes.keys().copied().collect();
+        for ino in inos {
+            let s = self.inodes.get_mut(&ino).expect("listed");
+            if Self::still_shared(s) {
+                if s.holders.is_empty() {
+                    s.shared = true;
+                }
+                let holders: Vec<ClientId> = s.holders.keys().copied().collect();
+                for c in holders {
+                    s.recall(&mut self.callbacks, ino, c, Level::None);
+                }
+            }
+        }
     }
 
     /// A client's session begins (or is renewed) at `now`.
@@ -367,6 +457,11 @@ impl Tokens {
     fn begin(&self, client: ClientId, ino: Ino) -> Result<(), Decision> {
         if !self.clients.contains_key(&client) {
             return Err(Decision::NoSession);
+        }
+        if self.grace {
+            return Err(Decision::Wait {
+                recalled: Vec::new(),
+            });
         }
         if self
             .inodes

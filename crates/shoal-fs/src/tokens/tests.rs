@@ -355,8 +355,9 @@ proptest! {
     /// file open and one of them writes, neither may cache it (Sprite's
     /// rule).
     #[test]
-    fn sprites_rule_holds(actions in proptest::collection::vec((0u8..6, 1u64..4, 10u64..13), 1..80)) {
+    fn sprites_rule_holds(actions in proptest::collection::vec((0u8..7, 1u64..4, 10u64..13), 1..80)) {
         let mut t = Tokens::new();
+        let mut epoch = 1;
         let mut models: HashMap<ClientId, Model> = HashMap::new();
         for (action, c, ino) in actions {
             if !t.knows(c) {
@@ -408,6 +409,28 @@ proptest! {
                     t.expire(0, Some(c));
                     models.remove(&c);
                 }
+                6 => {
+                    // The primary changes: every client reclaims what it
+                    // holds; honest clients' reclaims all agree.
+                    let old = std::mem::replace(&mut t, Tokens::after_change(epoch));
+                    epoch += 1;
+                    for (c, m) in models.iter_mut() {
+                        t.hello(0, *c);
+                        for ino in (10..13).chain(20..23) {
+                            let level = old.level(*c, ino);
+                            let list: Vec<(OpenId, bool)> = m.opens.get(&ino)
+                                .map(|o| o.iter().map(|(i, w)| (*i, *w)).collect())
+                                .unwrap_or_default();
+                            if level == Level::None && list.is_empty() {
+                                continue;
+                            }
+                            m.known.extend(list.iter().map(|(i, _)| *i));
+                            let r = t.reclaim(0, *c, ino, level, true, &list);
+                            prop_assert!(r.is_ok(), "client {} reclaiming {:?} on {}: {:?}", c, level, ino, r);
+                        }
+                    }
+                    t.end_grace();
+                }
                 _ => {
                     // A name change in a directory (inodes 20..23).
                     let dir = ino + 10;
@@ -439,4 +462,67 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn a_new_primary_takes_reclaims_in_its_grace_period() {
+    let mut t = Tokens::after_change(3);
+    assert!(t.in_grace());
+    // A writer's Write, a reader's Read of another file.
+    let g = t
+        .reclaim(0, A, F, Level::Write, true, &[(1, true)])
+        .unwrap();
+    assert!(g > 3 << 40, "grants numbered above the earlier primaries'");
+    assert_eq!(t.reclaim(0, B, 11, Level::Read, true, &[]), Ok(g + 1));
+    // Conflicting and stale reclaims are refused; their opens are learned.
+    assert_eq!(
+        t.reclaim(0, C, F, Level::Read, true, &[(5, false)]),
+        Err(Refused::Conflict)
+    );
+    assert_eq!(
+        t.reclaim(0, C, 11, Level::Read, false, &[]),
+        Err(Refused::Stale)
+    );
+    assert!(t.is_open(F));
+    // Nothing new is granted until the grace period ends.
+    assert!(matches!(
+        t.request(B, 12, Want::Look, &[], None),
+        Decision::Wait { .. }
+    ));
+    t.end_grace();
+    assert!(!t.in_grace());
+    assert_eq!(
+        t.reclaim(0, B, 12, Level::Read, true, &[]),
+        Err(Refused::Late)
+    );
+    // A and C both have F open, A writing: A's reclaimed token is
+    // recalled, and C's next open finds the sharing.
+    assert_eq!(
+        callbacks(&mut t)
+            .into_iter()
+            .map(plain_cb)
+            .collect::<Vec<_>>(),
+        vec![(
+            A,
+            Callback::Recall {
+                ino: F,
+                to: Level::None,
+                grant: 0
+            }
+        )]
+    );
+    t.returned(A, F, g, Level::None, &[(1, true)]);
+    assert_eq!(
+        plain(t.request(C, F, Want::OpenRead, &[(5, false)], Some(6))),
+        Decision::Grant {
+            level: Level::None,
+            uncached: true,
+            grant: 0
+        }
+    );
+    assert_eq!(
+        plain(t.request(B, 12, Want::Look, &[], None)),
+        grant(Level::Read)
+    );
+    t.check();
 }
