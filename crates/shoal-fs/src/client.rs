@@ -92,11 +92,7 @@ pub struct ClientCache {
 impl CachedFile {
     /// The counts of the client's opens.
     pub fn counts(&self) -> Opens {
-        let writers = self.opens.values().filter(|w| **w).count() as u32;
-        Opens {
-            readers: self.opens.len() as u32 - writers,
-            writers,
-        }
+        Opens::count(self.opens.values().copied())
     }
 
     fn list(&self) -> Vec<(OpenId, bool)> {
@@ -200,12 +196,13 @@ impl ClientCache {
         }
     }
 
-    /// Whether the cached copy of `version` is current (so the primary
-    /// need not send the bytes).
-    pub fn has_version(&self, ino: Ino, version: u64) -> bool {
+    /// The version the cached copy of `ino` is, if any (an open sends
+    /// it, so the primary need not send the bytes again).
+    pub fn cached_version(&self, ino: Ino) -> Option<u64> {
         self.files
             .get(&ino)
-            .is_some_and(|f| f.version == version && f.clean.is_some())
+            .filter(|f| f.clean.is_some())
+            .map(|f| f.version)
     }
 
     /// A read of the whole file: from the cache, or from the primary.
@@ -355,14 +352,6 @@ impl ClientCache {
         f.clean = None;
         true
     }
-
-    /// Every token and open this client has, for a reclaim after a
-    /// primary change: (inode, level, version, opens, dirty).
-    pub fn holdings(&self) -> impl Iterator<Item = (Ino, Level, u64, Opens, bool)> + '_ {
-        self.files
-            .iter()
-            .map(|(ino, f)| (*ino, f.level(), f.version, f.counts(), f.dirty.is_some()))
-    }
 }
 
 #[cfg(test)]
@@ -399,7 +388,7 @@ mod tests {
         // A close while the request is under way is sent (the primary
         // may learn of the open from the request).
         assert!(c.close(1, r));
-        assert!(c.has_version(1, 4));
+        assert_eq!(c.cached_version(1), Some(4));
         c.opened(1, w, true, &grant(Level::Write), 4, None);
         assert_eq!(c.file(1).unwrap().clean.as_deref(), Some(b"abc".as_slice()));
         assert!(!c.close(1, w));

@@ -62,13 +62,21 @@ impl Opens {
         self.readers == 0 && self.writers == 0
     }
 
+    /// The counts of opens, each said to be for writing or not.
+    pub fn count(writes: impl IntoIterator<Item = bool>) -> Opens {
+        writes.into_iter().fold(Opens::default(), |mut o, w| {
+            if w {
+                o.writers += 1;
+            } else {
+                o.readers += 1;
+            }
+            o
+        })
+    }
+
     /// The counts of a list of opens (id, for writing).
     pub fn of(list: &[(OpenId, bool)]) -> Opens {
-        let writers = list.iter().filter(|(_, w)| *w).count() as u32;
-        Opens {
-            readers: list.len() as u32 - writers,
-            writers,
-        }
+        Opens::count(list.iter().map(|(_, w)| *w))
     }
 }
 
@@ -141,16 +149,9 @@ impl InodeState {
 
     /// Each client's counts of known opens.
     fn counts(&self) -> impl Iterator<Item = (ClientId, Opens)> + '_ {
-        self.opens.iter().map(|(c, ids)| {
-            let writers = ids.values().filter(|w| **w).count() as u32;
-            (
-                *c,
-                Opens {
-                    readers: ids.len() as u32 - writers,
-                    writers,
-                },
-            )
-        })
+        self.opens
+            .iter()
+            .map(|(c, ids)| (*c, Opens::count(ids.values().copied())))
     }
 
     /// Recalls `client`'s grant down to `to`, unless a recall as strong
@@ -542,17 +543,6 @@ impl Tokens {
             s.grants.remove(&client);
         } else if s.holders.contains_key(&client) {
             s.holders.insert(client, kept);
-        }
-        self.tidy(ino);
-    }
-
-    /// `client` gives up its token on `ino` of its own accord (cache
-    /// pressure), with no opens left.
-    pub fn release(&mut self, client: ClientId, ino: Ino) {
-        if let Some(s) = self.inodes.get_mut(&ino) {
-            s.holders.remove(&client);
-            s.grants.remove(&client);
-            s.recalling.remove(&client);
         }
         self.tidy(ino);
     }

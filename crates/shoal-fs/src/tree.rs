@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use shoal_cap::Capability;
 
-use crate::access::{self, R, W, X};
+use crate::access::{self, W, X};
 use crate::model::*;
 use crate::update::{Answer, SetAttr, TimeSet, Update, UpdateOp, XattrMode};
 
@@ -888,10 +888,5 @@ impl Tree {
             return Ok(Answer::Done);
         }
         Ok(self.remove_inode(ino))
-    }
-
-    /// Whether `who` may read the inode (for answers that show contents).
-    pub fn may_read(&self, ino: Ino, who: &Identity) -> Result<(), FsError> {
-        access::check(&self.inode(ino)?.attr, who, R)
     }
 }

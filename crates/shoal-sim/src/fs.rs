@@ -183,7 +183,6 @@ pub struct FsSim {
 
 impl FsSim {
     pub fn new(seed: u64, cfg: FsSimConfig) -> FsSim {
-        let mut tree = Tree::new([0; 16], Time::new(0, 0));
         let mut sim = FsSim {
             rng: ChaCha8Rng::seed_from_u64(seed),
             now: 0,
@@ -204,31 +203,26 @@ impl FsSim {
             trace: Vec::new(),
             cfg,
         };
-        let Answer::Range { first, .. } = apply(&mut tree, 1, UpdateOp::Range { count: 64 }) else {
+        let Ok(Answer::Range { first, .. }) = sim.next_update(UpdateOp::Range { count: 64 }) else {
             unreachable!("a fresh tree hands out numbers")
         };
         for i in 0..sim.cfg.files {
             let ino = first + i as u64;
-            apply(
-                &mut tree,
-                2 + i as u64,
-                UpdateOp::Create {
-                    parent: ROOT,
-                    name: format!("f{i}").into_bytes(),
-                    kind: Kind::File,
-                    perm: 0o666,
-                    rdev: 0,
-                    ino,
-                    secret: [1; 16],
-                    target: Vec::new(),
-                    excl: true,
-                },
-            );
+            sim.next_update(UpdateOp::Create {
+                parent: ROOT,
+                name: format!("f{i}").into_bytes(),
+                kind: Kind::File,
+                perm: 0o666,
+                rdev: 0,
+                ino,
+                secret: [1; 16],
+                target: Vec::new(),
+                excl: true,
+            })
+            .expect("set-up update");
             sim.files.push(ino);
             sim.bytes.insert(ino, Vec::new());
         }
-        sim.tree = tree;
-        sim.update_seq = 100;
         for _ in 0..sim.cfg.clients {
             let id = sim.fresh_id();
             sim.tokens.hello(0, id);
@@ -400,11 +394,7 @@ impl FsSim {
             }
             Step::Primary => {
                 let (_, have, open) = c.cache.open_request(ino, write);
-                let cached = c
-                    .cache
-                    .file(ino)
-                    .filter(|f| f.clean.is_some())
-                    .map(|f| f.version);
+                let cached = c.cache.cached_version(ino);
                 c.busy = Some(Busy::Open);
                 self.send_primary(
                     slot,
@@ -809,8 +799,4 @@ fn apply_result(tree: &mut Tree, seq: u64, op: UpdateOp) -> Result<Answer, shoal
     match tree.apply(&u) {
         Applied::New(r) | Applied::Duplicate(r) => r,
     }
-}
-
-fn apply(tree: &mut Tree, seq: u64, op: UpdateOp) -> Answer {
-    apply_result(tree, seq, op).expect("set-up update")
 }

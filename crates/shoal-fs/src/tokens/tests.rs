@@ -326,6 +326,24 @@ struct Model {
     next: OpenId,
 }
 
+/// Asks until the answer is not "wait", delivering the recalls between
+/// (honest clients answer at once); at most a few rounds.
+fn settle(
+    t: &mut Tokens,
+    models: &mut HashMap<ClientId, Model>,
+    mut ask: impl FnMut(&mut Tokens) -> Decision,
+) -> Decision {
+    let mut answer = ask(t);
+    for _ in 0..4 {
+        if !matches!(answer, Decision::Wait { .. }) {
+            break;
+        }
+        deliver(t, models);
+        answer = ask(t);
+    }
+    answer
+}
+
 fn deliver(t: &mut Tokens, models: &mut HashMap<ClientId, Model>) {
     while let Some((c, cb)) = t.poll_callback() {
         if let Callback::Recall { ino, to, grant } = cb {
@@ -374,14 +392,7 @@ proptest! {
                         .map(|o| o.iter().map(|(i, w)| (*i, *w)).collect())
                         .unwrap_or_default();
                     let new = (want != Want::Look).then_some(id);
-                    let mut answer = t.request(c, ino, want, &have, new);
-                    for _ in 0..4 {
-                        if !matches!(answer, Decision::Wait { .. }) {
-                            break;
-                        }
-                        deliver(&mut t, &mut models);
-                        answer = t.request(c, ino, want, &have, new);
-                    }
+                    let answer = settle(&mut t, &mut models, |t| t.request(c, ino, want, &have, new));
                     let Decision::Grant { uncached, .. } = answer else {
                         panic!("no answer after the recalls: {answer:?}");
                     };
@@ -434,14 +445,7 @@ proptest! {
                 _ => {
                     // A name change in a directory (inodes 20..23).
                     let dir = ino + 10;
-                    let mut answer = t.request(c, dir, Want::Change, &[], None);
-                    for _ in 0..4 {
-                        if !matches!(answer, Decision::Wait { .. }) {
-                            break;
-                        }
-                        deliver(&mut t, &mut models);
-                        answer = t.request(c, dir, Want::Change, &[], None);
-                    }
+                    let answer = settle(&mut t, &mut models, |t| t.request(c, dir, Want::Change, &[], None));
                     prop_assert!(matches!(answer, Decision::Grant { uncached: false, .. }), "{:?}", answer);
                 }
             }
