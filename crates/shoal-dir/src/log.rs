@@ -18,13 +18,14 @@
 
 use std::collections::HashMap;
 
-use crate::codec::{Reader, Writer};
+use shoal_replica::frame;
+
 use crate::op::{Op, Request};
 
 /// Log file header magic.
 pub const LOG_MAGIC: &[u8; 8] = b"SHOALDL1";
 /// Length of the log file header.
-pub const LOG_HEADER: usize = 16;
+pub const LOG_HEADER: usize = frame::HEADER;
 /// Record kind: an applied write.
 pub const KIND_ENTRY: u8 = 1;
 /// Record kind: the state reached an index.
@@ -32,25 +33,15 @@ pub const KIND_MARK: u8 = 2;
 /// Record kind: a cancelled write's session.
 pub const KIND_SESSION: u8 = 3;
 /// Bytes of a record around its payload.
-pub const RECORD_OVERHEAD: usize = 4 + 8 + 1 + 8;
+pub const RECORD_OVERHEAD: usize = frame::RECORD_OVERHEAD;
 
 /// The header of a log that follows the snapshot at `base`.
 pub fn header(base: u64) -> [u8; LOG_HEADER] {
-    let mut h = [0u8; LOG_HEADER];
-    h[..8].copy_from_slice(LOG_MAGIC);
-    h[8..].copy_from_slice(&base.to_le_bytes());
-    h
+    frame::header(LOG_MAGIC, base)
 }
 
 fn record(out: &mut Vec<u8>, kind: u8, index: u64, payload: &[u8]) {
-    let mut body = Vec::with_capacity(9 + payload.len());
-    body.push(kind);
-    body.extend_from_slice(&index.to_le_bytes());
-    body.extend_from_slice(payload);
-    let mut w = Writer(out);
-    w.u32(body.len() as u32);
-    w.raw(&blake3::hash(&body).as_bytes()[..8]);
-    w.raw(&body);
+    frame::record(out, kind, index, payload)
 }
 
 /// One record read back from a log.
@@ -78,44 +69,33 @@ pub struct ParsedLog {
 
 /// Reads a log file.  `None` if the header is missing or wrong.
 pub fn parse(buf: &[u8]) -> Option<ParsedLog> {
-    if buf.len() < LOG_HEADER || &buf[..8] != LOG_MAGIC {
-        return None;
-    }
-    let base = u64::from_le_bytes(buf[8..16].try_into().unwrap());
-    let mut records = Vec::new();
-    let mut pos = LOG_HEADER;
-    loop {
-        let mut r = Reader::new(&buf[pos..], "log record");
-        let Ok(len) = r.u32() else { break };
-        let Ok(check) = r.take(8) else { break };
-        let Ok(body) = r.take(len as usize) else {
-            break;
-        };
-        if len < 9 || &blake3::hash(body).as_bytes()[..8] != check {
-            break;
-        }
-        let kind = body[0];
-        let index = u64::from_le_bytes(body[1..9].try_into().unwrap());
-        let rec = match kind {
-            KIND_ENTRY => match Request::decode(&body[9..]) {
-                Ok(request) => LogRecord::Entry { index, request },
+    let f = frame::frames(LOG_MAGIC, buf)?;
+    let mut records = Vec::with_capacity(f.records.len());
+    let mut valid_len = frame::HEADER;
+    for r in &f.records {
+        let rec = match r.kind {
+            KIND_ENTRY => match Request::decode(r.payload) {
+                Ok(request) => LogRecord::Entry {
+                    index: r.index,
+                    request,
+                },
                 Err(_) => break,
             },
-            KIND_MARK => LogRecord::Mark { index },
-            KIND_SESSION if body.len() == 9 + 16 => LogRecord::Session {
-                index,
-                client: u64::from_le_bytes(body[9..17].try_into().unwrap()),
-                seq: u64::from_le_bytes(body[17..25].try_into().unwrap()),
+            KIND_MARK => LogRecord::Mark { index: r.index },
+            KIND_SESSION if r.payload.len() == 16 => LogRecord::Session {
+                index: r.index,
+                client: u64::from_le_bytes(r.payload[..8].try_into().ok()?),
+                seq: u64::from_le_bytes(r.payload[8..].try_into().ok()?),
             },
             _ => break,
         };
         records.push(rec);
-        pos += 12 + len as usize;
+        valid_len += frame::RECORD_OVERHEAD + r.payload.len();
     }
     Some(ParsedLog {
-        base,
+        base: f.base,
         records,
-        valid_len: pos,
+        valid_len,
     })
 }
 
@@ -232,25 +212,14 @@ impl LogBuffer {
 }
 
 /// What recovery rebuilt from a snapshot and its logs.
-#[derive(Debug)]
-pub struct Recovery {
-    pub state: crate::DirState,
-    /// Log records replayed.
-    pub replayed: usize,
-    /// Per log (in the order given): `Some(len)` to keep it cut to `len`
-    /// bytes (its intact records; `len` below its size means a torn tail),
-    /// `None` if the snapshot covers it (delete it).
-    pub keep: Vec<Option<usize>>,
-}
-
-const OLDER_LOG_CORRUPT: &str = "a log older than the newest is corrupt, so writes it held are \
-     lost; move this replica's data directory aside and start it empty to rejoin from the others";
+pub type Recovery = shoal_replica::Recovery<crate::DirState>;
 
 /// Rebuilds a replica's state from its snapshot (if any) and its logs,
 /// given as (base, bytes) sorted by base.  A log whose successor starts at
 /// or before the snapshot is covered by it; the newest log, if torn or
 /// without a valid header, keeps what is intact.  An older log that is
-/// not intact is an error: its successor's writes would follow a gap.
+/// not intact is an error: its successor's writes would follow a gap
+/// ([`frame::plan`]).
 pub fn recover(
     port: shoal_cap::PutPort,
     snapshot: Option<&[u8]>,
@@ -269,24 +238,21 @@ pub fn recover(
     let snap_index = state.index();
     let mut replayed = 0;
     let mut keep = Vec::with_capacity(logs.len());
-    for (i, (_, bytes)) in logs.iter().enumerate() {
-        if logs.get(i + 1).is_some_and(|(next, _)| *next <= snap_index) {
+    let bases: Vec<u64> = logs.iter().map(|(b, _)| *b).collect();
+    for ((_, bytes), plan) in logs.iter().zip(frame::plan(&bases, snap_index)) {
+        let Some(older) = plan else {
             keep.push(None);
             continue;
-        }
-        // Only the newest log can end torn: an older one was synced whole
-        // before its successor was made, so a bad record in it is lost
-        // data, and replaying past it would skip acknowledged writes.
-        let older = i + 1 < logs.len();
+        };
         let Some(parsed) = parse(bytes) else {
             if older {
-                return Err(crate::codec::bad("directory log", OLDER_LOG_CORRUPT));
+                return Err(crate::codec::bad("directory log", frame::OLDER_LOG_CORRUPT));
             }
             keep.push(Some(0));
             continue;
         };
         if older && parsed.valid_len < bytes.len() {
-            return Err(crate::codec::bad("directory log", OLDER_LOG_CORRUPT));
+            return Err(crate::codec::bad("directory log", frame::OLDER_LOG_CORRUPT));
         }
         for rec in parsed.records {
             match rec {

@@ -1,68 +1,24 @@
 //! The decisions of a directory replica, without I/O: what a group message
-//! does to the state and the log, when a read may be answered, when a
-//! write's answer may leave (durability), and how replicas re-form their
-//! group.  The replica shell (`shoal_dirsvc::replica`) and the simulator
-//! (`shoal_sim::dir`) both drive this code.
+//! does to the state and the log, and when a read may be answered.  The
+//! rules every replicated service shares (durability, forming and
+//! re-forming the group) are `shoal_replica`'s, re-exported here.  The
+//! replica shell (`shoal_dirsvc::replica`, on `shoal-replicasvc`) and the
+//! simulator (`shoal_sim::dir`) both drive this code.
 
 use crate::log::LogBuffer;
 use crate::model::DirError;
 use crate::op::{Answer, Op, Request, Response};
 use crate::state::{Applied, DirState};
 
-/// When a replica's log reaches the disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Durability {
-    /// Each replica appends the update to its log and fsyncs it; the replica
-    /// that answers does so before it answers.  Losing every replica at
-    /// once loses no acknowledged update.
-    Fsync,
-    /// The update is acknowledged once r + 1 replicas hold it in memory;
-    /// logs are flushed in the background.  Survives any r simultaneous
-    /// crashes, not the loss of every replica at once.
-    Replicated,
-}
-
-impl std::str::FromStr for Durability {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "fsync" => Ok(Durability::Fsync),
-            "replicated" => Ok(Durability::Replicated),
-            _ => Err(format!("unknown durability {s:?}: use fsync or replicated")),
-        }
-    }
-}
-
-impl std::fmt::Display for Durability {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Durability::Fsync => "fsync",
-            Durability::Replicated => "replicated",
-        })
-    }
-}
-
-impl Durability {
-    /// Whether the answer to a write applied at `index` may leave when the
-    /// log is on disk up to `durable`.
-    pub fn reply_ready(self, index: u64, durable: u64) -> bool {
-        self == Durability::Replicated || durable >= index
-    }
-
-    /// Whether flushes end with a mark when their tail cancelled out (see
-    /// [`LogBuffer::take`]).
-    pub fn marks(self) -> bool {
-        self == Durability::Fsync
-    }
-}
+pub use shoal_replica::{
+    Durability, Formation, PeerStatus, Phase, STUCK_AFTER_US, Stuck, behind, decide, group_tag,
+    when_stuck,
+};
 
 /// A group message: `origin u64 | encoded request` (the origin tells the
 /// replica that sent it which answers are its own).
 pub fn encode_entry(origin: u64, req: &Request) -> Vec<u8> {
-    let mut body = Vec::with_capacity(128);
-    body.extend_from_slice(&origin.to_le_bytes());
-    body.extend_from_slice(&req.encode());
-    body
+    shoal_replica::entry(origin, &req.encode())
 }
 
 /// A replica's state and its unflushed log.
@@ -85,20 +41,18 @@ impl ReplicaState {
     /// index).  Returns the message's origin and the answer for it; `None`
     /// for an undecodable message (which changes nothing).
     pub fn deliver(&mut self, body: &[u8]) -> Option<(u64, Response)> {
-        if body.len() < 8 {
-            return None;
-        }
-        let origin = u64::from_le_bytes(body[..8].try_into().unwrap());
-        let encoded = &body[8..];
+        let (origin, encoded) = shoal_replica::split_entry(body)?;
+        Some((origin, self.apply(encoded)?))
+    }
+
+    /// Applies one group message's payload (an encoded request).
+    fn apply(&mut self, encoded: &[u8]) -> Option<Response> {
         let req = Request::decode(encoded).ok()?;
         if matches!(req.op, Op::Sync) {
-            return Some((
-                origin,
-                Response {
-                    index: self.state.index(),
-                    result: Ok(Answer::Done),
-                },
-            ));
+            return Some(Response {
+                index: self.state.index(),
+                result: Ok(Answer::Done),
+            });
         }
         let applied = self.state.apply(&req);
         if let Applied::New(r) = &applied {
@@ -108,12 +62,9 @@ impl ReplicaState {
                 self.log.note_refused(r.index);
             }
         }
-        Some((
-            origin,
-            match applied {
-                Applied::New(r) | Applied::Duplicate(r) => r,
-            },
-        ))
+        Some(match applied {
+            Applied::New(r) | Applied::Duplicate(r) => r,
+        })
     }
 
     /// Answers a read if this replica has applied every write the client
@@ -137,283 +88,57 @@ impl ReplicaState {
     }
 }
 
-/// Where a replica stands, as its peers see it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// Not in a group: asking peers.
-    Forming,
-    /// Joined; waiting for the state transfer.
-    Joining,
-    /// In the group and serving.
-    Member,
-    /// In a group that cannot reset (too few members answer).
-    Stuck,
-}
+impl shoal_replica::Machine for ReplicaState {
+    type Output = Response;
 
-impl Phase {
-    pub fn name(self) -> &'static str {
-        match self {
-            Phase::Forming => "forming",
-            Phase::Joining => "joining",
-            Phase::Member => "member",
-            Phase::Stuck => "stuck",
-        }
+    fn index(&self) -> u64 {
+        self.state.index()
     }
 
-    pub fn parse(s: &str) -> Option<Phase> {
-        Some(match s {
-            "forming" => Phase::Forming,
-            "joining" => Phase::Joining,
-            "member" => Phase::Member,
-            "stuck" => Phase::Stuck,
-            _ => return None,
-        })
+    fn deliver(&mut self, message: &[u8]) -> Option<Response> {
+        self.apply(message)
     }
-}
 
-/// One peer's answer to "where are you?".
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PeerStatus {
-    pub phase: Phase,
-    /// The generation of the group it is in, or was last in.
-    pub generation: u64,
-    /// Writes it has applied.
-    pub index: u64,
-    /// Which group instance it is in ([`group_tag`]; 0: none).
-    pub group: u64,
-}
-
-/// Names one instance of a group (an incarnation and its sequencer), so
-/// replicas can tell whether they are in the same one.
-pub fn group_tag(incarnation: u64, sequencer: &str) -> u64 {
-    // FNV-1a: stable across processes and versions.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in incarnation.to_le_bytes().iter().chain(sequencer.as_bytes()) {
-        h ^= *b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    fn take_log(&mut self, mark: bool) -> Option<Vec<u8>> {
+        self.log.take(mark)
     }
-    h | 1
-}
 
-/// What a replica outside the group does next.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Formation {
-    /// Join the group of this generation.
-    Join(u64),
-    /// Create the group of this generation from this replica's state.
-    Create(u64),
-    /// Wait: these replicas did not answer (or another replica will
-    /// create the group).
-    Wait { missing: Vec<usize> },
-}
-
-/// The forming rule.  A replica joins a peer's group (unless that group has
-/// applied fewer writes than this replica: then it waits for the group to
-/// dissolve).  With no group
-/// anywhere, the group is re-formed only once *every* replica has
-/// answered, by the one with the most applied writes (ties: the lowest
-/// number), in a generation above every one seen: so no replica starts
-/// alone with a state that misses an update another replica acknowledged.
-pub fn decide(
-    me: usize,
-    my_index: u64,
-    my_generation: u64,
-    peers: &[(usize, Option<PeerStatus>)],
-) -> Formation {
-    let members: Vec<PeerStatus> = peers
-        .iter()
-        .filter_map(|(_, s)| *s)
-        .filter(|s| s.phase == Phase::Member)
-        .collect();
-    if let Some(m) = members.iter().max_by_key(|s| (s.index, s.generation)) {
-        if m.index >= my_index {
-            return Formation::Join(m.generation);
-        }
-        // A group behind this replica: it dissolves when it notices
-        // ([`behind`]); joining it would throw this replica's writes away.
-        return Formation::Wait {
-            missing: Vec::new(),
-        };
+    fn logged_index(&self) -> u64 {
+        self.log.last_index()
     }
-    let missing: Vec<usize> = peers
-        .iter()
-        .filter(|(_, s)| s.is_none_or(|s| s.phase != Phase::Forming))
-        .map(|(i, _)| *i)
-        .collect();
-    if !missing.is_empty() {
-        return Formation::Wait { missing };
-    }
-    let mine = (my_index, std::cmp::Reverse(me));
-    let best = peers
-        .iter()
-        .filter_map(|(i, s)| s.map(|s| (s.index, std::cmp::Reverse(*i))))
-        .max();
-    if best.is_some_and(|b| b > mine) {
-        return Formation::Wait {
-            missing: Vec::new(),
-        };
-    }
-    let generation = peers
-        .iter()
-        .filter_map(|(_, s)| s.map(|s| s.generation))
-        .chain([my_generation])
-        .max()
-        .unwrap_or(0)
-        + 1;
-    Formation::Create(generation)
-}
 
-/// What a replica whose group could not reset does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stuck {
-    /// Reset the group with the members it can reach, however few: they
-    /// keep everything they hold, delivered or not.
-    Reset,
-    /// The group works again and holds the most: serve.
-    Serve,
-    /// Leave the group, to join another.
-    Leave,
-    /// Wait for every replica to answer.
-    Wait,
-}
-
-/// The rule for a stuck replica (one whose group could not reset: more
-/// members are lost than its quorum allows).  Only when every other replica
-/// answered: if one is in another, working group, leave this one and join
-/// that.  If none is, reset the group with whoever it reaches — without
-/// serving yet: two stuck groups may both do so — and once it works, serve
-/// unless a replica outside its group has applied more writes, or another
-/// stuck group ranks higher (more writes; ties: the lowest number); else
-/// leave, and join the one that goes on.  So at most one group serves, and it holds every write
-/// any replica applied.  `my_group` is this replica's [`group_tag`].
-pub fn when_stuck(
-    me: usize,
-    my_index: u64,
-    my_group: u64,
-    group_works: bool,
-    peers: &[(usize, Option<PeerStatus>)],
-) -> Stuck {
-    if peers.iter().any(|(_, s)| s.is_none()) {
-        return Stuck::Wait;
+    fn log_header(base: u64) -> Vec<u8> {
+        crate::log::header(base).to_vec()
     }
-    let outside = || {
-        peers
-            .iter()
-            .filter_map(|(i, s)| s.map(|s| (*i, s)))
-            .filter(|(_, s)| s.group != my_group)
-    };
-    if outside().any(|(_, s)| s.phase == Phase::Member) {
-        return Stuck::Leave;
+
+    fn encode_snapshot(&self) -> Vec<u8> {
+        self.state.encode_snapshot()
     }
-    if !group_works {
-        return Stuck::Reset;
+
+    fn decode_snapshot(bytes: &[u8]) -> Result<Self, String> {
+        DirState::decode_snapshot(bytes)
+            .map(ReplicaState::new)
+            .map_err(|e| e.to_string())
     }
-    // Serve unless a replica outside has applied more, or another stuck
-    // group ranks higher (most writes, then the lowest number).  A replica
-    // out of any group with as many writes holds the same state, and joins.
-    let mine = (my_index, std::cmp::Reverse(me));
-    let outranked = outside().any(|(i, s)| {
-        s.index > my_index || (s.phase == Phase::Stuck && (s.index, std::cmp::Reverse(i)) > mine)
-    });
-    if outranked {
-        Stuck::Leave
-    } else {
-        Stuck::Serve
-    }
-}
 
-/// Whether a working group is behind a replica outside it (one that has
-/// applied more writes: the group was re-formed without it after more
-/// than r failures): then the group must dissolve and re-form from the
-/// best replica, so no applied — possibly acknowledged — write is lost.
-pub fn behind(my_index: u64, peers: &[(usize, Option<PeerStatus>)]) -> bool {
-    peers.iter().any(|(_, s)| {
-        s.is_some_and(|s| matches!(s.phase, Phase::Forming | Phase::Joining) && s.index > my_index)
-    })
-}
-
-/// How long a member's group may be in a reset before the replica reports
-/// itself stuck (so replicas outside do not wait to join it).
-pub const STUCK_AFTER_US: u64 = 1_000_000;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn st(phase: Phase, generation: u64, index: u64) -> Option<PeerStatus> {
-        Some(PeerStatus {
-            phase,
-            generation,
-            index,
-            group: generation,
+    fn recover(
+        port: shoal_cap::PutPort,
+        snapshot: Option<&[u8]>,
+        logs: &[(u64, &[u8])],
+    ) -> Result<shoal_replica::Recovery<Self>, String> {
+        let r = crate::log::recover(port, snapshot, logs).map_err(|e| e.to_string())?;
+        Ok(shoal_replica::Recovery {
+            state: ReplicaState::new(r.state),
+            replayed: r.replayed,
+            keep: r.keep,
         })
     }
 
-    #[test]
-    fn forming_rule() {
-        // Someone is in a group: join it, unless it is behind.
-        assert_eq!(
-            decide(0, 2, 1, &[(1, st(Phase::Member, 3, 2)), (2, None)]),
-            Formation::Join(3)
-        );
-        assert_eq!(
-            decide(0, 9, 1, &[(1, st(Phase::Member, 3, 2)), (2, None)]),
-            Formation::Wait { missing: vec![] }
-        );
-        // Not everyone answered: wait, however good my state.
-        assert_eq!(
-            decide(0, 9, 1, &[(1, st(Phase::Forming, 1, 2)), (2, None)]),
-            Formation::Wait { missing: vec![2] }
-        );
-        // All answered: the most writes creates, above every generation.
-        let peers = [(1, st(Phase::Forming, 4, 7)), (2, st(Phase::Forming, 2, 9))];
-        assert_eq!(decide(0, 8, 1, &peers), Formation::Wait { missing: vec![] });
-        assert_eq!(
-            decide(
-                2,
-                9,
-                2,
-                &[(0, st(Phase::Forming, 1, 8)), (1, st(Phase::Forming, 4, 7))]
-            ),
-            Formation::Create(5)
-        );
-        // Ties go to the lowest number.
-        assert_eq!(
-            decide(1, 5, 1, &[(0, st(Phase::Forming, 1, 5))]),
-            Formation::Wait { missing: vec![] }
-        );
-        assert_eq!(
-            decide(0, 5, 1, &[(1, st(Phase::Forming, 1, 5))]),
-            Formation::Create(2)
-        );
-        // A stuck peer is neither a group to join nor out of one.
-        assert_eq!(
-            decide(0, 5, 1, &[(1, st(Phase::Stuck, 1, 5))]),
-            Formation::Wait { missing: vec![1] }
-        );
-        let all_out = [(1, st(Phase::Forming, 1, 0)), (2, st(Phase::Stuck, 1, 3))];
-        assert_eq!(when_stuck(0, 0, 7, false, &all_out), Stuck::Reset);
-        assert_eq!(when_stuck(0, 3, 7, true, &all_out), Stuck::Serve);
-        assert_eq!(when_stuck(3, 3, 7, true, &all_out), Stuck::Leave);
-        // Out of any group with as many writes: it joins; with more: leave.
-        let joiner = [(0, st(Phase::Joining, 1, 3))];
-        assert_eq!(when_stuck(2, 3, 7, true, &joiner), Stuck::Serve);
-        assert_eq!(when_stuck(2, 2, 7, true, &joiner), Stuck::Leave);
-        assert_eq!(when_stuck(0, 9, 7, false, &[(1, None)]), Stuck::Wait);
-        assert_eq!(
-            when_stuck(0, 9, 7, true, &[(1, st(Phase::Member, 1, 0))]),
-            Stuck::Leave
-        );
-        // A member of this replica's own group (it joined after the reset)
-        // is neither another group nor a rival.
-        assert_eq!(
-            when_stuck(3, 9, 1, true, &[(1, st(Phase::Member, 1, 9))]),
-            Stuck::Serve
-        );
-        assert!(behind(4, &[(1, st(Phase::Forming, 1, 5))]));
-        assert!(!behind(
-            5,
-            &[(1, st(Phase::Forming, 1, 5)), (2, st(Phase::Member, 1, 9))]
-        ));
+    fn counts(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("directories", self.state.dir_count() as u64),
+            ("rows", self.state.row_count() as u64),
+            ("cancelled_pairs", self.log.cancelled_pairs),
+        ]
     }
 }

@@ -3,7 +3,8 @@
 //! The service maps names to capabilities (`shoal_dir` holds the state
 //! machine and formats).  Replicas ([`replica`]) form a process group and
 //! apply every write in the group's total order (Kaashoek et al.'s group
-//! variant), with a durable, coalescing log ([`store`]); [`twopc`] is the
+//! variant), on the replica shell `shoal-replicasvc` with a durable,
+//! coalescing log ([`store`]); [`twopc`] is the
 //! paper's two-replica RPC baseline with two-phase commit.  Programs use
 //! [`DirClient`].  `docs/directory.md` describes the guarantees and the
 //! on-disk formats.
@@ -12,14 +13,13 @@
 
 pub mod client;
 pub mod replica;
-mod serving;
-pub mod store;
 pub mod twopc;
 pub mod workload;
 pub mod writes_at;
 
 pub use client::{ClientError, DirClient};
 pub use replica::{Durability, Replica, ReplicaConfig};
+pub use shoal_replicasvc::store;
 
 /// The name of a cluster's default directory service.
 pub const DEFAULT_SERVICE: &str = "dir";

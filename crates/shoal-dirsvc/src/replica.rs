@@ -1,761 +1,156 @@
-//! One replica of the directory service, group variant.
+//! One replica of the directory service, group variant: the directory's
+//! state machine (`shoal_dir::replica::ReplicaState`) on the replica shell
+//! (`shoal_replicasvc`), and how a replica answers the directory's
+//! requests.
 //!
-//! Replicas form a process group (`shoal_rpc::group`) with resilience r.
-//! A write arrives by RPC at any replica, which sends it to the group; every
-//! replica applies the group's messages in order to its `DirState` and
-//! logs them; the replica that sent the write answers the client once it
-//! has applied it and — in the `fsync` mode — once its log holds it on
-//! disk.  Reads are served by the replica the client reaches, once that
-//! replica has applied every write the client has seen; a linearizable
-//! read first sends an ordered no-op through the group and waits for it.
-//!
-//! Threads: `threads` RPC server threads serve clients; the thread that
-//! waits for its own write reads the group's deliveries itself (no
-//! hand-over on the latency path); a background thread applies deliveries
-//! when no request is waiting; a flusher writes the log (at once in the
-//! `fsync` mode, every flush interval in the `replicated` mode) and takes
-//! snapshots; a control thread forms, joins and re-forms the group.
-//!
-//! Forming: a replica that is not in the group asks its peers.  If one is
-//! in a group, it joins (and gets the state by state transfer).  If none
-//! is, and every replica answered, the one with the most updates (ties:
-//! the lowest number) creates the next generation's group from its state
-//! and the others join it: after a total failure no replica starts alone
-//! with a state that may miss an update another replica acknowledged.
+//! A write arrives by RPC at any replica, which sends it to the group and
+//! answers once it has applied it and — in the `fsync` mode — once its
+//! log holds it on disk.  Reads are served by the replica the client
+//! reaches, once that replica has applied every write the client has
+//! seen; a linearizable read first sends an ordered no-op through the
+//! group and waits for it.  Forming, joining, the log and snapshots are
+//! the shell's (`shoal_replicasvc::replica`).
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex, RwLock};
 use shoal_cap::PutPort;
 use shoal_dir::op::FLAG_LINEARIZABLE;
-use shoal_dir::replica::{Phase, ReplicaState, STUCK_AFTER_US, encode_entry, group_tag};
-use shoal_dir::{Answer, DirError, DirState, Op, Request, Response};
-use shoal_rpc::group::{Delivery, Group, GroupError};
+use shoal_dir::replica::ReplicaState;
+use shoal_dir::{DirError, Op, Request, Response};
+use shoal_replicasvc::{Handler, Ports, Replicated, Unavailable};
 use shoal_rpc::{Context, Server};
-
-use crate::store::{DiskStats, Store};
-use crate::writes_at::Endpoint;
-
-mod forming;
 
 pub use shoal_dir::replica::Durability;
 
-/// How a replica runs.
-#[derive(Debug, Clone)]
-pub struct ReplicaConfig {
-    /// The service's name (its port derives from it and the cluster id).
-    pub service: String,
-    /// This replica's number, 0..replicas.
-    pub replica: usize,
-    /// How many replicas the service has.
-    pub replicas: usize,
-    /// Resilience degree r of the group (default replicas − 1).
-    pub resilience: Option<usize>,
-    pub durability: Durability,
-    /// Where the snapshot and logs live.
-    pub data_dir: PathBuf,
-    /// How often the `replicated` mode flushes its log.
-    pub flush_interval: Duration,
-    /// Log size that triggers a snapshot.
-    pub snapshot_bytes: u64,
-    /// RPC server threads.
-    pub threads: usize,
-    /// How long a read waits for this replica to catch up with the client.
-    pub catch_up: Duration,
+/// How a replica runs (`service` is the directory service's name; its
+/// ports derive from it and the cluster id).
+pub type ReplicaConfig = shoal_replicasvc::Config;
+
+/// A running directory replica.
+pub struct Replica(shoal_replicasvc::Replica<ReplicaState>);
+
+/// Defaults for replica `replica` of `replicas` of the default directory
+/// service, storing in `data_dir`.
+pub fn config(replica: usize, replicas: usize, data_dir: PathBuf) -> ReplicaConfig {
+    ReplicaConfig::new(crate::DEFAULT_SERVICE, replica, replicas, data_dir)
 }
-
-impl ReplicaConfig {
-    /// Defaults for replica `replica` of `replicas`, storing in `data_dir`.
-    pub fn new(replica: usize, replicas: usize, data_dir: PathBuf) -> ReplicaConfig {
-        ReplicaConfig {
-            service: crate::DEFAULT_SERVICE.into(),
-            replica,
-            replicas,
-            resilience: None,
-            durability: Durability::Fsync,
-            data_dir,
-            flush_interval: Duration::from_millis(500),
-            snapshot_bytes: 8 << 20,
-            threads: 2,
-            catch_up: Duration::from_secs(1),
-        }
-    }
-
-    fn resilience(&self) -> usize {
-        self.resilience
-            .unwrap_or(self.replicas.saturating_sub(1))
-            .min(self.replicas.saturating_sub(1))
-    }
-}
-
-struct Applying {
-    /// Group sequence number applied up to (in the current group).
-    seq: u64,
-    /// Group instance counter, bumped when the group changes.
-    epoch: u64,
-}
-
-struct Durable {
-    store: Store,
-    /// Index up to which the log is on disk.
-    index: u64,
-}
-
-struct Shared {
-    cfg: ReplicaConfig,
-    ctx: Context,
-    port: PutPort,
-    origin: u64,
-    /// The directory state and the unflushed log.
-    rs: RwLock<ReplicaState>,
-    applying: Mutex<Applying>,
-    applied_cv: Condvar,
-    results: Mutex<HashMap<u64, Response>>,
-    recv: Mutex<()>,
-    group: RwLock<Option<Arc<Group>>>,
-    phase: Mutex<Phase>,
-    /// Since when the group has been in a reset (a member reports itself
-    /// stuck after `STUCK_AFTER_US`).
-    abnormal_since: Mutex<Option<Instant>>,
-    generation: AtomicU64,
-    /// Set when the log buffer gained records (wakes the flusher).
-    unflushed: Mutex<bool>,
-    buffer_cv: Condvar,
-    /// The log file and what it holds.  Lock order: `durable` before `rs`
-    /// (a flush takes the buffer and writes it under `durable`, so the log
-    /// stays in index order).
-    durable: Mutex<Durable>,
-    durable_cv: Condvar,
-    disk: Arc<DiskStats>,
-    server: crate::serving::Serving,
-    stop: AtomicBool,
-    writes: AtomicU64,
-    reads: AtomicU64,
-    /// Where the service's writes go best (`writes_at`).
-    writes_at: Mutex<Option<Endpoint>>,
-}
-
-/// A running replica.
-pub struct Replica {
-    shared: Arc<Shared>,
-    threads: Vec<JoinHandle<()>>,
-    _peer: Arc<Server>,
-}
-
-fn unavailable(e: impl std::fmt::Display) -> DirError {
-    DirError::Unavailable(e.to_string())
-}
-
-/// Longest a write waits for its group message to be applied.
-const WRITE_WAIT: Duration = Duration::from_secs(10);
 
 impl Replica {
     /// Recovers from the data directory and starts the replica's threads.
     pub fn start(ctx: Context, cfg: ReplicaConfig) -> std::io::Result<Replica> {
-        if cfg.replicas == 0 || cfg.replica >= cfg.replicas {
-            return Err(std::io::Error::other(format!(
-                "replica number {} is not below the replica count {}",
-                cfg.replica, cfg.replicas
-            )));
-        }
         let cluster = ctx.config().cluster;
-        let port = crate::service_port(&cluster, &cfg.service).put_port();
-        let (store, rec) = Store::open(&cfg.data_dir, port)?;
-        tracing::info!(
-            index = rec.state.index(),
-            replayed = rec.replayed,
-            cut = rec.cut,
-            "recovered from {}",
-            cfg.data_dir.display()
-        );
-        let peer = Arc::new(
-            ctx.serve(crate::peer_port(&cluster, &cfg.service, cfg.replica))
-                .map_err(std::io::Error::other)?,
-        );
-        let index = rec.state.index();
-        let shared = Arc::new(Shared {
-            origin: rand::random::<u64>() | 1,
-            port,
-            rs: RwLock::new(ReplicaState::new(rec.state)),
-            applying: Mutex::new(Applying { seq: 0, epoch: 0 }),
-            applied_cv: Condvar::new(),
-            results: Mutex::new(HashMap::new()),
-            recv: Mutex::new(()),
-            group: RwLock::new(None),
-            phase: Mutex::new(Phase::Forming),
-            abnormal_since: Mutex::new(None),
-            generation: AtomicU64::new(rec.generation),
-            unflushed: Mutex::new(false),
-            buffer_cv: Condvar::new(),
-            disk: store.stats.clone(),
-            durable: Mutex::new(Durable { store, index }),
-            durable_cv: Condvar::new(),
-            server: Default::default(),
-            stop: AtomicBool::new(false),
-            writes: AtomicU64::new(0),
-            reads: AtomicU64::new(0),
-            writes_at: Mutex::new(None),
-            cfg,
-            ctx,
-        });
-        let mut threads = Vec::new();
-        let spawn = |name: &str, f: fn(&Arc<Shared>)| {
-            let s = shared.clone();
-            std::thread::Builder::new()
-                .name(name.into())
-                .spawn(move || f(&s))
-                .expect("spawn a replica thread")
+        let ports = Ports {
+            service: crate::service_port(&cluster, &cfg.service),
+            peers: (0..cfg.replicas)
+                .map(|i| crate::peer_port(&cluster, &cfg.service, i))
+                .collect(),
         };
-        threads.push(spawn("dir-control", Shared::control));
-        threads.push(spawn("dir-apply", |s| s.background_apply()));
-        threads.push(spawn("dir-flush", |s| s.flusher()));
-        {
-            let s = shared.clone();
-            let p = peer.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name("dir-peer".into())
-                    .spawn(move || s.serve_peers(&p))
-                    .expect("spawn a replica thread"),
-            );
-        }
-        Ok(Replica {
-            shared,
-            threads,
-            _peer: peer,
-        })
+        shoal_replicasvc::Replica::start(ctx, cfg, ports, Arc::new(Directory)).map(Replica)
     }
 
     /// The service's port.
     pub fn port(&self) -> PutPort {
-        self.shared.port
+        self.0.port()
     }
 
     /// The replica's status as JSON, as its own process sees it (its
     /// group's port included).
     pub fn status(&self) -> serde_json::Value {
-        self.shared.status(true)
+        self.0.status()
     }
 
     /// Whether the replica is in its group and serving.
     pub fn is_serving(&self) -> bool {
-        *self.shared.phase.lock() == Phase::Member
+        self.0.is_serving()
     }
 
     /// Flushes the log, leaves the group and stops.
-    pub fn stop(mut self) {
-        self.shared.stop.store(true, Ordering::SeqCst);
-        self.shared.stop_serving();
-        let _ = self.shared.flush(true);
-        if let Some(g) = self.shared.group.write().take() {
-            g.leave();
-        }
-        let _ = self._peer.shutdown();
-        self.shared.buffer_cv.notify_all();
-        for t in self.threads.drain(..) {
-            let _ = t.join();
+    pub fn stop(self) {
+        self.0.stop()
+    }
+}
+
+/// The directory's requests, answered by a replica.
+struct Directory;
+
+type Rep = Replicated<ReplicaState>;
+
+fn unavailable(e: Unavailable) -> DirError {
+    DirError::Unavailable(e.0)
+}
+
+impl Handler<ReplicaState> for Directory {
+    fn serve(&self, r: &Rep, server: &Server, request: shoal_rpc::Request) {
+        let (response, ordered) = match Request::decode(request.body()) {
+            Ok(req) => {
+                let ordered = req.op.is_write() || req.flags & FLAG_LINEARIZABLE != 0;
+                (handle(r, req), ordered)
+            }
+            Err(e) => (error(r, DirError::BadRequest(e.to_string())), false),
+        };
+        let _ = server.putrep(&request, response.encode());
+        if ordered {
+            r.after_reply();
         }
     }
 }
 
-impl Shared {
-    /// The replica's status; with `group_port`, the port of its group,
-    /// which is for its peers alone: whoever knows it may join the group
-    /// and read, and send, the replicas' traffic.
-    fn status(&self, group_port: bool) -> serde_json::Value {
-        // Lock order: durable, then rs (as flush, which must keep the log in
-        // index order).
-        let durable = self.durable.lock();
-        let rs = self.rs.read();
-        let st = &rs.state;
-        serde_json::json!({
-            "service": self.cfg.service,
-            "port": self.port.to_string(),
-            "replica": self.cfg.replica,
-            "replicas": self.cfg.replicas,
-            "resilience": self.cfg.resilience(),
-            "durability": self.cfg.durability.to_string(),
-            "phase": self.reported_phase().name(),
-            "generation": self.generation.load(Ordering::Relaxed),
-            "group": self.group_tag(),
-            "group_port": self
-                .group
-                .read()
-                .as_ref()
-                .filter(|_| group_port)
-                .map(|g| g.port().to_string()),
-            "member": self.group.read().as_ref().map(|g| g.info().member),
-            "endpoint": self.endpoint().map(Endpoint::to_json),
-            "writes_at": self.writes_at.lock().map(Endpoint::to_json),
-            "index": st.index(),
-            "durable_index": durable.index,
-            "directories": st.dir_count(),
-            "rows": st.row_count(),
-            "writes": self.writes.load(Ordering::Relaxed),
-            "reads": self.reads.load(Ordering::Relaxed),
-            "cancelled_pairs": rs.log.cancelled_pairs,
-            "log_bytes": durable.store.log_len(),
-            "disk": self.disk.json(),
-        })
-    }
-
-    /// The phase peers see: a member whose group has been in a reset for
-    /// long is stuck.
-    fn reported_phase(&self) -> Phase {
-        let phase = *self.phase.lock();
-        let long = self
-            .abnormal_since
-            .lock()
-            .is_some_and(|t| t.elapsed() >= Duration::from_micros(STUCK_AFTER_US));
-        if phase == Phase::Member && long {
-            Phase::Stuck
-        } else {
-            phase
-        }
-    }
-
-    /// Which group instance this replica is in (0: none).
-    fn group_tag(&self) -> u64 {
-        self.group.read().as_ref().map_or(0, |g| {
-            let info = g.info();
-            group_tag(info.incarnation, &info.sequencer)
-        })
-    }
-
-    fn group(&self) -> Result<Arc<Group>, DirError> {
-        if *self.phase.lock() != Phase::Member {
-            return Err(DirError::Unavailable("replica is not in its group".into()));
-        }
-        self.group
-            .read()
-            .clone()
-            .ok_or_else(|| DirError::Unavailable("replica is not in its group".into()))
-    }
-
-    // ---- applying -------------------------------------------------------
-
-    /// Applies one delivery of the group.
-    fn deliver(&self, d: Delivery) {
-        let seq = match d {
-            Delivery::Message { seq, body, .. } => {
-                self.apply(seq, &body);
-                seq
-            }
-            Delivery::State { seq, state } => {
-                self.install_state(&state);
-                seq
-            }
-            Delivery::Joined { seq, member, .. } => {
-                tracing::info!("member {member} joined at {seq}");
-                seq
-            }
-            Delivery::Left { seq, member } => {
-                tracing::info!("member {member} left at {seq}");
-                seq
-            }
-            Delivery::View {
-                seq,
-                incarnation,
-                members,
-            } => {
-                tracing::info!("view {incarnation}: {} members at {seq}", members.len());
-                seq
-            }
-            Delivery::ResetFailed { have, need } => {
-                tracing::warn!("group reset failed: {have} of {need} members answer");
-                let mut p = self.phase.lock();
-                if *p == Phase::Member {
-                    *p = Phase::Stuck;
-                }
-                return;
-            }
+fn handle(r: &Rep, req: Request) -> Response {
+    if matches!(req.op, Op::Status) {
+        return Response {
+            index: r.index(),
+            result: Ok(shoal_dir::Answer::Status(r.status(false).to_string())),
         };
-        let mut a = self.applying.lock();
-        a.seq = a.seq.max(seq);
-        drop(a);
-        self.applied_cv.notify_all();
     }
+    let write = req.op.is_write();
+    r.count(write);
+    let done = if write {
+        self::write(r, req)
+    } else {
+        read(r, req)
+    };
+    done.unwrap_or_else(|e| error(r, e))
+}
 
-    fn apply(&self, seq: u64, body: &[u8]) {
-        let Some((origin, response)) = self.rs.write().deliver(body) else {
-            tracing::warn!("undecodable group message {seq}");
-            return;
+fn error(r: &Rep, e: DirError) -> Response {
+    Response {
+        index: r.index(),
+        result: Err(e),
+    }
+}
+
+fn write(r: &Rep, mut req: Request) -> Result<Response, DirError> {
+    if req.client == 0 {
+        return Err(DirError::BadRequest("writes need a client id".into()));
+    }
+    if let Op::CreateDir { secret, .. } = &mut req.op {
+        *secret = rand::random();
+    }
+    let response = r.order(&req.encode()).map_err(unavailable)?;
+    r.durable(response.index).map_err(unavailable)?;
+    r.still_serving().map_err(unavailable)?;
+    Ok(response)
+}
+
+fn read(r: &Rep, req: Request) -> Result<Response, DirError> {
+    if req.flags & FLAG_LINEARIZABLE != 0 {
+        let sync = Request {
+            client: 0,
+            seq: 0,
+            min_index: 0,
+            flags: 0,
+            op: Op::Sync,
         };
-        *self.unflushed.lock() = true;
-        self.buffer_cv.notify_one();
-        if origin == self.origin {
-            let mut results = self.results.lock();
-            if results.len() > 4096 {
-                results.retain(|s, _| *s + 4096 > seq);
-            }
-            results.insert(seq, response);
-        }
+        r.order(&sync.encode()).map_err(unavailable)?;
     }
-
-    /// The joiner's state transfer: replace the state and make the disk
-    /// match it (snapshot, then a new log).
-    fn install_state(&self, bytes: &[u8]) {
-        let new = match DirState::decode_snapshot(bytes) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!("state transfer undecodable: {e}");
-                return;
-            }
-        };
-        let index = new.index();
-        let mut durable = self.durable.lock();
-        let mut rs = self.rs.write();
-        let snaps = durable.store.snapshots();
-        if let Err(e) = snaps
-            .write(index, bytes)
-            .and_then(|_| durable.store.rotate(index))
-        {
-            tracing::error!("writing the transferred state failed: {e}");
-        }
-        durable.index = index;
-        *rs = ReplicaState::new(new);
-        drop(durable);
-        drop(rs);
-        let mut p = self.phase.lock();
-        if *p == Phase::Joining {
-            *p = Phase::Member;
-        }
-        tracing::info!("state transfer installed at index {index}");
+    r.catch_up(req.min_index).map_err(unavailable)?;
+    let response = r.read(|rs| rs.read(&req));
+    // A read must not show a write that a crash of every replica could
+    // still take back: in the fsync mode it waits for the log too.
+    if !matches!(response.result, Err(DirError::Behind { .. })) {
+        r.durable(response.index).map_err(unavailable)?;
     }
-
-    /// Reads deliveries (on this thread) until `done` or `deadline`.
-    fn pump_until(
-        &self,
-        group: &Group,
-        epoch: u64,
-        done: impl Fn(&Applying) -> bool,
-        deadline: Instant,
-    ) -> Result<(), DirError> {
-        loop {
-            {
-                let a = self.applying.lock();
-                if a.epoch != epoch {
-                    return Err(DirError::Unavailable("the replica's group changed".into()));
-                }
-                if done(&a) {
-                    return Ok(());
-                }
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(DirError::Unavailable(
-                    "timed out waiting for the group to order the request".into(),
-                ));
-            }
-            if let Some(_g) = self.recv.try_lock() {
-                if done(&self.applying.lock()) {
-                    continue;
-                }
-                let wait = (deadline - now).min(Duration::from_millis(5));
-                match group.receive_timeout(Some(wait)) {
-                    Ok(Some(d)) => self.deliver(d),
-                    Ok(None) => {}
-                    Err(e) => {
-                        self.lose_group(&e);
-                        return Err(unavailable(e));
-                    }
-                }
-            } else {
-                let mut a = self.applying.lock();
-                if !done(&a) {
-                    self.applied_cv.wait_for(&mut a, Duration::from_millis(2));
-                }
-            }
-        }
-    }
-
-    /// Applies deliveries while no request thread is waiting for one.
-    /// Applies deliveries while no request thread is waiting for one:
-    /// every millisecond while they flow, backing off to 10 ms when idle
-    /// (an idle replica should not cost a core a thousand wake-ups a
-    /// second; a request thread that needs a delivery reads it itself).
-    fn background_apply(&self) {
-        let mut pause = Duration::from_millis(1);
-        while !self.stop.load(Ordering::Relaxed) {
-            let group = self.group.read().clone();
-            let Some(group) = group else {
-                std::thread::sleep(Duration::from_millis(5));
-                continue;
-            };
-            let mut applied = false;
-            if let Some(_g) = self.recv.try_lock() {
-                loop {
-                    match group.receive_timeout(Some(Duration::ZERO)) {
-                        Ok(Some(d)) => {
-                            self.deliver(d);
-                            applied = true;
-                        }
-                        Ok(None) => break,
-                        Err(e) => {
-                            self.lose_group(&e);
-                            break;
-                        }
-                    }
-                }
-            }
-            pause = if applied {
-                Duration::from_millis(1)
-            } else {
-                (pause * 2).min(Duration::from_millis(10))
-            };
-            std::thread::sleep(pause);
-        }
-    }
-
-    fn lose_group(&self, e: &GroupError) {
-        let mut p = self.phase.lock();
-        if *p == Phase::Forming {
-            return;
-        }
-        tracing::warn!("left the group: {e}");
-        *p = Phase::Forming;
-        drop(p);
-        self.group.write().take();
-        self.new_epoch();
-    }
-
-    fn new_epoch(&self) {
-        let mut a = self.applying.lock();
-        a.epoch += 1;
-        a.seq = 0;
-        drop(a);
-        self.results.lock().clear();
-        // A new group has its own sequencer.
-        *self.writes_at.lock() = None;
-        self.applied_cv.notify_all();
-    }
-
-    // ---- the log --------------------------------------------------------
-
-    /// Writes what the log buffer holds; with `sync`, to disk.  Returns the
-    /// index the disk holds.
-    fn flush(&self, sync: bool) -> std::io::Result<u64> {
-        let mut d = self.durable.lock();
-        let (bytes, last) = {
-            let mut rs = self.rs.write();
-            let mark = self.cfg.durability.marks();
-            (rs.log.take(mark), rs.log.last_index())
-        };
-        if let Some(bytes) = bytes {
-            d.store.append(&bytes, sync)?;
-        }
-        if sync {
-            d.index = d.index.max(last);
-        }
-        drop(d);
-        self.durable_cv.notify_all();
-        Ok(last)
-    }
-
-    /// Returns once the log holds `index` on disk (fsync mode).
-    fn make_durable(&self, index: u64) -> Result<(), DirError> {
-        if self.durable.lock().index >= index {
-            return Ok(());
-        }
-        self.flush(true)
-            .map_err(|e| DirError::Unavailable(format!("log write failed: {e}")))?;
-        Ok(())
-    }
-
-    fn flusher(&self) {
-        while !self.stop.load(Ordering::Relaxed) {
-            match self.cfg.durability {
-                Durability::Fsync => {
-                    let mut u = self.unflushed.lock();
-                    if !*u {
-                        self.buffer_cv.wait_for(&mut u, Duration::from_millis(50));
-                    }
-                    *u = false;
-                }
-                Durability::Replicated => std::thread::sleep(self.cfg.flush_interval),
-            }
-            if let Err(e) = self.flush(true) {
-                tracing::error!("log flush failed: {e}");
-            }
-            if self.durable.lock().store.log_len() > self.cfg.snapshot_bytes
-                && let Err(e) = self.snapshot()
-            {
-                tracing::error!("snapshot failed: {e}");
-            }
-        }
-    }
-
-    /// Compacts: the state at its index becomes the snapshot, a new log
-    /// starts after it.
-    fn snapshot(&self) -> std::io::Result<()> {
-        let (index, bytes, snaps) = {
-            let mut d = self.durable.lock();
-            let mut rs = self.rs.write();
-            // Marks and sessions too in the fsync mode: until the snapshot
-            // is renamed into place, this log is what recovery reads.
-            if let Some(bytes) = rs.log.take(self.cfg.durability.marks()) {
-                d.store.append(&bytes, true)?;
-            }
-            let index = rs.state.index();
-            d.index = d.index.max(index);
-            d.store.rotate(index)?;
-            (index, rs.state.encode_snapshot(), d.store.snapshots())
-        };
-        snaps.write(index, &bytes)?;
-        tracing::info!("snapshot at index {index}: {} bytes", bytes.len());
-        Ok(())
-    }
-
-    // ---- serving clients ------------------------------------------------
-
-    fn handle(&self, req: Request) -> Response {
-        let result = if matches!(req.op, Op::Status) {
-            Ok(Answer::Status(self.status(false).to_string()))
-        } else if req.op.is_write() {
-            self.writes.fetch_add(1, Ordering::Relaxed);
-            return self.write(req).unwrap_or_else(|e| self.error(e));
-        } else {
-            self.reads.fetch_add(1, Ordering::Relaxed);
-            return self.read(req).unwrap_or_else(|e| self.error(e));
-        };
-        Response {
-            index: self.index(),
-            result,
-        }
-    }
-
-    fn index(&self) -> u64 {
-        self.rs.read().state.index()
-    }
-
-    fn error(&self, e: DirError) -> Response {
-        Response {
-            index: self.index(),
-            result: Err(e),
-        }
-    }
-
-    /// Sends `req` through the group and waits until it is applied here.
-    fn order(&self, req: &Request) -> Result<Response, DirError> {
-        let group = self.group()?;
-        let epoch = self.applying.lock().epoch;
-        let body = encode_entry(self.origin, req);
-        let seq = group.send(&body).map_err(|e| {
-            if matches!(e, GroupError::NotMember) {
-                self.lose_group(&e);
-            }
-            unavailable(e)
-        })?;
-        self.pump_until(&group, epoch, |a| a.seq >= seq, Instant::now() + WRITE_WAIT)?;
-        self.results
-            .lock()
-            .remove(&seq)
-            .ok_or_else(|| DirError::Unavailable("the replica lost track of the request".into()))
-    }
-
-    fn write(&self, mut req: Request) -> Result<Response, DirError> {
-        if req.client == 0 {
-            return Err(DirError::BadRequest("writes need a client id".into()));
-        }
-        if let Op::CreateDir { secret, .. } = &mut req.op {
-            *secret = rand::random();
-        }
-        let response = self.order(&req)?;
-        if !self
-            .cfg
-            .durability
-            .reply_ready(response.index, self.durable.lock().index)
-        {
-            self.make_durable(response.index)?;
-        }
-        self.still_serving()?;
-        Ok(response)
-    }
-
-    fn read(&self, req: Request) -> Result<Response, DirError> {
-        let group = self.group()?;
-        if req.flags & FLAG_LINEARIZABLE != 0 {
-            self.order(&Request {
-                client: 0,
-                seq: 0,
-                min_index: 0,
-                flags: 0,
-                op: Op::Sync,
-            })?;
-        }
-        if self.index() < req.min_index {
-            let epoch = self.applying.lock().epoch;
-            let deadline = Instant::now() + self.cfg.catch_up;
-            let _ = self.pump_until(&group, epoch, |_| self.index() >= req.min_index, deadline);
-        }
-        let response = self.rs.read().read(&req);
-        // A read must not show a write that a crash of every replica could
-        // still take back: in the fsync mode it waits for the log too.
-        if !matches!(response.result, Err(DirError::Behind { .. }))
-            && !self
-                .cfg
-                .durability
-                .reply_ready(response.index, self.durable.lock().index)
-        {
-            self.make_durable(response.index)?;
-        }
-        self.still_serving()?;
-        Ok(response)
-    }
-
-    /// Only a serving replica answers about the directory: one whose group
-    /// got stuck meanwhile may yet be dissolved, with what it applied.
-    fn still_serving(&self) -> Result<(), DirError> {
-        if *self.phase.lock() == Phase::Member {
-            Ok(())
-        } else {
-            Err(DirError::Unavailable(
-                "the replica's group is being re-formed".into(),
-            ))
-        }
-    }
-
-    fn serve(&self, server: &Server) {
-        loop {
-            let request = match server.getreq() {
-                Ok(r) => r,
-                Err(_) => return,
-            };
-            let (response, ordered) = match Request::decode(request.body()) {
-                Ok(req) => {
-                    let ordered = req.op.is_write() || req.flags & FLAG_LINEARIZABLE != 0;
-                    (self.handle(req), ordered)
-                }
-                Err(e) => (self.error(DirError::BadRequest(e.to_string())), false),
-            };
-            let _ = server.putrep(&request, response.encode());
-            // At the sequencer, the accept of what this request sent goes
-            // out after the answer (`Group::send`).
-            if ordered && let Some(group) = self.group.read().as_ref() {
-                group.flush();
-            }
-        }
-    }
-
-    fn start_serving(self: &Arc<Self>) -> Result<(), shoal_rpc::Error> {
-        let cluster = self.ctx.config().cluster;
-        let me = self.clone();
-        self.server.start(
-            &self.ctx,
-            crate::service_port(&cluster, &self.cfg.service),
-            self.cfg.threads,
-            "dir-serve",
-            || false,
-            move |srv| me.serve(srv),
-        )
-    }
-
-    fn stop_serving(&self) {
-        self.server.stop();
-    }
+    r.still_serving().map_err(unavailable)?;
+    Ok(response)
 }

@@ -251,7 +251,7 @@ struct Shared {
     /// while paired.
     pair: AtomicU64,
     disk: Arc<DiskStats>,
-    server: crate::serving::Serving,
+    server: shoal_replicasvc::serving::Serving,
     stop: AtomicBool,
     writes: AtomicU64,
     reads: AtomicU64,
@@ -290,8 +290,8 @@ impl TwoPc {
         }
         let cluster = ctx.config().cluster;
         let port = crate::service_port(&cluster, &cfg.service).put_port();
-        let (store, rec) = Store::open(&cfg.data_dir, port)?;
-        let mut state = rec.state;
+        let (store, rec) = Store::open::<shoal_dir::replica::ReplicaState>(&cfg.data_dir, port)?;
+        let mut state = rec.state.state;
         let intent = OpenOptions::new()
             .read(true)
             .write(true)

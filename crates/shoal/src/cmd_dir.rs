@@ -14,7 +14,7 @@ use clap::{Args, Subcommand};
 use shoal_cap::{Capability, Rights};
 use shoal_dir::DirError;
 use shoal_dirsvc::twopc::{TwoPc, TwoPcConfig};
-use shoal_dirsvc::{ClientError, DirClient, Durability, Replica, ReplicaConfig};
+use shoal_dirsvc::{ClientError, DirClient, Durability, Replica};
 use shoal_rpc::Context;
 
 use crate::Failure;
@@ -477,7 +477,7 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
         return serve_rpc2pc(args);
     }
     let ctx = attach()?;
-    let mut cfg = ReplicaConfig::new(args.replica, args.replicas, args.data);
+    let mut cfg = shoal_dirsvc::replica::config(args.replica, args.replicas, args.data);
     cfg.service = args.service;
     cfg.resilience = args.resilience;
     cfg.durability = args.durability;

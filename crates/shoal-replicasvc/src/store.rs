@@ -1,12 +1,13 @@
 //! A replica's disk: one snapshot file and the logs that follow it.
 //!
 //! Files in the replica's data directory: `snapshot` (the state at some
-//! index, format in `shoal_dir::state`; written as `snapshot.tmp`, synced,
-//! renamed), `log.<base>` (records after the snapshot at `base`, format in
-//! `shoal_dir::log`; a new log starts at every snapshot) and `generation` (the
-//! replica group generation, 8 bytes little-endian).  Recovery loads the
-//! snapshot, replays every log in base order (skipping records the state
-//! already holds), and cuts off a torn tail.
+//! index, in the machine's snapshot format; written as `snapshot.tmp`,
+//! synced, renamed), `log.<base>` (records after the snapshot at `base`,
+//! framed as `shoal_replica::frame` says, with the machine's payloads; a
+//! new log starts at every snapshot) and `generation` (the replica group
+//! generation, 8 bytes little-endian).  Recovery ([`Machine::recover`])
+//! loads the snapshot, replays every log in base order (skipping records
+//! the state already holds), and cuts off a torn tail.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -16,8 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use shoal_cap::PutPort;
-use shoal_dir::DirState;
-use shoal_dir::log;
+use shoal_replica::Machine;
 
 /// Disk counters (the benchmark checks that temporary names cost none).
 #[derive(Debug, Default)]
@@ -45,6 +45,8 @@ impl DiskStats {
 
 /// The open log and where the files live.
 pub struct Store {
+    /// The machine's log header for a base.
+    header: fn(u64) -> Vec<u8>,
     dir: PathBuf,
     log: File,
     log_base: u64,
@@ -92,8 +94,8 @@ fn logs(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
 }
 
 /// What [`Store::open`] found.
-pub struct Recovered {
-    pub state: DirState,
+pub struct Recovered<M> {
+    pub state: M,
     pub generation: u64,
     /// Log records replayed.
     pub replayed: usize,
@@ -104,8 +106,8 @@ pub struct Recovered {
 impl Store {
     /// Opens (creating if needed) the data directory and rebuilds the state
     /// from its snapshot and logs.
-    pub fn open(dir: &Path, port: PutPort) -> io::Result<(Store, Recovered)> {
-        // Snapshots and logs hold every directory's secret.
+    pub fn open<M: Machine>(dir: &Path, port: PutPort) -> io::Result<(Store, Recovered<M>)> {
+        // Snapshots and logs hold every object's secret.
         shoal_rpc::private::dir(dir, true).map_err(io::Error::other)?;
         let snapshot = match fs::read(dir.join("snapshot")) {
             Ok(bytes) => Some(bytes),
@@ -126,7 +128,7 @@ impl Store {
             .zip(&contents)
             .map(|((b, _), c)| (*b, c.as_slice()))
             .collect();
-        let rec = log::recover(port, snapshot.as_deref(), &given).map_err(|e| {
+        let rec = M::recover(port, snapshot.as_deref(), &given).map_err(|e| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("{}: {e}", dir.display()),
@@ -139,7 +141,7 @@ impl Store {
                 Some(0) => {
                     cut += bytes.len() as u64;
                     let mut f = create_private(path)?;
-                    f.write_all(&log::header(*base))?;
+                    f.write_all(&M::log_header(*base))?;
                     f.sync_all()?;
                 }
                 Some(len) if *len < bytes.len() => {
@@ -160,7 +162,7 @@ impl Store {
             _ => {
                 let p = log_path(dir, state.index());
                 let mut f = create_private(&p)?;
-                f.write_all(&log::header(state.index()))?;
+                f.write_all(&M::log_header(state.index()))?;
                 f.sync_all()?;
                 sync_dir(dir)?;
                 (state.index(), p)
@@ -170,6 +172,7 @@ impl Store {
         let log_len = log.metadata()?.len();
         Ok((
             Store {
+                header: M::log_header,
                 dir: dir.to_path_buf(),
                 log,
                 log_base,
@@ -222,12 +225,13 @@ impl Store {
         self.log.sync_data()?;
         let path = log_path(&self.dir, index);
         let mut f = create_private(&path)?;
-        f.write_all(&log::header(index))?;
+        let header = (self.header)(index);
+        f.write_all(&header)?;
         f.sync_data()?;
         sync_dir(&self.dir)?;
         self.log = f;
         self.log_base = index;
-        self.log_len = log::LOG_HEADER as u64;
+        self.log_len = header.len() as u64;
         Ok(())
     }
 

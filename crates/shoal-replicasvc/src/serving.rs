@@ -13,17 +13,17 @@ type Pool = (Arc<Server>, Vec<JoinHandle<()>>);
 
 /// A server endpoint and its threads, or nothing while not serving.
 #[derive(Default)]
-pub(crate) struct Serving {
+pub struct Serving {
     slot: Mutex<Option<Pool>>,
 }
 
 impl Serving {
-    pub(crate) fn is_serving(&self) -> bool {
+    pub fn is_serving(&self) -> bool {
         self.slot.lock().is_some()
     }
 
     /// The serving endpoint's instance, while serving.
-    pub(crate) fn instance(&self) -> Option<shoal_wire::Instance> {
+    pub fn instance(&self) -> Option<shoal_wire::Instance> {
         self.slot.lock().as_ref().map(|(s, _)| s.instance())
     }
 
@@ -31,7 +31,7 @@ impl Serving {
     /// `serve` until the server shuts down; nothing if already serving or
     /// if `stopping()` (checked under the slot's lock, so a concurrent
     /// stop that set its flag first is never undone).
-    pub(crate) fn start(
+    pub fn start(
         &self,
         ctx: &Context,
         port: Service,
@@ -60,7 +60,7 @@ impl Serving {
     }
 
     /// Stops serving: the server drains, its threads end.
-    pub(crate) fn stop(&self) {
+    pub fn stop(&self) {
         let taken = self.slot.lock().take();
         if let Some((server, threads)) = taken {
             let _ = server.shutdown();

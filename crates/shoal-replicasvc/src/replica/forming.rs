@@ -7,14 +7,14 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use shoal_cap::PutPort;
-use shoal_dir::replica::{Formation, PeerStatus, Phase, Stuck, behind, decide, when_stuck};
+use shoal_replica::{Formation, Machine, PeerStatus, Phase, Stuck, behind, decide, when_stuck};
 use shoal_rpc::group::{Group, GroupOptions, Status};
 use shoal_rpc::{CallOptions, Server};
 
-use super::Shared;
+use super::Replicated;
 use crate::writes_at::Endpoint;
 
-/// A peer's status as [`Shared::status`] shows it (`None`: no answer, or
+/// A peer's status as [`Replicated::status`] shows it (`None`: no answer, or
 /// not one).
 fn peer_status(s: &serde_json::Value) -> Option<PeerStatus> {
     Some(PeerStatus {
@@ -25,7 +25,7 @@ fn peer_status(s: &serde_json::Value) -> Option<PeerStatus> {
     })
 }
 
-impl Shared {
+impl<M: Machine> Replicated<M> {
     pub(super) fn serve_peers(&self, server: &Server) {
         loop {
             let Ok(request) = server.getreq() else { return };
@@ -63,7 +63,7 @@ impl Shared {
             .collect()
     }
 
-    /// [`Shared::ask_peers`], with the port of each peer's group.
+    /// [`Replicated::ask_peers`], with the port of each peer's group.
     fn ask_peers_ports(&self) -> Vec<(usize, Option<PeerStatus>, Option<PutPort>)> {
         self.ask_peers_json()
             .into_iter()
@@ -77,7 +77,6 @@ impl Shared {
 
     /// Every other replica's status as it sent it (`null`: no answer).
     fn ask_peers_json(&self) -> Vec<(usize, serde_json::Value)> {
-        let cluster = self.ctx.config().cluster;
         let Ok(mut client) = self.ctx.client() else {
             return Vec::new();
         };
@@ -88,7 +87,7 @@ impl Shared {
         (0..self.cfg.replicas)
             .filter(|&i| i != self.cfg.replica)
             .map(|i| {
-                let port = crate::peer_port(&cluster, &self.cfg.service, i).put_port();
+                let port = self.ports.peers[i].put_port();
                 let json = client
                     .trans_with(&port, Vec::new(), &opts)
                     .ok()
@@ -113,7 +112,7 @@ impl Shared {
         let weak = Arc::downgrade(self);
         group.on_state_wanted(move || {
             weak.upgrade()
-                .map(|s| s.rs.read().state.encode_snapshot())
+                .map(|s| s.rs.read().encode_snapshot())
                 .unwrap_or_default()
         });
         self.new_epoch();
@@ -153,7 +152,7 @@ impl Shared {
                     if !self.server.is_serving()
                         && let Err(e) = self.start_serving()
                     {
-                        tracing::error!("cannot serve the directory port: {e}");
+                        tracing::error!("cannot serve the {} port: {e}", self.cfg.service);
                     }
                     let normal = self
                         .group
