@@ -4,100 +4,36 @@
 //! alone and the restarted replica copies its state, and both recover
 //! from their disks after both stopped.
 
-use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use shoal_cap::Capability;
 use shoal_dir::{Answer, DirError, Op, Request, Response};
 use shoal_dirsvc::DirClient;
 use shoal_dirsvc::twopc::{TwoPc, TwoPcConfig};
-use shoal_node::{Daemon, NodeConfig};
 use shoal_rpc::Context;
-use shoal_wire::ClusterKey;
 
 const SERVICE: &str = "twopc-test";
 
-fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Two node daemons that know each other, and a context on each.
 struct Nodes {
-    daemons: Vec<Daemon>,
+    nodes: shoal_testnodes::Nodes,
     ctx: Vec<Context>,
-    dir: tempfile::TempDir,
 }
 
 impl Nodes {
     fn up() -> Nodes {
-        let dir = tempfile::tempdir().unwrap();
-        let key_file = dir.path().join("cluster.key");
-        shoal_rpc::private::write(
-            &key_file,
-            format!("{}\n", ClusterKey::random().to_hex()).as_bytes(),
-        )
-        .unwrap();
-        let addrs: Vec<SocketAddr> = (0..2)
-            .map(|_| SocketAddr::from(([127, 0, 0, 1], free_port())))
-            .collect();
-        let mut daemons = Vec::new();
-        let mut ctx = Vec::new();
-        let admin = shoal_node::identity::Admin::create(&dir.path().join("admin")).unwrap();
-        for i in 0..2 {
-            let name = format!("n{}", i + 1);
-            let state_dir = dir.path().join(&name);
-            let public = shoal_node::identity::static_public_key(&state_dir).unwrap();
-            let cert = admin.admit(&name, public, 1).unwrap();
-            let cert_file = state_dir.join("node.cert");
-            std::fs::write(&cert_file, hex::encode(cert)).unwrap();
-            let config = NodeConfig {
-                name,
-                socket: state_dir.join("node.sock"),
-                state_dir,
-                addr: addrs[i],
-                bind: addrs[i],
-                broadcast: None,
-                seeds: vec![addrs[1 - i]],
-                key_file: Some(key_file.clone()),
-                cluster: admin.cluster(),
-                admin: admin.public(),
-                cert_file,
-                metrics: None,
-                frag_bytes: 60_000,
-                owner_detect: false,
-                remote_root: shoal_node::RemoteRoot::Allow,
-                socket_group: None,
-                system_ports: shoal_node::SystemPorts::Root,
-                services: Vec::new(),
-            };
-            let socket = config.socket.clone();
-            daemons.push(Daemon::start(config, Arc::new(AtomicBool::new(false))).unwrap());
-            ctx.push(Context::attach(&socket).unwrap());
-        }
-        Nodes { daemons, ctx, dir }
+        let nodes = shoal_testnodes::Nodes::up(2);
+        let ctx = nodes.ctx.clone();
+        Nodes { nodes, ctx }
     }
 
     fn data(&self, i: usize) -> PathBuf {
-        self.dir.path().join(format!("data{i}"))
+        self.nodes.path(&format!("data{i}"))
     }
 
     fn start(&self, i: usize) -> TwoPc {
         start(&self.ctx[i], i, &self.data(i))
-    }
-}
-
-impl Drop for Nodes {
-    fn drop(&mut self) {
-        for d in self.daemons.drain(..) {
-            d.shutdown();
-        }
     }
 }
 

@@ -10,8 +10,11 @@
 //!   their errno);
 //! - [`access`]: POSIX permission checks;
 //! - [`update`]: the replicated updates and their byte layout;
+//! - [`op`]: a client's requests to the primary and its replies;
 //! - [`tree`]: the deterministic state machine, with client sessions for
 //!   exactly-once retries;
+//! - [`replica`]: the tree as a `shoal_replica::Machine`: its log and
+//!   recovery;
 //! - [`tokens`]: the primary's soft state: who may cache what, the opens it
 //!   knows, write-shared files, recalls, change notices and leases;
 //! - [`client`]: a client's cache of files: what each operation needs,
@@ -25,6 +28,8 @@
 pub mod access;
 pub mod client;
 pub mod model;
+pub mod op;
+pub mod replica;
 pub mod tokens;
 pub mod tree;
 pub mod update;

@@ -343,6 +343,12 @@ impl Tokens {
         self.inodes.get(&ino).is_some_and(|s| s.shared)
     }
 
+    /// Whether any client holds a token on `ino` (it may have opens the
+    /// primary does not know of).
+    pub fn is_held(&self, ino: Ino) -> bool {
+        self.inodes.get(&ino).is_some_and(|s| !s.holders.is_empty())
+    }
+
     /// Whether any client has `ino` open, as far as the primary knows.
     pub fn is_open(&self, ino: Ino) -> bool {
         self.inodes.get(&ino).is_some_and(|s| !s.opens.is_empty())

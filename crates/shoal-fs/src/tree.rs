@@ -41,6 +41,25 @@ pub struct OverlayEntry {
     pub change: OverlayChange,
 }
 
+/// A file's bytes: its content version's `base` with the overlay's changes
+/// made in order, cut or extended (with zeros) to `size`.
+pub fn overlaid(mut base: Vec<u8>, overlay: &[OverlayEntry], size: u64) -> Vec<u8> {
+    for e in overlay {
+        match &e.change {
+            OverlayChange::Write { offset, data } => {
+                let at = *offset as usize;
+                if base.len() < at + data.len() {
+                    base.resize(at + data.len(), 0);
+                }
+                base[at..at + data.len()].copy_from_slice(data);
+            }
+            OverlayChange::Truncate { size } => base.resize(*size as usize, 0),
+        }
+    }
+    base.resize(size as usize, 0);
+    base
+}
+
 /// What an inode holds besides its attributes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Body {

@@ -189,12 +189,12 @@ pub enum Answer {
 /// Most changes in one push.
 pub const PUSH_MAX: usize = 65_536;
 
-fn time(w: &mut Writer, t: Time) {
+pub(crate) fn time(w: &mut Writer, t: Time) {
     w.u64(t.secs as u64);
     w.u32(t.nanos);
 }
 
-fn read_time(r: &mut Reader) -> Result<Time, DecodeError> {
+pub(crate) fn read_time(r: &mut Reader) -> Result<Time, DecodeError> {
     let secs = r.u64()? as i64;
     let nanos = r.u32()?;
     if nanos > 999_999_999 {
@@ -223,7 +223,7 @@ fn read_time_set(r: &mut Reader) -> Result<Option<TimeSet>, DecodeError> {
     })
 }
 
-fn opt<T: Copy>(w: &mut Writer, v: Option<T>, put: impl Fn(&mut Writer, T)) {
+pub(crate) fn opt<T: Copy>(w: &mut Writer, v: Option<T>, put: impl Fn(&mut Writer, T)) {
     match v {
         None => w.u8(0),
         Some(v) => {
@@ -233,7 +233,7 @@ fn opt<T: Copy>(w: &mut Writer, v: Option<T>, put: impl Fn(&mut Writer, T)) {
     }
 }
 
-fn read_opt<T>(
+pub(crate) fn read_opt<T>(
     r: &mut Reader,
     get: impl Fn(&mut Reader) -> Result<T, DecodeError>,
 ) -> Result<Option<T>, DecodeError> {
@@ -244,7 +244,7 @@ fn read_opt<T>(
     }
 }
 
-fn flag(r: &mut Reader) -> Result<bool, DecodeError> {
+pub(crate) fn flag(r: &mut Reader) -> Result<bool, DecodeError> {
     match r.u8()? {
         0 => Ok(false),
         1 => Ok(true),
@@ -266,7 +266,7 @@ fn read_caps32(r: &mut Reader) -> Result<Vec<Capability>, DecodeError> {
 }
 
 impl UpdateOp {
-    fn encode(&self, w: &mut Writer) {
+    pub(crate) fn encode(&self, w: &mut Writer) {
         match self {
             UpdateOp::Create {
                 parent,
@@ -392,7 +392,7 @@ impl UpdateOp {
         }
     }
 
-    fn decode(r: &mut Reader, nested: bool) -> Result<UpdateOp, DecodeError> {
+    pub(crate) fn decode(r: &mut Reader, nested: bool) -> Result<UpdateOp, DecodeError> {
         Ok(match r.u8()? {
             1 => UpdateOp::Create {
                 parent: r.u64()?,

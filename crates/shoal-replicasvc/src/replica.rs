@@ -687,6 +687,23 @@ impl<M: Machine> Replicated<M> {
         })
     }
 
+    /// The client-facing server, while serving: a handler that parks a
+    /// request keeps it, to answer from another thread.
+    pub fn server(&self) -> Option<Arc<Server>> {
+        self.server.server()
+    }
+
+    /// Which instance of its group this replica is in (0: none): a new
+    /// one means a new sequencer may have been chosen.
+    pub fn group_instance(&self) -> u64 {
+        self.group_tag()
+    }
+
+    /// Whether the replica is stopping.
+    pub fn is_stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
     /// Sends `message` through the group and waits until it is applied
     /// here; returns what applying it answered.
     pub fn order(&self, message: &[u8]) -> Result<M::Output, Unavailable> {

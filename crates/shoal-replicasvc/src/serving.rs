@@ -22,6 +22,12 @@ impl Serving {
         self.slot.lock().is_some()
     }
 
+    /// The serving endpoint, while serving (a handler that answers a
+    /// request later, from another thread, keeps it with the request).
+    pub fn server(&self) -> Option<Arc<Server>> {
+        self.slot.lock().as_ref().map(|(s, _)| s.clone())
+    }
+
     /// The serving endpoint's instance, while serving.
     pub fn instance(&self) -> Option<shoal_wire::Instance> {
         self.slot.lock().as_ref().map(|(s, _)| s.instance())

@@ -881,3 +881,29 @@ proptest! {
         prop_assert_eq!(back.encode_snapshot(), bytes);
     }
 }
+
+#[test]
+fn an_overlay_writes_truncates_and_extends_in_order() {
+    let entry = |version, change| OverlayEntry { version, change };
+    let overlay = vec![
+        entry(
+            2,
+            OverlayChange::Write {
+                offset: 3,
+                data: b"XY".to_vec(),
+            },
+        ),
+        entry(3, OverlayChange::Truncate { size: 4 }),
+        entry(
+            4,
+            OverlayChange::Write {
+                offset: 6,
+                data: b"Z".to_vec(),
+            },
+        ),
+    ];
+    assert_eq!(overlaid(b"abcdef".to_vec(), &overlay, 7), b"abcX\0\0Z");
+    // The size cuts or extends what the changes left.
+    assert_eq!(overlaid(b"abc".to_vec(), &[], 2), b"ab");
+    assert_eq!(overlaid(Vec::new(), &[], 2), b"\0\0");
+}

@@ -1,0 +1,638 @@
+//! Requests from a file system client (the mount) to the metadata
+//! service's primary, and the primary's replies, with their byte layout
+//! (little-endian, `shoal_cap::codec`; `docs/fs.md`, "Formats").  The
+//! decoders never panic and reserve nothing a hostile count asks for.
+//!
+//! A request names the client's session (its `ClientId`: chosen at random
+//! by the client, the same number its updates carry for exactly-once) and
+//! a request number, and the identity the kernel gave the client for the
+//! operation.  Name changes travel as the update the client asks for
+//! (`Change`): the primary checks who may make it, fills in the time and
+//! orders it.
+
+use shoal_cap::Capability;
+use shoal_cap::codec::{DecodeError, Reader, Writer, bad};
+
+use crate::model::{Attr, FsError, Identity, Ino, Kind};
+use crate::tokens::{Callback, Level, OpenId, Want};
+use crate::update::{
+    Answer, UpdateOp, flag, opt, read_attr, read_identity, read_opt, read_result, write_attr,
+    write_identity, write_result,
+};
+
+/// Most bytes one `Read` or `Write` moves (FUSE's largest).
+pub const IO_MAX: usize = 1 << 20;
+/// Most items in one list (opens, confirmations, callbacks).
+pub const LIST_MAX: usize = 65_536;
+/// Most entries in one directory listing.
+pub const ENTRIES_MAX: usize = 1 << 20;
+
+/// A request to the primary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// The client's session (`ClientId`), 0 for a caller that is not a
+    /// mount (`Status`).
+    pub session: u64,
+    pub seq: u64,
+    pub who: Identity,
+    pub op: Op,
+}
+
+/// What a request asks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// A client starts its session (or starts it again after its lease
+    /// ended or the primary changed).
+    Hello {
+        instance: [u8; 16],
+        node: Vec<u8>,
+    },
+    /// The parked request that carries callbacks to the client and renews
+    /// its lease; `confirm` names the notices it has acted on.
+    Events {
+        confirm: Vec<u64>,
+    },
+    Lookup {
+        parent: Ino,
+        name: Vec<u8>,
+    },
+    GetAttr {
+        ino: Ino,
+    },
+    ReadDir {
+        ino: Ino,
+    },
+    ReadLink {
+        ino: Ino,
+    },
+    /// Open `ino` (new open `id`), with the opens the client has of it
+    /// already, and the version it caches (if any).
+    Open {
+        ino: Ino,
+        want: Want,
+        have: Vec<(OpenId, bool)>,
+        id: OpenId,
+        cached: Option<u64>,
+    },
+    Close {
+        ino: Ino,
+        id: OpenId,
+    },
+    /// Reads through the primary (uncached).
+    Read {
+        ino: Ino,
+        offset: u64,
+        len: u32,
+    },
+    /// Writes through the primary (uncached), at `offset` or at the end.
+    Write {
+        ino: Ino,
+        offset: Option<u64>,
+        data: Vec<u8>,
+    },
+    /// A change to the tree (not `Forget`, which is the primary's).
+    Change {
+        op: UpdateOp,
+    },
+    /// The answer to a recall: the token kept, and the opens the client
+    /// has of the inode.
+    Return {
+        ino: Ino,
+        grant: u64,
+        kept: Level,
+        opens: Vec<(OpenId, bool)>,
+    },
+    StatFs,
+    /// The service's status (JSON), for `shoal fs status`.
+    Status,
+}
+
+/// What a client may cache, as granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant {
+    pub level: Level,
+    /// The grant's number (recalls name it).
+    pub grant: u64,
+    /// The file is write-shared: reads and writes go to the primary.
+    pub uncached: bool,
+}
+
+/// One name of a directory listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: Vec<u8>,
+    pub ino: Ino,
+    pub kind: Kind,
+}
+
+/// `statfs`'s figures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StatFs {
+    pub block_size: u32,
+    pub blocks: u64,
+    pub blocks_free: u64,
+    pub files: u64,
+    pub files_free: u64,
+}
+
+/// A reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// The session is known; its lease lasts `lease_ms` from each
+    /// renewal.
+    Hello {
+        lease_ms: u32,
+        root: Attr,
+    },
+    Events(Vec<Callback>),
+    Entry {
+        attr: Attr,
+        grant: Grant,
+    },
+    Entries {
+        entries: Vec<DirEntry>,
+        grant: Grant,
+    },
+    Target(Vec<u8>),
+    /// An open answered: with a cached grant, `content` names the
+    /// version's bytes on the file servers (the client reads them there).
+    Opened {
+        attr: Attr,
+        grant: Grant,
+        content: Vec<Capability>,
+    },
+    Data(Vec<u8>),
+    /// What the tree answered a `Write` or a `Change`.
+    Updated(Result<Answer, FsError>),
+    StatFs(StatFs),
+    Status(String),
+    Done,
+}
+
+/// Why a request was not answered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Failure {
+    #[error("{0}")]
+    Fs(FsError),
+    /// The client's session is unknown (its lease ended, or the primary
+    /// changed): say hello again, reclaiming what it holds.
+    #[error("the client's session is unknown: it must say hello again")]
+    NoSession,
+    /// This replica is not the primary: try the others.
+    #[error("this replica is not the primary")]
+    NotPrimary,
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+}
+
+fn level(w: &mut Writer, l: Level) {
+    w.u8(match l {
+        Level::None => 0,
+        Level::Read => 1,
+        Level::Write => 2,
+    })
+}
+
+fn read_level(r: &mut Reader) -> Result<Level, DecodeError> {
+    Ok(match r.u8()? {
+        0 => Level::None,
+        1 => Level::Read,
+        2 => Level::Write,
+        _ => return Err(bad("fs request", "token level")),
+    })
+}
+
+fn want(w: &mut Writer, x: Want) {
+    w.u8(match x {
+        Want::Look => 0,
+        Want::OpenRead => 1,
+        Want::OpenWrite => 2,
+        Want::Change => 3,
+    })
+}
+
+fn read_want(r: &mut Reader) -> Result<Want, DecodeError> {
+    Ok(match r.u8()? {
+        0 => Want::Look,
+        1 => Want::OpenRead,
+        2 => Want::OpenWrite,
+        3 => Want::Change,
+        _ => return Err(bad("fs request", "want")),
+    })
+}
+
+/// A count of at most `max` items of at least `min` bytes each.
+fn count(r: &mut Reader, max: usize, min: usize) -> Result<usize, DecodeError> {
+    let n = r.u32()? as usize;
+    if n > max {
+        return Err(bad("fs message", "too many items"));
+    }
+    r.count(n, min)
+}
+
+fn opens(w: &mut Writer, list: &[(OpenId, bool)]) {
+    w.u32(list.len() as u32);
+    for (id, write) in list {
+        w.u64(*id);
+        w.u8(u8::from(*write));
+    }
+}
+
+fn read_opens(r: &mut Reader) -> Result<Vec<(OpenId, bool)>, DecodeError> {
+    let n = count(r, LIST_MAX, 9)?;
+    (0..n).map(|_| Ok((r.u64()?, flag(r)?))).collect()
+}
+
+fn data(r: &mut Reader) -> Result<Vec<u8>, DecodeError> {
+    let d = r.bytes32()?;
+    if d.len() > IO_MAX {
+        return Err(bad("fs message", "more than 1 MiB of data"));
+    }
+    Ok(d.to_vec())
+}
+
+fn grant(w: &mut Writer, g: &Grant) {
+    level(w, g.level);
+    w.u64(g.grant);
+    w.u8(u8::from(g.uncached));
+}
+
+fn read_grant(r: &mut Reader) -> Result<Grant, DecodeError> {
+    Ok(Grant {
+        level: read_level(r)?,
+        grant: r.u64()?,
+        uncached: flag(r)?,
+    })
+}
+
+impl Request {
+    /// The request's bytes: session 8, request number 8, identity, kind
+    /// 1, then the kind's fields.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let w = &mut Writer(&mut out);
+        w.u64(self.session);
+        w.u64(self.seq);
+        write_identity(w, &self.who);
+        match &self.op {
+            Op::Hello { instance, node } => {
+                w.u8(1);
+                w.raw(instance);
+                w.str16(node);
+            }
+            Op::Events { confirm } => {
+                w.u8(2);
+                w.u32(confirm.len() as u32);
+                for id in confirm {
+                    w.u64(*id);
+                }
+            }
+            Op::Lookup { parent, name } => {
+                w.u8(3);
+                w.u64(*parent);
+                w.str16(name);
+            }
+            Op::GetAttr { ino } => {
+                w.u8(4);
+                w.u64(*ino);
+            }
+            Op::ReadDir { ino } => {
+                w.u8(5);
+                w.u64(*ino);
+            }
+            Op::ReadLink { ino } => {
+                w.u8(6);
+                w.u64(*ino);
+            }
+            Op::Open {
+                ino,
+                want: x,
+                have,
+                id,
+                cached,
+            } => {
+                w.u8(7);
+                w.u64(*ino);
+                want(w, *x);
+                opens(w, have);
+                w.u64(*id);
+                opt(w, *cached, |w, v| w.u64(v));
+            }
+            Op::Close { ino, id } => {
+                w.u8(8);
+                w.u64(*ino);
+                w.u64(*id);
+            }
+            Op::Read { ino, offset, len } => {
+                w.u8(9);
+                w.u64(*ino);
+                w.u64(*offset);
+                w.u32(*len);
+            }
+            Op::Write { ino, offset, data } => {
+                w.u8(10);
+                w.u64(*ino);
+                opt(w, *offset, |w, v| w.u64(v));
+                w.bytes32(data);
+            }
+            Op::Change { op } => {
+                w.u8(11);
+                op.encode(w);
+            }
+            Op::Return {
+                ino,
+                grant,
+                kept,
+                opens: list,
+            } => {
+                w.u8(12);
+                w.u64(*ino);
+                w.u64(*grant);
+                level(w, *kept);
+                opens(w, list);
+            }
+            Op::StatFs => w.u8(13),
+            Op::Status => w.u8(14),
+        }
+        out
+    }
+
+    /// A request from its bytes.
+    pub fn decode(bytes: &[u8]) -> Result<Request, DecodeError> {
+        let r = &mut Reader::new(bytes, "fs request");
+        let session = r.u64()?;
+        let seq = r.u64()?;
+        let who = read_identity(r)?;
+        let op = match r.u8()? {
+            1 => Op::Hello {
+                instance: r.array()?,
+                node: r.str16()?.to_vec(),
+            },
+            2 => {
+                let n = count(r, LIST_MAX, 8)?;
+                Op::Events {
+                    confirm: (0..n).map(|_| r.u64()).collect::<Result<_, _>>()?,
+                }
+            }
+            3 => Op::Lookup {
+                parent: r.u64()?,
+                name: r.str16()?.to_vec(),
+            },
+            4 => Op::GetAttr { ino: r.u64()? },
+            5 => Op::ReadDir { ino: r.u64()? },
+            6 => Op::ReadLink { ino: r.u64()? },
+            7 => Op::Open {
+                ino: r.u64()?,
+                want: read_want(r)?,
+                have: read_opens(r)?,
+                id: r.u64()?,
+                cached: read_opt(r, |r| r.u64())?,
+            },
+            8 => Op::Close {
+                ino: r.u64()?,
+                id: r.u64()?,
+            },
+            9 => {
+                let (ino, offset, len) = (r.u64()?, r.u64()?, r.u32()?);
+                if len as usize > IO_MAX {
+                    return Err(bad("fs request", "a read of more than 1 MiB"));
+                }
+                Op::Read { ino, offset, len }
+            }
+            10 => Op::Write {
+                ino: r.u64()?,
+                offset: read_opt(r, |r| r.u64())?,
+                data: data(r)?,
+            },
+            11 => Op::Change {
+                op: UpdateOp::decode(r, false)?,
+            },
+            12 => Op::Return {
+                ino: r.u64()?,
+                grant: r.u64()?,
+                kept: read_level(r)?,
+                opens: read_opens(r)?,
+            },
+            13 => Op::StatFs,
+            14 => Op::Status,
+            _ => return Err(bad("fs request", "unknown kind")),
+        };
+        r.end()?;
+        Ok(Request {
+            session,
+            seq,
+            who,
+            op,
+        })
+    }
+}
+
+fn callback(w: &mut Writer, c: &Callback) {
+    match c {
+        Callback::Recall { ino, to, grant } => {
+            w.u8(1);
+            w.u64(*ino);
+            level(w, *to);
+            w.u64(*grant);
+        }
+        Callback::StopCaching { ino, grant } => {
+            w.u8(2);
+            w.u64(*ino);
+            w.u64(*grant);
+        }
+        Callback::Notice { id, dir } => {
+            w.u8(3);
+            w.u64(*id);
+            w.u64(*dir);
+        }
+    }
+}
+
+fn read_callback(r: &mut Reader) -> Result<Callback, DecodeError> {
+    Ok(match r.u8()? {
+        1 => Callback::Recall {
+            ino: r.u64()?,
+            to: read_level(r)?,
+            grant: r.u64()?,
+        },
+        2 => Callback::StopCaching {
+            ino: r.u64()?,
+            grant: r.u64()?,
+        },
+        3 => Callback::Notice {
+            id: r.u64()?,
+            dir: r.u64()?,
+        },
+        _ => return Err(bad("fs reply", "unknown callback")),
+    })
+}
+
+/// A reply's bytes: status 1 (0 a reply, 1 a file system error and its
+/// errno 2, 2 no session, 3 not the primary, 4 unavailable and why), then
+/// for 0 a kind 1 and its fields.
+pub fn encode_reply(reply: &Result<Reply, Failure>) -> Vec<u8> {
+    let mut out = Vec::new();
+    let w = &mut Writer(&mut out);
+    let reply = match reply {
+        Ok(r) => r,
+        Err(Failure::Fs(e)) => {
+            w.u8(1);
+            w.u16(e.errno() as u16);
+            return out;
+        }
+        Err(Failure::NoSession) => {
+            w.u8(2);
+            return out;
+        }
+        Err(Failure::NotPrimary) => {
+            w.u8(3);
+            return out;
+        }
+        Err(Failure::Unavailable(why)) => {
+            w.u8(4);
+            w.text16(why, u16::MAX as usize);
+            return out;
+        }
+    };
+    w.u8(0);
+    match reply {
+        Reply::Hello { lease_ms, root } => {
+            w.u8(1);
+            w.u32(*lease_ms);
+            write_attr(w, root);
+        }
+        Reply::Events(list) => {
+            w.u8(2);
+            w.u32(list.len() as u32);
+            for c in list {
+                callback(w, c);
+            }
+        }
+        Reply::Entry { attr, grant: g } => {
+            w.u8(3);
+            write_attr(w, attr);
+            grant(w, g);
+        }
+        Reply::Entries { entries, grant: g } => {
+            w.u8(4);
+            w.u32(entries.len() as u32);
+            for e in entries {
+                w.str16(&e.name);
+                w.u64(e.ino);
+                w.u8(e.kind as u8);
+            }
+            grant(w, g);
+        }
+        Reply::Target(t) => {
+            w.u8(5);
+            w.str16(t);
+        }
+        Reply::Opened {
+            attr,
+            grant: g,
+            content,
+        } => {
+            w.u8(6);
+            write_attr(w, attr);
+            grant(w, g);
+            w.u32(content.len() as u32);
+            for c in content {
+                w.cap(c);
+            }
+        }
+        Reply::Data(d) => {
+            w.u8(7);
+            w.bytes32(d);
+        }
+        Reply::Updated(res) => {
+            w.u8(8);
+            write_result(w, res);
+        }
+        Reply::StatFs(s) => {
+            w.u8(9);
+            w.u32(s.block_size);
+            w.u64(s.blocks);
+            w.u64(s.blocks_free);
+            w.u64(s.files);
+            w.u64(s.files_free);
+        }
+        Reply::Status(s) => {
+            w.u8(10);
+            w.bytes32(s.as_bytes());
+        }
+        Reply::Done => w.u8(11),
+    }
+    out
+}
+
+/// A reply from its bytes.
+pub fn decode_reply(bytes: &[u8]) -> Result<Result<Reply, Failure>, DecodeError> {
+    let r = &mut Reader::new(bytes, "fs reply");
+    let reply = match r.u8()? {
+        0 => Ok(match r.u8()? {
+            1 => Reply::Hello {
+                lease_ms: r.u32()?,
+                root: read_attr(r)?,
+            },
+            2 => {
+                let n = count(r, LIST_MAX, 17)?;
+                Reply::Events((0..n).map(|_| read_callback(r)).collect::<Result<_, _>>()?)
+            }
+            3 => Reply::Entry {
+                attr: read_attr(r)?,
+                grant: read_grant(r)?,
+            },
+            4 => {
+                let n = count(r, ENTRIES_MAX, 11)?;
+                let entries = (0..n)
+                    .map(|_| {
+                        Ok(DirEntry {
+                            name: r.str16()?.to_vec(),
+                            ino: r.u64()?,
+                            kind: Kind::from_u8(r.u8()?)
+                                .ok_or_else(|| bad("fs reply", "entry kind"))?,
+                        })
+                    })
+                    .collect::<Result<_, DecodeError>>()?;
+                Reply::Entries {
+                    entries,
+                    grant: read_grant(r)?,
+                }
+            }
+            5 => Reply::Target(r.str16()?.to_vec()),
+            6 => Reply::Opened {
+                attr: read_attr(r)?,
+                grant: read_grant(r)?,
+                content: {
+                    let n = count(r, LIST_MAX, 48)?;
+                    (0..n).map(|_| r.cap()).collect::<Result<_, _>>()?
+                },
+            },
+            7 => Reply::Data(data(r)?),
+            8 => Reply::Updated(read_result(r, false)?),
+            9 => Reply::StatFs(StatFs {
+                block_size: r.u32()?,
+                blocks: r.u64()?,
+                blocks_free: r.u64()?,
+                files: r.u64()?,
+                files_free: r.u64()?,
+            }),
+            10 => Reply::Status(
+                String::from_utf8(r.bytes32()?.to_vec())
+                    .map_err(|_| bad("fs reply", "status is not UTF-8"))?,
+            ),
+            11 => Reply::Done,
+            _ => return Err(bad("fs reply", "unknown kind")),
+        }),
+        1 => Err(Failure::Fs(FsError::from_errno(i32::from(r.u16()?)))),
+        2 => Err(Failure::NoSession),
+        3 => Err(Failure::NotPrimary),
+        4 => Err(Failure::Unavailable(r.text16(u16::MAX as usize)?)),
+        _ => return Err(bad("fs reply", "unknown status")),
+    };
+    r.end()?;
+    Ok(reply)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,211 @@
+use proptest::prelude::*;
+
+use super::*;
+use crate::model::Time;
+
+fn attr() -> Attr {
+    Attr {
+        ino: 5,
+        kind: Kind::File,
+        perm: 0o644,
+        nlink: 1,
+        uid: 1,
+        gid: 2,
+        rdev: 0,
+        size: 99,
+        atime: Time::new(1, 1),
+        mtime: Time::new(2, 2),
+        ctime: Time::new(3, 3),
+        version: 4,
+    }
+}
+
+fn sample_ops() -> Vec<Op> {
+    vec![
+        Op::Hello {
+            instance: [3; 16],
+            node: b"n1".to_vec(),
+        },
+        Op::Events {
+            confirm: vec![1, 2, 3],
+        },
+        Op::Lookup {
+            parent: 1,
+            name: vec![0xff, 0xfe],
+        },
+        Op::GetAttr { ino: 7 },
+        Op::ReadDir { ino: 1 },
+        Op::ReadLink { ino: 9 },
+        Op::Open {
+            ino: 7,
+            want: Want::OpenWrite,
+            have: vec![(1, true), (2, false)],
+            id: 3,
+            cached: Some(4),
+        },
+        Op::Open {
+            ino: 7,
+            want: Want::Look,
+            have: vec![],
+            id: 0,
+            cached: None,
+        },
+        Op::Close { ino: 7, id: 3 },
+        Op::Read {
+            ino: 7,
+            offset: 1 << 33,
+            len: 4096,
+        },
+        Op::Write {
+            ino: 7,
+            offset: None,
+            data: b"appended\n".to_vec(),
+        },
+        Op::Change {
+            op: UpdateOp::Unlink {
+                parent: 1,
+                name: b"x".to_vec(),
+                dir: false,
+                open: false,
+            },
+        },
+        Op::Return {
+            ino: 7,
+            grant: 9,
+            kept: Level::Read,
+            opens: vec![(5, true)],
+        },
+        Op::StatFs,
+        Op::Status,
+    ]
+}
+
+fn sample_replies() -> Vec<Result<Reply, Failure>> {
+    let grant = Grant {
+        level: Level::Write,
+        grant: 12,
+        uncached: true,
+    };
+    vec![
+        Ok(Reply::Hello {
+            lease_ms: 10_000,
+            root: attr(),
+        }),
+        Ok(Reply::Events(vec![
+            Callback::Recall {
+                ino: 5,
+                to: Level::None,
+                grant: 3,
+            },
+            Callback::StopCaching { ino: 5, grant: 4 },
+            Callback::Notice { id: 9, dir: 1 },
+        ])),
+        Ok(Reply::Entry {
+            attr: attr(),
+            grant,
+        }),
+        Ok(Reply::Entries {
+            entries: vec![DirEntry {
+                name: b"a".to_vec(),
+                ino: 5,
+                kind: Kind::Dir,
+            }],
+            grant,
+        }),
+        Ok(Reply::Target(b"/etc".to_vec())),
+        Ok(Reply::Opened {
+            attr: attr(),
+            grant,
+            content: vec![shoal_cap::Capability::from_bytes(&[7; 48]).unwrap()],
+        }),
+        Ok(Reply::Data(vec![1, 2, 3])),
+        Ok(Reply::Updated(Ok(Answer::Written {
+            offset: 3,
+            attr: attr(),
+        }))),
+        Ok(Reply::Updated(Err(FsError::NotEmpty))),
+        Ok(Reply::StatFs(StatFs {
+            block_size: 4096,
+            blocks: 10,
+            blocks_free: 5,
+            files: 100,
+            files_free: 90,
+        })),
+        Ok(Reply::Status("{}".into())),
+        Ok(Reply::Done),
+        Err(Failure::Fs(FsError::Access)),
+        Err(Failure::NoSession),
+        Err(Failure::NotPrimary),
+        Err(Failure::Unavailable("the group is re-forming".into())),
+    ]
+}
+
+#[test]
+fn requests_round_trip_and_every_cut_is_refused() {
+    for op in sample_ops() {
+        let req = Request {
+            session: 1,
+            seq: 2,
+            who: Identity {
+                uid: 1000,
+                gid: 1000,
+                groups: vec![27],
+            },
+            op,
+        };
+        let bytes = req.encode();
+        assert_eq!(Request::decode(&bytes), Ok(req));
+        for cut in 0..bytes.len() {
+            assert!(Request::decode(&bytes[..cut]).is_err());
+        }
+    }
+}
+
+#[test]
+fn replies_round_trip_and_every_cut_is_refused() {
+    for reply in sample_replies() {
+        let bytes = encode_reply(&reply);
+        assert_eq!(decode_reply(&bytes), Ok(reply));
+        for cut in 0..bytes.len() {
+            assert!(decode_reply(&bytes[..cut]).is_err());
+        }
+    }
+}
+
+#[test]
+fn oversized_io_is_refused() {
+    let req = Request {
+        session: 1,
+        seq: 1,
+        who: Identity::root(),
+        op: Op::Read {
+            ino: 2,
+            offset: 0,
+            len: IO_MAX as u32 + 1,
+        },
+    };
+    assert!(Request::decode(&req.encode()).is_err());
+    let req = Request {
+        op: Op::Write {
+            ino: 2,
+            offset: Some(0),
+            data: vec![0; IO_MAX + 1],
+        },
+        ..req
+    };
+    assert!(Request::decode(&req.encode()).is_err());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+        if let Ok(req) = Request::decode(&bytes) {
+            prop_assert_eq!(Request::decode(&req.encode()), Ok(req));
+        }
+        if let Ok(reply) = decode_reply(&bytes) {
+            prop_assert_eq!(decode_reply(&encode_reply(&reply)), Ok(reply));
+        }
+    }
+}

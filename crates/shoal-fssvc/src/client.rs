@@ -1,0 +1,144 @@
+//! The metadata service's client, as a mount uses it: one session (a
+//! random `ClientId`), request numbers that make retried changes
+//! exactly-once, and calls aimed at the primary (the replica whose status
+//! says it takes the writes), followed when the primary moves.
+
+use std::time::{Duration, Instant};
+
+use shoal_cap::PutPort;
+use shoal_fs::model::{Attr, Identity};
+use shoal_fs::op::{self, Failure, Op, Reply};
+use shoal_replicasvc::writes_at::Endpoint;
+use shoal_rpc::{CallOptions, Client, Context};
+
+/// How long a call keeps trying through primary changes and lost
+/// answers before it reports the service unavailable.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A session with a file system's metadata service.
+pub struct FsClient {
+    rpc: Client,
+    port: PutPort,
+    session: u64,
+    seq: u64,
+}
+
+impl FsClient {
+    /// A new session with file system `name` of the context's cluster (not
+    /// yet known to the primary: say [`FsClient::hello`]).
+    pub fn new(ctx: &Context, name: &str) -> Result<FsClient, Failure> {
+        let cluster = ctx.config().cluster;
+        Ok(FsClient {
+            rpc: ctx
+                .client()
+                .map_err(|e| Failure::Unavailable(format!("cannot make an RPC client: {e}")))?,
+            port: crate::service_port(&cluster, name).put_port(),
+            session: rand::random::<u64>() | 1,
+            seq: 0,
+        })
+    }
+
+    /// Another caller for an existing session (a mount's thread that keeps
+    /// its `Events` request parked while others call).  It must not send
+    /// changes: their request numbers are the first caller's.
+    pub fn for_session(ctx: &Context, name: &str, session: u64) -> Result<FsClient, Failure> {
+        let mut c = FsClient::new(ctx, name)?;
+        c.session = session;
+        Ok(c)
+    }
+
+    /// The session's number (its `ClientId` at the primary).
+    pub fn session(&self) -> u64 {
+        self.session
+    }
+
+    /// Starts (or, after [`Failure::NoSession`], restarts) the session;
+    /// returns the root's attributes.
+    pub fn hello(&mut self, node: &str) -> Result<Attr, Failure> {
+        let op = Op::Hello {
+            instance: rand::random(),
+            node: node.as_bytes().to_vec(),
+        };
+        match self.call(&Identity::root(), op)? {
+            Reply::Hello { root, .. } => Ok(root),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Sends one request as `who`, retrying (with the same request number,
+    /// so a change is made once) through lost answers and primary changes
+    /// for up to [`PATIENCE`].
+    pub fn call(&mut self, who: &Identity, op: Op) -> Result<Reply, Failure> {
+        self.seq += 1;
+        let events = matches!(op, Op::Events { .. });
+        let bytes = op::Request {
+            session: self.session,
+            seq: self.seq,
+            who: who.clone(),
+            op,
+        }
+        .encode();
+        let opts = CallOptions {
+            deadline: Some(if events {
+                crate::primary::EVENTS_HOLD + Duration::from_secs(3)
+            } else {
+                Duration::from_secs(5)
+            }),
+            cancel: None,
+        };
+        let until = Instant::now() + PATIENCE;
+        let mut last = String::from("no answer");
+        while Instant::now() < until {
+            match self.rpc.trans_with(&self.port, bytes.clone(), &opts) {
+                Ok(reply) => match op::decode_reply(&reply) {
+                    Ok(Err(Failure::NotPrimary)) => {
+                        last = "no replica is the primary".into();
+                        self.follow();
+                    }
+                    Ok(Err(Failure::Unavailable(why))) => last = why,
+                    Ok(answer) => return answer,
+                    Err(e) => return Err(Failure::Unavailable(format!("bad reply: {e}"))),
+                },
+                Err(e) => last = e.to_string(),
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(Failure::Unavailable(last))
+    }
+
+    /// Asks a replica where the primary is and aims calls there.
+    fn follow(&mut self) -> Option<Endpoint> {
+        let req = op::Request {
+            session: 0,
+            seq: 0,
+            who: Identity::root(),
+            op: Op::Status,
+        };
+        let opts = CallOptions {
+            deadline: Some(Duration::from_secs(1)),
+            cancel: None,
+        };
+        let reply = self.rpc.trans_with(&self.port, req.encode(), &opts).ok()?;
+        let Ok(Ok(Reply::Status(s))) = op::decode_reply(&reply) else {
+            return None;
+        };
+        let v: serde_json::Value = serde_json::from_str(&s).ok()?;
+        let at = Endpoint::from_json(&v["writes_at"])?;
+        self.rpc.aim(&self.port, at.node, at.instance);
+        Some(at)
+    }
+
+    /// The status of whichever replica answers.
+    pub fn status(&mut self) -> Result<serde_json::Value, Failure> {
+        match self.call(&Identity::root(), Op::Status)? {
+            Reply::Status(s) => serde_json::from_str(&s)
+                .map_err(|e| Failure::Unavailable(format!("bad status: {e}"))),
+            other => Err(unexpected(&other)),
+        }
+    }
+}
+
+/// A reply of the wrong kind.
+pub fn unexpected(reply: &Reply) -> Failure {
+    Failure::Unavailable(format!("unexpected reply {reply:?}"))
+}

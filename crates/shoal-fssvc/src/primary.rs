@@ -1,0 +1,754 @@
+//! The primary: the metadata replica whose group member is the sequencer
+//! answers the clients, with the soft state only it holds (`docs/fs.md`,
+//! "Tokens"): the tokens each client holds, the opens it knows of, the
+//! recalls out, the callbacks waiting for each client's parked `Events`
+//! request, and the leases.  Every other replica answers "not the
+//! primary".
+//!
+//! One lock (`soft`) covers a request's decision and the update it
+//! orders, so a token decision and the tree change it allows are one step
+//! for every other client.  A request that must wait for recalls is
+//! parked with its RPC request and answered, from whichever thread sees
+//! the recall answered or the lease end, by re-deciding it with the same
+//! arguments (`Tokens::request`'s contract).
+//!
+//! Who may call: a mount client is root on its node (the RPC layer tells
+//! the caller's uid from its node's kernel), and claims the identity the
+//! kernel gave each FUSE request; any other caller is refused.  Root is
+//! squashed to `nobody` unless the service allows it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use parking_lot::Mutex;
+use shoal_cap::Capability;
+use shoal_filesvc::FileClient;
+use shoal_fs::access::{self, R, W, X};
+use shoal_fs::model::{FsError, Identity, Ino, Kind, ROOT, Time};
+use shoal_fs::op::{self, DirEntry, Failure, Grant, Op, Reply, StatFs};
+use shoal_fs::replica::FsReplica;
+use shoal_fs::tokens::{Callback, ClientId, Decision, LEASE_US, Level, Tokens, Want};
+use shoal_fs::tree::{Body, overlaid};
+use shoal_fs::update::{Answer, Update, UpdateOp};
+use shoal_replicasvc::{Handler, Replicated, Unavailable};
+use shoal_rpc::{Context, Server};
+
+use crate::FsConfig;
+
+type Rep = Replicated<FsReplica>;
+
+/// How long a parked `Events` request is held before it is answered
+/// empty (the client sends the next at once, renewing its lease).
+pub const EVENTS_HOLD: Duration = Duration::from_secs(2);
+
+/// The uid and gid root is squashed to.
+const NOBODY: u32 = 65_534;
+
+/// An RPC request held to be answered later.
+struct Held {
+    server: Arc<Server>,
+    request: shoal_rpc::Request,
+    at: Instant,
+}
+
+impl Held {
+    fn answer(self, reply: &Result<Reply, Failure>) {
+        let _ = self.server.putrep(&self.request, op::encode_reply(reply));
+    }
+}
+
+/// The primary's soft state.
+struct Soft {
+    /// The group instance the state belongs to (0: none yet): a new one
+    /// means this replica may have just become the primary.
+    instance: u64,
+    tokens: Tokens,
+    /// Callbacks for each client, until its `Events` request takes them.
+    queued: HashMap<ClientId, Vec<Callback>>,
+    /// Each client's parked `Events` request.
+    events: HashMap<ClientId, Held>,
+    /// Requests waiting for recalls.
+    waiting: Vec<(Held, op::Request)>,
+    /// Updates the primary orders itself (`Forget`, overlay flushes).
+    own_seq: u64,
+}
+
+impl Soft {
+    fn new() -> Soft {
+        Soft {
+            instance: 0,
+            tokens: Tokens::new(),
+            queued: HashMap::new(),
+            events: HashMap::new(),
+            waiting: Vec::new(),
+            own_seq: 0,
+        }
+    }
+
+    /// Answers every held request (the state they wait on is gone).
+    fn drop_held(&mut self, why: &Result<Reply, Failure>) {
+        for (_, h) in self.events.drain() {
+            h.answer(why);
+        }
+        for (h, _) in self.waiting.drain(..) {
+            h.answer(why);
+        }
+        self.queued.clear();
+    }
+}
+
+/// What handling a request came to.
+enum Outcome {
+    Reply(Result<Reply, Failure>),
+    /// Wait for recalls (park the request with the waiting ones).
+    Wait,
+    /// An `Events` request with nothing to carry yet.
+    Park,
+}
+
+/// The metadata service's handler, and the primary's state.
+pub struct Primary {
+    ctx: Context,
+    allow_root: bool,
+    file_servers: Vec<Capability>,
+    copies: usize,
+    soft: Mutex<Soft>,
+    files: Mutex<Option<FileClient>>,
+    started: Instant,
+    stopped: AtomicBool,
+}
+
+fn fs(e: FsError) -> Failure {
+    Failure::Fs(e)
+}
+
+fn unavailable(e: Unavailable) -> Failure {
+    Failure::Unavailable(e.0)
+}
+
+/// The wall clock, as the time of an update.
+fn wall() -> Time {
+    let d = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    Time::new(d.as_secs() as i64, d.subsec_nanos())
+}
+
+fn granted(d: &Decision) -> Option<Grant> {
+    match d {
+        Decision::Grant {
+            level,
+            uncached,
+            grant,
+        } => Some(Grant {
+            level: *level,
+            grant: *grant,
+            uncached: *uncached,
+        }),
+        _ => None,
+    }
+}
+
+impl Primary {
+    pub(crate) fn new(ctx: &Context, cfg: &FsConfig) -> Primary {
+        Primary {
+            ctx: ctx.clone(),
+            allow_root: cfg.allow_root,
+            file_servers: cfg.file_servers.clone(),
+            copies: cfg.copies.max(1),
+            soft: Mutex::new(Soft::new()),
+            files: Mutex::new(None),
+            started: Instant::now(),
+            stopped: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn stop(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        self.soft.lock().drop_held(&Err(Failure::NotPrimary));
+    }
+
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::Relaxed)
+    }
+
+    /// The lease clock, in µs.
+    fn now(&self) -> u64 {
+        self.started.elapsed().as_micros() as u64
+    }
+
+    /// The replica's status, with the primary's figures.
+    pub fn status(&self, r: &Rep, group_port: bool) -> serde_json::Value {
+        let mut s = r.status(group_port);
+        let soft = self.soft.lock();
+        s["primary"] = r.is_sequencer().into();
+        s["clients_parked"] = soft.events.len().into();
+        s["requests_waiting"] = soft.waiting.len().into();
+        s
+    }
+
+    /// Root squashed unless allowed.
+    fn squash(&self, mut who: Identity) -> Identity {
+        if who.is_root() && !self.allow_root {
+            who = Identity::user(NOBODY, NOBODY);
+        }
+        who
+    }
+
+    /// Makes the soft state the current group instance's: a replica that
+    /// became the primary starts empty, numbering its grants above every
+    /// earlier primary's, and every client says hello again.
+    fn fresh(&self, r: &Rep, soft: &mut Soft) {
+        let instance = r.group_instance();
+        if soft.instance != instance {
+            soft.drop_held(&Err(Failure::NoSession));
+            let epoch = (r.index() as u32).wrapping_add(1);
+            soft.tokens = Tokens::after_change(epoch);
+            // Clients do not reclaim yet: there is nothing to wait for.
+            soft.tokens.end_grace();
+            soft.instance = instance;
+        }
+    }
+
+    /// Every 100 ms: leases that ran out end (their opens close, and an
+    /// unlinked file whose last open went is forgotten), parked `Events`
+    /// older than [`EVENTS_HOLD`] are answered empty, and requests
+    /// waiting on a client that went are decided again.
+    pub(crate) fn tick(&self, r: &Rep) {
+        let mut soft = self.soft.lock();
+        if !r.is_sequencer() {
+            if soft.instance != 0 {
+                soft.drop_held(&Err(Failure::NotPrimary));
+                soft.instance = 0;
+            }
+            return;
+        }
+        self.fresh(r, &mut soft);
+        let (gone, closed) = soft.tokens.expire(self.now(), None);
+        for c in &gone {
+            tracing::info!("client {c:016x}'s lease ended");
+            soft.queued.remove(c);
+            if let Some(h) = soft.events.remove(c) {
+                h.answer(&Err(Failure::NoSession));
+            }
+        }
+        for ino in closed {
+            self.maybe_forget(r, &mut soft, ino);
+        }
+        let old: Vec<ClientId> = soft
+            .events
+            .iter()
+            .filter(|(_, h)| h.at.elapsed() >= EVENTS_HOLD)
+            .map(|(c, _)| *c)
+            .collect();
+        for c in old {
+            if let Some(h) = soft.events.remove(&c) {
+                h.answer(&Ok(Reply::Events(Vec::new())));
+            }
+        }
+        if !gone.is_empty() {
+            self.retry(r, &mut soft);
+        }
+        self.deliver(&mut soft);
+    }
+
+    /// Moves the tokens' callbacks to the clients' queues, and answers the
+    /// parked `Events` of each client that has some.
+    fn deliver(&self, soft: &mut Soft) {
+        while let Some((to, cb)) = soft.tokens.poll_callback() {
+            soft.queued.entry(to).or_default().push(cb);
+        }
+        let ready: Vec<ClientId> = soft
+            .queued
+            .iter()
+            .filter(|(c, q)| !q.is_empty() && soft.events.contains_key(c))
+            .map(|(c, _)| *c)
+            .collect();
+        for c in ready {
+            let list = soft.queued.remove(&c).unwrap_or_default();
+            if let Some(h) = soft.events.remove(&c) {
+                h.answer(&Ok(Reply::Events(list)));
+            }
+        }
+    }
+
+    /// Decides the waiting requests again.
+    fn retry(&self, r: &Rep, soft: &mut Soft) {
+        for (held, req) in std::mem::take(&mut soft.waiting) {
+            if !soft.tokens.knows(req.session) {
+                held.answer(&Err(Failure::NoSession));
+                continue;
+            }
+            match self.handle(r, soft, &req) {
+                Outcome::Reply(reply) => {
+                    held.answer(&reply);
+                    r.after_reply();
+                }
+                Outcome::Wait | Outcome::Park => soft.waiting.push((held, req)),
+            }
+        }
+    }
+
+    /// Orders an update the primary makes itself.
+    fn order_own(&self, r: &Rep, soft: &mut Soft, op: UpdateOp) -> Result<Answer, Failure> {
+        soft.own_seq += 1;
+        let update = Update {
+            session: 0,
+            seq: soft.own_seq,
+            who: Identity::root(),
+            now: wall(),
+            op,
+        };
+        let (index, result) = r.order(&update.encode()).map_err(unavailable)?;
+        r.durable(index).map_err(unavailable)?;
+        result.map_err(fs)
+    }
+
+    /// Forgets an inode with no names once nobody has it open or holds a
+    /// token on it.
+    fn maybe_forget(&self, r: &Rep, soft: &mut Soft, ino: Ino) {
+        let orphan = r.read(|m| m.tree.get(ino).is_some_and(|i| i.attr.nlink == 0));
+        if orphan
+            && !soft.tokens.is_open(ino)
+            && !soft.tokens.is_held(ino)
+            && let Err(e) = self.order_own(r, soft, UpdateOp::Forget { ino })
+        {
+            tracing::warn!("forgetting inode {ino} failed: {e}");
+        }
+    }
+
+    /// A file's bytes now: its content version from the file servers, with
+    /// the overlay's changes made.
+    fn contents(&self, r: &Rep, ino: Ino) -> Result<Vec<u8>, Failure> {
+        let (content, overlay, size) = r.read(|m| match m.tree.get(ino) {
+            Some(i) => match &i.body {
+                Body::File { content, overlay } => {
+                    Ok((content.clone(), overlay.clone(), i.attr.size))
+                }
+                _ if i.attr.kind == Kind::Dir => Err(fs(FsError::IsDir)),
+                _ => Err(fs(FsError::Invalid("only a regular file has contents"))),
+            },
+            None => Err(fs(FsError::NotFound)),
+        })?;
+        let base = if content.is_empty() {
+            Vec::new()
+        } else {
+            self.with_files(|f| f.read_all(&content))?
+        };
+        Ok(overlaid(base, &overlay, size))
+    }
+
+    fn with_files<T>(
+        &self,
+        f: impl FnOnce(&mut FileClient) -> Result<T, shoal_filesvc::ClientError>,
+    ) -> Result<T, Failure> {
+        let mut files = self.files.lock();
+        if files.is_none() {
+            *files = Some(
+                FileClient::new(&self.ctx)
+                    .map_err(|e| Failure::Unavailable(format!("file client: {e}")))?,
+            );
+        }
+        f(files.as_mut().expect("made above"))
+            .map_err(|e| Failure::Unavailable(format!("file servers: {e}")))
+    }
+
+    /// Before a file is cached again, the bytes written while it was
+    /// write-shared (its overlay) become a content version on the file
+    /// servers.
+    fn flush_overlay(&self, r: &Rep, soft: &mut Soft, ino: Ino) -> Result<(), Failure> {
+        let pending = r.read(|m| {
+            m.tree.get(ino).and_then(|i| {
+                matches!(&i.body, Body::File { overlay, .. } if !overlay.is_empty())
+                    .then_some(i.attr)
+            })
+        });
+        let Some(attr) = pending else {
+            return Ok(());
+        };
+        if self.file_servers.is_empty() {
+            return Err(Failure::Unavailable(
+                "no file servers are configured for file contents".into(),
+            ));
+        }
+        let bytes = self.contents(r, ino)?;
+        let servers: Vec<Capability> = self
+            .file_servers
+            .iter()
+            .take(self.copies)
+            .copied()
+            .collect();
+        let content = self.with_files(|f| {
+            servers
+                .iter()
+                .map(|s| f.create(s, &bytes, true))
+                .collect::<Result<Vec<_>, _>>()
+        })?;
+        self.order_own(
+            r,
+            soft,
+            UpdateOp::Commit {
+                ino,
+                base: attr.version,
+                content,
+                size: attr.size,
+                mtime: attr.mtime,
+                flush: true,
+            },
+        )?;
+        Ok(())
+    }
+
+    /// Decides one request (of a client with a session).
+    fn handle(&self, r: &Rep, soft: &mut Soft, req: &op::Request) -> Outcome {
+        let client = req.session;
+        let now = self.now();
+        if let Op::Hello { node, .. } = &req.op {
+            soft.tokens.hello(now, client);
+            tracing::info!(
+                "client {client:016x} on {} said hello",
+                String::from_utf8_lossy(node)
+            );
+            let root = r.read(|m| m.tree.get(ROOT).map(|i| i.attr));
+            return Outcome::Reply(root.map_or(Err(fs(FsError::Io)), |root| {
+                Ok(Reply::Hello {
+                    lease_ms: (LEASE_US / 1000) as u32,
+                    root,
+                })
+            }));
+        }
+        if !soft.tokens.knows(client) {
+            return Outcome::Reply(Err(Failure::NoSession));
+        }
+        soft.tokens.renew(now, client);
+        let who = &req.who;
+        let reply = match &req.op {
+            Op::Hello { .. } | Op::Status => unreachable!("answered before"),
+            Op::Events { confirm } => {
+                for id in confirm {
+                    soft.tokens.confirm(client, *id);
+                }
+                return Outcome::Park;
+            }
+            Op::Lookup { parent, name } => {
+                let found = r.read(|m| {
+                    let dir = m.tree.get(*parent).ok_or(FsError::NotFound)?;
+                    access::check(&dir.attr, who, X)?;
+                    m.tree.lookup(*parent, name).map(|i| i.attr)
+                });
+                match found {
+                    Ok(attr) => return self.look(soft, client, attr),
+                    Err(e) => Err(fs(e)),
+                }
+            }
+            Op::GetAttr { ino } => match r.read(|m| m.tree.get(*ino).map(|i| i.attr)) {
+                Some(attr) => return self.look(soft, client, attr),
+                None => Err(fs(FsError::NotFound)),
+            },
+            Op::ReadDir { ino } => {
+                let listed = r.read(|m| {
+                    let dir = m.tree.get(*ino).ok_or(FsError::NotFound)?;
+                    access::check(&dir.attr, who, R)?;
+                    let entries = m.tree.entries(*ino)?;
+                    Ok::<_, FsError>(
+                        entries
+                            .iter()
+                            .filter_map(|(name, i)| {
+                                Some(DirEntry {
+                                    name: name.clone(),
+                                    ino: *i,
+                                    kind: m.tree.get(*i)?.attr.kind,
+                                })
+                            })
+                            .collect::<Vec<_>>(),
+                    )
+                });
+                match listed {
+                    Ok(entries) => match soft.tokens.request(client, *ino, Want::Look, &[], None) {
+                        Decision::Wait { .. } => return Outcome::Wait,
+                        Decision::NoSession => Err(Failure::NoSession),
+                        d => Ok(Reply::Entries {
+                            entries,
+                            grant: granted(&d).expect("a grant"),
+                        }),
+                    },
+                    Err(e) => Err(fs(e)),
+                }
+            }
+            Op::ReadLink { ino } => r.read(|m| match m.tree.get(*ino).map(|i| &i.body) {
+                Some(Body::Symlink { target }) => Ok(Reply::Target(target.clone())),
+                Some(_) => Err(fs(FsError::Invalid("not a symbolic link"))),
+                None => Err(fs(FsError::NotFound)),
+            }),
+            Op::Open {
+                ino,
+                want,
+                have,
+                id,
+                ..
+            } => return self.open(r, soft, req, *ino, *want, have, *id),
+            Op::Close { ino, id } => {
+                if soft.tokens.close(client, *ino, *id) {
+                    tracing::debug!("inode {ino} is no longer write-shared");
+                }
+                self.maybe_forget(r, soft, *ino);
+                self.retry(r, soft);
+                Ok(Reply::Done)
+            }
+            Op::Read { ino, offset, len } => self.contents(r, *ino).map(|bytes| {
+                let start = (*offset as usize).min(bytes.len());
+                let end = start.saturating_add(*len as usize).min(bytes.len());
+                Reply::Data(bytes[start..end].to_vec())
+            }),
+            Op::Write { ino, offset, data } => match soft.tokens.write_through(client, *ino) {
+                Decision::Wait { .. } => return Outcome::Wait,
+                Decision::NoSession => Err(Failure::NoSession),
+                Decision::Grant { .. } => self.change(
+                    r,
+                    soft,
+                    req,
+                    UpdateOp::Overlay {
+                        ino: *ino,
+                        offset: *offset,
+                        data: data.clone(),
+                    },
+                ),
+            },
+            Op::Change { op } => self.change(r, soft, req, op.clone()),
+            Op::Return {
+                ino,
+                grant,
+                kept,
+                opens,
+            } => {
+                soft.tokens.returned(client, *ino, *grant, *kept, opens);
+                self.maybe_forget(r, soft, *ino);
+                self.retry(r, soft);
+                Ok(Reply::Done)
+            }
+            Op::StatFs => {
+                let inodes = r.read(|m| m.tree.inode_count() as u64);
+                // The file servers' space is not yet gathered here: the
+                // figures say how many inodes there are, and no limit.
+                Ok(Reply::StatFs(StatFs {
+                    block_size: 4096,
+                    blocks: 1 << 32,
+                    blocks_free: 1 << 32,
+                    files: inodes + (1 << 32),
+                    files_free: 1 << 32,
+                }))
+            }
+        };
+        Outcome::Reply(reply)
+    }
+
+    /// A lookup or getattr found `attr`: it comes with `Read` if nothing
+    /// conflicts.
+    fn look(&self, soft: &mut Soft, client: ClientId, attr: shoal_fs::Attr) -> Outcome {
+        match soft.tokens.request(client, attr.ino, Want::Look, &[], None) {
+            Decision::Wait { .. } => Outcome::Wait,
+            Decision::NoSession => Outcome::Reply(Err(Failure::NoSession)),
+            d => Outcome::Reply(Ok(Reply::Entry {
+                attr,
+                grant: granted(&d).expect("a grant"),
+            })),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn open(
+        &self,
+        r: &Rep,
+        soft: &mut Soft,
+        req: &op::Request,
+        ino: Ino,
+        want: Want,
+        have: &[(u64, bool)],
+        id: u64,
+    ) -> Outcome {
+        let checked = r.read(|m| {
+            let i = m.tree.get(ino).ok_or(FsError::NotFound)?;
+            match (i.attr.kind, want) {
+                (Kind::Dir, Want::OpenWrite) => return Err(FsError::IsDir),
+                (Kind::File | Kind::Dir, _) => {}
+                _ => return Err(FsError::Invalid("only files and directories are opened")),
+            }
+            let bits = if want == Want::OpenWrite { W } else { R };
+            access::check(&i.attr, &req.who, bits)?;
+            Ok(())
+        });
+        if let Err(e) = checked {
+            return Outcome::Reply(Err(fs(e)));
+        }
+        let grant = match soft.tokens.request(req.session, ino, want, have, Some(id)) {
+            Decision::Wait { .. } => return Outcome::Wait,
+            Decision::NoSession => return Outcome::Reply(Err(Failure::NoSession)),
+            d => granted(&d).expect("a grant"),
+        };
+        if !grant.uncached
+            && grant.level != Level::None
+            && let Err(e) = self.flush_overlay(r, soft, ino)
+        {
+            return Outcome::Reply(Err(e));
+        }
+        Outcome::Reply(r.read(|m| match m.tree.get(ino) {
+            Some(i) => Ok(Reply::Opened {
+                attr: i.attr,
+                grant,
+                content: match &i.body {
+                    Body::File { content, .. } if !grant.uncached => content.clone(),
+                    _ => Vec::new(),
+                },
+            }),
+            None => Err(fs(FsError::NotFound)),
+        }))
+    }
+
+    /// Orders a client's change (after the checks only the primary can
+    /// make), then sends notices to the readers of the directories it
+    /// touched.
+    fn change(
+        &self,
+        r: &Rep,
+        soft: &mut Soft,
+        req: &op::Request,
+        mut op: UpdateOp,
+    ) -> Result<Reply, Failure> {
+        let mut dirs = Vec::new();
+        self.prepare(r, soft, &mut op, &mut dirs)?;
+        let update = Update {
+            session: req.session,
+            seq: req.seq,
+            who: req.who.clone(),
+            now: wall(),
+            op,
+        };
+        let (index, result) = r.order(&update.encode()).map_err(unavailable)?;
+        r.durable(index).map_err(unavailable)?;
+        r.still_serving().map_err(unavailable)?;
+        if result.is_ok() {
+            for dir in dirs {
+                soft.tokens.notify(req.session, dir);
+            }
+        }
+        Ok(Reply::Updated(result))
+    }
+
+    /// Checks a client's change and fills in what only the primary knows
+    /// (whether a victim is open somewhere); collects the directories it
+    /// touches.
+    fn prepare(
+        &self,
+        r: &Rep,
+        soft: &Soft,
+        op: &mut UpdateOp,
+        dirs: &mut Vec<Ino>,
+    ) -> Result<(), Failure> {
+        let in_use = |parent: Ino, name: &[u8]| {
+            r.read(|m| m.tree.lookup(parent, name).map(|i| i.attr.ino).ok())
+                .is_some_and(|ino| soft.tokens.is_open(ino) || soft.tokens.is_held(ino))
+        };
+        match op {
+            UpdateOp::Forget { .. } => {
+                return Err(fs(FsError::Perm));
+            }
+            UpdateOp::Commit { flush: true, .. } => return Err(fs(FsError::Perm)),
+            UpdateOp::Create { parent, .. } | UpdateOp::Link { parent, .. } => dirs.push(*parent),
+            UpdateOp::Unlink {
+                parent, name, open, ..
+            } => {
+                *open = in_use(*parent, name);
+                dirs.push(*parent);
+            }
+            UpdateOp::Rename {
+                from,
+                to,
+                to_name,
+                open_victim,
+                ..
+            } => {
+                *open_victim = in_use(*to, to_name);
+                dirs.push(*from);
+                dirs.push(*to);
+            }
+            UpdateOp::Push { ops } => {
+                for inner in ops.iter_mut() {
+                    self.prepare(r, soft, inner, dirs)?;
+                }
+            }
+            UpdateOp::SetAttr { .. }
+            | UpdateOp::Commit { .. }
+            | UpdateOp::Overlay { .. }
+            | UpdateOp::SetXattr { .. }
+            | UpdateOp::RemoveXattr { .. }
+            | UpdateOp::Range { .. } => {}
+        }
+        dirs.dedup();
+        Ok(())
+    }
+}
+
+fn reply_to(server: &Server, request: &shoal_rpc::Request, reply: &Result<Reply, Failure>) {
+    let _ = server.putrep(request, op::encode_reply(reply));
+}
+
+impl Handler<FsReplica> for Primary {
+    fn serve(&self, r: &Rep, server: &Server, request: shoal_rpc::Request) {
+        let answer = |reply: &Result<Reply, Failure>| reply_to(server, &request, reply);
+        let req = match op::Request::decode(request.body()) {
+            Ok(q) => q,
+            Err(e) => {
+                tracing::debug!("undecodable request: {e}");
+                return answer(&Err(fs(FsError::Invalid("undecodable request"))));
+            }
+        };
+        if matches!(req.op, Op::Status) {
+            let peer = request.caller().uid == 0;
+            return answer(&Ok(Reply::Status(self.status(r, peer).to_string())));
+        }
+        if !r.is_sequencer() {
+            return answer(&Err(Failure::NotPrimary));
+        }
+        // Only a node's root (its mount client) may claim identities.
+        if request.caller().uid != 0 {
+            return answer(&Err(fs(FsError::Perm)));
+        }
+        let req = op::Request {
+            who: self.squash(req.who),
+            ..req
+        };
+        let mut soft = self.soft.lock();
+        self.fresh(r, &mut soft);
+        let outcome = self.handle(r, &mut soft, &req);
+        let held = |request: shoal_rpc::Request| {
+            r.server().map(|server| Held {
+                server,
+                request,
+                at: Instant::now(),
+            })
+        };
+        match outcome {
+            Outcome::Reply(reply) => {
+                reply_to(server, &request, &reply);
+                r.after_reply();
+            }
+            Outcome::Wait => match held(request) {
+                Some(h) => soft.waiting.push((h, req)),
+                None => tracing::warn!("a waiting request lost: the replica stopped serving"),
+            },
+            Outcome::Park => {
+                let queued = soft.queued.remove(&req.session).unwrap_or_default();
+                if !queued.is_empty() {
+                    reply_to(server, &request, &Ok(Reply::Events(queued)));
+                } else if let Some(h) = held(request)
+                    && let Some(old) = soft.events.insert(req.session, h)
+                {
+                    old.answer(&Ok(Reply::Events(Vec::new())));
+                }
+            }
+        }
+        self.deliver(&mut soft);
+    }
+}
