@@ -69,6 +69,16 @@ impl FsClient {
     /// so a change is made once) through lost answers and primary changes
     /// for up to [`PATIENCE`].
     pub fn call(&mut self, who: &Identity, op: Op) -> Result<Reply, Failure> {
+        self.call_within(who, op, PATIENCE)
+    }
+
+    /// [`FsClient::call`], trying for up to `patience`.
+    pub fn call_within(
+        &mut self,
+        who: &Identity,
+        op: Op,
+        patience: Duration,
+    ) -> Result<Reply, Failure> {
         self.seq += 1;
         let events = matches!(op, Op::Events { .. });
         let bytes = op::Request {
@@ -86,7 +96,7 @@ impl FsClient {
             }),
             cancel: None,
         };
-        let until = Instant::now() + PATIENCE;
+        let until = Instant::now() + patience;
         let mut last = String::from("no answer");
         while Instant::now() < until {
             match self.rpc.trans_with(&self.port, bytes.clone(), &opts) {
@@ -128,9 +138,9 @@ impl FsClient {
         Some(at)
     }
 
-    /// The status of whichever replica answers.
+    /// The status of whichever replica answers within 5 s.
     pub fn status(&mut self) -> Result<serde_json::Value, Failure> {
-        match self.call(&Identity::root(), Op::Status)? {
+        match self.call_within(&Identity::root(), Op::Status, Duration::from_secs(5))? {
             Reply::Status(s) => serde_json::from_str(&s)
                 .map_err(|e| Failure::Unavailable(format!("bad status: {e}"))),
             other => Err(unexpected(&other)),

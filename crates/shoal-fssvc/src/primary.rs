@@ -374,18 +374,29 @@ impl Primary {
             ));
         }
         let bytes = self.contents(r, ino)?;
-        let servers: Vec<Capability> = self
-            .file_servers
-            .iter()
-            .take(self.copies)
-            .copied()
-            .collect();
-        let content = self.with_files(|f| {
-            servers
-                .iter()
-                .map(|s| f.create(s, &bytes, true))
-                .collect::<Result<Vec<_>, _>>()
-        })?;
+        // On the first `copies` servers that take it, from a place that
+        // moves with the inode (so versions spread over the servers).
+        let n = self.file_servers.len();
+        let mut content = Vec::new();
+        let mut errors = Vec::new();
+        for k in 0..n {
+            if content.len() == self.copies {
+                break;
+            }
+            let server = self.file_servers[(ino as usize + k) % n];
+            match self.with_files(|f| f.create(&server, &bytes, true)) {
+                Ok(c) => content.push(c),
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        if content.len() < self.copies {
+            return Err(Failure::Unavailable(format!(
+                "{} of {} copies of a file's contents stored: {}",
+                content.len(),
+                self.copies,
+                errors.join("; ")
+            )));
+        }
         self.order_own(
             r,
             soft,

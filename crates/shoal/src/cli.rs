@@ -53,6 +53,9 @@ enum Command {
     /// the directory.
     #[command(subcommand)]
     File(crate::cmd_file::FileCommand),
+    /// The shared file system: one tree mounted on every node.
+    #[command(subcommand)]
+    Fs(crate::cmd_fs::FsCommand),
     /// Create your root directory (its capability goes to
     /// $SHOAL_CONFIG_DIR/root, by default ~/.config/shoal/root).
     Init(crate::cmd_init::InitArgs),
@@ -178,6 +181,7 @@ impl Cli {
             Command::Node(_)
                 | Command::Dir(crate::cmd_dir::DirCommand::Serve(_))
                 | Command::File(crate::cmd_file::FileCommand::Serve(_))
+                | Command::Fs(crate::cmd_fs::FsCommand::Serve(_))
         )
     }
 
@@ -197,6 +201,7 @@ impl Cli {
             Command::Group(c) => crate::cmd_group::run(c),
             Command::Dir(c) => crate::cmd_dir::run(c),
             Command::File(c) => crate::cmd_file::run(c),
+            Command::Fs(c) => crate::cmd_fs::run(c),
             Command::Init(args) => crate::cmd_init::run(args),
             Command::Bench(args) => bench(args),
             Command::Completions { shell } => {

@@ -8,6 +8,7 @@ mod cmd_cap;
 mod cmd_cluster;
 mod cmd_dir;
 mod cmd_file;
+mod cmd_fs;
 mod cmd_group;
 mod cmd_init;
 mod cmd_join;
