@@ -1,0 +1,86 @@
+//! shoal's shared file system client (`docs/fs.md`): the FUSE mount of a
+//! file system's tree, over the metadata service's client
+//! (`shoal_fssvc::FsClient`).
+//!
+//! [`Mount::start`] mounts the tree at a directory (as root, with
+//! `allow_other` and `default_permissions`: the kernel checks permissions
+//! against the attributes, and the primary checks them again) and serves
+//! it from FUSE threads of its own until [`Mount::stop`] or the process
+//! ends.  [`conn`] is the session with the metadata service; [`fs`] turns
+//! kernel requests into its calls.
+
+#![deny(unsafe_code)]
+
+mod conn;
+pub mod fs;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use fuser::{BackgroundSession, Config, MountOption, SessionACL};
+use shoal_fs::op::Failure;
+use shoal_rpc::Context;
+
+/// FUSE threads serving a mount (one per CPU of the machines shoal runs
+/// on; each reads its own cloned `/dev/fuse` descriptor).
+pub const THREADS: usize = 2;
+
+/// A mounted tree.
+pub struct Mount {
+    session: Option<BackgroundSession>,
+    _events: conn::Events,
+    at: PathBuf,
+}
+
+impl Mount {
+    /// Mounts file system `name` of the context's cluster at `at`, as
+    /// node `node`.
+    pub fn start(ctx: &Context, name: &str, node: &str, at: &Path) -> Result<Mount, String> {
+        let conn = Arc::new(
+            conn::Conn::open(ctx, name, node)
+                .map_err(|e: Failure| format!("cannot reach file system {name}: {e}"))?,
+        );
+        let events = conn::Events::start(ctx, name, conn.clone()).map_err(|e| e.to_string())?;
+        let mut config = Config::default();
+        config.mount_options = vec![
+            MountOption::FSName(format!("shoal:{name}")),
+            MountOption::Subtype("shoal".into()),
+            MountOption::DefaultPermissions,
+            MountOption::NoAtime,
+        ];
+        config.acl = SessionACL::All;
+        config.n_threads = Some(THREADS);
+        config.clone_fd = true;
+        let session = fuser::Session::new(fs::ShoalFs::new(conn), at, &config)
+            .and_then(|s| s.spawn())
+            .map_err(|e| format!("cannot mount {}: {e}", at.display()))?;
+        Ok(Mount {
+            session: Some(session),
+            _events: events,
+            at: at.to_path_buf(),
+        })
+    }
+
+    /// Where the tree is mounted.
+    pub fn path(&self) -> &Path {
+        &self.at
+    }
+
+    /// Unmounts and waits for the FUSE threads.
+    pub fn stop(mut self) -> Result<(), String> {
+        match self.session.take() {
+            Some(s) => s
+                .umount_and_join()
+                .map_err(|e| format!("cannot unmount {}: {e}", self.at.display())),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if let Some(s) = self.session.take() {
+            let _ = s.umount_and_join();
+        }
+    }
+}

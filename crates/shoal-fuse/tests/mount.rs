@@ -1,0 +1,180 @@
+//! The tree mounted twice, as two nodes of one cluster mount it (three
+//! in-process node daemons, the metadata service's three replicas, a file
+//! server), used through the kernel with ordinary file calls: what one
+//! mount writes the other reads at once; names, links, symlinks,
+//! renames, permissions, truncation, appends from both mounts, a file
+//! unlinked while open elsewhere, names that are not UTF-8, and the
+//! errors of bad names.  Needs root and /dev/fuse (as `cargo xtask test`
+//! has).
+
+use std::ffi::OsStr;
+use std::fs::{self, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use shoal_filesvc::{FileServer, ServerConfig};
+use shoal_fssvc::{FsConfig, MetaReplica};
+use shoal_fuse::Mount;
+use shoal_replicasvc::Durability;
+use shoal_testnodes::Nodes;
+
+const NAME: &str = "fs-mount-test";
+
+fn replicas(nodes: &Nodes, server: shoal_cap::Capability) -> Vec<MetaReplica> {
+    let r: Vec<MetaReplica> = (0..3)
+        .map(|i| {
+            let mut cfg = FsConfig::new(NAME, i, 3, nodes.path(&format!("meta{i}")));
+            cfg.replica.durability = Durability::Fsync;
+            cfg.allow_root = true;
+            cfg.file_servers = vec![server];
+            cfg.copies = 1;
+            MetaReplica::start(nodes.ctx[i].clone(), cfg).unwrap()
+        })
+        .collect();
+    let until = Instant::now() + Duration::from_secs(60);
+    while !(r.iter().all(MetaReplica::is_serving)
+        && r.iter().filter(|x| x.status()["primary"] == true).count() == 1)
+    {
+        assert!(Instant::now() < until, "no primary within 60 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    r
+}
+
+fn errno(e: std::io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(0)
+}
+
+#[test]
+fn two_mounts_share_one_tree() {
+    let nodes = Nodes::up(3);
+    let server =
+        FileServer::start(&nodes.ctx[0], &nodes.path("files"), ServerConfig::default()).unwrap();
+    let service = replicas(&nodes, server.cap());
+    let (pa, pb) = (nodes.path("a"), nodes.path("b"));
+    fs::create_dir_all(&pa).unwrap();
+    fs::create_dir_all(&pb).unwrap();
+    let a = Mount::start(&nodes.ctx[0], NAME, "n1", &pa).expect("mount a (root and /dev/fuse)");
+    let b = Mount::start(&nodes.ctx[1], NAME, "n2", &pb).expect("mount b");
+
+    // Written on one node, read at once on the other.
+    fs::write(pa.join("hello"), b"hello from a\n").unwrap();
+    assert_eq!(fs::read(pb.join("hello")).unwrap(), b"hello from a\n");
+    fs::write(pb.join("hello"), b"b\n").unwrap();
+    assert_eq!(fs::read(pa.join("hello")).unwrap(), b"b\n");
+
+    // Directories, renames across them and over a target, listings.
+    fs::create_dir(pa.join("d1")).unwrap();
+    fs::create_dir(pa.join("d2")).unwrap();
+    fs::write(pa.join("d1/x"), b"x").unwrap();
+    fs::write(pa.join("d2/y"), b"y").unwrap();
+    fs::rename(pb.join("d1/x"), pb.join("d2/y")).unwrap();
+    assert_eq!(fs::read(pa.join("d2/y")).unwrap(), b"x");
+    let mut names: Vec<_> = fs::read_dir(pa.join("d2"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    assert_eq!(names, vec![OsStr::new("y")]);
+    assert_eq!(fs::read_dir(pb.join("d1")).unwrap().count(), 0);
+    assert_eq!(
+        errno(fs::remove_dir(pa.join("d2")).unwrap_err()),
+        libc::ENOTEMPTY
+    );
+    assert_eq!(fs::metadata(pa.join("d2")).unwrap().nlink(), 2);
+
+    // Links, symlinks, permissions, truncation.
+    fs::hard_link(pa.join("d2/y"), pa.join("d2/z")).unwrap();
+    assert_eq!(fs::metadata(pb.join("d2/y")).unwrap().nlink(), 2);
+    std::os::unix::fs::symlink("d2/z", pa.join("s")).unwrap();
+    assert_eq!(fs::read_link(pb.join("s")).unwrap(), Path::new("d2/z"));
+    assert_eq!(fs::read(pb.join("s")).unwrap(), b"x");
+    fs::set_permissions(pa.join("hello"), fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(
+        fs::metadata(pb.join("hello")).unwrap().mode() & 0o7777,
+        0o600
+    );
+    let f = OpenOptions::new()
+        .write(true)
+        .open(pb.join("hello"))
+        .unwrap();
+    f.set_len(1).unwrap();
+    drop(f);
+    assert_eq!(fs::read(pa.join("hello")).unwrap(), b"b");
+
+    // Appends from both mounts: every line, in one order for both.
+    let mut fa = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(pa.join("log"))
+        .unwrap();
+    let mut fb = OpenOptions::new()
+        .append(true)
+        .open(pb.join("log"))
+        .unwrap();
+    for i in 0..20 {
+        fa.write_all(format!("a{i:02}\n").as_bytes()).unwrap();
+        fb.write_all(format!("b{i:02}\n").as_bytes()).unwrap();
+    }
+    drop((fa, fb));
+    let log_a = fs::read_to_string(pa.join("log")).unwrap();
+    assert_eq!(log_a, fs::read_to_string(pb.join("log")).unwrap());
+    assert_eq!(log_a.lines().count(), 40);
+    for i in 0..20 {
+        assert!(log_a.contains(&format!("a{i:02}\n")) && log_a.contains(&format!("b{i:02}\n")));
+    }
+
+    // A file removed on one node while open on the other stays readable
+    // there until closed.
+    fs::write(pa.join("doomed"), b"still here").unwrap();
+    let mut open_b = fs::File::open(pb.join("doomed")).unwrap();
+    fs::remove_file(pa.join("doomed")).unwrap();
+    assert_eq!(
+        errno(fs::metadata(pb.join("doomed")).unwrap_err()),
+        libc::ENOENT
+    );
+    let mut got = Vec::new();
+    open_b.rewind().unwrap();
+    open_b.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"still here");
+    drop(open_b);
+
+    // Names are bytes; bad names get their errno.
+    let raw = OsStr::from_bytes(&[0xff, 0xfe, b'n']);
+    fs::write(pa.join(raw), b"bytes").unwrap();
+    assert_eq!(fs::read(pb.join(raw)).unwrap(), b"bytes");
+    let long = "n".repeat(256);
+    assert_eq!(
+        errno(fs::write(pa.join(&long), b"").unwrap_err()),
+        libc::ENAMETOOLONG
+    );
+    assert_eq!(
+        errno(fs::create_dir(pa.join("hello")).unwrap_err()),
+        libc::EEXIST
+    );
+
+    // statfs answers.
+    let st = statfs_files(&pa);
+    assert!(st > 0);
+
+    a.stop().unwrap();
+    b.stop().unwrap();
+    for r in service {
+        r.stop();
+    }
+    server.stop().unwrap();
+}
+
+/// The file system's inode count as statfs(2) reports it (`stat -f`).
+fn statfs_files(p: &Path) -> u64 {
+    let out = std::process::Command::new("stat")
+        .args(["-f", "-c", "%c"])
+        .arg(p)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "stat -f: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
