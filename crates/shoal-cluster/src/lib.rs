@@ -404,13 +404,25 @@ impl Cluster {
         program: impl AsRef<std::ffi::OsStr>,
     ) -> Result<Command, String> {
         let node = self.node(name)?;
-        let mut cmd = match &node.netns {
-            Some(ns) => {
+        let mut cmd = match (&node.netns, self.pid(name)) {
+            // Into the running daemon's network and mount namespaces, so
+            // the command sees the node's mounts (its /shoal) as the
+            // daemon's programs do; in the working directory it was given.
+            (Some(_), Some(pid)) => {
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--target={pid}"))
+                    .args(["--net", "--mount", "--wd=.", "--"])
+                    .arg(program);
+                c
+            }
+            // `ip netns exec` gives the program (the daemon, when it
+            // starts) a mount namespace of its own.
+            (Some(ns), None) => {
                 let mut c = Command::new("ip");
                 c.args(["netns", "exec", ns]).arg(program);
                 c
             }
-            None => Command::new(program),
+            (None, _) => Command::new(program),
         };
         cmd.env("SHOAL_NODE", &node.socket);
         // The cluster's root, for its administrator, unless they chose.

@@ -8,10 +8,17 @@
 //! file     on every node (server fsK on nK)           the file service
 //! DIR/root/root                                       the cluster's root
 //!                                                     directory (root's)
+//! fs-rI    on n1 … n3 (as the directory's replicas)   the shared file
+//!                                                     system's metadata
+//! fs-mount on every node                              its tree at /shoal
 //! ```
 //!
 //! The directory comes first; once it serves, the root is made, and the
-//! file servers, which register in it, follow.
+//! file servers, which register in it, follow; then the file system's
+//! metadata service, which keeps file contents on them, and a mount on
+//! every node.  Only a cluster of network namespaces mounts the tree:
+//! each node's daemon has a mount namespace of its own, so every node has
+//! its own /shoal, as separate machines do.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -19,6 +26,9 @@ use std::time::{Duration, Instant};
 use shoal_node::{NodeConfigFile, ServiceConfig};
 
 use crate::Cluster;
+
+/// Where a local cluster mounts the shared file system on every node.
+pub const MOUNT: &str = "/shoal";
 
 /// How long the directory and the file servers have to come up.
 const SYSTEM_WAIT: Duration = Duration::from_secs(90);
@@ -73,24 +83,7 @@ impl Cluster {
         for i in 0..replicas {
             let name = &nodes[i % nodes.len()];
             homes.push(name.as_str());
-            let data = self.node(name)?.state_dir.join(format!("dir-r{i}"));
-            let mut dir = ServiceConfig::new(
-                &format!("dir-r{i}"),
-                &[
-                    &shoal,
-                    "dir",
-                    "serve",
-                    "--replica",
-                    &i.to_string(),
-                    "--replicas",
-                    &replicas.to_string(),
-                    "--durability",
-                    "replicated",
-                    "--data",
-                    &data.to_string_lossy(),
-                ],
-            );
-            dir.system = true;
+            let dir = self.replica_service("dir", i, replicas, name, &[])?;
             self.put_service(name, dir)?;
         }
         homes.dedup();
@@ -150,6 +143,106 @@ impl Cluster {
         progress(&format!(
             "file servers {} on {}",
             span("fs", nodes.len()),
+            span("n", nodes.len())
+        ));
+        if self.node(&nodes[0])?.netns.is_some() {
+            self.start_fs(&nodes, replicas, started, progress)?;
+        }
+        Ok(())
+    }
+
+    /// Replica `i` of `replicas` of the `kind` service (`dir` or `fs`) on
+    /// node `name`, a system service: `shoal KIND serve` with its own data
+    /// directory, `replicated` durability, and `extra` arguments.
+    fn replica_service(
+        &self,
+        kind: &str,
+        i: usize,
+        replicas: usize,
+        name: &str,
+        extra: &[&str],
+    ) -> Result<ServiceConfig, String> {
+        let shoal = self.file.shoal.to_string_lossy().into_owned();
+        let data = self.node(name)?.state_dir.join(format!("{kind}-r{i}"));
+        let (i, replicas) = (i.to_string(), replicas.to_string());
+        let data = data.to_string_lossy();
+        let mut args = vec![
+            shoal.as_str(),
+            kind,
+            "serve",
+            "--replica",
+            &i,
+            "--replicas",
+            &replicas,
+            "--durability",
+            "replicated",
+            "--data",
+            &data,
+        ];
+        args.extend_from_slice(extra);
+        let mut s = ServiceConfig::new(&format!("{kind}-r{}", i), &args);
+        s.system = true;
+        Ok(s)
+    }
+
+    /// The shared file system: its metadata replicas beside the
+    /// directory's, and its tree mounted at [`MOUNT`] on every node.
+    fn start_fs(
+        &self,
+        nodes: &[String],
+        replicas: usize,
+        started: Instant,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<(), String> {
+        let shoal = self.file.shoal.to_string_lossy().into_owned();
+        let config = self.admin_config();
+        let copies = nodes.len().min(2).to_string();
+        for i in 0..replicas {
+            let name = &nodes[i % nodes.len()];
+            // A local cluster's nodes are one administrator's: root on
+            // each acts as root in the tree.
+            let extra = ["--copies", &copies, "--allow-root"];
+            let mut fs = self.replica_service("fs", i, replicas, name, &extra)?;
+            fs.env.insert(
+                "SHOAL_CONFIG_DIR".into(),
+                config.to_string_lossy().into_owned(),
+            );
+            self.put_service(name, fs)?;
+        }
+        // The mount point, in the file system all nodes share; each node
+        // mounts over it in its own mount namespace.
+        std::fs::create_dir_all(MOUNT)
+            .map_err(|e| format!("cannot make the mount point {MOUNT}: {e}"))?;
+        for name in nodes {
+            let mount = ServiceConfig::new("fs-mount", &[&shoal, "fs", "mount", MOUNT]);
+            self.put_service(name, mount)?;
+        }
+        for name in nodes {
+            self.until_ok(
+                name,
+                &["fs", "status"],
+                started,
+                "the file system's primary",
+            )?;
+            loop {
+                let mounted = self
+                    .command(name, "mountpoint")?
+                    .args(["-q", MOUNT])
+                    .status()
+                    .is_ok_and(|s| s.success());
+                if mounted {
+                    break;
+                }
+                if started.elapsed() > SYSTEM_WAIT {
+                    return Err(format!(
+                        "{MOUNT} is not mounted on {name}; see `shoal service logs fs-mount --node {name}`"
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+        progress(&format!(
+            "shared file system: {replicas} metadata replicas, mounted at {MOUNT} on {}",
             span("n", nodes.len())
         ));
         Ok(())

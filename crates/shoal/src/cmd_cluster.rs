@@ -28,8 +28,10 @@ impl DirArg {
 pub enum ClusterCommand {
     /// Start N nodes on this machine (namespaces as root, loopback
     /// otherwise) with the whole system: a directory service of up to
-    /// three replicas, a file server on every node and the cluster's root
-    /// directory, kept by the node daemons as services (--bare: nodes only).
+    /// three replicas, a file server on every node, the cluster's root
+    /// directory and (namespaced) the shared file system mounted at /shoal
+    /// on every node, kept by the node daemons as services (--bare: nodes
+    /// only).
     Up {
         /// How many nodes.
         #[arg(long, default_value_t = 4)]

@@ -1,8 +1,9 @@
 //! `shoal fs`: the shared file system.  `serve` runs one replica of a file
-//! system's metadata service (`docs/fs.md`); `status` shows the replica
-//! that answers.  Mounting comes with the file system's client.
+//! system's metadata service (`docs/fs.md`); `mount` mounts its tree on
+//! this node and serves it until signalled; `umount` takes a mount away;
+//! `status` shows the replica that answers.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
@@ -19,6 +20,22 @@ pub enum FsCommand {
     /// each of n nodes; the replica that is the group's sequencer is the
     /// primary, which answers the mounts).
     Serve(ServeArgs),
+    /// Mount the tree at PATH on this node (as root) and serve it until
+    /// SIGTERM or SIGINT, which unmount it.  A node daemon keeps it as a
+    /// service (`shoal cluster up` mounts /shoal on every node).
+    Mount {
+        /// Where to mount it.
+        #[arg(default_value = "/shoal")]
+        path: PathBuf,
+        /// The file system's name.
+        #[arg(long, default_value = shoal_fssvc::DEFAULT_SERVICE)]
+        service: String,
+    },
+    /// Unmount the tree at PATH (also one whose client died).
+    Umount {
+        #[arg(default_value = "/shoal")]
+        path: PathBuf,
+    },
     /// Show the status of the metadata replica that answers (JSON).
     Status {
         /// The file system's name.
@@ -77,6 +94,8 @@ pub struct ServeArgs {
 pub fn run(cmd: FsCommand) -> Result<(), Failure> {
     match cmd {
         FsCommand::Serve(args) => serve(args),
+        FsCommand::Mount { path, service } => mount(&path, &service),
+        FsCommand::Umount { path } => umount(&path),
         FsCommand::Status { service } => {
             let ctx = attach()?;
             let mut client =
@@ -91,6 +110,60 @@ pub fn run(cmd: FsCommand) -> Result<(), Failure> {
             Ok(())
         }
     }
+}
+
+/// Whether `path` is a mount whose FUSE client is gone ("transport
+/// endpoint is not connected").
+fn is_dead_mount(path: &Path) -> bool {
+    std::fs::metadata(path)
+        .err()
+        .and_then(|e| e.raw_os_error())
+        .is_some_and(|e| e == libc::ENOTCONN)
+}
+
+fn umount(path: &Path) -> Result<(), Failure> {
+    let out = std::process::Command::new("umount")
+        .arg("--lazy")
+        .arg(path)
+        .output()
+        .map_err(|e| Failure::failed(format!("cannot run umount: {e}")))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(Failure::failed(format!(
+            "cannot unmount {}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+fn mount(path: &Path, service: &str) -> Result<(), Failure> {
+    if is_dead_mount(path) {
+        eprintln!(
+            "{} is a mount whose client died: unmounting it first",
+            path.display()
+        );
+        umount(path)?;
+    }
+    if !path.is_dir() {
+        return Err(Failure::failed(format!(
+            "{} is not a directory: make it first (mkdir -p {})",
+            path.display(),
+            path.display()
+        )));
+    }
+    let ctx = attach()?;
+    let node = ctx
+        .config()
+        .node
+        .as_ref()
+        .map(|n| n.1.clone())
+        .unwrap_or_else(|| "?".into());
+    let mount = shoal_fuse::Mount::start(&ctx, service, &node, path).map_err(Failure::failed)?;
+    eprintln!("file system {service} mounted at {}", path.display());
+    until_signalled(|| true, ("serving the tree until SIGTERM", ""))?;
+    mount.stop().map_err(Failure::failed)
 }
 
 fn serve(args: ServeArgs) -> Result<(), Failure> {

@@ -240,7 +240,8 @@ fn services_are_kept_restarted_controlled_and_logged() {
 }
 
 /// `shoal cluster up`'s whole system: a directory of three replicas, a
-/// file server on every node and the cluster's root, all services; a
+/// file server on every node and the cluster's root, the shared file
+/// system's metadata replicas and a mount on every node, all services; a
 /// file stored and read back; a directory replica and a file server
 /// killed and restarted by their daemons, nothing lost.
 #[test]
@@ -275,11 +276,18 @@ fn the_whole_system_comes_up_as_services_and_survives_their_crashes() {
         [
             "n1 dir-r0",
             "n1 file",
+            "n1 fs-mount",
+            "n1 fs-r0",
             "n2 dir-r1",
             "n2 file",
+            "n2 fs-mount",
+            "n2 fs-r1",
             "n3 dir-r2",
             "n3 file",
-            "n4 file"
+            "n3 fs-mount",
+            "n3 fs-r2",
+            "n4 file",
+            "n4 fs-mount"
         ]
     );
     let servers = on("n4", &["file", "servers"]);

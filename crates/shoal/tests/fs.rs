@@ -1,0 +1,123 @@
+//! The shared file system on a real namespaced cluster, as `shoal cluster
+//! up` makes it (`docs/fs.md`): the tree mounted at /shoal on every node,
+//! each in its node's own mount namespace; a file written on one node
+//! read at once on another; a program run remotely by `shoal run` working
+//! in the shared tree; a metadata replica and a mount killed (SIGKILL)
+//! and restarted by their daemons, nothing lost.
+
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+mod common;
+
+use common::{TestCluster, shoal};
+use serde_json::Value;
+use shoal_cluster::{Cluster, Mode};
+
+/// `sh -c SCRIPT` on `node`, in its namespaces (its /shoal).
+fn sh(c: &Cluster, node: &str, script: &str) -> Output {
+    c.command(node, "sh")
+        .unwrap()
+        .args(["-c", script])
+        .env("SHOAL", shoal())
+        .output()
+        .unwrap()
+}
+
+fn ok(c: &Cluster, node: &str, script: &str) -> String {
+    let out = sh(c, node, script);
+    assert!(
+        out.status.success(),
+        "{script} on {node}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn services(c: &Cluster) -> Vec<Value> {
+    serde_json::from_str(&ok(c, "n1", "$SHOAL service ls --all --json")).unwrap()
+}
+
+/// The pid and start count of service `name` on `node`.
+fn service(c: &Cluster, node: &str, name: &str) -> (i64, u64) {
+    let s = services(c)
+        .into_iter()
+        .find(|s| s["node"] == node && s["name"] == name)
+        .unwrap_or_else(|| panic!("no service {name} on {node}"));
+    (
+        s["pid"].as_i64().unwrap_or(0),
+        s["starts"].as_u64().unwrap(),
+    )
+}
+
+/// Kills a service with SIGKILL and waits for its daemon to restart it.
+fn kill_and_wait(c: &Cluster, node: &str, name: &str) {
+    let (pid, starts) = service(c, node, name);
+    assert!(pid > 0, "{name} on {node} is not running");
+    // SAFETY: kill has no memory effects.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (p, s) = service(c, node, name);
+        if s > starts && p > 0 {
+            return;
+        }
+        assert!(Instant::now() < until, "{name} on {node} not restarted");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Runs `script` on `node` until it succeeds (a restarted mount or primary
+/// takes a moment); its output.
+fn until_ok(c: &Cluster, node: &str, script: &str) -> String {
+    let out = common::until_ok(
+        script,
+        || sh(c, node, script),
+        || format!("{:?}", services(c)),
+    );
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn the_tree_is_shared_by_every_node_and_survives_its_servers_crashes() {
+    let tc = TestCluster::up("fs", 60, 4, Mode::Netns);
+    let c = tc.get();
+    c.start_system(&mut |l| eprintln!("[fs] {l}")).unwrap();
+
+    // Mounted on every node, each in its own mount namespace.
+    for node in ["n1", "n2", "n3", "n4"] {
+        ok(c, node, "mountpoint -q /shoal");
+    }
+
+    // Written on n1, read at once on n4.
+    ok(
+        c,
+        "n1",
+        "mkdir -p /shoal/work && echo hello from n1 > /shoal/work/a",
+    );
+    assert_eq!(ok(c, "n4", "cat /shoal/work/a"), "hello from n1\n");
+
+    // A program run remotely works in the shared tree: its working
+    // directory exists there, and what it writes is seen at home.
+    let out = ok(
+        c,
+        "n1",
+        "cd /shoal/work && $SHOAL run --on n3 -- sh -c 'pwd; cat a; echo from n3 > b'",
+    );
+    assert_eq!(out, "/shoal/work\nhello from n1\n");
+    assert_eq!(ok(c, "n2", "cat /shoal/work/b"), "from n3\n");
+
+    // A metadata replica is killed (the primary, if n1's is): its daemon
+    // restarts it, the others serve meanwhile, and the tree is whole.
+    kill_and_wait(c, "n1", "fs-r0");
+    assert_eq!(until_ok(c, "n2", "cat /shoal/work/a"), "hello from n1\n");
+    ok(c, "n2", "echo after the crash >> /shoal/work/a");
+
+    // A node's mount is killed: its daemon mounts the tree again.
+    kill_and_wait(c, "n4", "fs-mount");
+    assert_eq!(
+        until_ok(c, "n4", "cat /shoal/work/a"),
+        "hello from n1\nafter the crash\n"
+    );
+}
