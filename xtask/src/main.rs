@@ -6,6 +6,7 @@
 mod bench;
 mod demo;
 mod dist;
+mod posix;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -19,6 +20,7 @@ fn main() -> ExitCode {
         Some("sim") => sim(&args[1..]),
         Some("bench") => bench::bench(&args[1..]),
         Some("dist") => dist::dist().map(|_| ()),
+        Some("posix") => posix::pjdfstest(),
         Some("fuzz") => match args.get(1).map(|s| s.parse::<u64>()) {
             None => fuzz(60),
             Some(Ok(seconds)) => fuzz(seconds),
@@ -47,13 +49,17 @@ tasks:
            crashing node, a process group that loses its sequencer, the
            directory and file services through crashes of their servers
            (restarted by the node daemons), the pool and shoal make, tear
-           it down
+           it down; the shared file system: a file written on one node
+           read on another, shoal run and shoal make in /shoal, a file
+           server killed
   dist     the Debian packages shoal and shoal-bench (systemd unit and
            default configuration included) in target/dist/
   test     install what the tests need, then run the whole suite:
            format and lint checks, unit, property and simulation tests,
-           real-cluster integration tests, and short fuzz runs
-           (--quick: skip the fuzz runs and use fewer simulation seeds)
+           real-cluster integration tests, pjdfstest on the shared file
+           system, and short fuzz runs (--quick: skip pjdfstest and the
+           fuzz runs, and use fewer simulation seeds)
+  posix    pjdfstest alone, on /shoal of a 3-node local cluster
   sim [--seeds N] [--scenario NAME]
            the simulator alone, over N seeds per scenario (default
            20000): the nightly-size run of what `test` runs with 2000;
@@ -173,6 +179,7 @@ fn test(args: &[String]) -> Result<(), String> {
     let seeds = if quick { "64" } else { "2000" };
     let (passed, failed) = cargo_test(&["test", "--workspace", "--release"], seeds)?;
     if !quick {
+        posix::pjdfstest()?;
         fuzz(10)?;
     }
     println!("\nxtask: all tests passed in {:.0?}", started.elapsed());

@@ -175,8 +175,12 @@ impl Tree {
         self.inodes.get(&ino)
     }
 
-    /// The inode `name` names in directory `parent`.
+    /// The inode `name` names in directory `parent` (a name longer than
+    /// any name can be is `ENAMETOOLONG`, as POSIX says, not `ENOENT`).
     pub fn lookup(&self, parent: Ino, name: &[u8]) -> Result<&Inode, FsError> {
+        if name.len() > NAME_MAX {
+            return Err(FsError::NameTooLong);
+        }
         let ino = *self.entries(parent)?.get(name).ok_or(FsError::NotFound)?;
         self.inodes.get(&ino).ok_or(FsError::Io)
     }

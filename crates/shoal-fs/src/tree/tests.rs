@@ -172,6 +172,11 @@ fn create_lookup_and_exclusive() {
         t.mk(&alice(), 2, &[b'n'; 256], Kind::File, 0o644),
         Err(FsError::NameTooLong)
     );
+    // A lookup of a name no name can be says so, not "no such file".
+    assert_eq!(
+        t.tree.lookup(2, &[b'n'; 256]).map(|_| ()),
+        Err(FsError::NameTooLong)
+    );
     assert_eq!(
         t.mk(&alice(), 2, &[0xc3, 0x28], Kind::File, 0o644)
             .map(|_| ()),
