@@ -105,6 +105,15 @@ pub enum Op {
     StatFs,
     /// The service's status (JSON), for `shoal fs status`.
     Status,
+    /// After a primary change (its session was unknown, it said hello
+    /// again): the token the client held on `ino` and the version it
+    /// caches, and its opens of it (Sprite's reopen, NFSv4's reclaim).
+    Reclaim {
+        ino: Ino,
+        level: Level,
+        version: Option<u64>,
+        opens: Vec<(OpenId, bool)>,
+    },
 }
 
 /// What a client may cache, as granted.
@@ -353,6 +362,18 @@ impl Request {
             }
             Op::StatFs => w.u8(13),
             Op::Status => w.u8(14),
+            Op::Reclaim {
+                ino,
+                level: l,
+                version,
+                opens: list,
+            } => {
+                w.u8(15);
+                w.u64(*ino);
+                level(w, *l);
+                opt(w, *version, |w, v| w.u64(v));
+                opens(w, list);
+            }
         }
         out
     }
@@ -415,6 +436,12 @@ impl Request {
             },
             13 => Op::StatFs,
             14 => Op::Status,
+            15 => Op::Reclaim {
+                ino: r.u64()?,
+                level: read_level(r)?,
+                version: read_opt(r, |r| r.u64())?,
+                opens: read_opens(r)?,
+            },
             _ => return Err(bad("fs request", "unknown kind")),
         };
         r.end()?;

@@ -343,6 +343,18 @@ impl Tokens {
         self.inodes.get(&ino).is_some_and(|s| s.shared)
     }
 
+    /// Recalls every token on `ino` (to nothing): an inode that lost its
+    /// last name is forgotten once no client has it open, and a holder's
+    /// answer tells the opens the primary does not know of.
+    pub fn recall_all(&mut self, ino: Ino) {
+        if let Some(s) = self.inodes.get_mut(&ino) {
+            let holders: Vec<ClientId> = s.holders.keys().copied().collect();
+            for c in holders {
+                s.recall(&mut self.callbacks, ino, c, Level::None);
+            }
+        }
+    }
+
     /// Whether any client holds a token on `ino` (it may have opens the
     /// primary does not know of).
     pub fn is_held(&self, ino: Ino) -> bool {

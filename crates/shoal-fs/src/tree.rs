@@ -60,6 +60,49 @@ pub fn overlaid(mut base: Vec<u8>, overlay: &[OverlayEntry], size: u64) -> Vec<u
     base
 }
 
+/// The bytes `[start, start + len)` of a file (fewer at its end): its
+/// content version's bytes from `start` (`base`, as many as the content
+/// has there) with the overlay's changes made in order, cut to `size`.
+/// The same bytes as that window of [`overlaid`], without building the
+/// rest of the file.
+pub fn overlaid_window(
+    base: &[u8],
+    start: u64,
+    len: usize,
+    overlay: &[OverlayEntry],
+    size: u64,
+) -> Vec<u8> {
+    let end = start.saturating_add(len as u64).min(size);
+    if end <= start {
+        return Vec::new();
+    }
+    let n = (end - start) as usize;
+    let mut w = vec![0u8; n];
+    let b = base.len().min(n);
+    w[..b].copy_from_slice(&base[..b]);
+    for e in overlay {
+        match &e.change {
+            OverlayChange::Write { offset, data } => {
+                let from = (*offset).max(start);
+                let to = offset.saturating_add(data.len() as u64).min(end);
+                if from < to {
+                    let src = (from - offset) as usize;
+                    let dst = (from - start) as usize;
+                    let k = (to - from) as usize;
+                    w[dst..dst + k].copy_from_slice(&data[src..src + k]);
+                }
+            }
+            OverlayChange::Truncate { size } => {
+                if *size < end {
+                    let from = (size.max(&start) - start) as usize;
+                    w[from..].fill(0);
+                }
+            }
+        }
+    }
+    w
+}
+
 /// What an inode holds besides its attributes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Body {
@@ -183,6 +226,16 @@ impl Tree {
         }
         let ino = *self.entries(parent)?.get(name).ok_or(FsError::NotFound)?;
         self.inodes.get(&ino).ok_or(FsError::Io)
+    }
+
+    /// The inodes without names, kept while some client may have them
+    /// open (until a [`UpdateOp::Forget`]).
+    pub fn orphans(&self) -> Vec<Ino> {
+        self.inodes
+            .values()
+            .filter(|i| i.attr.nlink == 0)
+            .map(|i| i.attr.ino)
+            .collect()
     }
 
     /// A directory's entries.

@@ -30,7 +30,7 @@ use shoal_fs::model::{FsError, Identity, Ino, Kind, ROOT, Time};
 use shoal_fs::op::{self, DirEntry, Failure, Grant, Op, Reply, StatFs};
 use shoal_fs::replica::FsReplica;
 use shoal_fs::tokens::{Callback, ClientId, Decision, LEASE_US, Level, Tokens, Want};
-use shoal_fs::tree::{Body, overlaid};
+use shoal_fs::tree::{Body, OverlayEntry, overlaid, overlaid_window};
 use shoal_fs::update::{Answer, Update, UpdateOp};
 use shoal_replicasvc::{Handler, Replicated, Unavailable};
 use shoal_rpc::{Context, Server};
@@ -39,9 +39,17 @@ use crate::FsConfig;
 
 type Rep = Replicated<FsReplica>;
 
+/// A file's content version, overlay and size.
+type FileBody = (Vec<Capability>, Vec<OverlayEntry>, u64);
+
 /// How long a parked `Events` request is held before it is answered
 /// empty (the client sends the next at once, renewing its lease).
 pub const EVENTS_HOLD: Duration = Duration::from_secs(2);
+
+/// How long a new primary's grace period lasts: a lease, so every client
+/// that held tokens from the old primary either reclaims them or has lost
+/// them by its lease's end.
+pub const GRACE: Duration = Duration::from_micros(LEASE_US);
 
 /// The uid and gid root is squashed to.
 const NOBODY: u32 = 65_534;
@@ -73,6 +81,9 @@ struct Soft {
     waiting: Vec<(Held, op::Request)>,
     /// Updates the primary orders itself (`Forget`, overlay flushes).
     own_seq: u64,
+    /// When a new primary's grace period ends (clients reclaim until
+    /// then).
+    grace_until: Option<Instant>,
 }
 
 impl Soft {
@@ -84,6 +95,7 @@ impl Soft {
             events: HashMap::new(),
             waiting: Vec::new(),
             own_seq: 0,
+            grace_until: None,
         }
     }
 
@@ -199,15 +211,16 @@ impl Primary {
 
     /// Makes the soft state the current group instance's: a replica that
     /// became the primary starts empty, numbering its grants above every
-    /// earlier primary's, and every client says hello again.
+    /// earlier primary's, and in its grace period: every client says hello
+    /// again and reclaims its tokens and opens, and no new token is
+    /// granted until the period ends.
     fn fresh(&self, r: &Rep, soft: &mut Soft) {
         let instance = r.group_instance();
         if soft.instance != instance {
             soft.drop_held(&Err(Failure::NoSession));
             let epoch = (r.index() as u32).wrapping_add(1);
             soft.tokens = Tokens::after_change(epoch);
-            // Clients do not reclaim yet: there is nothing to wait for.
-            soft.tokens.end_grace();
+            soft.grace_until = Some(Instant::now() + GRACE);
             soft.instance = instance;
         }
     }
@@ -226,6 +239,16 @@ impl Primary {
             return;
         }
         self.fresh(r, &mut soft);
+        if soft.grace_until.is_some_and(|t| Instant::now() >= t) {
+            soft.grace_until = None;
+            soft.tokens.end_grace();
+            tracing::info!("the grace period ended: tokens are granted again");
+            let orphans: Vec<Ino> = r.read(|m| m.tree.orphans());
+            for ino in orphans {
+                self.maybe_forget(r, &mut soft, ino);
+            }
+            self.retry(r, &mut soft);
+        }
         let (gone, closed) = soft.tokens.expire(self.now(), None);
         for c in &gone {
             tracing::info!("client {c:016x}'s lease ended");
@@ -309,6 +332,11 @@ impl Primary {
     /// Forgets an inode with no names once nobody has it open or holds a
     /// token on it.
     fn maybe_forget(&self, r: &Rep, soft: &mut Soft, ino: Ino) {
+        // In a grace period the opens are not all known yet: the period's
+        // end looks at every inode without names.
+        if soft.tokens.in_grace() {
+            return;
+        }
         let orphan = r.read(|m| m.tree.get(ino).is_some_and(|i| i.attr.nlink == 0));
         if orphan
             && !soft.tokens.is_open(ino)
@@ -319,10 +347,9 @@ impl Primary {
         }
     }
 
-    /// A file's bytes now: its content version from the file servers, with
-    /// the overlay's changes made.
-    fn contents(&self, r: &Rep, ino: Ino) -> Result<Vec<u8>, Failure> {
-        let (content, overlay, size) = r.read(|m| match m.tree.get(ino) {
+    /// A file's content version, overlay and size.
+    fn file_body(r: &Rep, ino: Ino) -> Result<FileBody, Failure> {
+        r.read(|m| match m.tree.get(ino) {
             Some(i) => match &i.body {
                 Body::File { content, overlay } => {
                     Ok((content.clone(), overlay.clone(), i.attr.size))
@@ -331,7 +358,32 @@ impl Primary {
                 _ => Err(fs(FsError::Invalid("only a regular file has contents"))),
             },
             None => Err(fs(FsError::NotFound)),
-        })?;
+        })
+    }
+
+    /// `len` bytes of a file at `offset` (fewer at its end): that window
+    /// of its content version, read from a file server, with the
+    /// overlay's changes made.
+    fn read_window(&self, r: &Rep, ino: Ino, offset: u64, len: u32) -> Result<Vec<u8>, Failure> {
+        let (content, overlay, size) = Self::file_body(r, ino)?;
+        let base = if content.is_empty() || offset >= size {
+            Vec::new()
+        } else {
+            self.with_files(|f| {
+                let (stat, replica) = f.stat(&content)?;
+                if offset >= stat.size {
+                    return Ok(Vec::new());
+                }
+                f.read(&replica, offset, len)
+            })?
+        };
+        Ok(overlaid_window(&base, offset, len as usize, &overlay, size))
+    }
+
+    /// A file's bytes now: its content version from the file servers, with
+    /// the overlay's changes made.
+    fn contents(&self, r: &Rep, ino: Ino) -> Result<Vec<u8>, Failure> {
+        let (content, overlay, size) = Self::file_body(r, ino)?;
         let base = if content.is_empty() {
             Vec::new()
         } else {
@@ -508,11 +560,9 @@ impl Primary {
                 self.retry(r, soft);
                 Ok(Reply::Done)
             }
-            Op::Read { ino, offset, len } => self.contents(r, *ino).map(|bytes| {
-                let start = (*offset as usize).min(bytes.len());
-                let end = start.saturating_add(*len as usize).min(bytes.len());
-                Reply::Data(bytes[start..end].to_vec())
-            }),
+            Op::Read { ino, offset, len } => {
+                self.read_window(r, *ino, *offset, *len).map(Reply::Data)
+            }
             Op::Write { ino, offset, data } => match soft.tokens.write_through(client, *ino) {
                 Decision::Wait { .. } => return Outcome::Wait,
                 Decision::NoSession => Err(Failure::NoSession),
@@ -527,6 +577,10 @@ impl Primary {
                     },
                 ),
             },
+            // A change waits out a new primary's grace period: whether a
+            // name's inode is open somewhere (and so kept when the name
+            // goes) is known once the clients have reclaimed their opens.
+            Op::Change { .. } if soft.tokens.in_grace() => return Outcome::Wait,
             Op::Change { op } => self.change(r, soft, req, op.clone()),
             Op::Return {
                 ino,
@@ -538,6 +592,39 @@ impl Primary {
                 self.maybe_forget(r, soft, *ino);
                 self.retry(r, soft);
                 Ok(Reply::Done)
+            }
+            Op::Reclaim {
+                ino,
+                level,
+                version,
+                opens,
+            } => {
+                let Some(attr) = r.read(|m| m.tree.get(*ino).map(|i| i.attr)) else {
+                    // The inode went (its last name and open are gone):
+                    // nothing to reclaim.
+                    return Outcome::Reply(Err(fs(FsError::NotFound)));
+                };
+                let current = *version == Some(attr.version);
+                let now = self.now();
+                let grant = match soft
+                    .tokens
+                    .reclaim(now, client, *ino, *level, current, opens)
+                {
+                    Ok(grant) => Grant {
+                        level: if grant == 0 { Level::None } else { *level },
+                        grant,
+                        uncached: false,
+                    },
+                    Err(refused) => {
+                        tracing::debug!("client {client:016x}'s reclaim of {ino}: {refused:?}");
+                        Grant {
+                            level: Level::None,
+                            grant: 0,
+                            uncached: false,
+                        }
+                    }
+                };
+                Ok(Reply::Entry { attr, grant })
             }
             Op::StatFs => {
                 let inodes = r.read(|m| m.tree.inode_count() as u64);
@@ -629,6 +716,7 @@ impl Primary {
     ) -> Result<Reply, Failure> {
         let mut dirs = Vec::new();
         self.prepare(r, soft, &mut op, &mut dirs)?;
+        let victims = Self::victims(r, &op);
         let update = Update {
             session: req.session,
             seq: req.seq,
@@ -644,7 +732,29 @@ impl Primary {
                 soft.tokens.notify(req.session, dir);
             }
         }
+        // A victim kept because it may be open loses its tokens: their
+        // answers report the opens, and the last close forgets it.
+        if let Ok(Answer::Removed { gone: None, .. }) = &result {
+            for ino in victims {
+                if r.read(|m| m.tree.get(ino).is_some_and(|i| i.attr.nlink == 0)) {
+                    soft.tokens.recall_all(ino);
+                }
+            }
+        }
         Ok(Reply::Updated(result))
+    }
+
+    /// The inodes a change may take the last name of.
+    fn victims(r: &Rep, op: &UpdateOp) -> Vec<Ino> {
+        let named = |parent: Ino, name: &[u8]| {
+            r.read(|m| m.tree.lookup(parent, name).map(|i| i.attr.ino).ok())
+        };
+        match op {
+            UpdateOp::Unlink { parent, name, .. } => named(*parent, name).into_iter().collect(),
+            UpdateOp::Rename { to, to_name, .. } => named(*to, to_name).into_iter().collect(),
+            UpdateOp::Push { ops } => ops.iter().flat_map(|o| Self::victims(r, o)).collect(),
+            _ => Vec::new(),
+        }
     }
 
     /// Checks a client's change and fills in what only the primary knows

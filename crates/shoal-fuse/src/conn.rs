@@ -57,12 +57,42 @@ impl Conn {
         let mut c = self.client.lock();
         match c.call(who, op.clone()) {
             Err(Failure::NoSession) => {
-                tracing::info!("the metadata service forgot this mount's session: hello again");
-                c.hello(&self.node)?;
+                self.again(&mut c)?;
                 c.call(who, op)
             }
             other => other,
         }
+    }
+
+    /// Starts the session again after the primary forgot it (its lease
+    /// ended, or the primary changed): hello, then reclaim every open of
+    /// this mount, so the new primary knows who has each file open.
+    pub(crate) fn recover(&self) -> Result<(), Failure> {
+        self.again(&mut self.client.lock())
+    }
+
+    fn again(&self, c: &mut FsClient) -> Result<(), Failure> {
+        tracing::info!("the metadata service forgot this mount's session: hello again");
+        c.hello(&self.node)?;
+        let opens: Vec<(Ino, Vec<(OpenId, bool)>)> = self
+            .opens
+            .lock()
+            .iter()
+            .map(|(i, o)| (*i, o.clone()))
+            .collect();
+        for (ino, opens) in opens {
+            let op = Op::Reclaim {
+                ino,
+                level: Level::None,
+                version: None,
+                opens,
+            };
+            match c.call(&Identity::root(), op) {
+                Ok(_) | Err(Failure::Fs(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     /// A change to the tree; its answer, or the tree's refusal.
@@ -142,6 +172,12 @@ impl Events {
                     let list =
                         match poller.call_within(&Identity::root(), op, Duration::from_secs(5)) {
                             Ok(Reply::Events(list)) => list,
+                            Err(Failure::NoSession) => {
+                                if let Err(e) = conn.recover() {
+                                    tracing::warn!("starting the session again failed: {e}");
+                                }
+                                continue;
+                            }
                             _ => {
                                 std::thread::sleep(Duration::from_millis(200));
                                 continue;

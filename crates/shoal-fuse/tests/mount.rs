@@ -4,8 +4,10 @@
 //! mount writes the other reads at once; names, links, symlinks,
 //! renames, permissions, truncation, appends from both mounts, a file
 //! unlinked while open elsewhere, names that are not UTF-8, and the
-//! errors of bad names.  Needs root and /dev/fuse (as `cargo xtask test`
-//! has).
+//! errors of bad names; then the primary stops, and a file open on one
+//! mount and removed on the other stays readable (the mounts reclaimed
+//! their opens at the new primary).  Needs root and /dev/fuse (as `cargo
+//! xtask test` has).
 
 use std::ffi::OsStr;
 use std::fs::{self, OpenOptions};
@@ -42,6 +44,14 @@ fn replicas(nodes: &Nodes, server: shoal_cap::Capability) -> Vec<MetaReplica> {
         std::thread::sleep(Duration::from_millis(50));
     }
     r
+}
+
+/// Which replica is the primary.
+fn primary_of(replicas: &[MetaReplica]) -> usize {
+    replicas
+        .iter()
+        .position(|r| r.status()["primary"] == true)
+        .expect("a primary")
 }
 
 fn errno(e: std::io::Error) -> i32 {
@@ -160,9 +170,42 @@ fn two_mounts_share_one_tree() {
     let st = statfs_files(&pa);
     assert!(st > 0);
 
+    // A file open on both mounts loses its name; the primary stops. Each
+    // mount reclaims its opens at the next primary, within its grace
+    // period, so when a closes the file b still reads it; when b closes
+    // it too, it is forgotten.
+    let before = service[0].status()["inodes"].as_u64().unwrap();
+    fs::write(pa.join("kept"), b"kept open").unwrap();
+    let held_a = fs::File::open(pa.join("kept")).unwrap();
+    let mut held_b = fs::File::open(pb.join("kept")).unwrap();
+    fs::remove_file(pa.join("kept")).unwrap();
+    let first = primary_of(&service);
+    let mut service: Vec<Option<MetaReplica>> = service.into_iter().map(Some).collect();
+    service[first].take().unwrap().stop();
+    drop(held_a);
+    // Past the grace period, when names without inodes are looked at.
+    std::thread::sleep(shoal_fssvc::primary::GRACE + Duration::from_secs(1));
+    let mut got = Vec::new();
+    held_b.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"kept open");
+    drop(held_b);
+    assert_eq!(fs::read(pb.join("hello")).unwrap(), b"b");
+    let until = Instant::now() + Duration::from_secs(20);
+    while service
+        .iter()
+        .flatten()
+        .any(|r| r.status()["inodes"].as_u64() != Some(before))
+    {
+        assert!(
+            Instant::now() < until,
+            "the unlinked file was not forgotten after its last close"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
     a.stop().unwrap();
     b.stop().unwrap();
-    for r in service {
+    for r in service.into_iter().flatten() {
         r.stop();
     }
     server.stop().unwrap();

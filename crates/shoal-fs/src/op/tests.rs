@@ -77,6 +77,12 @@ fn sample_ops() -> Vec<Op> {
         },
         Op::StatFs,
         Op::Status,
+        Op::Reclaim {
+            ino: 7,
+            level: Level::Read,
+            version: Some(3),
+            opens: vec![(4, false)],
+        },
     ]
 }
 

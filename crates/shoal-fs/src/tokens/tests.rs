@@ -530,3 +530,41 @@ fn a_new_primary_takes_reclaims_in_its_grace_period() {
     );
     t.check();
 }
+
+#[test]
+fn an_inode_without_names_has_every_token_recalled() {
+    let mut t = with_clients(&[A, B, C]);
+    assert_eq!(
+        plain(t.request(A, F, Want::Look, &[], None)),
+        grant(Level::Read)
+    );
+    assert_eq!(
+        plain(t.request(B, F, Want::Look, &[], None)),
+        grant(Level::Read)
+    );
+    assert!(t.is_held(F));
+    t.recall_all(F);
+    let recall = |c| {
+        (
+            c,
+            Callback::Recall {
+                ino: F,
+                to: Level::None,
+                grant: 0,
+            },
+        )
+    };
+    let got: Vec<_> = callbacks(&mut t).into_iter().map(plain_cb).collect();
+    assert_eq!(got, vec![recall(A), recall(B)]);
+    // Their answers: B has it open; then nobody holds it.
+    t.returned(A, F, t.grant_of(A, F), Level::None, &[]);
+    t.returned(B, F, t.grant_of(B, F), Level::None, &[(7, false)]);
+    assert!(!t.is_held(F));
+    assert!(t.is_open(F));
+    t.close(B, F, 7);
+    assert!(!t.is_open(F));
+    // Nothing to recall on an inode nobody holds.
+    t.recall_all(F);
+    assert!(callbacks(&mut t).is_empty());
+    t.check();
+}

@@ -912,3 +912,44 @@ fn an_overlay_writes_truncates_and_extends_in_order() {
     assert_eq!(overlaid(b"abc".to_vec(), &[], 2), b"ab");
     assert_eq!(overlaid(Vec::new(), &[], 2), b"\0\0");
 }
+
+fn arb_overlay() -> impl Strategy<Value = Vec<OverlayEntry>> {
+    let change = prop_oneof![
+        (0u64..64, proptest::collection::vec(any::<u8>(), 0..16))
+            .prop_map(|(offset, data)| OverlayChange::Write { offset, data }),
+        (0u64..64).prop_map(|size| OverlayChange::Truncate { size }),
+    ];
+    proptest::collection::vec(change, 0..8).prop_map(|changes| {
+        changes
+            .into_iter()
+            .enumerate()
+            .map(|(i, change)| OverlayEntry {
+                version: i as u64 + 1,
+                change,
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// A window of a file is the same window of the whole file built.
+    #[test]
+    fn a_window_is_that_part_of_the_whole(
+        base in proptest::collection::vec(any::<u8>(), 0..48),
+        overlay in arb_overlay(),
+        size in 0u64..80,
+        start in 0u64..80,
+        len in 0usize..40,
+    ) {
+        let whole = overlaid(base.clone(), &overlay, size);
+        let from = (start as usize).min(whole.len());
+        let to = (start as usize).saturating_add(len).min(whole.len());
+        let window_base = &base[(start as usize).min(base.len())..];
+        prop_assert_eq!(
+            overlaid_window(window_base, start, len, &overlay, size),
+            whole[from..to.max(from)].to_vec()
+        );
+    }
+}
