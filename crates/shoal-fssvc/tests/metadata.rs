@@ -257,6 +257,9 @@ fn clients_share_a_file_through_the_primary_and_its_successor() {
     // bytes written while it was shared a content version on the file
     // server, which B reads there.
     a.opens.lock().clear();
+    // B reports this open when its token is recalled (a cached open is
+    // known to the primary only so).
+    b.opens.lock().push((2, false));
     let Ok(Reply::Opened {
         grant,
         content,
@@ -277,13 +280,28 @@ fn clients_share_a_file_through_the_primary_and_its_successor() {
     let mut files = FileClient::new(&nodes.ctx[2]).unwrap();
     assert_eq!(files.read_all(&content).unwrap(), b"hello world\n");
 
-    // A name removed while B has the file open stays until it closes.
+    // A name removed while B has the file open stays until it closes:
+    // B's token is recalled, and its answer reports the open.
+    let recalls = |m: &Mount| {
+        m.callbacks
+            .lock()
+            .iter()
+            .filter(|c| matches!(c, Callback::Recall { ino: i, .. } if *i == ino))
+            .count()
+    };
+    let before = recalls(&b);
     a.change(UpdateOp::Unlink {
         parent: ROOT,
         name: b"shared".to_vec(),
         dir: false,
         open: false,
     });
+    let until = Instant::now() + Duration::from_secs(10);
+    while recalls(&b) == before {
+        assert!(Instant::now() < until, "B's token was not recalled");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
     assert_eq!(read(&b, ino), b"hello world\n");
     assert!(matches!(
         b.call(Op::Lookup {
