@@ -338,11 +338,14 @@ impl Primary {
             return;
         }
         let orphan = r.read(|m| m.tree.get(ino).is_some_and(|i| i.attr.nlink == 0));
-        if orphan
-            && !soft.tokens.is_open(ino)
-            && !soft.tokens.is_held(ino)
-            && let Err(e) = self.order_own(r, soft, UpdateOp::Forget { ino })
-        {
+        if !orphan || soft.tokens.is_open(ino) {
+            return;
+        }
+        if soft.tokens.is_held(ino) {
+            // A holder may have it open without the primary knowing: its
+            // answer to the recall tells, and comes back here.
+            soft.tokens.recall_all(ino);
+        } else if let Err(e) = self.order_own(r, soft, UpdateOp::Forget { ino }) {
             tracing::warn!("forgetting inode {ino} failed: {e}");
         }
     }
@@ -736,9 +739,7 @@ impl Primary {
         // answers report the opens, and the last close forgets it.
         if let Ok(Answer::Removed { gone: None, .. }) = &result {
             for ino in victims {
-                if r.read(|m| m.tree.get(ino).is_some_and(|i| i.attr.nlink == 0)) {
-                    soft.tokens.recall_all(ino);
-                }
+                self.maybe_forget(r, soft, ino);
             }
         }
         Ok(Reply::Updated(result))

@@ -148,9 +148,9 @@ impl Conn {
 }
 
 /// The thread that keeps the session's `Events` request parked at the
-/// primary: a recall is answered at once (this client keeps no cache yet,
-/// so it gives every token up, reporting its opens), a notice confirmed
-/// with the next request.
+/// primary: a recall is answered at once, from this thread's own client
+/// (this client keeps no cache yet, so it gives every token up, reporting
+/// its opens), a notice confirmed with the next request.
 pub(crate) struct Events {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -192,7 +192,10 @@ impl Events {
                                     kept: Level::None,
                                     opens: conn.opens_of(ino),
                                 };
-                                if let Err(e) = conn.call(&Identity::root(), back) {
+                                // On this thread's own client: a FUSE thread
+                                // may hold the session's, waiting at the
+                                // primary for this very recall's answer.
+                                if let Err(e) = poller.call(&Identity::root(), back) {
                                     tracing::warn!("answering a recall of {ino} failed: {e}");
                                 }
                             }

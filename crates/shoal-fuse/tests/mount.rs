@@ -152,6 +152,27 @@ fn two_mounts_share_one_tree() {
     assert_eq!(got, b"still here");
     drop(open_b);
 
+    // A file unlinked by the mount that has it open: written and read
+    // through the open file at once (the write waits at the primary for
+    // the recall the unlink caused, which this mount answers meanwhile).
+    for i in 0..5 {
+        let path = pa.join(format!("self{i}"));
+        let mut f = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .write(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        fs::remove_file(&path).unwrap();
+        assert_eq!(f.metadata().unwrap().nlink(), 0);
+        f.write_all(b"still mine").unwrap();
+        let mut got = Vec::new();
+        f.rewind().unwrap();
+        f.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"still mine");
+    }
+
     // Names are bytes; bad names get their errno.
     let raw = OsStr::from_bytes(&[0xff, 0xfe, b'n']);
     fs::write(pa.join(raw), b"bytes").unwrap();
