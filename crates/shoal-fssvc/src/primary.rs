@@ -717,9 +717,8 @@ impl Primary {
         req: &op::Request,
         mut op: UpdateOp,
     ) -> Result<Reply, Failure> {
-        let mut dirs = Vec::new();
-        self.prepare(r, soft, &mut op, &mut dirs)?;
-        let victims = Self::victims(r, &op);
+        let (mut dirs, mut victims) = (Vec::new(), Vec::new());
+        Self::prepare(r, soft, &mut op, &mut dirs, &mut victims)?;
         let update = Update {
             session: req.session,
             seq: req.seq,
@@ -745,32 +744,20 @@ impl Primary {
         Ok(Reply::Updated(result))
     }
 
-    /// The inodes a change may take the last name of.
-    fn victims(r: &Rep, op: &UpdateOp) -> Vec<Ino> {
-        let named = |parent: Ino, name: &[u8]| {
-            r.read(|m| m.tree.lookup(parent, name).map(|i| i.attr.ino).ok())
-        };
-        match op {
-            UpdateOp::Unlink { parent, name, .. } => named(*parent, name).into_iter().collect(),
-            UpdateOp::Rename { to, to_name, .. } => named(*to, to_name).into_iter().collect(),
-            UpdateOp::Push { ops } => ops.iter().flat_map(|o| Self::victims(r, o)).collect(),
-            _ => Vec::new(),
-        }
-    }
-
     /// Checks a client's change and fills in what only the primary knows
     /// (whether a victim is open somewhere); collects the directories it
-    /// touches.
+    /// touches and the inodes it may take the last name of (`victims`).
     fn prepare(
-        &self,
         r: &Rep,
         soft: &Soft,
         op: &mut UpdateOp,
         dirs: &mut Vec<Ino>,
+        victims: &mut Vec<Ino>,
     ) -> Result<(), Failure> {
-        let in_use = |parent: Ino, name: &[u8]| {
-            r.read(|m| m.tree.lookup(parent, name).map(|i| i.attr.ino).ok())
-                .is_some_and(|ino| soft.tokens.is_open(ino) || soft.tokens.is_held(ino))
+        let mut in_use = |parent: Ino, name: &[u8]| {
+            let victim = r.read(|m| m.tree.lookup(parent, name).map(|i| i.attr.ino).ok());
+            victims.extend(victim);
+            victim.is_some_and(|ino| soft.tokens.is_open(ino) || soft.tokens.is_held(ino))
         };
         match op {
             UpdateOp::Forget { .. } => {
@@ -797,7 +784,7 @@ impl Primary {
             }
             UpdateOp::Push { ops } => {
                 for inner in ops.iter_mut() {
-                    self.prepare(r, soft, inner, dirs)?;
+                    Self::prepare(r, soft, inner, dirs, victims)?;
                 }
             }
             UpdateOp::SetAttr { .. }
