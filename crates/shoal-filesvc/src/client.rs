@@ -79,7 +79,7 @@ pub enum ClientError {
 
 impl ClientError {
     /// Whether another replica might do better.
-    fn try_another(&self) -> bool {
+    pub fn try_another(&self) -> bool {
         match self {
             ClientError::File(e) => e.try_another_replica(),
             ClientError::Unreachable(_) | ClientError::BadAnswer(_) => true,

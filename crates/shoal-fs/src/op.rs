@@ -114,6 +114,12 @@ pub enum Op {
         version: Option<u64>,
         opens: Vec<(OpenId, bool)>,
     },
+    /// Notices the client has carried out (its caches no longer say what
+    /// the names were), confirmed at once rather than with its next
+    /// `Events` request.
+    Confirm {
+        ids: Vec<u64>,
+    },
 }
 
 /// What a client may cache, as granted.
@@ -360,6 +366,13 @@ impl Request {
                 level(w, *kept);
                 opens(w, list);
             }
+            Op::Confirm { ids } => {
+                w.u8(16);
+                w.u32(ids.len() as u32);
+                for id in ids {
+                    w.u64(*id);
+                }
+            }
             Op::StatFs => w.u8(13),
             Op::Status => w.u8(14),
             Op::Reclaim {
@@ -434,6 +447,12 @@ impl Request {
                 kept: read_level(r)?,
                 opens: read_opens(r)?,
             },
+            16 => {
+                let n = count(r, LIST_MAX, 8)?;
+                Op::Confirm {
+                    ids: (0..n).map(|_| r.u64()).collect::<Result<_, _>>()?,
+                }
+            }
             13 => Op::StatFs,
             14 => Op::Status,
             15 => Op::Reclaim {
@@ -467,10 +486,11 @@ fn callback(w: &mut Writer, c: &Callback) {
             w.u64(*ino);
             w.u64(*grant);
         }
-        Callback::Notice { id, dir } => {
+        Callback::Notice { id, dir, name } => {
             w.u8(3);
             w.u64(*id);
             w.u64(*dir);
+            w.str16(name);
         }
     }
 }
@@ -489,6 +509,7 @@ fn read_callback(r: &mut Reader) -> Result<Callback, DecodeError> {
         3 => Callback::Notice {
             id: r.u64()?,
             dir: r.u64()?,
+            name: r.str16()?.to_vec(),
         },
         _ => return Err(bad("fs reply", "unknown callback")),
     })

@@ -99,9 +99,10 @@ pub enum Callback {
     /// client holding a grant numbered above `grant` (made after this
     /// was sent) ignores it.
     StopCaching { ino: Ino, grant: u64 },
-    /// Notice `id`: a name in directory `dir` changed (the shell carries
-    /// what changed); confirm with [`Tokens::confirm`].
-    Notice { id: u64, dir: Ino },
+    /// Notice `id`: name `name` in directory `dir` changed; confirm with
+    /// [`Tokens::confirm`] once the client's caches no longer say what
+    /// it was.
+    Notice { id: u64, dir: Ino, name: Vec<u8> },
 }
 
 /// What the primary answers a request.
@@ -520,6 +521,44 @@ impl Tokens {
         }
     }
 
+    /// A change of `ino`'s attributes (its mode, owner, times, link
+    /// count, extended attributes or contents) that `client` asks the
+    /// primary to make: every other client's token on it is recalled
+    /// first, so no cache elsewhere keeps the old attributes.  The
+    /// client's own token stays (the answer brings it the new
+    /// attributes).
+    pub fn exclusive(&mut self, client: ClientId, ino: Ino) -> Decision {
+        if let Err(d) = self.begin(client, ino) {
+            return d;
+        }
+        let (level, grant) = match self.inodes.get_mut(&ino) {
+            None => (Level::None, 0),
+            Some(s) => {
+                let others: Vec<ClientId> = s
+                    .holders
+                    .keys()
+                    .filter(|c| **c != client)
+                    .copied()
+                    .collect();
+                if !others.is_empty() {
+                    for c in &others {
+                        s.recall(&mut self.callbacks, ino, *c, Level::None);
+                    }
+                    return Decision::Wait { recalled: others };
+                }
+                (
+                    s.holders.get(&client).copied().unwrap_or(Level::None),
+                    s.grants.get(&client).copied().unwrap_or(0),
+                )
+            }
+        };
+        Decision::Grant {
+            level,
+            uncached: false,
+            grant,
+        }
+    }
+
     /// The number of `client`'s grant on `ino` (0: none).
     pub fn grant_of(&self, client: ClientId, ino: Ino) -> u64 {
         self.inodes
@@ -611,7 +650,7 @@ impl Tokens {
     /// every other client holding `Read` on it.  Returns the notice's id,
     /// or `None` if nobody needs it; [`Tokens::notice_done`] tells when
     /// every receiver confirmed (or lost its lease).
-    pub fn notify(&mut self, client: ClientId, dir: Ino) -> Option<u64> {
+    pub fn notify(&mut self, client: ClientId, dir: Ino, name: &[u8]) -> Option<u64> {
         let s = self.inodes.get(&dir)?;
         let waiting: BTreeSet<ClientId> = s
             .holders
@@ -625,7 +664,14 @@ impl Tokens {
         self.next_notice += 1;
         let id = self.next_notice;
         for c in &waiting {
-            self.callbacks.push_back((*c, Callback::Notice { id, dir }));
+            self.callbacks.push_back((
+                *c,
+                Callback::Notice {
+                    id,
+                    dir,
+                    name: name.to_vec(),
+                },
+            ));
         }
         self.notices.insert(id, Notice { waiting });
         Some(id)

@@ -79,11 +79,16 @@ struct Soft {
     events: HashMap<ClientId, Held>,
     /// Requests waiting for recalls.
     waiting: Vec<(Held, op::Request)>,
+    /// Changes made, waiting for their notices' confirmations.
+    noticing: Vec<(Held, Vec<u64>, Result<Reply, Failure>)>,
     /// Updates the primary orders itself (`Forget`, overlay flushes).
     own_seq: u64,
     /// When a new primary's grace period ends (clients reclaim until
     /// then).
     grace_until: Option<Instant>,
+    /// Client requests handled, leases' renewals aside: what the
+    /// clients' caches did not save.
+    requests: u64,
 }
 
 impl Soft {
@@ -94,8 +99,10 @@ impl Soft {
             queued: HashMap::new(),
             events: HashMap::new(),
             waiting: Vec::new(),
+            noticing: Vec::new(),
             own_seq: 0,
             grace_until: None,
+            requests: 0,
         }
     }
 
@@ -106,6 +113,10 @@ impl Soft {
         }
         for (h, _) in self.waiting.drain(..) {
             h.answer(why);
+        }
+        // These changes were made: their answers stand.
+        for (h, _, reply) in self.noticing.drain(..) {
+            h.answer(&reply);
         }
         self.queued.clear();
     }
@@ -118,6 +129,8 @@ enum Outcome {
     Wait,
     /// An `Events` request with nothing to carry yet.
     Park,
+    /// A change made, answered once these notices are confirmed.
+    Notified(Result<Reply, Failure>, Vec<u64>),
 }
 
 /// The metadata service's handler, and the primary's state.
@@ -198,6 +211,8 @@ impl Primary {
         s["primary"] = r.is_sequencer().into();
         s["clients_parked"] = soft.events.len().into();
         s["requests_waiting"] = soft.waiting.len().into();
+        s["changes_noticing"] = soft.noticing.len().into();
+        s["requests"] = soft.requests.into();
         s
     }
 
@@ -272,6 +287,7 @@ impl Primary {
             }
         }
         if !gone.is_empty() {
+            self.noticed(r, &mut soft);
             self.retry(r, &mut soft);
         }
         self.deliver(&mut soft);
@@ -310,6 +326,7 @@ impl Primary {
                     r.after_reply();
                 }
                 Outcome::Wait | Outcome::Park => soft.waiting.push((held, req)),
+                Outcome::Notified(reply, ids) => soft.noticing.push((held, ids, reply)),
             }
         }
     }
@@ -496,7 +513,15 @@ impl Primary {
                 for id in confirm {
                     soft.tokens.confirm(client, *id);
                 }
+                self.noticed(r, soft);
                 return Outcome::Park;
+            }
+            Op::Confirm { ids } => {
+                for id in ids {
+                    soft.tokens.confirm(client, *id);
+                }
+                self.noticed(r, soft);
+                Ok(Reply::Done)
             }
             Op::Lookup { parent, name } => {
                 let found = r.read(|m| {
@@ -569,22 +594,24 @@ impl Primary {
             Op::Write { ino, offset, data } => match soft.tokens.write_through(client, *ino) {
                 Decision::Wait { .. } => return Outcome::Wait,
                 Decision::NoSession => Err(Failure::NoSession),
-                Decision::Grant { .. } => self.change(
-                    r,
-                    soft,
-                    req,
-                    UpdateOp::Overlay {
-                        ino: *ino,
-                        offset: *offset,
-                        data: data.clone(),
-                    },
-                ),
+                Decision::Grant { .. } => {
+                    return self.change(
+                        r,
+                        soft,
+                        req,
+                        UpdateOp::Overlay {
+                            ino: *ino,
+                            offset: *offset,
+                            data: data.clone(),
+                        },
+                    );
+                }
             },
             // A change waits out a new primary's grace period: whether a
             // name's inode is open somewhere (and so kept when the name
             // goes) is known once the clients have reclaimed their opens.
             Op::Change { .. } if soft.tokens.in_grace() => return Outcome::Wait,
-            Op::Change { op } => self.change(r, soft, req, op.clone()),
+            Op::Change { op } => return self.change(r, soft, req, op.clone()),
             Op::Return {
                 ino,
                 grant,
@@ -708,17 +735,32 @@ impl Primary {
     }
 
     /// Orders a client's change (after the checks only the primary can
-    /// make), then sends notices to the readers of the directories it
-    /// touched.
-    fn change(
-        &self,
-        r: &Rep,
-        soft: &mut Soft,
-        req: &op::Request,
-        mut op: UpdateOp,
-    ) -> Result<Reply, Failure> {
-        let (mut dirs, mut victims) = (Vec::new(), Vec::new());
-        Self::prepare(r, soft, &mut op, &mut dirs, &mut victims)?;
+    /// make).  Every other client's token on an inode whose attributes
+    /// it changes is recalled first; once it is made, the clients that
+    /// hold the directories it touched are told which names changed, and
+    /// the change is answered when they confirmed (or their leases
+    /// ended): a lookup anywhere that starts after the answer sees it.
+    fn change(&self, r: &Rep, soft: &mut Soft, req: &op::Request, mut op: UpdateOp) -> Outcome {
+        let mut p = Prepared::default();
+        if let Err(e) = Self::prepare(r, soft, &mut op, &mut p) {
+            return Outcome::Reply(Err(e));
+        }
+        let mut wait = false;
+        for ino in &p.touched {
+            match soft.tokens.exclusive(req.session, *ino) {
+                Decision::Wait { .. } => wait = true,
+                Decision::NoSession => return Outcome::Reply(Err(Failure::NoSession)),
+                Decision::Grant { .. } => {}
+            }
+        }
+        if wait {
+            return Outcome::Wait;
+        }
+        // The recalls above may have changed whether a victim is in use.
+        let mut p = Prepared::default();
+        if let Err(e) = Self::prepare(r, soft, &mut op, &mut p) {
+            return Outcome::Reply(Err(e));
+        }
         let update = Update {
             session: req.session,
             seq: req.seq,
@@ -726,37 +768,63 @@ impl Primary {
             now: wall(),
             op,
         };
-        let (index, result) = r.order(&update.encode()).map_err(unavailable)?;
-        r.durable(index).map_err(unavailable)?;
-        r.still_serving().map_err(unavailable)?;
+        let ordered = r
+            .order(&update.encode())
+            .and_then(|(index, result)| {
+                r.durable(index)?;
+                r.still_serving()?;
+                Ok(result)
+            })
+            .map_err(unavailable);
+        let result = match ordered {
+            Ok(result) => result,
+            Err(e) => return Outcome::Reply(Err(e)),
+        };
+        let mut notices = Vec::new();
         if result.is_ok() {
-            for dir in dirs {
-                soft.tokens.notify(req.session, dir);
+            for (dir, name) in &p.names {
+                notices.extend(soft.tokens.notify(req.session, *dir, name));
             }
         }
         // A victim kept because it may be open loses its tokens: their
         // answers report the opens, and the last close forgets it.
         if let Ok(Answer::Removed { gone: None, .. }) = &result {
-            for ino in victims {
+            for ino in p.victims {
                 self.maybe_forget(r, soft, ino);
             }
         }
-        Ok(Reply::Updated(result))
+        let reply = Ok(Reply::Updated(result));
+        if notices.is_empty() {
+            Outcome::Reply(reply)
+        } else {
+            Outcome::Notified(reply, notices)
+        }
+    }
+
+    /// Answers the changes whose notices every receiver confirmed.
+    fn noticed(&self, r: &Rep, soft: &mut Soft) {
+        let mut still = Vec::new();
+        for (held, mut ids, reply) in std::mem::take(&mut soft.noticing) {
+            ids.retain(|id| !soft.tokens.notice_done(*id));
+            if ids.is_empty() {
+                held.answer(&reply);
+                r.after_reply();
+            } else {
+                still.push((held, ids, reply));
+            }
+        }
+        soft.noticing = still;
     }
 
     /// Checks a client's change and fills in what only the primary knows
-    /// (whether a victim is open somewhere); collects the directories it
-    /// touches and the inodes it may take the last name of (`victims`).
-    fn prepare(
-        r: &Rep,
-        soft: &Soft,
-        op: &mut UpdateOp,
-        dirs: &mut Vec<Ino>,
-        victims: &mut Vec<Ino>,
-    ) -> Result<(), Failure> {
-        let mut in_use = |parent: Ino, name: &[u8]| {
+    /// (whether a victim is open somewhere); collects the names it
+    /// changes, the inodes whose attributes it changes and those it may
+    /// take the last name of.
+    fn prepare(r: &Rep, soft: &Soft, op: &mut UpdateOp, p: &mut Prepared) -> Result<(), Failure> {
+        let in_use = |parent: Ino, name: &[u8], p: &mut Prepared| {
             let victim = r.read(|m| m.tree.lookup(parent, name).map(|i| i.attr.ino).ok());
-            victims.extend(victim);
+            p.victims.extend(victim);
+            p.touched.extend(victim);
             victim.is_some_and(|ino| soft.tokens.is_open(ino) || soft.tokens.is_held(ino))
         };
         match op {
@@ -764,39 +832,59 @@ impl Primary {
                 return Err(fs(FsError::Perm));
             }
             UpdateOp::Commit { flush: true, .. } => return Err(fs(FsError::Perm)),
-            UpdateOp::Create { parent, .. } | UpdateOp::Link { parent, .. } => dirs.push(*parent),
+            UpdateOp::Create { parent, name, .. } => p.names.push((*parent, name.clone())),
+            UpdateOp::Link { ino, parent, name } => {
+                p.names.push((*parent, name.clone()));
+                p.touched.push(*ino);
+            }
             UpdateOp::Unlink {
                 parent, name, open, ..
             } => {
-                *open = in_use(*parent, name);
-                dirs.push(*parent);
+                *open = in_use(*parent, name, p);
+                p.names.push((*parent, name.clone()));
             }
             UpdateOp::Rename {
                 from,
+                from_name,
                 to,
                 to_name,
                 open_victim,
                 ..
             } => {
-                *open_victim = in_use(*to, to_name);
-                dirs.push(*from);
-                dirs.push(*to);
+                *open_victim = in_use(*to, to_name, p);
+                let moved = r.read(|m| m.tree.lookup(*from, from_name).map(|i| i.attr.ino).ok());
+                p.touched.extend(moved);
+                p.names.push((*from, from_name.clone()));
+                p.names.push((*to, to_name.clone()));
             }
             UpdateOp::Push { ops } => {
                 for inner in ops.iter_mut() {
-                    Self::prepare(r, soft, inner, dirs, victims)?;
+                    Self::prepare(r, soft, inner, p)?;
                 }
             }
-            UpdateOp::SetAttr { .. }
-            | UpdateOp::Commit { .. }
-            | UpdateOp::Overlay { .. }
-            | UpdateOp::SetXattr { .. }
-            | UpdateOp::RemoveXattr { .. }
-            | UpdateOp::Range { .. } => {}
+            UpdateOp::SetAttr { ino, .. }
+            | UpdateOp::Commit { ino, .. }
+            | UpdateOp::Overlay { ino, .. }
+            | UpdateOp::SetXattr { ino, .. }
+            | UpdateOp::RemoveXattr { ino, .. } => p.touched.push(*ino),
+            UpdateOp::Range { .. } => {}
         }
-        dirs.dedup();
+        p.names.dedup();
+        p.touched.sort_unstable();
+        p.touched.dedup();
         Ok(())
     }
+}
+
+/// What a change touches, as [`Primary::prepare`] found it.
+#[derive(Default)]
+struct Prepared {
+    /// The names it changes: directory, name.
+    names: Vec<(Ino, Vec<u8>)>,
+    /// The inodes whose attributes it changes.
+    touched: Vec<Ino>,
+    /// The inodes it may take the last name of.
+    victims: Vec<Ino>,
 }
 
 fn reply_to(server: &Server, request: &shoal_rpc::Request, reply: &Result<Reply, Failure>) {
@@ -830,6 +918,9 @@ impl Handler<FsReplica> for Primary {
         };
         let mut soft = self.soft.lock();
         self.fresh(r, &mut soft);
+        if !matches!(req.op, Op::Events { .. }) {
+            soft.requests += 1;
+        }
         let outcome = self.handle(r, &mut soft, &req);
         let held = |request: shoal_rpc::Request| {
             r.server().map(|server| Held {
@@ -846,6 +937,10 @@ impl Handler<FsReplica> for Primary {
             Outcome::Wait => match held(request) {
                 Some(h) => soft.waiting.push((h, req)),
                 None => tracing::warn!("a waiting request lost: the replica stopped serving"),
+            },
+            Outcome::Notified(reply, ids) => match held(request) {
+                Some(h) => soft.noticing.push((h, ids, reply)),
+                None => tracing::warn!("a change's answer lost: the replica stopped serving"),
             },
             Outcome::Park => {
                 let queued = soft.queued.remove(&req.session).unwrap_or_default();

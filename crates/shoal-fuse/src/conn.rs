@@ -1,23 +1,27 @@
 //! A mount's connection to the metadata service: one session, shared by
 //! the FUSE threads (its calls are serialized, so request numbers grow in
 //! the order the primary sees them, as exactly-once needs), inode numbers
-//! handed out in ranges, the opens this mount has of each inode (which a
-//! recall's answer reports), and the thread that keeps the session's
-//! `Events` request parked at the primary and answers its callbacks.
+//! handed out in ranges, the opens this mount has of each inode and which
+//! of them the primary knows (a recall's answer reports them; a close is
+//! sent only for those), the cache state (`cache`), the kernel's
+//! notifier, and the queue of callbacks to carry out (`callbacks`).
 
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
+use std::collections::{HashMap, HashSet};
+use std::sync::mpsc::Sender;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use shoal_fs::model::{Identity, Ino};
-use shoal_fs::op::{Failure, Op, Reply};
-use shoal_fs::tokens::{Callback, Level, OpenId};
+use shoal_cap::Capability;
+use shoal_filesvc::FileClient;
+use shoal_fs::model::{Attr, Identity, Ino};
+use shoal_fs::op::{Failure, Grant, Op, Reply};
+use shoal_fs::tokens::{Level, OpenId};
 use shoal_fs::update::{Answer, UpdateOp};
 use shoal_fssvc::FsClient;
 use shoal_rpc::Context;
+
+use crate::cache::{Cache, Open};
+use crate::callbacks::{Kernel, Work};
 
 /// Inode numbers asked for at a time.
 const RANGE: u32 = 1024;
@@ -25,7 +29,17 @@ const RANGE: u32 = 1024;
 /// The session and what the mount knows of its own opens.
 pub(crate) struct Conn {
     client: Mutex<FsClient>,
+    ctx: Context,
     node: String,
+    pub(crate) cache: Cache,
+    pub(crate) kernel: Kernel,
+    work: Mutex<Option<Sender<Work>>>,
+    /// The opens the primary knows of (or may: reported in a request
+    /// under way).
+    known: Mutex<HashSet<OpenId>>,
+    /// File service clients for reads of cached files, one per thread
+    /// reading at a time.
+    files: Mutex<Vec<FileClient>>,
     /// Inode numbers handed to this mount and not yet used: next, end.
     range: Mutex<(Ino, Ino)>,
     opens: Mutex<HashMap<Ino, Vec<(OpenId, bool)>>>,
@@ -39,7 +53,13 @@ impl Conn {
         client.hello(node)?;
         Ok(Conn {
             client: Mutex::new(client),
+            ctx: ctx.clone(),
             node: node.to_string(),
+            cache: Cache::default(),
+            kernel: Kernel::default(),
+            work: Mutex::new(None),
+            known: Mutex::new(HashSet::new()),
+            files: Mutex::new(Vec::new()),
             range: Mutex::new((0, 0)),
             opens: Mutex::new(HashMap::new()),
             next_open: Mutex::new(0),
@@ -73,6 +93,7 @@ impl Conn {
 
     fn again(&self, c: &mut FsClient) -> Result<(), Failure> {
         tracing::info!("the metadata service forgot this mount's session: hello again");
+        self.drop_caches();
         c.hello(&self.node)?;
         let opens: Vec<(Ino, Vec<(OpenId, bool)>)> = self
             .opens
@@ -80,6 +101,9 @@ impl Conn {
             .iter()
             .map(|(i, o)| (*i, o.clone()))
             .collect();
+        self.known
+            .lock()
+            .extend(opens.iter().flat_map(|(_, o)| o.iter().map(|(id, _)| *id)));
         for (ino, opens) in opens {
             let op = Op::Reclaim {
                 ino,
@@ -136,7 +160,9 @@ impl Conn {
         self.opens.lock().entry(ino).or_default().push((id, write));
     }
 
-    pub(crate) fn forget_open(&self, ino: Ino, id: OpenId) {
+    /// Forgets open `id` of `ino`; whether the primary knows it (then its
+    /// close is sent).
+    pub(crate) fn forget_open(&self, ino: Ino, id: OpenId) -> bool {
         let mut opens = self.opens.lock();
         if let Some(list) = opens.get_mut(&ino) {
             list.retain(|(i, _)| *i != id);
@@ -144,80 +170,101 @@ impl Conn {
                 opens.remove(&ino);
             }
         }
+        self.known.lock().remove(&id)
     }
-}
 
-/// The thread that keeps the session's `Events` request parked at the
-/// primary: a recall is answered at once, from this thread's own client
-/// (this client keeps no cache yet, so it gives every token up, reporting
-/// its opens), a notice confirmed with the next request.
-pub(crate) struct Events {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Events {
-    pub(crate) fn start(ctx: &Context, name: &str, conn: Arc<Conn>) -> Result<Events, Failure> {
-        let mut poller = FsClient::for_session(ctx, name, conn.session())?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("fs-events".into())
-            .spawn(move || {
-                let mut confirm = Vec::new();
-                while !flag.load(Ordering::Relaxed) {
-                    let op = Op::Events {
-                        confirm: std::mem::take(&mut confirm),
-                    };
-                    let list =
-                        match poller.call_within(&Identity::root(), op, Duration::from_secs(5)) {
-                            Ok(Reply::Events(list)) => list,
-                            Err(Failure::NoSession) => {
-                                if let Err(e) = conn.recover() {
-                                    tracing::warn!("starting the session again failed: {e}");
-                                }
-                                continue;
-                            }
-                            _ => {
-                                std::thread::sleep(Duration::from_millis(200));
-                                continue;
-                            }
-                        };
-                    for cb in list {
-                        match cb {
-                            Callback::Recall { ino, grant, .. } => {
-                                let back = Op::Return {
-                                    ino,
-                                    grant,
-                                    kept: Level::None,
-                                    opens: conn.opens_of(ino),
-                                };
-                                // On this thread's own client: a FUSE thread
-                                // may hold the session's, waiting at the
-                                // primary for this very recall's answer.
-                                if let Err(e) = poller.call(&Identity::root(), back) {
-                                    tracing::warn!("answering a recall of {ino} failed: {e}");
-                                }
-                            }
-                            Callback::Notice { id, .. } => confirm.push(id),
-                            Callback::StopCaching { .. } => {}
-                        }
-                    }
-                }
-            })
-            .map_err(|e| Failure::Unavailable(format!("cannot start a thread: {e}")))?;
-        Ok(Events {
-            stop,
-            thread: Some(thread),
-        })
+    /// The opens of `ino` a recall's answer reports: the primary knows
+    /// them from then on.
+    pub(crate) fn report(&self, ino: Ino) -> Vec<(OpenId, bool)> {
+        let opens = self.opens.lock();
+        let list = opens.get(&ino).cloned().unwrap_or_default();
+        self.known.lock().extend(list.iter().map(|(id, _)| *id));
+        list
     }
-}
 
-impl Drop for Events {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+    /// The primary learned the opens `listed` of `ino` (an uncached
+    /// open's answer): those still open are known from then on; returns
+    /// those closed meanwhile, whose closes must be sent now.
+    pub(crate) fn learned(&self, ino: Ino, listed: &[(OpenId, bool)]) -> Vec<OpenId> {
+        let opens = self.opens.lock();
+        let now = opens.get(&ino);
+        let mut known = self.known.lock();
+        let mut closed = Vec::new();
+        for (id, _) in listed {
+            if now.is_some_and(|l| l.iter().any(|(i, _)| i == id)) {
+                known.insert(*id);
+            } else {
+                closed.push(*id);
+            }
         }
+        closed
+    }
+
+    /// The primary learned a new open (an uncached open's answer).
+    pub(crate) fn learn_new(&self, id: OpenId) {
+        self.known.lock().insert(id);
+    }
+
+    /// Where the callbacks go.
+    pub(crate) fn set_work(&self, tx: Sender<Work>) {
+        *self.work.lock() = Some(tx);
+    }
+
+    pub(crate) fn post(&self, w: Work) {
+        if let Some(tx) = self.work.lock().as_ref() {
+            let _ = tx.send(w);
+        }
+    }
+
+    /// Recalls that were waiting for a grant just seen.
+    fn settle(&self) {
+        for r in self.cache.ready() {
+            self.post(Work::Recall(r));
+        }
+    }
+
+    /// An answer granted `grant` on `attr`'s inode: the attribute timeout
+    /// the kernel gets.
+    pub(crate) fn granted(&self, attr: &Attr, grant: &Grant) -> Duration {
+        let ttl = self.cache.install(attr, grant);
+        self.settle();
+        ttl
+    }
+
+    /// An open's answer.
+    pub(crate) fn opened(&self, attr: &Attr, grant: &Grant, content: Vec<Capability>) -> Open {
+        let open = self.cache.opened(attr, grant, content);
+        self.settle();
+        open
+    }
+
+    /// Every token is gone (a new session, or the lease ran out): the
+    /// kernel forgets what they covered.
+    pub(crate) fn drop_caches(&self) {
+        let (inodes, names) = self.cache.drop_all();
+        let names: Vec<(Ino, Vec<u8>)> = names
+            .into_iter()
+            .flat_map(|(d, list)| list.into_iter().map(move |n| (d, n)))
+            .collect();
+        let inodes: Vec<(Ino, i64, i64)> = inodes.into_iter().map(|i| (i, 0, 0)).collect();
+        if !inodes.is_empty() || !names.is_empty() {
+            self.post(Work::Inval { inodes, names });
+        }
+    }
+
+    /// A file service client for a while.
+    pub(crate) fn with_files<T>(
+        &self,
+        f: impl FnOnce(&mut FileClient) -> Result<T, shoal_filesvc::ClientError>,
+    ) -> Result<T, Failure> {
+        let taken = self.files.lock().pop();
+        let mut client = match taken {
+            Some(c) => c,
+            None => FileClient::new(&self.ctx)
+                .map_err(|e| Failure::Unavailable(format!("file client: {e}")))?,
+        };
+        let out = f(&mut client).map_err(|e| Failure::Unavailable(format!("file servers: {e}")));
+        self.files.lock().push(client);
+        out
     }
 }

@@ -3,12 +3,18 @@
 //! request (uid, gid, and the caller's supplementary groups from
 //! `/proc/PID/status`).
 //!
-//! This first client caches nothing: entries and attributes are given to
-//! the kernel with a zero timeout, files are opened with direct I/O and
-//! every read and write goes through the primary, as in the file system's
-//! uncached mode (`docs/fs.md`).  So every node sees each change at once;
-//! the caching client (tokens kept, data in the client and the kernel)
-//! comes next.
+//! What the kernel may keep follows the mount's tokens (`cache`):
+//! attributes with a long timeout while the mount holds `Read` on the
+//! inode, names while it holds `Read` on their directory, and a file's
+//! pages while it holds `Read` on the file at their version (an open that
+//! finds that version keeps them, `FOPEN_KEEP_CACHE`); an open for
+//! reading under the token costs no message, and reads of pages the
+//! kernel lacks go to a file server, not the primary.  A file opened for
+//! writing is opened with direct I/O, and its writes go through the
+//! primary (writes cached in the mount, under a `Write` token, come
+//! next); after each, the kernel's pages of the range written are
+//! dropped, as are those a read through the primary fills for a cached
+//! open: a file the mount holds no token on keeps no pages.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -27,13 +33,22 @@ use fuser::{
 use parking_lot::Mutex;
 use shoal_fs::model::{Attr, Identity, Ino, Kind, Time};
 use shoal_fs::op::{Failure, Op, Reply};
-use shoal_fs::tokens::{OpenId, Want};
+use shoal_fs::tokens::{Level, OpenId, Want};
 use shoal_fs::update::{Answer, SetAttr, TimeSet, UpdateOp};
 
+use crate::cache::{Content, Open as CacheUse};
 use crate::conn::Conn;
 
-/// What the kernel may keep: nothing, in this client.
-const TTL: Duration = Duration::ZERO;
+fn open_flags(open: CacheUse) -> FopenFlags {
+    match open {
+        CacheUse::Direct => FopenFlags::FOPEN_DIRECT_IO,
+        CacheUse::Cached { keep: true } => FopenFlags::FOPEN_KEEP_CACHE,
+        CacheUse::Cached { keep: false } => FopenFlags::empty(),
+    }
+}
+
+/// What the kernel may keep of what the mount holds no token on.
+const NONE: Duration = Duration::ZERO;
 
 /// One open file of the kernel's.
 #[derive(Debug, Clone, Copy)]
@@ -41,6 +56,8 @@ struct Handle {
     ino: Ino,
     open: OpenId,
     append: bool,
+    /// Opened with direct I/O: the kernel keeps no pages through it.
+    direct: bool,
 }
 
 /// The mounted file system.
@@ -147,14 +164,6 @@ fn time_set(t: Option<TimeOrNow>) -> Option<TimeSet> {
     })
 }
 
-/// Answers a request that makes or finds an inode.
-fn answer_entry(reply: ReplyEntry, r: Result<Attr, Failure>) {
-    match r {
-        Ok(attr) => reply.entry(&TTL, &file_attr(&attr), Generation(0)),
-        Err(e) => reply.error(errno(e)),
-    }
-}
-
 /// Answers a request that returns nothing.
 fn answer_empty<T>(reply: ReplyEmpty, r: Result<T, Failure>) {
     match r {
@@ -172,11 +181,63 @@ impl ShoalFs {
         }
     }
 
-    fn attr_of(&self, who: &Identity, ino: Ino) -> Result<Attr, Failure> {
+    fn attr_of(&self, who: &Identity, ino: Ino) -> Result<(Attr, Duration), Failure> {
         match self.conn.call(who, Op::GetAttr { ino })? {
-            Reply::Entry { attr, .. } => Ok(attr),
+            Reply::Entry { attr, grant } => Ok((attr, self.conn.granted(&attr, &grant))),
             other => Err(shoal_fssvc::client::unexpected(&other)),
         }
+    }
+
+    /// Answers a request that made a name in `parent` for an inode.
+    fn answer_entry(
+        &self,
+        reply: ReplyEntry,
+        parent: INodeNo,
+        name: &OsStr,
+        r: Result<Attr, Failure>,
+    ) {
+        match r {
+            Ok(attr) => {
+                let entry = self.conn.cache.entry_ttl(parent.0, name.as_bytes());
+                reply.entry_with_ttls(&NONE, &entry, &file_attr(&attr), Generation(0))
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    /// Whether the kernel may hold pages of `ino` through an open.
+    fn cached_handles(&self, ino: Ino) -> bool {
+        self.handles
+            .lock()
+            .values()
+            .any(|h| h.ino == ino && !h.direct)
+    }
+
+    /// Reads a window of a file the mount holds from a file server.
+    fn read_cached(&self, c: &Content, offset: u64, size: u32) -> Result<Vec<u8>, Failure> {
+        let end = c.size.min(offset.saturating_add(size.into()));
+        if offset >= end {
+            return Ok(Vec::new());
+        }
+        let len = (end - offset) as u32;
+        let mut data = if c.content.is_empty() {
+            Vec::new()
+        } else {
+            self.conn.with_files(|f| {
+                let mut last = None;
+                for replica in &c.content {
+                    match f.read(replica, offset, len) {
+                        Ok(d) => return Ok(d),
+                        Err(e) if e.try_another() => last = Some(e),
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(last.expect("a file has a replica"))
+            })?
+        };
+        // Past the stored bytes, up to the size, the file reads as zeros.
+        data.resize(len as usize, 0);
+        Ok(data)
     }
 
     /// Makes a new inode named `name` in `parent`.
@@ -224,9 +285,21 @@ impl ShoalFs {
     }
 
     /// Opens `ino` for the kernel: a handle, recorded with the mount's
-    /// opens.
-    fn open_file(&self, who: &Identity, ino: Ino, flags: i32) -> Result<(u64, Attr), Failure> {
+    /// opens, and the flags the kernel gets.  An open for reading that
+    /// the mount's token allows costs no message.
+    fn open_file(
+        &self,
+        who: &Identity,
+        ino: Ino,
+        flags: i32,
+    ) -> Result<(u64, FopenFlags), Failure> {
         let write = (flags & libc::O_ACCMODE) != libc::O_RDONLY;
+        let append = flags & libc::O_APPEND != 0;
+        if !write && let Some(open) = self.conn.cache.open_cached(ino) {
+            let id = self.conn.next_open();
+            self.conn.record_open(ino, id, false);
+            return Ok((self.handle(ino, id, append, open), open_flags(open)));
+        }
         let id = self.conn.next_open();
         let have = self.conn.opens_of(ino);
         let op = Op::Open {
@@ -236,25 +309,68 @@ impl ShoalFs {
             } else {
                 Want::OpenRead
             },
-            have,
+            have: have.clone(),
             id,
             cached: None,
         };
-        let attr = match self.conn.call(who, op)? {
-            Reply::Opened { attr, .. } => attr,
+        let (open, grant) = match self.conn.call(who, op)? {
+            Reply::Opened {
+                attr,
+                grant,
+                content,
+            } => {
+                if grant.uncached {
+                    // The primary learned every open listed; one closed
+                    // meanwhile (its close not sent: it was not known
+                    // then) is closed now.
+                    let closed = self.conn.learned(ino, &have);
+                    for old in closed {
+                        let _ = self
+                            .conn
+                            .call(&Identity::root(), Op::Close { ino, id: old });
+                    }
+                }
+                (self.conn.opened(&attr, &grant, content), grant)
+            }
             other => return Err(shoal_fssvc::client::unexpected(&other)),
         };
         self.conn.record_open(ino, id, write);
+        if grant.uncached {
+            self.conn.learn_new(id);
+        }
+        if write && !grant.uncached && grant.level > Level::None {
+            // This mount does not cache writes yet: it gives the token
+            // back at once, telling the primary its opens, so that the
+            // file counts as open for writing here (others' opens make
+            // it write-shared) and the writes go through the primary.
+            self.conn.cache.drop_token(ino);
+            let back = Op::Return {
+                ino,
+                grant: grant.grant,
+                kept: Level::None,
+                opens: self.conn.report(ino),
+            };
+            if let Err(e) = self.conn.call(&Identity::root(), back) {
+                tracing::warn!("giving back the token of {ino}: {e}");
+            }
+        }
+        // Writes go through the primary: no pages for them.
+        let open = if write { CacheUse::Direct } else { open };
+        Ok((self.handle(ino, id, append, open), open_flags(open)))
+    }
+
+    fn handle(&self, ino: Ino, open: OpenId, append: bool, how: CacheUse) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.handles.lock().insert(
             fh,
             Handle {
                 ino,
-                open: id,
-                append: flags & libc::O_APPEND != 0,
+                open,
+                append,
+                direct: how == CacheUse::Direct,
             },
         );
-        Ok((fh, attr))
+        fh
     }
 }
 
@@ -270,7 +386,11 @@ impl Filesystem for ShoalFs {
             name: name.as_bytes().to_vec(),
         };
         match self.conn.call(&who(req), op) {
-            Ok(Reply::Entry { attr, .. }) => reply.entry(&TTL, &file_attr(&attr), Generation(0)),
+            Ok(Reply::Entry { attr, grant }) => {
+                let attr_ttl = self.conn.granted(&attr, &grant);
+                let entry = self.conn.cache.entry_ttl(parent.0, name.as_bytes());
+                reply.entry_with_ttls(&attr_ttl, &entry, &file_attr(&attr), Generation(0))
+            }
             Ok(other) => reply.error(errno(shoal_fssvc::client::unexpected(&other))),
             Err(e) => reply.error(errno(e)),
         }
@@ -278,7 +398,7 @@ impl Filesystem for ShoalFs {
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.attr_of(&who(req), ino.0) {
-            Ok(attr) => reply.attr(&TTL, &file_attr(&attr)),
+            Ok((attr, ttl)) => reply.attr(&ttl, &file_attr(&attr)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -310,11 +430,14 @@ impl Filesystem for ShoalFs {
             mtime: time_set(mtime),
             by_handle: fh.is_some(),
         };
-        match self
+        let changed = self
             .conn
-            .change(&who(req), UpdateOp::SetAttr { ino: ino.0, set })
-        {
-            Ok(Answer::Attr(attr)) => reply.attr(&TTL, &file_attr(&attr)),
+            .change(&who(req), UpdateOp::SetAttr { ino: ino.0, set });
+        // Its version may have moved (a truncate): what the mount knew of
+        // it goes; the next look at it asks again.
+        self.conn.cache.drop_token(ino.0);
+        match changed {
+            Ok(Answer::Attr(attr)) => reply.attr(&NONE, &file_attr(&attr)),
             Ok(other) => reply.error(errno(Failure::Unavailable(format!("{other:?}")))),
             Err(e) => reply.error(errno(e)),
         }
@@ -341,10 +464,8 @@ impl Filesystem for ShoalFs {
         let Some(kind) = kind_of_mode(mode) else {
             return reply.error(Errno::EINVAL);
         };
-        answer_entry(
-            reply,
-            self.make(req, parent, name, (kind, mode & !umask, rdev), &[]),
-        );
+        let made = self.make(req, parent, name, (kind, mode & !umask, rdev), &[]);
+        self.answer_entry(reply, parent, name, made);
     }
 
     fn mkdir(
@@ -356,10 +477,8 @@ impl Filesystem for ShoalFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        answer_entry(
-            reply,
-            self.make(req, parent, name, (Kind::Dir, mode & !umask, 0), &[]),
-        );
+        let made = self.make(req, parent, name, (Kind::Dir, mode & !umask, 0), &[]);
+        self.answer_entry(reply, parent, name, made);
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -379,10 +498,8 @@ impl Filesystem for ShoalFs {
         reply: ReplyEntry,
     ) {
         let target = target.as_os_str().as_bytes();
-        answer_entry(
-            reply,
-            self.make(req, parent, link_name, (Kind::Symlink, 0o777, 0), target),
-        );
+        let made = self.make(req, parent, link_name, (Kind::Symlink, 0o777, 0), target);
+        self.answer_entry(reply, parent, link_name, made);
     }
 
     fn rename(
@@ -406,7 +523,12 @@ impl Filesystem for ShoalFs {
             noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
             open_victim: false,
         };
-        answer_empty(reply, self.conn.change(&who(req), op));
+        let changed = self.conn.change(&who(req), op);
+        if changed.is_ok() {
+            // The kernel moves its entry, timeout and all.
+            self.conn.cache.kernel_has(newparent.0, newname.as_bytes());
+        }
+        answer_empty(reply, changed);
     }
 
     fn link(
@@ -423,7 +545,10 @@ impl Filesystem for ShoalFs {
             name: newname.as_bytes().to_vec(),
         };
         match self.conn.change(&who(req), op) {
-            Ok(Answer::Entry { attr, .. }) => reply.entry(&TTL, &file_attr(&attr), Generation(0)),
+            Ok(Answer::Entry { attr, .. }) => {
+                self.conn.cache.drop_token(ino.0);
+                self.answer_entry(reply, newparent, newname, Ok(attr))
+            }
             Ok(other) => reply.error(errno(Failure::Unavailable(format!("{other:?}")))),
             Err(e) => reply.error(errno(e)),
         }
@@ -431,7 +556,7 @@ impl Filesystem for ShoalFs {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.open_file(&who(req), ino.0, flags.0) {
-            Ok((fh, _)) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO),
+            Ok((fh, how)) => reply.opened(FileHandle(fh), how),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -452,17 +577,17 @@ impl Filesystem for ShoalFs {
                 // The creator may open what it made whatever its mode says
                 // (POSIX: `open(O_CREAT)` of a new file checks only the
                 // directory), so the open is made as root.
-                let (fh, _) = self.open_file(&Identity::root(), attr.ino, flags)?;
-                Ok((fh, attr))
+                let (fh, how) = self.open_file(&Identity::root(), attr.ino, flags)?;
+                Ok((fh, how, attr))
             });
         match made {
-            Ok((fh, attr)) => reply.created(
-                &TTL,
-                &file_attr(&attr),
-                Generation(0),
-                FileHandle(fh),
-                FopenFlags::FOPEN_DIRECT_IO,
-            ),
+            Ok((fh, how, attr)) => {
+                // `created` gives one timeout for the entry and the
+                // attributes: the attributes' (none: the new file's
+                // token is asked for at its next look).
+                let _ = self.conn.cache.entry_ttl(parent.0, name.as_bytes());
+                reply.created(&NONE, &file_attr(&attr), Generation(0), FileHandle(fh), how)
+            }
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -471,20 +596,38 @@ impl Filesystem for ShoalFs {
         &self,
         req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         size: u32,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let size = size.min(shoal_fs::op::IO_MAX as u32);
+        if let Some(c) = self.conn.cache.content(ino.0) {
+            match self.read_cached(&c, offset, size) {
+                Ok(d) => return reply.data(&d),
+                Err(e) => tracing::debug!("reading {} from a file server: {e}", ino.0),
+            }
+        }
         let op = Op::Read {
             ino: ino.0,
             offset,
-            len: size.min(shoal_fs::op::IO_MAX as u32),
+            len: size,
         };
+        let direct = self.handles.lock().get(&fh.0).is_none_or(|h| h.direct);
         match self.conn.call(&who(req), op) {
-            Ok(Reply::Data(d)) => reply.data(&d),
+            Ok(Reply::Data(d)) => {
+                let n = d.len() as i64;
+                reply.data(&d);
+                // Read without a token: the pages this filled must not
+                // outlive it (the invalidation waits for them).
+                if !direct && n > 0 {
+                    self.conn
+                        .kernel
+                        .inval(vec![(ino.0, offset as i64, n)], Vec::new());
+                }
+            }
             Ok(other) => reply.error(errno(shoal_fssvc::client::unexpected(&other))),
             Err(e) => reply.error(errno(e)),
         }
@@ -509,7 +652,19 @@ impl Filesystem for ShoalFs {
             data: data.to_vec(),
         };
         match self.conn.call(&who(req), op) {
-            Ok(Reply::Updated(Ok(_))) => reply.written(data.len() as u32),
+            Ok(Reply::Updated(Ok(answer))) => {
+                // The primary took every token on the file, this mount's
+                // too; pages another open of it holds are stale.
+                self.conn.cache.drop_token(ino.0);
+                reply.written(data.len() as u32);
+                if let Answer::Written { offset, .. } = answer
+                    && self.cached_handles(ino.0)
+                {
+                    self.conn
+                        .kernel
+                        .inval(vec![(ino.0, offset as i64, data.len() as i64)], Vec::new());
+                }
+            }
             Ok(Reply::Updated(Err(e))) => reply.error(Errno::from_i32(e.errno())),
             Ok(other) => reply.error(errno(shoal_fssvc::client::unexpected(&other))),
             Err(e) => reply.error(errno(e)),
@@ -541,7 +696,10 @@ impl Filesystem for ShoalFs {
         let Some(h) = self.handles.lock().remove(&fh.0) else {
             return reply.ok();
         };
-        self.conn.forget_open(h.ino, h.open);
+        if !self.conn.forget_open(h.ino, h.open) {
+            // The primary never learned of it: an open under a token.
+            return reply.ok();
+        }
         match self.conn.call(
             &Identity::root(),
             Op::Close {

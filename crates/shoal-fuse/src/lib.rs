@@ -11,6 +11,8 @@
 
 #![deny(unsafe_code)]
 
+mod cache;
+mod callbacks;
 mod conn;
 pub mod fs;
 
@@ -28,7 +30,7 @@ pub const THREADS: usize = 2;
 /// A mounted tree.
 pub struct Mount {
     session: Option<BackgroundSession>,
-    _events: conn::Events,
+    _callbacks: callbacks::Callbacks,
     at: PathBuf,
 }
 
@@ -40,7 +42,6 @@ impl Mount {
             conn::Conn::open(ctx, name, node)
                 .map_err(|e: Failure| format!("cannot reach file system {name}: {e}"))?,
         );
-        let events = conn::Events::start(ctx, name, conn.clone()).map_err(|e| e.to_string())?;
         let mut config = Config::default();
         config.mount_options = vec![
             MountOption::FSName(format!("shoal:{name}")),
@@ -51,12 +52,16 @@ impl Mount {
         config.acl = SessionACL::All;
         config.n_threads = Some(THREADS);
         config.clone_fd = true;
-        let session = fuser::Session::new(fs::ShoalFs::new(conn), at, &config)
-            .and_then(|s| s.spawn())
+        let session = fuser::Session::new(fs::ShoalFs::new(conn.clone()), at, &config)
             .map_err(|e| format!("cannot mount {}: {e}", at.display()))?;
+        conn.kernel.set(session.notifier());
+        let callbacks = callbacks::Callbacks::start(ctx, name, conn).map_err(|e| e.to_string())?;
+        let session = session
+            .spawn()
+            .map_err(|e| format!("cannot serve {}: {e}", at.display()))?;
         Ok(Mount {
             session: Some(session),
-            _events: events,
+            _callbacks: callbacks,
             at: at.to_path_buf(),
         })
     }

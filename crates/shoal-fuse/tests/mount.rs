@@ -25,10 +25,10 @@ use shoal_testnodes::Nodes;
 
 const NAME: &str = "fs-mount-test";
 
-fn replicas(nodes: &Nodes, server: shoal_cap::Capability) -> Vec<MetaReplica> {
+fn replicas(nodes: &Nodes, name: &str, server: shoal_cap::Capability) -> Vec<MetaReplica> {
     let r: Vec<MetaReplica> = (0..3)
         .map(|i| {
-            let mut cfg = FsConfig::new(NAME, i, 3, nodes.path(&format!("meta{i}")));
+            let mut cfg = FsConfig::new(name, i, 3, nodes.path(&format!("meta{i}")));
             cfg.replica.durability = Durability::Fsync;
             cfg.allow_root = true;
             cfg.file_servers = vec![server];
@@ -63,7 +63,7 @@ fn two_mounts_share_one_tree() {
     let nodes = Nodes::up(3);
     let server =
         FileServer::start(&nodes.ctx[0], &nodes.path("files"), ServerConfig::default()).unwrap();
-    let service = replicas(&nodes, server.cap());
+    let service = replicas(&nodes, NAME, server.cap());
     let (pa, pb) = (nodes.path("a"), nodes.path("b"));
     fs::create_dir_all(&pa).unwrap();
     fs::create_dir_all(&pb).unwrap();
@@ -227,6 +227,99 @@ fn two_mounts_share_one_tree() {
     a.stop().unwrap();
     b.stop().unwrap();
     for r in service.into_iter().flatten() {
+        r.stop();
+    }
+    server.stop().unwrap();
+}
+
+/// Requests the primary handled, leases' renewals aside.
+fn requests(service: &[MetaReplica]) -> u64 {
+    service[primary_of(service)].status()["requests"]
+        .as_u64()
+        .unwrap()
+}
+
+/// What a mount caches follows its tokens: a second look at a file, and
+/// an open and read of it, cost the primary nothing; every change made on
+/// the other mount (mode, contents, names, a write to a file held open
+/// here) is seen at once.
+#[test]
+fn caches_follow_tokens() {
+    const CACHED: &str = "fs-cache-test";
+    let nodes = Nodes::up(3);
+    let server =
+        FileServer::start(&nodes.ctx[0], &nodes.path("files"), ServerConfig::default()).unwrap();
+    let service = replicas(&nodes, CACHED, server.cap());
+    let (pa, pb) = (nodes.path("a"), nodes.path("b"));
+    fs::create_dir_all(&pa).unwrap();
+    fs::create_dir_all(&pb).unwrap();
+    let a = Mount::start(&nodes.ctx[0], CACHED, "n1", &pa).expect("mount a (root and /dev/fuse)");
+    let b = Mount::start(&nodes.ctx[1], CACHED, "n2", &pb).expect("mount b");
+
+    fs::create_dir(pa.join("d")).unwrap();
+    fs::write(pa.join("d/f"), b"one").unwrap();
+    // b looks at the file and reads it: its tokens come with the answers.
+    assert_eq!(fs::metadata(pb.join("d/f")).unwrap().len(), 3);
+    assert_eq!(fs::read(pb.join("d/f")).unwrap(), b"one");
+    // A read that reached the mount makes the kernel ask for the access
+    // time at the next stat (FUSE does so whatever the mount options).
+    assert_eq!(fs::metadata(pb.join("d/f")).unwrap().len(), 3);
+    let before = requests(&service);
+    for _ in 0..50 {
+        assert_eq!(fs::metadata(pb.join("d/f")).unwrap().len(), 3);
+    }
+    assert_eq!(fs::read(pb.join("d/f")).unwrap(), b"one");
+    assert_eq!(
+        requests(&service),
+        before,
+        "a cached stat, open, read and close reached the primary"
+    );
+
+    // Every change on a is seen on b at once.
+    fs::set_permissions(pa.join("d/f"), fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(fs::metadata(pb.join("d/f")).unwrap().mode() & 0o777, 0o600);
+    fs::write(pa.join("d/f"), b"two!").unwrap();
+    assert_eq!(fs::read(pb.join("d/f")).unwrap(), b"two!");
+    assert_eq!(fs::metadata(pb.join("d/f")).unwrap().len(), 4);
+    fs::rename(pa.join("d/f"), pa.join("d/g")).unwrap();
+    assert_eq!(
+        errno(fs::metadata(pb.join("d/f")).unwrap_err()),
+        libc::ENOENT
+    );
+    assert_eq!(fs::read(pb.join("d/g")).unwrap(), b"two!");
+    fs::hard_link(pa.join("d/g"), pa.join("d/h")).unwrap();
+    assert_eq!(fs::metadata(pb.join("d/g")).unwrap().nlink(), 2);
+    fs::remove_file(pa.join("d/g")).unwrap();
+    assert_eq!(
+        errno(fs::metadata(pb.join("d/g")).unwrap_err()),
+        libc::ENOENT
+    );
+    assert_eq!(fs::metadata(pb.join("d/h")).unwrap().nlink(), 1);
+
+    // A file b holds open, with its pages cached, is written on a: b's
+    // next read through the same descriptor sees the new bytes.
+    fs::write(pa.join("d/k"), b"aaaa").unwrap();
+    let mut held = fs::File::open(pb.join("d/k")).unwrap();
+    let mut got = String::new();
+    held.read_to_string(&mut got).unwrap();
+    assert_eq!(got, "aaaa");
+    let mut w = OpenOptions::new().write(true).open(pa.join("d/k")).unwrap();
+    w.write_all(b"bb").unwrap();
+    held.rewind().unwrap();
+    got.clear();
+    held.read_to_string(&mut got).unwrap();
+    assert_eq!(got, "bbaa");
+    w.write_all(b"c").unwrap();
+    held.rewind().unwrap();
+    got.clear();
+    held.read_to_string(&mut got).unwrap();
+    assert_eq!(got, "bbca");
+    drop(w);
+    drop(held);
+
+    a.stop().unwrap();
+    b.stop().unwrap();
+    for r in service {
         r.stop();
     }
     server.stop().unwrap();

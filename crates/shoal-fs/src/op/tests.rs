@@ -29,6 +29,7 @@ fn sample_ops() -> Vec<Op> {
         Op::Events {
             confirm: vec![1, 2, 3],
         },
+        Op::Confirm { ids: vec![4, 5] },
         Op::Lookup {
             parent: 1,
             name: vec![0xff, 0xfe],
@@ -104,7 +105,11 @@ fn sample_replies() -> Vec<Result<Reply, Failure>> {
                 grant: 3,
             },
             Callback::StopCaching { ino: 5, grant: 4 },
-            Callback::Notice { id: 9, dir: 1 },
+            Callback::Notice {
+                id: 9,
+                dir: 1,
+                name: b"n\xff".to_vec(),
+            },
         ])),
         Ok(Reply::Entry {
             attr: attr(),

@@ -254,15 +254,29 @@ fn directories_are_owned_alone_or_changed_at_the_primary() {
         grant(Level::Read)
     );
     assert!(callbacks(&mut t).is_empty());
-    let id = t.notify(C, d).expect("readers to tell");
+    let id = t.notify(C, d, b"x").expect("readers to tell");
     assert_eq!(
         callbacks(&mut t)
             .into_iter()
             .map(plain_cb)
             .collect::<Vec<_>>(),
         vec![
-            (A, Callback::Notice { id, dir: d }),
-            (B, Callback::Notice { id, dir: d })
+            (
+                A,
+                Callback::Notice {
+                    id,
+                    dir: d,
+                    name: b"x".to_vec()
+                }
+            ),
+            (
+                B,
+                Callback::Notice {
+                    id,
+                    dir: d,
+                    name: b"x".to_vec()
+                }
+            )
         ]
     );
     assert!(!t.notice_done(id));
@@ -272,16 +286,23 @@ fn directories_are_owned_alone_or_changed_at_the_primary() {
     t.expire(0, Some(B));
     assert!(t.notice_done(id));
     // C holds Read since its change: A's next change tells C alone.
-    let next = t.notify(A, d).expect("C holds it");
+    let next = t.notify(A, d, b"y").expect("C holds it");
     assert_eq!(
         callbacks(&mut t)
             .into_iter()
             .map(plain_cb)
             .collect::<Vec<_>>(),
-        vec![(C, Callback::Notice { id: next, dir: d })]
+        vec![(
+            C,
+            Callback::Notice {
+                id: next,
+                dir: d,
+                name: b"y".to_vec()
+            }
+        )]
     );
     t.expire(0, Some(C));
-    assert_eq!(t.notify(A, d), None, "nobody else holds it now");
+    assert_eq!(t.notify(A, d, b"z"), None, "nobody else holds it now");
 }
 
 #[test]

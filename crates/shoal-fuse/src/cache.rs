@@ -1,0 +1,333 @@
+//! What a mount may let the kernel keep (`docs/fs.md`, "Tokens" and "The
+//! kernel side"): the token it holds on each inode, the content version a
+//! file's cached pages belong to, and the names it handed the kernel with
+//! a long entry timeout, so that a recall or a change notice knows what to
+//! invalidate.
+//!
+//! The rules this keeps:
+//! - the kernel keeps an inode's attributes, or a file's pages, only
+//!   while the mount holds a token of at least `Read` on it (pages: of
+//!   the version the token was granted at); a recall, a "stop caching"
+//!   or a lost session invalidates them before it is answered;
+//! - the kernel keeps a name only while the mount holds `Read` on its
+//!   directory, and the name is recorded here, so that a notice of its
+//!   change, or the directory's recall, invalidates it;
+//! - a recall may arrive before the answer that made the grant it names
+//!   (they travel apart): it waits here until that answer was seen, and
+//!   a grant older than a recall already answered is taken as recalled.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use shoal_cap::Capability;
+use shoal_fs::model::{Attr, Ino, Kind};
+use shoal_fs::op::Grant;
+use shoal_fs::tokens::Level;
+
+/// How long the kernel may keep what a token covers: until the mount
+/// invalidates it.
+pub(crate) const FOREVER: Duration = Duration::from_secs(24 * 3600);
+
+/// What the mount holds of one inode.
+#[derive(Debug, Default)]
+struct Held {
+    level: Option<Level>,
+    dir: bool,
+    /// The grant `level` came with.
+    grant: u64,
+    /// The highest grant number seen in an answer.
+    seen: u64,
+    /// The highest grant recalled, and to what.
+    recalled: Option<(u64, Level)>,
+    /// The version the content capabilities name (a file).
+    version: u64,
+    content: Option<Vec<Capability>>,
+    /// The version of the pages the kernel may hold (`FOPEN_KEEP_CACHE`
+    /// when an open finds it unchanged).
+    pages: Option<u64>,
+}
+
+impl Held {
+    fn level(&self) -> Level {
+        self.level.unwrap_or(Level::None)
+    }
+}
+
+/// A recall to carry out: invalidate what the kernel keeps (when `inval`:
+/// the inode's attributes and pages, and `names` in it), then answer.
+#[derive(Debug)]
+pub(crate) struct Recall {
+    pub ino: Ino,
+    pub to: Level,
+    pub grant: u64,
+    pub inval: bool,
+    pub names: Vec<Vec<u8>>,
+}
+
+/// A file's cached content, for a read: its version's capabilities and
+/// size.
+#[derive(Debug, Clone)]
+pub(crate) struct Content {
+    pub content: Vec<Capability>,
+    pub size: u64,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    held: HashMap<Ino, Held>,
+    /// Names handed to the kernel with a long timeout, by directory.
+    names: HashMap<Ino, HashSet<Vec<u8>>>,
+    /// Recalls of grants not seen yet.
+    deferred: Vec<(Ino, Level, u64)>,
+    /// File sizes known with their content (for reads).
+    sizes: HashMap<Ino, u64>,
+}
+
+/// The mount's cache state.
+#[derive(Debug, Default)]
+pub(crate) struct Cache {
+    inner: Mutex<Inner>,
+}
+
+impl Cache {
+    /// An answer granted `grant` on the inode `attr` describes: the
+    /// attribute timeout the kernel gets.
+    pub(crate) fn install(&self, attr: &Attr, grant: &Grant) -> Duration {
+        let mut inner = self.inner.lock();
+        let h = inner.held.entry(attr.ino).or_default();
+        h.dir = attr.kind == Kind::Dir;
+        h.seen = h.seen.max(grant.grant);
+        if grant.grant <= h.grant {
+            // An older grant's answer, overtaken.
+            return ttl(h.level());
+        }
+        let mut level = if grant.uncached {
+            Level::None
+        } else {
+            grant.level
+        };
+        if let Some((g, to)) = h.recalled
+            && grant.grant <= g
+        {
+            level = level.min(to);
+        }
+        h.level = Some(level);
+        h.grant = grant.grant;
+        if h.version != attr.version {
+            h.version = attr.version;
+            h.content = None;
+        }
+        if level == Level::None {
+            h.content = None;
+        }
+        if attr.kind == Kind::File {
+            inner.sizes.insert(attr.ino, attr.size);
+        }
+        ttl(level)
+    }
+
+    /// An open's answer: the grant, and the content of the version it
+    /// was made at.  Returns whether the open may use the kernel's
+    /// pages, and whether those pages are of this version already.
+    pub(crate) fn opened(&self, attr: &Attr, grant: &Grant, content: Vec<Capability>) -> Open {
+        self.install(attr, grant);
+        let mut inner = self.inner.lock();
+        let h = inner.held.get_mut(&attr.ino).expect("installed");
+        if h.level() == Level::None || h.version != attr.version {
+            return Open::Direct;
+        }
+        h.content = Some(content);
+        let keep = h.pages == Some(attr.version);
+        h.pages = Some(attr.version);
+        Open::Cached { keep }
+    }
+
+    /// An open for reading that the mount's token allows without asking
+    /// the primary.
+    pub(crate) fn open_cached(&self, ino: Ino) -> Option<Open> {
+        let mut inner = self.inner.lock();
+        let h = inner.held.get_mut(&ino)?;
+        if h.level() < Level::Read || h.content.is_none() {
+            return None;
+        }
+        let keep = h.pages == Some(h.version);
+        h.pages = Some(h.version);
+        Some(Open::Cached { keep })
+    }
+
+    /// Where a read of a file the mount holds can be served from: its
+    /// content version on the file servers.
+    pub(crate) fn content(&self, ino: Ino) -> Option<Content> {
+        let inner = self.inner.lock();
+        let h = inner.held.get(&ino)?;
+        if h.level() < Level::Read {
+            return None;
+        }
+        Some(Content {
+            content: h.content.clone()?,
+            size: *inner.sizes.get(&ino)?,
+        })
+    }
+
+    /// Whether the kernel may keep name `name` of `parent`: then it is
+    /// recorded, to be invalidated when it changes.
+    pub(crate) fn entry_ttl(&self, parent: Ino, name: &[u8]) -> Duration {
+        let mut inner = self.inner.lock();
+        if inner
+            .held
+            .get(&parent)
+            .is_none_or(|h| h.level() < Level::Read)
+        {
+            return Duration::ZERO;
+        }
+        inner.names.entry(parent).or_default().insert(name.to_vec());
+        FOREVER
+    }
+
+    /// Records a name the kernel holds whatever its timeout (the target
+    /// of this mount's own rename keeps the moved entry's).
+    pub(crate) fn kernel_has(&self, parent: Ino, name: &[u8]) {
+        self.inner
+            .lock()
+            .names
+            .entry(parent)
+            .or_default()
+            .insert(name.to_vec());
+    }
+
+    /// The mount changed `ino` itself (written through the primary, or
+    /// changed its attributes): the primary took its token, and the
+    /// kernel's copy must go.
+    pub(crate) fn drop_token(&self, ino: Ino) {
+        let mut inner = self.inner.lock();
+        if let Some(h) = inner.held.get_mut(&ino) {
+            h.level = Some(Level::None);
+            h.content = None;
+            h.pages = None;
+        }
+    }
+
+    /// A recall from the primary: the work to do now, or nothing while
+    /// the grant it names has not been seen.
+    pub(crate) fn recall(&self, ino: Ino, to: Level, grant: u64) -> Option<Recall> {
+        let mut inner = self.inner.lock();
+        if inner.held.get(&ino).is_none_or(|h| h.seen < grant) {
+            inner.deferred.push((ino, to, grant));
+            return None;
+        }
+        Some(Self::take(&mut inner, ino, to, grant))
+    }
+
+    /// Recalls whose grants have been seen since they came.
+    pub(crate) fn ready(&self) -> Vec<Recall> {
+        let mut inner = self.inner.lock();
+        if inner.deferred.is_empty() {
+            return Vec::new();
+        }
+        let (ready, still): (Vec<_>, Vec<_>) = std::mem::take(&mut inner.deferred)
+            .into_iter()
+            .partition(|(ino, _, g)| inner.held.get(ino).is_some_and(|h| h.seen >= *g));
+        inner.deferred = still;
+        ready
+            .into_iter()
+            .map(|(ino, to, g)| Self::take(&mut inner, ino, to, g))
+            .collect()
+    }
+
+    fn take(inner: &mut Inner, ino: Ino, to: Level, grant: u64) -> Recall {
+        let h = inner.held.entry(ino).or_default();
+        let strongest = match h.recalled {
+            Some((g, l)) if g == grant => l.min(to),
+            _ => to,
+        };
+        h.recalled = Some((grant.max(h.recalled.map_or(0, |r| r.0)), strongest));
+        if h.grant <= grant && h.level() > to {
+            h.level = Some(to);
+        }
+        let mut names = Vec::new();
+        if to == Level::None {
+            h.content = None;
+            h.pages = None;
+            if h.dir {
+                names = inner
+                    .names
+                    .remove(&ino)
+                    .map(|s| s.into_iter().collect())
+                    .unwrap_or_default();
+            }
+        }
+        Recall {
+            ino,
+            to,
+            grant,
+            inval: to == Level::None,
+            names,
+        }
+    }
+
+    /// "Stop caching" for a file granted no later than `grant`: whether
+    /// the kernel's copy must go.
+    pub(crate) fn stop_caching(&self, ino: Ino, grant: u64) -> bool {
+        let mut inner = self.inner.lock();
+        let Some(h) = inner.held.get_mut(&ino) else {
+            return false;
+        };
+        if h.grant > grant {
+            return false;
+        }
+        h.level = Some(Level::None);
+        h.content = None;
+        h.pages = None;
+        true
+    }
+
+    /// A notice that name `name` of `dir` changed: whether the kernel may
+    /// hold it (then it must be invalidated).
+    pub(crate) fn notice(&self, dir: Ino, name: &[u8]) -> bool {
+        let mut inner = self.inner.lock();
+        inner.names.get_mut(&dir).is_some_and(|s| s.remove(name))
+    }
+
+    /// The session ended (its lease, or the primary changed): every token
+    /// is gone.  Returns what the kernel may hold: inodes, and names by
+    /// directory.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn drop_all(&self) -> (Vec<Ino>, Vec<(Ino, Vec<Vec<u8>>)>) {
+        let mut inner = self.inner.lock();
+        let inodes = inner
+            .held
+            .iter()
+            .filter(|(_, h)| h.level() > Level::None || h.pages.is_some())
+            .map(|(i, _)| *i)
+            .collect();
+        inner.held.clear();
+        inner.deferred.clear();
+        let names = inner
+            .names
+            .drain()
+            .map(|(d, s)| (d, s.into_iter().collect()))
+            .collect();
+        (inodes, names)
+    }
+}
+
+/// How an open may use the kernel's page cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Open {
+    /// Not at all (`FOPEN_DIRECT_IO`).
+    Direct,
+    /// Through the page cache; `keep`: the pages it has are current.
+    Cached { keep: bool },
+}
+
+fn ttl(level: Level) -> Duration {
+    if level >= Level::Read {
+        FOREVER
+    } else {
+        Duration::ZERO
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,109 @@
+use super::*;
+use shoal_fs::model::Time;
+
+fn attr(ino: Ino, kind: Kind, version: u64) -> Attr {
+    Attr {
+        ino,
+        kind,
+        perm: 0o644,
+        nlink: 1,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        size: 10,
+        atime: Time::new(0, 0),
+        mtime: Time::new(0, 0),
+        ctime: Time::new(0, 0),
+        version,
+    }
+}
+
+fn grant(level: Level, n: u64) -> Grant {
+    Grant {
+        level,
+        grant: n,
+        uncached: false,
+    }
+}
+
+#[test]
+fn a_token_lets_the_kernel_keep_attributes_and_names() {
+    let c = Cache::default();
+    assert_eq!(
+        c.entry_ttl(1, b"a"),
+        Duration::ZERO,
+        "no token on the directory"
+    );
+    assert_eq!(
+        c.install(&attr(1, Kind::Dir, 0), &grant(Level::Read, 1)),
+        FOREVER
+    );
+    assert_eq!(c.entry_ttl(1, b"a"), FOREVER);
+    assert!(c.notice(1, b"a"), "the kernel holds the name");
+    assert!(!c.notice(1, b"a"), "and no longer once invalidated");
+    let uncached = Grant {
+        uncached: true,
+        ..grant(Level::Read, 2)
+    };
+    assert_eq!(
+        c.install(&attr(2, Kind::File, 0), &uncached),
+        Duration::ZERO
+    );
+}
+
+#[test]
+fn a_recall_waits_for_its_grant_and_takes_what_it_names() {
+    let c = Cache::default();
+    c.install(&attr(1, Kind::Dir, 0), &grant(Level::Read, 1));
+    c.entry_ttl(1, b"x");
+    // A recall of grant 3, not seen yet, waits.
+    assert!(c.recall(1, Level::None, 3).is_none());
+    assert!(c.ready().is_empty());
+    c.install(&attr(1, Kind::Dir, 0), &grant(Level::Read, 3));
+    let ready = c.ready();
+    assert_eq!(ready.len(), 1);
+    assert!(ready[0].inval);
+    assert_eq!(ready[0].names, vec![b"x".to_vec()]);
+    assert_eq!(c.entry_ttl(1, b"y"), Duration::ZERO, "the token went");
+    // An answer carrying a grant older than the recall does not bring
+    // the token back.
+    assert_eq!(
+        c.install(&attr(1, Kind::Dir, 0), &grant(Level::Read, 2)),
+        Duration::ZERO
+    );
+    // A later grant does.
+    assert_eq!(
+        c.install(&attr(1, Kind::Dir, 0), &grant(Level::Read, 4)),
+        FOREVER
+    );
+}
+
+#[test]
+fn pages_are_kept_only_for_the_version_they_belong_to() {
+    let c = Cache::default();
+    let open = c.opened(&attr(5, Kind::File, 1), &grant(Level::Read, 1), Vec::new());
+    assert_eq!(open, Open::Cached { keep: false }, "nothing cached yet");
+    assert_eq!(c.open_cached(5), Some(Open::Cached { keep: true }));
+    assert!(c.content(5).is_some());
+    // A new version (granted after a recall) drops the pages.
+    let r = c.recall(5, Level::None, 1).expect("grant seen");
+    assert!(r.inval);
+    assert_eq!(c.open_cached(5), None, "no token");
+    let open = c.opened(&attr(5, Kind::File, 2), &grant(Level::Read, 2), Vec::new());
+    assert_eq!(open, Open::Cached { keep: false });
+    // A stale "stop caching" is ignored; a current one takes the token.
+    assert!(!c.stop_caching(5, 1));
+    assert!(c.stop_caching(5, 2));
+    assert!(c.content(5).is_none());
+}
+
+#[test]
+fn a_lost_session_drops_everything() {
+    let c = Cache::default();
+    c.install(&attr(1, Kind::Dir, 0), &grant(Level::Read, 1));
+    c.entry_ttl(1, b"n");
+    let (inodes, names) = c.drop_all();
+    assert_eq!(inodes, vec![1]);
+    assert_eq!(names, vec![(1, vec![b"n".to_vec()])]);
+    assert_eq!(c.entry_ttl(1, b"n"), Duration::ZERO);
+}

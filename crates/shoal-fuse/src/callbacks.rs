@@ -1,0 +1,293 @@
+//! The primary's calls back to the mount, and the kernel invalidations
+//! they need.
+//!
+//! Two threads: `fs-events` keeps the session's `Events` request parked at
+//! the primary and hands each callback to `fs-callbacks`, which carries
+//! it out: a recall invalidates what the kernel keeps of the inode, then
+//! is answered (`Return`, with the mount's opens of it); a notice
+//! invalidates the changed name, then is confirmed (`Confirm`); "stop
+//! caching" invalidates the file.  The events thread never waits on the
+//! kernel, so a callback that arrives while another is being carried out
+//! is still received.  `fs-callbacks` also watches the lease: when no
+//! renewal was answered for most of a lease, the primary may have given
+//! the mount's tokens to others, so every cache goes.
+//!
+//! Invalidating a name takes its directory's lock in the kernel, which a
+//! request of the mount's may hold while it waits at the primary (two
+//! nodes creating in one directory each wait for the other's
+//! confirmation).  So the kernel is given [`KERNEL_WAIT`] and no more: an
+//! invalidation still blocked then completes when the request does, and
+//! the callback is answered meanwhile.  That is the one window in which a
+//! node may see a name as it was after another node's change returned: a
+//! name of a directory the node is itself changing, until its own change
+//! returns.
+
+use std::sync::Arc;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use fuser::{INodeNo, Notifier};
+use shoal_fs::model::{Identity, Ino};
+use shoal_fs::op::{Failure, Op, Reply};
+use shoal_fs::tokens::{Callback, LEASE_US};
+use shoal_fssvc::FsClient;
+use shoal_rpc::Context;
+
+use crate::cache::Recall;
+use crate::conn::Conn;
+
+/// How long a callback waits for the kernel to carry out an
+/// invalidation.
+pub(crate) const KERNEL_WAIT: Duration = Duration::from_millis(500);
+
+/// The kernel's notifier, once the mount is up.
+#[derive(Default)]
+pub(crate) struct Kernel {
+    notifier: OnceLock<Notifier>,
+}
+
+impl Kernel {
+    pub(crate) fn set(&self, n: Notifier) {
+        let _ = self.notifier.set(n);
+    }
+
+    /// Invalidates inodes (attributes, and pages from offset for length;
+    /// a negative offset: attributes only) and names, waiting at most
+    /// [`KERNEL_WAIT`].  Whether the kernel finished in time.
+    pub(crate) fn inval(&self, inodes: Vec<(Ino, i64, i64)>, names: Vec<(Ino, Vec<u8>)>) -> bool {
+        let Some(n) = self.notifier.get().cloned() else {
+            return true;
+        };
+        let (tx, rx) = channel();
+        let spawned = std::thread::Builder::new()
+            .name("fs-inval".into())
+            .spawn(move || {
+                // An inode or name the kernel does not hold is an error
+                // (ENOENT) that means there was nothing to do.
+                for (ino, off, len) in inodes {
+                    let _ = n.inval_inode(INodeNo(ino), off, len);
+                }
+                for (dir, name) in names {
+                    let _ = n.inval_entry(INodeNo(dir), std::ffi::OsStr::from_bytes(&name));
+                }
+                let _ = tx.send(());
+            });
+        if spawned.is_err() {
+            tracing::warn!("cannot start a thread to invalidate the kernel's caches");
+            return false;
+        }
+        match rx.recv_timeout(KERNEL_WAIT) {
+            Ok(()) => true,
+            Err(_) => {
+                tracing::debug!("the kernel is still invalidating after {KERNEL_WAIT:?}");
+                false
+            }
+        }
+    }
+}
+
+use std::os::unix::ffi::OsStrExt;
+
+/// Work for `fs-callbacks`.
+#[derive(Debug)]
+pub(crate) enum Work {
+    Recall(Recall),
+    Notice {
+        id: u64,
+        dir: Ino,
+        name: Vec<u8>,
+    },
+    /// Invalidations with no answer to send ("stop caching", a lost
+    /// session).
+    Inval {
+        inodes: Vec<(Ino, i64, i64)>,
+        names: Vec<(Ino, Vec<u8>)>,
+    },
+}
+
+/// The two threads.
+pub(crate) struct Callbacks {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// µs since `start` when the last renewal that was answered was sent.
+struct LeaseClock {
+    start: Instant,
+    renewed_at: AtomicU64,
+}
+
+impl LeaseClock {
+    fn now(&self) -> u64 {
+        self.start.elapsed().as_micros() as u64
+    }
+}
+
+impl Callbacks {
+    pub(crate) fn start(ctx: &Context, name: &str, conn: Arc<Conn>) -> Result<Callbacks, Failure> {
+        let poller = FsClient::for_session(ctx, name, conn.session())?;
+        let answerer = FsClient::for_session(ctx, name, conn.session())?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = channel();
+        conn.set_work(tx);
+        let clock = Arc::new(LeaseClock {
+            start: Instant::now(),
+            renewed_at: AtomicU64::new(0),
+        });
+        let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(f)
+                .map_err(|e| Failure::Unavailable(format!("cannot start a thread: {e}")))
+        };
+        let events = {
+            let (conn, flag, clock) = (conn.clone(), stop.clone(), clock.clone());
+            spawn(
+                "fs-events",
+                Box::new(move || events(poller, &conn, &flag, &clock)),
+            )?
+        };
+        let worker = {
+            let flag = stop.clone();
+            spawn(
+                "fs-callbacks",
+                Box::new(move || work(answerer, &conn, &rx, &flag, &clock)),
+            )?
+        };
+        Ok(Callbacks {
+            stop,
+            threads: vec![events, worker],
+        })
+    }
+}
+
+impl Drop for Callbacks {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// `fs-events`: keeps an `Events` request parked at the primary.
+fn events(mut poller: FsClient, conn: &Conn, stop: &AtomicBool, clock: &LeaseClock) {
+    while !stop.load(Ordering::Relaxed) {
+        let sent = clock.now();
+        let op = Op::Events {
+            confirm: Vec::new(),
+        };
+        let list = match poller.call_within(&Identity::root(), op, Duration::from_secs(5)) {
+            Ok(Reply::Events(list)) => list,
+            Err(Failure::NoSession) => {
+                if let Err(e) = conn.recover() {
+                    tracing::warn!("starting the session again failed: {e}");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                continue;
+            }
+            _ => {
+                std::thread::sleep(Duration::from_millis(200));
+                continue;
+            }
+        };
+        clock.renewed_at.store(sent.max(1), Ordering::Relaxed);
+        for cb in list {
+            match cb {
+                Callback::Recall { ino, to, grant } => {
+                    if let Some(r) = conn.cache.recall(ino, to, grant) {
+                        conn.post(Work::Recall(r));
+                    }
+                }
+                Callback::Notice { id, dir, name } => conn.post(Work::Notice { id, dir, name }),
+                Callback::StopCaching { ino, grant } => {
+                    if conn.cache.stop_caching(ino, grant) {
+                        conn.post(Work::Inval {
+                            inodes: vec![(ino, 0, 0)],
+                            names: Vec::new(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `fs-callbacks`: carries the callbacks out, in the order they came.
+fn work(
+    mut answerer: FsClient,
+    conn: &Conn,
+    rx: &Receiver<Work>,
+    stop: &AtomicBool,
+    clock: &LeaseClock,
+) {
+    // A lease's end as the mount sees it comes before the primary's: it
+    // counts from when the renewal was sent, and gives up 2 s early.
+    let lease = LEASE_US.saturating_sub(2_000_000);
+    let mut expired = false;
+    while !stop.load(Ordering::Relaxed) {
+        let renewed = clock.renewed_at.load(Ordering::Relaxed);
+        if renewed != 0 && clock.now().saturating_sub(renewed) > lease {
+            if !expired {
+                tracing::warn!("no lease renewal answered for a lease: dropping every cache");
+                conn.drop_caches();
+                expired = true;
+            }
+        } else {
+            expired = false;
+        }
+        let first = match rx.recv_timeout(Duration::from_millis(500)) {
+            Ok(w) => w,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        let mut confirm = Vec::new();
+        let mut next = Some(first);
+        while let Some(w) = next.take() {
+            match w {
+                Work::Recall(r) => answer(&mut answerer, conn, r),
+                Work::Notice { id, dir, name } => {
+                    let names = if conn.cache.notice(dir, &name) {
+                        vec![(dir, name)]
+                    } else {
+                        Vec::new()
+                    };
+                    // The directory's own attributes (times, size, link
+                    // count) changed with the name.
+                    conn.kernel.inval(vec![(dir, 0, 0)], names);
+                    confirm.push(id);
+                }
+                Work::Inval { inodes, names } => {
+                    conn.kernel.inval(inodes, names);
+                }
+            }
+            next = rx.try_recv().ok();
+        }
+        if !confirm.is_empty()
+            && let Err(e) = answerer.call(&Identity::root(), Op::Confirm { ids: confirm })
+        {
+            tracing::warn!("confirming notices failed: {e}");
+        }
+    }
+}
+
+/// Carries out a recall and answers it.
+fn answer(answerer: &mut FsClient, conn: &Conn, r: Recall) {
+    if r.inval {
+        let names = r.names.into_iter().map(|n| (r.ino, n)).collect();
+        conn.kernel.inval(vec![(r.ino, 0, 0)], names);
+    }
+    let back = Op::Return {
+        ino: r.ino,
+        grant: r.grant,
+        kept: r.to,
+        opens: conn.report(r.ino),
+    };
+    match answerer.call(&Identity::root(), back) {
+        Ok(_) | Err(Failure::NoSession) => {}
+        Err(e) => tracing::warn!("answering a recall of {} failed: {e}", r.ino),
+    }
+}
