@@ -154,10 +154,13 @@ pub struct StatFs {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
     /// The session is known; its lease lasts `lease_ms` from each
-    /// renewal.
+    /// renewal.  A client writes file contents to `copies` of the file
+    /// servers `servers`.
     Hello {
         lease_ms: u32,
         root: Attr,
+        servers: Vec<Capability>,
+        copies: u8,
     },
     Events(Vec<Callback>),
     Entry {
@@ -486,6 +489,10 @@ fn callback(w: &mut Writer, c: &Callback) {
             w.u64(*ino);
             w.u64(*grant);
         }
+        Callback::Orphan { ino } => {
+            w.u8(4);
+            w.u64(*ino);
+        }
         Callback::Notice { id, dir, name } => {
             w.u8(3);
             w.u64(*id);
@@ -506,6 +513,7 @@ fn read_callback(r: &mut Reader) -> Result<Callback, DecodeError> {
             ino: r.u64()?,
             grant: r.u64()?,
         },
+        4 => Callback::Orphan { ino: r.u64()? },
         3 => Callback::Notice {
             id: r.u64()?,
             dir: r.u64()?,
@@ -544,10 +552,20 @@ pub fn encode_reply(reply: &Result<Reply, Failure>) -> Vec<u8> {
     };
     w.u8(0);
     match reply {
-        Reply::Hello { lease_ms, root } => {
+        Reply::Hello {
+            lease_ms,
+            root,
+            servers,
+            copies,
+        } => {
             w.u8(1);
             w.u32(*lease_ms);
             write_attr(w, root);
+            w.u32(servers.len() as u32);
+            for c in servers {
+                w.cap(c);
+            }
+            w.u8(*copies);
         }
         Reply::Events(list) => {
             w.u8(2);
@@ -621,9 +639,14 @@ pub fn decode_reply(bytes: &[u8]) -> Result<Result<Reply, Failure>, DecodeError>
             1 => Reply::Hello {
                 lease_ms: r.u32()?,
                 root: read_attr(r)?,
+                servers: {
+                    let n = count(r, LIST_MAX, 48)?;
+                    (0..n).map(|_| r.cap()).collect::<Result<_, _>>()?
+                },
+                copies: r.u8()?,
             },
             2 => {
-                let n = count(r, LIST_MAX, 17)?;
+                let n = count(r, LIST_MAX, 9)?;
                 Reply::Events((0..n).map(|_| read_callback(r)).collect::<Result<_, _>>()?)
             }
             3 => Reply::Entry {

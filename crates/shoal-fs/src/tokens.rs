@@ -103,6 +103,10 @@ pub enum Callback {
     /// [`Tokens::confirm`] once the client's caches no longer say what
     /// it was.
     Notice { id: u64, dir: Ino, name: Vec<u8> },
+    /// The inode has no names left: a client that does not have it open
+    /// may drop its changes not yet written back rather than write them
+    /// (a recall follows).
+    Orphan { ino: Ino },
 }
 
 /// What the primary answers a request.
@@ -351,6 +355,9 @@ impl Tokens {
         if let Some(s) = self.inodes.get_mut(&ino) {
             let holders: Vec<ClientId> = s.holders.keys().copied().collect();
             for c in holders {
+                if !s.recalling.contains_key(&c) {
+                    self.callbacks.push_back((c, Callback::Orphan { ino }));
+                }
                 s.recall(&mut self.callbacks, ino, c, Level::None);
             }
         }

@@ -15,6 +15,14 @@ use shoal_rpc::{CallOptions, Client, Context};
 /// answers before it reports the service unavailable.
 pub const PATIENCE: Duration = Duration::from_secs(30);
 
+/// What a hello learns.
+#[derive(Debug, Clone)]
+pub struct Hello {
+    pub root: Attr,
+    pub servers: Vec<shoal_cap::Capability>,
+    pub copies: usize,
+}
+
 /// A session with a file system's metadata service.
 pub struct FsClient {
     rpc: Client,
@@ -53,14 +61,24 @@ impl FsClient {
     }
 
     /// Starts (or, after [`Failure::NoSession`], restarts) the session;
-    /// returns the root's attributes.
-    pub fn hello(&mut self, node: &str) -> Result<Attr, Failure> {
+    /// returns the root's attributes, the file servers for contents and
+    /// how many copies of each to store.
+    pub fn hello(&mut self, node: &str) -> Result<Hello, Failure> {
         let op = Op::Hello {
             instance: rand::random(),
             node: node.as_bytes().to_vec(),
         };
         match self.call(&Identity::root(), op)? {
-            Reply::Hello { root, .. } => Ok(root),
+            Reply::Hello {
+                root,
+                servers,
+                copies,
+                ..
+            } => Ok(Hello {
+                root,
+                servers,
+                copies: copies.max(1) as usize,
+            }),
             other => Err(unexpected(&other)),
         }
     }

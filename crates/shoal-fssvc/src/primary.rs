@@ -499,6 +499,8 @@ impl Primary {
                 Ok(Reply::Hello {
                     lease_ms: (LEASE_US / 1000) as u32,
                     root,
+                    servers: self.file_servers.clone(),
+                    copies: self.copies.min(u8::MAX as usize) as u8,
                 })
             }));
         }
@@ -747,6 +749,14 @@ impl Primary {
         }
         let mut wait = false;
         for ino in &p.touched {
+            // A commit by the holder of `Write` has nobody else to recall
+            // (and must not wait for a recall of its own token, whose
+            // answer follows it).
+            if matches!(op, UpdateOp::Commit { .. })
+                && soft.tokens.level(req.session, *ino) == Level::Write
+            {
+                continue;
+            }
             match soft.tokens.exclusive(req.session, *ino) {
                 Decision::Wait { .. } => wait = true,
                 Decision::NoSession => return Outcome::Reply(Err(Failure::NoSession)),
@@ -761,8 +771,17 @@ impl Primary {
         if let Err(e) = Self::prepare(r, soft, &mut op, &mut p) {
             return Outcome::Reply(Err(e));
         }
+        // A client's commit names the version it was made from, so made
+        // twice it fails the second time: it needs no exactly-once record,
+        // and may come from any of the session's threads (whose request
+        // numbers are their own).
+        let session = if matches!(op, UpdateOp::Commit { .. }) {
+            0
+        } else {
+            req.session
+        };
         let update = Update {
-            session: req.session,
+            session,
             seq: req.seq,
             who: req.who.clone(),
             now: wall(),

@@ -14,16 +14,24 @@
 //!   change, or the directory's recall, invalidates it;
 //! - a recall may arrive before the answer that made the grant it names
 //!   (they travel apart): it waits here until that answer was seen, and
-//!   a grant older than a recall already answered is taken as recalled.
+//!   a grant older than a recall already answered is taken as recalled;
+//! - under `Write`, a file's writes (and truncations) stay here as dirty
+//!   changes over its content version until they are written back
+//!   (`writeback`); a recall takes the token only once none are left, so
+//!   a write either is dirty here and written back before the answer, or
+//!   goes through the primary after it.  Dirty changes outlive the token
+//!   (a lost lease keeps them, to be written back if the file did not
+//!   change meanwhile).
 
 use std::collections::{HashMap, HashSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use shoal_cap::Capability;
-use shoal_fs::model::{Attr, Ino, Kind};
+use shoal_fs::model::{Attr, Ino, Kind, Time};
 use shoal_fs::op::Grant;
 use shoal_fs::tokens::Level;
+use shoal_fs::tree::{OverlayChange, OverlayEntry, overlaid_window};
 
 /// How long the kernel may keep what a token covers: until the mount
 /// invalidates it.
@@ -65,12 +73,40 @@ pub(crate) struct Recall {
     pub names: Vec<Vec<u8>>,
 }
 
-/// A file's cached content, for a read: its version's capabilities and
-/// size.
+/// A file's cached content, for a read: its version and that version's
+/// capabilities.
 #[derive(Debug, Clone)]
 pub(crate) struct Content {
+    pub version: u64,
     pub content: Vec<Capability>,
+    /// How many bytes the version holds.
     pub size: u64,
+}
+
+/// A file's changes not yet written back, over its content version.
+#[derive(Debug)]
+pub(crate) struct Dirty {
+    /// The version the changes were made over, and its content.
+    pub version: u64,
+    pub content: Vec<Capability>,
+    pub changes: Vec<OverlayEntry>,
+    pub size: u64,
+    pub mtime: Time,
+    /// When the oldest change was made.
+    pub since: Instant,
+    pub bytes: u64,
+}
+
+/// A write-back to make: the changes so far (`count` of them) over
+/// `content`, version `version`.
+#[derive(Debug)]
+pub(crate) struct FlushJob {
+    pub version: u64,
+    pub content: Vec<Capability>,
+    pub changes: Vec<OverlayEntry>,
+    pub count: usize,
+    pub size: u64,
+    pub mtime: Time,
 }
 
 #[derive(Debug, Default)]
@@ -80,8 +116,9 @@ struct Inner {
     names: HashMap<Ino, HashSet<Vec<u8>>>,
     /// Recalls of grants not seen yet.
     deferred: Vec<(Ino, Level, u64)>,
-    /// File sizes known with their content (for reads).
-    sizes: HashMap<Ino, u64>,
+    /// The attributes last heard from the primary.
+    attrs: HashMap<Ino, Attr>,
+    dirty: HashMap<Ino, Dirty>,
 }
 
 /// The mount's cache state.
@@ -121,9 +158,7 @@ impl Cache {
         if level == Level::None {
             h.content = None;
         }
-        if attr.kind == Kind::File {
-            inner.sizes.insert(attr.ino, attr.size);
-        }
+        inner.attrs.insert(attr.ino, *attr);
         ttl(level)
     }
 
@@ -157,7 +192,8 @@ impl Cache {
     }
 
     /// Where a read of a file the mount holds can be served from: its
-    /// content version on the file servers.
+    /// content version on the file servers (finished by
+    /// [`Cache::finish_read`]).
     pub(crate) fn content(&self, ino: Ino) -> Option<Content> {
         let inner = self.inner.lock();
         let h = inner.held.get(&ino)?;
@@ -165,9 +201,196 @@ impl Cache {
             return None;
         }
         Some(Content {
+            version: h.version,
             content: h.content.clone()?,
-            size: *inner.sizes.get(&ino)?,
+            size: inner.attrs.get(&ino)?.size,
         })
+    }
+
+    /// A window read from content version `version` (`base`: what the
+    /// file servers had from `offset`), with the dirty changes made and
+    /// cut to the size; `None` if the version moved on meanwhile.
+    pub(crate) fn finish_read(
+        &self,
+        ino: Ino,
+        version: u64,
+        offset: u64,
+        len: usize,
+        base: &[u8],
+    ) -> Option<Vec<u8>> {
+        let inner = self.inner.lock();
+        let h = inner.held.get(&ino)?;
+        if h.version != version {
+            return None;
+        }
+        Some(match inner.dirty.get(&ino) {
+            Some(d) if d.version == version => {
+                overlaid_window(base, offset, len, &d.changes, d.size)
+            }
+            Some(_) => return None,
+            None => overlaid_window(base, offset, len, &[], inner.attrs.get(&ino)?.size),
+        })
+    }
+
+    /// The attributes as this mount sees them: the primary's, with the
+    /// size and time of changes not yet written back.
+    pub(crate) fn patch(&self, attr: &mut Attr) {
+        if let Some(d) = self.inner.lock().dirty.get(&attr.ino) {
+            attr.size = d.size;
+            attr.mtime = d.mtime;
+            attr.ctime = attr.ctime.max(d.mtime);
+        }
+    }
+
+    /// A write under `Write`: kept dirty.  `None` (go through the
+    /// primary) without the token; else the offset written at (the end,
+    /// for an append).
+    pub(crate) fn write(
+        &self,
+        ino: Ino,
+        offset: Option<u64>,
+        data: &[u8],
+        now: Time,
+    ) -> Option<u64> {
+        self.change(ino, now, |size| {
+            let at = offset.unwrap_or(size);
+            (
+                OverlayChange::Write {
+                    offset: at,
+                    data: data.to_vec(),
+                },
+                size.max(at + data.len() as u64),
+                at,
+            )
+        })
+    }
+
+    /// A truncation under `Write`: kept dirty; the new attributes, or
+    /// `None` without the token.
+    pub(crate) fn truncate(&self, ino: Ino, size: u64, now: Time) -> Option<Attr> {
+        self.change(ino, now, |_| (OverlayChange::Truncate { size }, size, size))?;
+        let mut attr = *self.inner.lock().attrs.get(&ino)?;
+        self.patch(&mut attr);
+        Some(attr)
+    }
+
+    fn change(
+        &self,
+        ino: Ino,
+        now: Time,
+        make: impl FnOnce(u64) -> (OverlayChange, u64, u64),
+    ) -> Option<u64> {
+        let mut inner = self.inner.lock();
+        let inner = &mut *inner;
+        let h = inner.held.get(&ino)?;
+        if h.level() != Level::Write || h.content.is_none() {
+            return None;
+        }
+        let version = h.version;
+        let content = h.content.clone().unwrap_or_default();
+        let base = inner.attrs.get(&ino)?.size;
+        let d = inner.dirty.entry(ino).or_insert_with(|| Dirty {
+            version,
+            content,
+            changes: Vec::new(),
+            size: base,
+            mtime: now,
+            since: Instant::now(),
+            bytes: 0,
+        });
+        if d.version != version {
+            return None;
+        }
+        let (change, size, at) = make(d.size);
+        if let OverlayChange::Write { data, .. } = &change {
+            d.bytes += data.len() as u64;
+        }
+        d.changes.push(OverlayEntry { version, change });
+        d.size = size;
+        d.mtime = now;
+        Some(at)
+    }
+
+    /// Whether `ino` has changes not yet written back.
+    pub(crate) fn is_dirty(&self, ino: Ino) -> bool {
+        self.inner.lock().dirty.contains_key(&ino)
+    }
+
+    /// Dirty bytes waiting, in all files.
+    pub(crate) fn dirty_bytes(&self) -> u64 {
+        self.inner.lock().dirty.values().map(|d| d.bytes).sum()
+    }
+
+    /// Files whose oldest dirty change is older than `age`.
+    pub(crate) fn due(&self, age: Duration) -> Vec<Ino> {
+        let inner = self.inner.lock();
+        inner
+            .dirty
+            .iter()
+            .filter(|(_, d)| d.since.elapsed() >= age)
+            .map(|(i, _)| *i)
+            .collect()
+    }
+
+    /// Every file with dirty changes.
+    pub(crate) fn all_dirty(&self) -> Vec<Ino> {
+        self.inner.lock().dirty.keys().copied().collect()
+    }
+
+    /// What writing `ino` back means now, if it has dirty changes.
+    pub(crate) fn flush_job(&self, ino: Ino) -> Option<FlushJob> {
+        let inner = self.inner.lock();
+        let d = inner.dirty.get(&ino)?;
+        Some(FlushJob {
+            version: d.version,
+            content: d.content.clone(),
+            changes: d.changes.clone(),
+            count: d.changes.len(),
+            size: d.size,
+            mtime: d.mtime,
+        })
+    }
+
+    /// A write-back committed: the file is version `attr.version`, stored
+    /// as `content`; the job's changes are in it.
+    pub(crate) fn flushed(&self, job: &FlushJob, attr: &Attr, content: Vec<Capability>) {
+        let mut inner = self.inner.lock();
+        if let Some(d) = inner.dirty.get_mut(&attr.ino) {
+            d.changes.drain(..job.count.min(d.changes.len()));
+            d.version = attr.version;
+            d.content = content.clone();
+            for c in &mut d.changes {
+                c.version = attr.version;
+            }
+            d.bytes = d
+                .changes
+                .iter()
+                .map(|c| match &c.change {
+                    OverlayChange::Write { data, .. } => data.len() as u64,
+                    OverlayChange::Truncate { .. } => 0,
+                })
+                .sum();
+            d.since = Instant::now();
+            if d.changes.is_empty() {
+                inner.dirty.remove(&attr.ino);
+            }
+        }
+        let mut base = *attr;
+        // The committed attributes are the job's; later changes patch them.
+        base.size = job.size;
+        inner.attrs.insert(attr.ino, base);
+        if let Some(h) = inner.held.get_mut(&attr.ino) {
+            let current = h.pages == Some(h.version);
+            h.version = attr.version;
+            h.content = Some(content);
+            h.pages = current.then_some(attr.version);
+        }
+    }
+
+    /// Dirty changes that cannot be written back (the file went, or
+    /// changed elsewhere): dropped.
+    pub(crate) fn discard(&self, ino: Ino) -> bool {
+        self.inner.lock().dirty.remove(&ino).is_some()
     }
 
     /// Whether the kernel may keep name `name` of `parent`: then it is
@@ -208,19 +431,30 @@ impl Cache {
         }
     }
 
-    /// A recall from the primary: the work to do now, or nothing while
-    /// the grant it names has not been seen.
-    pub(crate) fn recall(&self, ino: Ino, to: Level, grant: u64) -> Option<Recall> {
+    /// A recall from the primary: to carry out now (`take` it once the
+    /// file's dirty changes are written back), or nothing while the grant
+    /// it names has not been seen.
+    pub(crate) fn recall(&self, ino: Ino, to: Level, grant: u64) -> Option<(Ino, Level, u64)> {
         let mut inner = self.inner.lock();
         if inner.held.get(&ino).is_none_or(|h| h.seen < grant) {
             inner.deferred.push((ino, to, grant));
             return None;
         }
-        Some(Self::take(&mut inner, ino, to, grant))
+        Some((ino, to, grant))
+    }
+
+    /// Takes the token a recall asks for, unless dirty changes of the
+    /// file are left (then `None`: write them back first).
+    pub(crate) fn take_clean(&self, ino: Ino, to: Level, grant: u64) -> Option<Recall> {
+        let mut inner = self.inner.lock();
+        if to < Level::Write && inner.dirty.contains_key(&ino) {
+            return None;
+        }
+        Some(Self::take_from(&mut inner, ino, to, grant))
     }
 
     /// Recalls whose grants have been seen since they came.
-    pub(crate) fn ready(&self) -> Vec<Recall> {
+    pub(crate) fn ready(&self) -> Vec<(Ino, Level, u64)> {
         let mut inner = self.inner.lock();
         if inner.deferred.is_empty() {
             return Vec::new();
@@ -230,12 +464,14 @@ impl Cache {
             .partition(|(ino, _, g)| inner.held.get(ino).is_some_and(|h| h.seen >= *g));
         inner.deferred = still;
         ready
-            .into_iter()
-            .map(|(ino, to, g)| Self::take(&mut inner, ino, to, g))
-            .collect()
     }
 
-    fn take(inner: &mut Inner, ino: Ino, to: Level, grant: u64) -> Recall {
+    /// Takes the token a recall asks for, dirty changes or not.
+    pub(crate) fn take(&self, ino: Ino, to: Level, grant: u64) -> Recall {
+        Self::take_from(&mut self.inner.lock(), ino, to, grant)
+    }
+
+    fn take_from(inner: &mut Inner, ino: Ino, to: Level, grant: u64) -> Recall {
         let h = inner.held.entry(ino).or_default();
         let strongest = match h.recalled {
             Some((g, l)) if g == grant => l.min(to),
@@ -290,7 +526,7 @@ impl Cache {
     }
 
     /// The session ended (its lease, or the primary changed): every token
-    /// is gone.  Returns what the kernel may hold: inodes, and names by
+    /// is gone (dirty changes stay).  Returns what the kernel may hold: inodes, and names by
     /// directory.
     #[allow(clippy::type_complexity)]
     pub(crate) fn drop_all(&self) -> (Vec<Ino>, Vec<(Ino, Vec<Vec<u8>>)>) {

@@ -32,12 +32,19 @@ use std::time::{Duration, Instant};
 use fuser::{INodeNo, Notifier};
 use shoal_fs::model::{Identity, Ino};
 use shoal_fs::op::{Failure, Op, Reply};
-use shoal_fs::tokens::{Callback, LEASE_US};
+use shoal_fs::tokens::{Callback, LEASE_US, Level};
 use shoal_fssvc::FsClient;
 use shoal_rpc::Context;
 
 use crate::cache::Recall;
 use crate::conn::Conn;
+use crate::writeback::write_back;
+
+/// How long dirty changes wait before they are written back.
+pub(crate) const WRITE_BACK_AFTER: Duration = Duration::from_secs(30);
+
+/// Attempts at writing a file back before a recall is answered without.
+const RECALL_TRIES: usize = 3;
 
 /// How long a callback waits for the kernel to carry out an
 /// invalidation.
@@ -94,11 +101,27 @@ use std::os::unix::ffi::OsStrExt;
 /// Work for `fs-callbacks`.
 #[derive(Debug)]
 pub(crate) enum Work {
-    Recall(Recall),
+    /// A recall whose grant the mount has seen.
+    Recall {
+        ino: Ino,
+        to: Level,
+        grant: u64,
+    },
+    /// Write a file back (every dirty file: `None`), then say how it went.
+    Flush {
+        ino: Option<Ino>,
+        safety: bool,
+        done: std::sync::mpsc::Sender<Result<(), Failure>>,
+    },
     Notice {
         id: u64,
         dir: Ino,
         name: Vec<u8>,
+    },
+    /// The file has no names: unless it is open here, its dirty changes
+    /// are dropped, never written.
+    Orphan {
+        ino: Ino,
     },
     /// Invalidations with no answer to send ("stop caching", a lost
     /// session).
@@ -198,11 +221,12 @@ fn events(mut poller: FsClient, conn: &Conn, stop: &AtomicBool, clock: &LeaseClo
         for cb in list {
             match cb {
                 Callback::Recall { ino, to, grant } => {
-                    if let Some(r) = conn.cache.recall(ino, to, grant) {
-                        conn.post(Work::Recall(r));
+                    if let Some((ino, to, grant)) = conn.cache.recall(ino, to, grant) {
+                        conn.post(Work::Recall { ino, to, grant });
                     }
                 }
                 Callback::Notice { id, dir, name } => conn.post(Work::Notice { id, dir, name }),
+                Callback::Orphan { ino } => conn.post(Work::Orphan { ino }),
                 Callback::StopCaching { ino, grant } => {
                     if conn.cache.stop_caching(ino, grant) {
                         conn.post(Work::Inval {
@@ -239,6 +263,11 @@ fn work(
         } else {
             expired = false;
         }
+        for ino in conn.cache.due(WRITE_BACK_AFTER) {
+            if let Err(e) = write_back(conn, &mut answerer, ino, false) {
+                tracing::warn!("writing file {ino} back: {e}");
+            }
+        }
         let first = match rx.recv_timeout(Duration::from_millis(500)) {
             Ok(w) => w,
             Err(RecvTimeoutError::Timeout) => continue,
@@ -248,7 +277,24 @@ fn work(
         let mut next = Some(first);
         while let Some(w) = next.take() {
             match w {
-                Work::Recall(r) => answer(&mut answerer, conn, r),
+                Work::Recall { ino, to, grant } => {
+                    let r = recall(&mut answerer, conn, ino, to, grant);
+                    answer(&mut answerer, conn, r);
+                }
+                Work::Flush { ino, safety, done } => {
+                    let inos = match ino {
+                        Some(i) => vec![i],
+                        None => conn.cache.all_dirty(),
+                    };
+                    let mut result = Ok(());
+                    for i in inos {
+                        if let Err(e) = write_back(conn, &mut answerer, i, safety) {
+                            tracing::warn!("writing file {i} back: {e}");
+                            result = Err(e);
+                        }
+                    }
+                    let _ = done.send(result);
+                }
                 Work::Notice { id, dir, name } => {
                     let names = if conn.cache.notice(dir, &name) {
                         vec![(dir, name)]
@@ -259,6 +305,11 @@ fn work(
                     // count) changed with the name.
                     conn.kernel.inval(vec![(dir, 0, 0)], names);
                     confirm.push(id);
+                }
+                Work::Orphan { ino } => {
+                    if conn.opens_of(ino).is_empty() && conn.cache.discard(ino) {
+                        tracing::debug!("file {ino} went with its changes unwritten");
+                    }
                 }
                 Work::Inval { inodes, names } => {
                     conn.kernel.inval(inodes, names);
@@ -272,6 +323,23 @@ fn work(
             tracing::warn!("confirming notices failed: {e}");
         }
     }
+}
+
+/// Takes the token a recall asks for, writing the file's dirty changes
+/// back first (they must reach the primary before the answer does).
+fn recall(answerer: &mut FsClient, conn: &Conn, ino: Ino, to: Level, grant: u64) -> Recall {
+    for _ in 0..RECALL_TRIES {
+        if let Some(r) = conn.cache.take_clean(ino, to, grant) {
+            return r;
+        }
+        if let Err(e) = write_back(conn, answerer, ino, false) {
+            tracing::warn!("writing file {ino} back for a recall: {e}");
+        }
+    }
+    tracing::warn!(
+        "file {ino}: answering a recall with changes not written back (they are retried)"
+    );
+    conn.cache.take(ino, to, grant)
 }
 
 /// Carries out a recall and answers it.

@@ -26,6 +26,10 @@ use crate::callbacks::{Kernel, Work};
 /// Inode numbers asked for at a time.
 const RANGE: u32 = 1024;
 
+/// How long an `fsync` (or anything else waiting for a write-back)
+/// waits before it fails with `EIO`.
+const FLUSH_WAIT: Duration = Duration::from_secs(120);
+
 /// The session and what the mount knows of its own opens.
 pub(crate) struct Conn {
     client: Mutex<FsClient>,
@@ -40,6 +44,8 @@ pub(crate) struct Conn {
     /// File service clients for reads of cached files, one per thread
     /// reading at a time.
     files: Mutex<Vec<FileClient>>,
+    /// The file servers contents are written to, and how many copies.
+    servers: Mutex<(Vec<Capability>, usize)>,
     /// Inode numbers handed to this mount and not yet used: next, end.
     range: Mutex<(Ino, Ino)>,
     opens: Mutex<HashMap<Ino, Vec<(OpenId, bool)>>>,
@@ -50,7 +56,7 @@ impl Conn {
     /// A session with file system `name`, said hello to.
     pub(crate) fn open(ctx: &Context, name: &str, node: &str) -> Result<Conn, Failure> {
         let mut client = FsClient::new(ctx, name)?;
-        client.hello(node)?;
+        let hello = client.hello(node)?;
         Ok(Conn {
             client: Mutex::new(client),
             ctx: ctx.clone(),
@@ -60,6 +66,7 @@ impl Conn {
             work: Mutex::new(None),
             known: Mutex::new(HashSet::new()),
             files: Mutex::new(Vec::new()),
+            servers: Mutex::new((hello.servers, hello.copies)),
             range: Mutex::new((0, 0)),
             opens: Mutex::new(HashMap::new()),
             next_open: Mutex::new(0),
@@ -94,7 +101,8 @@ impl Conn {
     fn again(&self, c: &mut FsClient) -> Result<(), Failure> {
         tracing::info!("the metadata service forgot this mount's session: hello again");
         self.drop_caches();
-        c.hello(&self.node)?;
+        let hello = c.hello(&self.node)?;
+        *self.servers.lock() = (hello.servers, hello.copies);
         let opens: Vec<(Ino, Vec<(OpenId, bool)>)> = self
             .opens
             .lock()
@@ -218,8 +226,66 @@ impl Conn {
 
     /// Recalls that were waiting for a grant just seen.
     fn settle(&self) {
-        for r in self.cache.ready() {
-            self.post(Work::Recall(r));
+        for (ino, to, grant) in self.cache.ready() {
+            self.post(Work::Recall { ino, to, grant });
+        }
+    }
+
+    /// Stores a file's bytes on the first `copies` file servers that take
+    /// them, from a place that moves with the inode (so versions spread
+    /// over the servers).
+    pub(crate) fn store(
+        &self,
+        ino: Ino,
+        bytes: &[u8],
+        safety: bool,
+    ) -> Result<Vec<Capability>, Failure> {
+        let (servers, copies) = self.servers.lock().clone();
+        if servers.is_empty() {
+            return Err(Failure::Unavailable(
+                "no file servers are configured for file contents".into(),
+            ));
+        }
+        let n = servers.len();
+        let mut content = Vec::new();
+        let mut errors = Vec::new();
+        for k in 0..n {
+            if content.len() == copies {
+                break;
+            }
+            let server = servers[(ino as usize + k) % n];
+            match self.with_files(|f| f.create(&server, bytes, safety)) {
+                Ok(c) => content.push(c),
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        if content.len() < copies.min(n) {
+            for c in &content {
+                let _ = self.with_files(|f| f.destroy(c));
+            }
+            return Err(Failure::Unavailable(format!(
+                "{} of {copies} copies of a file's contents stored: {}",
+                content.len(),
+                errors.join("; ")
+            )));
+        }
+        Ok(content)
+    }
+
+    /// Asks the callbacks thread to write `ino` back (every dirty file
+    /// with `None`) and waits for it.
+    pub(crate) fn flush(&self, ino: Option<Ino>, safety: bool) -> Result<(), Failure> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.post(Work::Flush {
+            ino,
+            safety,
+            done: tx,
+        });
+        match rx.recv_timeout(FLUSH_WAIT) {
+            Ok(r) => r,
+            Err(_) => Err(Failure::Unavailable(format!(
+                "no write-back within {FLUSH_WAIT:?}"
+            ))),
         }
     }
 

@@ -33,7 +33,7 @@ use fuser::{
 use parking_lot::Mutex;
 use shoal_fs::model::{Attr, Identity, Ino, Kind, Time};
 use shoal_fs::op::{Failure, Op, Reply};
-use shoal_fs::tokens::{Level, OpenId, Want};
+use shoal_fs::tokens::{OpenId, Want};
 use shoal_fs::update::{Answer, SetAttr, TimeSet, UpdateOp};
 
 use crate::cache::{Content, Open as CacheUse};
@@ -49,6 +49,17 @@ fn open_flags(open: CacheUse) -> FopenFlags {
 
 /// What the kernel may keep of what the mount holds no token on.
 const NONE: Duration = Duration::ZERO;
+
+/// Dirty bytes past which a write waits for its file's write-back.
+const DIRTY_MAX: u64 = 256 << 20;
+
+/// The time of a change: the one asked for, or now.
+fn now(t: Option<TimeOrNow>) -> Time {
+    match t {
+        Some(TimeOrNow::SpecificTime(s)) => time_of(s),
+        _ => time_of(SystemTime::now()),
+    }
+}
 
 /// One open file of the kernel's.
 #[derive(Debug, Clone, Copy)]
@@ -183,7 +194,11 @@ impl ShoalFs {
 
     fn attr_of(&self, who: &Identity, ino: Ino) -> Result<(Attr, Duration), Failure> {
         match self.conn.call(who, Op::GetAttr { ino })? {
-            Reply::Entry { attr, grant } => Ok((attr, self.conn.granted(&attr, &grant))),
+            Reply::Entry { mut attr, grant } => {
+                let ttl = self.conn.granted(&attr, &grant);
+                self.conn.cache.patch(&mut attr);
+                Ok((attr, ttl))
+            }
             other => Err(shoal_fssvc::client::unexpected(&other)),
         }
     }
@@ -213,14 +228,19 @@ impl ShoalFs {
             .any(|h| h.ino == ino && !h.direct)
     }
 
-    /// Reads a window of a file the mount holds from a file server.
-    fn read_cached(&self, c: &Content, offset: u64, size: u32) -> Result<Vec<u8>, Failure> {
+    /// Reads a window of a file the mount holds: its content version's
+    /// bytes from a file server, with the mount's dirty changes made;
+    /// `None` if the version moved on meanwhile.
+    fn read_cached(
+        &self,
+        ino: Ino,
+        c: &Content,
+        offset: u64,
+        size: u32,
+    ) -> Result<Option<Vec<u8>>, Failure> {
         let end = c.size.min(offset.saturating_add(size.into()));
-        if offset >= end {
-            return Ok(Vec::new());
-        }
-        let len = (end - offset) as u32;
-        let mut data = if c.content.is_empty() {
+        let len = end.saturating_sub(offset) as u32;
+        let base = if c.content.is_empty() || len == 0 {
             Vec::new()
         } else {
             self.conn.with_files(|f| {
@@ -235,9 +255,10 @@ impl ShoalFs {
                 Err(last.expect("a file has a replica"))
             })?
         };
-        // Past the stored bytes, up to the size, the file reads as zeros.
-        data.resize(len as usize, 0);
-        Ok(data)
+        Ok(self
+            .conn
+            .cache
+            .finish_read(ino, c.version, offset, size as usize, &base))
     }
 
     /// Makes a new inode named `name` in `parent`.
@@ -338,24 +359,6 @@ impl ShoalFs {
         if grant.uncached {
             self.conn.learn_new(id);
         }
-        if write && !grant.uncached && grant.level > Level::None {
-            // This mount does not cache writes yet: it gives the token
-            // back at once, telling the primary its opens, so that the
-            // file counts as open for writing here (others' opens make
-            // it write-shared) and the writes go through the primary.
-            self.conn.cache.drop_token(ino);
-            let back = Op::Return {
-                ino,
-                grant: grant.grant,
-                kept: Level::None,
-                opens: self.conn.report(ino),
-            };
-            if let Err(e) = self.conn.call(&Identity::root(), back) {
-                tracing::warn!("giving back the token of {ino}: {e}");
-            }
-        }
-        // Writes go through the primary: no pages for them.
-        let open = if write { CacheUse::Direct } else { open };
         Ok((self.handle(ino, id, append, open), open_flags(open)))
     }
 
@@ -386,8 +389,9 @@ impl Filesystem for ShoalFs {
             name: name.as_bytes().to_vec(),
         };
         match self.conn.call(&who(req), op) {
-            Ok(Reply::Entry { attr, grant }) => {
+            Ok(Reply::Entry { mut attr, grant }) => {
                 let attr_ttl = self.conn.granted(&attr, &grant);
+                self.conn.cache.patch(&mut attr);
                 let entry = self.conn.cache.entry_ttl(parent.0, name.as_bytes());
                 reply.entry_with_ttls(&attr_ttl, &entry, &file_attr(&attr), Generation(0))
             }
@@ -421,6 +425,17 @@ impl Filesystem for ShoalFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        // A truncation of a file this mount holds `Write` on is one more
+        // dirty change.
+        if let (Some(size), None, None, None, None) = (size, mode, uid, gid, atime)
+            && let Some(attr) = self.conn.cache.truncate(ino.0, size, now(mtime))
+        {
+            return reply.attr(&NONE, &file_attr(&attr));
+        }
+        // Anything else is the primary's, after the dirty changes.
+        if let Err(e) = self.conn.flush(Some(ino.0), false) {
+            return reply.error(errno(e));
+        }
         let set = SetAttr {
             perm: mode.map(|m| (m & 0o7777) as u16),
             uid,
@@ -604,10 +619,22 @@ impl Filesystem for ShoalFs {
         reply: ReplyData,
     ) {
         let size = size.min(shoal_fs::op::IO_MAX as u32);
-        if let Some(c) = self.conn.cache.content(ino.0) {
-            match self.read_cached(&c, offset, size) {
-                Ok(d) => return reply.data(&d),
-                Err(e) => tracing::debug!("reading {} from a file server: {e}", ino.0),
+        // Under a token: from a file server (again if a write-back moved
+        // the version on meanwhile).
+        for _ in 0..3 {
+            let Some(c) = self.conn.cache.content(ino.0) else {
+                break;
+            };
+            match self.read_cached(ino.0, &c, offset, size) {
+                Ok(Some(d)) => return reply.data(&d),
+                Ok(None) => {}
+                // Dirty changes are only here: the primary's bytes would
+                // be stale.
+                Err(e) if self.conn.cache.is_dirty(ino.0) => return reply.error(errno(e)),
+                Err(e) => {
+                    tracing::debug!("reading {} from a file server: {e}", ino.0);
+                    break;
+                }
             }
         }
         let op = Op::Read {
@@ -646,6 +673,20 @@ impl Filesystem for ShoalFs {
         reply: ReplyWrite,
     ) {
         let append = self.handles.lock().get(&fh.0).is_some_and(|h| h.append);
+        // Under `Write`, the bytes stay here until written back.
+        if self
+            .conn
+            .cache
+            .write(ino.0, (!append).then_some(offset), data, now(None))
+            .is_some()
+        {
+            if self.conn.cache.dirty_bytes() > DIRTY_MAX
+                && let Err(e) = self.conn.flush(Some(ino.0), false)
+            {
+                tracing::warn!("writing file {} back: {e}", ino.0);
+            }
+            return reply.written(data.len() as u32);
+        }
         let op = Op::Write {
             ino: ino.0,
             offset: (!append).then_some(offset),
@@ -715,14 +756,15 @@ impl Filesystem for ShoalFs {
     fn fsync(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        // Writes through the primary are durable when they return (the
-        // metadata service's `fsync` durability, r + 1 replicas).
-        reply.ok();
+        // Dirty changes are written back with the safety flag (on the file
+        // servers' disks) and committed; writes through the primary are
+        // durable when they return (the metadata service's durability).
+        answer_empty(reply, self.conn.flush(Some(ino.0), true));
     }
 
     fn readdir(

@@ -15,6 +15,7 @@ mod cache;
 mod callbacks;
 mod conn;
 pub mod fs;
+mod writeback;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -30,6 +31,7 @@ pub const THREADS: usize = 2;
 /// A mounted tree.
 pub struct Mount {
     session: Option<BackgroundSession>,
+    conn: Arc<conn::Conn>,
     _callbacks: callbacks::Callbacks,
     at: PathBuf,
 }
@@ -55,12 +57,14 @@ impl Mount {
         let session = fuser::Session::new(fs::ShoalFs::new(conn.clone()), at, &config)
             .map_err(|e| format!("cannot mount {}: {e}", at.display()))?;
         conn.kernel.set(session.notifier());
-        let callbacks = callbacks::Callbacks::start(ctx, name, conn).map_err(|e| e.to_string())?;
+        let callbacks =
+            callbacks::Callbacks::start(ctx, name, conn.clone()).map_err(|e| e.to_string())?;
         let session = session
             .spawn()
             .map_err(|e| format!("cannot serve {}: {e}", at.display()))?;
         Ok(Mount {
             session: Some(session),
+            conn,
             _callbacks: callbacks,
             at: at.to_path_buf(),
         })
@@ -72,20 +76,30 @@ impl Mount {
     }
 
     /// Unmounts and waits for the FUSE threads.
+    /// Unmounts, waits for the FUSE threads, and writes every dirty file
+    /// back.
     pub fn stop(mut self) -> Result<(), String> {
-        match self.session.take() {
-            Some(s) => s
-                .umount_and_join()
-                .map_err(|e| format!("cannot unmount {}: {e}", self.at.display())),
-            None => Ok(()),
-        }
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Result<(), String> {
+        let Some(s) = self.session.take() else {
+            return Ok(());
+        };
+        let unmounted = s
+            .umount_and_join()
+            .map_err(|e| format!("cannot unmount {}: {e}", self.at.display()));
+        self.conn
+            .flush(None, true)
+            .map_err(|e| format!("writing dirty files back: {e}"))?;
+        unmounted
     }
 }
 
 impl Drop for Mount {
     fn drop(&mut self) {
-        if let Some(s) = self.session.take() {
-            let _ = s.umount_and_join();
+        if let Err(e) = self.finish() {
+            tracing::warn!("{e}");
         }
     }
 }

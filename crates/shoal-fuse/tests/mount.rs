@@ -317,6 +317,35 @@ fn caches_follow_tokens() {
     drop(w);
     drop(held);
 
+    // Writes under a's Write token stay in a until written back: they
+    // cost the primary nothing; b's open recalls the token, and a writes
+    // the file back before answering, so b reads every byte.
+    let mut f = fs::File::create(pa.join("d/w")).unwrap();
+    let before = requests(&service);
+    for i in 0..100u8 {
+        f.write_all(&[i; 4096]).unwrap();
+    }
+    assert_eq!(
+        requests(&service),
+        before,
+        "cached writes reached the primary"
+    );
+    drop(f);
+    let got = fs::read(pb.join("d/w")).unwrap();
+    assert_eq!(got.len(), 100 * 4096);
+    assert!(
+        got.chunks(4096)
+            .enumerate()
+            .all(|(i, c)| c.iter().all(|b| *b == i as u8))
+    );
+    // And back: b's Write, then a's read; an fsync commits it first.
+    let mut f = OpenOptions::new().write(true).open(pb.join("d/w")).unwrap();
+    f.write_all(b"from b").unwrap();
+    f.set_len(10).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    assert_eq!(fs::read(pa.join("d/w")).unwrap(), b"from b\0\0\0\0");
+
     a.stop().unwrap();
     b.stop().unwrap();
     for r in service {

@@ -585,7 +585,7 @@ impl FsSim {
                     ));
                 }
             }
-            ToClient::Callback(Callback::Notice { .. }) => {}
+            ToClient::Callback(Callback::Notice { .. } | Callback::Orphan { .. }) => {}
         }
     }
 

@@ -97,6 +97,8 @@ fn sample_replies() -> Vec<Result<Reply, Failure>> {
         Ok(Reply::Hello {
             lease_ms: 10_000,
             root: attr(),
+            servers: vec![shoal_cap::Capability::from_bytes(&[5; 48]).unwrap()],
+            copies: 2,
         }),
         Ok(Reply::Events(vec![
             Callback::Recall {
@@ -105,6 +107,7 @@ fn sample_replies() -> Vec<Result<Reply, Failure>> {
                 grant: 3,
             },
             Callback::StopCaching { ino: 5, grant: 4 },
+            Callback::Orphan { ino: 4 },
             Callback::Notice {
                 id: 9,
                 dir: 1,

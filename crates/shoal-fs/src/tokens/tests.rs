@@ -575,8 +575,9 @@ fn an_inode_without_names_has_every_token_recalled() {
             },
         )
     };
+    let orphan = |c| (c, Callback::Orphan { ino: F });
     let got: Vec<_> = callbacks(&mut t).into_iter().map(plain_cb).collect();
-    assert_eq!(got, vec![recall(A), recall(B)]);
+    assert_eq!(got, vec![orphan(A), recall(A), orphan(B), recall(B)]);
     // Their answers: B has it open; then nobody holds it.
     t.returned(A, F, t.grant_of(A, F), Level::None, &[]);
     t.returned(B, F, t.grant_of(B, F), Level::None, &[(7, false)]);

@@ -61,9 +61,10 @@ fn a_recall_waits_for_its_grant_and_takes_what_it_names() {
     assert!(c.ready().is_empty());
     c.install(&attr(1, Kind::Dir, 0), &grant(Level::Read, 3));
     let ready = c.ready();
-    assert_eq!(ready.len(), 1);
-    assert!(ready[0].inval);
-    assert_eq!(ready[0].names, vec![b"x".to_vec()]);
+    assert_eq!(ready, vec![(1, Level::None, 3)]);
+    let r = c.take_clean(1, Level::None, 3).expect("nothing dirty");
+    assert!(r.inval);
+    assert_eq!(r.names, vec![b"x".to_vec()]);
     assert_eq!(c.entry_ttl(1, b"y"), Duration::ZERO, "the token went");
     // An answer carrying a grant older than the recall does not bring
     // the token back.
@@ -86,8 +87,8 @@ fn pages_are_kept_only_for_the_version_they_belong_to() {
     assert_eq!(c.open_cached(5), Some(Open::Cached { keep: true }));
     assert!(c.content(5).is_some());
     // A new version (granted after a recall) drops the pages.
-    let r = c.recall(5, Level::None, 1).expect("grant seen");
-    assert!(r.inval);
+    let (ino, to, g) = c.recall(5, Level::None, 1).expect("grant seen");
+    assert!(c.take_clean(ino, to, g).expect("clean").inval);
     assert_eq!(c.open_cached(5), None, "no token");
     let open = c.opened(&attr(5, Kind::File, 2), &grant(Level::Read, 2), Vec::new());
     assert_eq!(open, Open::Cached { keep: false });
@@ -106,4 +107,42 @@ fn a_lost_session_drops_everything() {
     assert_eq!(inodes, vec![1]);
     assert_eq!(names, vec![(1, vec![b"n".to_vec()])]);
     assert_eq!(c.entry_ttl(1, b"n"), Duration::ZERO);
+}
+
+#[test]
+fn writes_under_write_stay_dirty_until_written_back() {
+    let c = Cache::default();
+    let t = Time::new(5, 0);
+    // Without Write, a write goes through the primary.
+    c.opened(&attr(7, Kind::File, 1), &grant(Level::Read, 1), Vec::new());
+    assert_eq!(c.write(7, Some(0), b"x", t), None);
+    c.opened(&attr(7, Kind::File, 1), &grant(Level::Write, 2), Vec::new());
+    assert_eq!(c.write(7, Some(2), b"abc", t), Some(2));
+    assert_eq!(c.write(7, None, b"de", t), Some(10), "appends at the size");
+    let mut a = attr(7, Kind::File, 1);
+    c.patch(&mut a);
+    assert_eq!(a.size, 12);
+    assert_eq!(c.dirty_bytes(), 5);
+    // A read finishes the base window with the changes.
+    let got = c.finish_read(7, 1, 0, 6, b"0123456789").unwrap();
+    assert_eq!(got, b"01abc5");
+    // A recall cannot take the token while changes are left.
+    assert!(c.take_clean(7, Level::Read, 2).is_none());
+    let job = c.flush_job(7).unwrap();
+    assert_eq!(job.count, 2);
+    // One more write arrives during the write-back: it stays dirty.
+    assert_eq!(c.write(7, Some(0), b"Z", t), Some(0));
+    let mut committed = attr(7, Kind::File, 2);
+    committed.size = 12;
+    c.flushed(&job, &committed, Vec::new());
+    assert_eq!(c.dirty_bytes(), 1);
+    let job = c.flush_job(7).unwrap();
+    assert_eq!(job.version, 2);
+    let mut next = attr(7, Kind::File, 3);
+    next.size = 12;
+    c.flushed(&job, &next, Vec::new());
+    assert!(c.flush_job(7).is_none());
+    let r = c.take_clean(7, Level::Read, 2).expect("clean now");
+    assert!(!r.inval, "a recall to Read keeps the kernel's copy");
+    assert_eq!(c.write(7, Some(0), b"x", t), None, "Read only now");
 }
