@@ -13,6 +13,7 @@
 
 pub mod client;
 pub mod primary;
+pub mod store;
 
 use std::sync::Arc;
 use std::thread::JoinHandle;

@@ -440,35 +440,10 @@ impl Primary {
         let Some(attr) = pending else {
             return Ok(());
         };
-        if self.file_servers.is_empty() {
-            return Err(Failure::Unavailable(
-                "no file servers are configured for file contents".into(),
-            ));
-        }
         let bytes = self.contents(r, ino)?;
-        // On the first `copies` servers that take it, from a place that
-        // moves with the inode (so versions spread over the servers).
-        let n = self.file_servers.len();
-        let mut content = Vec::new();
-        let mut errors = Vec::new();
-        for k in 0..n {
-            if content.len() == self.copies {
-                break;
-            }
-            let server = self.file_servers[(ino as usize + k) % n];
-            match self.with_files(|f| f.create(&server, &bytes, true)) {
-                Ok(c) => content.push(c),
-                Err(e) => errors.push(e.to_string()),
-            }
-        }
-        if content.len() < self.copies {
-            return Err(Failure::Unavailable(format!(
-                "{} of {} copies of a file's contents stored: {}",
-                content.len(),
-                self.copies,
-                errors.join("; ")
-            )));
-        }
+        let content = self.with_files(|f| {
+            crate::store::store(f, &self.file_servers, self.copies, ino, &bytes, true)
+        })?;
         self.order_own(
             r,
             soft,
@@ -765,11 +740,6 @@ impl Primary {
         }
         if wait {
             return Outcome::Wait;
-        }
-        // The recalls above may have changed whether a victim is in use.
-        let mut p = Prepared::default();
-        if let Err(e) = Self::prepare(r, soft, &mut op, &mut p) {
-            return Outcome::Reply(Err(e));
         }
         // A client's commit names the version it was made from, so made
         // twice it fails the second time: it needs no exactly-once record,

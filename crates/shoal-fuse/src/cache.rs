@@ -97,14 +97,13 @@ pub(crate) struct Dirty {
     pub bytes: u64,
 }
 
-/// A write-back to make: the changes so far (`count` of them) over
+/// A write-back to make: the changes so far over
 /// `content`, version `version`.
 #[derive(Debug)]
 pub(crate) struct FlushJob {
     pub version: u64,
     pub content: Vec<Capability>,
     pub changes: Vec<OverlayEntry>,
-    pub count: usize,
     pub size: u64,
     pub mtime: Time,
 }
@@ -119,6 +118,8 @@ struct Inner {
     /// The attributes last heard from the primary.
     attrs: HashMap<Ino, Attr>,
     dirty: HashMap<Ino, Dirty>,
+    /// The dirty bytes of all files (the sum of their `bytes`).
+    dirty_bytes: u64,
 }
 
 /// The mount's cache state.
@@ -304,6 +305,7 @@ impl Cache {
         let (change, size, at) = make(d.size);
         if let OverlayChange::Write { data, .. } = &change {
             d.bytes += data.len() as u64;
+            inner.dirty_bytes += data.len() as u64;
         }
         d.changes.push(OverlayEntry { version, change });
         d.size = size;
@@ -318,7 +320,7 @@ impl Cache {
 
     /// Dirty bytes waiting, in all files.
     pub(crate) fn dirty_bytes(&self) -> u64 {
-        self.inner.lock().dirty.values().map(|d| d.bytes).sum()
+        self.inner.lock().dirty_bytes
     }
 
     /// Files whose oldest dirty change is older than `age`.
@@ -345,7 +347,6 @@ impl Cache {
             version: d.version,
             content: d.content.clone(),
             changes: d.changes.clone(),
-            count: d.changes.len(),
             size: d.size,
             mtime: d.mtime,
         })
@@ -355,14 +356,15 @@ impl Cache {
     /// as `content`; the job's changes are in it.
     pub(crate) fn flushed(&self, job: &FlushJob, attr: &Attr, content: Vec<Capability>) {
         let mut inner = self.inner.lock();
+        let inner = &mut *inner;
         if let Some(d) = inner.dirty.get_mut(&attr.ino) {
-            d.changes.drain(..job.count.min(d.changes.len()));
+            d.changes.drain(..job.changes.len().min(d.changes.len()));
             d.version = attr.version;
             d.content = content.clone();
             for c in &mut d.changes {
                 c.version = attr.version;
             }
-            d.bytes = d
+            let left = d
                 .changes
                 .iter()
                 .map(|c| match &c.change {
@@ -370,6 +372,8 @@ impl Cache {
                     OverlayChange::Truncate { .. } => 0,
                 })
                 .sum();
+            inner.dirty_bytes -= d.bytes - left;
+            d.bytes = left;
             d.since = Instant::now();
             if d.changes.is_empty() {
                 inner.dirty.remove(&attr.ino);
@@ -390,7 +394,10 @@ impl Cache {
     /// Dirty changes that cannot be written back (the file went, or
     /// changed elsewhere): dropped.
     pub(crate) fn discard(&self, ino: Ino) -> bool {
-        self.inner.lock().dirty.remove(&ino).is_some()
+        let mut inner = self.inner.lock();
+        let gone = inner.dirty.remove(&ino);
+        inner.dirty_bytes -= gone.as_ref().map_or(0, |d| d.bytes);
+        gone.is_some()
     }
 
     /// Whether the kernel may keep name `name` of `parent`: then it is

@@ -231,9 +231,8 @@ impl Conn {
         }
     }
 
-    /// Stores a file's bytes on the first `copies` file servers that take
-    /// them, from a place that moves with the inode (so versions spread
-    /// over the servers).
+    /// Stores a file's bytes on the file servers the hello named
+    /// (`shoal_fssvc::store`).
     pub(crate) fn store(
         &self,
         ino: Ino,
@@ -241,35 +240,7 @@ impl Conn {
         safety: bool,
     ) -> Result<Vec<Capability>, Failure> {
         let (servers, copies) = self.servers.lock().clone();
-        if servers.is_empty() {
-            return Err(Failure::Unavailable(
-                "no file servers are configured for file contents".into(),
-            ));
-        }
-        let n = servers.len();
-        let mut content = Vec::new();
-        let mut errors = Vec::new();
-        for k in 0..n {
-            if content.len() == copies {
-                break;
-            }
-            let server = servers[(ino as usize + k) % n];
-            match self.with_files(|f| f.create(&server, bytes, safety)) {
-                Ok(c) => content.push(c),
-                Err(e) => errors.push(e.to_string()),
-            }
-        }
-        if content.len() < copies.min(n) {
-            for c in &content {
-                let _ = self.with_files(|f| f.destroy(c));
-            }
-            return Err(Failure::Unavailable(format!(
-                "{} of {copies} copies of a file's contents stored: {}",
-                content.len(),
-                errors.join("; ")
-            )));
-        }
-        Ok(content)
+        self.with_files(|f| shoal_fssvc::store::store(f, &servers, copies, ino, bytes, safety))
     }
 
     /// Asks the callbacks thread to write `ino` back (every dirty file

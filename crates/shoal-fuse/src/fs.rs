@@ -9,12 +9,13 @@
 //! pages while it holds `Read` on the file at their version (an open that
 //! finds that version keeps them, `FOPEN_KEEP_CACHE`); an open for
 //! reading under the token costs no message, and reads of pages the
-//! kernel lacks go to a file server, not the primary.  A file opened for
-//! writing is opened with direct I/O, and its writes go through the
-//! primary (writes cached in the mount, under a `Write` token, come
-//! next); after each, the kernel's pages of the range written are
-//! dropped, as are those a read through the primary fills for a cached
-//! open: a file the mount holds no token on keeps no pages.
+//! kernel lacks go to a file server, not the primary.  Under `Write`,
+//! writes and truncations stay in the mount as dirty changes until they
+//! are written back (`writeback`).  Without it a write goes through the
+//! primary and the kernel's pages of the range written are dropped, as
+//! are those a read through the primary fills for a cached open: a file
+//! the mount holds no token on keeps no pages ("The client as built" in
+//! `docs/fs.md`).
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -600,7 +601,6 @@ impl Filesystem for ShoalFs {
                 // `created` gives one timeout for the entry and the
                 // attributes: the attributes' (none: the new file's
                 // token is asked for at its next look).
-                let _ = self.conn.cache.entry_ttl(parent.0, name.as_bytes());
                 reply.created(&NONE, &file_attr(&attr), Generation(0), FileHandle(fh), how)
             }
             Err(e) => reply.error(errno(e)),

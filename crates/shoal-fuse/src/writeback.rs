@@ -59,9 +59,9 @@ pub(crate) fn write_back(
         }
         Ok(Reply::Updated(Err(e))) => {
             tracing::error!(
-                "file {ino}: {} changed bytes not written back ({e}): the file changed \
+                "file {ino}: {} changes not written back ({e}): the file changed \
                  elsewhere after this mount lost its token",
-                job.size
+                job.changes.len()
             );
             conn.cache.discard(ino);
             destroy(conn, &content);

@@ -58,17 +58,53 @@ fn errno(e: std::io::Error) -> i32 {
     e.raw_os_error().unwrap_or(0)
 }
 
+/// Three nodes, a file server, the metadata service's replicas, and the
+/// tree mounted on n1 at `pa` and on n2 at `pb`.
+struct Setup {
+    nodes: Nodes,
+    server: FileServer,
+    service: Vec<MetaReplica>,
+    pa: std::path::PathBuf,
+    pb: std::path::PathBuf,
+    a: Mount,
+    b: Mount,
+}
+
+impl Setup {
+    fn up(name: &str) -> Setup {
+        let nodes = Nodes::up(3);
+        let server =
+            FileServer::start(&nodes.ctx[0], &nodes.path("files"), ServerConfig::default())
+                .unwrap();
+        let service = replicas(&nodes, name, server.cap());
+        let (pa, pb) = (nodes.path("a"), nodes.path("b"));
+        fs::create_dir_all(&pa).unwrap();
+        fs::create_dir_all(&pb).unwrap();
+        let a = Mount::start(&nodes.ctx[0], name, "n1", &pa).expect("mount a (root and /dev/fuse)");
+        let b = Mount::start(&nodes.ctx[1], name, "n2", &pb).expect("mount b");
+        Setup {
+            nodes,
+            server,
+            service,
+            pa,
+            pb,
+            a,
+            b,
+        }
+    }
+}
+
 #[test]
 fn two_mounts_share_one_tree() {
-    let nodes = Nodes::up(3);
-    let server =
-        FileServer::start(&nodes.ctx[0], &nodes.path("files"), ServerConfig::default()).unwrap();
-    let service = replicas(&nodes, NAME, server.cap());
-    let (pa, pb) = (nodes.path("a"), nodes.path("b"));
-    fs::create_dir_all(&pa).unwrap();
-    fs::create_dir_all(&pb).unwrap();
-    let a = Mount::start(&nodes.ctx[0], NAME, "n1", &pa).expect("mount a (root and /dev/fuse)");
-    let b = Mount::start(&nodes.ctx[1], NAME, "n2", &pb).expect("mount b");
+    let Setup {
+        nodes: _nodes,
+        server,
+        service,
+        pa,
+        pb,
+        a,
+        b,
+    } = Setup::up(NAME);
 
     // Written on one node, read at once on the other.
     fs::write(pa.join("hello"), b"hello from a\n").unwrap();
@@ -245,16 +281,15 @@ fn requests(service: &[MetaReplica]) -> u64 {
 /// here) is seen at once.
 #[test]
 fn caches_follow_tokens() {
-    const CACHED: &str = "fs-cache-test";
-    let nodes = Nodes::up(3);
-    let server =
-        FileServer::start(&nodes.ctx[0], &nodes.path("files"), ServerConfig::default()).unwrap();
-    let service = replicas(&nodes, CACHED, server.cap());
-    let (pa, pb) = (nodes.path("a"), nodes.path("b"));
-    fs::create_dir_all(&pa).unwrap();
-    fs::create_dir_all(&pb).unwrap();
-    let a = Mount::start(&nodes.ctx[0], CACHED, "n1", &pa).expect("mount a (root and /dev/fuse)");
-    let b = Mount::start(&nodes.ctx[1], CACHED, "n2", &pb).expect("mount b");
+    let Setup {
+        nodes: _nodes,
+        server,
+        service,
+        pa,
+        pb,
+        a,
+        b,
+    } = Setup::up("fs-cache-test");
 
     fs::create_dir(pa.join("d")).unwrap();
     fs::write(pa.join("d/f"), b"one").unwrap();

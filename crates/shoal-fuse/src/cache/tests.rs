@@ -129,7 +129,7 @@ fn writes_under_write_stay_dirty_until_written_back() {
     // A recall cannot take the token while changes are left.
     assert!(c.take_clean(7, Level::Read, 2).is_none());
     let job = c.flush_job(7).unwrap();
-    assert_eq!(job.count, 2);
+    assert_eq!(job.changes.len(), 2);
     // One more write arrives during the write-back: it stays dirty.
     assert_eq!(c.write(7, Some(0), b"Z", t), Some(0));
     let mut committed = attr(7, Kind::File, 2);
