@@ -18,7 +18,9 @@
 //! - [`tokens`]: the primary's soft state: who may cache what, the opens it
 //!   knows, write-shared files, recalls, change notices and leases;
 //! - [`client`]: a client's cache of files: what each operation needs,
-//!   dirty bytes and their write-back, answers to recalls.
+//!   dirty bytes and their write-back, answers to recalls;
+//! - [`xattr`]: extended attributes as the service reads them, and the
+//!   capabilities it gives out for inodes.
 //!
 //! **Architecture invariant:** no sockets, files, clocks or randomness
 //! (times and secrets travel in the updates); decoders never panic.
@@ -33,6 +35,7 @@ pub mod replica;
 pub mod tokens;
 pub mod tree;
 pub mod update;
+pub mod xattr;
 
 pub use model::{Attr, FsError, Identity, Ino, Kind};
 pub use tree::{Applied, Tree};

@@ -120,6 +120,39 @@ pub enum Op {
     Confirm {
         ids: Vec<u64>,
     },
+    /// One extended attribute's value (`Data`).  `user.shoal.cap` is the
+    /// primary's: a capability for the inode with the rights the caller's
+    /// permissions give.
+    GetXattr {
+        ino: Ino,
+        name: Vec<u8>,
+    },
+    /// The names of an inode's extended attributes, each followed by a
+    /// NUL (`Data`, as `listxattr(2)` gives them).
+    ListXattr {
+        ino: Ino,
+    },
+    /// The attributes of the inode a capability names (`Entry`, with no
+    /// grant): any caller, no session, no identity.
+    CapStat {
+        cap: Capability,
+    },
+    /// Bytes of the file a capability with `READ` names (`Data`): any
+    /// caller; the primary recalls every cache that holds unwritten
+    /// changes first, so the bytes are the file's latest.
+    CapRead {
+        cap: Capability,
+        offset: u64,
+        len: u32,
+    },
+}
+
+impl Op {
+    /// Whether the request acts by a capability (any caller, no session)
+    /// rather than for a mount's session.
+    pub fn by_capability(&self) -> bool {
+        matches!(self, Op::CapStat { .. } | Op::CapRead { .. })
+    }
 }
 
 /// What a client may cache, as granted.
@@ -390,6 +423,25 @@ impl Request {
                 opt(w, *version, |w, v| w.u64(v));
                 opens(w, list);
             }
+            Op::GetXattr { ino, name } => {
+                w.u8(17);
+                w.u64(*ino);
+                w.str16(name);
+            }
+            Op::ListXattr { ino } => {
+                w.u8(18);
+                w.u64(*ino);
+            }
+            Op::CapStat { cap } => {
+                w.u8(19);
+                w.cap(cap);
+            }
+            Op::CapRead { cap, offset, len } => {
+                w.u8(20);
+                w.cap(cap);
+                w.u64(*offset);
+                w.u32(*len);
+            }
         }
         out
     }
@@ -458,6 +510,19 @@ impl Request {
             }
             13 => Op::StatFs,
             14 => Op::Status,
+            17 => Op::GetXattr {
+                ino: r.u64()?,
+                name: r.str16()?.to_vec(),
+            },
+            18 => Op::ListXattr { ino: r.u64()? },
+            19 => Op::CapStat { cap: r.cap()? },
+            20 => {
+                let (cap, offset, len) = (r.cap()?, r.u64()?, r.u32()?);
+                if len as usize > IO_MAX {
+                    return Err(bad("fs request", "a read of more than 1 MiB"));
+                }
+                Op::CapRead { cap, offset, len }
+            }
             15 => Op::Reclaim {
                 ino: r.u64()?,
                 level: read_level(r)?,

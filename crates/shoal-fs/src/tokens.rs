@@ -363,6 +363,30 @@ impl Tokens {
         }
     }
 
+    /// Whether no client may hold unwritten changes of `ino`: every
+    /// `Write` token on it is recalled to `Read` (its holder writes its
+    /// changes back before it answers), and `false` is returned while one
+    /// is out or the grace period lasts.  A read made for a caller that is
+    /// no client (by capability) waits for this.
+    pub fn writers_flushed(&mut self, ino: Ino) -> bool {
+        if self.grace {
+            return false;
+        }
+        let Some(s) = self.inodes.get_mut(&ino) else {
+            return true;
+        };
+        let writers: Vec<ClientId> = s
+            .holders
+            .iter()
+            .filter(|(_, l)| **l == Level::Write)
+            .map(|(c, _)| *c)
+            .collect();
+        for c in &writers {
+            s.recall(&mut self.callbacks, ino, *c, Level::Read);
+        }
+        writers.is_empty()
+    }
+
     /// Whether any client holds a token on `ino` (it may have opens the
     /// primary does not know of).
     pub fn is_held(&self, ino: Ino) -> bool {

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use shoal_cap::PutPort;
+use shoal_cap::{Capability, PutPort};
 use shoal_fs::model::{Attr, Identity};
 use shoal_fs::op::{self, Failure, Op, Reply};
 use shoal_replicasvc::writes_at::Endpoint;
@@ -53,6 +53,48 @@ impl FsClient {
         let mut c = FsClient::new(ctx, name)?;
         c.session = session;
         Ok(c)
+    }
+
+    /// A caller that acts by capability on the file system that made
+    /// `cap`: any program may, with no session and no identity of its
+    /// own (the capability's rights are what it may do).
+    pub fn for_capability(ctx: &Context, cap: &Capability) -> Result<FsClient, Failure> {
+        Ok(FsClient {
+            rpc: ctx
+                .client()
+                .map_err(|e| Failure::Unavailable(format!("cannot make an RPC client: {e}")))?,
+            port: cap.port(),
+            session: 0,
+            seq: 0,
+        })
+    }
+
+    /// The attributes of the inode `cap` names.
+    pub fn cap_stat(&mut self, cap: &Capability) -> Result<Attr, Failure> {
+        match self.call(&nobody(), Op::CapStat { cap: *cap })? {
+            Reply::Entry { attr, .. } => Ok(attr),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Up to `len` bytes (at most [`op::IO_MAX`]) at `offset` of the file
+    /// `cap` names: its latest bytes, written back from any mount that
+    /// held them.
+    pub fn cap_read(
+        &mut self,
+        cap: &Capability,
+        offset: u64,
+        len: u32,
+    ) -> Result<Vec<u8>, Failure> {
+        let op = Op::CapRead {
+            cap: *cap,
+            offset,
+            len: len.min(op::IO_MAX as u32),
+        };
+        match self.call(&nobody(), op)? {
+            Reply::Data(d) => Ok(d),
+            other => Err(unexpected(&other)),
+        }
     }
 
     /// The session's number (its `ClientId` at the primary).
@@ -164,6 +206,11 @@ impl FsClient {
             other => Err(unexpected(&other)),
         }
     }
+}
+
+/// The identity a request by capability names (the service ignores it).
+fn nobody() -> Identity {
+    Identity::user(65_534, 65_534)
 }
 
 /// A reply of the wrong kind.

@@ -37,6 +37,8 @@ use shoal_rpc::{Context, Server};
 
 use crate::FsConfig;
 
+mod xattrs;
+
 type Rep = Replicated<FsReplica>;
 
 /// A file's content version, overlay and size.
@@ -316,7 +318,7 @@ impl Primary {
     /// Decides the waiting requests again.
     fn retry(&self, r: &Rep, soft: &mut Soft) {
         for (held, req) in std::mem::take(&mut soft.waiting) {
-            if !soft.tokens.knows(req.session) {
+            if !req.op.by_capability() && !soft.tokens.knows(req.session) {
                 held.answer(&Err(Failure::NoSession));
                 continue;
             }
@@ -461,6 +463,9 @@ impl Primary {
 
     /// Decides one request (of a client with a session).
     fn handle(&self, r: &Rep, soft: &mut Soft, req: &op::Request) -> Outcome {
+        if req.op.by_capability() {
+            return self.by_capability(r, soft, &req.op);
+        }
         let client = req.session;
         let now = self.now();
         if let Op::Hello { node, .. } = &req.op {
@@ -485,7 +490,10 @@ impl Primary {
         soft.tokens.renew(now, client);
         let who = &req.who;
         let reply = match &req.op {
-            Op::Hello { .. } | Op::Status => unreachable!("answered before"),
+            Op::Hello { .. } | Op::Status | Op::CapStat { .. } | Op::CapRead { .. } => {
+                unreachable!("answered before")
+            }
+            Op::GetXattr { .. } | Op::ListXattr { .. } => self.xattr(r, who, &req.op),
             Op::Events { confirm } => {
                 for id in confirm {
                     soft.tokens.confirm(client, *id);
@@ -897,8 +905,9 @@ impl Handler<FsReplica> for Primary {
         if !r.is_sequencer() {
             return answer(&Err(Failure::NotPrimary));
         }
-        // Only a node's root (its mount client) may claim identities.
-        if request.caller().uid != 0 {
+        // Only a node's root (its mount client) may claim identities; a
+        // request by capability claims none.
+        if request.caller().uid != 0 && !req.op.by_capability() {
             return answer(&Err(fs(FsError::Perm)));
         }
         let req = op::Request {

@@ -28,8 +28,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
-    WriteFlags,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 use shoal_fs::model::{Attr, Identity, Ino, Kind, Time};
@@ -39,6 +39,8 @@ use shoal_fs::update::{Answer, SetAttr, TimeSet, UpdateOp};
 
 use crate::cache::{Content, Open as CacheUse};
 use crate::conn::Conn;
+
+mod xattr;
 
 fn open_flags(open: CacheUse) -> FopenFlags {
     match open {
@@ -361,6 +363,23 @@ impl ShoalFs {
             self.conn.learn_new(id);
         }
         Ok((self.handle(ino, id, append, open), open_flags(open)))
+    }
+
+    /// Closes handle `fh`: the primary hears of it only if it knew of the
+    /// open.
+    fn close(&self, fh: u64) -> Result<(), Failure> {
+        let Some(h) = self.handles.lock().remove(&fh) else {
+            return Ok(());
+        };
+        if !self.conn.forget_open(h.ino, h.open) {
+            // The primary never learned of it: an open under a token.
+            return Ok(());
+        }
+        let close = Op::Close {
+            ino: h.ino,
+            id: h.open,
+        };
+        self.conn.call(&Identity::root(), close).map(|_| ())
     }
 
     fn handle(&self, ino: Ino, open: OpenId, append: bool, how: CacheUse) -> u64 {
@@ -734,23 +753,7 @@ impl Filesystem for ShoalFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let Some(h) = self.handles.lock().remove(&fh.0) else {
-            return reply.ok();
-        };
-        if !self.conn.forget_open(h.ino, h.open) {
-            // The primary never learned of it: an open under a token.
-            return reply.ok();
-        }
-        match self.conn.call(
-            &Identity::root(),
-            Op::Close {
-                ino: h.ino,
-                id: h.open,
-            },
-        ) {
-            Ok(_) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        answer_empty(reply, self.close(fh.0));
     }
 
     fn fsync(
@@ -795,6 +798,33 @@ impl Filesystem for ShoalFs {
             }
         }
         reply.ok();
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        xattr::answer(reply, size, self.get_xattr(req, ino.0, name.as_bytes()));
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let listed = self.conn.call(&who(req), Op::ListXattr { ino: ino.0 });
+        xattr::answer(reply, size, listed);
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let set = self.set_xattr(req, ino.0, name.as_bytes(), Some((value, flags)));
+        answer_empty(reply, set);
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        answer_empty(reply, self.set_xattr(req, ino.0, name.as_bytes(), None));
     }
 
     fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

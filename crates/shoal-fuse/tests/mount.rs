@@ -389,6 +389,101 @@ fn caches_follow_tokens() {
     server.stop().unwrap();
 }
 
+/// Extended attributes are the tree's, seen from every mount;
+/// `user.shoal.cap` gives a capability by which any program reads the
+/// file (its latest bytes, a mount's unwritten changes included) without
+/// a mount, and `user.shoal.content` the current version's contents on
+/// the file servers.
+#[test]
+fn extended_attributes_and_capabilities() {
+    let Setup {
+        nodes,
+        server,
+        service,
+        pa,
+        pb,
+        a,
+        b,
+    } = Setup::up("fs-xattr-test");
+    let (fa, fb) = (pa.join("f"), pb.join("f"));
+    fs::write(&fa, b"one").unwrap();
+
+    // Set on one mount, read and listed on the other; the service's own
+    // names are not listed, and cannot be set.
+    xattr::set(&fa, "user.color", b"blue").unwrap();
+    assert_eq!(
+        xattr::get(&fb, "user.color").unwrap(),
+        Some(b"blue".to_vec())
+    );
+    let names: Vec<_> = xattr::list(&fb).unwrap().collect();
+    assert_eq!(names, vec![OsStr::new("user.color")]);
+    xattr::set(&fb, "trusted.t", b"root's").unwrap();
+    assert_eq!(
+        xattr::get(&fa, "trusted.t").unwrap(),
+        Some(b"root's".to_vec())
+    );
+    xattr::remove(&fa, "user.color").unwrap();
+    assert_eq!(xattr::get(&fb, "user.color").unwrap(), None);
+    assert_eq!(
+        xattr::remove(&fb, "user.color").map_err(errno),
+        Err(libc::ENODATA)
+    );
+    assert_eq!(
+        xattr::set(&fa, "user.shoal.cap", b"x").map_err(errno),
+        Err(libc::EPERM)
+    );
+    assert_eq!(
+        xattr::set(&fa, "security.x", b"x").map_err(errno),
+        Err(libc::EOPNOTSUPP)
+    );
+    assert_eq!(xattr::get(&fa, "security.capability").unwrap(), None);
+
+    // a writes (under its Write token: the bytes stay in a's mount); a
+    // program on the third node, with no mount, reads them by capability.
+    let text = xattr::get(&fb, "user.shoal.cap").unwrap().unwrap();
+    let cap: shoal_cap::Capability = String::from_utf8(text).unwrap().parse().unwrap();
+    assert!(
+        cap.rights()
+            .contains(shoal_cap::Rights::READ | shoal_cap::Rights::WRITE)
+    );
+    let mut f = OpenOptions::new().write(true).open(&fa).unwrap();
+    f.write_all(b"two!").unwrap();
+    let mut by_cap = shoal_fssvc::FsClient::for_capability(&nodes.ctx[2], &cap).unwrap();
+    assert_eq!(by_cap.cap_read(&cap, 0, 100).unwrap(), b"two!");
+    assert_eq!(by_cap.cap_stat(&cap).unwrap().size, 4);
+    drop(f);
+
+    // Restricted offline to no right to read, or forged: refused.
+    let stat_only = cap.restrict(shoal_cap::Rights::NONE).unwrap();
+    assert_eq!(by_cap.cap_stat(&stat_only).unwrap().size, 4);
+    let denied = shoal_fs::op::Failure::Fs(shoal_fs::FsError::Access);
+    assert_eq!(by_cap.cap_read(&stat_only, 0, 100), Err(denied.clone()));
+    let mut forged = cap.to_string().into_bytes();
+    let last = forged.len() - 1;
+    forged[last] = if forged[last] == b'0' { b'1' } else { b'0' };
+    let forged: shoal_cap::Capability = String::from_utf8(forged).unwrap().parse().unwrap();
+    assert_eq!(by_cap.cap_read(&forged, 0, 100), Err(denied));
+
+    // The content version's capabilities: the file servers' copy of what
+    // the file holds now.
+    let content = xattr::get(&fb, "user.shoal.content").unwrap().unwrap();
+    let caps: Vec<shoal_cap::Capability> = String::from_utf8(content)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(caps.len(), 1, "one copy is configured");
+    let mut files = shoal_filesvc::FileClient::new(&nodes.ctx[2]).unwrap();
+    assert_eq!(files.read_all(&caps).unwrap(), b"two!");
+
+    a.stop().unwrap();
+    b.stop().unwrap();
+    for r in service {
+        r.stop();
+    }
+    server.stop().unwrap();
+}
+
 /// The file system's inode count as statfs(2) reports it (`stat -f`).
 fn statfs_files(p: &Path) -> u64 {
     let out = std::process::Command::new("stat")

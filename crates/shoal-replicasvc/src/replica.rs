@@ -662,6 +662,11 @@ impl<M: Machine> Replicated<M> {
 
     // ---- for the service's handler --------------------------------------
 
+    /// The service's port (what the service's capabilities name).
+    pub fn port(&self) -> PutPort {
+        self.port
+    }
+
     /// The state's index.
     pub fn index(&self) -> u64 {
         self.rs.read().index()

@@ -1,7 +1,9 @@
 //! `shoal fs`: the shared file system.  `serve` runs one replica of a file
 //! system's metadata service (`docs/fs.md`); `mount` mounts its tree on
 //! this node and serves it until signalled; `umount` takes a mount away;
-//! `status` shows the replica that answers.
+//! `status` shows the replica that answers.  `cap` prints the capability
+//! of a file found by path (its `user.shoal.cap` attribute), and `stat`
+//! and `cat` use one, on any node and as any user, without a mount.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -36,6 +38,16 @@ pub enum FsCommand {
         #[arg(default_value = "/shoal")]
         path: PathBuf,
     },
+    /// Print the capability of the file or directory at PATH (its
+    /// user.shoal.cap attribute), with the rights your permissions give:
+    /// r if you may read it, w if you may write it, a if you own it.
+    Cap { path: PathBuf },
+    /// Show the attributes of the inode a capability names (no mount
+    /// needed: any program holding the capability may).
+    Stat { cap: Capability },
+    /// Write the bytes of the file a capability with the r right names to
+    /// standard output: its latest bytes, whichever node wrote them.
+    Cat { cap: Capability },
     /// Show the status of the metadata replica that answers (JSON).
     Status {
         /// The file system's name.
@@ -96,6 +108,33 @@ pub fn run(cmd: FsCommand) -> Result<(), Failure> {
         FsCommand::Serve(args) => serve(args),
         FsCommand::Mount { path, service } => mount(&path, &service),
         FsCommand::Umount { path } => umount(&path),
+        FsCommand::Cap { path } => {
+            let value = xattr::get(&path, "user.shoal.cap")
+                .map_err(|e| Failure::failed(format!("{}: {e}", path.display())))?
+                .ok_or_else(|| {
+                    Failure::failed(format!(
+                        "{}: no capability (not in a shoal file system?)",
+                        path.display()
+                    ))
+                })?;
+            println!("{}", String::from_utf8_lossy(&value));
+            Ok(())
+        }
+        FsCommand::Stat { cap } => {
+            let attr = cap_client(&cap)?.cap_stat(&cap).map_err(cap_failure)?;
+            println!("inode    {}", attr.ino);
+            println!("kind     {:?}", attr.kind);
+            println!("mode     {:04o}", attr.perm);
+            println!("links    {}", attr.nlink);
+            println!("owner    {}:{}", attr.uid, attr.gid);
+            println!("size     {}", attr.size);
+            println!("mtime    {}.{:09}", attr.mtime.secs, attr.mtime.nanos);
+            println!("ctime    {}.{:09}", attr.ctime.secs, attr.ctime.nanos);
+            println!("version  {}", attr.version);
+            println!("rights   {}", cap.rights());
+            Ok(())
+        }
+        FsCommand::Cat { cap } => cat(&cap),
         FsCommand::Status { service } => {
             let ctx = attach()?;
             let mut client =
@@ -110,6 +149,40 @@ pub fn run(cmd: FsCommand) -> Result<(), Failure> {
             Ok(())
         }
     }
+}
+
+/// A caller, by capability, of the file system that made `cap`.
+fn cap_client(cap: &Capability) -> Result<FsClient, Failure> {
+    FsClient::for_capability(&attach()?, cap).map_err(|e| Failure::unreachable(e.to_string()))
+}
+
+/// What the file system answered, as the command's failure.
+fn cap_failure(e: shoal_fs::op::Failure) -> Failure {
+    match e {
+        shoal_fs::op::Failure::Fs(e) => Failure::failed(e.to_string()),
+        e => Failure::unreachable(e.to_string()),
+    }
+}
+
+/// `shoal fs cat`: the file's bytes, 1 MiB a call, to standard output.
+fn cat(cap: &Capability) -> Result<(), Failure> {
+    use std::io::Write;
+    let mut client = cap_client(cap)?;
+    let mut out = std::io::stdout().lock();
+    let mut offset = 0u64;
+    loop {
+        let chunk = client
+            .cap_read(cap, offset, shoal_fs::op::IO_MAX as u32)
+            .map_err(cap_failure)?;
+        if chunk.is_empty() {
+            break;
+        }
+        offset += chunk.len() as u64;
+        out.write_all(&chunk)
+            .map_err(|e| Failure::failed(format!("standard output: {e}")))?;
+    }
+    out.flush()
+        .map_err(|e| Failure::failed(format!("standard output: {e}")))
 }
 
 /// Whether `path` is a mount whose FUSE client is gone ("transport

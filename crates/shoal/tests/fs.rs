@@ -2,8 +2,10 @@
 //! up` makes it (`docs/fs.md`): the tree mounted at /shoal on every node,
 //! each in its node's own mount namespace; a file written on one node
 //! read at once on another; a program run remotely by `shoal run` working
-//! in the shared tree; a metadata replica and a mount killed (SIGKILL)
-//! and restarted by their daemons, nothing lost.
+//! in the shared tree; a file read by an ordinary user on another node
+//! through a capability found by path (and refused by path, and forged);
+//! a metadata replica and a mount killed (SIGKILL) and restarted by their
+//! daemons, nothing lost.
 
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -107,6 +109,60 @@ fn the_tree_is_shared_by_every_node_and_survives_its_servers_crashes() {
     );
     assert_eq!(out, "/shoal/work\nhello from n1\n");
     assert_eq!(ok(c, "n2", "cat /shoal/work/b"), "from n3\n");
+
+    // A file only root may read, handed as a read-only capability to an
+    // ordinary user (nobody) on another node: the user reads it by the
+    // capability, though not by its path, and a forged one is refused.
+    ok(
+        c,
+        "n1",
+        "echo for root alone > /shoal/work/private && chmod 600 /shoal/work/private",
+    );
+    let cap = ok(
+        c,
+        "n1",
+        "$SHOAL cap restrict --rights r------- $($SHOAL fs cap /shoal/work/private)",
+    );
+    let cap = cap.trim();
+    let nobody = |script: &str| {
+        let socket = c.node("n3").unwrap().socket.clone();
+        c.command("n3", "setpriv")
+            .unwrap()
+            .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+            .args(["--", "sh", "-c", script])
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", "/")
+            .env("SHOAL", shoal())
+            .env("SHOAL_NODE", socket)
+            .output()
+            .unwrap()
+    };
+    let by_path = nobody("cat /shoal/work/private");
+    assert!(!by_path.status.success(), "{by_path:?}");
+    let by_cap = nobody(&format!("$SHOAL fs cat {cap}"));
+    assert_eq!(
+        String::from_utf8_lossy(&by_cap.stdout),
+        "for root alone\n",
+        "{by_cap:?}"
+    );
+    let stat = nobody(&format!("$SHOAL fs stat {cap}"));
+    assert!(
+        String::from_utf8_lossy(&stat.stdout).contains("size     15\n"),
+        "{stat:?}"
+    );
+    let forged = format!("{}0", &cap[..cap.len() - 1]);
+    let forged = if forged == cap {
+        format!("{}1", &cap[..cap.len() - 1])
+    } else {
+        forged
+    };
+    let refused = nobody(&format!("$SHOAL fs cat {forged}"));
+    assert!(!refused.status.success(), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("permission denied"),
+        "{refused:?}"
+    );
 
     // A metadata replica is killed (the primary, if n1's is): its daemon
     // restarts it, the others serve meanwhile, and the tree is whole.

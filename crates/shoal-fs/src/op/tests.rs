@@ -84,7 +84,27 @@ fn sample_ops() -> Vec<Op> {
             version: Some(3),
             opens: vec![(4, false)],
         },
+        Op::GetXattr {
+            ino: 7,
+            name: b"user.shoal.cap".to_vec(),
+        },
+        Op::ListXattr { ino: 7 },
+        Op::CapStat { cap: sample_cap() },
+        Op::CapRead {
+            cap: sample_cap(),
+            offset: 4096,
+            len: 512,
+        },
     ]
+}
+
+fn sample_cap() -> Capability {
+    Capability::mint(
+        shoal_cap::GetPort::from_bytes([3; 16]).put_port(),
+        shoal_cap::ObjectId::new(7),
+        shoal_cap::Rights::READ,
+        &shoal_cap::ObjectSecret::from_bytes([9; 32]),
+    )
 }
 
 fn sample_replies() -> Vec<Result<Reply, Failure>> {

@@ -590,3 +590,39 @@ fn an_inode_without_names_has_every_token_recalled() {
     assert!(callbacks(&mut t).is_empty());
     t.check();
 }
+
+#[test]
+fn a_read_by_capability_waits_for_the_writers_write_back() {
+    let mut t = with_clients(&[A, B]);
+    assert!(t.writers_flushed(F), "nobody holds anything");
+    assert_eq!(
+        plain(t.request(A, F, Want::OpenWrite, &[], Some(90))),
+        grant(Level::Write)
+    );
+    assert!(!t.writers_flushed(F));
+    assert_eq!(
+        callbacks(&mut t)
+            .into_iter()
+            .map(plain_cb)
+            .collect::<Vec<_>>(),
+        vec![(
+            A,
+            Callback::Recall {
+                ino: F,
+                to: Level::Read,
+                grant: 0
+            }
+        )]
+    );
+    // Asked again while the recall is out: still waiting, no second one.
+    assert!(!t.writers_flushed(F));
+    assert!(callbacks(&mut t).is_empty());
+    // A wrote back and keeps Read, as a reader B may also hold.
+    t.returned(A, F, t.grant_of(A, F), Level::Read, &[]);
+    assert!(t.writers_flushed(F));
+    assert_eq!(t.level(A, F), Level::Read);
+    t.check();
+    // A new primary's grace period: the holders are not known yet.
+    let mut after = Tokens::after_change(2);
+    assert!(!after.writers_flushed(F));
+}

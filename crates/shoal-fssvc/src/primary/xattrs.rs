@@ -1,0 +1,93 @@
+//! Extended attributes, and the requests made by capability rather than
+//! for a mount's session (`docs/fs.md`, "Authority").
+//!
+//! `user.shoal.cap` is minted here, for the caller's identity, with the
+//! rights its permissions give on the inode.  A capability is then all a
+//! program needs: any caller, on any node and as any user, may ask the
+//! primary for the attributes (`CapStat`) and, with `READ`, the bytes
+//! (`CapRead`) of the inode it names.  A read by capability sees the
+//! file's latest bytes: every mount holding `Write` on it is recalled to
+//! `Read` first, and so writes its changes back (the request waits with
+//! the others that wait for recalls).
+
+use shoal_cap::{Capability, Rights};
+use shoal_fs::model::{FsError, Identity, Ino, Kind};
+use shoal_fs::op::{Failure, Grant, Op, Reply};
+use shoal_fs::tokens::Level;
+use shoal_fs::xattr;
+
+use super::{Outcome, Primary, Rep, Soft, fs};
+
+impl Primary {
+    /// `GetXattr` and `ListXattr` for a mount's caller `who`.
+    pub(super) fn xattr(&self, r: &Rep, who: &Identity, op: &Op) -> Result<Reply, Failure> {
+        let port = r.port();
+        r.read(|m| {
+            let inode = |ino: &Ino| m.tree.get(*ino).ok_or(FsError::NotFound);
+            match op {
+                Op::GetXattr { ino, name } if name == xattr::CAP => {
+                    let cap = xattr::mint(port, inode(ino)?, who)?;
+                    Ok(Reply::Data(cap.to_string().into_bytes()))
+                }
+                Op::GetXattr { ino, name } => xattr::get(inode(ino)?, who, name).map(Reply::Data),
+                Op::ListXattr { ino } => xattr::list(inode(ino)?, who).map(Reply::Data),
+                _ => unreachable!("only the xattr requests come here"),
+            }
+        })
+        .map_err(fs)
+    }
+
+    /// A request by capability: checked against the inode's secret, and
+    /// made with the capability's rights whoever calls.
+    pub(super) fn by_capability(&self, r: &Rep, soft: &mut Soft, op: &Op) -> Outcome {
+        let (cap, need) = match op {
+            Op::CapStat { cap } => (cap, Rights::NONE),
+            Op::CapRead { cap, .. } => (cap, Rights::READ),
+            _ => unreachable!("only requests by capability come here"),
+        };
+        let attr = match Self::checked(r, cap, need) {
+            Ok(attr) => attr,
+            Err(e) => return Outcome::Reply(Err(fs(e))),
+        };
+        match op {
+            Op::CapStat { .. } => Outcome::Reply(Ok(Reply::Entry {
+                attr,
+                grant: Grant {
+                    level: Level::None,
+                    grant: 0,
+                    uncached: false,
+                },
+            })),
+            Op::CapRead { offset, len, .. } => {
+                if attr.kind != Kind::File {
+                    return Outcome::Reply(Err(fs(if attr.kind == Kind::Dir {
+                        FsError::IsDir
+                    } else {
+                        FsError::Invalid("only a regular file has contents")
+                    })));
+                }
+                if !soft.tokens.writers_flushed(attr.ino) {
+                    return Outcome::Wait;
+                }
+                Outcome::Reply(
+                    self.read_window(r, attr.ino, *offset, *len)
+                        .map(Reply::Data),
+                )
+            }
+            _ => unreachable!("matched above"),
+        }
+    }
+
+    /// The attributes of the inode `cap` names, if it is genuine, was
+    /// made by this service and holds `need`.
+    fn checked(r: &Rep, cap: &Capability, need: Rights) -> Result<shoal_fs::Attr, FsError> {
+        if cap.port() != r.port() {
+            return Err(FsError::Access);
+        }
+        r.read(|m| {
+            let inode = m.tree.get(cap.object().get()).ok_or(FsError::Access)?;
+            xattr::verify(cap, inode, need)?;
+            Ok(inode.attr)
+        })
+    }
+}
