@@ -17,6 +17,8 @@
 //!   recovery;
 //! - [`tokens`]: the primary's soft state: who may cache what, the opens it
 //!   knows, write-shared files, recalls, change notices and leases;
+//! - [`locks`]: advisory locks (`fcntl` and `flock`), cluster-wide: the
+//!   table the primary keeps and who waits on it;
 //! - [`client`]: a client's cache of files: what each operation needs,
 //!   dirty bytes and their write-back, answers to recalls;
 //! - [`xattr`]: extended attributes as the service reads them, and the
@@ -29,6 +31,7 @@
 
 pub mod access;
 pub mod client;
+pub mod locks;
 pub mod model;
 pub mod op;
 pub mod replica;
