@@ -166,6 +166,11 @@ impl FsClient {
                         self.follow();
                     }
                     Ok(Err(Failure::Unavailable(why))) => last = why,
+                    // A caller by capability has no session to lose: a
+                    // new primary dropped its waiting request; ask again.
+                    Ok(Err(Failure::NoSession)) if self.session == 0 => {
+                        last = "the primary changed".into();
+                    }
                     Ok(answer) => return answer,
                     Err(e) => return Err(Failure::Unavailable(format!("bad reply: {e}"))),
                 },
