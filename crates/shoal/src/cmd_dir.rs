@@ -137,12 +137,23 @@ pub struct ServeArgs {
     /// group or rpc2pc.
     #[arg(long, value_enum, default_value = "group")]
     variant: Variant,
+    /// Service name (a cluster can run several directory services).
+    #[arg(long, default_value = shoal_dirsvc::DEFAULT_SERVICE)]
+    service: String,
+    #[command(flatten)]
+    replica: ReplicaArgs,
+}
+
+/// The settings of one replica of a replicated service (the directory's,
+/// a file system's metadata), shared by their `serve` commands.
+#[derive(Args)]
+pub struct ReplicaArgs {
     /// This replica's number (0-based).
     #[arg(long)]
-    replica: usize,
+    pub replica: usize,
     /// Number of replicas of the service.
     #[arg(long, default_value_t = 3)]
-    replicas: usize,
+    pub replicas: usize,
     /// Resilience degree (default: replicas − 1).
     #[arg(long, short = 'r')]
     resilience: Option<usize>,
@@ -150,13 +161,10 @@ pub struct ServeArgs {
     /// (answer once r + 1 replicas hold the update; flush in the
     /// background).
     #[arg(long, default_value = "fsync")]
-    durability: Durability,
+    pub durability: Durability,
     /// Data directory (snapshot and logs).
     #[arg(long)]
-    data: PathBuf,
-    /// Service name (a cluster can run several directory services).
-    #[arg(long, default_value = shoal_dirsvc::DEFAULT_SERVICE)]
-    service: String,
+    pub data: PathBuf,
     /// Log flush interval of the replicated mode, in milliseconds.
     #[arg(long, default_value_t = 500)]
     flush_ms: u64,
@@ -166,6 +174,29 @@ pub struct ServeArgs {
     /// RPC server threads.
     #[arg(long, default_value_t = 2)]
     threads: usize,
+}
+
+impl ReplicaArgs {
+    /// Fails unless `--replica` names one of the replicas.
+    pub fn check(&self) -> Result<(), Failure> {
+        if self.replica >= self.replicas {
+            return Err(Failure::failed(format!(
+                "--replica {} is out of range: replicas are numbered 0 to {}",
+                self.replica,
+                self.replicas.saturating_sub(1)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Sets the replica shell's settings that the flags give.
+    pub fn apply(&self, cfg: &mut shoal_replicasvc::Config) {
+        cfg.resilience = self.resilience;
+        cfg.durability = self.durability;
+        cfg.flush_interval = Duration::from_millis(self.flush_ms.max(1));
+        cfg.snapshot_bytes = self.snapshot_bytes;
+        cfg.threads = self.threads;
+    }
 }
 
 pub fn attach() -> Result<Context, Failure> {
@@ -461,36 +492,27 @@ pub fn run(command: DirCommand) -> Result<(), Failure> {
 }
 
 fn serve(args: ServeArgs) -> Result<(), Failure> {
-    if args.replicas < 2 {
+    let r = &args.replica;
+    if r.replicas < 2 {
         return Err(Failure::failed(
             "a directory service needs at least 2 replicas",
         ));
     }
-    if args.replica >= args.replicas {
-        return Err(Failure::failed(format!(
-            "--replica {} is out of range: replicas are numbered 0 to {}",
-            args.replica,
-            args.replicas - 1
-        )));
-    }
+    r.check()?;
     if args.variant == Variant::Rpc2pc {
         return serve_rpc2pc(args);
     }
     let ctx = attach()?;
-    let mut cfg = shoal_dirsvc::replica::config(args.replica, args.replicas, args.data);
-    cfg.service = args.service;
-    cfg.resilience = args.resilience;
-    cfg.durability = args.durability;
-    cfg.flush_interval = Duration::from_millis(args.flush_ms.max(1));
-    cfg.snapshot_bytes = args.snapshot_bytes;
-    cfg.threads = args.threads;
+    let mut cfg = shoal_dirsvc::replica::config(r.replica, r.replicas, r.data.clone());
+    cfg.service = args.service.clone();
+    r.apply(&mut cfg);
     let replica = Replica::start(ctx, cfg).map_err(|e| Failure::failed(e.to_string()))?;
     eprintln!(
         "directory replica {} of {} serving {} ({} durability)",
-        args.replica,
-        args.replicas,
+        r.replica,
+        r.replicas,
         replica.port(),
-        args.durability
+        r.durability
     );
     until_signalled(
         || replica.is_serving(),
@@ -505,20 +527,21 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
 
 /// `shoal dir serve --variant rpc2pc`.
 fn serve_rpc2pc(args: ServeArgs) -> Result<(), Failure> {
-    if args.replicas != 2 {
+    let r = args.replica;
+    if r.replicas != 2 {
         return Err(Failure::failed(
             "the rpc2pc variant has exactly 2 replicas: pass --replicas 2",
         ));
     }
     let ctx = attach()?;
-    let mut cfg = TwoPcConfig::new(args.replica, args.data);
+    let mut cfg = TwoPcConfig::new(r.replica, r.data);
     cfg.service = args.service;
-    cfg.snapshot_bytes = args.snapshot_bytes;
-    cfg.threads = args.threads;
+    cfg.snapshot_bytes = r.snapshot_bytes;
+    cfg.threads = r.threads;
     let replica = TwoPc::start(ctx, cfg).map_err(|e| Failure::failed(e.to_string()))?;
     eprintln!(
         "directory replica {} of 2 serving {} (rpc2pc: two-phase commit, intentions on disk)",
-        args.replica,
+        r.replica,
         replica.port()
     );
     until_signalled(

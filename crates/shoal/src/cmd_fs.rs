@@ -6,15 +6,13 @@
 //! and `cat` use one, on any node and as any user, without a mount.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use shoal_cap::Capability;
 use shoal_fssvc::{FsClient, FsConfig, MetaReplica};
-use shoal_replicasvc::Durability;
 
 use crate::Failure;
-use crate::cmd_dir::{Common, Session, attach, until_signalled};
+use crate::cmd_dir::{Common, ReplicaArgs, Session, attach, until_signalled};
 
 #[derive(Subcommand)]
 pub enum FsCommand {
@@ -58,23 +56,8 @@ pub enum FsCommand {
 
 #[derive(Args)]
 pub struct ServeArgs {
-    /// This replica's number (0-based).
-    #[arg(long)]
-    replica: usize,
-    /// Number of replicas of the service.
-    #[arg(long, default_value_t = 3)]
-    replicas: usize,
-    /// Resilience degree (default: replicas − 1).
-    #[arg(long, short = 'r')]
-    resilience: Option<usize>,
-    /// fsync (each replica syncs its log before answering) or replicated
-    /// (answer once r + 1 replicas hold the update; flush in the
-    /// background).
-    #[arg(long, default_value = "fsync")]
-    durability: Durability,
-    /// Data directory (snapshot and logs).
-    #[arg(long)]
-    data: PathBuf,
+    #[command(flatten)]
+    replica: ReplicaArgs,
     /// The file system's name (a cluster can run several).
     #[arg(long, default_value = shoal_fssvc::DEFAULT_SERVICE)]
     service: String,
@@ -90,15 +73,6 @@ pub struct ServeArgs {
     /// is squashed to nobody, as NFS's root_squash).
     #[arg(long)]
     allow_root: bool,
-    /// Log flush interval of the replicated mode, in milliseconds.
-    #[arg(long, default_value_t = 500)]
-    flush_ms: u64,
-    /// Log size (bytes) that triggers a snapshot.
-    #[arg(long, default_value_t = 8 << 20)]
-    snapshot_bytes: u64,
-    /// RPC server threads.
-    #[arg(long, default_value_t = 2)]
-    threads: usize,
     #[command(flatten)]
     common: Common,
 }
@@ -240,13 +214,8 @@ fn mount(path: &Path, service: &str) -> Result<(), Failure> {
 }
 
 fn serve(args: ServeArgs) -> Result<(), Failure> {
-    if args.replica >= args.replicas {
-        return Err(Failure::failed(format!(
-            "--replica {} is out of range: replicas are numbered 0 to {}",
-            args.replica,
-            args.replicas.saturating_sub(1)
-        )));
-    }
+    let r = &args.replica;
+    r.check()?;
     if args.copies == 0 {
         return Err(Failure::failed("--copies must be at least 1"));
     }
@@ -268,12 +237,8 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
         )));
     }
     let ctx = attach()?;
-    let mut cfg = FsConfig::new(&args.service, args.replica, args.replicas, args.data);
-    cfg.replica.resilience = args.resilience;
-    cfg.replica.durability = args.durability;
-    cfg.replica.flush_interval = Duration::from_millis(args.flush_ms.max(1));
-    cfg.replica.snapshot_bytes = args.snapshot_bytes;
-    cfg.replica.threads = args.threads;
+    let mut cfg = FsConfig::new(&args.service, r.replica, r.replicas, r.data.clone());
+    r.apply(&mut cfg.replica);
     cfg.allow_root = args.allow_root;
     cfg.file_servers = file_servers;
     cfg.copies = args.copies;
@@ -281,10 +246,10 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
     eprintln!(
         "file system {} metadata replica {} of {} serving {} ({} durability)",
         args.service,
-        args.replica,
-        args.replicas,
+        r.replica,
+        r.replicas,
         replica.port(),
-        args.durability
+        r.durability
     );
     until_signalled(
         || replica.is_serving(),
