@@ -13,6 +13,7 @@
 use shoal_cap::Capability;
 use shoal_cap::codec::{DecodeError, Reader, Writer, bad};
 
+use crate::locks::{Mode, Style};
 use crate::model::{Attr, FsError, Identity, Ino, Kind};
 use crate::tokens::{Callback, Level, OpenId, Want};
 use crate::update::{
@@ -145,6 +146,45 @@ pub enum Op {
         offset: u64,
         len: u32,
     },
+    /// An advisory lock (`Locked`): taken, or released (`mode` `None`),
+    /// for lock owner `owner` of the client, on bytes `start..=end`
+    /// (`locks::EOF`: to the end, however the file grows).
+    Lock {
+        ino: Ino,
+        owner: u64,
+        style: Style,
+        mode: Option<Mode>,
+        start: u64,
+        end: u64,
+        pid: u32,
+        how: LockHow,
+    },
+}
+
+/// What a `Lock` request asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockHow {
+    /// Which lock would keep it from being taken (`F_GETLK`); nothing
+    /// changes.
+    Test,
+    /// Take it if nothing conflicts (`F_SETLK`).
+    Try,
+    /// The same, and if something conflicts, tell the client when locks
+    /// on the inode are released (`Unlocked`), to try again (`F_SETLKW`).
+    Wait,
+    /// A lock held before the primary changed, taken again in the new
+    /// primary's grace period.
+    Reclaim,
+}
+
+/// A lock that stands in the way: its mode, range and process (of the
+/// node that holds it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conflict {
+    pub mode: Mode,
+    pub start: u64,
+    pub end: u64,
+    pub pid: u32,
 }
 
 impl Op {
@@ -218,6 +258,9 @@ pub enum Reply {
     StatFs(StatFs),
     Status(String),
     Done,
+    /// A `Lock` answered: `None`, taken or released (for a test: nothing
+    /// in the way); else the lock in the way.
+    Locked(Option<Conflict>),
 }
 
 /// Why a request was not answered.
@@ -300,6 +343,24 @@ fn data(r: &mut Reader) -> Result<Vec<u8>, DecodeError> {
         return Err(bad("fs message", "more than 1 MiB of data"));
     }
     Ok(d.to_vec())
+}
+
+/// A lock's mode: 0 none (an unlock), 1 read, 2 write.
+fn lock_mode(w: &mut Writer, m: Option<Mode>) {
+    w.u8(match m {
+        None => 0,
+        Some(Mode::Read) => 1,
+        Some(Mode::Write) => 2,
+    })
+}
+
+fn read_lock_mode(r: &mut Reader) -> Result<Option<Mode>, DecodeError> {
+    Ok(match r.u8()? {
+        0 => None,
+        1 => Some(Mode::Read),
+        2 => Some(Mode::Write),
+        _ => return Err(bad("fs message", "lock mode")),
+    })
 }
 
 fn grant(w: &mut Writer, g: &Grant) {
@@ -442,6 +503,34 @@ impl Request {
                 w.u64(*offset);
                 w.u32(*len);
             }
+            Op::Lock {
+                ino,
+                owner,
+                style,
+                mode,
+                start,
+                end,
+                pid,
+                how,
+            } => {
+                w.u8(21);
+                w.u64(*ino);
+                w.u64(*owner);
+                w.u8(match style {
+                    Style::Posix => 0,
+                    Style::Flock => 1,
+                });
+                lock_mode(w, *mode);
+                w.u64(*start);
+                w.u64(*end);
+                w.u32(*pid);
+                w.u8(match how {
+                    LockHow::Test => 0,
+                    LockHow::Try => 1,
+                    LockHow::Wait => 2,
+                    LockHow::Reclaim => 3,
+                });
+            }
         }
         out
     }
@@ -523,6 +612,26 @@ impl Request {
                 }
                 Op::CapRead { cap, offset, len }
             }
+            21 => Op::Lock {
+                ino: r.u64()?,
+                owner: r.u64()?,
+                style: match r.u8()? {
+                    0 => Style::Posix,
+                    1 => Style::Flock,
+                    _ => return Err(bad("fs request", "lock style")),
+                },
+                mode: read_lock_mode(r)?,
+                start: r.u64()?,
+                end: r.u64()?,
+                pid: r.u32()?,
+                how: match r.u8()? {
+                    0 => LockHow::Test,
+                    1 => LockHow::Try,
+                    2 => LockHow::Wait,
+                    3 => LockHow::Reclaim,
+                    _ => return Err(bad("fs request", "lock request kind")),
+                },
+            },
             15 => Op::Reclaim {
                 ino: r.u64()?,
                 level: read_level(r)?,
@@ -564,6 +673,10 @@ fn callback(w: &mut Writer, c: &Callback) {
             w.u64(*dir);
             w.str16(name);
         }
+        Callback::Unlocked { ino } => {
+            w.u8(5);
+            w.u64(*ino);
+        }
     }
 }
 
@@ -579,6 +692,7 @@ fn read_callback(r: &mut Reader) -> Result<Callback, DecodeError> {
             grant: r.u64()?,
         },
         4 => Callback::Orphan { ino: r.u64()? },
+        5 => Callback::Unlocked { ino: r.u64()? },
         3 => Callback::Notice {
             id: r.u64()?,
             dir: r.u64()?,
@@ -692,6 +806,15 @@ pub fn encode_reply(reply: &Result<Reply, Failure>) -> Vec<u8> {
             w.bytes32(s.as_bytes());
         }
         Reply::Done => w.u8(11),
+        Reply::Locked(c) => {
+            w.u8(12);
+            opt(w, c.as_ref(), |w, c| {
+                lock_mode(w, Some(c.mode));
+                w.u64(c.start);
+                w.u64(c.end);
+                w.u32(c.pid);
+            });
+        }
     }
     out
 }
@@ -758,6 +881,15 @@ pub fn decode_reply(bytes: &[u8]) -> Result<Result<Reply, Failure>, DecodeError>
                     .map_err(|_| bad("fs reply", "status is not UTF-8"))?,
             ),
             11 => Reply::Done,
+            12 => Reply::Locked(read_opt(r, |r| {
+                Ok(Conflict {
+                    mode: read_lock_mode(r)?
+                        .ok_or(bad("fs reply", "a conflict that is no lock"))?,
+                    start: r.u64()?,
+                    end: r.u64()?,
+                    pid: r.u32()?,
+                })
+            })?),
             _ => return Err(bad("fs reply", "unknown kind")),
         }),
         1 => Err(Failure::Fs(FsError::from_errno(i32::from(r.u16()?)))),

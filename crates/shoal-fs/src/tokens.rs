@@ -107,6 +107,9 @@ pub enum Callback {
     /// may drop its changes not yet written back rather than write them
     /// (a recall follows).
     Orphan { ino: Ino },
+    /// Locks on the inode were released: a program of the client waiting
+    /// for one there may try again.
+    Unlocked { ino: Ino },
 }
 
 /// What the primary answers a request.

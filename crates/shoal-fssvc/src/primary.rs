@@ -26,6 +26,7 @@ use parking_lot::Mutex;
 use shoal_cap::Capability;
 use shoal_filesvc::FileClient;
 use shoal_fs::access::{self, R, W, X};
+use shoal_fs::locks::Locks;
 use shoal_fs::model::{FsError, Identity, Ino, Kind, ROOT, Time};
 use shoal_fs::op::{self, DirEntry, Failure, Grant, Op, Reply, StatFs};
 use shoal_fs::replica::FsReplica;
@@ -37,6 +38,7 @@ use shoal_rpc::{Context, Server};
 
 use crate::FsConfig;
 
+mod locks;
 mod xattrs;
 
 type Rep = Replicated<FsReplica>;
@@ -75,6 +77,8 @@ struct Soft {
     /// means this replica may have just become the primary.
     instance: u64,
     tokens: Tokens,
+    /// The advisory locks the clients' programs hold, and who waits.
+    locks: Locks,
     /// Callbacks for each client, until its `Events` request takes them.
     queued: HashMap<ClientId, Vec<Callback>>,
     /// Each client's parked `Events` request.
@@ -98,6 +102,7 @@ impl Soft {
         Soft {
             instance: 0,
             tokens: Tokens::new(),
+            locks: Locks::new(),
             queued: HashMap::new(),
             events: HashMap::new(),
             waiting: Vec::new(),
@@ -215,6 +220,7 @@ impl Primary {
         s["requests_waiting"] = soft.waiting.len().into();
         s["changes_noticing"] = soft.noticing.len().into();
         s["requests"] = soft.requests.into();
+        s["locks"] = soft.locks.count().into();
         s
     }
 
@@ -237,6 +243,7 @@ impl Primary {
             soft.drop_held(&Err(Failure::NoSession));
             let epoch = (r.index() as u32).wrapping_add(1);
             soft.tokens = Tokens::after_change(epoch);
+            soft.locks = Locks::new();
             soft.grace_until = Some(Instant::now() + GRACE);
             soft.instance = instance;
         }
@@ -269,6 +276,7 @@ impl Primary {
         let (gone, closed) = soft.tokens.expire(self.now(), None);
         for c in &gone {
             tracing::info!("client {c:016x}'s lease ended");
+            Self::release_locks(&mut soft, *c);
             soft.queued.remove(c);
             if let Some(h) = soft.events.remove(c) {
                 h.answer(&Err(Failure::NoSession));
@@ -494,6 +502,7 @@ impl Primary {
                 unreachable!("answered before")
             }
             Op::GetXattr { .. } | Op::ListXattr { .. } => self.xattr(r, who, &req.op),
+            Op::Lock { .. } => return self.lock(r, soft, client, &req.op),
             Op::Events { confirm } => {
                 for id in confirm {
                     soft.tokens.confirm(client, *id);

@@ -227,6 +227,7 @@ fn events(mut poller: FsClient, conn: &Conn, stop: &AtomicBool, clock: &LeaseClo
                 }
                 Callback::Notice { id, dir, name } => conn.post(Work::Notice { id, dir, name }),
                 Callback::Orphan { ino } => conn.post(Work::Orphan { ino }),
+                Callback::Unlocked { ino } => conn.locks.wake(ino),
                 Callback::StopCaching { ino, grant } => {
                     if conn.cache.stop_caching(ino, grant) {
                         conn.post(Work::Inval {

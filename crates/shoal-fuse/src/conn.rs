@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use shoal_cap::Capability;
 use shoal_filesvc::FileClient;
 use shoal_fs::model::{Attr, Identity, Ino};
-use shoal_fs::op::{Failure, Grant, Op, Reply};
+use shoal_fs::op::{Failure, Grant, LockHow, Op, Reply};
 use shoal_fs::tokens::{Level, OpenId};
 use shoal_fs::update::{Answer, UpdateOp};
 use shoal_fssvc::FsClient;
@@ -22,6 +22,7 @@ use shoal_rpc::Context;
 
 use crate::cache::{Cache, Open};
 use crate::callbacks::{Kernel, Work};
+use crate::locks::MountLocks;
 
 /// Inode numbers asked for at a time.
 const RANGE: u32 = 1024;
@@ -50,6 +51,8 @@ pub(crate) struct Conn {
     range: Mutex<(Ino, Ino)>,
     opens: Mutex<HashMap<Ino, Vec<(OpenId, bool)>>>,
     next_open: Mutex<OpenId>,
+    /// The advisory locks this mount's programs hold and wait for.
+    pub(crate) locks: MountLocks,
 }
 
 impl Conn {
@@ -70,6 +73,7 @@ impl Conn {
             range: Mutex::new((0, 0)),
             opens: Mutex::new(HashMap::new()),
             next_open: Mutex::new(0),
+            locks: MountLocks::default(),
         })
     }
 
@@ -121,6 +125,29 @@ impl Conn {
             };
             match c.call(&Identity::root(), op) {
                 Ok(_) | Err(Failure::Fs(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        for (ino, lock) in self.locks.held() {
+            let op = Op::Lock {
+                ino,
+                owner: lock.owner.owner,
+                style: lock.style,
+                mode: Some(lock.mode),
+                start: lock.start,
+                end: lock.end,
+                pid: lock.pid,
+                how: LockHow::Reclaim,
+            };
+            match c.call(&Identity::root(), op) {
+                Ok(Reply::Locked(None)) => {}
+                Ok(_) | Err(Failure::Fs(_)) => {
+                    tracing::warn!(
+                        "a lock on inode {ino} of process {} is lost: the new primary would not give it back",
+                        lock.pid
+                    );
+                    self.locks.lost(ino, &lock);
+                }
                 Err(e) => return Err(e),
             }
         }

@@ -26,10 +26,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 use shoal_fs::model::{Attr, Identity, Ino, Kind, Time};
@@ -40,6 +40,7 @@ use shoal_fs::update::{Answer, SetAttr, TimeSet, UpdateOp};
 use crate::cache::{Content, Open as CacheUse};
 use crate::conn::Conn;
 
+mod lock;
 mod xattr;
 
 fn open_flags(open: CacheUse) -> FopenFlags {
@@ -400,6 +401,12 @@ impl ShoalFs {
 impl Filesystem for ShoalFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_write(shoal_fs::op::IO_MAX as u32);
+        // fcntl locks through the mount, for the whole cluster (`lock`).
+        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_POSIX_LOCKS) {
+            tracing::warn!(
+                "the kernel keeps locks itself (no {missing:?}): they hold on this node only"
+            );
+        }
         Ok(())
     }
 
@@ -734,12 +741,14 @@ impl Filesystem for ShoalFs {
     fn flush(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
-        _lock_owner: LockOwner,
+        lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Every write reached the primary before it returned.
+        // Every write reached the primary or the mount's cache before it
+        // returned; a close drops the process's locks on the file.
+        self.closed_by(ino.0, lock_owner.0);
         reply.ok();
     }
 
@@ -753,6 +762,7 @@ impl Filesystem for ShoalFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.release_locks(fh.0);
         answer_empty(reply, self.close(fh.0));
     }
 
@@ -825,6 +835,39 @@ impl Filesystem for ShoalFs {
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         answer_empty(reply, self.set_xattr(req, ino.0, name.as_bytes(), None));
+    }
+
+    fn getlk(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        reply: ReplyLock,
+    ) {
+        let asked = lock::Asked::new((ino, fh, lock_owner), (start, end), typ, pid);
+        self.get_lock(asked, reply);
+    }
+
+    fn setlk(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let asked = lock::Asked::new((ino, fh, lock_owner), (start, end), typ, pid);
+        self.set_lock(asked, sleep, reply);
     }
 
     fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

@@ -15,6 +15,7 @@ mod cache;
 mod callbacks;
 mod conn;
 pub mod fs;
+mod locks;
 mod writeback;
 
 use std::path::{Path, PathBuf};
@@ -75,7 +76,6 @@ impl Mount {
         &self.at
     }
 
-    /// Unmounts and waits for the FUSE threads.
     /// Unmounts, waits for the FUSE threads, and writes every dirty file
     /// back.
     pub fn stop(mut self) -> Result<(), String> {
@@ -86,6 +86,7 @@ impl Mount {
         let Some(s) = self.session.take() else {
             return Ok(());
         };
+        self.conn.locks.stop();
         let unmounted = s
             .umount_and_join()
             .map_err(|e| format!("cannot unmount {}: {e}", self.at.display()));

@@ -6,7 +6,8 @@
 //! unlinked while open elsewhere, names that are not UTF-8, and the
 //! errors of bad names; then the primary stops, and a file open on one
 //! mount and removed on the other stays readable (the mounts reclaimed
-//! their opens at the new primary).  Needs root and /dev/fuse (as `cargo
+//! their opens at the new primary); extended attributes and capabilities;
+//! `fcntl` locks across the mounts.  Needs root and /dev/fuse (as `cargo
 //! xtask test` has).
 
 use std::ffi::OsStr;
@@ -479,6 +480,120 @@ fn extended_attributes_and_capabilities() {
     a.stop().unwrap();
     b.stop().unwrap();
     for r in service {
+        r.stop();
+    }
+    server.stop().unwrap();
+}
+
+/// `fcntl(2)` on a descriptor: a lock (`F_SETLK`, or `F_SETLKW` with
+/// `wait`) of `typ` on `len` bytes (0: to the end) from `start`.
+fn lock(f: &fs::File, typ: i32, start: i64, len: i64, wait: bool) -> Result<(), i32> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a zeroed `flock` is a valid value; fcntl reads it.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = typ as i16;
+    fl.l_whence = libc::SEEK_SET as i16;
+    fl.l_start = start;
+    fl.l_len = len;
+    let cmd = if wait { libc::F_SETLKW } else { libc::F_SETLK };
+    // SAFETY: the descriptor is open for the call; `fl` outlives it.
+    if unsafe { libc::fcntl(f.as_raw_fd(), cmd, &fl) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+    }
+}
+
+/// `F_GETLK`: the type, start, length and process of a lock in the way of
+/// a `typ` lock on `len` bytes from `start`.
+fn lock_in_the_way(f: &fs::File, typ: i32, start: i64, len: i64) -> (i32, i64, i64, i32) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: as in `lock`; fcntl writes the answer into `fl`.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = typ as i16;
+    fl.l_whence = libc::SEEK_SET as i16;
+    fl.l_start = start;
+    fl.l_len = len;
+    assert_eq!(
+        unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETLK, &mut fl) },
+        0
+    );
+    (i32::from(fl.l_type), fl.l_start, fl.l_len, fl.l_pid)
+}
+
+/// `fcntl` locks hold across nodes: a lock taken on one mount keeps the
+/// other's out, byte ranges split and share as POSIX says, a waiting lock
+/// is given when the holder's process closes the file, and a lock held
+/// when the primary stops is reclaimed at the next one.
+#[test]
+fn fcntl_locks_hold_across_mounts() {
+    let Setup {
+        nodes: _nodes,
+        server,
+        service,
+        pa,
+        pb,
+        a,
+        b,
+    } = Setup::up("fs-lock-test");
+    fs::write(pa.join("locked"), [7u8; 100]).unwrap();
+    let rw = |p: &Path| OpenOptions::new().read(true).write(true).open(p).unwrap();
+    let (fa, fb) = (rw(&pa.join("locked")), rw(&pb.join("locked")));
+    let (w, r, un) = (libc::F_WRLCK, libc::F_RDLCK, libc::F_UNLCK);
+
+    // a's write lock on the whole file keeps b out, and b sees it.
+    lock(&fa, w, 0, 0, false).unwrap();
+    assert_eq!(lock(&fb, w, 50, 10, false), Err(libc::EAGAIN));
+    assert_eq!(lock(&fb, r, 0, 1, false), Err(libc::EAGAIN));
+    let (typ, start, len, pid) = lock_in_the_way(&fb, r, 0, 0);
+    assert_eq!((typ, start, len), (w, 0, 0));
+    assert_eq!(pid as u32, std::process::id());
+
+    // a keeps a read lock on bytes 0..50 and lets the rest go: readers
+    // share, and b may write past a's range, not into it.
+    lock(&fa, r, 0, 50, false).unwrap();
+    lock(&fa, un, 50, 0, false).unwrap();
+    lock(&fb, r, 0, 10, false).unwrap();
+    lock(&fb, w, 50, 0, false).unwrap();
+    assert_eq!(lock(&fb, w, 40, 20, false), Err(libc::EAGAIN));
+    assert_eq!(lock_in_the_way(&fa, w, 70, 5), (w, 50, 0, pid));
+    assert_eq!(lock_in_the_way(&fa, r, 10, 30).0, un, "nothing in the way");
+
+    // a waits for bytes 60..70, which b holds; it gets them once b's
+    // process closes any descriptor of the file (POSIX drops its locks).
+    let fa2 = fa.try_clone().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let got = lock(&fa2, w, 60, 10, true);
+        tx.send(got).unwrap();
+        fa2
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_millis(500)).is_err(),
+        "given while b holds it"
+    );
+    drop(fs::File::open(pb.join("locked")).unwrap());
+    assert_eq!(rx.recv_timeout(Duration::from_secs(30)), Ok(Ok(())));
+    let fa2 = waiter.join().unwrap();
+    assert_eq!(lock(&fb, w, 65, 1, false), Err(libc::EAGAIN));
+
+    // The primary stops; a reclaims its locks at the next one, so b is
+    // still kept out after the grace period.
+    let first = primary_of(&service);
+    let mut service: Vec<Option<MetaReplica>> = service.into_iter().map(Some).collect();
+    service[first].take().unwrap().stop();
+    std::thread::sleep(shoal_fssvc::primary::GRACE + Duration::from_secs(1));
+    assert_eq!(lock(&fb, w, 65, 1, false), Err(libc::EAGAIN));
+    lock(&fb, r, 0, 10, false).unwrap();
+    // a's close of its descriptors lets b in.
+    drop(fa2);
+    lock(&fb, w, 65, 1, false).unwrap();
+    drop(fa);
+    drop(fb);
+
+    a.stop().unwrap();
+    b.stop().unwrap();
+    for r in service.into_iter().flatten() {
         r.stop();
     }
     server.stop().unwrap();

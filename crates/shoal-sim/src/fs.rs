@@ -585,7 +585,9 @@ impl FsSim {
                     ));
                 }
             }
-            ToClient::Callback(Callback::Notice { .. } | Callback::Orphan { .. }) => {}
+            ToClient::Callback(
+                Callback::Notice { .. } | Callback::Orphan { .. } | Callback::Unlocked { .. },
+            ) => {}
         }
     }
 

@@ -95,6 +95,26 @@ fn sample_ops() -> Vec<Op> {
             offset: 4096,
             len: 512,
         },
+        Op::Lock {
+            ino: 7,
+            owner: u64::MAX - 3,
+            style: Style::Posix,
+            mode: Some(Mode::Write),
+            start: 10,
+            end: crate::locks::EOF,
+            pid: 4242,
+            how: LockHow::Wait,
+        },
+        Op::Lock {
+            ino: 7,
+            owner: 1,
+            style: Style::Flock,
+            mode: None,
+            start: 0,
+            end: 0,
+            pid: 1,
+            how: LockHow::Reclaim,
+        },
     ]
 }
 
@@ -128,6 +148,7 @@ fn sample_replies() -> Vec<Result<Reply, Failure>> {
             },
             Callback::StopCaching { ino: 5, grant: 4 },
             Callback::Orphan { ino: 4 },
+            Callback::Unlocked { ino: 6 },
             Callback::Notice {
                 id: 9,
                 dir: 1,
@@ -167,6 +188,13 @@ fn sample_replies() -> Vec<Result<Reply, Failure>> {
         })),
         Ok(Reply::Status("{}".into())),
         Ok(Reply::Done),
+        Ok(Reply::Locked(None)),
+        Ok(Reply::Locked(Some(Conflict {
+            mode: Mode::Read,
+            start: 0,
+            end: crate::locks::EOF,
+            pid: 77,
+        }))),
         Err(Failure::Fs(FsError::Access)),
         Err(Failure::NoSession),
         Err(Failure::NotPrimary),
