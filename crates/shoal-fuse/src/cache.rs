@@ -339,6 +339,28 @@ impl Cache {
         self.inner.lock().dirty.keys().copied().collect()
     }
 
+    /// Every file with dirty changes, and the version they were made over.
+    pub(crate) fn dirty_versions(&self) -> Vec<(Ino, u64)> {
+        let inner = self.inner.lock();
+        inner.dirty.iter().map(|(i, d)| (*i, d.version)).collect()
+    }
+
+    /// A token reclaimed at a new primary, installed as granted.  A file
+    /// whose dirty changes were made over the version it was granted at
+    /// gets its content back, so its reads and writes go on through the
+    /// mount as before the primary changed.
+    pub(crate) fn reclaimed(&self, attr: &Attr, grant: &Grant) {
+        self.install(attr, grant);
+        let mut inner = self.inner.lock();
+        let inner = &mut *inner;
+        if let (Some(h), Some(d)) = (inner.held.get_mut(&attr.ino), inner.dirty.get(&attr.ino))
+            && h.level() == Level::Write
+            && d.version == attr.version
+        {
+            h.content = Some(d.content.clone());
+        }
+    }
+
     /// What writing `ino` back means now, if it has dirty changes.
     pub(crate) fn flush_job(&self, ino: Ino) -> Option<FlushJob> {
         let inner = self.inner.lock();

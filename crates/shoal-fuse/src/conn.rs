@@ -102,29 +102,51 @@ impl Conn {
         self.again(&mut self.client.lock())
     }
 
+    /// Says hello again and reclaims, in the new primary's grace period,
+    /// every open of this mount and the `Write` token of every file with
+    /// changes not yet written back, at the version they were made over
+    /// (Sprite's reopen): so no other mount changes such a file before
+    /// they are written back.  Every other token is given up, and what the
+    /// kernel keeps under it dropped.
     fn again(&self, c: &mut FsClient) -> Result<(), Failure> {
         tracing::info!("the metadata service forgot this mount's session: hello again");
+        let dirty: HashMap<Ino, u64> = self.cache.dirty_versions().into_iter().collect();
         self.drop_caches();
         let hello = c.hello(&self.node)?;
         *self.servers.lock() = (hello.servers, hello.copies);
-        let opens: Vec<(Ino, Vec<(OpenId, bool)>)> = self
-            .opens
-            .lock()
-            .iter()
-            .map(|(i, o)| (*i, o.clone()))
-            .collect();
+        let mut reclaims: HashMap<Ino, Vec<(OpenId, bool)>> = self.opens.lock().clone();
+        for ino in dirty.keys() {
+            reclaims.entry(*ino).or_default();
+        }
         self.known
             .lock()
-            .extend(opens.iter().flat_map(|(_, o)| o.iter().map(|(id, _)| *id)));
-        for (ino, opens) in opens {
+            .extend(reclaims.values().flat_map(|o| o.iter().map(|(id, _)| *id)));
+        for (ino, opens) in reclaims {
+            let version = dirty.get(&ino).copied();
             let op = Op::Reclaim {
                 ino,
-                level: Level::None,
-                version: None,
+                level: if version.is_some() {
+                    Level::Write
+                } else {
+                    Level::None
+                },
+                version,
                 opens,
             };
             match c.call(&Identity::root(), op) {
-                Ok(_) | Err(Failure::Fs(_)) => {}
+                Ok(Reply::Entry { attr, grant }) if grant.level == Level::Write => {
+                    self.cache.reclaimed(&attr, &grant);
+                    self.settle();
+                }
+                Ok(_) => {
+                    if version.is_some() {
+                        tracing::warn!(
+                            "file {ino}: the new primary did not give its Write token back; \
+                             its changes will be written back if the file did not change"
+                        );
+                    }
+                }
+                Err(Failure::Fs(_)) => {}
                 Err(e) => return Err(e),
             }
         }
