@@ -354,6 +354,12 @@ impl ShoalFs {
                             .conn
                             .call(&Identity::root(), Op::Close { ino, id: old });
                     }
+                    // The file is write-shared: whatever the kernel kept
+                    // of it under this mount's token (attributes with a
+                    // long timeout, pages of earlier opens) goes now, for
+                    // no recall will come to this mount while it holds
+                    // none.
+                    self.conn.kernel.inval(vec![(ino, 0, 0)], Vec::new());
                 }
                 (self.conn.opened(&attr, &grant, content), grant)
             }
