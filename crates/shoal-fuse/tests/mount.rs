@@ -18,82 +18,13 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use shoal_filesvc::{FileServer, ServerConfig};
-use shoal_fssvc::{FsConfig, MetaReplica};
-use shoal_fuse::Mount;
-use shoal_replicasvc::Durability;
-use shoal_testnodes::Nodes;
+use shoal_fssvc::MetaReplica;
+
+mod common;
+
+use common::{Setup, errno, primary_of};
 
 const NAME: &str = "fs-mount-test";
-
-fn replicas(nodes: &Nodes, name: &str, server: shoal_cap::Capability) -> Vec<MetaReplica> {
-    let r: Vec<MetaReplica> = (0..3)
-        .map(|i| {
-            let mut cfg = FsConfig::new(name, i, 3, nodes.path(&format!("meta{i}")));
-            cfg.replica.durability = Durability::Fsync;
-            cfg.allow_root = true;
-            cfg.file_servers = vec![server];
-            cfg.copies = 1;
-            MetaReplica::start(nodes.ctx[i].clone(), cfg).unwrap()
-        })
-        .collect();
-    let until = Instant::now() + Duration::from_secs(60);
-    while !(r.iter().all(MetaReplica::is_serving)
-        && r.iter().filter(|x| x.status()["primary"] == true).count() == 1)
-    {
-        assert!(Instant::now() < until, "no primary within 60 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    r
-}
-
-/// Which replica is the primary.
-fn primary_of(replicas: &[MetaReplica]) -> usize {
-    replicas
-        .iter()
-        .position(|r| r.status()["primary"] == true)
-        .expect("a primary")
-}
-
-fn errno(e: std::io::Error) -> i32 {
-    e.raw_os_error().unwrap_or(0)
-}
-
-/// Three nodes, a file server, the metadata service's replicas, and the
-/// tree mounted on n1 at `pa` and on n2 at `pb`.
-struct Setup {
-    nodes: Nodes,
-    server: FileServer,
-    service: Vec<MetaReplica>,
-    pa: std::path::PathBuf,
-    pb: std::path::PathBuf,
-    a: Mount,
-    b: Mount,
-}
-
-impl Setup {
-    fn up(name: &str) -> Setup {
-        let nodes = Nodes::up(3);
-        let server =
-            FileServer::start(&nodes.ctx[0], &nodes.path("files"), ServerConfig::default())
-                .unwrap();
-        let service = replicas(&nodes, name, server.cap());
-        let (pa, pb) = (nodes.path("a"), nodes.path("b"));
-        fs::create_dir_all(&pa).unwrap();
-        fs::create_dir_all(&pb).unwrap();
-        let a = Mount::start(&nodes.ctx[0], name, "n1", &pa).expect("mount a (root and /dev/fuse)");
-        let b = Mount::start(&nodes.ctx[1], name, "n2", &pb).expect("mount b");
-        Setup {
-            nodes,
-            server,
-            service,
-            pa,
-            pb,
-            a,
-            b,
-        }
-    }
-}
 
 #[test]
 fn two_mounts_share_one_tree() {
