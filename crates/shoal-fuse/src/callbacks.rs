@@ -203,10 +203,11 @@ fn events(mut poller: FsClient, conn: &Conn, stop: &AtomicBool, clock: &LeaseClo
         let op = Op::Events {
             confirm: Vec::new(),
         };
+        let hellos = conn.hellos();
         let list = match poller.call_within(&Identity::root(), op, Duration::from_secs(5)) {
             Ok(Reply::Events(list)) => list,
             Err(Failure::NoSession) => {
-                if let Err(e) = conn.recover() {
+                if let Err(e) = conn.recover(hellos) {
                     tracing::warn!("starting the session again failed: {e}");
                     std::thread::sleep(Duration::from_millis(200));
                 }

@@ -7,6 +7,7 @@
 //! notifier, and the queue of callbacks to carry out (`callbacks`).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::time::Duration;
 
@@ -53,6 +54,8 @@ pub(crate) struct Conn {
     next_open: Mutex<OpenId>,
     /// The advisory locks this mount's programs hold and wait for.
     pub(crate) locks: MountLocks,
+    /// How many times the session was started again.
+    hellos: AtomicU64,
 }
 
 impl Conn {
@@ -74,6 +77,7 @@ impl Conn {
             opens: Mutex::new(HashMap::new()),
             next_open: Mutex::new(0),
             locks: MountLocks::default(),
+            hellos: AtomicU64::new(0),
         })
     }
 
@@ -95,11 +99,25 @@ impl Conn {
         }
     }
 
+    /// How many times the session was started again so far: a caller
+    /// outside the session's lock notes it before a call, and passes it to
+    /// [`Conn::recover`] if the call finds the session unknown.
+    pub(crate) fn hellos(&self) -> u64 {
+        self.hellos.load(Ordering::SeqCst)
+    }
+
     /// Starts the session again after the primary forgot it (its lease
-    /// ended, or the primary changed): hello, then reclaim every open of
-    /// this mount, so the new primary knows who has each file open.
-    pub(crate) fn recover(&self) -> Result<(), Failure> {
-        self.again(&mut self.client.lock())
+    /// ended, or the primary changed), unless that was done since `seen`
+    /// ([`Conn::hellos`]): hello, then reclaim every open of this mount,
+    /// so the new primary knows who has each file open.  Twice would give
+    /// up tokens the new primary granted in between, whose recalls would
+    /// then never be answered.
+    pub(crate) fn recover(&self, seen: u64) -> Result<(), Failure> {
+        let mut c = self.client.lock();
+        if self.hellos() != seen {
+            return Ok(());
+        }
+        self.again(&mut c)
     }
 
     /// Says hello again and reclaims, in the new primary's grace period,
@@ -113,6 +131,7 @@ impl Conn {
         let dirty: HashMap<Ino, u64> = self.cache.dirty_versions().into_iter().collect();
         self.drop_caches();
         let hello = c.hello(&self.node)?;
+        self.hellos.fetch_add(1, Ordering::SeqCst);
         *self.servers.lock() = (hello.servers, hello.copies);
         let mut reclaims: HashMap<Ino, Vec<(OpenId, bool)>> = self.opens.lock().clone();
         for ino in dirty.keys() {
