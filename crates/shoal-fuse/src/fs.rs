@@ -71,8 +71,6 @@ struct Handle {
     ino: Ino,
     open: OpenId,
     append: bool,
-    /// Opened with direct I/O: the kernel keeps no pages through it.
-    direct: bool,
 }
 
 /// The mounted file system.
@@ -224,14 +222,6 @@ impl ShoalFs {
         }
     }
 
-    /// Whether the kernel may hold pages of `ino` through an open.
-    fn cached_handles(&self, ino: Ino) -> bool {
-        self.handles
-            .lock()
-            .values()
-            .any(|h| h.ino == ino && !h.direct)
-    }
-
     /// Reads a window of a file the mount holds: its content version's
     /// bytes from a file server, with the mount's dirty changes made;
     /// `None` if the version moved on meanwhile.
@@ -323,7 +313,7 @@ impl ShoalFs {
         if !write && let Some(open) = self.conn.cache.open_cached(ino) {
             let id = self.conn.next_open();
             self.conn.record_open(ino, id, false);
-            return Ok((self.handle(ino, id, append, open), open_flags(open)));
+            return Ok((self.handle(ino, id, append), open_flags(open)));
         }
         let id = self.conn.next_open();
         let have = self.conn.opens_of(ino);
@@ -369,7 +359,7 @@ impl ShoalFs {
         if grant.uncached {
             self.conn.learn_new(id);
         }
-        Ok((self.handle(ino, id, append, open), open_flags(open)))
+        Ok((self.handle(ino, id, append), open_flags(open)))
     }
 
     /// Closes handle `fh`: the primary hears of it only if it knew of the
@@ -389,17 +379,9 @@ impl ShoalFs {
         self.conn.call(&Identity::root(), close).map(|_| ())
     }
 
-    fn handle(&self, ino: Ino, open: OpenId, append: bool, how: CacheUse) -> u64 {
+    fn handle(&self, ino: Ino, open: OpenId, append: bool) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.handles.lock().insert(
-            fh,
-            Handle {
-                ino,
-                open,
-                append,
-                direct: how == CacheUse::Direct,
-            },
-        );
+        self.handles.lock().insert(fh, Handle { ino, open, append });
         fh
     }
 }
@@ -412,6 +394,15 @@ impl Filesystem for ShoalFs {
             tracing::warn!(
                 "the kernel keeps locks itself (no {missing:?}): they hold on this node only"
             );
+        }
+        // Pages kept through an open that began cached are checked against
+        // the file's attributes at each read, which the kernel asks for
+        // whenever they expired: never while the mount holds a token (a
+        // day's timeout, invalidated by recalls), every time without one.
+        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA) {
+            return Err(std::io::Error::other(format!(
+                "the kernel lacks {missing:?}, which the mount needs"
+            )));
         }
         Ok(())
     }
@@ -643,7 +634,7 @@ impl Filesystem for ShoalFs {
         &self,
         req: &Request,
         ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         offset: u64,
         size: u32,
         _flags: OpenFlags,
@@ -674,19 +665,12 @@ impl Filesystem for ShoalFs {
             offset,
             len: size,
         };
-        let direct = self.handles.lock().get(&fh.0).is_none_or(|h| h.direct);
+        // Read without a token: pages this fills (an open that kept the
+        // page cache) are checked at each later read, against the
+        // attributes the kernel asks for then (no token: they expire at
+        // once), and dropped if the file changed (`FUSE_AUTO_INVAL_DATA`).
         match self.conn.call(&who(req), op) {
-            Ok(Reply::Data(d)) => {
-                let n = d.len() as i64;
-                reply.data(&d);
-                // Read without a token: the pages this filled must not
-                // outlive it (the invalidation waits for them).
-                if !direct && n > 0 {
-                    self.conn
-                        .kernel
-                        .inval(vec![(ino.0, offset as i64, n)], Vec::new());
-                }
-            }
+            Ok(Reply::Data(d)) => reply.data(&d),
             Ok(other) => reply.error(errno(shoal_fssvc::client::unexpected(&other))),
             Err(e) => reply.error(errno(e)),
         }
@@ -725,18 +709,13 @@ impl Filesystem for ShoalFs {
             data: data.to_vec(),
         };
         match self.conn.call(&who(req), op) {
-            Ok(Reply::Updated(Ok(answer))) => {
+            Ok(Reply::Updated(Ok(_))) => {
                 // The primary took every token on the file, this mount's
-                // too; pages another open of it holds are stale.
+                // too.  The kernel drops the file's attributes after a
+                // write; pages another open of it keeps are checked at its
+                // next read against the new ones (`FUSE_AUTO_INVAL_DATA`).
                 self.conn.cache.drop_token(ino.0);
                 reply.written(data.len() as u32);
-                if let Answer::Written { offset, .. } = answer
-                    && self.cached_handles(ino.0)
-                {
-                    self.conn
-                        .kernel
-                        .inval(vec![(ino.0, offset as i64, data.len() as i64)], Vec::new());
-                }
             }
             Ok(Reply::Updated(Err(e))) => reply.error(Errno::from_i32(e.errno())),
             Ok(other) => reply.error(errno(shoal_fssvc::client::unexpected(&other))),
