@@ -4,7 +4,10 @@
 //! whole-file replacements by rename, `fsync`s, and reads, each on a
 //! random mount, through a fresh descriptor or through one held open
 //! across steps, so that files go back and forth between cached
-//! (sequential sharing) and uncached (concurrent write sharing).  Every
+//! (sequential sharing) and uncached (concurrent write sharing); and, in
+//! a directory, names made, removed, renamed (over others too), listed
+//! and read, on either mount (names cached under tokens, change
+//! notices).  Every
 //! read and `stat` must say what the model says: a close on one node is
 //! seen by the next open on the other, and a file written on both is read
 //! in one order.  Halfway through, the primary is stopped: the mounts
@@ -14,6 +17,7 @@
 //! `SHOAL_FSX_SEED=random` a fresh one (printed, to replay), and
 //! `SHOAL_FSX_OPS=N` sets the length.  Needs root and /dev/fuse.
 
+use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
@@ -32,6 +36,8 @@ const FILES: usize = 3;
 const MAX: u64 = 192 << 10;
 /// The largest write.
 const WRITE_MAX: usize = 16 << 10;
+/// The names steps choose from in directory `d`.
+const NAMES: usize = 6;
 
 struct Run {
     rng: ChaCha8Rng,
@@ -41,6 +47,8 @@ struct Run {
     model: Vec<Vec<u8>>,
     /// Descriptors held open across steps, by mount and file.
     held: [Vec<Option<File>>; 2],
+    /// The names in directory `d` and what their files hold.
+    names: BTreeMap<String, Vec<u8>>,
     /// The steps so far, to show with a failure.
     log: Vec<String>,
 }
@@ -80,6 +88,9 @@ impl Run {
         let f = self.rng.random_range(0..FILES);
         let held = self.rng.random_bool(0.4);
         let len = self.model[f].len() as u64;
+        if self.rng.random_bool(0.3) {
+            return self.name_step(m);
+        }
         match self.rng.random_range(0..9) {
             0 | 1 => {
                 let off = self.rng.random_range(0..=(len + 4096).min(MAX));
@@ -124,7 +135,10 @@ impl Run {
                 });
                 let end = (off as usize + n).min(self.model[f].len());
                 let want = &self.model[f][off as usize..end];
-                self.check(&got[..read] == want, &format!("read of f{f} on m{m}"));
+                self.check(
+                    &got[..read] == want,
+                    &format!("read of f{f} on m{m}: {}", differ(&got[..read], want)),
+                );
             }
             5 => {
                 let size = self.rng.random_range(0..=MAX);
@@ -166,6 +180,64 @@ impl Run {
     }
 }
 
+impl Run {
+    /// A step on the names of directory `d`: made, removed, renamed (over
+    /// another too), listed or read, on mount `m`.
+    fn name_step(&mut self, m: usize) {
+        let dir = self.roots[m].join("d");
+        let pick = |rng: &mut ChaCha8Rng| format!("n{}", rng.random_range(0..NAMES));
+        let name = pick(&mut self.rng);
+        match self.rng.random_range(0..5) {
+            0 => {
+                let n = self.rng.random_range(0..64);
+                let data: Vec<u8> = (0..n).map(|_| self.rng.random()).collect();
+                self.log.push(format!("m{m} d/{name} written ({n})"));
+                fs::write(dir.join(&name), &data).unwrap();
+                self.names.insert(name, data);
+            }
+            1 => {
+                self.log.push(format!("m{m} d/{name} removed"));
+                let removed = fs::remove_file(dir.join(&name));
+                let had = self.names.remove(&name).is_some();
+                self.check(
+                    removed.is_ok() == had,
+                    &format!("unlink of d/{name} on m{m}: {removed:?}"),
+                );
+            }
+            2 => {
+                let to = pick(&mut self.rng);
+                self.log.push(format!("m{m} d/{name} renamed to d/{to}"));
+                let moved = fs::rename(dir.join(&name), dir.join(&to));
+                self.check(
+                    moved.is_ok() == self.names.contains_key(&name),
+                    &format!("rename of d/{name} on m{m}: {moved:?}"),
+                );
+                if let Some(data) = self.names.remove(&name) {
+                    self.names.insert(to, data);
+                }
+            }
+            3 => {
+                self.log.push(format!("m{m} d listed"));
+                let mut got: Vec<String> = fs::read_dir(&dir)
+                    .unwrap()
+                    .map(|e| e.unwrap().file_name().into_string().unwrap())
+                    .collect();
+                got.sort();
+                let want: Vec<String> = self.names.keys().cloned().collect();
+                self.check(got == want, &format!("listing of d on m{m}: {got:?}"));
+            }
+            _ => {
+                self.log.push(format!("m{m} d/{name} read"));
+                let got = fs::read(dir.join(&name)).ok();
+                self.check(
+                    got.as_ref() == self.names.get(&name),
+                    &format!("d/{name} on m{m}: {:?} bytes", got.map(|g| g.len())),
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn random_operations_on_two_mounts_match_a_model() {
     let seed: u64 = match std::env::var("SHOAL_FSX_SEED").ok().as_deref() {
@@ -190,6 +262,7 @@ fn random_operations_on_two_mounts_match_a_model() {
     for f in 0..FILES {
         fs::write(pa.join(format!("f{f}")), b"").unwrap();
     }
+    fs::create_dir(pa.join("d")).unwrap();
     let mut run = Run {
         rng: ChaCha8Rng::seed_from_u64(seed),
         roots: [pa.clone(), pb.clone()],
@@ -198,6 +271,7 @@ fn random_operations_on_two_mounts_match_a_model() {
             (0..FILES).map(|_| None).collect(),
             (0..FILES).map(|_| None).collect(),
         ],
+        names: BTreeMap::new(),
         log: Vec::new(),
     };
     let mut service: Vec<Option<MetaReplica>> = service.into_iter().map(Some).collect();
