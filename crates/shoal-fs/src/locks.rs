@@ -147,9 +147,7 @@ impl Locks {
         let Some(list) = self.held.get_mut(&ino) else {
             return Vec::new();
         };
-        let before = list.clone();
-        cut(list, owner, style, start, end);
-        let changed = *list != before;
+        let changed = cut(list, owner, style, start, end);
         if list.is_empty() {
             self.held.remove(&ino);
         }
@@ -211,14 +209,16 @@ impl Locks {
 }
 
 /// Removes `start..=end` from `owner`'s locks of `style` in `list`,
-/// splitting those that reach past it.
-fn cut(list: &mut Vec<Lock>, owner: Owner, style: Style, start: u64, end: u64) {
+/// splitting those that reach past it; whether any lock was in the range.
+fn cut(list: &mut Vec<Lock>, owner: Owner, style: Style, start: u64, end: u64) -> bool {
     let mut kept = Vec::with_capacity(list.len() + 1);
+    let mut cut = false;
     for l in list.drain(..) {
         if l.owner != owner || l.style != style || !l.overlaps(start, end) {
             kept.push(l);
             continue;
         }
+        cut = true;
         if l.start < start {
             kept.push(Lock {
                 end: start - 1,
@@ -233,6 +233,7 @@ fn cut(list: &mut Vec<Lock>, owner: Owner, style: Style, start: u64, end: u64) {
         }
     }
     *list = kept;
+    cut
 }
 
 /// Merges `owner`'s locks of `style` in `list` that overlap or touch and

@@ -174,19 +174,17 @@ impl ShoalFs {
     }
 
     fn unlock_all(&self, ino: Ino, owner: u64) {
-        let op = Op::Lock {
+        let all = Asked {
             ino,
+            fh: 0,
             owner,
-            style: Style::Posix,
-            mode: None,
             start: 0,
-            end: EOF,
+            end: KERNEL_EOF,
+            typ: libc::F_UNLCK,
             pid: 0,
-            how: LockHow::Try,
         };
-        match call(&self.conn, op) {
-            Ok(_) => self.conn.locks.record(0, ino, owner, None, (0, EOF, 0)),
-            Err(e) => tracing::warn!("releasing the locks on inode {ino} at close: {e}"),
+        if let Err(e) = take(&self.conn, &all, None, LockHow::Try) {
+            tracing::warn!("releasing the locks on inode {ino} at close: {e}");
         }
     }
 }
