@@ -160,12 +160,19 @@ fn cat(cap: &Capability) -> Result<(), Failure> {
 }
 
 /// Whether `path` is a mount whose FUSE client is gone ("transport
-/// endpoint is not connected").
+/// endpoint is not connected").  Asked with `statfs`, which the kernel
+/// always passes to the client: a `stat` may be answered from the
+/// attributes the dead client let the kernel keep.
 fn is_dead_mount(path: &Path) -> bool {
-    std::fs::metadata(path)
-        .err()
-        .and_then(|e| e.raw_os_error())
-        .is_some_and(|e| e == libc::ENOTCONN)
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: statvfs is a plain C struct, for which zero is a value.
+    let mut buf: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statvfs writes only into `buf`; `c` is a C string.
+    let r = unsafe { libc::statvfs(c.as_ptr(), &mut buf) };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOTCONN)
 }
 
 fn umount(path: &Path) -> Result<(), Failure> {
