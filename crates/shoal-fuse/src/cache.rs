@@ -115,11 +115,17 @@ struct Inner {
     names: HashMap<Ino, HashSet<Vec<u8>>>,
     /// Recalls of grants not seen yet.
     deferred: Vec<(Ino, Level, u64)>,
+    /// The highest grant seen before the tokens were last all dropped: a
+    /// recall of a grant up to it is carried out at once (the token is
+    /// gone already, but the primary may not know it yet).
+    dropped: u64,
     /// The attributes last heard from the primary.
     attrs: HashMap<Ino, Attr>,
     dirty: HashMap<Ino, Dirty>,
     /// The dirty bytes of all files (the sum of their `bytes`).
     dirty_bytes: u64,
+    /// Files whose changes were lost and no `fsync` was told yet.
+    lost: HashSet<Ino>,
 }
 
 /// The mount's cache state.
@@ -234,9 +240,14 @@ impl Cache {
     }
 
     /// The attributes as this mount sees them: the primary's, with the
-    /// size and time of changes not yet written back.
+    /// size and time of changes not yet written back, if they were made
+    /// over the version the primary gave (changes over an older one, kept
+    /// through a lost lease, are not the file's: another node changed it
+    /// since, and they cannot be written back).
     pub(crate) fn patch(&self, attr: &mut Attr) {
-        if let Some(d) = self.inner.lock().dirty.get(&attr.ino) {
+        if let Some(d) = self.inner.lock().dirty.get(&attr.ino)
+            && d.version == attr.version
+        {
             attr.size = d.size;
             attr.mtime = d.mtime;
             attr.ctime = attr.ctime.max(d.mtime);
@@ -413,6 +424,20 @@ impl Cache {
         }
     }
 
+    /// Dirty changes that could not be written back because the file
+    /// changed elsewhere: dropped, and remembered until the next `fsync`
+    /// of the file asks ([`Cache::take_lost`]).
+    pub(crate) fn lose(&self, ino: Ino) {
+        self.discard(ino);
+        self.inner.lock().lost.insert(ino);
+    }
+
+    /// Whether changes to `ino` were lost since the last time this was
+    /// asked.
+    pub(crate) fn take_lost(&self, ino: Ino) -> bool {
+        self.inner.lock().lost.remove(&ino)
+    }
+
     /// Dirty changes that cannot be written back (the file went, or
     /// changed elsewhere): dropped.
     pub(crate) fn discard(&self, ino: Ino) -> bool {
@@ -465,7 +490,12 @@ impl Cache {
     /// it names has not been seen.
     pub(crate) fn recall(&self, ino: Ino, to: Level, grant: u64) -> Option<(Ino, Level, u64)> {
         let mut inner = self.inner.lock();
-        if inner.held.get(&ino).is_none_or(|h| h.seen < grant) {
+        let seen = inner
+            .held
+            .get(&ino)
+            .map_or(0, |h| h.seen)
+            .max(inner.dropped);
+        if seen < grant {
             inner.deferred.push((ino, to, grant));
             return None;
         }
@@ -488,9 +518,12 @@ impl Cache {
         if inner.deferred.is_empty() {
             return Vec::new();
         }
+        let dropped = inner.dropped;
         let (ready, still): (Vec<_>, Vec<_>) = std::mem::take(&mut inner.deferred)
             .into_iter()
-            .partition(|(ino, _, g)| inner.held.get(ino).is_some_and(|h| h.seen >= *g));
+            .partition(|(ino, _, g)| {
+                *g <= dropped || inner.held.get(ino).is_some_and(|h| h.seen >= *g)
+            });
         inner.deferred = still;
         ready
     }
@@ -566,6 +599,8 @@ impl Cache {
             .filter(|(_, h)| h.level() > Level::None || h.pages.is_some())
             .map(|(i, _)| *i)
             .collect();
+        let seen = inner.held.values().map(|h| h.seen).max().unwrap_or(0);
+        inner.dropped = inner.dropped.max(seen);
         inner.held.clear();
         inner.deferred.clear();
         let names = inner

@@ -24,13 +24,13 @@
 
 use std::sync::Arc;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fuser::{INodeNo, Notifier};
-use shoal_fs::model::{Identity, Ino};
+use shoal_fs::model::{FsError, Identity, Ino};
 use shoal_fs::op::{Failure, Op, Reply};
 use shoal_fs::tokens::{Callback, LEASE_US, Level};
 use shoal_fssvc::FsClient;
@@ -137,18 +137,6 @@ pub(crate) struct Callbacks {
     threads: Vec<JoinHandle<()>>,
 }
 
-/// µs since `start` when the last renewal that was answered was sent.
-struct LeaseClock {
-    start: Instant,
-    renewed_at: AtomicU64,
-}
-
-impl LeaseClock {
-    fn now(&self) -> u64 {
-        self.start.elapsed().as_micros() as u64
-    }
-}
-
 impl Callbacks {
     pub(crate) fn start(ctx: &Context, name: &str, conn: Arc<Conn>) -> Result<Callbacks, Failure> {
         let poller = FsClient::for_session(ctx, name, conn.session())?;
@@ -156,10 +144,6 @@ impl Callbacks {
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = channel();
         conn.set_work(tx);
-        let clock = Arc::new(LeaseClock {
-            start: Instant::now(),
-            renewed_at: AtomicU64::new(0),
-        });
         let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()
                 .name(name.into())
@@ -167,17 +151,14 @@ impl Callbacks {
                 .map_err(|e| Failure::Unavailable(format!("cannot start a thread: {e}")))
         };
         let events = {
-            let (conn, flag, clock) = (conn.clone(), stop.clone(), clock.clone());
-            spawn(
-                "fs-events",
-                Box::new(move || events(poller, &conn, &flag, &clock)),
-            )?
+            let (conn, flag) = (conn.clone(), stop.clone());
+            spawn("fs-events", Box::new(move || events(poller, &conn, &flag)))?
         };
         let worker = {
             let flag = stop.clone();
             spawn(
                 "fs-callbacks",
-                Box::new(move || work(answerer, &conn, &rx, &flag, &clock)),
+                Box::new(move || work(answerer, &conn, &rx, &flag)),
             )?
         };
         Ok(Callbacks {
@@ -197,9 +178,9 @@ impl Drop for Callbacks {
 }
 
 /// `fs-events`: keeps an `Events` request parked at the primary.
-fn events(mut poller: FsClient, conn: &Conn, stop: &AtomicBool, clock: &LeaseClock) {
+fn events(mut poller: FsClient, conn: &Conn, stop: &AtomicBool) {
     while !stop.load(Ordering::Relaxed) {
-        let sent = clock.now();
+        let sent = conn.lease.now();
         let op = Op::Events {
             confirm: Vec::new(),
         };
@@ -218,7 +199,7 @@ fn events(mut poller: FsClient, conn: &Conn, stop: &AtomicBool, clock: &LeaseClo
                 continue;
             }
         };
-        clock.renewed_at.store(sent.max(1), Ordering::Relaxed);
+        conn.lease.renewed(sent);
         for cb in list {
             match cb {
                 Callback::Recall { ino, to, grant } => {
@@ -243,20 +224,13 @@ fn events(mut poller: FsClient, conn: &Conn, stop: &AtomicBool, clock: &LeaseClo
 }
 
 /// `fs-callbacks`: carries the callbacks out, in the order they came.
-fn work(
-    mut answerer: FsClient,
-    conn: &Conn,
-    rx: &Receiver<Work>,
-    stop: &AtomicBool,
-    clock: &LeaseClock,
-) {
+fn work(mut answerer: FsClient, conn: &Arc<Conn>, rx: &Receiver<Work>, stop: &AtomicBool) {
     // A lease's end as the mount sees it comes before the primary's: it
     // counts from when the renewal was sent, and gives up 2 s early.
     let lease = LEASE_US.saturating_sub(2_000_000);
     let mut expired = false;
     while !stop.load(Ordering::Relaxed) {
-        let renewed = clock.renewed_at.load(Ordering::Relaxed);
-        if renewed != 0 && clock.now().saturating_sub(renewed) > lease {
+        if conn.lease.older_than(lease) {
             if !expired {
                 tracing::warn!("no lease renewal answered for a lease: dropping every cache");
                 conn.drop_caches();
@@ -290,7 +264,14 @@ fn work(
                     };
                     let mut result = Ok(());
                     for i in inos {
-                        if let Err(e) = write_back(conn, &mut answerer, i, safety) {
+                        let written = write_back(conn, &mut answerer, i, safety);
+                        // Changes lost at this write-back or an earlier
+                        // one (by the clock) are reported once, to the
+                        // file's next fsync.
+                        if ino.is_some() && conn.cache.take_lost(i) {
+                            result = Err(Failure::Fs(FsError::Io));
+                        }
+                        if let Err(e) = written {
                             tracing::warn!("writing file {i} back: {e}");
                             result = Err(e);
                         }
@@ -329,7 +310,7 @@ fn work(
 
 /// Takes the token a recall asks for, writing the file's dirty changes
 /// back first (they must reach the primary before the answer does).
-fn recall(answerer: &mut FsClient, conn: &Conn, ino: Ino, to: Level, grant: u64) -> Recall {
+fn recall(answerer: &mut FsClient, conn: &Arc<Conn>, ino: Ino, to: Level, grant: u64) -> Recall {
     for _ in 0..RECALL_TRIES {
         if let Some(r) = conn.cache.take_clean(ino, to, grant) {
             return r;

@@ -9,7 +9,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use shoal_cap::Capability;
@@ -36,7 +36,7 @@ const FLUSH_WAIT: Duration = Duration::from_secs(120);
 pub(crate) struct Conn {
     client: Mutex<FsClient>,
     ctx: Context,
-    node: String,
+    pub(crate) node: String,
     pub(crate) cache: Cache,
     pub(crate) kernel: Kernel,
     work: Mutex<Option<Sender<Work>>>,
@@ -56,6 +56,43 @@ pub(crate) struct Conn {
     pub(crate) locks: MountLocks,
     /// How many times the session was started again.
     hellos: AtomicU64,
+    /// When the lease was last renewed.
+    pub(crate) lease: LeaseClock,
+}
+
+/// When the mount's lease was last renewed, as the mount sees it: the
+/// moment it *sent* the last request the primary answered that renews it
+/// (an `Events` poll, or a hello), so its view of the lease ends before
+/// the primary's.
+pub(crate) struct LeaseClock {
+    start: Instant,
+    /// µs since `start`; 0 before the first renewal.
+    renewed_at: AtomicU64,
+}
+
+impl LeaseClock {
+    fn new() -> LeaseClock {
+        LeaseClock {
+            start: Instant::now(),
+            renewed_at: AtomicU64::new(0),
+        }
+    }
+
+    /// Now, in µs since the clock started.
+    pub(crate) fn now(&self) -> u64 {
+        self.start.elapsed().as_micros() as u64
+    }
+
+    /// A renewal sent at `sent` (a [`LeaseClock::now`]) was answered.
+    pub(crate) fn renewed(&self, sent: u64) {
+        self.renewed_at.fetch_max(sent.max(1), Ordering::Relaxed);
+    }
+
+    /// Whether the last renewal was sent more than `us` ago.
+    pub(crate) fn older_than(&self, us: u64) -> bool {
+        let renewed = self.renewed_at.load(Ordering::Relaxed);
+        renewed != 0 && self.now().saturating_sub(renewed) > us
+    }
 }
 
 impl Conn {
@@ -78,6 +115,7 @@ impl Conn {
             next_open: Mutex::new(0),
             locks: MountLocks::default(),
             hellos: AtomicU64::new(0),
+            lease: LeaseClock::new(),
         })
     }
 
@@ -112,12 +150,23 @@ impl Conn {
     /// so the new primary knows who has each file open.  Twice would give
     /// up tokens the new primary granted in between, whose recalls would
     /// then never be answered.
+    ///
+    /// It waits for the session's client without blocking behind another
+    /// thread's long call (one held in a new primary's grace period, say):
+    /// that thread's call says hello itself if the session is unknown, and
+    /// the events thread, which calls this, must go on renewing the lease.
     pub(crate) fn recover(&self, seen: u64) -> Result<(), Failure> {
-        let mut c = self.client.lock();
-        if self.hellos() != seen {
-            return Ok(());
+        loop {
+            if self.hellos() != seen {
+                return Ok(());
+            }
+            if let Some(mut c) = self.client.try_lock_for(Duration::from_millis(100)) {
+                if self.hellos() != seen {
+                    return Ok(());
+                }
+                return self.again(&mut c);
+            }
         }
-        self.again(&mut c)
     }
 
     /// Says hello again and reclaims, in the new primary's grace period,
@@ -130,7 +179,9 @@ impl Conn {
         tracing::info!("the metadata service forgot this mount's session: hello again");
         let dirty: HashMap<Ino, u64> = self.cache.dirty_versions().into_iter().collect();
         self.drop_caches();
+        let sent = self.lease.now();
         let hello = c.hello(&self.node)?;
+        self.lease.renewed(sent);
         self.hellos.fetch_add(1, Ordering::SeqCst);
         *self.servers.lock() = (hello.servers, hello.copies);
         let mut reclaims: HashMap<Ino, Vec<(OpenId, bool)>> = self.opens.lock().clone();

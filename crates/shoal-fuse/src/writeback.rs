@@ -3,24 +3,29 @@
 //! new file on `copies` file servers, then one `Commit` naming the
 //! version the changes were made over.  The primary makes it the file's
 //! next version, or refuses it if the file changed meanwhile (possible
-//! only after this mount lost its token): then the changes are lost, and
-//! said so.  Done only by the mount's callbacks thread, one file at a
-//! time, so a recall's answer follows the write-back it needs.
+//! only after this mount lost its token): then the file's bytes as this
+//! mount had them are kept as `/.lost/NODE-INO-SECS`, root's alone, the
+//! loss is logged, and the `fsync` that asked, or else the file's next
+//! one, fails with `EIO`.  Done only by the mount's callbacks thread, one
+//! file at a time, so a recall's answer follows the write-back it needs.
+
+use std::sync::Arc;
 
 use shoal_cap::Capability;
-use shoal_fs::model::{FsError, Identity, Ino};
+use shoal_fs::model::{FsError, Identity, Ino, Kind, ROOT, Time};
 use shoal_fs::op::{Failure, Op, Reply};
 use shoal_fs::tree::overlaid;
 use shoal_fs::update::{Answer, UpdateOp};
 use shoal_fssvc::FsClient;
 
+use crate::cache::FlushJob;
 use crate::conn::Conn;
 
 /// Writes `ino`'s dirty changes back through `via` (a client of the
 /// mount's session); with `safety`, the bytes are on the file servers'
 /// disks before the commit.
 pub(crate) fn write_back(
-    conn: &Conn,
+    conn: &Arc<Conn>,
     via: &mut FsClient,
     ino: Ino,
     safety: bool,
@@ -31,7 +36,25 @@ pub(crate) fn write_back(
     let base = if job.content.is_empty() {
         Vec::new()
     } else {
-        conn.with_files(|f| f.read_all(&job.content))?
+        match conn.with_files(|f| f.read_all(&job.content)) {
+            Ok(base) => base,
+            // A version's content goes only when a newer version replaced
+            // it: if the file moved on (after this mount lost its token),
+            // the changes can never be written back, and are kept over
+            // nothing.  Otherwise the file servers failed: try again.
+            Err(e) => match version_now(conn, via, ino) {
+                Ok(Some(v)) if v != job.version => {
+                    let bytes = overlaid(Vec::new(), &job.changes, job.size);
+                    let content = conn.store(ino, &bytes, false)?;
+                    return Err(lose(conn, ino, &job, content, "its version is gone"));
+                }
+                Ok(None) => {
+                    conn.cache.discard(ino);
+                    return Ok(());
+                }
+                _ => return Err(e),
+            },
+        }
     };
     let bytes = overlaid(base, &job.changes, job.size);
     let content = conn.store(ino, &bytes, safety)?;
@@ -57,16 +80,7 @@ pub(crate) fn write_back(
             destroy(conn, &content);
             Ok(())
         }
-        Ok(Reply::Updated(Err(e))) => {
-            tracing::error!(
-                "file {ino}: {} changes not written back ({e}): the file changed \
-                 elsewhere after this mount lost its token",
-                job.changes.len()
-            );
-            conn.cache.discard(ino);
-            destroy(conn, &content);
-            Err(Failure::Fs(e))
-        }
+        Ok(Reply::Updated(Err(e))) => Err(lose(conn, ino, &job, content, &e.to_string())),
         Ok(other) => {
             destroy(conn, &content);
             Err(shoal_fssvc::client::unexpected(&other))
@@ -75,6 +89,142 @@ pub(crate) fn write_back(
         // content stays.
         Err(e) => Err(e),
     }
+}
+
+/// The version `ino` is at now (`None`: it is gone), asked of the primary
+/// through `via`.
+fn version_now(conn: &Conn, via: &mut FsClient, ino: Ino) -> Result<Option<u64>, Failure> {
+    match via.call(&Identity::root(), Op::GetAttr { ino }) {
+        Ok(Reply::Entry { attr, grant }) => {
+            conn.granted(&attr, &grant);
+            Ok(Some(attr.version))
+        }
+        Err(Failure::Fs(FsError::NotFound)) => Ok(None),
+        Ok(other) => Err(shoal_fssvc::client::unexpected(&other)),
+        Err(e) => Err(e),
+    }
+}
+
+/// Changes that can never be written back (`why`): the file changed
+/// elsewhere after this mount lost its token.  The bytes its programs
+/// wrote, stored as `content`, are kept aside, root's alone, and the
+/// error for the `fsync` that asked.  Kept on a thread of its own, not
+/// this one, which answers recalls: names are made through the session's
+/// shared client, which a FUSE thread may hold while it waits for a
+/// recall's answer.
+fn lose(
+    conn: &Arc<Conn>,
+    ino: Ino,
+    job: &FlushJob,
+    content: Vec<Capability>,
+    why: &str,
+) -> Failure {
+    tracing::error!(
+        "file {ino}: {} changes not written back ({why}): the file changed \
+         elsewhere after this mount lost its token",
+        job.changes.len()
+    );
+    conn.cache.lose(ino);
+    // The kernel may hold attributes patched with them (this is the
+    // callbacks thread, which sends the invalidations).
+    conn.kernel.inval(vec![(ino, 0, 0)], Vec::new());
+    let keeper = conn.clone();
+    let (size, mtime) = (job.size, job.mtime);
+    let kept = std::thread::Builder::new()
+        .name("fs-lost".into())
+        .spawn(
+            move || match keep_lost(&keeper, ino, &content, size, mtime) {
+                Ok(name) => tracing::error!(
+                    "file {ino}: its bytes as this mount had them are kept as /{LOST}/{name}"
+                ),
+                Err(k) => {
+                    tracing::error!(
+                        "file {ino}: keeping its bytes in /{LOST} failed ({k}): they are lost"
+                    );
+                    destroy(&keeper, &content);
+                }
+            },
+        );
+    if let Err(e) = kept {
+        tracing::error!("file {ino}: cannot start a thread to keep its bytes ({e})");
+    }
+    // What a program's fsync sees when its writes were lost.
+    Failure::Fs(FsError::Io)
+}
+
+/// The directory, in the tree's root, where changes that could not be
+/// written back are kept.
+const LOST: &str = ".lost";
+
+/// Keeps a file's bytes that could not be written back as
+/// `/.lost/NODE-INO-SECS` (root's, mode 0600, in a directory made mode
+/// 0700 if need be), through the session's shared client: the name made.
+fn keep_lost(
+    conn: &Conn,
+    ino: Ino,
+    content: &[Capability],
+    size: u64,
+    mtime: Time,
+) -> Result<String, Failure> {
+    let root = Identity::root();
+    let lookup = || match conn.call(
+        &root,
+        Op::Lookup {
+            parent: ROOT,
+            name: LOST.into(),
+        },
+    )? {
+        Reply::Entry { attr, grant } => {
+            conn.granted(&attr, &grant);
+            Ok(attr)
+        }
+        other => Err(shoal_fssvc::client::unexpected(&other)),
+    };
+    let create = |parent: Ino, name: &[u8], kind: Kind, perm: u16| {
+        let op = UpdateOp::Create {
+            parent,
+            name: name.to_vec(),
+            kind,
+            perm,
+            rdev: 0,
+            ino: conn.new_ino()?,
+            secret: rand::random(),
+            target: Vec::new(),
+            excl: true,
+        };
+        match conn.change(&root, op)? {
+            Answer::Entry { attr, .. } => Ok(attr),
+            other => Err(Failure::Unavailable(format!("unexpected answer {other:?}"))),
+        }
+    };
+    let dir = match lookup() {
+        Err(Failure::Fs(FsError::NotFound)) => {
+            match create(ROOT, LOST.as_bytes(), Kind::Dir, 0o700) {
+                // Made meanwhile by another node.
+                Err(Failure::Fs(FsError::Exists)) => lookup()?,
+                other => other?,
+            }
+        }
+        other => other?,
+    };
+    if dir.kind != Kind::Dir {
+        return Err(Failure::Fs(FsError::NotDir));
+    }
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let name = format!("{}-{ino}-{secs}", conn.node);
+    let attr = create(dir.ino, name.as_bytes(), Kind::File, 0o600)?;
+    let op = UpdateOp::Commit {
+        ino: attr.ino,
+        base: attr.version,
+        content: content.to_vec(),
+        size,
+        mtime,
+        flush: false,
+    };
+    conn.change(&root, op)?;
+    Ok(name)
 }
 
 fn destroy(conn: &Conn, content: &[Capability]) {

@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use shoal_fssvc::MetaReplica;
+use shoal_testnodes::fsx::differ;
 
 mod common;
 
@@ -240,16 +241,7 @@ impl Run {
 
 #[test]
 fn random_operations_on_two_mounts_match_a_model() {
-    let seed: u64 = match std::env::var("SHOAL_FSX_SEED").ok().as_deref() {
-        None => 1,
-        Some("random") => rand::random(),
-        Some(s) => s.parse().expect("SHOAL_FSX_SEED is a number or random"),
-    };
-    let ops: usize = std::env::var("SHOAL_FSX_OPS")
-        .ok()
-        .map(|s| s.parse().expect("SHOAL_FSX_OPS is a number"))
-        .unwrap_or(1500);
-    eprintln!("fsx: seed {seed}, {ops} steps (SHOAL_FSX_SEED={seed} replays)");
+    let (seed, ops) = shoal_testnodes::fsx::seed_and_steps(1500);
     let Setup {
         nodes: _nodes,
         server,
@@ -303,19 +295,4 @@ fn random_operations_on_two_mounts_match_a_model() {
         r.stop();
     }
     server.stop().unwrap();
-}
-
-/// Where `got` and `want` part: their sizes and the first and last bytes
-/// that differ.
-fn differ(got: &[u8], want: &[u8]) -> String {
-    let diff: Vec<usize> = (0..got.len().min(want.len()))
-        .filter(|i| got[*i] != want[*i])
-        .collect();
-    format!(
-        "{} bytes, the model {}; bytes {:?} to {:?} differ",
-        got.len(),
-        want.len(),
-        diff.first(),
-        diff.last()
-    )
 }

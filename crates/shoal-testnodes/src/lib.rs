@@ -1,7 +1,10 @@
 //! Node daemons in the test's own process, on loopback, admitted to one
 //! cluster by a fresh admin key, each knowing the others; and an RPC
 //! context attached to each.  Services' integration tests start their
-//! servers on these contexts (no namespaces, no root needed).
+//! servers on these contexts (no namespaces, no root needed).  `fsx`:
+//! what the shared file system's fsx-style tests share.
+
+pub mod fsx;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;

@@ -7,68 +7,10 @@
 //! a metadata replica and a mount killed (SIGKILL) and restarted by their
 //! daemons, nothing lost.
 
-use std::process::Output;
-use std::time::{Duration, Instant};
-
 mod common;
 
-use common::{TestCluster, shoal};
-use serde_json::Value;
+use common::{TestCluster, kill_and_wait, ok, services, sh, shoal};
 use shoal_cluster::{Cluster, Mode};
-
-/// `sh -c SCRIPT` on `node`, in its namespaces (its /shoal).
-fn sh(c: &Cluster, node: &str, script: &str) -> Output {
-    c.command(node, "sh")
-        .unwrap()
-        .args(["-c", script])
-        .env("SHOAL", shoal())
-        .output()
-        .unwrap()
-}
-
-fn ok(c: &Cluster, node: &str, script: &str) -> String {
-    let out = sh(c, node, script);
-    assert!(
-        out.status.success(),
-        "{script} on {node}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn services(c: &Cluster) -> Vec<Value> {
-    serde_json::from_str(&ok(c, "n1", "$SHOAL service ls --all --json")).unwrap()
-}
-
-/// The pid and start count of service `name` on `node`.
-fn service(c: &Cluster, node: &str, name: &str) -> (i64, u64) {
-    let s = services(c)
-        .into_iter()
-        .find(|s| s["node"] == node && s["name"] == name)
-        .unwrap_or_else(|| panic!("no service {name} on {node}"));
-    (
-        s["pid"].as_i64().unwrap_or(0),
-        s["starts"].as_u64().unwrap(),
-    )
-}
-
-/// Kills a service with SIGKILL and waits for its daemon to restart it.
-fn kill_and_wait(c: &Cluster, node: &str, name: &str) {
-    let (pid, starts) = service(c, node, name);
-    assert!(pid > 0, "{name} on {node} is not running");
-    // SAFETY: kill has no memory effects.
-    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
-    let until = Instant::now() + Duration::from_secs(60);
-    loop {
-        let (p, s) = service(c, node, name);
-        if s > starts && p > 0 {
-            return;
-        }
-        assert!(Instant::now() < until, "{name} on {node} not restarted");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
 
 /// Runs `script` on `node` until it succeeds (a restarted mount or primary
 /// takes a moment); its output.

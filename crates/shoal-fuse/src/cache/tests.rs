@@ -146,3 +146,33 @@ fn writes_under_write_stay_dirty_until_written_back() {
     assert!(!r.inval, "a recall to Read keeps the kernel's copy");
     assert_eq!(c.write(7, Some(0), b"x", t), None, "Read only now");
 }
+
+#[test]
+fn a_recall_of_a_token_dropped_with_the_lease_is_carried_out_at_once() {
+    let c = Cache::default();
+    c.install(&attr(1, Kind::File, 0), &grant(Level::Write, 5));
+    c.install(&attr(2, Kind::File, 0), &grant(Level::Read, 7));
+    // The mount's view of its lease ended; the primary's did not yet.
+    c.drop_all();
+    // The primary recalls the tokens it still thinks the mount holds:
+    // waiting for their grants, seen before the drop, would be forever.
+    assert_eq!(
+        c.recall(1, Level::None, 5),
+        Some((1, Level::None, 5)),
+        "carried out at once"
+    );
+    // A recall of a grant not seen before the drop still waits for it.
+    assert!(c.recall(2, Level::None, 8).is_none());
+    assert!(c.ready().is_empty());
+    c.install(&attr(2, Kind::File, 0), &grant(Level::Read, 8));
+    assert_eq!(c.ready(), vec![(2, Level::None, 8)]);
+}
+
+#[test]
+fn lost_changes_are_reported_once() {
+    let c = Cache::default();
+    assert!(!c.take_lost(3));
+    c.lose(3);
+    assert!(c.take_lost(3), "the next fsync hears of it");
+    assert!(!c.take_lost(3), "and only that one");
+}

@@ -391,3 +391,69 @@ pub fn fetch_metrics(addr: std::net::SocketAddr) -> String {
     assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
     text
 }
+
+/// `sh -c SCRIPT` on `node`, in its namespaces (its /shoal).
+pub fn sh(c: &Cluster, node: &str, script: &str) -> std::process::Output {
+    c.command(node, "sh")
+        .unwrap()
+        .args(["-c", script])
+        .env("SHOAL", shoal())
+        .output()
+        .unwrap()
+}
+
+/// [`sh`], which must succeed: its standard output.
+pub fn ok(c: &Cluster, node: &str, script: &str) -> String {
+    let out = sh(c, node, script);
+    assert!(
+        out.status.success(),
+        "{script} on {node}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Every service of the cluster (`shoal service ls --all --json`).
+pub fn services(c: &Cluster) -> Vec<serde_json::Value> {
+    serde_json::from_str(&ok(c, "n1", "$SHOAL service ls --all --json")).unwrap()
+}
+
+/// The pid and start count of service `name` on `node`.
+pub fn service(c: &Cluster, node: &str, name: &str) -> (i64, u64) {
+    let s = services(c)
+        .into_iter()
+        .find(|s| s["node"] == node && s["name"] == name)
+        .unwrap_or_else(|| panic!("no service {name} on {node}"));
+    (
+        s["pid"].as_i64().unwrap_or(0),
+        s["starts"].as_u64().unwrap(),
+    )
+}
+
+/// Kills a service with SIGKILL and waits for its daemon to restart it.
+pub fn kill_and_wait(c: &Cluster, node: &str, name: &str) {
+    let (pid, starts) = service(c, node, name);
+    assert!(pid > 0, "{name} on {node} is not running");
+    // SAFETY: kill has no memory effects.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (p, s) = service(c, node, name);
+        if s > starts && p > 0 {
+            return;
+        }
+        if std::time::Instant::now() > until {
+            let logs = sh(
+                c,
+                "n1",
+                &format!("$SHOAL service ls --all; $SHOAL service logs {name} --node {node}"),
+            );
+            panic!(
+                "{name} on {node} not restarted:\n{}",
+                String::from_utf8_lossy(&logs.stdout)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
