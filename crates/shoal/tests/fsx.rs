@@ -21,7 +21,11 @@
 //!   cached is taken from it when its lease ends), leaving alone only the
 //!   files n4 has changes to; after the heal, n4's programs go on with the
 //!   descriptors they held and see the others' changes, and n4's changes
-//!   are written back, since no one else changed those files.
+//!   are written back, since no one else changed those files, but one:
+//!   n4's change to a file another node changed after n4's lease ended is
+//!   refused (its `fsync` fails with `EIO`) and kept in `/shoal/.lost`;
+//! - n2's file server is SIGKILLed (every version is on two): nothing
+//!   changes.
 //!
 //! Seeded like the two-mount test (`crates/shoal-fuse/tests/fsx.rs`):
 //! seed 1 by default, `SHOAL_FSX_SEED=N|random`, `SHOAL_FSX_OPS=N` (600).
@@ -513,6 +517,14 @@ impl Run<'_> {
         kill_and_wait(self.c, NODES[i % 3], &format!("fs-r{i}"));
     }
 
+    /// n2's file server is SIGKILLed; its daemon restarts it.  Every
+    /// version is on two servers: reads go to the other, write-backs
+    /// meanwhile to others, and nothing changes for the programs.
+    fn kill_file_server(&mut self) {
+        self.note("n2's file server is killed".into());
+        kill_and_wait(self.c, "n2", "file");
+    }
+
     /// n3's mount is SIGKILLed; its daemon mounts the tree again.  What
     /// it had not written back may be lost: each such file is read on
     /// another node and must be one of the states it may be in.
@@ -719,6 +731,7 @@ fn random_operations_on_four_nodes_through_crashes_and_partitions_match_a_model(
             _ if i == 2 * part => run.kill_mount(),
             _ if i == 3 * part => run.cut_off(part / 2, false),
             _ if i == 4 * part => run.cut_off(CUT_STEPS, true),
+            _ if i == 5 * part => run.kill_file_server(),
             _ => {}
         }
         run.step();
