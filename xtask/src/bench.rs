@@ -8,7 +8,7 @@ use std::time::Instant;
 use crate::{BUILD, SYSTEM, USAGE, cargo, ensure_packages, root, run, shoal_bin, step};
 
 /// The benchmarks `cargo xtask bench` runs, in order.
-const BENCHES: &[&str] = &["rpc", "group", "dir", "file", "exec"];
+const BENCHES: &[&str] = &["rpc", "group", "dir", "file", "exec", "fs"];
 
 /// `cargo xtask bench`: every benchmark in turn, one JSON
 /// (`{"quick": ..., "benches": {NAME: {"metrics": ...} or {"error": ...}}}`;

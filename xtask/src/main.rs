@@ -68,7 +68,7 @@ tasks:
            build the fuzz targets (fuzz/, stable Rust, no cargo-fuzz
            needed) and run each for SECONDS (default 60; 0: build only)
   bench [--quick] [--json PATH]
-           every benchmark in turn (rpc, group, dir, file, exec), each
+           every benchmark in turn (rpc, group, dir, file, exec, fs), each
            beside its baselines, into one JSON (default target/bench.json);
            as root it installs the peers they compare against";
 

@@ -29,6 +29,10 @@
 //!   on a named node, on a chosen node, against fork+exec and ssh), 1 GiB
 //!   through a remote program's stdout, and the Sprite migration paper's
 //!   Table 5 (a C build with make, shoal make and distcc).
+//! - [`fs`]: `shoal bench fs`, the shared file system: temporary files,
+//!   creates, unlinks, cached stats, re-reads, random reads and writes on
+//!   /shoal beside tmpfs and the local disk, and visibility after a close
+//!   on another node.
 //! - [`grpc`]: the gRPC echo peer (in the clear and over TLS); [`tls`]:
 //!   the TLS 1.3 stream peer; [`etcd`]: the etcd baseline;
 //!   [`agent`]: the driver's side of the agents that run on nodes.
@@ -39,6 +43,7 @@ pub mod dir;
 pub mod etcd;
 pub mod exec;
 pub mod file;
+pub mod fs;
 pub mod group;
 pub mod grpc;
 mod peers;

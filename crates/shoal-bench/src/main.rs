@@ -44,13 +44,17 @@ enum Command {
     /// 1 GiB through a remote program's stdout; a C build with make,
     /// shoal make and distcc.
     Exec(shoal_bench::exec::BenchArgs),
+    /// The shared file system (/shoal): temporary files, creates, unlinks,
+    /// cached stats, re-reads, random reads and writes, beside tmpfs and
+    /// the local disk; visibility after a close on another node.
+    Fs(shoal_bench::fs::BenchArgs),
     /// Internal: the halves of a benchmark that run on cluster nodes.
     #[command(hide = true, subcommand)]
     Agent(AgentCommand),
 }
 
 /// The agents of every benchmark: `rpc`'s (`serve`, `client`), `group
-/// member`, `dir client`, `file client` and `exec timer`.
+/// member`, `dir client`, `file client`, `exec timer` and `fs worker`.
 #[derive(Subcommand)]
 enum AgentCommand {
     #[command(flatten)]
@@ -67,6 +71,9 @@ enum AgentCommand {
     /// `shoal bench exec`'s agents.
     #[command(subcommand)]
     Exec(shoal_bench::exec::AgentCommand),
+    /// `shoal bench fs`'s agents.
+    #[command(subcommand)]
+    Fs(shoal_bench::fs::AgentCommand),
 }
 
 fn main() -> ExitCode {
@@ -83,11 +90,13 @@ fn main() -> ExitCode {
         Command::Dir(args) => shoal_bench::dir::run(args),
         Command::File(args) => shoal_bench::file::run(args),
         Command::Exec(args) => shoal_bench::exec::run(args),
+        Command::Fs(args) => shoal_bench::fs::run(args),
         Command::Agent(AgentCommand::Rpc(c)) => shoal_bench::rpc::agent(c),
         Command::Agent(AgentCommand::Group(c)) => shoal_bench::group::agent(c),
         Command::Agent(AgentCommand::Dir(c)) => shoal_bench::dir::agent(c),
         Command::Agent(AgentCommand::File(c)) => shoal_bench::file::agent(c),
         Command::Agent(AgentCommand::Exec(c)) => shoal_bench::exec::agent(c),
+        Command::Agent(AgentCommand::Fs(c)) => shoal_bench::fs::agent(c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
