@@ -22,7 +22,9 @@
 //! - [`client`]: a client's cache of files: what each operation needs,
 //!   dirty bytes and their write-back, answers to recalls;
 //! - [`xattr`]: extended attributes as the service reads them, and the
-//!   capabilities it gives out for inodes.
+//!   capabilities it gives out for inodes;
+//! - [`edits`]: a write-back as the fewest cuts and writes over the
+//!   content version, for the file service's `edit`.
 //!
 //! **Architecture invariant:** no sockets, files, clocks or randomness
 //! (times and secrets travel in the updates); decoders never panic.
@@ -31,6 +33,7 @@
 
 pub mod access;
 pub mod client;
+pub mod edits;
 pub mod locks;
 pub mod model;
 pub mod op;

@@ -90,6 +90,8 @@ pub(crate) struct Dirty {
     pub version: u64,
     pub content: Vec<Capability>,
     pub changes: Vec<OverlayEntry>,
+    /// The content version's size.
+    pub base_size: u64,
     pub size: u64,
     pub mtime: Time,
     /// When the oldest change was made.
@@ -104,6 +106,8 @@ pub(crate) struct FlushJob {
     pub version: u64,
     pub content: Vec<Capability>,
     pub changes: Vec<OverlayEntry>,
+    /// The content version's size.
+    pub base_size: u64,
     pub size: u64,
     pub mtime: Time,
 }
@@ -305,6 +309,7 @@ impl Cache {
             version,
             content,
             changes: Vec::new(),
+            base_size: base,
             size: base,
             mtime: now,
             since: Instant::now(),
@@ -322,6 +327,15 @@ impl Cache {
         d.size = size;
         d.mtime = now;
         Some(at)
+    }
+
+    /// Whether the mount holds `Write` on `ino`.
+    pub(crate) fn holds_write(&self, ino: Ino) -> bool {
+        self.inner
+            .lock()
+            .held
+            .get(&ino)
+            .is_some_and(|h| h.level() == Level::Write)
     }
 
     /// Whether `ino` has changes not yet written back.
@@ -380,6 +394,7 @@ impl Cache {
             version: d.version,
             content: d.content.clone(),
             changes: d.changes.clone(),
+            base_size: d.base_size,
             size: d.size,
             mtime: d.mtime,
         })
@@ -394,6 +409,7 @@ impl Cache {
             d.changes.drain(..job.changes.len().min(d.changes.len()));
             d.version = attr.version;
             d.content = content.clone();
+            d.base_size = job.size;
             for c in &mut d.changes {
                 c.version = attr.version;
             }

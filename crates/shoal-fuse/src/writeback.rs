@@ -12,11 +12,14 @@
 use std::sync::Arc;
 
 use shoal_cap::Capability;
-use shoal_fs::model::{FsError, Identity, Ino, Kind, ROOT, Time};
+use shoal_fs::model::{Attr, FsError, Identity, Ino, Kind, ROOT, Time};
 use shoal_fs::op::{Failure, Op, Reply};
 use shoal_fs::tree::overlaid;
 use shoal_fs::update::{Answer, UpdateOp};
 use shoal_fssvc::FsClient;
+
+use shoal_bullet::op::Edit;
+use shoal_fs::edits::{Piece, pieces};
 
 use crate::cache::FlushJob;
 use crate::conn::Conn;
@@ -33,6 +36,87 @@ pub(crate) fn write_back(
     let Some(job) = conn.cache.flush_job(ino) else {
         return Ok(());
     };
+    // As edits of the version the changes were made over, when there is
+    // one; whole when its replicas cannot be edited (a server away, or a
+    // file made of too many pieces).
+    let content = match edited(conn, &job, safety) {
+        Some(Ok(content)) => Ok(content),
+        Some(Err(e)) => {
+            tracing::debug!("file {ino}: written back whole, since editing failed ({e})");
+            whole(conn, via, ino, &job, safety)
+        }
+        None => whole(conn, via, ino, &job, safety),
+    };
+    match content {
+        Ok(content) => commit(conn, via, ino, &job, content),
+        // The file went (its last name and open): nothing to keep.
+        Err(Failure::Fs(FsError::NotFound)) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The changes as edits of each replica of the version they were made
+/// over: only the pieces that changed cross the network, and the file
+/// servers share every unchanged extent.  `None` if there is no version
+/// to edit, or nothing to change in it.
+fn edited(conn: &Conn, job: &FlushJob, safety: bool) -> Option<Result<Vec<Capability>, Failure>> {
+    if job.content.is_empty() {
+        return None;
+    }
+    let plan = pieces(job.base_size, &job.changes, job.size);
+    if plan.is_empty() {
+        return None;
+    }
+    let mut made = Vec::new();
+    let mut edit_all = || -> Result<(), Failure> {
+        for base in &job.content {
+            let mut file = *base;
+            let mut len = job.base_size;
+            for (i, p) in plan.iter().enumerate() {
+                let edit = match p {
+                    Piece::Cut { at } => {
+                        let e = Edit::Delete {
+                            offset: *at,
+                            len: len - at,
+                        };
+                        len = *at;
+                        e
+                    }
+                    Piece::Write { offset, data } => {
+                        len = len.max(offset + data.len() as u64);
+                        Edit::Write {
+                            offset: *offset,
+                            data: data.clone(),
+                        }
+                    }
+                };
+                file = conn.with_files(|f| f.edit(&file, edit, false, false))?;
+                if i == 0 {
+                    made.push(file);
+                }
+            }
+            conn.with_files(|f| f.commit(&file, safety))?;
+        }
+        Ok(())
+    };
+    Some(match edit_all() {
+        Ok(()) => Ok(made),
+        Err(e) => {
+            destroy(conn, &made);
+            Err(e)
+        }
+    })
+}
+
+/// The file's bytes with the changes made, stored whole as a new version
+/// (`NotFound`, its changes dropped, if the file went).
+fn whole(
+    conn: &Arc<Conn>,
+    via: &mut FsClient,
+    ino: Ino,
+    job: &FlushJob,
+    safety: bool,
+) -> Result<Vec<Capability>, Failure> {
     let base = if job.content.is_empty() {
         Vec::new()
     } else {
@@ -42,22 +126,32 @@ pub(crate) fn write_back(
             // it: if the file moved on (after this mount lost its token),
             // the changes can never be written back, and are kept over
             // nothing.  Otherwise the file servers failed: try again.
-            Err(e) => match version_now(conn, via, ino) {
-                Ok(Some(v)) if v != job.version => {
+            Err(e) => match attr_now(conn, via, ino) {
+                Ok(Some(attr)) if attr.version != job.version => {
                     let bytes = overlaid(Vec::new(), &job.changes, job.size);
                     let content = conn.store(ino, &bytes, false)?;
-                    return Err(lose(conn, ino, &job, content, "its version is gone"));
+                    return Err(lose(conn, ino, job, content, "its version is gone"));
                 }
                 Ok(None) => {
                     conn.cache.discard(ino);
-                    return Ok(());
+                    return Err(Failure::Fs(FsError::NotFound));
                 }
                 _ => return Err(e),
             },
         }
     };
     let bytes = overlaid(base, &job.changes, job.size);
-    let content = conn.store(ino, &bytes, safety)?;
+    conn.store(ino, &bytes, safety)
+}
+
+/// Commits `content`, the file with `job`'s changes, as its next version.
+fn commit(
+    conn: &Arc<Conn>,
+    via: &mut FsClient,
+    ino: Ino,
+    job: &FlushJob,
+    content: Vec<Capability>,
+) -> Result<(), Failure> {
     let op = UpdateOp::Commit {
         ino,
         base: job.version,
@@ -68,7 +162,7 @@ pub(crate) fn write_back(
     };
     match via.call(&Identity::root(), Op::Change { op }) {
         Ok(Reply::Updated(Ok(Answer::Committed { attr, old }))) => {
-            conn.cache.flushed(&job, &attr, content);
+            conn.cache.flushed(job, &attr, content);
             // Nobody else held the file while this mount wrote it: the
             // replaced version is no one's.
             destroy(conn, &old);
@@ -80,7 +174,21 @@ pub(crate) fn write_back(
             destroy(conn, &content);
             Ok(())
         }
-        Ok(Reply::Updated(Err(e))) => Err(lose(conn, ino, &job, content, &e.to_string())),
+        // Refused while this mount holds the file's `Write` token: no one
+        // else changed it, so this is the commit made already, whose
+        // answer was lost, asked again.
+        Ok(Reply::Updated(Err(_))) if conn.cache.holds_write(ino) => {
+            match attr_now(conn, via, ino)? {
+                Some(attr) if attr.version == job.version + 1 => {
+                    conn.cache.flushed(job, &attr, content);
+                    Ok(())
+                }
+                _ => Err(Failure::Unavailable(format!(
+                    "file {ino}: a commit refused under the Write token"
+                ))),
+            }
+        }
+        Ok(Reply::Updated(Err(e))) => Err(lose(conn, ino, job, content, &e.to_string())),
         Ok(other) => {
             destroy(conn, &content);
             Err(shoal_fssvc::client::unexpected(&other))
@@ -91,13 +199,13 @@ pub(crate) fn write_back(
     }
 }
 
-/// The version `ino` is at now (`None`: it is gone), asked of the primary
+/// `ino`'s attributes now (`None`: it is gone), asked of the primary
 /// through `via`.
-fn version_now(conn: &Conn, via: &mut FsClient, ino: Ino) -> Result<Option<u64>, Failure> {
+fn attr_now(conn: &Conn, via: &mut FsClient, ino: Ino) -> Result<Option<Attr>, Failure> {
     match via.call(&Identity::root(), Op::GetAttr { ino }) {
         Ok(Reply::Entry { attr, grant }) => {
             conn.granted(&attr, &grant);
-            Ok(Some(attr.version))
+            Ok(Some(attr))
         }
         Err(Failure::Fs(FsError::NotFound)) => Ok(None),
         Ok(other) => Err(shoal_fssvc::client::unexpected(&other)),
