@@ -15,7 +15,8 @@ pub const PIECE_MAX: usize = 1 << 20;
 /// One step of the plan, applied in order to the base content.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Piece {
-    /// The file ends at `at` (no further than its length).
+    /// The file ends at `at` (below the base's length): only ever the
+    /// first piece.
     Cut { at: u64 },
     /// `data` over the file from `offset` (no further than its length),
     /// growing it if it runs past the end.

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use shoal_cap::Capability;
 use shoal_filesvc::FileClient;
-use shoal_fs::model::{Attr, Identity, Ino};
+use shoal_fs::model::{Attr, Identity, Ino, Kind};
 use shoal_fs::op::{Failure, Grant, LockHow, Op, Reply};
 use shoal_fs::tokens::{Level, OpenId};
 use shoal_fs::update::{Answer, UpdateOp};
@@ -251,6 +251,34 @@ impl Conn {
         match self.call(who, Op::Change { op })? {
             Reply::Updated(result) => result.map_err(Failure::Fs),
             other => Err(shoal_fssvc::client::unexpected(&other)),
+        }
+    }
+
+    /// Makes a new inode named `name` in `parent` as `who`: a `kind`
+    /// with permissions `perm` (and device `rdev`), or a symbolic link to
+    /// `target`; its attributes.
+    pub(crate) fn make(
+        &self,
+        who: &Identity,
+        parent: Ino,
+        name: &[u8],
+        (kind, perm, rdev): (Kind, u32, u32),
+        target: &[u8],
+    ) -> Result<Attr, Failure> {
+        let op = UpdateOp::Create {
+            parent,
+            name: name.to_vec(),
+            kind,
+            perm: (perm & 0o7777) as u16,
+            rdev,
+            ino: self.new_ino()?,
+            secret: rand::random(),
+            target: target.to_vec(),
+            excl: true,
+        };
+        match self.change(who, op)? {
+            Answer::Entry { attr, .. } => Ok(attr),
+            other => Err(Failure::Unavailable(format!("unexpected answer {other:?}"))),
         }
     }
 

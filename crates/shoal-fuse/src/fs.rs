@@ -261,25 +261,11 @@ impl ShoalFs {
         req: &Request,
         parent: INodeNo,
         name: &OsStr,
-        (kind, perm, rdev): (Kind, u32, u32),
+        kind: (Kind, u32, u32),
         target: &[u8],
     ) -> Result<Attr, Failure> {
-        let ino = self.conn.new_ino()?;
-        let op = UpdateOp::Create {
-            parent: parent.0,
-            name: name.as_bytes().to_vec(),
-            kind,
-            perm: (perm & 0o7777) as u16,
-            rdev,
-            ino,
-            secret: rand::random(),
-            target: target.to_vec(),
-            excl: true,
-        };
-        match self.conn.change(&who(req), op)? {
-            Answer::Entry { attr, .. } => Ok(attr),
-            other => Err(Failure::Unavailable(format!("unexpected answer {other:?}"))),
-        }
+        self.conn
+            .make(&who(req), parent.0, name.as_bytes(), kind, target)
     }
 
     /// Removes a name (a directory's with `dir`).

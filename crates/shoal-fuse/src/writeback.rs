@@ -11,15 +11,14 @@
 
 use std::sync::Arc;
 
+use shoal_bullet::op::Edit;
 use shoal_cap::Capability;
+use shoal_fs::edits::{Piece, pieces};
 use shoal_fs::model::{Attr, FsError, Identity, Ino, Kind, ROOT, Time};
 use shoal_fs::op::{Failure, Op, Reply};
 use shoal_fs::tree::overlaid;
 use shoal_fs::update::{Answer, UpdateOp};
 use shoal_fssvc::FsClient;
-
-use shoal_bullet::op::Edit;
-use shoal_fs::edits::{Piece, pieces};
 
 use crate::cache::FlushJob;
 use crate::conn::Conn;
@@ -67,30 +66,23 @@ fn edited(conn: &Conn, job: &FlushJob, safety: bool) -> Option<Result<Vec<Capabi
     if plan.is_empty() {
         return None;
     }
+    // The one cut, if any, comes first, from the base's length.
+    let edits: Vec<Edit> = plan
+        .into_iter()
+        .map(|p| match p {
+            Piece::Cut { at } => Edit::Delete {
+                offset: at,
+                len: job.base_size - at,
+            },
+            Piece::Write { offset, data } => Edit::Write { offset, data },
+        })
+        .collect();
     let mut made = Vec::new();
     let mut edit_all = || -> Result<(), Failure> {
         for base in &job.content {
             let mut file = *base;
-            let mut len = job.base_size;
-            for (i, p) in plan.iter().enumerate() {
-                let edit = match p {
-                    Piece::Cut { at } => {
-                        let e = Edit::Delete {
-                            offset: *at,
-                            len: len - at,
-                        };
-                        len = *at;
-                        e
-                    }
-                    Piece::Write { offset, data } => {
-                        len = len.max(offset + data.len() as u64);
-                        Edit::Write {
-                            offset: *offset,
-                            data: data.clone(),
-                        }
-                    }
-                };
-                file = conn.with_files(|f| f.edit(&file, edit, false, false))?;
+            for (i, edit) in edits.iter().enumerate() {
+                file = conn.with_files(|f| f.edit(&file, edit.clone(), false, false))?;
                 if i == 0 {
                     made.push(file);
                 }
@@ -288,23 +280,8 @@ fn keep_lost(
         }
         other => Err(shoal_fssvc::client::unexpected(&other)),
     };
-    let create = |parent: Ino, name: &[u8], kind: Kind, perm: u16| {
-        let op = UpdateOp::Create {
-            parent,
-            name: name.to_vec(),
-            kind,
-            perm,
-            rdev: 0,
-            ino: conn.new_ino()?,
-            secret: rand::random(),
-            target: Vec::new(),
-            excl: true,
-        };
-        match conn.change(&root, op)? {
-            Answer::Entry { attr, .. } => Ok(attr),
-            other => Err(Failure::Unavailable(format!("unexpected answer {other:?}"))),
-        }
-    };
+    let create =
+        |parent, name: &[u8], kind, perm| conn.make(&root, parent, name, (kind, perm, 0), &[]);
     let dir = match lookup() {
         Err(Failure::Fs(FsError::NotFound)) => {
             match create(ROOT, LOST.as_bytes(), Kind::Dir, 0o700) {
