@@ -1,8 +1,9 @@
-//! In-memory figures of shoal's trust core, for `shoal bench rpc`: the
-//! node session handshake (both sides' work, no network) and the AEAD's
-//! seal-and-open rate on datagram-sized bodies, the ceiling of any
-//! encrypted transfer on this CPU.
+//! Figures of shoal's trust core, for `shoal bench rpc`: the node session
+//! handshake (both sides' work, no network), the AEAD's seal-and-open rate
+//! on datagram-sized bodies (the ceiling of any encrypted transfer on this
+//! CPU), and a sealed UDP echo (the floor of any encrypted round trip).
 
+use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use shoal_session::datagram::{Header, open, seal};
@@ -62,8 +63,7 @@ pub fn handshake_us(quick: bool) -> Result<f64, String> {
 /// MiB/s of sealing and opening 60,000-byte bodies (a fragment) with the
 /// AEAD this CPU's sessions use.
 pub fn aead_ceiling_mib_s(quick: bool) -> f64 {
-    let algorithm = Algorithm::choose(Algorithm::cpu_has_aes(), true);
-    let key = Key::new(algorithm, &rand::random());
+    let key = Key::new(session_algorithm(), &rand::random());
     let body = vec![0x5au8; 60_000];
     let mut out = Vec::with_capacity(body.len() + 64);
     let budget = Duration::from_millis(if quick { 100 } else { 500 });
@@ -88,6 +88,83 @@ pub fn aead_ceiling_mib_s(quick: bool) -> f64 {
         rates.push(bytes as f64 / (1 << 20) as f64 / start.elapsed().as_secs_f64());
     }
     median(&mut rates)
+}
+
+/// The datagram AEAD on this CPU, as a node session between two like
+/// nodes picks it.
+fn session_algorithm() -> Algorithm {
+    Algorithm::choose(Algorithm::cpu_has_aes(), true)
+}
+
+/// A UDP echo like the raw one (a blocking loop), except that it opens
+/// each datagram with the AEAD this CPU's sessions use, and seals its
+/// answer: what encryption alone adds to a round trip, with no protocol.
+/// `key` is made for the run and protects nothing else.
+pub fn serve_sealed_echo(socket: UdpSocket, key: [u8; 32]) {
+    let key = Key::new(session_algorithm(), &key);
+    let mut buf = vec![0u8; 65536];
+    let mut out = Vec::with_capacity(256);
+    while let Ok((n, from)) = socket.recv_from(&mut buf) {
+        let Ok((Header::Endpoint { counter, .. }, plain)) = open(&key, &mut buf[..n]) else {
+            continue;
+        };
+        let header = Header::Endpoint {
+            to_client: true,
+            receiver: 1,
+            uid: 0,
+            sender: 1,
+            counter,
+        };
+        seal(&key, &header, &[plain], &mut out);
+        let _ = socket.send_to(&out, from);
+    }
+}
+
+/// The client of [`serve_sealed_echo`].
+pub struct SealedEchoClient {
+    socket: UdpSocket,
+    key: Key,
+    counter: u64,
+    out: Vec<u8>,
+    buf: Vec<u8>,
+}
+
+impl SealedEchoClient {
+    pub fn connect(socket: UdpSocket, to: SocketAddr, key: [u8; 32]) -> Result<Self, String> {
+        socket.connect(to).map_err(|e| e.to_string())?;
+        socket
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .map_err(|e| e.to_string())?;
+        Ok(Self {
+            socket,
+            key: Key::new(session_algorithm(), &key),
+            counter: 0,
+            out: Vec::with_capacity(256),
+            buf: vec![0u8; 65536],
+        })
+    }
+
+    /// One empty request sealed, sent, answered and opened.
+    pub fn echo(&mut self) -> Result<(), String> {
+        self.counter += 1;
+        let header = Header::Endpoint {
+            to_client: false,
+            receiver: 1,
+            uid: 0,
+            sender: 1,
+            counter: self.counter,
+        };
+        seal(&self.key, &header, &[], &mut self.out);
+        self.socket.send(&self.out).map_err(|e| e.to_string())?;
+        let n = self
+            .socket
+            .recv(&mut self.buf)
+            .map_err(|e| format!("sealed UDP echo: {e}"))?;
+        match open(&self.key, &mut self.buf[..n]) {
+            Ok((Header::Endpoint { counter, .. }, _)) if counter == self.counter => Ok(()),
+            _ => Err("sealed UDP echo: an answer that does not open".into()),
+        }
+    }
 }
 
 fn now() -> u64 {

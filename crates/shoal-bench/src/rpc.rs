@@ -75,6 +75,9 @@ struct Targets {
     tls: SocketAddr,
     grpc_tls: SocketAddr,
     tls_cert: String,
+    /// The sealed UDP echo, and the key made for it.
+    sealed: SocketAddr,
+    sealed_key: [u8; 32],
 }
 
 const BULK_BYTES: usize = 64 << 20;
@@ -142,6 +145,10 @@ fn serve_agent() -> Result<(), String> {
             let _ = udp.send_to(&buf[..n], from);
         }
     });
+    let sealed = UdpSocket::bind(SocketAddr::new(ip, 0)).map_err(|e| e.to_string())?;
+    let sealed_addr = sealed.local_addr().map_err(|e| e.to_string())?;
+    let sealed_key: [u8; 32] = rand::random();
+    std::thread::spawn(move || crate::crypto::serve_sealed_echo(sealed, sealed_key));
     let tcp = TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| e.to_string())?;
     let tcp_addr = tcp.local_addr().map_err(|e| e.to_string())?;
     std::thread::spawn(move || {
@@ -165,6 +172,8 @@ fn serve_agent() -> Result<(), String> {
         tls: tls_addr,
         grpc_tls: grpc_tls.local_addr(),
         tls_cert: cert.cert_pem.clone(),
+        sealed: sealed_addr,
+        sealed_key,
     };
     println!("{}", serde_json::to_string(&targets).expect("serializes"));
     std::io::stdout().flush().map_err(|e| e.to_string())?;
@@ -196,6 +205,12 @@ fn client_agent(t: &Targets, quick: bool) -> Result<BTreeMap<String, f64>, Strin
     udp.set_read_timeout(Some(Duration::from_secs(2)))
         .map_err(|e| e.to_string())?;
     let mut buf = [0u8; 64];
+    let mut sealed = crate::crypto::SealedEchoClient::connect(
+        UdpSocket::bind(SocketAddr::new(ip, 0)).map_err(|e| e.to_string())?,
+        t.sealed,
+        t.sealed_key,
+    )?;
+    let mut sealed_rtt = Vec::with_capacity(n);
     let mut client = ctx.client().map_err(|e| e.to_string())?;
     let kinds = [
         ("null_rpc", 0usize, n),
@@ -228,6 +243,13 @@ fn client_agent(t: &Targets, quick: bool) -> Result<BTreeMap<String, f64>, Strin
                 udp_rtt.push(start.elapsed());
             }
         }
+        for _ in 0..count {
+            let start = Instant::now();
+            sealed.echo()?;
+            if keep {
+                sealed_rtt.push(start.elapsed());
+            }
+        }
         for (k, (name, _, total)) in kinds.iter().enumerate() {
             let count = if keep { total / ROUNDS } else { warmup };
             for _ in 0..count {
@@ -249,6 +271,14 @@ fn client_agent(t: &Targets, quick: bool) -> Result<BTreeMap<String, f64>, Strin
     }
     out.insert("raw_udp_rtt_us_p50".into(), percentile_us(&mut udp_rtt, 50));
     out.insert("raw_udp_rtt_us_p99".into(), percentile_us(&mut udp_rtt, 99));
+    out.insert(
+        "sealed_udp_rtt_us_p50".into(),
+        percentile_us(&mut sealed_rtt, 50),
+    );
+    out.insert(
+        "sealed_udp_rtt_us_p99".into(),
+        percentile_us(&mut sealed_rtt, 99),
+    );
     for ((name, _, _), mut rtt) in kinds.iter().zip(rtts) {
         out.insert(format!("{name}_rtt_us_p50"), percentile_us(&mut rtt, 50));
         out.insert(format!("{name}_rtt_us_p99"), percentile_us(&mut rtt, 99));
@@ -470,6 +500,7 @@ fn table(m: &BTreeMap<String, f64>) -> String {
     t.push_str("| | unpinned | pinned | split |\n|---|---:|---:|---:|\n");
     for (name, key) in [
         ("raw UDP echo", "raw_udp_rtt_us"),
+        ("sealed UDP echo (the session AEAD, no protocol)", "sealed_udp_rtt_us"),
         ("shoal null RPC", "null_rpc_rtt_us"),
         ("gRPC echo (tonic)", "grpc_null_rtt_us"),
         ("gRPC echo over TLS (tonic, rustls)", "grpc_tls_null_rtt_us"),
@@ -571,6 +602,15 @@ fn table(m: &BTreeMap<String, f64>) -> String {
         "\nThe AEAD's in-memory seal-and-open rate, the ceiling of any encrypted transfer \
          on this CPU: {:.0} MiB/s.\n",
         g("aead_ceiling_mib_s")
+    ));
+    t.push_str(&format!(
+        "\nFor information: the sealed UDP echo (encryption alone, no protocol) is {:.2} × \
+         raw UDP unpinned and {:.2} × pinned; gRPC over TLS is {:.2} × it unpinned and {:.2} × \
+         pinned, the most any encrypted RPC could reach against gRPC over TLS here.\n",
+        g("sealed_udp_rtt_us_p50") / g("raw_udp_rtt_us_p50"),
+        g("sealed_udp_rtt_us_p50_pinned") / g("raw_udp_rtt_us_p50_pinned"),
+        g("grpc_tls_null_rtt_us_p50") / g("sealed_udp_rtt_us_p50"),
+        g("grpc_tls_null_rtt_us_p50_pinned") / g("sealed_udp_rtt_us_p50_pinned"),
     ));
     t.push_str(&format!(
         "\nFor information: 64 MiB RPC / raw TCP is {:.2} with both ends on one CPU, {:.2} split across two.\n",

@@ -218,7 +218,7 @@ impl Client {
 
     /// Seals `t` for server endpoint `instance` and sends it to `addr`.
     fn send(&mut self, addr: SocketAddr, instance: Instance, t: &Transmit) -> Result<(), Error> {
-        if let Some(node) = self.keys.stale(instance) {
+        if let Some(node) = self.keys.stale(instance, self.last) {
             self.refresh(node, instance)?;
         }
         let (id, uid) = (self.core.id(), self.uid);

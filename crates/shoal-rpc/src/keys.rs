@@ -98,11 +98,11 @@ impl ClientKeys {
         Ok(())
     }
 
-    /// The node of `instance`, if its key has expired (or is missing but
-    /// known): it must be asked for again.
-    pub fn stale(&self, instance: Instance) -> Option<NodeId> {
+    /// The node of `instance`, if its key has expired by `now` (or is
+    /// missing but known): it must be asked for again.
+    pub fn stale(&self, instance: Instance, now: Instant) -> Option<NodeId> {
         let k = self.keys.get(&instance)?;
-        (Instant::now() >= k.expires).then_some(k.node)
+        (now >= k.expires).then_some(k.node)
     }
 
     /// Seals the plaintext `pieces` for `instance` into `out`; `false` if
@@ -221,12 +221,14 @@ impl ServerKeys {
     }
 
     /// Opens a client's datagram in place: who sent it, through which
-    /// session, and the plaintext's range in `datagram`.
+    /// session, and the plaintext's range in `datagram`.  `now` is the
+    /// caller's latest clock read.
     pub fn open(
         &mut self,
         datagram: &mut [u8],
+        now: Instant,
     ) -> Result<(Caller, u32, std::ops::Range<usize>), Refused> {
-        self.sweep();
+        self.sweep(now);
         let Ok(Header::Endpoint {
             to_client: false,
             receiver,
@@ -238,7 +240,6 @@ impl ServerKeys {
             return Err(Refused::Bad);
         };
         let Some(root) = self.roots.get(&receiver) else {
-            let now = Instant::now();
             if self
                 .unknown
                 .get(&receiver)
@@ -316,8 +317,7 @@ impl ServerKeys {
     }
 
     /// Forgets sessions past their expiry, and their channels.
-    fn sweep(&mut self) {
-        let now = Instant::now();
+    fn sweep(&mut self, now: Instant) {
         if self.swept.is_some_and(|t| now < t + Duration::from_secs(1)) {
             return;
         }

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use shoal_cap::PutPort;
 use shoal_proto::{
-    Caller, Delivered, Dest, Rope, ServerConfig, ServerCore, Stats, Transmit, Via, pool,
+    Caller, Delivered, Dest, Rope, ServerConfig, ServerCore, Stats, Time, Transmit, Via, pool,
 };
 use shoal_wire::{Instance, MAX_DATAGRAM, TxnId, decode_plain};
 
@@ -117,8 +117,8 @@ impl Shared {
     /// If the node restarted (the link closed), registers again with the
     /// new daemon, as the same instance: clients that cached this endpoint
     /// are unaffected, and new ones can locate it again.
-    fn keep_registered(&self) {
-        let now = clock::now().0;
+    fn keep_registered(&self, now: Time) {
+        let now = now.0;
         let last = self.link_checked.load(Ordering::Relaxed);
         if now.saturating_sub(last) < LINK_CHECK.as_micros() as u64
             || self
@@ -243,7 +243,6 @@ impl Server {
             if shared.closed.load(Ordering::Acquire) {
                 return Err(Error::Closed);
             }
-            shared.keep_registered();
             let mut reader = shared.reader.lock();
             let Reader { buf, timeout } = &mut *reader;
             // Another reader may have queued a request meanwhile.
@@ -262,11 +261,15 @@ impl Server {
                 }
                 Err(e) => Err(e),
             };
+            // One clock read per datagram serves the keys, the link check
+            // and the core.
+            let read = Instant::now();
+            let now = clock::at(read);
+            shared.keep_registered(now);
             // Datagrams are opened, and the replies sealed and sent,
             // outside the core's lock: a thread replying meanwhile is not
             // held up by them.
-            let received = received.map(|(n, from)| (from, shared.open(&mut buf[..n])));
-            let now = clock::now();
+            let received = received.map(|(n, from)| (from, shared.open(&mut buf[..n], read)));
             let mut core = shared.core.lock();
             match received {
                 Ok((from, Ok((caller, channel, plain)))) => {
@@ -341,12 +344,13 @@ impl Server {
             let left = until.saturating_duration_since(Instant::now());
             timeout.set(&shared.socket, left.min(Duration::from_millis(10)))?;
             if let Ok((n, from)) = shared.socket.recv_from(buf) {
-                let opened = shared.open(&mut buf[..n]);
+                let read = Instant::now();
+                let opened = shared.open(&mut buf[..n], read);
                 let out = {
                     let mut core = shared.core.lock();
                     match opened {
                         Ok((caller, channel, plain)) => {
-                            core.handle_datagram(clock::now(), from, caller, channel, &buf[plain])
+                            core.handle_datagram(clock::at(read), from, caller, channel, &buf[plain])
                         }
                         Err(replayed) => core.handle_unopened(replayed),
                     }
@@ -417,13 +421,17 @@ impl Shared {
     /// Opens a datagram from a caller in place: who, through which
     /// session, and where the plaintext is; or whether it was a replay.
     /// The secret of a session not seen yet is asked of the node.
-    fn open(&self, datagram: &mut [u8]) -> Result<(Caller, u32, std::ops::Range<usize>), bool> {
-        let opened = self.keys.lock().open(datagram);
+    fn open(
+        &self,
+        datagram: &mut [u8],
+        now: Instant,
+    ) -> Result<(Caller, u32, std::ops::Range<usize>), bool> {
+        let opened = self.keys.lock().open(datagram, now);
         match opened {
             Ok(o) => Ok(o),
             Err(Refused::NeedRoot(index)) => {
                 self.fetch_root(index);
-                match self.keys.lock().open(datagram) {
+                match self.keys.lock().open(datagram, Instant::now()) {
                     Ok(o) => Ok(o),
                     Err(Refused::Replayed) => Err(true),
                     Err(_) => Err(false),
