@@ -40,9 +40,6 @@ use crate::cache::Recall;
 use crate::conn::Conn;
 use crate::writeback::write_back;
 
-/// How long dirty changes wait before they are written back.
-pub(crate) const WRITE_BACK_AFTER: Duration = Duration::from_secs(30);
-
 /// Attempts at writing a file back before a recall is answered without.
 const RECALL_TRIES: usize = 3;
 
@@ -239,7 +236,7 @@ fn work(mut answerer: FsClient, conn: &Arc<Conn>, rx: &Receiver<Work>, stop: &At
         } else {
             expired = false;
         }
-        for ino in conn.cache.due(WRITE_BACK_AFTER) {
+        for ino in conn.cache.due(conn.tuning.write_back_after) {
             if let Err(e) = write_back(conn, &mut answerer, ino, false) {
                 tracing::warn!("writing file {ino} back: {e}");
             }

@@ -58,6 +58,7 @@ pub(crate) struct Conn {
     hellos: AtomicU64,
     /// When the lease was last renewed.
     pub(crate) lease: LeaseClock,
+    pub(crate) tuning: crate::Tuning,
 }
 
 /// When the mount's lease was last renewed, as the mount sees it: the
@@ -97,7 +98,12 @@ impl LeaseClock {
 
 impl Conn {
     /// A session with file system `name`, said hello to.
-    pub(crate) fn open(ctx: &Context, name: &str, node: &str) -> Result<Conn, Failure> {
+    pub(crate) fn open(
+        ctx: &Context,
+        name: &str,
+        node: &str,
+        tuning: crate::Tuning,
+    ) -> Result<Conn, Failure> {
         let mut client = FsClient::new(ctx, name)?;
         let hello = client.hello(node)?;
         Ok(Conn {
@@ -116,6 +122,7 @@ impl Conn {
             locks: MountLocks::default(),
             hellos: AtomicU64::new(0),
             lease: LeaseClock::new(),
+            tuning,
         })
     }
 

@@ -54,9 +54,6 @@ fn open_flags(open: CacheUse) -> FopenFlags {
 /// What the kernel may keep of what the mount holds no token on.
 const NONE: Duration = Duration::ZERO;
 
-/// Dirty bytes past which a write waits for its file's write-back.
-const DIRTY_MAX: u64 = 256 << 20;
-
 /// The time of a change: the one asked for, or now.
 fn now(t: Option<TimeOrNow>) -> Time {
     match t {
@@ -682,7 +679,7 @@ impl Filesystem for ShoalFs {
             .write(ino.0, (!append).then_some(offset), data, now(None))
             .is_some()
         {
-            if self.conn.cache.dirty_bytes() > DIRTY_MAX
+            if self.conn.cache.dirty_bytes() > self.conn.tuning.dirty_max
                 && let Err(e) = self.conn.flush(Some(ino.0), false)
             {
                 tracing::warn!("writing file {} back: {e}", ino.0);

@@ -20,6 +20,7 @@ mod writeback;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use fuser::{BackgroundSession, Config, MountOption, SessionACL};
 use shoal_fs::op::Failure;
@@ -28,6 +29,41 @@ use shoal_rpc::Context;
 /// FUSE threads serving a mount (one per CPU of the machines shoal runs
 /// on; each reads its own cloned `/dev/fuse` descriptor).
 pub const THREADS: usize = 2;
+
+/// How a mount holds dirty data (`shoal fs mount --write-back-secs
+/// --dirty-mib`).
+#[derive(Debug, Clone, Copy)]
+pub struct Tuning {
+    /// How long a file's oldest dirty change waits before the file is
+    /// written back.
+    pub write_back_after: Duration,
+    /// Dirty bytes, in all files, past which a write waits for its file's
+    /// write-back.
+    pub dirty_max: u64,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            write_back_after: Duration::from_secs(30),
+            dirty_max: default_dirty_max(),
+        }
+    }
+}
+
+/// The default dirty limit: an eighth of the node's memory (the kernel
+/// keeps its own copy of the pages for reading), at least 64 MiB.
+pub fn default_dirty_max() -> u64 {
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib << 10)
+        })
+        .unwrap_or(2 << 30);
+    (total / 8).max(64 << 20)
+}
 
 /// A mounted tree.
 pub struct Mount {
@@ -40,9 +76,15 @@ pub struct Mount {
 impl Mount {
     /// Mounts file system `name` of the context's cluster at `at`, as
     /// node `node`.
-    pub fn start(ctx: &Context, name: &str, node: &str, at: &Path) -> Result<Mount, String> {
+    pub fn start(
+        ctx: &Context,
+        name: &str,
+        node: &str,
+        at: &Path,
+        tuning: Tuning,
+    ) -> Result<Mount, String> {
         let conn = Arc::new(
-            conn::Conn::open(ctx, name, node)
+            conn::Conn::open(ctx, name, node, tuning)
                 .map_err(|e: Failure| format!("cannot reach file system {name}: {e}"))?,
         );
         let mut config = Config::default();

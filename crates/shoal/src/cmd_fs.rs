@@ -30,6 +30,15 @@ pub enum FsCommand {
         /// The file system's name.
         #[arg(long, default_value = shoal_fssvc::DEFAULT_SERVICE)]
         service: String,
+        /// How long written data may stay in this node's memory before it
+        /// is written back to the file servers (a crash of the node loses
+        /// at most this much that was not fsynced).
+        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        write_back_secs: u64,
+        /// Dirty MiB, in all files, past which a write waits for its
+        /// file's write-back (default: an eighth of the node's memory).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1 << 24))]
+        dirty_mib: Option<u64>,
     },
     /// Unmount the tree at PATH (also one whose client died).
     Umount {
@@ -80,7 +89,18 @@ pub struct ServeArgs {
 pub fn run(cmd: FsCommand) -> Result<(), Failure> {
     match cmd {
         FsCommand::Serve(args) => serve(args),
-        FsCommand::Mount { path, service } => mount(&path, &service),
+        FsCommand::Mount {
+            path,
+            service,
+            write_back_secs,
+            dirty_mib,
+        } => {
+            let tuning = shoal_fuse::Tuning {
+                write_back_after: std::time::Duration::from_secs(write_back_secs),
+                dirty_max: dirty_mib.map_or_else(shoal_fuse::default_dirty_max, |m| m << 20),
+            };
+            mount(&path, &service, tuning)
+        }
         FsCommand::Umount { path } => umount(&path),
         FsCommand::Cap { path } => {
             let value = xattr::get(&path, "user.shoal.cap")
@@ -192,7 +212,7 @@ fn umount(path: &Path) -> Result<(), Failure> {
     }
 }
 
-fn mount(path: &Path, service: &str) -> Result<(), Failure> {
+fn mount(path: &Path, service: &str, tuning: shoal_fuse::Tuning) -> Result<(), Failure> {
     if is_dead_mount(path) {
         eprintln!(
             "{} is a mount whose client died: unmounting it first",
@@ -214,7 +234,7 @@ fn mount(path: &Path, service: &str) -> Result<(), Failure> {
         .as_ref()
         .map(|n| n.1.clone())
         .unwrap_or_else(|| "?".into());
-    let mount = shoal_fuse::Mount::start(&ctx, service, &node, path).map_err(Failure::failed)?;
+    let mount = shoal_fuse::Mount::start(&ctx, service, &node, path, tuning).map_err(Failure::failed)?;
     eprintln!("file system {service} mounted at {}", path.display());
     until_signalled(|| true, ("serving the tree until SIGTERM", ""))?;
     mount.stop().map_err(Failure::failed)
