@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
@@ -34,6 +34,7 @@ use shoal_cluster::Cluster;
 
 use crate::agent::{Agent, ClusterGuard, arg, num, serve_commands};
 use crate::dir::DataDir;
+use crate::sshd::{Daemon, SSH_PORT, Sshd, ip_of};
 
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
@@ -72,8 +73,6 @@ pub enum AgentCommand {
 const NULL: &str = "/bin/true";
 /// The stdout test's file.
 const BIG: u64 = 1 << 30;
-/// Where sshd listens on n2.
-const SSH_PORT: u16 = 2222;
 /// The paper's Table 4 (ms): local, remote specified, remote chosen.
 const AMOEBA_1991: [f64; 3] = [58.0, 84.0, 95.0];
 const SPRITE_1991: [f64; 3] = [72.0, 116.0, 131.0];
@@ -219,7 +218,7 @@ impl Tools {
 
 /// Lua 5.4's sources in Cargo's registry (the `lua-src` crate, a
 /// dependency of this one, so any build of shoal fetched it).
-fn find_lua_sources() -> Result<PathBuf, String> {
+pub(crate) fn find_lua_sources() -> Result<PathBuf, String> {
     let cargo_home = std::env::var_os("CARGO_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
@@ -289,44 +288,6 @@ pub fn prepare_build(sources: &Path, tree: &Path) -> Result<usize, String> {
     Ok(files)
 }
 
-/// A process of the benchmark's (a daemon that forks workers), in a
-/// process group of its own: dropping it kills the whole group.
-struct Daemon(Child);
-
-impl Daemon {
-    fn spawn(cmd: &mut Command, what: &str) -> Result<Daemon, String> {
-        use std::os::unix::process::CommandExt;
-        cmd.process_group(0)
-            .spawn()
-            .map(Daemon)
-            .map_err(|e| format!("cannot start {what}: {e}"))
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) of the group this daemon leads.
-        unsafe { libc::kill(-(self.0.id() as i32), libc::SIGKILL) };
-        let _ = self.0.wait();
-    }
-}
-
-fn run_ok(cmd: &mut Command) -> Result<(), String> {
-    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "{cmd:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(())
-}
-
-/// The address of `node` on the cluster network (its node address's IP).
-fn ip_of(cluster: &Cluster, node: &str) -> Result<String, String> {
-    Ok(cluster.node(node)?.addr.ip().to_string())
-}
-
 fn ms_of(answer: &Value) -> Result<Vec<f64>, String> {
     answer["ms"]
         .as_array()
@@ -363,46 +324,7 @@ fn measure(
 
     // ssh: a key for the run, and sshd on n2.
     eprintln!("bench: starting sshd on n2 (port {SSH_PORT}) with a key made for this run");
-    let key = w.join("id_ed25519");
-    run_ok(
-        Command::new("ssh-keygen")
-            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-            .arg(&key),
-    )?;
-    let host_key = w.join("host_ed25519");
-    run_ok(
-        Command::new("ssh-keygen")
-            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-            .arg(&host_key),
-    )?;
-    std::fs::copy(key.with_extension("pub"), w.join("authorized_keys"))
-        .map_err(|e| e.to_string())?;
-    let n2_ip = ip_of(cluster, "n2")?;
-    std::fs::write(
-        w.join("sshd_config"),
-        format!(
-            "ListenAddress {n2_ip}:{SSH_PORT}\nHostKey {}\nAuthorizedKeysFile {}\n\
-             PermitRootLogin prohibit-password\nPasswordAuthentication no\n\
-             KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n\
-             PidFile {}\nUseDNS no\n",
-            host_key.display(),
-            w.join("authorized_keys").display(),
-            w.join("sshd.pid").display(),
-        ),
-    )
-    .map_err(|e| e.to_string())?;
-    // sshd's privilege separation directory.
-    let _ = std::fs::create_dir_all("/run/sshd");
-    let _sshd = Daemon::spawn(
-        cluster
-            .command("n2", &tools.sshd)?
-            .args(["-D", "-e", "-f"])
-            .arg(w.join("sshd_config"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(File::create(w.join("sshd.log")).map_err(|e| e.to_string())?),
-        "sshd on n2",
-    )?;
+    let sshd = Sshd::start(cluster, "n2", &tools.sshd, w)?;
 
     // distccd on every node.
     eprintln!("bench: starting distccd on {}", nodes.join(", "));
@@ -468,10 +390,7 @@ fn measure(
         &["exec", "timer"],
         &[("DISTCC_DIR", distcc_dir.as_os_str())],
     )?;
-    let ssh = format!(
-        "ssh -i {} -p {SSH_PORT} -o BatchMode=yes -o GSSAPIAuthentication=no -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR root@{n2_ip} {NULL}",
-        key.display()
-    );
+    let ssh = format!("ssh {} root@{} {NULL}", sshd.ssh_options(), sshd.ip);
     let kinds: [(&str, String); 5] = [
         ("fork_exec_ms", NULL.to_string()),
         ("exec_local_ms", format!("{shoal_s} run --on n1 -- {NULL}")),

@@ -1,18 +1,22 @@
 //! `shoal bench fs`: the shared file system (`docs/fs.md`), after §4 of
 //! the Amoeba–Sprite comparison (Sprite's client caching), each figure
-//! beside its local twins measured in the same run: tmpfs (`/dev/shm`,
-//! the floor) and the local disk (`/var/tmp`, ext4 on the project's
-//! machines; its type is reported).
+//! beside its twins measured in the same run: tmpfs (`/dev/shm`, the
+//! floor), the local disk (`/var/tmp`, ext4 on the project's machines;
+//! its type is reported), and sshfs (the FUSE file system a user would
+//! otherwise mount to share a tree: Debian's `sshfs` with its defaults,
+//! from OpenSSH's server on n2, started by the bench with a key made for
+//! the run).
 //!
 //! Placement: a three-node local cluster (`bs`, 10.77.248.0/24) with the
 //! whole system, so /shoal is mounted on every node, each in its node's
 //! mount namespace; the measuring program is an agent on n1
 //! (`shoal-bench agent fs worker`) that works in `/shoal/bench-PID`, and
 //! in directories of the same name under the twins' mounts; a second
-//! agent on n2 reads what n1 wrote, for visibility.
+//! agent on n2 reads what n1 wrote, for visibility.  sshfs is mounted on
+//! n1 and on n2, both of the same directory on n2's disk.
 //!
-//! Phases, on each file system in turn (shoal first, then tmpfs, then the
-//! disk), the sizes divided by ten with `--quick`:
+//! Phases, on each file system in turn (shoal first, then tmpfs, the
+//! disk and sshfs), the sizes divided by ten with `--quick`:
 //! 1. tmp file: create, write 4 KiB, close and unlink one name, 2,000
 //!    times (p50); on shoal, also the metadata service's requests per
 //!    file (the primary's request count, before and after);
@@ -22,12 +26,17 @@
 //!    read once, then read again sequentially with 1 MiB reads (the cached
 //!    re-read, MiB/s), then 20,000 4 KiB reads at random aligned offsets
 //!    (µs each);
-//! 4. visibility (shoal only): 4 KiB written and closed on n1, then
+//! 4. visibility (shoal and sshfs): 4 KiB written and closed on n1, then
 //!    opened and read on n2, 50 times: the time of n2's open and read, and
-//!    how often it saw anything but the new bytes (must be never).
+//!    how often it saw anything but the new bytes (never, for shoal);
+//! 5. the build: Lua 5.4's 32 C files unpacked (copied from the
+//!    `lua-src` crate) and built with `make -jC` (C: this machine's cores)
+//!    on n1, in a warm-up round and three timed ones, the ways rotated;
+//!    on shoal also with `shoal make -jN` (N: the cluster's cores), whose
+//!    recipes run on every node, all writing to the shared tree (Sprite's
+//!    pmake setting).
 //!
-//! Not yet measured: sshfs (the FUSE file system a user would otherwise
-//! mount), the build on the mount, and the bytes sent to file servers.
+//! Not yet measured: the bytes sent to file servers.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
@@ -40,6 +49,8 @@ use serde_json::{Map, Value, json};
 use shoal_cluster::Cluster;
 
 use crate::agent::{Agent, ClusterGuard, arg, num, serve_commands};
+use crate::dir::DataDir;
+use crate::sshd::{SshfsMount, Sshd};
 use crate::stats::percentile_us;
 
 /// Flags of `shoal bench fs`.
@@ -62,7 +73,9 @@ pub struct BenchArgs {
 pub enum AgentCommand {
     /// Takes commands on standard input: `tmpfile DIR N`, `names DIR N
     /// STATS`, `bulk DIR MIB READS`, `put PATH SEQ`, `get PATH SEQ`,
-    /// `clean DIR` (made empty) and `remove DIR`.
+    /// `build SOURCES TREE PROGRAM ARGS...` (the sources unpacked into
+    /// TREE and built there: seconds), `clean DIR` (made empty) and
+    /// `remove DIR`.
     Worker,
 }
 
@@ -103,6 +116,7 @@ pub fn agent(command: AgentCommand) -> Result<(), String> {
                     let us = t.elapsed().as_secs_f64() * 1e6;
                     Ok(json!({ "us": us, "fresh": got == payload(num(w, 2)?) }))
                 }
+                "build" => build(Path::new(arg(w, 1)?), Path::new(arg(w, 2)?), &w[3..]),
                 "remove" => {
                     let p = Path::new(arg(w, 1)?);
                     fs::remove_dir_all(p).map_err(io("remove", p))?;
@@ -119,6 +133,34 @@ pub fn agent(command: AgentCommand) -> Result<(), String> {
             Ok(())
         }
     }
+}
+
+/// Phase 5: `sources` unpacked into `tree` (made afresh) and built there
+/// with `argv`: the seconds of both.
+fn build(sources: &Path, tree: &Path, argv: &[&str]) -> Result<Value, String> {
+    let (program, args) = argv.split_first().ok_or("build: no program")?;
+    let _ = fs::remove_dir_all(tree);
+    let t = Instant::now();
+    crate::exec::prepare_build(sources, tree)?;
+    let log = tree.join("build.log");
+    let out = File::create(&log).map_err(io("create", &log))?;
+    let status = std::process::Command::new(program)
+        .args(args)
+        .current_dir(tree)
+        .stdin(std::process::Stdio::null())
+        .stdout(out.try_clone().map_err(|e| e.to_string())?)
+        .stderr(out)
+        .status()
+        .map_err(|e| format!("{program}: {e}"))?;
+    let s = t.elapsed().as_secs_f64();
+    if !status.success() || !tree.join("liblua.a").exists() {
+        return Err(format!(
+            "{} failed ({status}); see {}",
+            argv.join(" "),
+            log.display()
+        ));
+    }
+    Ok(json!({ "s": s }))
 }
 
 /// Phase 1: `n` temporary files in `dir`: p50 of one cycle.
@@ -239,6 +281,8 @@ fn bulk(dir: &Path, mib: usize, reads: usize) -> Result<Value, String> {
 struct Target {
     name: &'static str,
     dir: PathBuf,
+    /// The same directory as n2 sees it, for visibility (shared trees).
+    seen_by_n2: Option<PathBuf>,
 }
 
 /// Runs the benchmark.
@@ -276,20 +320,53 @@ fn primary_requests(c: &Cluster) -> Result<u64, String> {
 }
 
 fn measure(c: &Cluster, quick: bool) -> Result<Map<String, Value>, String> {
+    crate::peers::ensure(
+        &[
+            ("sshfs", "sshfs"),
+            ("fusermount3", "fuse3"),
+            ("ssh-keygen", "openssh-client"),
+            ("sshd", "openssh-server"),
+            ("make", "make"),
+            ("cc", "gcc"),
+            ("ar", "binutils"),
+        ],
+        "the fs benchmark compares shoal with sshfs and builds C code on each",
+    )?;
+    let sshd_exe = crate::peers::find("sshd").ok_or("sshd not found")?;
+    let sources = crate::exec::find_lua_sources()?;
     let scale = if quick { 10 } else { 1 };
     let run = format!("shoal-bench-fs-{}", std::process::id());
+    // sshd's keys and sshfs's directory (on n2's disk) and mount points.
+    let work = DataDir(Path::new("/var/tmp").join(format!("{run}-sshfs")));
+    let _ = fs::remove_dir_all(&work.0);
+    let served = work.0.join("served");
+    fs::create_dir_all(&served).map_err(io("make", &served))?;
+    eprintln!("bench: sshd on n2, sshfs of n2's {} on n1 and n2", served.display());
+    let sshd = Sshd::start(c, "n2", &sshd_exe, &work.0)?;
+    let sshfs = [
+        SshfsMount::start(c, "n1", &sshd, &served, &work.0.join("n1"))?,
+        SshfsMount::start(c, "n2", &sshd, &served, &work.0.join("n2"))?,
+    ];
     let targets = [
         Target {
             name: "fs",
             dir: Path::new("/shoal").join(&run),
+            seen_by_n2: Some(Path::new("/shoal").join(&run)),
         },
         Target {
             name: "tmpfs",
             dir: Path::new("/dev/shm").join(&run),
+            seen_by_n2: None,
         },
         Target {
             name: "ext4",
             dir: Path::new("/var/tmp").join(&run),
+            seen_by_n2: None,
+        },
+        Target {
+            name: "sshfs",
+            dir: sshfs[0].path.join(&run),
+            seen_by_n2: Some(sshfs[1].path.join(&run)),
         },
     ];
     let mut m = Map::new();
@@ -325,25 +402,90 @@ fn measure(c: &Cluster, quick: bool) -> Result<Map<String, Value>, String> {
         }
     }
     // Visibility: written and closed on n1, opened and read on n2.
-    let path = targets[0].dir.join("seen");
-    let mut us = Vec::new();
-    let mut stale = 0;
-    for seq in 0..50 {
-        a.call(&format!("put {} {seq}", path.display()))?;
-        let v = b.call(&format!("get {} {seq}", path.display()))?;
-        us.push(v["us"].as_f64().unwrap_or(0.0));
-        if v["fresh"] != true {
-            stale += 1;
+    for t in &targets {
+        let Some(there) = &t.seen_by_n2 else {
+            continue;
+        };
+        eprintln!("bench: visibility on {}, n1 to n2", t.name);
+        let (here, there) = (t.dir.join("seen"), there.join("seen"));
+        let mut us = Vec::new();
+        let mut stale = 0;
+        for seq in 0..50 {
+            a.call(&format!("put {} {seq}", here.display()))?;
+            let v = b.call(&format!("get {} {seq}", there.display()))?;
+            us.push(v["us"].as_f64().unwrap_or(0.0));
+            if v["fresh"] != true {
+                stale += 1;
+            }
         }
+        us.sort_by(f64::total_cmp);
+        m.insert(
+            format!("{}_visibility_ms", t.name),
+            json!(us[us.len() / 2] / 1e3),
+        );
+        m.insert(format!("{}_visibility_stale", t.name), json!(stale));
     }
-    us.sort_by(f64::total_cmp);
-    m.insert("fs_visibility_ms".into(), json!(us[us.len() / 2] / 1e3));
-    m.insert("fs_visibility_stale".into(), json!(stale));
+    builds(c, &mut a, &sources, &targets, quick, &mut m)?;
     for t in &targets {
         a.call(&format!("remove {}", t.dir.display()))?;
     }
+    drop(sshfs);
     ratios(&mut m);
     Ok(m)
+}
+
+/// Phase 5: the build on each file system, and with `shoal make` over the
+/// cluster on the shared tree; medians of the timed rounds.
+fn builds(
+    c: &Cluster,
+    a: &mut Agent,
+    sources: &Path,
+    targets: &[Target],
+    quick: bool,
+    m: &mut Map<String, Value>,
+) -> Result<(), String> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let nodes = c.file().nodes.len();
+    let shoal = crate::shoal_exe()?;
+    let mut ways: Vec<(String, PathBuf, String)> = targets
+        .iter()
+        .map(|t| {
+            (
+                format!("{}_build_s", t.name),
+                t.dir.join("lua"),
+                format!("make -j{cores}"),
+            )
+        })
+        .collect();
+    ways.push((
+        "fs_pmake_s".into(),
+        targets[0].dir.join("lua-pmake"),
+        format!("{} make -j{}", shoal.display(), cores * nodes),
+    ));
+    let rounds = if quick { 1 } else { 3 };
+    eprintln!(
+        "bench: the build (Lua, unpacked and built): make -j{cores} on each file system, shoal make -j{} on shoal; {rounds} rounds after a warm-up",
+        cores * nodes
+    );
+    let mut secs: Vec<Vec<f64>> = vec![Vec::new(); ways.len()];
+    for round in 0..=rounds {
+        for k in 0..ways.len() {
+            let k = (k + round) % ways.len();
+            let (_, tree, cmd) = &ways[k];
+            let v = a.call(&format!(
+                "build {} {} {cmd}",
+                sources.display(),
+                tree.display()
+            ))?;
+            if round > 0 {
+                secs[k].push(v["s"].as_f64().ok_or("build: no seconds")?);
+            }
+        }
+    }
+    for ((name, _, _), mut s) in ways.into_iter().zip(secs) {
+        m.insert(name, json!(crate::stats::median(&mut s)));
+    }
+    Ok(())
 }
 
 /// The type of the file system holding `path`, as /proc/mounts says.
@@ -365,6 +507,7 @@ fn ratios(m: &mut Map<String, Value>) {
     for (k, of) in [
         ("fs_reread_vs_tmpfs", "reread_mib_s"),
         ("fs_write_vs_tmpfs", "write_mib_s"),
+        ("fs_build_vs_tmpfs", "build_s"),
     ] {
         if let (Some(a), Some(b)) = (get(m, &format!("fs_{of}")), get(m, &format!("tmpfs_{of}"))) {
             m.insert(k.into(), json!(a / b));
@@ -391,26 +534,38 @@ fn table(m: &Map<String, Value>) -> String {
         ("cached re-read (MiB/s)", "reread_mib_s", "≥ 80 % of tmpfs"),
         ("cached 4 KiB random read (µs)", "randread_4k_us", "≤ 1.5"),
         ("buffered write (MiB/s)", "write_mib_s", "≥ 60 % of tmpfs"),
+        (
+            "build: unpack and make Lua (s)",
+            "build_s",
+            "≤ 1.10 × tmpfs",
+        ),
     ];
     let mut t = String::from(
-        "| metric | shoal fs | tmpfs | local disk | target |\n|---|---|---|---|---|\n",
+        "| metric | shoal fs | tmpfs | local disk | sshfs | target |\n|---|---|---|---|---|---|\n",
     );
     for (what, k, target) in rows {
         t += &format!(
-            "| {what} | {} | {} | {} | {target} |\n",
+            "| {what} | {} | {} | {} | {} | {target} |\n",
             f(&format!("fs_{k}")),
             f(&format!("tmpfs_{k}")),
             f(&format!("ext4_{k}")),
+            f(&format!("sshfs_{k}")),
         );
     }
     t += &format!(
-        "| metadata requests per temporary file | {} | | | 0 |\n",
+        "| build with shoal make over the cluster (s) | {} | | | | |\n",
+        f("fs_pmake_s")
+    );
+    t += &format!(
+        "| metadata requests per temporary file | {} | | | | 0 |\n",
         f("fs_tmpfile_requests")
     );
     t += &format!(
-        "| visibility after close, n1 to n2 (ms) | {} ({} stale) | | | next open, always |\n",
+        "| visibility after close, n1 to n2 (ms) | {} ({} stale) | | | {} ({} stale) | next open, always |\n",
         f("fs_visibility_ms"),
-        f("fs_visibility_stale")
+        f("fs_visibility_stale"),
+        f("sshfs_visibility_ms"),
+        f("sshfs_visibility_stale"),
     );
     t
 }

@@ -48,6 +48,7 @@ pub mod group;
 pub mod grpc;
 mod peers;
 pub mod rpc;
+mod sshd;
 mod stats;
 pub mod tls;
 
