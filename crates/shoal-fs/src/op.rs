@@ -193,6 +193,33 @@ impl Op {
     pub fn by_capability(&self) -> bool {
         matches!(self, Op::CapStat { .. } | Op::CapRead { .. })
     }
+
+    /// The request's name, for counts (a change by its kind).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Op::Hello { .. } => "hello",
+            Op::Events { .. } => "events",
+            Op::Lookup { .. } => "lookup",
+            Op::GetAttr { .. } => "getattr",
+            Op::ReadDir { .. } => "readdir",
+            Op::ReadLink { .. } => "readlink",
+            Op::Open { .. } => "open",
+            Op::Close { .. } => "close",
+            Op::Read { .. } => "read",
+            Op::Write { .. } => "write",
+            Op::Change { op } => op.kind(),
+            Op::Return { .. } => "return",
+            Op::StatFs => "statfs",
+            Op::Status => "status",
+            Op::Reclaim { .. } => "reclaim",
+            Op::Confirm { .. } => "confirm",
+            Op::GetXattr { .. } => "getxattr",
+            Op::ListXattr { .. } => "listxattr",
+            Op::CapStat { .. } => "capstat",
+            Op::CapRead { .. } => "capread",
+            Op::Lock { .. } => "lock",
+        }
+    }
 }
 
 /// What a client may cache, as granted.

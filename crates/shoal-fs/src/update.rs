@@ -266,6 +266,24 @@ fn read_caps32(r: &mut Reader) -> Result<Vec<Capability>, DecodeError> {
 }
 
 impl UpdateOp {
+    /// The change's name, for counts.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            UpdateOp::Create { .. } => "create",
+            UpdateOp::Link { .. } => "link",
+            UpdateOp::Unlink { .. } => "unlink",
+            UpdateOp::Rename { .. } => "rename",
+            UpdateOp::SetAttr { .. } => "setattr",
+            UpdateOp::Commit { .. } => "commit",
+            UpdateOp::Overlay { .. } => "overlay",
+            UpdateOp::SetXattr { .. } => "setxattr",
+            UpdateOp::RemoveXattr { .. } => "removexattr",
+            UpdateOp::Forget { .. } => "forget",
+            UpdateOp::Range { .. } => "range",
+            UpdateOp::Push { .. } => "push",
+        }
+    }
+
     pub(crate) fn encode(&self, w: &mut Writer) {
         match self {
             UpdateOp::Create {

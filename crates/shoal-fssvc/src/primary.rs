@@ -93,8 +93,9 @@ struct Soft {
     /// then).
     grace_until: Option<Instant>,
     /// Client requests handled, leases' renewals aside: what the
-    /// clients' caches did not save.
+    /// clients' caches did not save; and by kind.
     requests: u64,
+    requests_by_kind: std::collections::BTreeMap<&'static str, u64>,
 }
 
 impl Soft {
@@ -110,6 +111,7 @@ impl Soft {
             own_seq: 0,
             grace_until: None,
             requests: 0,
+            requests_by_kind: std::collections::BTreeMap::new(),
         }
     }
 
@@ -220,6 +222,7 @@ impl Primary {
         s["requests_waiting"] = soft.waiting.len().into();
         s["changes_noticing"] = soft.noticing.len().into();
         s["requests"] = soft.requests.into();
+        s["requests_by_kind"] = serde_json::json!(soft.requests_by_kind);
         s["locks"] = soft.locks.count().into();
         s
     }
@@ -927,6 +930,7 @@ impl Handler<FsReplica> for Primary {
         self.fresh(r, &mut soft);
         if !matches!(req.op, Op::Events { .. }) {
             soft.requests += 1;
+            *soft.requests_by_kind.entry(req.op.kind()).or_default() += 1;
         }
         let outcome = self.handle(r, &mut soft, &req);
         let held = |request: shoal_rpc::Request| {

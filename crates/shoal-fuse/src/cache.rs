@@ -249,13 +249,27 @@ impl Cache {
     /// through a lost lease, are not the file's: another node changed it
     /// since, and they cannot be written back).
     pub(crate) fn patch(&self, attr: &mut Attr) {
-        if let Some(d) = self.inner.lock().dirty.get(&attr.ino)
-            && d.version == attr.version
-        {
-            attr.size = d.size;
-            attr.mtime = d.mtime;
-            attr.ctime = attr.ctime.max(d.mtime);
+        patch_dirty(&self.inner.lock().dirty, attr);
+    }
+
+    /// The attributes of a file the mount holds a token on (as the answer
+    /// that granted it gave them, with the mount's dirty changes made), and
+    /// how long the kernel may keep them: what a `getattr` would get from
+    /// the primary, whose changes to them recall the token first.
+    /// Directories are not answered here: other mounts change their names
+    /// under a `Read` token, with notices.
+    pub(crate) fn attr_held(&self, ino: Ino) -> Option<(Attr, Duration)> {
+        let inner = self.inner.lock();
+        let h = inner.held.get(&ino)?;
+        if h.dir || h.level() < Level::Read {
+            return None;
         }
+        let mut attr = *inner.attrs.get(&ino)?;
+        if attr.version != h.version {
+            return None;
+        }
+        patch_dirty(&inner.dirty, &mut attr);
+        Some((attr, ttl(h.level())))
     }
 
     /// A write under `Write`: kept dirty.  `None` (go through the
@@ -635,6 +649,17 @@ pub(crate) enum Open {
     Direct,
     /// Through the page cache; `keep`: the pages it has are current.
     Cached { keep: bool },
+}
+
+/// `attr` with the dirty changes made over its version.
+fn patch_dirty(dirty: &HashMap<Ino, Dirty>, attr: &mut Attr) {
+    if let Some(d) = dirty.get(&attr.ino)
+        && d.version == attr.version
+    {
+        attr.size = d.size;
+        attr.mtime = d.mtime;
+        attr.ctime = attr.ctime.max(d.mtime);
+    }
 }
 
 fn ttl(level: Level) -> Duration {

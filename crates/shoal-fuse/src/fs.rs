@@ -192,6 +192,9 @@ impl ShoalFs {
     }
 
     fn attr_of(&self, who: &Identity, ino: Ino) -> Result<(Attr, Duration), Failure> {
+        if let Some(held) = self.conn.cache.attr_held(ino) {
+            return Ok(held);
+        }
         match self.conn.call(who, Op::GetAttr { ino })? {
             Reply::Entry { mut attr, grant } => {
                 let ttl = self.conn.granted(&attr, &grant);
@@ -605,9 +608,21 @@ impl Filesystem for ShoalFs {
         match made {
             Ok((fh, how, attr)) => {
                 // `created` gives one timeout for the entry and the
-                // attributes: the attributes' (none: the new file's
-                // token is asked for at its next look).
-                reply.created(&NONE, &file_attr(&attr), Generation(0), FileHandle(fh), how)
+                // attributes: the shorter of what the parent's token
+                // allows for the name and the new file's (its open's) for
+                // the attributes.
+                let (attr, attr_ttl) = self
+                    .conn
+                    .cache
+                    .attr_held(attr.ino)
+                    .unwrap_or((attr, NONE));
+                let entry_ttl = if attr_ttl.is_zero() {
+                    NONE
+                } else {
+                    self.conn.cache.entry_ttl(parent.0, name.as_bytes())
+                };
+                let ttl = attr_ttl.min(entry_ttl);
+                reply.created(&ttl, &file_attr(&attr), Generation(0), FileHandle(fh), how)
             }
             Err(e) => reply.error(errno(e)),
         }
