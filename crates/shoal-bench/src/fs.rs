@@ -50,7 +50,7 @@ use shoal_cluster::Cluster;
 
 use crate::agent::{Agent, ClusterGuard, arg, num, serve_commands};
 use crate::dir::DataDir;
-use crate::sshd::{SshfsMount, Sshd};
+use crate::sshd::{Sshd, SshfsMount};
 use crate::stats::percentile_us;
 
 /// Flags of `shoal bench fs`.
@@ -341,7 +341,10 @@ fn measure(c: &Cluster, quick: bool) -> Result<Map<String, Value>, String> {
     let _ = fs::remove_dir_all(&work.0);
     let served = work.0.join("served");
     fs::create_dir_all(&served).map_err(io("make", &served))?;
-    eprintln!("bench: sshd on n2, sshfs of n2's {} on n1 and n2", served.display());
+    eprintln!(
+        "bench: sshd on n2, sshfs of n2's {} on n1 and n2",
+        served.display()
+    );
     let sshd = Sshd::start(c, "n2", &sshd_exe, &work.0)?;
     let sshfs = [
         SshfsMount::start(c, "n1", &sshd, &served, &work.0.join("n1"))?,

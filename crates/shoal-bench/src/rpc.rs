@@ -500,7 +500,10 @@ fn table(m: &BTreeMap<String, f64>) -> String {
     t.push_str("| | unpinned | pinned | split |\n|---|---:|---:|---:|\n");
     for (name, key) in [
         ("raw UDP echo", "raw_udp_rtt_us"),
-        ("sealed UDP echo (the session AEAD, no protocol)", "sealed_udp_rtt_us"),
+        (
+            "sealed UDP echo (the session AEAD, no protocol)",
+            "sealed_udp_rtt_us",
+        ),
         ("shoal null RPC", "null_rpc_rtt_us"),
         ("gRPC echo (tonic)", "grpc_null_rtt_us"),
         ("gRPC echo over TLS (tonic, rustls)", "grpc_tls_null_rtt_us"),

@@ -201,6 +201,10 @@ impl SshfsMount {
 
 impl Drop for SshfsMount {
     fn drop(&mut self) {
-        let _ = self.unmount.stdout(Stdio::null()).stderr(Stdio::null()).status();
+        let _ = self
+            .unmount
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
     }
 }

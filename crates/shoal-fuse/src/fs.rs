@@ -611,11 +611,7 @@ impl Filesystem for ShoalFs {
                 // attributes: the shorter of what the parent's token
                 // allows for the name and the new file's (its open's) for
                 // the attributes.
-                let (attr, attr_ttl) = self
-                    .conn
-                    .cache
-                    .attr_held(attr.ino)
-                    .unwrap_or((attr, NONE));
+                let (attr, attr_ttl) = self.conn.cache.attr_held(attr.ino).unwrap_or((attr, NONE));
                 let entry_ttl = if attr_ttl.is_zero() {
                     NONE
                 } else {

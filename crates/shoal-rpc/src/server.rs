@@ -349,9 +349,13 @@ impl Server {
                 let out = {
                     let mut core = shared.core.lock();
                     match opened {
-                        Ok((caller, channel, plain)) => {
-                            core.handle_datagram(clock::at(read), from, caller, channel, &buf[plain])
-                        }
+                        Ok((caller, channel, plain)) => core.handle_datagram(
+                            clock::at(read),
+                            from,
+                            caller,
+                            channel,
+                            &buf[plain],
+                        ),
                         Err(replayed) => core.handle_unopened(replayed),
                     }
                     outbox(&mut core)

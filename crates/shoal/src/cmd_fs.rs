@@ -234,7 +234,8 @@ fn mount(path: &Path, service: &str, tuning: shoal_fuse::Tuning) -> Result<(), F
         .as_ref()
         .map(|n| n.1.clone())
         .unwrap_or_else(|| "?".into());
-    let mount = shoal_fuse::Mount::start(&ctx, service, &node, path, tuning).map_err(Failure::failed)?;
+    let mount =
+        shoal_fuse::Mount::start(&ctx, service, &node, path, tuning).map_err(Failure::failed)?;
     eprintln!("file system {service} mounted at {}", path.display());
     until_signalled(|| true, ("serving the tree until SIGTERM", ""))?;
     mount.stop().map_err(Failure::failed)

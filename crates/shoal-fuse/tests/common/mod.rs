@@ -67,7 +67,8 @@ impl Setup {
         let (pa, pb) = (nodes.path("a"), nodes.path("b"));
         fs::create_dir_all(&pa).unwrap();
         fs::create_dir_all(&pb).unwrap();
-        let a = Mount::start(&nodes.ctx[0], name, "n1", &pa, Tuning::default()).expect("mount a (root and /dev/fuse)");
+        let a = Mount::start(&nodes.ctx[0], name, "n1", &pa, Tuning::default())
+            .expect("mount a (root and /dev/fuse)");
         let b = Mount::start(&nodes.ctx[1], name, "n2", &pb, Tuning::default()).expect("mount b");
         Setup {
             nodes,
