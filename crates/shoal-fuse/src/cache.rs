@@ -54,6 +54,11 @@ struct Held {
     /// The version of the pages the kernel may hold (`FOPEN_KEEP_CACHE`
     /// when an open finds it unchanged).
     pages: Option<u64>,
+    /// The count of the mount's own changes before the request whose
+    /// answer brought the attributes was sent, when that is known: the
+    /// attributes may answer a `getattr` while no change was made since
+    /// ([`Cache::attr_held`]).
+    attrs_at: Option<u64>,
 }
 
 impl Held {
@@ -130,6 +135,10 @@ struct Inner {
     dirty_bytes: u64,
     /// Files whose changes were lost and no `fsync` was told yet.
     lost: HashSet<Ino>,
+    /// The mount's own changes through the primary, counted before each is
+    /// sent and after its answer: a link, unlink or rename changes an
+    /// inode's link count or times without taking the asker's token.
+    changes: u64,
 }
 
 /// The mount's cache state.
@@ -169,8 +178,27 @@ impl Cache {
         if level == Level::None {
             h.content = None;
         }
+        h.attrs_at = None;
         inner.attrs.insert(attr.ino, *attr);
         ttl(level)
+    }
+
+    /// How many changes the mount made through the primary so far.
+    pub(crate) fn changes(&self) -> u64 {
+        self.inner.lock().changes
+    }
+
+    /// A change through the primary is about to be sent, or was answered.
+    pub(crate) fn count_change(&self) {
+        self.inner.lock().changes += 1;
+    }
+
+    /// The attributes last installed for `ino` came from a request sent
+    /// when the mount had made `changes` changes.
+    pub(crate) fn attrs_asked_at(&self, ino: Ino, changes: u64) {
+        if let Some(h) = self.inner.lock().held.get_mut(&ino) {
+            h.attrs_at = Some(changes);
+        }
     }
 
     /// An open's answer: the grant, and the content of the version it
@@ -255,13 +283,16 @@ impl Cache {
     /// The attributes of a file the mount holds a token on (as the answer
     /// that granted it gave them, with the mount's dirty changes made), and
     /// how long the kernel may keep them: what a `getattr` would get from
-    /// the primary, whose changes to them recall the token first.
-    /// Directories are not answered here: other mounts change their names
-    /// under a `Read` token, with notices.
+    /// the primary, whose changes to them for other mounts recall the token
+    /// first.  Only while the mount made no change of its own since the
+    /// request that brought them was sent (its link, unlink or rename
+    /// changes a link count or times and leaves its token).  Directories
+    /// are not answered here: other mounts change their names under a
+    /// `Read` token, with notices.
     pub(crate) fn attr_held(&self, ino: Ino) -> Option<(Attr, Duration)> {
         let inner = self.inner.lock();
         let h = inner.held.get(&ino)?;
-        if h.dir || h.level() < Level::Read {
+        if h.dir || h.level() < Level::Read || h.attrs_at != Some(inner.changes) {
             return None;
         }
         let mut attr = *inner.attrs.get(&ino)?;

@@ -255,7 +255,12 @@ impl Conn {
 
     /// A change to the tree; its answer, or the tree's refusal.
     pub(crate) fn change(&self, who: &Identity, op: UpdateOp) -> Result<Answer, Failure> {
-        match self.call(who, Op::Change { op })? {
+        // Counted before and after: attributes asked for meanwhile may
+        // miss the change (`Cache::attr_held`).
+        self.cache.count_change();
+        let answer = self.call(who, Op::Change { op });
+        self.cache.count_change();
+        match answer? {
             Reply::Updated(result) => result.map_err(Failure::Fs),
             other => Err(shoal_fssvc::client::unexpected(&other)),
         }

@@ -195,9 +195,11 @@ impl ShoalFs {
         if let Some(held) = self.conn.cache.attr_held(ino) {
             return Ok(held);
         }
+        let changes = self.conn.cache.changes();
         match self.conn.call(who, Op::GetAttr { ino })? {
             Reply::Entry { mut attr, grant } => {
                 let ttl = self.conn.granted(&attr, &grant);
+                self.conn.cache.attrs_asked_at(ino, changes);
                 self.conn.cache.patch(&mut attr);
                 Ok((attr, ttl))
             }
@@ -602,7 +604,9 @@ impl Filesystem for ShoalFs {
                 // The creator may open what it made whatever its mode says
                 // (POSIX: `open(O_CREAT)` of a new file checks only the
                 // directory), so the open is made as root.
+                let changes = self.conn.cache.changes();
                 let (fh, how) = self.open_file(&Identity::root(), attr.ino, flags)?;
+                self.conn.cache.attrs_asked_at(attr.ino, changes);
                 Ok((fh, how, attr))
             });
         match made {
