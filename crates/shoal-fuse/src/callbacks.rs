@@ -176,6 +176,9 @@ impl Drop for Callbacks {
 
 /// `fs-events`: keeps an `Events` request parked at the primary.
 fn events(mut poller: FsClient, conn: &Conn, stop: &AtomicBool) {
+    // Failed polls in a row: the first is logged, then every 50th (one
+    // every ten seconds or so), so a lease that cannot be renewed says why.
+    let mut failed = 0u32;
     while !stop.load(Ordering::Relaxed) {
         let sent = conn.lease.now();
         let op = Op::Events {
@@ -191,11 +194,20 @@ fn events(mut poller: FsClient, conn: &Conn, stop: &AtomicBool) {
                 }
                 continue;
             }
-            _ => {
+            other => {
+                if failed.is_multiple_of(50) {
+                    let why = match other {
+                        Err(e) => e.to_string(),
+                        Ok(r) => format!("an unexpected answer {r:?}"),
+                    };
+                    tracing::warn!("renewing the lease ({} failed in a row): {why}", failed + 1);
+                }
+                failed = failed.saturating_add(1);
                 std::thread::sleep(Duration::from_millis(200));
                 continue;
             }
         };
+        failed = 0;
         conn.lease.renewed(sent);
         for cb in list {
             match cb {
