@@ -125,32 +125,37 @@ pub fn agent(command: AgentCommand) -> Result<(), String> {
                     Ok(json!({ "bytes": bytes, "s": s }))
                 }
                 "build" => {
-                    let dir = Path::new(arg(w, 1)?);
-                    let argv = &w[2..];
-                    let log = File::create(dir.join("build.log")).map_err(|e| e.to_string())?;
                     let t = Instant::now();
-                    let status = command_of(argv)?
-                        .current_dir(dir)
-                        .stdin(Stdio::null())
-                        .stdout(log.try_clone().map_err(|e| e.to_string())?)
-                        .stderr(log)
-                        .status()
-                        .map_err(|e| format!("{}: {e}", argv[0]))?;
-                    let s = t.elapsed().as_secs_f64();
-                    if !status.success() {
-                        return Err(format!(
-                            "{} failed ({status}); see {}",
-                            argv.join(" "),
-                            dir.join("build.log").display()
-                        ));
-                    }
-                    Ok(json!({ "s": s }))
+                    run_build(Path::new(arg(w, 1)?), &w[2..])?;
+                    Ok(json!({ "s": t.elapsed().as_secs_f64() }))
                 }
                 other => Err(format!("unknown command {other}")),
             });
             Ok(())
         }
     }
+}
+
+/// Runs `argv` in `dir`, its output in `dir/build.log`; an error names
+/// the log if it fails.
+pub(crate) fn run_build(dir: &Path, argv: &[&str]) -> Result<(), String> {
+    let log = dir.join("build.log");
+    let out = File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let status = command_of(argv)?
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().map_err(|e| e.to_string())?)
+        .stderr(out)
+        .status()
+        .map_err(|e| format!("{}: {e}", argv[0]))?;
+    if !status.success() {
+        return Err(format!(
+            "{} failed ({status}); see {}",
+            argv.join(" "),
+            log.display()
+        ));
+    }
+    Ok(())
 }
 
 fn command_of(argv: &[&str]) -> Result<Command, String> {

@@ -138,27 +138,13 @@ pub fn agent(command: AgentCommand) -> Result<(), String> {
 /// Phase 5: `sources` unpacked into `tree` (made afresh) and built there
 /// with `argv`: the seconds of both.
 fn build(sources: &Path, tree: &Path, argv: &[&str]) -> Result<Value, String> {
-    let (program, args) = argv.split_first().ok_or("build: no program")?;
     let _ = fs::remove_dir_all(tree);
     let t = Instant::now();
     crate::exec::prepare_build(sources, tree)?;
-    let log = tree.join("build.log");
-    let out = File::create(&log).map_err(io("create", &log))?;
-    let status = std::process::Command::new(program)
-        .args(args)
-        .current_dir(tree)
-        .stdin(std::process::Stdio::null())
-        .stdout(out.try_clone().map_err(|e| e.to_string())?)
-        .stderr(out)
-        .status()
-        .map_err(|e| format!("{program}: {e}"))?;
+    crate::exec::run_build(tree, argv)?;
     let s = t.elapsed().as_secs_f64();
-    if !status.success() || !tree.join("liblua.a").exists() {
-        return Err(format!(
-            "{} failed ({status}); see {}",
-            argv.join(" "),
-            log.display()
-        ));
+    if !tree.join("liblua.a").exists() {
+        return Err(format!("{} built no liblua.a", tree.display()));
     }
     Ok(json!({ "s": s }))
 }

@@ -42,10 +42,13 @@ pub struct Tuning {
     pub dirty_max: u64,
 }
 
+/// How long dirty data waits by default before it is written back (s).
+pub const WRITE_BACK_SECS: u64 = 30;
+
 impl Default for Tuning {
     fn default() -> Self {
         Tuning {
-            write_back_after: Duration::from_secs(30),
+            write_back_after: Duration::from_secs(WRITE_BACK_SECS),
             dirty_max: default_dirty_max(),
         }
     }

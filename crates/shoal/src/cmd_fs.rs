@@ -33,7 +33,7 @@ pub enum FsCommand {
         /// How long written data may stay in this node's memory before it
         /// is written back to the file servers (a crash of the node loses
         /// at most this much that was not fsynced).
-        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        #[arg(long, default_value_t = shoal_fuse::WRITE_BACK_SECS, value_parser = clap::value_parser!(u64).range(1..=3600))]
         write_back_secs: u64,
         /// Dirty MiB, in all files, past which a write waits for its
         /// file's write-back (default: an eighth of the node's memory).
