@@ -188,6 +188,7 @@ fn events(mut poller: FsClient, conn: &Conn, stop: &AtomicBool) {
         let list = match poller.call_within(&Identity::root(), op, Duration::from_secs(5)) {
             Ok(Reply::Events(list)) => list,
             Err(Failure::NoSession) => {
+                tracing::debug!("the lease's poll found the session unknown");
                 if let Err(e) = conn.recover(hellos) {
                     tracing::warn!("starting the session again failed: {e}");
                     std::thread::sleep(Duration::from_millis(200));
@@ -195,18 +196,23 @@ fn events(mut poller: FsClient, conn: &Conn, stop: &AtomicBool) {
                 continue;
             }
             other => {
+                let why = match other {
+                    Err(e) => e.to_string(),
+                    Ok(r) => format!("an unexpected answer {r:?}"),
+                };
                 if failed.is_multiple_of(50) {
-                    let why = match other {
-                        Err(e) => e.to_string(),
-                        Ok(r) => format!("an unexpected answer {r:?}"),
-                    };
                     tracing::warn!("renewing the lease ({} failed in a row): {why}", failed + 1);
+                } else {
+                    tracing::debug!("renewing the lease ({} failed in a row): {why}", failed + 1);
                 }
                 failed = failed.saturating_add(1);
                 std::thread::sleep(Duration::from_millis(200));
                 continue;
             }
         };
+        if failed > 0 {
+            tracing::info!("the lease is renewed again, after {failed} failed renewals");
+        }
         failed = 0;
         conn.lease.renewed(sent);
         for cb in list {

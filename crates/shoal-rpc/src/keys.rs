@@ -58,6 +58,9 @@ fn hex32(text: &str) -> Result<[u8; 32], Error> {
 #[derive(Debug)]
 struct ClientKey {
     channel: Channel,
+    /// The channel's key: a grant of the same key (a locate again, or a
+    /// refresh within one session) keeps the channel and its counter.
+    key: [u8; 32],
     node: NodeId,
     index: u32,
     expires: Instant,
@@ -73,9 +76,21 @@ pub(crate) struct ClientKeys {
 const MAX_CLIENT_KEYS: usize = 256;
 
 impl ClientKeys {
-    /// Keeps the channel `grant` gives to `instance` on `node`.
+    /// Keeps the channel `grant` gives to `instance` on `node`.  A grant of
+    /// the channel already kept only moves its expiry: a channel started
+    /// again would count its datagrams from 0, and the server's replay
+    /// window, which has seen those counters, would refuse them all.
     pub fn insert(&mut self, instance: Instance, node: NodeId, grant: &Grant) -> Result<(), Error> {
         let key = hex32(&grant.key)?;
+        let expires = Instant::now() + Duration::from_millis(grant.valid_ms);
+        if let Some(k) = self.keys.get_mut(&instance)
+            && k.key == key
+            && k.index == grant.index
+            && k.node == node
+        {
+            k.expires = expires;
+            return Ok(());
+        }
         if self.keys.len() >= MAX_CLIENT_KEYS && !self.keys.contains_key(&instance) {
             let oldest = self
                 .keys
@@ -90,9 +105,10 @@ impl ClientKeys {
             instance,
             ClientKey {
                 channel: Channel::client(algorithm(grant.aes), &key),
+                key,
                 node,
                 index: grant.index,
-                expires: Instant::now() + Duration::from_millis(grant.valid_ms),
+                expires,
             },
         );
         Ok(())
@@ -327,5 +343,56 @@ impl ServerKeys {
         self.channels
             .retain(|(index, _, _), _| roots.contains_key(index));
         self.unknown.retain(|_, until| now < *until);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client channel and the server's end of it, for session `index`.
+    fn ends(index: u32) -> (ClientKeys, ServerKeys, Grant, Instance) {
+        let secret = [7u8; 32];
+        let (node, uid, client) = (NodeId(0x11), 1000, ClientId(0x22));
+        let key = channel_key(&secret, node.0, uid, client.0);
+        let grant = Grant {
+            key: hex::encode(key),
+            index,
+            aes: true,
+            valid_ms: 60_000,
+        };
+        let instance = Instance(0x33);
+        let mut c = ClientKeys::default();
+        c.insert(instance, node, &grant).unwrap();
+        let mut s = ServerKeys::default();
+        s.insert_root(index, &hex::encode(secret), "11", true, 60_000)
+            .unwrap();
+        (c, s, grant, instance)
+    }
+
+    fn send(c: &mut ClientKeys, s: &mut ServerKeys, instance: Instance) -> Result<(), ()> {
+        let mut out = Vec::new();
+        assert!(c.seal(instance, 1000, ClientId(0x22), &[b"ping"], &mut out));
+        s.open(&mut out, Instant::now()).map(|_| ()).map_err(|_| ())
+    }
+
+    #[test]
+    fn the_same_grant_again_keeps_the_channel_so_the_server_still_opens_it() {
+        let (mut c, mut s, grant, instance) = ends(5);
+        for _ in 0..200 {
+            send(&mut c, &mut s, instance).unwrap();
+        }
+        // A locate again after the server stopped answering hands the
+        // client the same key: its datagrams must still open.
+        c.insert(instance, NodeId(0x11), &grant).unwrap();
+        send(&mut c, &mut s, instance).expect("a datagram after the same grant again");
+    }
+
+    #[test]
+    fn a_grant_of_another_session_replaces_the_channel() {
+        let (mut c, _, _, instance) = ends(5);
+        let (_, mut s6, grant6, _) = ends(6);
+        c.insert(instance, NodeId(0x11), &grant6).unwrap();
+        send(&mut c, &mut s6, instance).expect("a datagram in the new session");
     }
 }
