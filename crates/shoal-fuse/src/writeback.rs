@@ -166,18 +166,24 @@ fn commit(
             destroy(conn, &content);
             Ok(())
         }
-        // Refused while this mount holds the file's `Write` token: no one
-        // else changed it, so this is the commit made already, whose
-        // answer was lost, asked again.
-        Ok(Reply::Updated(Err(_))) if conn.cache.holds_write(ino) => {
+        // Refused while this mount holds the file's `Write` token: if it
+        // held it since the changes were made, no one else changed the
+        // file, so this is the commit made already, whose answer was
+        // lost, asked again.  Otherwise the token is a newer grant (the
+        // session was lost and the file opened again since), and the file
+        // changed elsewhere in between: the changes are lost.
+        Ok(Reply::Updated(Err(e))) if conn.cache.holds_write(ino) => {
             match attr_now(conn, via, ino)? {
                 Some(attr) if attr.version == job.version + 1 => {
                     conn.cache.flushed(job, &attr, content);
                     Ok(())
                 }
-                _ => Err(Failure::Unavailable(format!(
-                    "file {ino}: a commit refused under the Write token"
-                ))),
+                Some(_) => Err(lose(conn, ino, job, content, &e.to_string())),
+                None => {
+                    conn.cache.discard(ino);
+                    destroy(conn, &content);
+                    Ok(())
+                }
             }
         }
         Ok(Reply::Updated(Err(e))) => Err(lose(conn, ino, job, content, &e.to_string())),
