@@ -145,6 +145,9 @@ struct Cache {
 
 /// Most spare buffers kept.
 const SPARE: usize = 16;
+/// Object numbers each start of a store may hand out before the next
+/// start's (2^30 starts fit below the numbers' limit).
+const OBJECT_ERA: u64 = 1 << 32;
 
 impl Cache {
     /// A buffer of `len` bytes whose contents the caller overwrites.
@@ -603,6 +606,15 @@ impl<D: Disk> Store<D> {
             }
         }
         extents.retain(|_, e| e.refs > 0);
+        // Numbers handed out since the last durable record (uncommitted
+        // files, commits not yet flushed) are not known: each start takes
+        // the next era of object numbers, made durable by the checkpoint
+        // below, so no number is ever given to two files and a capability
+        // of a file lost at a crash is answered "not found".
+        let next_object = (next_object / OBJECT_ERA + 1) * OBJECT_ERA;
+        if next_object >= LIMIT {
+            return Err(inconsistent());
+        }
         let data_len = disks.data.len()?;
         let used: Vec<(u64, u64)> = extents.values().map(|e| (e.off, e.len as u64)).collect();
         let data_end = used
@@ -649,7 +661,7 @@ impl<D: Disk> Store<D> {
             None => rand_chacha::ChaCha8Rng::from_os_rng(),
         };
         let port = GetPort::from_bytes(snap.port);
-        Ok(Store {
+        let store = Store {
             put_port: port.put_port(),
             port,
             server_secret: ObjectSecret::from_bytes(snap.server_secret),
@@ -674,7 +686,11 @@ impl<D: Disk> Store<D> {
             flushing: Mutex::new(()),
             maintenance: Mutex::new(()),
             cache: Mutex::new(Cache::default()),
-        })
+        };
+        store
+            .checkpoint()
+            .map_err(|e| OpenError::Io(std::io::Error::other(e.to_string())))?;
+        Ok(store)
     }
 
     /// The server's get-port (its identity, kept in the store).

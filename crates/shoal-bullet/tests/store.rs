@@ -349,15 +349,24 @@ fn corruption_is_reported_never_returned() {
 #[test]
 fn recovery_cuts_the_log_after_the_last_valid_record() {
     let (d, s) = fresh(StoreConfig::default());
+    let before = (d.1.len().unwrap(), d.2.len().unwrap());
     let cap = s.create(&s.server_cap(), CS, b"kept", 0).unwrap();
     drop(s);
-    let valid = d.1.len().unwrap();
+    // The metadata file the record went to is the one in use.
+    let log = if d.1.len().unwrap() != before.0 {
+        &d.1
+    } else {
+        assert_ne!(d.2.len().unwrap(), before.1, "the record was written");
+        &d.2
+    };
+    let valid = log.len().unwrap();
     let mut head = [0u8; 8];
-    d.1.read_at(&mut head, 0).unwrap();
+    log.read_at(&mut head, 0).unwrap();
     assert_eq!(&head, MAGIC);
-    d.1.write_at(&[0xAB; 300], valid).unwrap();
+    log.write_at(&[0xAB; 300], valid).unwrap();
     let s = open(&d, StoreConfig::default());
-    assert_eq!(d.1.len().unwrap(), valid, "garbage past the records is cut");
+    // (The start's checkpoint then goes to the other file.)
+    assert_eq!(log.len().unwrap(), valid, "garbage past the records is cut");
     assert_eq!(read_all(&s, &cap).unwrap(), b"kept");
 }
 
@@ -379,6 +388,29 @@ fn checkpoints_alternate_between_the_metadata_files() {
     let s = open(&d, cfg);
     for (i, c) in caps.iter().enumerate() {
         assert_eq!(read_all(&s, c).unwrap(), bytes(10, i as u8));
+    }
+}
+
+#[test]
+fn a_file_lost_at_a_crash_is_not_found_and_its_number_never_given_again() {
+    let (d, s) = fresh(StoreConfig::default());
+    let kept = s.create(&s.server_cap(), CS, b"kept", 0).unwrap();
+    s.flush().unwrap();
+    // Created after the last flush, then the process dies: its commit
+    // record never reached the disk.
+    let lost = s.create(&s.server_cap(), FLAG_COMMIT, b"lost", 0).unwrap();
+    std::mem::forget(s);
+    for _ in 0..3 {
+        let s = open(&d, StoreConfig::default());
+        assert_eq!(read_all(&s, &kept).unwrap(), b"kept");
+        let again = s.create(&s.server_cap(), CS, b"again", 0).unwrap();
+        assert_ne!(again.object(), lost.object(), "a lost file's number was given again");
+        assert!(
+            matches!(read_all(&s, &lost), Err(FileError::NotFound)),
+            "{:?}",
+            read_all(&s, &lost)
+        );
+        std::mem::forget(s);
     }
 }
 
