@@ -404,7 +404,11 @@ fn a_file_lost_at_a_crash_is_not_found_and_its_number_never_given_again() {
         let s = open(&d, StoreConfig::default());
         assert_eq!(read_all(&s, &kept).unwrap(), b"kept");
         let again = s.create(&s.server_cap(), CS, b"again", 0).unwrap();
-        assert_ne!(again.object(), lost.object(), "a lost file's number was given again");
+        assert_ne!(
+            again.object(),
+            lost.object(),
+            "a lost file's number was given again"
+        );
         assert!(
             matches!(read_all(&s, &lost), Err(FileError::NotFound)),
             "{:?}",

@@ -95,6 +95,15 @@ pub enum Op {
     Change {
         op: UpdateOp,
     },
+    /// A `Create` of a regular file (`excl`) and its first open, `id`, by
+    /// the creator (`Changed`, with the open's grant): one message where
+    /// a create and an open would take two, and no other client can come
+    /// between them.
+    CreateOpen {
+        op: UpdateOp,
+        id: OpenId,
+        want: Want,
+    },
     /// The answer to a recall: the token kept, and the opens the client
     /// has of the inode.
     Return {
@@ -208,6 +217,7 @@ impl Op {
             Op::Read { .. } => "read",
             Op::Write { .. } => "write",
             Op::Change { op } => op.kind(),
+            Op::CreateOpen { .. } => "create_open",
             Op::Return { .. } => "return",
             Op::StatFs => "statfs",
             Op::Status => "status",
@@ -282,6 +292,15 @@ pub enum Reply {
     Data(Vec<u8>),
     /// What the tree answered a `Write` or a `Change`.
     Updated(Result<Answer, FsError>),
+    /// What the tree answered a `Change` of names (or a `CreateOpen`),
+    /// with the attributes of the directories whose names it changed, as
+    /// the change left them, and the grant of a `CreateOpen`'s open (if it
+    /// was made).
+    Changed {
+        result: Result<Answer, FsError>,
+        dirs: Vec<Attr>,
+        opened: Option<Grant>,
+    },
     StatFs(StatFs),
     Status(String),
     Done,
@@ -478,6 +497,12 @@ impl Request {
                 w.u8(11);
                 op.encode(w);
             }
+            Op::CreateOpen { op, id, want: x } => {
+                w.u8(22);
+                op.encode(w);
+                w.u64(*id);
+                want(w, *x);
+            }
             Op::Return {
                 ino,
                 grant,
@@ -611,6 +636,11 @@ impl Request {
             },
             11 => Op::Change {
                 op: UpdateOp::decode(r, false)?,
+            },
+            22 => Op::CreateOpen {
+                op: UpdateOp::decode(r, false)?,
+                id: r.u64()?,
+                want: read_want(r)?,
             },
             12 => Op::Return {
                 ino: r.u64()?,
@@ -833,6 +863,19 @@ pub fn encode_reply(reply: &Result<Reply, Failure>) -> Vec<u8> {
             w.bytes32(s.as_bytes());
         }
         Reply::Done => w.u8(11),
+        Reply::Changed {
+            result,
+            dirs,
+            opened,
+        } => {
+            w.u8(13);
+            write_result(w, result);
+            w.u32(dirs.len() as u32);
+            for a in dirs {
+                write_attr(w, a);
+            }
+            opt(w, *opened, |w, g| grant(w, &g));
+        }
         Reply::Locked(c) => {
             w.u8(12);
             opt(w, c.as_ref(), |w, c| {
@@ -908,6 +951,14 @@ pub fn decode_reply(bytes: &[u8]) -> Result<Result<Reply, Failure>, DecodeError>
                     .map_err(|_| bad("fs reply", "status is not UTF-8"))?,
             ),
             11 => Reply::Done,
+            13 => Reply::Changed {
+                result: read_result(r, false)?,
+                dirs: {
+                    let n = count(r, LIST_MAX, 8)?;
+                    (0..n).map(|_| read_attr(r)).collect::<Result<_, _>>()?
+                },
+                opened: read_opt(r, read_grant)?,
+            },
             12 => Reply::Locked(read_opt(r, |r| {
                 Ok(Conflict {
                     mode: read_lock_mode(r)?

@@ -601,6 +601,7 @@ impl Primary {
                             offset: *offset,
                             data: data.clone(),
                         },
+                        None,
                     );
                 }
             },
@@ -608,7 +609,24 @@ impl Primary {
             // name's inode is open somewhere (and so kept when the name
             // goes) is known once the clients have reclaimed their opens.
             Op::Change { .. } if soft.tokens.in_grace() => return Outcome::Wait,
-            Op::Change { op } => return self.change(r, soft, req, op.clone()),
+            Op::Change { op } => return self.change(r, soft, req, op.clone(), None),
+            Op::CreateOpen { .. } if soft.tokens.in_grace() => return Outcome::Wait,
+            Op::CreateOpen { op, id, want } => {
+                if !matches!(
+                    op,
+                    UpdateOp::Create {
+                        kind: Kind::File,
+                        excl: true,
+                        ..
+                    }
+                ) || *want == Want::Look
+                {
+                    return Outcome::Reply(Err(fs(FsError::Invalid(
+                        "create-and-open makes a new regular file",
+                    ))));
+                }
+                return self.change(r, soft, req, op.clone(), Some((*id, *want)));
+            }
             Op::Return {
                 ino,
                 grant,
@@ -737,7 +755,16 @@ impl Primary {
     /// hold the directories it touched are told which names changed, and
     /// the change is answered when they confirmed (or their leases
     /// ended): a lookup anywhere that starts after the answer sees it.
-    fn change(&self, r: &Rep, soft: &mut Soft, req: &op::Request, mut op: UpdateOp) -> Outcome {
+    /// With `open` (a `CreateOpen`), the new file is opened for the
+    /// creator once made, before any other request is decided.
+    fn change(
+        &self,
+        r: &Rep,
+        soft: &mut Soft,
+        req: &op::Request,
+        mut op: UpdateOp,
+        open: Option<(u64, Want)>,
+    ) -> Outcome {
         let mut p = Prepared::default();
         if let Err(e) = Self::prepare(r, soft, &mut op, &mut p) {
             return Outcome::Reply(Err(e));
@@ -802,7 +829,37 @@ impl Primary {
                 self.maybe_forget(r, soft, ino);
             }
         }
-        let reply = Ok(Reply::Updated(result));
+        let reply = if p.names.is_empty() && open.is_none() {
+            Ok(Reply::Updated(result))
+        } else {
+            // The creator's open of what it made: nobody else can hold the
+            // new inode yet, so it is granted at once.
+            let opened = match (&result, open) {
+                (Ok(Answer::Entry { attr, .. }), Some((id, want))) => {
+                    match soft
+                        .tokens
+                        .request(req.session, attr.ino, want, &[], Some(id))
+                    {
+                        d @ Decision::Grant { .. } => granted(&d),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            };
+            let mut dirs: Vec<Ino> = p.names.iter().map(|(d, _)| *d).collect();
+            dirs.sort_unstable();
+            dirs.dedup();
+            let dirs = r.read(|m| {
+                dirs.iter()
+                    .filter_map(|d| m.tree.get(*d).map(|i| i.attr))
+                    .collect()
+            });
+            Ok(Reply::Changed {
+                result,
+                dirs,
+                opened,
+            })
+        };
         if notices.is_empty() {
             Outcome::Reply(reply)
         } else {

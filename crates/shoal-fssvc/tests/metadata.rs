@@ -130,6 +130,14 @@ impl Mount {
     fn change(&self, op: UpdateOp) -> Answer {
         match self.call(Op::Change { op }) {
             Ok(Reply::Updated(Ok(a))) => a,
+            Ok(Reply::Changed {
+                result: Ok(a),
+                dirs,
+                opened: None,
+            }) => {
+                assert!(!dirs.is_empty(), "a change of names names its directories");
+                a
+            }
             other => panic!("change: {other:?}"),
         }
     }

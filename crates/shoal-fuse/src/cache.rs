@@ -188,7 +188,8 @@ impl Cache {
         self.inner.lock().changes
     }
 
-    /// A change through the primary is about to be sent, or was answered.
+    /// A change through the primary is about to be sent, or was answered,
+    /// or another mount's change of names was noticed.
     pub(crate) fn count_change(&self) {
         self.inner.lock().changes += 1;
     }
@@ -198,6 +199,26 @@ impl Cache {
     pub(crate) fn attrs_asked_at(&self, ino: Ino, changes: u64) {
         if let Some(h) = self.inner.lock().held.get_mut(&ino) {
             h.attrs_at = Some(changes);
+        }
+    }
+
+    /// The attributes a change of the mount's own left the directories it
+    /// changed names in (read by the primary right after it): kept for
+    /// those the mount holds a token on, to answer `getattr` until the
+    /// next change, own or noticed ([`Cache::attr_held`]).
+    pub(crate) fn dirs_changed(&self, dirs: &[Attr]) {
+        let mut inner = self.inner.lock();
+        let changes = inner.changes;
+        for attr in dirs {
+            let Some(h) = inner.held.get_mut(&attr.ino) else {
+                continue;
+            };
+            if !h.dir || h.level() < Level::Read {
+                continue;
+            }
+            h.version = attr.version;
+            h.attrs_at = Some(changes);
+            inner.attrs.insert(attr.ino, *attr);
         }
     }
 
@@ -280,19 +301,19 @@ impl Cache {
         patch_dirty(&self.inner.lock().dirty, attr);
     }
 
-    /// The attributes of a file the mount holds a token on (as the answer
-    /// that granted it gave them, with the mount's dirty changes made), and
-    /// how long the kernel may keep them: what a `getattr` would get from
-    /// the primary, whose changes to them for other mounts recall the token
-    /// first.  Only while the mount made no change of its own since the
-    /// request that brought them was sent (its link, unlink or rename
-    /// changes a link count or times and leaves its token).  Directories
-    /// are not answered here: other mounts change their names under a
-    /// `Read` token, with notices.
+    /// The attributes of an inode the mount holds a token on (as the
+    /// answer that granted it gave them, with the mount's dirty changes
+    /// made), and how long the kernel may keep them: what a `getattr`
+    /// would get from the primary, whose changes to them for other mounts
+    /// recall the token first.  Only while the mount made no change of its
+    /// own since the request that brought them was sent (its link, unlink
+    /// or rename changes a link count or times and leaves its token), and
+    /// received no notice since (another mount's change of a directory's
+    /// names, which leaves the directory's `Read` token).
     pub(crate) fn attr_held(&self, ino: Ino) -> Option<(Attr, Duration)> {
         let inner = self.inner.lock();
         let h = inner.held.get(&ino)?;
-        if h.dir || h.level() < Level::Read || h.attrs_at != Some(inner.changes) {
+        if h.level() < Level::Read || h.attrs_at != Some(inner.changes) {
             return None;
         }
         let mut attr = *inner.attrs.get(&ino)?;

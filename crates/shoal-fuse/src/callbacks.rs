@@ -222,7 +222,12 @@ fn events(mut poller: FsClient, conn: &Conn, stop: &AtomicBool) {
                         conn.post(Work::Recall { ino, to, grant });
                     }
                 }
-                Callback::Notice { id, dir, name } => conn.post(Work::Notice { id, dir, name }),
+                Callback::Notice { id, dir, name } => {
+                    // The directory's attributes changed with the name:
+                    // those the mount keeps no longer answer `getattr`.
+                    conn.cache.count_change();
+                    conn.post(Work::Notice { id, dir, name });
+                }
                 Callback::Orphan { ino } => conn.post(Work::Orphan { ino }),
                 Callback::Unlocked { ino } => conn.locks.wake(ino),
                 Callback::StopCaching { ino, grant } => {

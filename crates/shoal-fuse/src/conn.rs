@@ -16,7 +16,7 @@ use shoal_cap::Capability;
 use shoal_filesvc::FileClient;
 use shoal_fs::model::{Attr, Identity, Ino, Kind};
 use shoal_fs::op::{Failure, Grant, LockHow, Op, Reply};
-use shoal_fs::tokens::{Level, OpenId};
+use shoal_fs::tokens::{Level, OpenId, Want};
 use shoal_fs::update::{Answer, UpdateOp};
 use shoal_fssvc::FsClient;
 use shoal_rpc::Context;
@@ -257,13 +257,76 @@ impl Conn {
     pub(crate) fn change(&self, who: &Identity, op: UpdateOp) -> Result<Answer, Failure> {
         // Counted before and after: attributes asked for meanwhile may
         // miss the change (`Cache::attr_held`).
+        self.changed(who, Op::Change { op })
+            .map(|(answer, _)| answer)
+    }
+
+    /// Sends a change (or a create-and-open): its answer and the grant of
+    /// its open, if any.  The directories whose names it changed get the
+    /// attributes it left them, which this mount may then give the kernel
+    /// without asking while it holds them ([`Cache::dirs_changed`]).
+    fn changed(&self, who: &Identity, op: Op) -> Result<(Answer, Option<Grant>), Failure> {
+        // Counted before and after: attributes asked for meanwhile may
+        // miss the change (`Cache::attr_held`).
         self.cache.count_change();
-        let answer = self.call(who, Op::Change { op });
+        let answer = self.call(who, op);
         self.cache.count_change();
         match answer? {
-            Reply::Updated(result) => result.map_err(Failure::Fs),
+            Reply::Updated(result) => Ok((result.map_err(Failure::Fs)?, None)),
+            Reply::Changed {
+                result,
+                dirs,
+                opened,
+            } => {
+                self.cache.dirs_changed(&dirs);
+                Ok((result.map_err(Failure::Fs)?, opened))
+            }
             other => Err(shoal_fssvc::client::unexpected(&other)),
         }
+    }
+
+    /// Creates a regular file named `name` in `parent` as `who`, with
+    /// permissions `perm`, and opens it (open `id`, for `want`) in the
+    /// same request: its attributes, and the open's grant (`None`: the
+    /// caller opens it with its own request).
+    pub(crate) fn create_open(
+        &self,
+        who: &Identity,
+        parent: Ino,
+        name: &[u8],
+        perm: u32,
+        id: OpenId,
+        want: Want,
+    ) -> Result<(Attr, Option<Grant>), Failure> {
+        let op = Op::CreateOpen {
+            op: self.create_op(parent, name, (Kind::File, perm, 0), &[])?,
+            id,
+            want,
+        };
+        match self.changed(who, op)? {
+            (Answer::Entry { attr, .. }, grant) => Ok((attr, grant)),
+            (other, _) => Err(Failure::Unavailable(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    fn create_op(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        (kind, perm, rdev): (Kind, u32, u32),
+        target: &[u8],
+    ) -> Result<UpdateOp, Failure> {
+        Ok(UpdateOp::Create {
+            parent,
+            name: name.to_vec(),
+            kind,
+            perm: (perm & 0o7777) as u16,
+            rdev,
+            ino: self.new_ino()?,
+            secret: rand::random(),
+            target: target.to_vec(),
+            excl: true,
+        })
     }
 
     /// Makes a new inode named `name` in `parent` as `who`: a `kind`
@@ -274,20 +337,10 @@ impl Conn {
         who: &Identity,
         parent: Ino,
         name: &[u8],
-        (kind, perm, rdev): (Kind, u32, u32),
+        kind: (Kind, u32, u32),
         target: &[u8],
     ) -> Result<Attr, Failure> {
-        let op = UpdateOp::Create {
-            parent,
-            name: name.to_vec(),
-            kind,
-            perm: (perm & 0o7777) as u16,
-            rdev,
-            ino: self.new_ino()?,
-            secret: rand::random(),
-            target: target.to_vec(),
-            excl: true,
-        };
+        let op = self.create_op(parent, name, kind, target)?;
         match self.change(who, op)? {
             Answer::Entry { attr, .. } => Ok(attr),
             other => Err(Failure::Unavailable(format!("unexpected answer {other:?}"))),

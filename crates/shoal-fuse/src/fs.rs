@@ -598,14 +598,40 @@ impl Filesystem for ShoalFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let write = (flags & libc::O_ACCMODE) != libc::O_RDONLY;
+        let want = if write {
+            Want::OpenWrite
+        } else {
+            Want::OpenRead
+        };
+        let id = self.conn.next_open();
         let made = self
-            .make(req, parent, name, (Kind::File, mode & !umask, 0), &[])
-            .and_then(|attr| {
-                // The creator may open what it made whatever its mode says
-                // (POSIX: `open(O_CREAT)` of a new file checks only the
-                // directory), so the open is made as root.
+            .conn
+            .create_open(
+                &who(req),
+                parent.0,
+                name.as_bytes(),
+                mode & !umask,
+                id,
+                want,
+            )
+            .and_then(|(attr, grant)| {
                 let changes = self.conn.cache.changes();
-                let (fh, how) = self.open_file(&Identity::root(), attr.ino, flags)?;
+                let (fh, how) = match grant {
+                    Some(grant) => {
+                        let open = self.conn.opened(&attr, &grant, Vec::new());
+                        self.conn.record_open(attr.ino, id, write);
+                        if grant.uncached {
+                            self.conn.learn_new(id);
+                        }
+                        let append = flags & libc::O_APPEND != 0;
+                        (self.handle(attr.ino, id, append), open_flags(open))
+                    }
+                    // The creator may open what it made whatever its mode
+                    // says (POSIX: `open(O_CREAT)` of a new file checks only
+                    // the directory), so the open is made as root.
+                    None => self.open_file(&Identity::root(), attr.ino, flags)?,
+                };
                 self.conn.cache.attrs_asked_at(attr.ino, changes);
                 Ok((fh, how, attr))
             });

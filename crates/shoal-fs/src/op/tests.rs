@@ -70,6 +70,21 @@ fn sample_ops() -> Vec<Op> {
                 open: false,
             },
         },
+        Op::CreateOpen {
+            op: UpdateOp::Create {
+                parent: 1,
+                name: b"new".to_vec(),
+                kind: crate::model::Kind::File,
+                perm: 0o644,
+                rdev: 0,
+                ino: 9,
+                secret: [3; 16],
+                target: Vec::new(),
+                excl: true,
+            },
+            id: 5,
+            want: Want::OpenWrite,
+        },
         Op::Return {
             ino: 7,
             grant: 9,
@@ -179,6 +194,19 @@ fn sample_replies() -> Vec<Result<Reply, Failure>> {
             attr: attr(),
         }))),
         Ok(Reply::Updated(Err(FsError::NotEmpty))),
+        Ok(Reply::Changed {
+            result: Ok(Answer::Entry {
+                attr: attr(),
+                existed: false,
+            }),
+            dirs: vec![attr(), attr()],
+            opened: Some(grant),
+        }),
+        Ok(Reply::Changed {
+            result: Err(FsError::Exists),
+            dirs: Vec::new(),
+            opened: None,
+        }),
         Ok(Reply::StatFs(StatFs {
             block_size: 4096,
             blocks: 10,
