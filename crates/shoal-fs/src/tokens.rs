@@ -396,6 +396,27 @@ impl Tokens {
         self.inodes.get(&ino).is_some_and(|s| !s.holders.is_empty())
     }
 
+    /// Whether `client` is the only one with anything on `ino`: the only
+    /// holder of a token, with no recall out, no open known, nothing
+    /// write-shared.
+    pub fn only(&self, client: ClientId, ino: Ino) -> bool {
+        self.inodes.get(&ino).is_some_and(|s| {
+            s.holders.len() == 1
+                && s.holders.contains_key(&client)
+                && s.recalling.is_empty()
+                && s.opens.is_empty()
+                && s.closed.is_empty()
+                && !s.shared
+        })
+    }
+
+    /// Forgets an inode that went with its last name while only one
+    /// client held it ([`Tokens::only`]), which drops its token itself on
+    /// the answer.
+    pub fn forget(&mut self, ino: Ino) {
+        self.inodes.remove(&ino);
+    }
+
     /// Whether any client has `ino` open, as far as the primary knows.
     pub fn is_open(&self, ino: Ino) -> bool {
         self.inodes.get(&ino).is_some_and(|s| !s.opens.is_empty())

@@ -766,7 +766,7 @@ impl Primary {
         open: Option<(u64, Want)>,
     ) -> Outcome {
         let mut p = Prepared::default();
-        if let Err(e) = Self::prepare(r, soft, &mut op, &mut p) {
+        if let Err(e) = Self::prepare(r, soft, req.session, &mut op, &mut p) {
             return Outcome::Reply(Err(e));
         }
         let mut wait = false;
@@ -829,6 +829,13 @@ impl Primary {
                 self.maybe_forget(r, soft, ino);
             }
         }
+        if let Ok(Answer::Removed {
+            gone: Some(ino), ..
+        }) = &result
+            && p.mine.contains(ino)
+        {
+            soft.tokens.forget(*ino);
+        }
         let reply = if p.names.is_empty() && open.is_none() {
             Ok(Reply::Updated(result))
         } else {
@@ -886,7 +893,13 @@ impl Primary {
     /// (whether a victim is open somewhere); collects the names it
     /// changes, the inodes whose attributes it changes and those it may
     /// take the last name of.
-    fn prepare(r: &Rep, soft: &Soft, op: &mut UpdateOp, p: &mut Prepared) -> Result<(), Failure> {
+    fn prepare(
+        r: &Rep,
+        soft: &Soft,
+        client: ClientId,
+        op: &mut UpdateOp,
+        p: &mut Prepared,
+    ) -> Result<(), Failure> {
         let in_use = |parent: Ino, name: &[u8], p: &mut Prepared| {
             let victim = r.read(|m| m.tree.lookup(parent, name).map(|i| i.attr.ino).ok());
             p.victims.extend(victim);
@@ -906,7 +919,20 @@ impl Primary {
             UpdateOp::Unlink {
                 parent, name, open, ..
             } => {
-                *open = in_use(*parent, name, p);
+                // The client's `open` says whether it may have the inode
+                // open without the primary knowing.  If it says not and is
+                // the only one holding it, the inode goes with its name,
+                // with no recall: the client drops its token on the answer.
+                let mayopen = *open;
+                let victim = r.read(|m| m.tree.lookup(*parent, name).map(|i| i.attr.ino).ok());
+                match victim {
+                    Some(ino) if !mayopen && soft.tokens.only(client, ino) => {
+                        *open = false;
+                        p.victims.push(ino);
+                        p.mine.push(ino);
+                    }
+                    _ => *open = in_use(*parent, name, p),
+                }
                 p.names.push((*parent, name.clone()));
             }
             UpdateOp::Rename {
@@ -925,7 +951,7 @@ impl Primary {
             }
             UpdateOp::Push { ops } => {
                 for inner in ops.iter_mut() {
-                    Self::prepare(r, soft, inner, p)?;
+                    Self::prepare(r, soft, client, inner, p)?;
                 }
             }
             UpdateOp::SetAttr { ino, .. }
@@ -951,6 +977,8 @@ struct Prepared {
     touched: Vec<Ino>,
     /// The inodes it may take the last name of.
     victims: Vec<Ino>,
+    /// Victims only the asking client holds, which go with their name.
+    mine: Vec<Ino>,
 }
 
 fn reply_to(server: &Server, request: &shoal_rpc::Request, reply: &Result<Reply, Failure>) {

@@ -558,6 +558,13 @@ impl Cache {
     /// The mount changed `ino` itself (written through the primary, or
     /// changed its attributes): the primary took its token, and the
     /// kernel's copy must go.
+    /// Forgets everything of `ino`, which the primary forgot.
+    pub(crate) fn forget(&self, ino: Ino) {
+        let mut inner = self.inner.lock();
+        inner.held.remove(&ino);
+        inner.attrs.remove(&ino);
+    }
+
     pub(crate) fn drop_token(&self, ino: Ino) {
         let mut inner = self.inner.lock();
         if let Some(h) = inner.held.get_mut(&ino) {

@@ -51,6 +51,8 @@ pub(crate) struct Conn {
     /// Inode numbers handed to this mount and not yet used: next, end.
     range: Mutex<(Ino, Ino)>,
     opens: Mutex<HashMap<Ino, Vec<(OpenId, bool)>>>,
+    /// Inodes the primary forgot while this mount had them open.
+    gone: Mutex<HashSet<Ino>>,
     next_open: Mutex<OpenId>,
     /// The advisory locks this mount's programs hold and wait for.
     pub(crate) locks: MountLocks,
@@ -118,6 +120,7 @@ impl Conn {
             servers: Mutex::new((hello.servers, hello.copies)),
             range: Mutex::new((0, 0)),
             opens: Mutex::new(HashMap::new()),
+            gone: Mutex::new(HashSet::new()),
             next_open: Mutex::new(0),
             locks: MountLocks::default(),
             hellos: AtomicU64::new(0),
@@ -391,6 +394,38 @@ impl Conn {
             }
         }
         self.known.lock().remove(&id)
+    }
+
+    /// Whether the mount has opens the primary does not know of (opens
+    /// for reading under a token): an unlink then lets the primary keep
+    /// the inode it takes the last name of, and recall it to learn them.
+    pub(crate) fn opens_unknown(&self) -> bool {
+        let opens = self.opens.lock();
+        let known = self.known.lock();
+        opens
+            .values()
+            .any(|list| list.iter().any(|(id, _)| !known.contains(id)))
+    }
+
+    /// The primary forgot `ino` with the last name this mount removed
+    /// (this mount was the only one holding it): its token and unwritten
+    /// changes go, now or, if it was opened meanwhile, at its last close.
+    pub(crate) fn gone(&self, ino: Ino) {
+        if self.opens_of(ino).is_empty() {
+            self.cache.discard(ino);
+            self.cache.forget(ino);
+        } else {
+            self.gone.lock().insert(ino);
+        }
+    }
+
+    /// An open of `ino` closed: if it was the last of an inode gone
+    /// ([`Conn::gone`]), the inode goes from the cache.
+    pub(crate) fn gone_closed(&self, ino: Ino) {
+        if self.opens_of(ino).is_empty() && self.gone.lock().remove(&ino) {
+            self.cache.discard(ino);
+            self.cache.forget(ino);
+        }
     }
 
     /// The opens of `ino` a recall's answer reports: the primary knows

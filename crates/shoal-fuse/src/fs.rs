@@ -282,9 +282,16 @@ impl ShoalFs {
             parent: parent.0,
             name: name.as_bytes().to_vec(),
             dir,
-            open: false,
+            open: self.conn.opens_unknown(),
         };
-        self.conn.change(&who(req), op)
+        let answer = self.conn.change(&who(req), op)?;
+        if let Answer::Removed {
+            gone: Some(ino), ..
+        } = &answer
+        {
+            self.conn.gone(*ino);
+        }
+        Ok(answer)
     }
 
     /// Opens `ino` for the kernel: a handle, recorded with the mount's
@@ -356,7 +363,9 @@ impl ShoalFs {
         let Some(h) = self.handles.lock().remove(&fh) else {
             return Ok(());
         };
-        if !self.conn.forget_open(h.ino, h.open) {
+        let known = self.conn.forget_open(h.ino, h.open);
+        self.conn.gone_closed(h.ino);
+        if !known {
             // The primary never learned of it: an open under a token.
             return Ok(());
         }

@@ -313,6 +313,34 @@ fn caches_follow_tokens() {
     drop(f);
     assert_eq!(fs::read(pa.join("d/w")).unwrap(), b"from b\0\0\0\0");
 
+    // A file made, written, closed and unlinked in a directory only this
+    // mount looks at: its create opens it (one request), the directory's
+    // attributes come with the answers, and its unlink (one request)
+    // makes the primary forget it at once, with no recall.
+    fs::create_dir(pa.join("t")).unwrap();
+    let _ = fs::metadata(pa.join("t")).unwrap();
+    let inodes = service[primary_of(&service)].status()["inodes"]
+        .as_u64()
+        .unwrap();
+    let before = requests(&service);
+    for i in 0..10 {
+        let p = pa.join(format!("t/tmp{i}"));
+        fs::write(&p, [i as u8; 4096]).unwrap();
+        assert!(fs::metadata(pa.join("t")).unwrap().is_dir());
+        fs::remove_file(&p).unwrap();
+        assert!(fs::metadata(pa.join("t")).unwrap().is_dir());
+    }
+    assert_eq!(
+        requests(&service) - before,
+        10 * 3,
+        "a temporary file cost other than a lookup, a create and an unlink"
+    );
+    assert_eq!(
+        service[primary_of(&service)].status()["inodes"].as_u64(),
+        Some(inodes),
+        "an unlinked temporary file was kept"
+    );
+
     a.stop().unwrap();
     b.stop().unwrap();
     for r in service {

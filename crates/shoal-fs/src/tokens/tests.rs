@@ -626,3 +626,24 @@ fn a_read_by_capability_waits_for_the_writers_write_back() {
     let mut after = Tokens::after_change(2);
     assert!(!after.writers_flushed(F));
 }
+
+#[test]
+fn only_the_sole_holder_without_known_opens_may_take_an_inode_with_its_name() {
+    let mut t = with_clients(&[A, B]);
+    assert!(!t.only(A, F), "nobody holds it");
+    assert_eq!(
+        plain(t.request(A, F, Want::OpenWrite, &[], Some(1))),
+        grant(Level::Write)
+    );
+    assert!(t.only(A, F));
+    assert!(!t.only(B, F));
+    // Another client's look recalls A: not A's alone while that is out.
+    assert!(matches!(
+        t.request(B, F, Want::Look, &[], None),
+        Decision::Wait { .. }
+    ));
+    assert!(!t.only(A, F));
+    let _ = callbacks(&mut t);
+    t.forget(F);
+    assert!(!t.is_held(F) && !t.is_open(F));
+}
