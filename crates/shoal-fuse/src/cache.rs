@@ -139,7 +139,13 @@ struct Inner {
     /// sent and after its answer: a link, unlink or rename changes an
     /// inode's link count or times without taking the asker's token.
     changes: u64,
+    /// Names the mount removed itself, by directory, with the count of
+    /// changes after the removal: absent while the count stands.
+    absent: HashMap<(Ino, Vec<u8>), u64>,
 }
+
+/// Most names remembered as removed.
+const ABSENT_MAX: usize = 4096;
 
 /// The mount's cache state.
 #[derive(Debug, Default)]
@@ -200,6 +206,29 @@ impl Cache {
         if let Some(h) = self.inner.lock().held.get_mut(&ino) {
             h.attrs_at = Some(changes);
         }
+    }
+
+    /// The mount removed `name` from `dir` itself (and counted the change).
+    pub(crate) fn removed(&self, dir: Ino, name: &[u8]) {
+        let mut inner = self.inner.lock();
+        if inner.absent.len() >= ABSENT_MAX {
+            inner.absent.clear();
+        }
+        let changes = inner.changes;
+        inner.absent.insert((dir, name.to_vec()), changes);
+    }
+
+    /// Whether `name` is known to be absent from `dir`: the mount removed
+    /// it, holds `Read` on `dir`, and made no change nor received a notice
+    /// since (another mount's create there sends one first).  A temporary
+    /// file's name is then looked up without asking.
+    pub(crate) fn known_absent(&self, dir: Ino, name: &[u8]) -> bool {
+        let inner = self.inner.lock();
+        inner
+            .held
+            .get(&dir)
+            .is_some_and(|h| h.dir && h.level() >= Level::Read)
+            && inner.absent.get(&(dir, name.to_vec())) == Some(&inner.changes)
     }
 
     /// The attributes a change of the mount's own left the directories it

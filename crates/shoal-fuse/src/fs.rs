@@ -285,6 +285,7 @@ impl ShoalFs {
             open: self.conn.opens_unknown(),
         };
         let answer = self.conn.change(&who(req), op)?;
+        self.conn.cache.removed(parent.0, name.as_bytes());
         if let Answer::Removed {
             gone: Some(ino), ..
         } = &answer
@@ -405,6 +406,9 @@ impl Filesystem for ShoalFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if self.conn.cache.known_absent(parent.0, name.as_bytes()) {
+            return reply.error(Errno::ENOENT);
+        }
         let op = Op::Lookup {
             parent: parent.0,
             name: name.as_bytes().to_vec(),

@@ -340,6 +340,22 @@ fn caches_follow_tokens() {
         Some(inodes),
         "an unlinked temporary file was kept"
     );
+    // The same name again and again: the mount knows it removed it, and
+    // answers the kernel's lookup itself.
+    let before = requests(&service);
+    for i in 0..10 {
+        let p = pa.join("t/same");
+        fs::write(&p, [i as u8; 4096]).unwrap();
+        fs::remove_file(&p).unwrap();
+    }
+    assert_eq!(
+        requests(&service) - before,
+        1 + 10 * 2,
+        "a temporary file made again cost other than a create and an unlink"
+    );
+    // Made on the other mount, the name is there at once.
+    fs::write(pb.join("t/same"), b"from b").unwrap();
+    assert_eq!(fs::read(pa.join("t/same")).unwrap(), b"from b");
 
     a.stop().unwrap();
     b.stop().unwrap();
