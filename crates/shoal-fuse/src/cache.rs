@@ -58,7 +58,7 @@ struct Held {
     /// answer brought the attributes was sent, when that is known: the
     /// attributes may answer a `getattr` while no change was made since
     /// ([`Cache::attr_held`]).
-    attrs_at: Option<u64>,
+    attrs_at: Option<Stamp>,
 }
 
 impl Held {
@@ -139,13 +139,32 @@ struct Inner {
     /// sent and after its answer: a link, unlink or rename changes an
     /// inode's link count or times without taking the asker's token.
     changes: u64,
-    /// Names the mount removed itself, by directory, with the count of
-    /// changes after the removal: absent while the count stands.
+    /// Changes of names in one directory only (the mount's creates, and
+    /// notices), by directory: they make no other inode's attributes
+    /// stale.
+    dir_changes: HashMap<Ino, u64>,
+    /// Names the mount removed itself, by directory, with the grant on the
+    /// directory it held then: absent until a notice names them, the mount
+    /// makes them again, or the grant changes.
     absent: HashMap<(Ino, Vec<u8>), u64>,
 }
 
 /// Most names remembered as removed.
 const ABSENT_MAX: usize = 4096;
+
+/// The counts an inode's cached attributes were asked under: the mount's
+/// changes that may touch any inode, and those of names in the inode
+/// alone (a directory).
+pub(crate) type Stamp = (u64, u64);
+
+impl Inner {
+    fn stamp(&self, ino: Ino) -> Stamp {
+        (
+            self.changes,
+            self.dir_changes.get(&ino).copied().unwrap_or(0),
+        )
+    }
+}
 
 /// The mount's cache state.
 #[derive(Debug, Default)]
@@ -189,46 +208,78 @@ impl Cache {
         ttl(level)
     }
 
-    /// How many changes the mount made through the primary so far.
-    pub(crate) fn changes(&self) -> u64 {
-        self.inner.lock().changes
+    /// Where the counts that may make `ino`'s attributes stale stand.
+    pub(crate) fn stamp(&self, ino: Ino) -> Stamp {
+        self.inner.lock().stamp(ino)
     }
 
-    /// A change through the primary is about to be sent, or was answered,
-    /// or another mount's change of names was noticed.
+    /// A change through the primary that may change inodes the mount does
+    /// not know (a link, unlink or rename: a link count, a ctime) is about
+    /// to be sent, or was answered.
     pub(crate) fn count_change(&self) {
         self.inner.lock().changes += 1;
     }
 
+    /// A change of names in `dir` alone (a create of the mount's, about to
+    /// be sent or answered, or another mount's change, noticed).
+    pub(crate) fn count_dir(&self, dir: Ino) {
+        *self.inner.lock().dir_changes.entry(dir).or_default() += 1;
+    }
+
     /// The attributes last installed for `ino` came from a request sent
-    /// when the mount had made `changes` changes.
-    pub(crate) fn attrs_asked_at(&self, ino: Ino, changes: u64) {
+    /// when the counts stood at `stamp`.
+    pub(crate) fn attrs_asked_at(&self, ino: Ino, stamp: Stamp) {
         if let Some(h) = self.inner.lock().held.get_mut(&ino) {
-            h.attrs_at = Some(changes);
+            h.attrs_at = Some(stamp);
         }
     }
 
-    /// The mount removed `name` from `dir` itself (and counted the change).
-    pub(crate) fn removed(&self, dir: Ino, name: &[u8]) {
+    /// The mount removed `name` from `dir` itself; the counts stood at
+    /// `before` when it asked: if only its own change moved them since
+    /// (counted twice), no notice of that name came in between.
+    pub(crate) fn removed(&self, dir: Ino, name: &[u8], before: Stamp) {
         let mut inner = self.inner.lock();
+        if inner.stamp(dir) != (before.0 + 2, before.1) {
+            return;
+        }
+        let Some(grant) = inner
+            .held
+            .get(&dir)
+            .filter(|h| h.dir && h.level() >= Level::Read)
+            .map(|h| h.grant)
+        else {
+            return;
+        };
         if inner.absent.len() >= ABSENT_MAX {
             inner.absent.clear();
         }
-        let changes = inner.changes;
-        inner.absent.insert((dir, name.to_vec()), changes);
+        inner.absent.insert((dir, name.to_vec()), grant);
+    }
+
+    /// `name` of `dir` may exist now: noticed (counted with the notice,
+    /// under one lock), or about to be made by the mount itself.
+    pub(crate) fn maybe_present(&self, dir: Ino, name: &[u8], noticed: bool) {
+        let mut inner = self.inner.lock();
+        if noticed {
+            *inner.dir_changes.entry(dir).or_default() += 1;
+        }
+        inner.absent.remove(&(dir, name.to_vec()));
     }
 
     /// Whether `name` is known to be absent from `dir`: the mount removed
-    /// it, holds `Read` on `dir`, and made no change nor received a notice
-    /// since (another mount's create there sends one first).  A temporary
-    /// file's name is then looked up without asking.
+    /// it and has held `Read` on `dir` since, under the same grant, and
+    /// neither a notice named it (another mount's create there sends one
+    /// first) nor did the mount make it again.  A temporary file's name is
+    /// then looked up without asking.
     pub(crate) fn known_absent(&self, dir: Ino, name: &[u8]) -> bool {
         let inner = self.inner.lock();
+        let Some(grant) = inner.absent.get(&(dir, name.to_vec())) else {
+            return false;
+        };
         inner
             .held
             .get(&dir)
-            .is_some_and(|h| h.dir && h.level() >= Level::Read)
-            && inner.absent.get(&(dir, name.to_vec())) == Some(&inner.changes)
+            .is_some_and(|h| h.dir && h.level() >= Level::Read && h.grant == *grant)
     }
 
     /// The attributes a change of the mount's own left the directories it
@@ -237,8 +288,8 @@ impl Cache {
     /// next change, own or noticed ([`Cache::attr_held`]).
     pub(crate) fn dirs_changed(&self, dirs: &[Attr]) {
         let mut inner = self.inner.lock();
-        let changes = inner.changes;
         for attr in dirs {
+            let stamp = inner.stamp(attr.ino);
             let Some(h) = inner.held.get_mut(&attr.ino) else {
                 continue;
             };
@@ -246,7 +297,7 @@ impl Cache {
                 continue;
             }
             h.version = attr.version;
-            h.attrs_at = Some(changes);
+            h.attrs_at = Some(stamp);
             inner.attrs.insert(attr.ino, *attr);
         }
     }
@@ -342,7 +393,7 @@ impl Cache {
     pub(crate) fn attr_held(&self, ino: Ino) -> Option<(Attr, Duration)> {
         let inner = self.inner.lock();
         let h = inner.held.get(&ino)?;
-        if h.level() < Level::Read || h.attrs_at != Some(inner.changes) {
+        if h.level() < Level::Read || h.attrs_at != Some(inner.stamp(ino)) {
             return None;
         }
         let mut attr = *inner.attrs.get(&ino)?;
@@ -711,6 +762,7 @@ impl Cache {
     #[allow(clippy::type_complexity)]
     pub(crate) fn drop_all(&self) -> (Vec<Ino>, Vec<(Ino, Vec<Vec<u8>>)>) {
         let mut inner = self.inner.lock();
+        inner.absent.clear();
         let inodes = inner
             .held
             .iter()

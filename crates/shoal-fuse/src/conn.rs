@@ -269,11 +269,44 @@ impl Conn {
     /// attributes it left them, which this mount may then give the kernel
     /// without asking while it holds them ([`Cache::dirs_changed`]).
     fn changed(&self, who: &Identity, op: Op) -> Result<(Answer, Option<Grant>), Failure> {
+        // A name it makes is no longer known to be absent, from before the
+        // request leaves.
+        let made = match &op {
+            Op::Change {
+                op: UpdateOp::Create { parent, name, .. } | UpdateOp::Link { parent, name, .. },
+            }
+            | Op::CreateOpen {
+                op: UpdateOp::Create { parent, name, .. },
+                ..
+            } => Some((*parent, name)),
+            Op::Change {
+                op: UpdateOp::Rename { to, to_name, .. },
+            } => Some((*to, to_name)),
+            _ => None,
+        };
+        if let Some((dir, name)) = made {
+            self.cache.maybe_present(dir, name, false);
+        }
         // Counted before and after: attributes asked for meanwhile may
-        // miss the change (`Cache::attr_held`).
-        self.cache.count_change();
+        // miss the change (`Cache::attr_held`).  A create changes only its
+        // directory's.
+        let only_dir = match &op {
+            Op::Change {
+                op: UpdateOp::Create { parent, .. },
+            }
+            | Op::CreateOpen {
+                op: UpdateOp::Create { parent, .. },
+                ..
+            } => Some(*parent),
+            _ => None,
+        };
+        let count = || match only_dir {
+            Some(dir) => self.cache.count_dir(dir),
+            None => self.cache.count_change(),
+        };
+        count();
         let answer = self.call(who, op);
-        self.cache.count_change();
+        count();
         match answer? {
             Reply::Updated(result) => Ok((result.map_err(Failure::Fs)?, None)),
             Reply::Changed {

@@ -32,7 +32,7 @@ use fuser::{
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
-use shoal_fs::model::{Attr, Identity, Ino, Kind, Time};
+use shoal_fs::model::{Attr, FsError, Identity, Ino, Kind, Time};
 use shoal_fs::op::{Failure, Op, Reply};
 use shoal_fs::tokens::{OpenId, Want};
 use shoal_fs::update::{Answer, SetAttr, TimeSet, UpdateOp};
@@ -167,6 +167,25 @@ fn file_attr(a: &Attr) -> FileAttr {
     }
 }
 
+/// The attributes of a negative entry (node 0: the name is absent).
+fn absent() -> Attr {
+    let zero = Time { secs: 0, nanos: 0 };
+    Attr {
+        ino: 0,
+        kind: Kind::File,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        size: 0,
+        atime: zero,
+        mtime: zero,
+        ctime: zero,
+        version: 0,
+    }
+}
+
 fn time_set(t: Option<TimeOrNow>) -> Option<TimeSet> {
     t.map(|t| match t {
         TimeOrNow::Now => TimeSet::Now,
@@ -195,11 +214,11 @@ impl ShoalFs {
         if let Some(held) = self.conn.cache.attr_held(ino) {
             return Ok(held);
         }
-        let changes = self.conn.cache.changes();
+        let stamp = self.conn.cache.stamp(ino);
         match self.conn.call(who, Op::GetAttr { ino })? {
             Reply::Entry { mut attr, grant } => {
                 let ttl = self.conn.granted(&attr, &grant);
-                self.conn.cache.attrs_asked_at(ino, changes);
+                self.conn.cache.attrs_asked_at(ino, stamp);
                 self.conn.cache.patch(&mut attr);
                 Ok((attr, ttl))
             }
@@ -284,8 +303,9 @@ impl ShoalFs {
             dir,
             open: self.conn.opens_unknown(),
         };
+        let before = self.conn.cache.stamp(parent.0);
         let answer = self.conn.change(&who(req), op)?;
-        self.conn.cache.removed(parent.0, name.as_bytes());
+        self.conn.cache.removed(parent.0, name.as_bytes(), before);
         if let Answer::Removed {
             gone: Some(ino), ..
         } = &answer
@@ -413,14 +433,34 @@ impl Filesystem for ShoalFs {
             parent: parent.0,
             name: name.as_bytes().to_vec(),
         };
+        // A notice of the name that crossed the answer (the count moved)
+        // would leave the kernel a stale entry: none is given then.
+        let stamp = self.conn.cache.stamp(parent.0);
+        let entry_ttl = |this: &Self| {
+            if this.conn.cache.stamp(parent.0) == stamp {
+                this.conn.cache.entry_ttl(parent.0, name.as_bytes())
+            } else {
+                NONE
+            }
+        };
         match self.conn.call(&who(req), op) {
             Ok(Reply::Entry { mut attr, grant }) => {
                 let attr_ttl = self.conn.granted(&attr, &grant);
                 self.conn.cache.patch(&mut attr);
-                let entry = self.conn.cache.entry_ttl(parent.0, name.as_bytes());
+                let entry = entry_ttl(self);
                 reply.entry_with_ttls(&attr_ttl, &entry, &file_attr(&attr), Generation(0))
             }
             Ok(other) => reply.error(errno(shoal_fssvc::client::unexpected(&other))),
+            // An absent name the kernel may remember as absent (a negative
+            // entry: node 0) while the mount holds the directory: a
+            // notice of its creation elsewhere invalidates it.
+            Err(Failure::Fs(FsError::NotFound)) => match entry_ttl(self) {
+                ttl if ttl.is_zero() => reply.error(Errno::ENOENT),
+                ttl => {
+                    let none = file_attr(&absent());
+                    reply.entry_with_ttls(&NONE, &ttl, &none, Generation(0))
+                }
+            },
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -629,7 +669,7 @@ impl Filesystem for ShoalFs {
                 want,
             )
             .and_then(|(attr, grant)| {
-                let changes = self.conn.cache.changes();
+                let stamp = self.conn.cache.stamp(attr.ino);
                 let (fh, how) = match grant {
                     Some(grant) => {
                         let open = self.conn.opened(&attr, &grant, Vec::new());
@@ -645,7 +685,7 @@ impl Filesystem for ShoalFs {
                     // the directory), so the open is made as root.
                     None => self.open_file(&Identity::root(), attr.ino, flags)?,
                 };
-                self.conn.cache.attrs_asked_at(attr.ino, changes);
+                self.conn.cache.attrs_asked_at(attr.ino, stamp);
                 Ok((fh, how, attr))
             });
         match made {

@@ -357,6 +357,23 @@ fn caches_follow_tokens() {
     fs::write(pb.join("t/same"), b"from b").unwrap();
     assert_eq!(fs::read(pa.join("t/same")).unwrap(), b"from b");
 
+    // An absent name is asked for once: the kernel keeps it as absent
+    // until the other mount makes it.
+    assert_eq!(
+        errno(fs::metadata(pa.join("t/later")).unwrap_err()),
+        libc::ENOENT
+    );
+    let before = requests(&service);
+    for _ in 0..10 {
+        assert_eq!(
+            errno(fs::metadata(pa.join("t/later")).unwrap_err()),
+            libc::ENOENT
+        );
+    }
+    assert_eq!(requests(&service), before, "an absent name was asked again");
+    fs::write(pb.join("t/later"), b"made").unwrap();
+    assert_eq!(fs::read(pa.join("t/later")).unwrap(), b"made");
+
     a.stop().unwrap();
     b.stop().unwrap();
     for r in service {
