@@ -59,6 +59,9 @@ pub struct Spawned {
     /// The process group to signal: the watcher and the program.
     pub group: libc::pid_t,
     status: File,
+    /// Changes the watcher reported before the session reported the group
+    /// (a program that ends at once may), in order.
+    early: std::collections::VecDeque<i32>,
 }
 
 /// A change in the program's state, as `waitpid` reports it.
@@ -263,12 +266,16 @@ impl Spawner {
         let mut spawned = Spawned {
             group: 0,
             status: File::from(status_r),
+            early: std::collections::VecDeque::new(),
         };
         let mut running = false;
         while spawned.group == 0 || !running {
             match spawned.message() {
                 Some((MSG_GROUP, pid)) => spawned.group = pid,
                 Some((MSG_RUNNING, _)) => running = true,
+                // The watcher and the session write the pipe apart: the
+                // program may have ended before its group was reported.
+                Some((MSG_STATUS, status)) if running => spawned.early.push_back(status),
                 Some((kind, errno)) if kind >= MSG_FAILED => {
                     let step = STEPS
                         .get((kind - MSG_FAILED) as usize)
@@ -399,7 +406,10 @@ impl Spawned {
     /// pipe closed (the watcher is gone).  Blocks.
     pub fn next_change(&mut self) -> Option<Change> {
         loop {
-            let (kind, status) = self.message()?;
+            let (kind, status) = match self.early.pop_front() {
+                Some(status) => (MSG_STATUS, status),
+                None => self.message()?,
+            };
             if kind != MSG_STATUS {
                 continue;
             }
@@ -762,5 +772,57 @@ unsafe fn program_child(p: &Prepared, watcher: libc::pid_t, exec_fd: RawFd) -> !
         }
         libc::execve(p.path.as_ptr(), p.argv_ptrs.as_ptr(), p.env_ptrs.as_ptr());
         fail_step(STEP_EXEC)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Programs that end at once, many at a time: whichever order the
+    /// watcher's reports (running, ended) and the session's (the group)
+    /// reach the daemon in, every start succeeds with its exit status.
+    /// (Under load the end came first about once in 600 starts, and the
+    /// start failed with "its starter died"; this test rarely meets that
+    /// order, `shoal run` loops on a loaded cluster did.)
+    #[test]
+    fn programs_that_end_at_once_start_and_report_their_status() {
+        let spawner = std::sync::Arc::new(Spawner::start().unwrap());
+        // SAFETY: getuid and getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let spawner = spawner.clone();
+                std::thread::spawn(move || {
+                    for i in 0..50 {
+                        let spec = StartSpec {
+                            argv: vec!["/bin/sh".into(), "-c".into(), format!("exit {}", i % 7)],
+                            env: vec!["PATH=/usr/bin:/bin".into()],
+                            cwd: "/".into(),
+                            uid,
+                            gid,
+                            groups: Vec::new(),
+                            umask: 0o022,
+                            rlimits: Vec::new(),
+                            hostname: String::new(),
+                            tty: None,
+                        };
+                        let (mut spawned, _io) = spawner.spawn(&spec, false).unwrap();
+                        assert!(spawned.group > 0);
+                        let end = loop {
+                            match spawned.next_change() {
+                                Some(Change::Exited(c)) => break c,
+                                Some(Change::Stopped(_) | Change::Continued) => continue,
+                                other => panic!("start {i}: {other:?}"),
+                            }
+                        };
+                        assert_eq!(end, i % 7);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
     }
 }
