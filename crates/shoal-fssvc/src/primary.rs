@@ -619,7 +619,7 @@ impl Primary {
                         excl: true,
                         ..
                     }
-                ) || *want == Want::Look
+                ) || !matches!(want, Want::OpenRead | Want::OpenWrite)
                 {
                     return Outcome::Reply(Err(fs(FsError::Invalid(
                         "create-and-open makes a new regular file",

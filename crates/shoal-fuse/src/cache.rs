@@ -285,11 +285,15 @@ impl Cache {
     /// The attributes a change of the mount's own left the directories it
     /// changed names in (read by the primary right after it): kept for
     /// those the mount holds a token on, to answer `getattr` until the
-    /// next change, own or noticed ([`Cache::attr_held`]).
-    pub(crate) fn dirs_changed(&self, dirs: &[Attr]) {
+    /// next change, own or noticed ([`Cache::attr_held`]), if the counts
+    /// of each stand where the change alone left them (`expected`).
+    pub(crate) fn dirs_changed(&self, dirs: &[Attr], expected: &[(Ino, Stamp)]) {
         let mut inner = self.inner.lock();
         for attr in dirs {
             let stamp = inner.stamp(attr.ino);
+            if !expected.contains(&(attr.ino, stamp)) {
+                continue;
+            }
             let Some(h) = inner.held.get_mut(&attr.ino) else {
                 continue;
             };

@@ -21,7 +21,7 @@ use shoal_fs::update::{Answer, UpdateOp};
 use shoal_fssvc::FsClient;
 use shoal_rpc::Context;
 
-use crate::cache::{Cache, Open};
+use crate::cache::{Cache, Open, Stamp};
 use crate::callbacks::{Kernel, Work};
 use crate::locks::MountLocks;
 
@@ -304,6 +304,37 @@ impl Conn {
             Some(dir) => self.cache.count_dir(dir),
             None => self.cache.count_change(),
         };
+        // The directories' attributes in the answer are as the change left
+        // them; a notice of a later change may come first (the answer waits
+        // for other mounts' confirmations): they are kept only if the
+        // counts moved by this change's own two steps alone.
+        let dirs_of: Vec<Ino> = match &op {
+            Op::Change {
+                op:
+                    UpdateOp::Create { parent, .. }
+                    | UpdateOp::Link { parent, .. }
+                    | UpdateOp::Unlink { parent, .. },
+            }
+            | Op::CreateOpen {
+                op: UpdateOp::Create { parent, .. },
+                ..
+            } => vec![*parent],
+            Op::Change {
+                op: UpdateOp::Rename { from, to, .. },
+            } => vec![*from, *to],
+            _ => Vec::new(),
+        };
+        let expected: Vec<(Ino, Stamp)> = dirs_of
+            .into_iter()
+            .map(|dir| {
+                let (all, own) = self.cache.stamp(dir);
+                match only_dir {
+                    Some(d) if d == dir => (dir, (all, own + 2)),
+                    Some(_) => (dir, (all, own)),
+                    None => (dir, (all + 2, own)),
+                }
+            })
+            .collect();
         count();
         let answer = self.call(who, op);
         count();
@@ -314,7 +345,7 @@ impl Conn {
                 dirs,
                 opened,
             } => {
-                self.cache.dirs_changed(&dirs);
+                self.cache.dirs_changed(&dirs, &expected);
                 Ok((result.map_err(Failure::Fs)?, opened))
             }
             other => Err(shoal_fssvc::client::unexpected(&other)),
