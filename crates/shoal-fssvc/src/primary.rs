@@ -900,8 +900,10 @@ impl Primary {
         op: &mut UpdateOp,
         p: &mut Prepared,
     ) -> Result<(), Failure> {
-        let in_use = |parent: Ino, name: &[u8], p: &mut Prepared| {
-            let victim = r.read(|m| m.tree.lookup(parent, name).map(|i| i.attr.ino).ok());
+        let victim_of = |parent: Ino, name: &[u8]| {
+            r.read(|m| m.tree.lookup(parent, name).map(|i| i.attr.ino).ok())
+        };
+        let in_use = |victim: Option<Ino>, p: &mut Prepared| {
             p.victims.extend(victim);
             p.touched.extend(victim);
             victim.is_some_and(|ino| soft.tokens.is_open(ino) || soft.tokens.is_held(ino))
@@ -923,15 +925,13 @@ impl Primary {
                 // open without the primary knowing.  If it says not and is
                 // the only one holding it, the inode goes with its name,
                 // with no recall: the client drops its token on the answer.
-                let mayopen = *open;
-                let victim = r.read(|m| m.tree.lookup(*parent, name).map(|i| i.attr.ino).ok());
+                let victim = victim_of(*parent, name);
                 match victim {
-                    Some(ino) if !mayopen && soft.tokens.only(client, ino) => {
-                        *open = false;
+                    Some(ino) if !*open && soft.tokens.only(client, ino) => {
                         p.victims.push(ino);
                         p.mine.push(ino);
                     }
-                    _ => *open = in_use(*parent, name, p),
+                    _ => *open = in_use(victim, p),
                 }
                 p.names.push((*parent, name.clone()));
             }
@@ -943,7 +943,7 @@ impl Primary {
                 open_victim,
                 ..
             } => {
-                *open_victim = in_use(*to, to_name, p);
+                *open_victim = in_use(victim_of(*to, to_name), p);
                 let moved = r.read(|m| m.tree.lookup(*from, from_name).map(|i| i.attr.ino).ok());
                 p.touched.extend(moved);
                 p.names.push((*from, from_name.clone()));

@@ -54,10 +54,9 @@ struct Held {
     /// The version of the pages the kernel may hold (`FOPEN_KEEP_CACHE`
     /// when an open finds it unchanged).
     pages: Option<u64>,
-    /// The count of the mount's own changes before the request whose
-    /// answer brought the attributes was sent, when that is known: the
-    /// attributes may answer a `getattr` while no change was made since
-    /// ([`Cache::attr_held`]).
+    /// Where the counts of changes stood before the request whose answer
+    /// brought the attributes was sent, when that is known: the attributes
+    /// may answer a `getattr` while they stand there ([`Cache::attr_held`]).
     attrs_at: Option<Stamp>,
 }
 
@@ -256,14 +255,19 @@ impl Cache {
         inner.absent.insert((dir, name.to_vec()), grant);
     }
 
-    /// `name` of `dir` may exist now: noticed (counted with the notice,
-    /// under one lock), or about to be made by the mount itself.
-    pub(crate) fn maybe_present(&self, dir: Ino, name: &[u8], noticed: bool) {
+    /// Another mount changed `name` of `dir` (a notice): counted for the
+    /// directory, and the name no longer known to be absent, under one
+    /// lock.
+    pub(crate) fn noticed(&self, dir: Ino, name: &[u8]) {
         let mut inner = self.inner.lock();
-        if noticed {
-            *inner.dir_changes.entry(dir).or_default() += 1;
-        }
+        *inner.dir_changes.entry(dir).or_default() += 1;
         inner.absent.remove(&(dir, name.to_vec()));
+    }
+
+    /// The mount is about to make `name` in `dir`: no longer known to be
+    /// absent.
+    pub(crate) fn making(&self, dir: Ino, name: &[u8]) {
+        self.inner.lock().absent.remove(&(dir, name.to_vec()));
     }
 
     /// Whether `name` is known to be absent from `dir`: the mount removed
@@ -639,16 +643,18 @@ impl Cache {
             .insert(name.to_vec());
     }
 
-    /// The mount changed `ino` itself (written through the primary, or
-    /// changed its attributes): the primary took its token, and the
-    /// kernel's copy must go.
-    /// Forgets everything of `ino`, which the primary forgot.
+    /// Forgets everything of `ino`, which the primary forgot with its last
+    /// name: its token, attributes and unwritten changes.
     pub(crate) fn forget(&self, ino: Ino) {
+        self.discard(ino);
         let mut inner = self.inner.lock();
         inner.held.remove(&ino);
         inner.attrs.remove(&ino);
     }
 
+    /// The mount changed `ino` itself (written through the primary, or
+    /// changed its attributes): the primary took its token, and the
+    /// kernel's copy must go.
     pub(crate) fn drop_token(&self, ino: Ino) {
         let mut inner = self.inner.lock();
         if let Some(h) = inner.held.get_mut(&ino) {

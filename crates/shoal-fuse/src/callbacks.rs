@@ -225,7 +225,7 @@ fn events(mut poller: FsClient, conn: &Conn, stop: &AtomicBool) {
                 Callback::Notice { id, dir, name } => {
                     // The directory's attributes changed with the name:
                     // those the mount keeps no longer answer `getattr`.
-                    conn.cache.maybe_present(dir, &name, true);
+                    conn.cache.noticed(dir, &name);
                     conn.post(Work::Notice { id, dir, name });
                 }
                 Callback::Orphan { ino } => conn.post(Work::Orphan { ino }),

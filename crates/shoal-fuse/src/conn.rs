@@ -258,8 +258,6 @@ impl Conn {
 
     /// A change to the tree; its answer, or the tree's refusal.
     pub(crate) fn change(&self, who: &Identity, op: UpdateOp) -> Result<Answer, Failure> {
-        // Counted before and after: attributes asked for meanwhile may
-        // miss the change (`Cache::attr_held`).
         self.changed(who, Op::Change { op })
             .map(|(answer, _)| answer)
     }
@@ -269,72 +267,39 @@ impl Conn {
     /// attributes it left them, which this mount may then give the kernel
     /// without asking while it holds them ([`Cache::dirs_changed`]).
     fn changed(&self, who: &Identity, op: Op) -> Result<(Answer, Option<Grant>), Failure> {
+        let names = match &op {
+            Op::Change { op } | Op::CreateOpen { op, .. } => Names::of(op),
+            _ => Names::default(),
+        };
         // A name it makes is no longer known to be absent, from before the
         // request leaves.
-        let made = match &op {
-            Op::Change {
-                op: UpdateOp::Create { parent, name, .. } | UpdateOp::Link { parent, name, .. },
-            }
-            | Op::CreateOpen {
-                op: UpdateOp::Create { parent, name, .. },
-                ..
-            } => Some((*parent, name)),
-            Op::Change {
-                op: UpdateOp::Rename { to, to_name, .. },
-            } => Some((*to, to_name)),
-            _ => None,
-        };
-        if let Some((dir, name)) = made {
-            self.cache.maybe_present(dir, name, false);
+        if let Some((dir, name)) = names.made {
+            self.cache.making(dir, name);
         }
-        // Counted before and after: attributes asked for meanwhile may
-        // miss the change (`Cache::attr_held`).  A create changes only its
-        // directory's.
-        let only_dir = match &op {
-            Op::Change {
-                op: UpdateOp::Create { parent, .. },
-            }
-            | Op::CreateOpen {
-                op: UpdateOp::Create { parent, .. },
-                ..
-            } => Some(*parent),
-            _ => None,
-        };
-        let count = || match only_dir {
-            Some(dir) => self.cache.count_dir(dir),
-            None => self.cache.count_change(),
-        };
         // The directories' attributes in the answer are as the change left
         // them; a notice of a later change may come first (the answer waits
         // for other mounts' confirmations): they are kept only if the
         // counts moved by this change's own two steps alone.
-        let dirs_of: Vec<Ino> = match &op {
-            Op::Change {
-                op:
-                    UpdateOp::Create { parent, .. }
-                    | UpdateOp::Link { parent, .. }
-                    | UpdateOp::Unlink { parent, .. },
-            }
-            | Op::CreateOpen {
-                op: UpdateOp::Create { parent, .. },
-                ..
-            } => vec![*parent],
-            Op::Change {
-                op: UpdateOp::Rename { from, to, .. },
-            } => vec![*from, *to],
-            _ => Vec::new(),
-        };
-        let expected: Vec<(Ino, Stamp)> = dirs_of
-            .into_iter()
-            .map(|dir| {
+        let expected: Vec<(Ino, Stamp)> = names
+            .dirs
+            .iter()
+            .map(|&dir| {
                 let (all, own) = self.cache.stamp(dir);
-                match only_dir {
+                match names.only_dir {
                     Some(d) if d == dir => (dir, (all, own + 2)),
                     Some(_) => (dir, (all, own)),
                     None => (dir, (all + 2, own)),
                 }
             })
             .collect();
+        // Counted before and after: attributes asked for meanwhile may
+        // miss the change (`Cache::attr_held`).  A create changes only its
+        // directory's.
+        let only_dir = names.only_dir;
+        let count = || match only_dir {
+            Some(dir) => self.cache.count_dir(dir),
+            None => self.cache.count_change(),
+        };
         count();
         let answer = self.call(who, op);
         count();
@@ -476,7 +441,6 @@ impl Conn {
     /// changes go, now or, if it was opened meanwhile, at its last close.
     pub(crate) fn gone(&self, ino: Ino) {
         if self.opens_of(ino).is_empty() {
-            self.cache.discard(ino);
             self.cache.forget(ino);
         } else {
             self.gone.lock().insert(ino);
@@ -487,7 +451,6 @@ impl Conn {
     /// ([`Conn::gone`]), the inode goes from the cache.
     pub(crate) fn gone_closed(&self, ino: Ino) {
         if self.opens_of(ino).is_empty() && self.gone.lock().remove(&ino) {
-            self.cache.discard(ino);
             self.cache.forget(ino);
         }
     }
@@ -614,5 +577,45 @@ impl Conn {
         let out = f(&mut client).map_err(|e| Failure::Unavailable(format!("file servers: {e}")));
         self.files.lock().push(client);
         out
+    }
+}
+
+/// The names a change touches, as the mount's caches see them.
+#[derive(Default)]
+struct Names<'a> {
+    /// The directories whose names it changes.
+    dirs: Vec<Ino>,
+    /// The name it makes, if any.
+    made: Option<(Ino, &'a [u8])>,
+    /// A create: it changes its directory's attributes alone.
+    only_dir: Option<Ino>,
+}
+
+impl<'a> Names<'a> {
+    fn of(op: &'a UpdateOp) -> Names<'a> {
+        match op {
+            UpdateOp::Create { parent, name, .. } => Names {
+                dirs: vec![*parent],
+                made: Some((*parent, name)),
+                only_dir: Some(*parent),
+            },
+            UpdateOp::Link { parent, name, .. } => Names {
+                dirs: vec![*parent],
+                made: Some((*parent, name)),
+                only_dir: None,
+            },
+            UpdateOp::Unlink { parent, .. } => Names {
+                dirs: vec![*parent],
+                ..Names::default()
+            },
+            UpdateOp::Rename {
+                from, to, to_name, ..
+            } => Names {
+                dirs: vec![*from, *to],
+                made: Some((*to, to_name)),
+                only_dir: None,
+            },
+            _ => Names::default(),
+        }
     }
 }

@@ -344,7 +344,7 @@ impl ShoalFs {
             id,
             cached: None,
         };
-        let (open, grant) = match self.conn.call(who, op)? {
+        let (attr, grant, content) = match self.conn.call(who, op)? {
             Reply::Opened {
                 attr,
                 grant,
@@ -367,15 +367,31 @@ impl ShoalFs {
                     // none.
                     self.conn.kernel.inval(vec![(ino, 0, 0)], Vec::new());
                 }
-                (self.conn.opened(&attr, &grant, content), grant)
+                (attr, grant, content)
             }
             other => return Err(shoal_fssvc::client::unexpected(&other)),
         };
-        self.conn.record_open(ino, id, write);
+        Ok(self.opened(&attr, &grant, content, id, write, append))
+    }
+
+    /// An open `id` of the file `attr` describes, granted `grant` (with
+    /// the `content` of its version): recorded, with its handle and the
+    /// flags the kernel gets.
+    fn opened(
+        &self,
+        attr: &Attr,
+        grant: &shoal_fs::op::Grant,
+        content: Vec<shoal_cap::Capability>,
+        id: OpenId,
+        write: bool,
+        append: bool,
+    ) -> (u64, FopenFlags) {
+        let open = self.conn.opened(attr, grant, content);
+        self.conn.record_open(attr.ino, id, write);
         if grant.uncached {
             self.conn.learn_new(id);
         }
-        Ok((self.handle(ino, id, append), open_flags(open)))
+        (self.handle(attr.ino, id, append), open_flags(open))
     }
 
     /// Closes handle `fh`: the primary hears of it only if it knew of the
@@ -670,16 +686,9 @@ impl Filesystem for ShoalFs {
             )
             .and_then(|(attr, grant)| {
                 let stamp = self.conn.cache.stamp(attr.ino);
+                let append = flags & libc::O_APPEND != 0;
                 let (fh, how) = match grant {
-                    Some(grant) => {
-                        let open = self.conn.opened(&attr, &grant, Vec::new());
-                        self.conn.record_open(attr.ino, id, write);
-                        if grant.uncached {
-                            self.conn.learn_new(id);
-                        }
-                        let append = flags & libc::O_APPEND != 0;
-                        (self.handle(attr.ino, id, append), open_flags(open))
-                    }
+                    Some(grant) => self.opened(&attr, &grant, Vec::new(), id, write, append),
                     // The creator may open what it made whatever its mode
                     // says (POSIX: `open(O_CREAT)` of a new file checks only
                     // the directory), so the open is made as root.

@@ -160,10 +160,9 @@ fn commit(
             destroy(conn, &old);
             Ok(())
         }
+        // The file went (its last name and open): nothing to keep.
         Ok(Reply::Updated(Err(FsError::NotFound))) => {
-            // The file went (its last name and open): nothing to keep.
-            conn.cache.discard(ino);
-            destroy(conn, &content);
+            gone(conn, ino, &content);
             Ok(())
         }
         // Refused while this mount holds the file's `Write` token: if it
@@ -180,8 +179,7 @@ fn commit(
                 }
                 Some(_) => Err(lose(conn, ino, job, content, &e.to_string())),
                 None => {
-                    conn.cache.discard(ino);
-                    destroy(conn, &content);
+                    gone(conn, ino, &content);
                     Ok(())
                 }
             }
@@ -195,6 +193,13 @@ fn commit(
         // content stays.
         Err(e) => Err(e),
     }
+}
+
+/// The file went while its changes were being written back: they go,
+/// and so does the version just stored for them.
+fn gone(conn: &Conn, ino: Ino, content: &[Capability]) {
+    conn.cache.discard(ino);
+    destroy(conn, content);
 }
 
 /// `ino`'s attributes now (`None`: it is gone), asked of the primary
