@@ -15,6 +15,8 @@
 //!   exactly-once retries;
 //! - [`replica`]: the tree as a `shoal_replica::Machine`: its log and
 //!   recovery;
+//! - [`private`]: a client's copy of its private directories, and the
+//!   changes it has not pushed yet (made again by the replicas);
 //! - [`tokens`]: the primary's soft state: who may cache what, the opens it
 //!   knows, write-shared files, recalls, change notices and leases;
 //! - [`locks`]: advisory locks (`fcntl` and `flock`), cluster-wide: the
@@ -37,6 +39,7 @@ pub mod edits;
 pub mod locks;
 pub mod model;
 pub mod op;
+pub mod private;
 pub mod replica;
 pub mod tokens;
 pub mod tree;

@@ -301,6 +301,12 @@ pub enum Reply {
         dirs: Vec<Attr>,
         opened: Option<Grant>,
     },
+    /// What the tree answered each change of a `Push`, and the inodes it
+    /// made (as the push left them), each granted to the pusher.
+    Pushed {
+        results: Vec<Result<Answer, FsError>>,
+        made: Vec<(Attr, Grant)>,
+    },
     StatFs(StatFs),
     Status(String),
     Done,
@@ -876,6 +882,18 @@ pub fn encode_reply(reply: &Result<Reply, Failure>) -> Vec<u8> {
             }
             opt(w, *opened, |w, g| grant(w, &g));
         }
+        Reply::Pushed { results, made } => {
+            w.u8(14);
+            w.u32(results.len() as u32);
+            for res in results {
+                write_result(w, res);
+            }
+            w.u32(made.len() as u32);
+            for (a, g) in made {
+                write_attr(w, a);
+                grant(w, g);
+            }
+        }
         Reply::Locked(c) => {
             w.u8(12);
             opt(w, c.as_ref(), |w, c| {
@@ -958,6 +976,20 @@ pub fn decode_reply(bytes: &[u8]) -> Result<Result<Reply, Failure>, DecodeError>
                     (0..n).map(|_| read_attr(r)).collect::<Result<_, _>>()?
                 },
                 opened: read_opt(r, read_grant)?,
+            },
+            14 => Reply::Pushed {
+                results: {
+                    let n = count(r, crate::update::PUSH_MAX, 1)?;
+                    (0..n)
+                        .map(|_| read_result(r, true))
+                        .collect::<Result<_, _>>()?
+                },
+                made: {
+                    let n = count(r, crate::update::PUSH_MAX, 8)?;
+                    (0..n)
+                        .map(|_| Ok((read_attr(r)?, read_grant(r)?)))
+                        .collect::<Result<_, _>>()?
+                },
             },
             12 => Reply::Locked(read_opt(r, |r| {
                 Ok(Conflict {

@@ -203,6 +203,44 @@ impl Tree {
         }
     }
 
+    /// A client's copy of its private directories (`docs/fs.md`, "Private
+    /// directories"): no root, and any inode number may be made (they
+    /// come from ranges the primary handed out).  Directories come in by
+    /// [`Tree::adopt_dir`]; changes are made by [`Tree::change`].
+    pub fn private() -> Tree {
+        Tree {
+            index: 0,
+            next_ino: Ino::MAX,
+            inodes: BTreeMap::new(),
+            sessions: HashMap::new(),
+            lru: BTreeSet::new(),
+        }
+    }
+
+    /// Takes in an empty directory the primary made (`attr`, with
+    /// capability secret `secret`, named in `parent`, which this tree need
+    /// not hold).
+    pub fn adopt_dir(&mut self, attr: Attr, secret: [u8; 16], parent: Ino) {
+        self.inodes.insert(
+            attr.ino,
+            Inode {
+                attr,
+                secret,
+                body: Body::Dir {
+                    entries: BTreeMap::new(),
+                    parent,
+                },
+                xattrs: BTreeMap::new(),
+            },
+        );
+    }
+
+    /// Makes one change as `who` at `now`, outside any session: the same
+    /// checks and results as when the replicas apply it.
+    pub fn change(&mut self, who: &Identity, now: Time, op: &UpdateOp) -> Result<Answer, FsError> {
+        self.apply_op(who, now, op, false)
+    }
+
     /// How many updates were applied (the replicas' log index).
     pub fn index(&self) -> u64 {
         self.index
@@ -211,6 +249,11 @@ impl Tree {
     /// How many inodes there are.
     pub fn inode_count(&self) -> usize {
         self.inodes.len()
+    }
+
+    /// Every inode.
+    pub fn inodes(&self) -> impl Iterator<Item = &Inode> {
+        self.inodes.values()
     }
 
     /// The inode numbered `ino`.
@@ -371,7 +414,7 @@ impl Tree {
                 }
                 Ok(Answer::Pushed(
                     ops.iter()
-                        .map(|op| self.apply_op(who, now, op, true))
+                        .map(|p| self.apply_op(&p.who, p.now, &p.op, true))
                         .collect(),
                 ))
             }

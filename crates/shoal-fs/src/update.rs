@@ -130,11 +130,21 @@ pub enum UpdateOp {
     Range {
         count: u32,
     },
-    /// A client's pending changes in directories it held, applied in
-    /// order, each answered on its own (no `Push` inside).
+    /// A client's pending changes in its private directories, applied
+    /// in order, each as its maker and at its time, each answered on its
+    /// own (no `Push` inside).
     Push {
-        ops: Vec<UpdateOp>,
+        ops: Vec<Pushed>,
     },
+}
+
+/// One change of a [`UpdateOp::Push`]: made by `who` at `now` in the
+/// client's own copy of its private directories, and so made again here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pushed {
+    pub who: Identity,
+    pub now: Time,
+    pub op: UpdateOp,
 }
 
 /// An ordered update: who made it, when, and in which client session (for
@@ -403,8 +413,10 @@ impl UpdateOp {
             UpdateOp::Push { ops } => {
                 w.u8(12);
                 w.u32(ops.len() as u32);
-                for op in ops {
-                    op.encode(w);
+                for p in ops {
+                    write_identity(w, &p.who);
+                    time(w, p.now);
+                    p.op.encode(w);
                 }
             }
         }
@@ -489,10 +501,16 @@ impl UpdateOp {
                 if n > PUSH_MAX {
                     return Err(bad("fs update", "too many changes in a push"));
                 }
-                r.count(n, 9)?;
+                r.count(n, 22)?;
                 UpdateOp::Push {
                     ops: (0..n)
-                        .map(|_| UpdateOp::decode(r, true))
+                        .map(|_| {
+                            Ok(Pushed {
+                                who: read_identity(r)?,
+                                now: read_time(r)?,
+                                op: UpdateOp::decode(r, true)?,
+                            })
+                        })
                         .collect::<Result<_, _>>()?,
                 }
             }
@@ -760,7 +778,21 @@ mod tests {
     #[test]
     fn updates_round_trip() {
         let mut ops = sample_ops();
-        ops.push(UpdateOp::Push { ops: sample_ops() });
+        ops.push(UpdateOp::Push {
+            ops: sample_ops()
+                .into_iter()
+                .enumerate()
+                .map(|(i, op)| Pushed {
+                    who: Identity {
+                        uid: i as u32,
+                        gid: 9,
+                        groups: vec![i as u32],
+                    },
+                    now: Time::new(i as i64, 1),
+                    op,
+                })
+                .collect(),
+        });
         for op in ops {
             let u = Update {
                 session: 1,
@@ -790,7 +822,13 @@ mod tests {
             seq: 1,
             who: Identity::root(),
             now: Time::default(),
-            op: UpdateOp::Push { ops: vec![inner] },
+            op: UpdateOp::Push {
+                ops: vec![Pushed {
+                    who: Identity::root(),
+                    now: Time::default(),
+                    op: inner,
+                }],
+            },
         };
         assert!(Update::decode(&u.encode()).is_err());
     }

@@ -39,6 +39,7 @@ use shoal_rpc::{Context, Server};
 use crate::FsConfig;
 
 mod locks;
+mod push;
 mod xattrs;
 
 type Rep = Replicated<FsReplica>;
@@ -609,6 +610,9 @@ impl Primary {
             // name's inode is open somewhere (and so kept when the name
             // goes) is known once the clients have reclaimed their opens.
             Op::Change { .. } if soft.tokens.in_grace() => return Outcome::Wait,
+            Op::Change {
+                op: UpdateOp::Push { ops },
+            } => return self.push(r, soft, req, ops),
             Op::Change { op } => return self.change(r, soft, req, op.clone(), None),
             Op::CreateOpen { .. } if soft.tokens.in_grace() => return Outcome::Wait,
             Op::CreateOpen { op, id, want } => {
@@ -840,12 +844,29 @@ impl Primary {
             Ok(Reply::Updated(result))
         } else {
             // The creator's open of what it made: nobody else can hold the
-            // new inode yet, so it is granted at once.
+            // new inode yet, so it is granted at once.  A directory made
+            // is its maker's to change alone (`Write`: private) until
+            // another mount looks at it.
             let opened = match (&result, open) {
                 (Ok(Answer::Entry { attr, .. }), Some((id, want))) => {
                     match soft
                         .tokens
                         .request(req.session, attr.ino, want, &[], Some(id))
+                    {
+                        d @ Decision::Grant { .. } => granted(&d),
+                        _ => None,
+                    }
+                }
+                (
+                    Ok(Answer::Entry {
+                        attr,
+                        existed: false,
+                    }),
+                    None,
+                ) if attr.kind == Kind::Dir && req.session != 0 => {
+                    match soft
+                        .tokens
+                        .request(req.session, attr.ino, Want::Change, &[], None)
                     {
                         d @ Decision::Grant { .. } => granted(&d),
                         _ => None,
@@ -949,10 +970,8 @@ impl Primary {
                 p.names.push((*from, from_name.clone()));
                 p.names.push((*to, to_name.clone()));
             }
-            UpdateOp::Push { ops } => {
-                for inner in ops.iter_mut() {
-                    Self::prepare(r, soft, client, inner, p)?;
-                }
+            UpdateOp::Push { .. } => {
+                return Err(fs(FsError::Invalid("a push is a request of its own")));
             }
             UpdateOp::SetAttr { ino, .. }
             | UpdateOp::Commit { ino, .. }

@@ -207,6 +207,20 @@ impl Cache {
         ttl(level)
     }
 
+    /// An inode made in a private directory: this mount holds it as if
+    /// granted `Write` (the push that makes it at the primary brings the
+    /// grant); a file's content is empty.
+    pub(crate) fn hold_local(&self, attr: &Attr) {
+        let mut inner = self.inner.lock();
+        let h = inner.held.entry(attr.ino).or_default();
+        h.dir = attr.kind == Kind::Dir;
+        h.level = Some(Level::Write);
+        h.version = attr.version;
+        h.content = (attr.kind == Kind::File).then(Vec::new);
+        h.attrs_at = None;
+        inner.attrs.insert(attr.ino, *attr);
+    }
+
     /// Where the counts that may make `ino`'s attributes stale stand.
     pub(crate) fn stamp(&self, ino: Ino) -> Stamp {
         self.inner.lock().stamp(ino)

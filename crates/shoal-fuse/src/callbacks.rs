@@ -259,6 +259,11 @@ fn work(mut answerer: FsClient, conn: &Arc<Conn>, rx: &Receiver<Work>, stop: &At
         } else {
             expired = false;
         }
+        if conn.push_due()
+            && let Err(e) = conn.push()
+        {
+            tracing::warn!("pushing the private directories' changes: {e}");
+        }
         for ino in conn.cache.due(conn.tuning.write_back_after) {
             if let Err(e) = write_back(conn, &mut answerer, ino, false) {
                 tracing::warn!("writing file {ino} back: {e}");
@@ -331,6 +336,21 @@ fn work(mut answerer: FsClient, conn: &Arc<Conn>, rx: &Receiver<Work>, stop: &At
 /// Takes the token a recall asks for, writing the file's dirty changes
 /// back first (they must reach the primary before the answer does).
 fn recall(answerer: &mut FsClient, conn: &Arc<Conn>, ino: Ino, to: Level, grant: u64) -> Recall {
+    // Another mount looks at a private inode: the pending changes go
+    // first, and nothing is private any more.
+    if conn.is_private(ino) {
+        let mut pushed = conn.unprivate(&[ino]);
+        for _ in 1..RECALL_TRIES {
+            if pushed.is_ok() {
+                break;
+            }
+            pushed = conn.unprivate(&[ino]);
+        }
+        if let Err(e) = pushed {
+            tracing::warn!("pushing the private directories' changes for a recall: {e}");
+            conn.lose_private();
+        }
+    }
     for _ in 0..RECALL_TRIES {
         if let Some(r) = conn.cache.take_clean(ino, to, grant) {
             return r;

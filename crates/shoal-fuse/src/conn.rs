@@ -24,9 +24,11 @@ use shoal_rpc::Context;
 use crate::cache::{Cache, Open, Stamp};
 use crate::callbacks::{Kernel, Work};
 use crate::locks::MountLocks;
+use crate::private::Routed;
 
-/// Inode numbers asked for at a time.
-const RANGE: u32 = 1024;
+/// Inode numbers asked for at a time (private directories make inodes
+/// without a message: one range lasts a long while).
+const RANGE: u32 = 1 << 16;
 
 /// How long an `fsync` (or anything else waiting for a write-back)
 /// waits before it fails with `EIO`.
@@ -35,8 +37,12 @@ const FLUSH_WAIT: Duration = Duration::from_secs(120);
 /// The session and what the mount knows of its own opens.
 pub(crate) struct Conn {
     client: Mutex<FsClient>,
-    ctx: Context,
+    pub(crate) ctx: Context,
+    /// The file system's name.
+    pub(crate) name: String,
     pub(crate) node: String,
+    /// The private directories (`private`).
+    pub(crate) privates: crate::private::Privates,
     pub(crate) cache: Cache,
     pub(crate) kernel: Kernel,
     work: Mutex<Option<Sender<Work>>>,
@@ -111,7 +117,9 @@ impl Conn {
         Ok(Conn {
             client: Mutex::new(client),
             ctx: ctx.clone(),
+            name: name.to_string(),
             node: node.to_string(),
+            privates: Default::default(),
             cache: Cache::default(),
             kernel: Kernel::default(),
             work: Mutex::new(None),
@@ -268,7 +276,11 @@ impl Conn {
     /// without asking while it holds them ([`Cache::dirs_changed`]).
     fn changed(&self, who: &Identity, op: Op) -> Result<(Answer, Option<Grant>), Failure> {
         let names = match &op {
-            Op::Change { op } | Op::CreateOpen { op, .. } => Names::of(op),
+            Op::Change { op } | Op::CreateOpen { op, .. } => {
+                // Whatever it touches must be the primary's to change.
+                self.unprivate(&crate::private::named(op))?;
+                Names::of(op)
+            }
             _ => Names::default(),
         };
         // A name it makes is no longer known to be absent, from before the
@@ -317,31 +329,27 @@ impl Conn {
         }
     }
 
-    /// Creates a regular file named `name` in `parent` as `who`, with
-    /// permissions `perm`, and opens it (open `id`, for `want`) in the
+    /// Creates a regular file as `who` (`op`, a create made by
+    /// [`Conn::create_op`]) and opens it (open `id`, for `want`) in the
     /// same request: its attributes, and the open's grant (`None`: the
     /// caller opens it with its own request).
     pub(crate) fn create_open(
         &self,
         who: &Identity,
-        parent: Ino,
-        name: &[u8],
-        perm: u32,
+        op: UpdateOp,
         id: OpenId,
         want: Want,
     ) -> Result<(Attr, Option<Grant>), Failure> {
-        let op = Op::CreateOpen {
-            op: self.create_op(parent, name, (Kind::File, perm, 0), &[])?,
-            id,
-            want,
-        };
+        let op = Op::CreateOpen { op, id, want };
         match self.changed(who, op)? {
             (Answer::Entry { attr, .. }, grant) => Ok((attr, grant)),
             (other, _) => Err(Failure::Unavailable(format!("unexpected answer {other:?}"))),
         }
     }
 
-    fn create_op(
+    /// A create of `name` in `parent`, with a fresh inode number and
+    /// capability secret.
+    pub(crate) fn create_op(
         &self,
         parent: Ino,
         name: &[u8],
@@ -373,10 +381,24 @@ impl Conn {
         target: &[u8],
     ) -> Result<Attr, Failure> {
         let op = self.create_op(parent, name, kind, target)?;
-        match self.change(who, op)? {
-            Answer::Entry { attr, .. } => Ok(attr),
-            other => Err(Failure::Unavailable(format!("unexpected answer {other:?}"))),
+        let secret = match &op {
+            UpdateOp::Create { secret, .. } => *secret,
+            _ => unreachable!("a create"),
+        };
+        let op = match self.private_change(who, op)? {
+            Routed::Local(answer) => return entry(answer.map_err(Failure::Fs)?),
+            Routed::Shared(op) => op,
+        };
+        let (answer, grant) = self.changed(who, Op::Change { op })?;
+        let attr = entry(answer)?;
+        // A directory made comes with `Write` on it: private.
+        if let Some(grant) = grant
+            && attr.kind == Kind::Dir
+            && grant.level == Level::Write
+        {
+            self.adopt(&attr, secret, parent, &grant);
         }
+        Ok(attr)
     }
 
     /// A fresh inode number for a new inode.
@@ -428,12 +450,19 @@ impl Conn {
     /// Whether the mount has opens the primary does not know of (opens
     /// for reading under a token): an unlink then lets the primary keep
     /// the inode it takes the last name of, and recall it to learn them.
+    /// Opens of private inodes do not count: no name outside the private
+    /// directories leads to them.
     pub(crate) fn opens_unknown(&self) -> bool {
-        let opens = self.opens.lock();
-        let known = self.known.lock();
-        opens
-            .values()
-            .any(|list| list.iter().any(|(id, _)| !known.contains(id)))
+        let unknown: Vec<Ino> = {
+            let opens = self.opens.lock();
+            let known = self.known.lock();
+            opens
+                .iter()
+                .filter(|(_, list)| list.iter().any(|(id, _)| !known.contains(id)))
+                .map(|(ino, _)| *ino)
+                .collect()
+        };
+        unknown.into_iter().any(|ino| !self.is_private(ino))
     }
 
     /// The primary forgot `ino` with the last name this mount removed
@@ -552,6 +581,7 @@ impl Conn {
     /// Every token is gone (a new session, or the lease ran out): the
     /// kernel forgets what they covered.
     pub(crate) fn drop_caches(&self) {
+        self.lose_private();
         let (inodes, names) = self.cache.drop_all();
         let names: Vec<(Ino, Vec<u8>)> = names
             .into_iter()
@@ -577,6 +607,14 @@ impl Conn {
         let out = f(&mut client).map_err(|e| Failure::Unavailable(format!("file servers: {e}")));
         self.files.lock().push(client);
         out
+    }
+}
+
+/// The inode an answer made.
+fn entry(answer: Answer) -> Result<Attr, Failure> {
+    match answer {
+        Answer::Entry { attr, .. } => Ok(attr),
+        other => Err(Failure::Unavailable(format!("unexpected answer {other:?}"))),
     }
 }
 

@@ -37,8 +37,9 @@ use shoal_fs::op::{Failure, Op, Reply};
 use shoal_fs::tokens::{OpenId, Want};
 use shoal_fs::update::{Answer, SetAttr, TimeSet, UpdateOp};
 
-use crate::cache::{Content, Open as CacheUse};
+use crate::cache::{Content, FOREVER, Open as CacheUse};
 use crate::conn::Conn;
+use crate::private::Routed;
 
 mod lock;
 mod xattr;
@@ -211,6 +212,9 @@ impl ShoalFs {
     }
 
     fn attr_of(&self, who: &Identity, ino: Ino) -> Result<(Attr, Duration), Failure> {
+        if let Some(attr) = self.conn.private_attr(ino) {
+            return Ok((attr, FOREVER));
+        }
         if let Some(held) = self.conn.cache.attr_held(ino) {
             return Ok(held);
         }
@@ -237,7 +241,11 @@ impl ShoalFs {
         match r {
             Ok(attr) => {
                 let entry = self.conn.cache.entry_ttl(parent.0, name.as_bytes());
-                reply.entry_with_ttls(&NONE, &entry, &file_attr(&attr), Generation(0))
+                let (attr, ttl) = match self.conn.private_attr(attr.ino) {
+                    Some(attr) => (attr, FOREVER),
+                    None => (attr, NONE),
+                };
+                reply.entry_with_ttls(&ttl, &entry, &file_attr(&attr), Generation(0))
             }
             Err(e) => reply.error(errno(e)),
         }
@@ -301,8 +309,15 @@ impl ShoalFs {
             parent: parent.0,
             name: name.as_bytes().to_vec(),
             dir,
-            open: self.conn.opens_unknown(),
+            open: false,
         };
+        let mut op = match self.conn.private_change(&who(req), op)? {
+            Routed::Local(answer) => return answer.map_err(Failure::Fs),
+            Routed::Shared(op) => op,
+        };
+        if let UpdateOp::Unlink { open, .. } = &mut op {
+            *open = self.conn.opens_unknown();
+        }
         let before = self.conn.cache.stamp(parent.0);
         let answer = self.conn.change(&who(req), op)?;
         self.conn.cache.removed(parent.0, name.as_bytes(), before);
@@ -326,7 +341,10 @@ impl ShoalFs {
     ) -> Result<(u64, FopenFlags), Failure> {
         let write = (flags & libc::O_ACCMODE) != libc::O_RDONLY;
         let append = flags & libc::O_APPEND != 0;
-        if !write && let Some(open) = self.conn.cache.open_cached(ino) {
+        // A private file, or a file read under a token: no message.
+        if (!write || self.conn.is_private(ino))
+            && let Some(open) = self.conn.cache.open_cached(ino)
+        {
             let id = self.conn.next_open();
             self.conn.record_open(ino, id, false);
             return Ok((self.handle(ino, id, append), open_flags(open)));
@@ -402,6 +420,9 @@ impl ShoalFs {
         };
         let known = self.conn.forget_open(h.ino, h.open);
         self.conn.gone_closed(h.ino);
+        if self.conn.opens_of(h.ino).is_empty() {
+            self.conn.private_closed(h.ino);
+        }
         if !known {
             // The primary never learned of it: an open under a token.
             return Ok(());
@@ -442,6 +463,18 @@ impl Filesystem for ShoalFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if let Some(found) = self.conn.private_lookup(parent.0, name.as_bytes()) {
+            let entry = self.conn.cache.entry_ttl(parent.0, name.as_bytes());
+            return match found {
+                Ok(attr) => {
+                    reply.entry_with_ttls(&FOREVER, &entry, &file_attr(&attr), Generation(0))
+                }
+                Err(FsError::NotFound) => {
+                    reply.entry_with_ttls(&NONE, &entry, &file_attr(&absent()), Generation(0))
+                }
+                Err(e) => reply.error(errno(Failure::Fs(e))),
+            };
+        }
         if self.conn.cache.known_absent(parent.0, name.as_bytes()) {
             return reply.error(Errno::ENOENT);
         }
@@ -511,11 +544,10 @@ impl Filesystem for ShoalFs {
         if let (Some(size), None, None, None, None) = (size, mode, uid, gid, atime)
             && let Some(attr) = self.conn.cache.truncate(ino.0, size, now(mtime))
         {
-            return reply.attr(&NONE, &file_attr(&attr));
-        }
-        // Anything else is the primary's, after the dirty changes.
-        if let Err(e) = self.conn.flush(Some(ino.0), false) {
-            return reply.error(errno(e));
+            return match self.conn.private_attr(ino.0) {
+                Some(attr) => reply.attr(&FOREVER, &file_attr(&attr)),
+                None => reply.attr(&NONE, &file_attr(&attr)),
+            };
         }
         let set = SetAttr {
             perm: mode.map(|m| (m & 0o7777) as u16),
@@ -526,6 +558,29 @@ impl Filesystem for ShoalFs {
             mtime: time_set(mtime),
             by_handle: fh.is_some(),
         };
+        // A private inode's mode, owner or times (not a dirty file's
+        // mtime, which its write-back sets) change in the private copy.
+        if size.is_none() && (mtime.is_none() || !self.conn.cache.is_dirty(ino.0)) {
+            let op = UpdateOp::SetAttr {
+                ino: ino.0,
+                set: set.clone(),
+            };
+            match self.conn.private_change(&who(req), op) {
+                Ok(Routed::Local(Ok(_))) => {
+                    let attr = self.conn.private_attr(ino.0).expect("private");
+                    return reply.attr(&FOREVER, &file_attr(&attr));
+                }
+                Ok(Routed::Local(Err(e))) => return reply.error(errno(Failure::Fs(e))),
+                Ok(Routed::Shared(_)) => {}
+                Err(e) => return reply.error(errno(e)),
+            }
+        } else if let Err(e) = self.conn.unprivate(&[ino.0]) {
+            return reply.error(errno(e));
+        }
+        // Anything else is the primary's, after the dirty changes.
+        if let Err(e) = self.conn.flush(Some(ino.0), false) {
+            return reply.error(errno(e));
+        }
         let changed = self
             .conn
             .change(&who(req), UpdateOp::SetAttr { ino: ino.0, set });
@@ -540,6 +595,11 @@ impl Filesystem for ShoalFs {
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.conn.private_target(ino.0) {
+            Some(Ok(t)) => return reply.data(&t),
+            Some(Err(e)) => return reply.error(errno(Failure::Fs(e))),
+            None => {}
+        }
         match self.conn.call(&who(req), Op::ReadLink { ino: ino.0 }) {
             Ok(Reply::Target(t)) => reply.data(&t),
             Ok(other) => reply.error(errno(shoal_fssvc::client::unexpected(&other))),
@@ -619,7 +679,11 @@ impl Filesystem for ShoalFs {
             noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
             open_victim: false,
         };
-        let changed = self.conn.change(&who(req), op);
+        let changed = match self.conn.private_change(&who(req), op) {
+            Ok(Routed::Local(answer)) => answer.map_err(Failure::Fs),
+            Ok(Routed::Shared(op)) => self.conn.change(&who(req), op),
+            Err(e) => Err(e),
+        };
         if changed.is_ok() {
             // The kernel moves its entry, timeout and all.
             self.conn.cache.kernel_has(newparent.0, newname.as_bytes());
@@ -640,9 +704,20 @@ impl Filesystem for ShoalFs {
             parent: newparent.0,
             name: newname.as_bytes().to_vec(),
         };
-        match self.conn.change(&who(req), op) {
+        let (op, private) = match self.conn.private_change(&who(req), op) {
+            Ok(Routed::Local(answer)) => (Err(answer.map_err(Failure::Fs)), true),
+            Ok(Routed::Shared(op)) => (Ok(op), false),
+            Err(e) => (Err(Err(e)), false),
+        };
+        let linked = match op {
+            Ok(op) => self.conn.change(&who(req), op),
+            Err(answer) => answer,
+        };
+        match linked {
             Ok(Answer::Entry { attr, .. }) => {
-                self.conn.cache.drop_token(ino.0);
+                if !private {
+                    self.conn.cache.drop_token(ino.0);
+                }
                 self.answer_entry(reply, newparent, newname, Ok(attr))
             }
             Ok(other) => reply.error(errno(Failure::Unavailable(format!("{other:?}")))),
@@ -674,19 +749,47 @@ impl Filesystem for ShoalFs {
             Want::OpenRead
         };
         let id = self.conn.next_open();
+        let append = flags & libc::O_APPEND != 0;
         let made = self
             .conn
-            .create_open(
-                &who(req),
+            .create_op(
                 parent.0,
                 name.as_bytes(),
-                mode & !umask,
-                id,
-                want,
+                (Kind::File, mode & !umask, 0),
+                &[],
             )
+            .and_then(|op| self.conn.private_change(&who(req), op));
+        let op = match made {
+            Ok(Routed::Shared(op)) => op,
+            // Made in a private directory: opened there too.
+            Ok(Routed::Local(Ok(Answer::Entry { attr, .. }))) => {
+                self.conn.record_open(attr.ino, id, write);
+                let how = self
+                    .conn
+                    .cache
+                    .open_cached(attr.ino)
+                    .unwrap_or(CacheUse::Direct);
+                let fh = self.handle(attr.ino, id, append);
+                let entry = self.conn.cache.entry_ttl(parent.0, name.as_bytes());
+                return reply.created(
+                    &entry.min(FOREVER),
+                    &file_attr(&attr),
+                    Generation(0),
+                    FileHandle(fh),
+                    open_flags(how),
+                );
+            }
+            Ok(Routed::Local(Ok(other))) => {
+                return reply.error(errno(Failure::Unavailable(format!("{other:?}"))));
+            }
+            Ok(Routed::Local(Err(e))) => return reply.error(errno(Failure::Fs(e))),
+            Err(e) => return reply.error(errno(e)),
+        };
+        let made = self
+            .conn
+            .create_open(&who(req), op, id, want)
             .and_then(|(attr, grant)| {
                 let stamp = self.conn.cache.stamp(attr.ino);
-                let append = flags & libc::O_APPEND != 0;
                 let (fh, how) = match grant {
                     Some(grant) => self.opened(&attr, &grant, Vec::new(), id, write, append),
                     // The creator may open what it made whatever its mode
@@ -848,7 +951,30 @@ impl Filesystem for ShoalFs {
         // Dirty changes are written back with the safety flag (on the file
         // servers' disks) and committed; writes through the primary are
         // durable when they return (the metadata service's durability).
-        answer_empty(reply, self.conn.flush(Some(ino.0), true));
+        // A private file's name is pushed first.
+        let synced = self
+            .conn
+            .unprivate(&[ino.0])
+            .and_then(|()| self.conn.flush(Some(ino.0), true));
+        answer_empty(reply, synced);
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        // A directory's names are durable at the primary once changed
+        // there; a private directory's are pushed.
+        let synced = if self.conn.is_private(ino.0) {
+            self.conn.push()
+        } else {
+            Ok(())
+        };
+        answer_empty(reply, synced);
     }
 
     fn readdir(
@@ -859,14 +985,23 @@ impl Filesystem for ShoalFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let entries = match self.conn.call(&who(req), Op::ReadDir { ino: ino.0 }) {
-            Ok(Reply::Entries { entries, .. }) => entries,
-            Ok(other) => return reply.error(errno(shoal_fssvc::client::unexpected(&other))),
-            Err(e) => return reply.error(errno(e)),
+        let (up, entries) = match self.conn.private_entries(ino.0) {
+            Some(Ok((up, list))) => (
+                up,
+                list.into_iter()
+                    .map(|(name, ino, kind)| shoal_fs::op::DirEntry { name, ino, kind })
+                    .collect(),
+            ),
+            Some(Err(e)) => return reply.error(errno(Failure::Fs(e))),
+            None => match self.conn.call(&who(req), Op::ReadDir { ino: ino.0 }) {
+                Ok(Reply::Entries { entries, .. }) => (ino.0, entries),
+                Ok(other) => return reply.error(errno(shoal_fssvc::client::unexpected(&other))),
+                Err(e) => return reply.error(errno(e)),
+            },
         };
         let dots = [
             (ino.0, FileType::Directory, &b"."[..]),
-            (ino.0, FileType::Directory, &b".."[..]),
+            (up, FileType::Directory, &b".."[..]),
         ];
         let all = dots.into_iter().chain(
             entries
@@ -886,7 +1021,10 @@ impl Filesystem for ShoalFs {
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let listed = self.conn.call(&who(req), Op::ListXattr { ino: ino.0 });
+        let listed = self
+            .conn
+            .unprivate(&[ino.0])
+            .and_then(|()| self.conn.call(&who(req), Op::ListXattr { ino: ino.0 }));
         xattr::answer(reply, size, listed);
     }
 

@@ -16,6 +16,7 @@ mod callbacks;
 mod conn;
 pub mod fs;
 mod locks;
+mod private;
 mod writeback;
 
 use std::path::{Path, PathBuf};
@@ -135,6 +136,9 @@ impl Mount {
         let unmounted = s
             .umount_and_join()
             .map_err(|e| format!("cannot unmount {}: {e}", self.at.display()));
+        self.conn
+            .push()
+            .map_err(|e| format!("pushing the private directories' changes: {e}"))?;
         self.conn
             .flush(None, true)
             .map_err(|e| format!("writing dirty files back: {e}"))?;

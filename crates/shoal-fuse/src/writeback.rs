@@ -32,6 +32,11 @@ pub(crate) fn write_back(
     ino: Ino,
     safety: bool,
 ) -> Result<(), Failure> {
+    if !conn.cache.is_dirty(ino) {
+        return Ok(());
+    }
+    // A private file's name must reach the primary before its bytes.
+    conn.unprivate(&[ino])?;
     let Some(job) = conn.cache.flush_job(ino) else {
         return Ok(());
     };

@@ -201,6 +201,15 @@ fn two_mounts_share_one_tree() {
 }
 
 /// Requests the primary handled, leases' renewals aside.
+/// How many requests of these kinds the primary has served.
+fn kinds(service: &[MetaReplica], names: &[&str]) -> u64 {
+    let status = service[primary_of(service)].status();
+    names
+        .iter()
+        .map(|n| status["requests_by_kind"][n].as_u64().unwrap_or(0))
+        .sum()
+}
+
 fn requests(service: &[MetaReplica]) -> u64 {
     service[primary_of(service)].status()["requests"]
         .as_u64()
@@ -313,12 +322,11 @@ fn caches_follow_tokens() {
     drop(f);
     assert_eq!(fs::read(pa.join("d/w")).unwrap(), b"from b\0\0\0\0");
 
-    // A file made, written, closed and unlinked in a directory only this
-    // mount looks at: its create opens it (one request), the directory's
-    // attributes come with the answers, and its unlink (one request)
-    // makes the primary forget it at once, with no recall.
+    // In a directory this mount made and nobody else looked at (private),
+    // names change in the mount alone: a temporary file, made, written,
+    // closed and unlinked, costs the primary nothing, and nor does a
+    // directory made in it.
     fs::create_dir(pa.join("t")).unwrap();
-    let _ = fs::metadata(pa.join("t")).unwrap();
     let inodes = service[primary_of(&service)].status()["inodes"]
         .as_u64()
         .unwrap();
@@ -327,11 +335,72 @@ fn caches_follow_tokens() {
         let p = pa.join(format!("t/tmp{i}"));
         fs::write(&p, [i as u8; 4096]).unwrap();
         assert!(fs::metadata(pa.join("t")).unwrap().is_dir());
+        assert_eq!(fs::read(&p).unwrap(), [i as u8; 4096]);
         fs::remove_file(&p).unwrap();
         assert!(fs::metadata(pa.join("t")).unwrap().is_dir());
     }
+    fs::create_dir_all(pa.join("t/sub/deeper")).unwrap();
+    fs::write(pa.join("t/sub/deeper/kept"), b"kept").unwrap();
+    fs::write(pa.join("t/same"), b"same").unwrap();
+    fs::rename(pa.join("t/same"), pa.join("t/moved")).unwrap();
+    fs::set_permissions(pa.join("t/moved"), fs::Permissions::from_mode(0o640)).unwrap();
     assert_eq!(
         requests(&service) - before,
+        0,
+        "a change in a private directory reached the primary"
+    );
+    let seen_on_a = fs::metadata(pa.join("t")).unwrap();
+    // The other mount looks: the changes are pushed first, and it sees
+    // the tree as this mount showed it, times and all.
+    let seen_on_b = fs::metadata(pb.join("t")).unwrap();
+    assert_eq!(
+        (seen_on_b.mtime(), seen_on_b.mtime_nsec(), seen_on_b.nlink()),
+        (seen_on_a.mtime(), seen_on_a.mtime_nsec(), seen_on_a.nlink())
+    );
+    assert_eq!(fs::read(pb.join("t/sub/deeper/kept")).unwrap(), b"kept");
+    assert_eq!(fs::read(pb.join("t/moved")).unwrap(), b"same");
+    assert_eq!(
+        fs::metadata(pb.join("t/moved")).unwrap().mode() & 0o777,
+        0o640
+    );
+    let mut names: Vec<_> = fs::read_dir(pb.join("t"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["moved", "sub"]);
+    assert_eq!(
+        service[primary_of(&service)].status()["inodes"].as_u64(),
+        Some(inodes + 4),
+        "the temporary files reached the primary"
+    );
+
+    // In a directory another mount made (and so shared): a temporary file
+    // costs a lookup, a create that opens it, and an unlink that makes
+    // the primary forget it at once, with no recall.
+    fs::create_dir(pb.join("s")).unwrap();
+    let _ = fs::metadata(pa.join("s")).unwrap();
+    let inodes = service[primary_of(&service)].status()["inodes"]
+        .as_u64()
+        .unwrap();
+    let names = [
+        "lookup",
+        "create_open",
+        "unlink",
+        "open",
+        "getattr",
+        "return",
+    ];
+    let before = kinds(&service, &names);
+    for i in 0..10 {
+        let p = pa.join(format!("s/tmp{i}"));
+        fs::write(&p, [i as u8; 4096]).unwrap();
+        assert!(fs::metadata(pa.join("s")).unwrap().is_dir());
+        fs::remove_file(&p).unwrap();
+        assert!(fs::metadata(pa.join("s")).unwrap().is_dir());
+    }
+    assert_eq!(
+        kinds(&service, &names) - before,
         10 * 3,
         "a temporary file cost other than a lookup, a create and an unlink"
     );
@@ -342,37 +411,37 @@ fn caches_follow_tokens() {
     );
     // The same name again and again: the mount knows it removed it, and
     // answers the kernel's lookup itself.
-    let before = requests(&service);
+    let before = kinds(&service, &names);
     for i in 0..10 {
-        let p = pa.join("t/same");
+        let p = pa.join("s/same");
         fs::write(&p, [i as u8; 4096]).unwrap();
         fs::remove_file(&p).unwrap();
     }
     assert_eq!(
-        requests(&service) - before,
+        kinds(&service, &names) - before,
         1 + 10 * 2,
         "a temporary file made again cost other than a create and an unlink"
     );
     // Made on the other mount, the name is there at once.
-    fs::write(pb.join("t/same"), b"from b").unwrap();
-    assert_eq!(fs::read(pa.join("t/same")).unwrap(), b"from b");
+    fs::write(pb.join("s/same"), b"from b").unwrap();
+    assert_eq!(fs::read(pa.join("s/same")).unwrap(), b"from b");
 
     // An absent name is asked for once: the kernel keeps it as absent
     // until the other mount makes it.
     assert_eq!(
-        errno(fs::metadata(pa.join("t/later")).unwrap_err()),
+        errno(fs::metadata(pa.join("s/later")).unwrap_err()),
         libc::ENOENT
     );
     let before = requests(&service);
     for _ in 0..10 {
         assert_eq!(
-            errno(fs::metadata(pa.join("t/later")).unwrap_err()),
+            errno(fs::metadata(pa.join("s/later")).unwrap_err()),
             libc::ENOENT
         );
     }
     assert_eq!(requests(&service), before, "an absent name was asked again");
-    fs::write(pb.join("t/later"), b"made").unwrap();
-    assert_eq!(fs::read(pa.join("t/later")).unwrap(), b"made");
+    fs::write(pb.join("s/later"), b"made").unwrap();
+    assert_eq!(fs::read(pa.join("s/later")).unwrap(), b"made");
 
     a.stop().unwrap();
     b.stop().unwrap();

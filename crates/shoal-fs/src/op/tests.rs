@@ -207,6 +207,10 @@ fn sample_replies() -> Vec<Result<Reply, Failure>> {
             dirs: Vec::new(),
             opened: None,
         }),
+        Ok(Reply::Pushed {
+            results: vec![Ok(Answer::Attr(attr())), Err(FsError::NotFound)],
+            made: vec![(attr(), grant)],
+        }),
         Ok(Reply::StatFs(StatFs {
             block_size: 4096,
             blocks: 10,

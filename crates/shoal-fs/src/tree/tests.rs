@@ -1,6 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::update::Pushed;
 
 /// A tree with a session and a supply of inode numbers.
 struct T {
@@ -752,18 +753,25 @@ fn pushes_apply_in_order_each_answered() {
         dir: false,
         open: false,
     };
-    let r = t
-        .run(
-            &alice(),
-            UpdateOp::Push {
-                ops: vec![d, f, dup, gone],
-            },
-        )
-        .unwrap();
+    // Each change is made as its maker, at its own time (as the client
+    // made it in its copy), not the push's.
+    let ops = [d, f, dup, gone]
+        .into_iter()
+        .enumerate()
+        .map(|(i, op)| Pushed {
+            who: alice(),
+            now: Time::new(100 + i as i64, 0),
+            op,
+        })
+        .collect();
+    let r = t.run(&root(), UpdateOp::Push { ops }).unwrap();
     let Answer::Pushed(each) = r else { panic!() };
     assert!(each[0].is_ok() && each[1].is_ok() && each[3].is_ok());
     assert_eq!(each[2], Err(FsError::Exists));
     assert!(t.tree.entries(dino).unwrap().is_empty());
+    let d = t.tree.get(dino).unwrap().attr;
+    assert_eq!(d.uid, alice().uid);
+    assert_eq!((d.mtime, d.ctime), (Time::new(103, 0), Time::new(103, 0)));
 }
 
 #[test]

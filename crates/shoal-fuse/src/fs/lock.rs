@@ -113,6 +113,10 @@ fn take(conn: &Conn, a: &Asked, mode: Option<Mode>, how: LockHow) -> Result<bool
 impl ShoalFs {
     /// `F_GETLK`: the lock in the way, or `F_UNLCK`.
     pub(super) fn get_lock(&self, a: Asked, reply: ReplyLock) {
+        // Locks are the primary's.
+        if let Err(e) = self.conn.unprivate(&[a.ino]) {
+            return reply.error(errno(e));
+        }
         let mode = match a.mode() {
             Ok(Some(m)) => m,
             Ok(None) => return reply.error(Errno::EINVAL),
@@ -133,6 +137,9 @@ impl ShoalFs {
 
     /// `F_SETLK` and `F_SETLKW`.
     pub(super) fn set_lock(&self, a: Asked, sleep: bool, reply: ReplyEmpty) {
+        if let Err(e) = self.conn.unprivate(&[a.ino]) {
+            return reply.error(errno(e));
+        }
         let mode = match a.mode() {
             Ok(m) => m,
             Err(e) => return reply.error(e),

@@ -36,6 +36,8 @@ impl ShoalFs {
         if !kept_namespace(name) {
             return Err(Failure::Fs(FsError::NoData));
         }
+        // Extended attributes are the primary's.
+        self.conn.unprivate(&[ino])?;
         if name == CONTENT {
             return self.content_caps(req, ino).map(Reply::Data);
         }
@@ -61,6 +63,7 @@ impl ShoalFs {
         if name.starts_with(SHOAL) {
             return Err(Failure::Fs(FsError::Perm));
         }
+        self.conn.unprivate(&[ino])?;
         let op = match value {
             Some((value, flags)) => UpdateOp::SetXattr {
                 ino,

@@ -1,0 +1,324 @@
+//! A client's private directories (`docs/fs.md`, "Private directories"):
+//! the directories a client made and holds `Write` on, which nobody else
+//! can have looked at, changed in the client's own copy without a message.
+//!
+//! The copy is a [`Tree`], the very state machine the replicas run: each
+//! change is made there first, as its maker and at its time, and kept in
+//! the pending list only if it succeeded.  Pushed to the primary (one
+//! [`UpdateOp::Push`]), the list brings the replicas to the state the
+//! client showed its programs, errno for errno, time for time.
+//!
+//! A change that only made and then removed an inode the primary never
+//! heard of (a temporary file, created, written, closed and unlinked) is
+//! taken out of the list, with the directory's times set in its place, so
+//! it costs no message at all.
+//!
+//! Times and identities are arguments; nothing here does I/O.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::model::{Attr, FsError, Identity, Ino, Kind, Time};
+use crate::tree::{Body, Inode, Tree};
+use crate::update::{Answer, Pushed, SetAttr, TimeSet, UpdateOp};
+
+#[cfg(test)]
+mod tests;
+
+/// One change not yet pushed.
+#[derive(Debug, Clone)]
+struct Pending {
+    change: Pushed,
+    /// The inodes it needs to exist: made, named, moved, removed or
+    /// changed by it.
+    inos: Vec<Ino>,
+    /// The directories whose names it changes.
+    dirs: Vec<Ino>,
+    /// A directory's times, set in place of changes taken out.
+    fix: bool,
+}
+
+/// The client's copy of its private directories, and the changes the
+/// primary has not heard of yet.
+#[derive(Debug, Clone)]
+pub struct Private {
+    tree: Tree,
+    pending: Vec<Pending>,
+    /// Inodes made since the last push: the primary does not know them.
+    fresh: HashSet<Ino>,
+    /// When the oldest pending change was made (the caller's clock).
+    since: Option<u64>,
+}
+
+impl Default for Private {
+    fn default() -> Private {
+        Private::new()
+    }
+}
+
+impl Private {
+    pub fn new() -> Private {
+        Private {
+            tree: Tree::private(),
+            pending: Vec::new(),
+            fresh: HashSet::new(),
+            since: None,
+        }
+    }
+
+    /// Whether `ino` is private: a private directory, or an inode made
+    /// in one.
+    pub fn holds(&self, ino: Ino) -> bool {
+        self.tree.get(ino).is_some()
+    }
+
+    /// Whether nothing is private.
+    pub fn is_empty(&self) -> bool {
+        self.tree.inode_count() == 0
+    }
+
+    /// Whether `ino` was made since the last push.
+    pub fn is_fresh(&self, ino: Ino) -> bool {
+        self.fresh.contains(&ino)
+    }
+
+    /// How many changes wait for a push.
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// A private inode.
+    pub fn get(&self, ino: Ino) -> Option<&Inode> {
+        self.tree.get(ino)
+    }
+
+    /// A private inode's attributes.
+    pub fn attr(&self, ino: Ino) -> Option<Attr> {
+        self.tree.get(ino).map(|i| i.attr)
+    }
+
+    /// The inode `name` names in private directory `parent`.
+    pub fn lookup(&self, parent: Ino, name: &[u8]) -> Result<Attr, FsError> {
+        self.tree.lookup(parent, name).map(|i| i.attr)
+    }
+
+    /// A private directory's parent (for `..`).
+    pub fn parent(&self, dir: Ino) -> Option<Ino> {
+        match &self.tree.get(dir)?.body {
+            Body::Dir { parent, .. } => Some(*parent),
+            _ => None,
+        }
+    }
+
+    /// A private directory's entries: name, inode, kind.
+    pub fn entries(&self, dir: Ino) -> Result<Vec<(Vec<u8>, Ino, Kind)>, FsError> {
+        Ok(self
+            .tree
+            .entries(dir)?
+            .iter()
+            .filter_map(|(n, i)| Some((n.clone(), *i, self.tree.get(*i)?.attr.kind)))
+            .collect())
+    }
+
+    /// Takes in a directory the primary made for this client and granted
+    /// it `Write` on in the same answer: private from birth.
+    pub fn adopt_dir(&mut self, attr: Attr, secret: [u8; 16], parent: Ino) {
+        self.tree.adopt_dir(attr, secret, parent);
+    }
+
+    /// Makes a change in private directories as `who` at `now` (`clock`:
+    /// the caller's clock, for [`Private::due`]): a create, link, unlink,
+    /// rename or change of attributes whose directories and inodes are
+    /// all private.  Kept for the push if it succeeded.
+    pub fn change(
+        &mut self,
+        who: &Identity,
+        now: Time,
+        op: UpdateOp,
+        clock: u64,
+    ) -> Result<Answer, FsError> {
+        let (inos, dirs) = self.involves(&op)?;
+        let answer = self.tree.change(who, now, &op)?;
+        if let (
+            UpdateOp::Create { .. },
+            Answer::Entry {
+                attr,
+                existed: false,
+            },
+        ) = (&op, &answer)
+        {
+            self.fresh.insert(attr.ino);
+        }
+        self.pending.push(Pending {
+            change: Pushed {
+                who: who.clone(),
+                now,
+                op,
+            },
+            inos,
+            dirs,
+            fix: false,
+        });
+        self.since.get_or_insert(clock);
+        if let Answer::Removed {
+            gone: Some(ino), ..
+        } = &answer
+        {
+            self.cancel(*ino);
+        }
+        Ok(answer)
+    }
+
+    /// The inodes a change needs, and the directories whose names it
+    /// changes; only changes of names and attributes are made here.
+    fn involves(&self, op: &UpdateOp) -> Result<(Vec<Ino>, Vec<Ino>), FsError> {
+        let named = |dir: Ino, name: &[u8]| self.tree.lookup(dir, name).ok().map(|i| i.attr.ino);
+        Ok(match op {
+            UpdateOp::Create { parent, ino, .. } => (vec![*ino], vec![*parent]),
+            UpdateOp::Link { ino, parent, .. } => (vec![*ino], vec![*parent]),
+            UpdateOp::Unlink { parent, name, .. } => {
+                (named(*parent, name).into_iter().collect(), vec![*parent])
+            }
+            UpdateOp::Rename {
+                from,
+                from_name,
+                to,
+                to_name,
+                ..
+            } => (
+                named(*from, from_name)
+                    .into_iter()
+                    .chain(named(*to, to_name))
+                    .collect(),
+                vec![*from, *to],
+            ),
+            UpdateOp::SetAttr { ino, .. } => (vec![*ino], Vec::new()),
+            _ => return Err(FsError::Invalid("not a change made in a private directory")),
+        })
+    }
+
+    /// The last open of private inode `ino` closed: if it has no name
+    /// left it goes (and, made since the last push, leaves no trace in
+    /// the pending list).  Whether it went.
+    pub fn closed(&mut self, ino: Ino) -> bool {
+        if self.tree.get(ino).is_none_or(|i| i.attr.nlink > 0) {
+            return false;
+        }
+        let _ = self.tree.change(
+            &Identity::root(),
+            Time::default(),
+            &UpdateOp::Forget { ino },
+        );
+        self.cancel(ino);
+        true
+    }
+
+    /// Takes out every pending change of inode `ino`, which went before
+    /// the primary heard of it, if those changes touch nothing else; the
+    /// times of the directories they changed are set in their place.
+    fn cancel(&mut self, ino: Ino) {
+        if !self.fresh.contains(&ino) {
+            return;
+        }
+        let touches = |p: &Pending| p.inos.contains(&ino) || p.dirs.contains(&ino);
+        if self
+            .pending
+            .iter()
+            .filter(|p| touches(p))
+            .any(|p| p.inos.iter().any(|i| *i != ino))
+        {
+            // Another inode's fate hangs on one of them (a rename over
+            // it, say): everything goes to the primary.
+            return;
+        }
+        self.fresh.remove(&ino);
+        // Where each directory's times were last set by a change taken out.
+        let mut last: HashMap<usize, Vec<(Ino, Time)>> = HashMap::new();
+        let mut seen = HashSet::new();
+        for (i, p) in self.pending.iter().enumerate().rev() {
+            if !touches(p) {
+                continue;
+            }
+            for d in &p.dirs {
+                if *d != ino && seen.insert(*d) {
+                    last.entry(i).or_default().push((*d, p.change.now));
+                }
+            }
+        }
+        let old = std::mem::take(&mut self.pending);
+        for (i, p) in old.into_iter().enumerate() {
+            if !touches(&p) {
+                self.pending.push(p);
+            }
+            for (dir, at) in last.remove(&i).unwrap_or_default() {
+                self.fix_times(dir, at);
+            }
+        }
+        if self.pending.is_empty() {
+            self.since = None;
+        }
+    }
+
+    /// Appends the setting of `dir`'s times to `at` (as a change of its
+    /// names at `at` left them), in place of such a setting just before.
+    fn fix_times(&mut self, dir: Ino, at: Time) {
+        if self
+            .pending
+            .last()
+            .is_some_and(|p| p.fix && p.inos == [dir])
+        {
+            self.pending.pop();
+        }
+        self.pending.push(Pending {
+            change: Pushed {
+                who: Identity::root(),
+                now: at,
+                op: UpdateOp::SetAttr {
+                    ino: dir,
+                    set: SetAttr {
+                        mtime: Some(TimeSet::At(at)),
+                        ..SetAttr::default()
+                    },
+                },
+            },
+            inos: vec![dir],
+            dirs: Vec::new(),
+            fix: true,
+        });
+    }
+
+    /// Whether the oldest pending change was made `age` or more before
+    /// `clock`.
+    pub fn due(&self, clock: u64, age: u64) -> bool {
+        self.since.is_some_and(|s| clock.saturating_sub(s) >= age)
+    }
+
+    /// The pending changes, for a push (they stay until
+    /// [`Private::pushed`]).
+    pub fn to_push(&self) -> Vec<Pushed> {
+        self.pending.iter().map(|p| p.change.clone()).collect()
+    }
+
+    /// The push of [`Private::to_push`] was applied: the primary knows
+    /// every inode made so far.
+    pub fn pushed(&mut self) {
+        self.pending.clear();
+        self.fresh.clear();
+        self.since = None;
+    }
+
+    /// The inodes made since the last push (whose data cannot be written
+    /// back before they are pushed).
+    pub fn fresh(&self) -> Vec<Ino> {
+        self.fresh.iter().copied().collect()
+    }
+
+    /// Nothing is private any more (after a push, or when the client's
+    /// tokens went): every inode that was, and the pending changes that
+    /// were never pushed.
+    pub fn dissolve(&mut self) -> (Vec<Inode>, Vec<Pushed>) {
+        let lost = self.to_push();
+        let inodes = self.tree.inodes().cloned().collect();
+        *self = Private::new();
+        (inodes, lost)
+    }
+}

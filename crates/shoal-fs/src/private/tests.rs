@@ -1,0 +1,372 @@
+use std::collections::HashMap;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::model::ROOT;
+use crate::tree::Applied;
+use crate::update::Update;
+
+fn alice() -> Identity {
+    Identity::user(1000, 1000)
+}
+
+fn bob() -> Identity {
+    Identity::user(1001, 1001)
+}
+
+/// A primary's tree with a world-writable `/tmp`, a private directory
+/// `/tmp/d` of alice's adopted by a client, and that client's copy.
+struct World {
+    primary: Tree,
+    client: Private,
+    seq: u64,
+    clock: i64,
+    next: Ino,
+    /// The client's opens, by inode.
+    opens: HashMap<Ino, u32>,
+    tmp: Ino,
+    d: Ino,
+}
+
+impl World {
+    fn new() -> World {
+        let mut w = World {
+            primary: Tree::new([1; 16], Time::new(1, 0)),
+            client: Private::new(),
+            seq: 0,
+            clock: 1,
+            next: 0,
+            opens: HashMap::new(),
+            tmp: 0,
+            d: 0,
+        };
+        match w.apply(&Identity::root(), UpdateOp::Range { count: 100_000 }) {
+            Ok(Answer::Range { first, .. }) => w.next = first,
+            other => panic!("{other:?}"),
+        }
+        w.tmp = w.made(&Identity::root(), ROOT, b"tmp", Kind::Dir, 0o777);
+        w.d = w.made(&alice(), w.tmp, b"d", Kind::Dir, 0o755);
+        let d = w.primary.get(w.d).unwrap().clone();
+        w.client.adopt_dir(d.attr, d.secret, w.tmp);
+        w
+    }
+
+    fn now(&mut self) -> Time {
+        self.clock += 1;
+        Time::new(self.clock, 7)
+    }
+
+    /// An update the primary orders.
+    fn apply(&mut self, who: &Identity, op: UpdateOp) -> Result<Answer, FsError> {
+        self.seq += 1;
+        let u = Update {
+            session: 5,
+            seq: self.seq,
+            who: who.clone(),
+            now: self.now(),
+            op,
+        };
+        match self.primary.apply(&u) {
+            Applied::New(r) => r,
+            Applied::Duplicate(r) => panic!("duplicate {r:?}"),
+        }
+    }
+
+    fn create_op(&mut self, parent: Ino, name: &[u8], kind: Kind, perm: u16) -> UpdateOp {
+        self.next += 1;
+        UpdateOp::Create {
+            parent,
+            name: name.to_vec(),
+            kind,
+            perm,
+            rdev: 0,
+            ino: self.next - 1,
+            secret: [self.next as u8; 16],
+            target: Vec::new(),
+            excl: true,
+        }
+    }
+
+    /// Made at the primary.
+    fn made(&mut self, who: &Identity, parent: Ino, name: &[u8], kind: Kind, perm: u16) -> Ino {
+        let op = self.create_op(parent, name, kind, perm);
+        match self.apply(who, op) {
+            Ok(Answer::Entry { attr, .. }) => attr.ino,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A change in the client's copy.
+    fn local(&mut self, who: &Identity, op: UpdateOp) -> Result<Answer, FsError> {
+        let now = self.now();
+        self.client.change(who, now, op, self.clock as u64)
+    }
+
+    fn push(&mut self) {
+        let ops = self.client.to_push();
+        if ops.is_empty() {
+            return;
+        }
+        let n = ops.len();
+        match self.apply(&Identity::root(), UpdateOp::Push { ops }) {
+            Ok(Answer::Pushed(each)) => {
+                assert_eq!(each.len(), n);
+                for (i, r) in each.iter().enumerate() {
+                    assert!(r.is_ok(), "pushed change {i} refused: {r:?}");
+                }
+            }
+            other => panic!("{other:?}"),
+        }
+        self.client.pushed();
+    }
+
+    /// The client's copy says what the primary says of every inode with a
+    /// name (an inode without one lives on while open, and only there).
+    fn agree(&self) {
+        for i in self.primary.inodes() {
+            let ino = i.attr.ino;
+            if ino == ROOT || ino == self.tmp || i.attr.nlink == 0 {
+                continue;
+            }
+            assert_eq!(self.client.get(ino), Some(i), "inode {ino}");
+        }
+        for i in self.client.tree.inodes() {
+            if i.attr.nlink > 0 {
+                assert!(self.primary.get(i.attr.ino).is_some(), "{}", i.attr.ino);
+            }
+        }
+    }
+
+    /// The private directories, in a stable order.
+    fn dirs(&self) -> Vec<Ino> {
+        self.client
+            .tree
+            .inodes()
+            .filter(|i| i.attr.kind == Kind::Dir && i.attr.nlink > 0)
+            .map(|i| i.attr.ino)
+            .collect()
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    Create(u8, u8, bool),
+    Mkdir(u8, u8),
+    Unlink(u8, u8),
+    Rmdir(u8, u8),
+    Rename(u8, u8, u8, u8),
+    Link(u8, u8, u8, u8),
+    Chmod(u8, u8, u16),
+    Open(u8, u8),
+    Close(u8, u8),
+    Push,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let n = 0u8..4;
+    prop_oneof![
+        4 => (n.clone(), any::<u8>(), any::<bool>()).prop_map(|(a, d, b)| Step::Create(a, d, b)),
+        2 => (n.clone(), any::<u8>()).prop_map(|(a, d)| Step::Mkdir(a, d)),
+        4 => (n.clone(), any::<u8>()).prop_map(|(a, d)| Step::Unlink(a, d)),
+        1 => (n.clone(), any::<u8>()).prop_map(|(a, d)| Step::Rmdir(a, d)),
+        2 => (n.clone(), any::<u8>(), n.clone(), any::<u8>())
+            .prop_map(|(a, d, b, e)| Step::Rename(a, d, b, e)),
+        1 => (n.clone(), any::<u8>(), n.clone(), any::<u8>())
+            .prop_map(|(a, d, b, e)| Step::Link(a, d, b, e)),
+        1 => (n.clone(), any::<u8>(), prop_oneof![Just(0o755u16), Just(0o500), Just(0o777)])
+            .prop_map(|(a, d, p)| Step::Chmod(a, d, p)),
+        2 => (n.clone(), any::<u8>()).prop_map(|(a, d)| Step::Open(a, d)),
+        2 => (n.clone(), any::<u8>()).prop_map(|(a, d)| Step::Close(a, d)),
+        1 => Just(Step::Push),
+    ]
+}
+
+fn name(n: u8) -> Vec<u8> {
+    format!("n{n}").into_bytes()
+}
+
+impl World {
+    fn dir(&self, pick: u8) -> Ino {
+        let dirs = self.dirs();
+        dirs[pick as usize % dirs.len()]
+    }
+
+    fn run(&mut self, s: &Step) {
+        let who = alice();
+        match *s {
+            Step::Create(n, d, as_bob) => {
+                let d = self.dir(d);
+                let op = self.create_op(d, &name(n), Kind::File, 0o644);
+                let who = if as_bob { bob() } else { who };
+                let _ = self.local(&who, op);
+            }
+            Step::Mkdir(n, d) => {
+                let d = self.dir(d);
+                let op = self.create_op(d, &name(n), Kind::Dir, 0o755);
+                let _ = self.local(&who, op);
+            }
+            Step::Unlink(n, d) | Step::Rmdir(n, d) => {
+                let d = self.dir(d);
+                let victim = self.client.lookup(d, &name(n)).ok().map(|a| a.ino);
+                let op = UpdateOp::Unlink {
+                    parent: d,
+                    name: name(n),
+                    dir: matches!(s, Step::Rmdir(..)),
+                    open: victim.is_some_and(|v| self.opens.contains_key(&v)),
+                };
+                let _ = self.local(&who, op);
+            }
+            Step::Rename(a, d, b, e) => {
+                let (d, e) = (self.dir(d), self.dir(e));
+                let victim = self.client.lookup(e, &name(b)).ok().map(|a| a.ino);
+                let op = UpdateOp::Rename {
+                    from: d,
+                    from_name: name(a),
+                    to: e,
+                    to_name: name(b),
+                    noreplace: false,
+                    open_victim: victim.is_some_and(|v| self.opens.contains_key(&v)),
+                };
+                let _ = self.local(&who, op);
+            }
+            Step::Link(a, d, b, e) => {
+                let (d, e) = (self.dir(d), self.dir(e));
+                if let Ok(attr) = self.client.lookup(d, &name(a)) {
+                    let op = UpdateOp::Link {
+                        ino: attr.ino,
+                        parent: e,
+                        name: name(b),
+                    };
+                    let _ = self.local(&who, op);
+                }
+            }
+            Step::Chmod(n, d, perm) => {
+                let d = self.dir(d);
+                if let Ok(attr) = self.client.lookup(d, &name(n)) {
+                    let op = UpdateOp::SetAttr {
+                        ino: attr.ino,
+                        set: SetAttr {
+                            perm: Some(perm),
+                            ..SetAttr::default()
+                        },
+                    };
+                    let _ = self.local(&who, op);
+                }
+            }
+            Step::Open(n, d) => {
+                let d = self.dir(d);
+                if let Ok(attr) = self.client.lookup(d, &name(n))
+                    && attr.kind == Kind::File
+                {
+                    *self.opens.entry(attr.ino).or_default() += 1;
+                }
+            }
+            Step::Close(n, d) => {
+                // Closes the open inode picked by position.
+                let mut open: Vec<Ino> = self.opens.keys().copied().collect();
+                open.sort_unstable();
+                if open.is_empty() {
+                    return;
+                }
+                let ino = open[(usize::from(n) + usize::from(d)) % open.len()];
+                let left = self.opens.get_mut(&ino).unwrap();
+                *left -= 1;
+                if *left == 0 {
+                    self.opens.remove(&ino);
+                    self.client.closed(ino);
+                }
+            }
+            Step::Push => self.push(),
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    /// Whatever a client does in its private directories, pushing its
+    /// pending changes brings the primary to the state the client showed.
+    #[test]
+    fn a_push_brings_the_primary_to_the_clients_state(steps in prop::collection::vec(step(), 1..60)) {
+        let mut w = World::new();
+        for s in &steps {
+            w.run(s);
+        }
+        w.push();
+        w.agree();
+    }
+}
+
+#[test]
+fn a_temporary_file_leaves_one_setting_of_its_directorys_times() {
+    let mut w = World::new();
+    let mut unlinked = Time::default();
+    for round in 0..100 {
+        let op = w.create_op(w.d, b"tmp", Kind::File, 0o600);
+        let Ok(Answer::Entry { attr, .. }) = w.local(&alice(), op) else {
+            panic!()
+        };
+        // Open while it is unlinked: it goes at the close.
+        *w.opens.entry(attr.ino).or_default() += 1;
+        let op = UpdateOp::Unlink {
+            parent: w.d,
+            name: b"tmp".to_vec(),
+            dir: false,
+            open: true,
+        };
+        w.local(&alice(), op).unwrap();
+        unlinked = Time::new(w.clock, 7);
+        // The create and the unlink, after the times set last round.
+        assert_eq!(w.client.pending_len(), if round == 0 { 2 } else { 3 });
+        w.opens.clear();
+        assert!(w.client.closed(attr.ino));
+        assert_eq!(w.client.pending_len(), 1);
+        assert!(w.client.fresh().is_empty());
+    }
+    w.push();
+    w.agree();
+    let d = w.primary.get(w.d).unwrap().attr;
+    assert_eq!(d.mtime, d.ctime);
+    assert_eq!(d.mtime, unlinked);
+}
+
+#[test]
+fn a_change_that_decides_another_inodes_fate_is_pushed() {
+    let mut w = World::new();
+    // `keep` is pushed; a fresh file renamed over it and then unlinked
+    // must reach the primary, or `keep` would live on there.
+    let op = w.create_op(w.d, b"keep", Kind::File, 0o644);
+    w.local(&alice(), op).unwrap();
+    w.push();
+    let op = w.create_op(w.d, b"new", Kind::File, 0o644);
+    w.local(&alice(), op).unwrap();
+    let op = UpdateOp::Rename {
+        from: w.d,
+        from_name: b"new".to_vec(),
+        to: w.d,
+        to_name: b"keep".to_vec(),
+        noreplace: false,
+        open_victim: false,
+    };
+    w.local(&alice(), op).unwrap();
+    let op = UpdateOp::Unlink {
+        parent: w.d,
+        name: b"keep".to_vec(),
+        dir: false,
+        open: false,
+    };
+    w.local(&alice(), op).unwrap();
+    assert_eq!(w.client.pending_len(), 3);
+    w.push();
+    w.agree();
+    assert!(w.primary.entries(w.d).unwrap().is_empty());
+}
+
+#[test]
+fn only_changes_of_names_and_attributes_are_made_here() {
+    let mut w = World::new();
+    let op = UpdateOp::Forget { ino: w.d };
+    assert!(matches!(w.local(&alice(), op), Err(FsError::Invalid(_))));
+    assert_eq!(w.client.pending_len(), 0);
+}

@@ -1,0 +1,117 @@
+//! A mount's push of the changes it made in its private directories
+//! (`docs/fs.md`, "Private directories"): ordered as one update, each
+//! change made as its maker and at its time, as the mount made it in its
+//! own copy.
+//!
+//! Who may push what: every directory whose names a push changes, and
+//! every inode whose attributes it changes, is one the push makes or one
+//! the pusher holds `Write` on.  Nobody else can then hold a token on any
+//! of them, so a push recalls nothing and notifies nobody: it is answered
+//! as soon as it is durable, even while a recall of the pusher's token is
+//! out (the push is how the pusher answers it).  The pusher gets `Write`
+//! on every inode the push made.
+
+use std::collections::HashSet;
+
+use shoal_fs::model::{FsError, Ino};
+use shoal_fs::op::{self, Failure, Reply};
+use shoal_fs::tokens::{Level, Want};
+use shoal_fs::update::{Answer, Pushed, Update, UpdateOp};
+
+use super::{Outcome, Primary, Rep, Soft, fs, granted, unavailable, wall};
+
+impl Primary {
+    pub(super) fn push(
+        &self,
+        r: &Rep,
+        soft: &mut Soft,
+        req: &op::Request,
+        ops: &[Pushed],
+    ) -> Outcome {
+        let client = req.session;
+        if !soft.tokens.knows(client) {
+            return Outcome::Reply(Err(Failure::NoSession));
+        }
+        let mut made = HashSet::new();
+        for p in ops {
+            let (inos, dirs): (&[Ino], Vec<Ino>) = match &p.op {
+                UpdateOp::Create { parent, ino, .. } => {
+                    made.insert(*ino);
+                    (&[], vec![*parent])
+                }
+                UpdateOp::Link { ino, parent, .. } => (std::slice::from_ref(ino), vec![*parent]),
+                UpdateOp::Unlink { parent, .. } => (&[], vec![*parent]),
+                UpdateOp::Rename { from, to, .. } => (&[], vec![*from, *to]),
+                UpdateOp::SetAttr { ino, .. } => (std::slice::from_ref(ino), Vec::new()),
+                _ => {
+                    return Outcome::Reply(Err(fs(FsError::Invalid(
+                        "a push carries changes of names and attributes only",
+                    ))));
+                }
+            };
+            for ino in inos.iter().chain(&dirs) {
+                if !made.contains(ino) && soft.tokens.level(client, *ino) != Level::Write {
+                    return Outcome::Reply(Err(fs(FsError::Stale(
+                        "a push changes a directory or inode its client does not hold",
+                    ))));
+                }
+            }
+        }
+        // The push has its own exactly-once record, apart from the
+        // session's other changes (it comes from its own caller, with its
+        // own request numbers): sessions are odd, so the even number next
+        // to it is nobody else's.
+        let update = Update {
+            session: client & !1,
+            seq: req.seq,
+            who: req.who.clone(),
+            now: wall(),
+            op: UpdateOp::Push { ops: ops.to_vec() },
+        };
+        let ordered = r
+            .order(&update.encode())
+            .and_then(|(index, result)| {
+                r.durable(index)?;
+                r.still_serving()?;
+                Ok(result)
+            })
+            .map_err(unavailable);
+        let results = match ordered {
+            Ok(Ok(Answer::Pushed(results))) => results,
+            Ok(Ok(other)) => {
+                return Outcome::Reply(Err(Failure::Unavailable(format!(
+                    "a push answered {other:?}"
+                ))));
+            }
+            Ok(Err(e)) => return Outcome::Reply(Err(fs(e))),
+            Err(e) => return Outcome::Reply(Err(e)),
+        };
+        // An inode that went with its last name, which only the pusher
+        // could hold: its token goes with it (the mount drops its own).
+        for res in &results {
+            if let Ok(Answer::Removed {
+                gone: Some(ino), ..
+            }) = res
+            {
+                soft.tokens.forget(*ino);
+            }
+        }
+        let mut made: Vec<Ino> = made.into_iter().collect();
+        made.sort_unstable();
+        let attrs: Vec<_> = r.read(|m| {
+            made.iter()
+                .filter_map(|ino| m.tree.get(*ino).map(|i| i.attr))
+                .collect()
+        });
+        let made = attrs
+            .into_iter()
+            .filter_map(|attr| {
+                let d = soft
+                    .tokens
+                    .request(client, attr.ino, Want::Change, &[], None);
+                granted(&d).map(|g| (attr, g))
+            })
+            .collect();
+        Outcome::Reply(Ok(Reply::Pushed { results, made }))
+    }
+}

@@ -1,0 +1,317 @@
+//! The mount's private directories (`docs/fs.md`, "Private
+//! directories"): directories this mount made and holds `Write` on, which
+//! no other mount can have looked at.  Their names and the inodes made in
+//! them change in the mount's own copy (`shoal_fs::private`, the replicas'
+//! state machine) without a message, and go to the primary as one push:
+//!
+//! - before another mount's look at any of them is answered (the recall
+//!   of a private inode's token), and before anything the copy cannot do
+//!   touches one (a rename or link out of them, extended attributes,
+//!   locks, `fsync`, a write-back): then nothing is private any more, and
+//!   the mount holds the inodes as any others, under the `Write` tokens
+//!   the push brought;
+//! - when the oldest pending change is as old as the write-back window,
+//!   and at `fsync` of a private directory (they stay private);
+//! - at unmount.
+//!
+//! A temporary file made and removed between two pushes never reaches
+//! the primary at all.
+//!
+//! Locks: the private state's lock is taken before the cache's and the
+//! opens', never while waiting for the session's client (pushes have a
+//! client of their own), so a push can answer a recall while another
+//! thread's request waits at the primary.  A session that ended takes
+//! the private state with it: changes not yet pushed are lost, as a
+//! client crash loses them.
+
+use parking_lot::Mutex;
+use shoal_fs::model::{Attr, FsError, Identity, Ino, Kind, Time};
+use shoal_fs::op::{Failure, Grant, Op, Reply};
+use shoal_fs::private::Private;
+use shoal_fs::update::{Answer, UpdateOp};
+use shoal_fssvc::FsClient;
+
+use crate::conn::Conn;
+
+/// The private state and the client its pushes go through.
+#[derive(Default)]
+pub(crate) struct Privates {
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    core: Private,
+    pusher: Option<FsClient>,
+}
+
+/// Where a change goes.
+pub(crate) enum Routed {
+    /// Made in private directories: its answer.
+    Local(Result<Answer, FsError>),
+    /// To the primary, as any change (whatever it touched was pushed and
+    /// is private no more).
+    Shared(UpdateOp),
+}
+
+/// The directories whose names a change changes, and the inodes it names
+/// by number.
+fn touched(op: &UpdateOp) -> Vec<Ino> {
+    match op {
+        UpdateOp::Create { parent, .. } => vec![*parent],
+        UpdateOp::Link { ino, parent, .. } => vec![*ino, *parent],
+        UpdateOp::Unlink { parent, .. } => vec![*parent],
+        UpdateOp::Rename { from, to, .. } => vec![*from, *to],
+        UpdateOp::SetAttr { ino, .. } => vec![*ino],
+        _ => Vec::new(),
+    }
+}
+
+/// Every inode a change names by number.
+pub(crate) fn named(op: &UpdateOp) -> Vec<Ino> {
+    match op {
+        UpdateOp::Commit { ino, .. }
+        | UpdateOp::Overlay { ino, .. }
+        | UpdateOp::SetXattr { ino, .. }
+        | UpdateOp::RemoveXattr { ino, .. }
+        | UpdateOp::Forget { ino } => vec![*ino],
+        _ => touched(op),
+    }
+}
+
+/// Microseconds on the mount's clock, for the push window.
+fn clock(conn: &Conn) -> u64 {
+    conn.lease.now()
+}
+
+impl Conn {
+    /// Whether `ino` is private.
+    pub(crate) fn is_private(&self, ino: Ino) -> bool {
+        self.privates.state.lock().core.holds(ino)
+    }
+
+    /// A private inode's attributes, with the mount's dirty changes made.
+    pub(crate) fn private_attr(&self, ino: Ino) -> Option<Attr> {
+        let mut attr = self.privates.state.lock().core.attr(ino)?;
+        self.cache.patch(&mut attr);
+        Some(attr)
+    }
+
+    /// The inode `name` names in `parent`, if `parent` is private.
+    pub(crate) fn private_lookup(&self, parent: Ino, name: &[u8]) -> Option<Result<Attr, FsError>> {
+        let s = self.privates.state.lock();
+        if !s.core.holds(parent) {
+            return None;
+        }
+        Some(s.core.lookup(parent, name).map(|mut a| {
+            self.cache.patch(&mut a);
+            a
+        }))
+    }
+
+    /// A private directory's parent and entries.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn private_entries(
+        &self,
+        dir: Ino,
+    ) -> Option<Result<(Ino, Vec<(Vec<u8>, Ino, Kind)>), FsError>> {
+        let s = self.privates.state.lock();
+        let parent = s.core.parent(dir)?;
+        Some(s.core.entries(dir).map(|e| (parent, e)))
+    }
+
+    /// A private symbolic link's target.
+    pub(crate) fn private_target(&self, ino: Ino) -> Option<Result<Vec<u8>, FsError>> {
+        let s = self.privates.state.lock();
+        let i = s.core.get(ino)?;
+        Some(match &i.body {
+            shoal_fs::tree::Body::Symlink { target } => Ok(target.clone()),
+            _ => Err(FsError::Invalid("not a symbolic link")),
+        })
+    }
+
+    /// Makes `op` as `who` in the private directories if everything it
+    /// touches is private; otherwise hands it back for the primary, after
+    /// pushing (and so ending the privacy of) whatever it touches that
+    /// was.
+    pub(crate) fn private_change(&self, who: &Identity, op: UpdateOp) -> Result<Routed, Failure> {
+        let inos = touched(&op);
+        let mut s = self.privates.state.lock();
+        let private = inos.iter().filter(|i| s.core.holds(**i)).count();
+        if inos.is_empty() || private == 0 {
+            return Ok(Routed::Shared(op));
+        }
+        if private < inos.len() {
+            self.dissolve(&mut s)?;
+            return Ok(Routed::Shared(op));
+        }
+        let op = self.with_opens(&s.core, op);
+        let now = time_now();
+        let answer = s.core.change(who, now, op, clock(self));
+        match &answer {
+            Ok(Answer::Entry { attr, .. }) => self.cache.hold_local(attr),
+            Ok(Answer::Removed {
+                gone: Some(ino), ..
+            }) => self.cache.forget(*ino),
+            _ => {}
+        }
+        Ok(Routed::Local(answer))
+    }
+
+    /// `op` with whether its victim is open here (the primary keeps such
+    /// an inode without a name until its last close).
+    fn with_opens(&self, core: &Private, mut op: UpdateOp) -> UpdateOp {
+        let open = |dir: Ino, name: &[u8]| {
+            core.lookup(dir, name)
+                .is_ok_and(|a| !self.opens_of(a.ino).is_empty())
+        };
+        match &mut op {
+            UpdateOp::Unlink {
+                parent,
+                name,
+                open: o,
+                ..
+            } => *o = open(*parent, name),
+            UpdateOp::Rename {
+                to,
+                to_name,
+                open_victim,
+                ..
+            } => *open_victim = open(*to, to_name),
+            _ => {}
+        }
+        op
+    }
+
+    /// A directory the primary made for this mount, granting it `Write`
+    /// (`grant`): private from birth.
+    pub(crate) fn adopt(&self, attr: &Attr, secret: [u8; 16], parent: Ino, grant: &Grant) {
+        self.privates
+            .state
+            .lock()
+            .core
+            .adopt_dir(*attr, secret, parent);
+        self.granted(attr, grant);
+    }
+
+    /// The last open of `ino` here closed: a private inode with no name
+    /// left goes.
+    pub(crate) fn private_closed(&self, ino: Ino) {
+        let mut s = self.privates.state.lock();
+        if s.core.closed(ino) {
+            self.cache.forget(ino);
+        }
+    }
+
+    /// Pushes the pending changes; the directories stay private.
+    pub(crate) fn push(&self) -> Result<(), Failure> {
+        let mut s = self.privates.state.lock();
+        self.push_locked(&mut s)
+    }
+
+    /// Whether the oldest pending change is as old as the write-back
+    /// window.
+    pub(crate) fn push_due(&self) -> bool {
+        let window = self.tuning.write_back_after.as_micros() as u64;
+        self.privates.state.lock().core.due(clock(self), window)
+    }
+
+    /// Ends the privacy of everything if any of `inos` is private (its
+    /// pending changes pushed first), so a request the private copy
+    /// cannot answer goes to the primary.
+    pub(crate) fn unprivate(&self, inos: &[Ino]) -> Result<(), Failure> {
+        let mut s = self.privates.state.lock();
+        if inos.iter().any(|i| s.core.holds(*i)) {
+            self.dissolve(&mut s)?;
+        }
+        Ok(())
+    }
+
+    /// The session ended: its tokens, and so the private directories, are
+    /// gone; changes not yet pushed are lost (as at a crash of the mount),
+    /// with the unwritten bytes of the files they made.
+    pub(crate) fn lose_private(&self) {
+        let mut s = self.privates.state.lock();
+        self.lose_locked(&mut s);
+    }
+
+    fn lose_locked(&self, s: &mut State) {
+        let fresh = s.core.fresh();
+        let (_, lost) = s.core.dissolve();
+        if !lost.is_empty() {
+            tracing::warn!(
+                "{} changes in private directories were lost: the session ended before they were pushed",
+                lost.len()
+            );
+        }
+        for ino in fresh {
+            if self.cache.is_dirty(ino) {
+                self.cache.lose(ino);
+            }
+        }
+    }
+
+    fn dissolve(&self, s: &mut State) -> Result<(), Failure> {
+        self.push_locked(s)?;
+        let (inodes, _) = s.core.dissolve();
+        tracing::debug!("{} private inodes are shared now", inodes.len());
+        Ok(())
+    }
+
+    fn push_locked(&self, s: &mut State) -> Result<(), Failure> {
+        let ops = s.core.to_push();
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let n = ops.len();
+        if s.pusher.is_none() {
+            s.pusher = Some(FsClient::for_session(
+                &self.ctx,
+                &self.name,
+                self.session(),
+            )?);
+        }
+        let pusher = s.pusher.as_mut().expect("made");
+        let push = Op::Change {
+            op: UpdateOp::Push { ops },
+        };
+        match pusher.call(&Identity::root(), push) {
+            Ok(Reply::Pushed { results, made }) => {
+                let refused = results.iter().filter(|r| r.is_err()).count();
+                s.core.pushed();
+                for (attr, grant) in &made {
+                    self.granted(attr, grant);
+                }
+                if refused > 0 {
+                    // The copy and the replicas differ: what the kernel
+                    // keeps of the private inodes goes.
+                    tracing::warn!("{refused} of {n} pushed changes were refused");
+                    let (inodes, _) = s.core.dissolve();
+                    let inodes = inodes.iter().map(|i| (i.attr.ino, 0, 0)).collect();
+                    self.post(crate::callbacks::Work::Inval {
+                        inodes,
+                        names: Vec::new(),
+                    });
+                }
+                tracing::debug!("pushed {n} changes, {} inodes made", made.len());
+                Ok(())
+            }
+            Ok(other) => Err(shoal_fssvc::client::unexpected(&other)),
+            Err(e @ (Failure::NoSession | Failure::Fs(FsError::Stale(_)))) => {
+                // The tokens went with the session: the primary will not
+                // take the changes.
+                tracing::warn!("pushing {n} changes: {e}");
+                self.lose_locked(s);
+                Err(Failure::Fs(FsError::Io))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+fn time_now() -> Time {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Time::new(d.as_secs() as i64, d.subsec_nanos())
+}
