@@ -91,6 +91,11 @@ impl Private {
         self.tree.get(ino)
     }
 
+    /// Every private inode.
+    pub fn inodes(&self) -> impl Iterator<Item = &Inode> {
+        self.tree.inodes()
+    }
+
     /// A private inode's attributes.
     pub fn attr(&self, ino: Ino) -> Option<Attr> {
         self.tree.get(ino).map(|i| i.attr)
@@ -107,6 +112,15 @@ impl Private {
             Body::Dir { parent, .. } => Some(*parent),
             _ => None,
         }
+    }
+
+    /// Whether a private directory is named in directory `dir` (which is
+    /// not private itself: a change of names there may remove or move
+    /// it).
+    pub fn names_in(&self, dir: Ino) -> bool {
+        self.tree
+            .inodes()
+            .any(|i| matches!(i.body, Body::Dir { parent, .. } if parent == dir))
     }
 
     /// A private directory's entries: name, inode, kind.

@@ -196,21 +196,29 @@ impl Conn {
     fn again(&self, c: &mut FsClient) -> Result<(), Failure> {
         tracing::info!("the metadata service forgot this mount's session: hello again");
         let dirty: HashMap<Ino, u64> = self.cache.dirty_versions().into_iter().collect();
-        self.drop_caches();
+        // The private inodes the primary knows, reclaimed at `Write` as
+        // dirty files are: the private directories stay private if every
+        // one comes back (a new primary, in its grace period), and are
+        // lost with their pending changes otherwise.
+        let (private, fresh) = self.private_inodes();
+        self.drop_kernel();
         let sent = self.lease.now();
         let hello = c.hello(&self.node)?;
         self.lease.renewed(sent);
         self.hellos.fetch_add(1, Ordering::SeqCst);
         *self.servers.lock() = (hello.servers, hello.copies);
         let mut reclaims: HashMap<Ino, Vec<(OpenId, bool)>> = self.opens.lock().clone();
-        for ino in dirty.keys() {
+        for ino in dirty.keys().chain(private.keys()) {
             reclaims.entry(*ino).or_default();
         }
+        // The primary has never heard of what was made since the last push.
+        reclaims.retain(|ino, _| !fresh.contains(ino));
+        let mut private_lost = false;
         self.known
             .lock()
             .extend(reclaims.values().flat_map(|o| o.iter().map(|(id, _)| *id)));
         for (ino, opens) in reclaims {
-            let version = dirty.get(&ino).copied();
+            let version = dirty.get(&ino).or(private.get(&ino)).copied();
             let op = Op::Reclaim {
                 ino,
                 level: if version.is_some() {
@@ -226,6 +234,7 @@ impl Conn {
                     self.cache.reclaimed(&attr, &grant);
                     self.settle();
                 }
+                Ok(_) | Err(Failure::Fs(_)) if private.contains_key(&ino) => private_lost = true,
                 Ok(_) => {
                     if version.is_some() {
                         tracing::warn!(
@@ -237,6 +246,11 @@ impl Conn {
                 Err(Failure::Fs(_)) => {}
                 Err(e) => return Err(e),
             }
+        }
+        if private_lost {
+            self.lose_private();
+        } else {
+            self.private_rehold(&fresh);
         }
         for (ino, lock) in self.locks.held() {
             let op = Op::Lock {
@@ -582,6 +596,11 @@ impl Conn {
     /// kernel forgets what they covered.
     pub(crate) fn drop_caches(&self) {
         self.lose_private();
+        self.drop_kernel();
+    }
+
+    /// Every token is gone: the kernel forgets what they covered.
+    fn drop_kernel(&self) {
         let (inodes, names) = self.cache.drop_all();
         let names: Vec<(Ino, Vec<u8>)> = names
             .into_iter()

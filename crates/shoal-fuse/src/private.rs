@@ -24,6 +24,8 @@
 //! the private state with it: changes not yet pushed are lost, as a
 //! client crash loses them.
 
+use std::collections::{HashMap, HashSet};
+
 use parking_lot::Mutex;
 use shoal_fs::model::{Attr, FsError, Identity, Ino, Kind, Time};
 use shoal_fs::op::{Failure, Grant, Op, Reply};
@@ -135,10 +137,21 @@ impl Conn {
     /// pushing (and so ending the privacy of) whatever it touches that
     /// was.
     pub(crate) fn private_change(&self, who: &Identity, op: UpdateOp) -> Result<Routed, Failure> {
+        self.pushing(|| self.private_change_once(who, op.clone()))
+    }
+
+    fn private_change_once(&self, who: &Identity, op: UpdateOp) -> Result<Routed, Failure> {
         let inos = touched(&op);
         let mut s = self.privates.state.lock();
         let private = inos.iter().filter(|i| s.core.holds(**i)).count();
         if inos.is_empty() || private == 0 {
+            // A change of names in a shared directory may remove or move a
+            // private directory named there (its entries are not the
+            // primary's yet).
+            let names = matches!(op, UpdateOp::Unlink { .. } | UpdateOp::Rename { .. });
+            if names && inos.iter().any(|d| s.core.names_in(*d)) {
+                self.dissolve(&mut s)?;
+            }
             return Ok(Routed::Shared(op));
         }
         if private < inos.len() {
@@ -205,8 +218,26 @@ impl Conn {
 
     /// Pushes the pending changes; the directories stay private.
     pub(crate) fn push(&self) -> Result<(), Failure> {
-        let mut s = self.privates.state.lock();
-        self.push_locked(&mut s)
+        self.pushing(|| self.push_locked(&mut self.privates.state.lock()))
+    }
+
+    /// Runs `f`, which may push, again after the session was started
+    /// again if the primary no longer knew it (a new primary, whose grace
+    /// period takes the private inodes back, or a lease that ended).  The
+    /// hello is said outside the private state's lock: it takes the
+    /// session client's.
+    fn pushing<T>(&self, f: impl Fn() -> Result<T, Failure>) -> Result<T, Failure> {
+        let mut tries = 0;
+        loop {
+            let seen = self.hellos();
+            match f() {
+                Err(Failure::NoSession) if tries < 5 => {
+                    tries += 1;
+                    self.recover(seen)?;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Whether the oldest pending change is as old as the write-back
@@ -216,15 +247,43 @@ impl Conn {
         self.privates.state.lock().core.due(clock(self), window)
     }
 
+    /// The private inodes the primary knows of, with their versions, and
+    /// those it does not (made since the last push).
+    pub(crate) fn private_inodes(&self) -> (HashMap<Ino, u64>, HashSet<Ino>) {
+        let s = self.privates.state.lock();
+        let fresh: HashSet<Ino> = s.core.fresh().into_iter().collect();
+        let known = s
+            .core
+            .inodes()
+            .filter(|i| !fresh.contains(&i.attr.ino))
+            .map(|i| (i.attr.ino, i.attr.version))
+            .collect();
+        (known, fresh)
+    }
+
+    /// The session started again and every private inode the primary
+    /// knows came back at `Write`: those made since the last push are
+    /// held again too.
+    pub(crate) fn private_rehold(&self, fresh: &HashSet<Ino>) {
+        let s = self.privates.state.lock();
+        for ino in fresh {
+            if let Some(attr) = s.core.attr(*ino) {
+                self.cache.hold_local(&attr);
+            }
+        }
+    }
+
     /// Ends the privacy of everything if any of `inos` is private (its
     /// pending changes pushed first), so a request the private copy
     /// cannot answer goes to the primary.
     pub(crate) fn unprivate(&self, inos: &[Ino]) -> Result<(), Failure> {
-        let mut s = self.privates.state.lock();
-        if inos.iter().any(|i| s.core.holds(*i)) {
-            self.dissolve(&mut s)?;
-        }
-        Ok(())
+        self.pushing(|| {
+            let mut s = self.privates.state.lock();
+            if inos.iter().any(|i| s.core.holds(*i)) {
+                self.dissolve(&mut s)?;
+            }
+            Ok(())
+        })
     }
 
     /// The session ended: its tokens, and so the private directories, are
@@ -297,7 +356,7 @@ impl Conn {
                 Ok(())
             }
             Ok(other) => Err(shoal_fssvc::client::unexpected(&other)),
-            Err(e @ (Failure::NoSession | Failure::Fs(FsError::Stale(_)))) => {
+            Err(e @ Failure::Fs(FsError::Stale(_))) => {
                 // The tokens went with the session: the primary will not
                 // take the changes.
                 tracing::warn!("pushing {n} changes: {e}");
