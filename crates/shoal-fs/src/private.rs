@@ -15,7 +15,7 @@
 //!
 //! Times and identities are arguments; nothing here does I/O.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::model::{Attr, FsError, Identity, Ino, Kind, Time};
 use crate::tree::{Body, Inode, Tree};
@@ -23,6 +23,9 @@ use crate::update::{Answer, Pushed, SetAttr, TimeSet, UpdateOp};
 
 #[cfg(test)]
 mod tests;
+
+/// The distance between two changes' positions in the pending list.
+const SPACING: u64 = 1 << 16;
 
 /// One change not yet pushed.
 #[derive(Debug, Clone)]
@@ -42,7 +45,14 @@ struct Pending {
 #[derive(Debug, Clone)]
 pub struct Private {
     tree: Tree,
-    pending: Vec<Pending>,
+    /// The pending changes, by position (gaps where changes were taken
+    /// out).
+    pending: BTreeMap<u64, Pending>,
+    next: u64,
+    /// The positions of the pending changes that need each inode or
+    /// change names in it: a cancelled inode's changes are found without
+    /// a look at the others.
+    by_ino: HashMap<Ino, BTreeSet<u64>>,
     /// Inodes made since the last push: the primary does not know them.
     fresh: HashSet<Ino>,
     /// When the oldest pending change was made (the caller's clock).
@@ -59,7 +69,9 @@ impl Private {
     pub fn new() -> Private {
         Private {
             tree: Tree::private(),
-            pending: Vec::new(),
+            pending: BTreeMap::new(),
+            next: 0,
+            by_ino: HashMap::new(),
             fresh: HashSet::new(),
             since: None,
         }
@@ -162,16 +174,23 @@ impl Private {
         {
             self.fresh.insert(attr.ino);
         }
-        self.pending.push(Pending {
-            change: Pushed {
-                who: who.clone(),
-                now,
-                op,
+        // Spaced, so that the settings of directories' times that take a
+        // cancelled change's place fit in after it.
+        let at = self.next;
+        self.next += SPACING;
+        self.insert(
+            at,
+            Pending {
+                change: Pushed {
+                    who: who.clone(),
+                    now,
+                    op,
+                },
+                inos,
+                dirs,
+                fix: false,
             },
-            inos,
-            dirs,
-            fix: false,
-        });
+        );
         self.since.get_or_insert(clock);
         if let Answer::Removed {
             gone: Some(ino), ..
@@ -226,6 +245,26 @@ impl Private {
         true
     }
 
+    fn insert(&mut self, at: u64, p: Pending) {
+        for ino in p.inos.iter().chain(&p.dirs) {
+            self.by_ino.entry(*ino).or_default().insert(at);
+        }
+        self.pending.insert(at, p);
+    }
+
+    fn remove(&mut self, at: u64) -> Option<Pending> {
+        let p = self.pending.remove(&at)?;
+        for ino in p.inos.iter().chain(&p.dirs) {
+            if let Some(set) = self.by_ino.get_mut(ino) {
+                set.remove(&at);
+                if set.is_empty() {
+                    self.by_ino.remove(ino);
+                }
+            }
+        }
+        Some(p)
+    }
+
     /// Takes out every pending change of inode `ino`, which went before
     /// the primary heard of it, if those changes touch nothing else; the
     /// times of the directories they changed are set in their place.
@@ -233,71 +272,73 @@ impl Private {
         if !self.fresh.contains(&ino) {
             return;
         }
-        let touches = |p: &Pending| p.inos.contains(&ino) || p.dirs.contains(&ino);
-        if self
-            .pending
+        let touching: Vec<u64> = self
+            .by_ino
+            .get(&ino)
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default();
+        if touching
             .iter()
-            .filter(|p| touches(p))
-            .any(|p| p.inos.iter().any(|i| *i != ino))
+            .any(|at| self.pending[at].inos.iter().any(|i| *i != ino))
         {
             // Another inode's fate hangs on one of them (a rename over
             // it, say): everything goes to the primary.
             return;
         }
         self.fresh.remove(&ino);
-        // Where each directory's times were last set by a change taken out.
-        let mut last: HashMap<usize, Vec<(Ino, Time)>> = HashMap::new();
-        let mut seen = HashSet::new();
-        for (i, p) in self.pending.iter().enumerate().rev() {
-            if !touches(p) {
-                continue;
-            }
-            for d in &p.dirs {
-                if *d != ino && seen.insert(*d) {
-                    last.entry(i).or_default().push((*d, p.change.now));
+        // Where each directory's times were last set by a change taken
+        // out: a setting of them takes that change's place.
+        let mut last: BTreeMap<Ino, (u64, Time)> = BTreeMap::new();
+        for at in touching {
+            let p = self.remove(at).expect("pending");
+            for d in p.dirs {
+                if d != ino {
+                    last.insert(d, (at, p.change.now));
                 }
             }
         }
-        let old = std::mem::take(&mut self.pending);
-        for (i, p) in old.into_iter().enumerate() {
-            if !touches(&p) {
-                self.pending.push(p);
-            }
-            for (dir, at) in last.remove(&i).unwrap_or_default() {
-                self.fix_times(dir, at);
-            }
+        let mut taken: HashMap<u64, u64> = HashMap::new();
+        for (dir, (at, now)) in last {
+            let k = taken.entry(at).or_default();
+            self.fix_times(dir, at + *k, now);
+            *k += 1;
         }
         if self.pending.is_empty() {
             self.since = None;
         }
     }
 
-    /// Appends the setting of `dir`'s times to `at` (as a change of its
-    /// names at `at` left them), in place of such a setting just before.
-    fn fix_times(&mut self, dir: Ino, at: Time) {
-        if self
+    /// Sets `dir`'s times to `now` (as a change of its names at `now` left
+    /// them) at position `at`, in place of such a setting just before.
+    fn fix_times(&mut self, dir: Ino, at: u64, now: Time) {
+        let before = self
             .pending
-            .last()
-            .is_some_and(|p| p.fix && p.inos == [dir])
-        {
-            self.pending.pop();
+            .range(..at)
+            .next_back()
+            .filter(|(_, p)| p.fix && p.inos == [dir])
+            .map(|(k, _)| *k);
+        if let Some(k) = before {
+            self.remove(k);
         }
-        self.pending.push(Pending {
-            change: Pushed {
-                who: Identity::root(),
-                now: at,
-                op: UpdateOp::SetAttr {
-                    ino: dir,
-                    set: SetAttr {
-                        mtime: Some(TimeSet::At(at)),
-                        ..SetAttr::default()
+        self.insert(
+            at,
+            Pending {
+                change: Pushed {
+                    who: Identity::root(),
+                    now,
+                    op: UpdateOp::SetAttr {
+                        ino: dir,
+                        set: SetAttr {
+                            mtime: Some(TimeSet::At(now)),
+                            ..SetAttr::default()
+                        },
                     },
                 },
+                inos: vec![dir],
+                dirs: Vec::new(),
+                fix: true,
             },
-            inos: vec![dir],
-            dirs: Vec::new(),
-            fix: true,
-        });
+        );
     }
 
     /// Whether the oldest pending change was made `age` or more before
@@ -309,13 +350,14 @@ impl Private {
     /// The pending changes, for a push (they stay until
     /// [`Private::pushed`]).
     pub fn to_push(&self) -> Vec<Pushed> {
-        self.pending.iter().map(|p| p.change.clone()).collect()
+        self.pending.values().map(|p| p.change.clone()).collect()
     }
 
     /// The push of [`Private::to_push`] was applied: the primary knows
     /// every inode made so far.
     pub fn pushed(&mut self) {
         self.pending.clear();
+        self.by_ino.clear();
         self.fresh.clear();
         self.since = None;
     }
