@@ -657,6 +657,22 @@ impl Cache {
             .insert(name.to_vec());
     }
 
+    /// Drops the tokens of `inos` (not their unwritten changes): the names
+    /// recorded in those of them that are directories, which the kernel
+    /// must forget.
+    pub(crate) fn forget_held(&self, inos: &[Ino]) -> Vec<(Ino, Vec<u8>)> {
+        let mut inner = self.inner.lock();
+        let mut names = Vec::new();
+        for ino in inos {
+            inner.held.remove(ino);
+            inner.attrs.remove(ino);
+            if let Some(set) = inner.names.remove(ino) {
+                names.extend(set.into_iter().map(|n| (*ino, n)));
+            }
+        }
+        names
+    }
+
     /// Forgets everything of `ino`, which the primary forgot with its last
     /// name: its token, attributes and unwritten changes.
     pub(crate) fn forget(&self, ino: Ino) {

@@ -22,11 +22,11 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, SystemTime};
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
     ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite,
     ReplyXattr, Request, TimeOrNow, WriteFlags,
@@ -35,14 +35,18 @@ use parking_lot::Mutex;
 use shoal_fs::model::{Attr, FsError, Identity, Ino, Kind, Time};
 use shoal_fs::op::{Failure, Op, Reply};
 use shoal_fs::tokens::{OpenId, Want};
-use shoal_fs::update::{Answer, SetAttr, TimeSet, UpdateOp};
+use shoal_fs::update::{Answer, SetAttr, UpdateOp};
 
 use crate::cache::{Content, FOREVER, Open as CacheUse};
 use crate::conn::Conn;
 use crate::private::Routed;
 
+pub(crate) mod attr;
 mod lock;
+mod open;
 mod xattr;
+
+use attr::{absent, file_attr, file_type, kind_of_mode, time_of, time_set};
 
 fn open_flags(open: CacheUse) -> FopenFlags {
     match open {
@@ -101,97 +105,6 @@ fn who(req: &Request) -> Identity {
             .collect();
     }
     id
-}
-
-fn system_time(t: Time) -> SystemTime {
-    if t.secs >= 0 {
-        UNIX_EPOCH + Duration::new(t.secs as u64, t.nanos)
-    } else {
-        UNIX_EPOCH - Duration::from_secs(t.secs.unsigned_abs())
-            + Duration::from_nanos(t.nanos.into())
-    }
-}
-
-fn time_of(t: SystemTime) -> Time {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => Time::new(d.as_secs() as i64, d.subsec_nanos()),
-        Err(e) => {
-            let d = e.duration();
-            Time::new(-(d.as_secs() as i64), 0)
-        }
-    }
-}
-
-fn file_type(k: Kind) -> FileType {
-    match k {
-        Kind::File => FileType::RegularFile,
-        Kind::Dir => FileType::Directory,
-        Kind::Symlink => FileType::Symlink,
-        Kind::Fifo => FileType::NamedPipe,
-        Kind::Socket => FileType::Socket,
-        Kind::CharDev => FileType::CharDevice,
-        Kind::BlockDev => FileType::BlockDevice,
-    }
-}
-
-fn kind_of_mode(mode: u32) -> Option<Kind> {
-    Some(match mode & libc::S_IFMT {
-        libc::S_IFREG | 0 => Kind::File,
-        libc::S_IFDIR => Kind::Dir,
-        libc::S_IFLNK => Kind::Symlink,
-        libc::S_IFIFO => Kind::Fifo,
-        libc::S_IFSOCK => Kind::Socket,
-        libc::S_IFCHR => Kind::CharDev,
-        libc::S_IFBLK => Kind::BlockDev,
-        _ => return None,
-    })
-}
-
-/// The kernel's view of an inode's attributes.
-fn file_attr(a: &Attr) -> FileAttr {
-    FileAttr {
-        ino: INodeNo(a.ino),
-        size: a.size,
-        blocks: a.size.div_ceil(512),
-        atime: system_time(a.atime),
-        mtime: system_time(a.mtime),
-        ctime: system_time(a.ctime),
-        crtime: system_time(a.ctime),
-        kind: file_type(a.kind),
-        perm: a.perm,
-        nlink: a.nlink,
-        uid: a.uid,
-        gid: a.gid,
-        rdev: a.rdev,
-        blksize: 4096,
-        flags: 0,
-    }
-}
-
-/// The attributes of a negative entry (node 0: the name is absent).
-fn absent() -> Attr {
-    let zero = Time { secs: 0, nanos: 0 };
-    Attr {
-        ino: 0,
-        kind: Kind::File,
-        perm: 0,
-        nlink: 0,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        size: 0,
-        atime: zero,
-        mtime: zero,
-        ctime: zero,
-        version: 0,
-    }
-}
-
-fn time_set(t: Option<TimeOrNow>) -> Option<TimeSet> {
-    t.map(|t| match t {
-        TimeOrNow::Now => TimeSet::Now,
-        TimeOrNow::SpecificTime(s) => TimeSet::At(time_of(s)),
-    })
 }
 
 /// Answers a request that returns nothing.
@@ -328,116 +241,6 @@ impl ShoalFs {
             self.conn.gone(*ino);
         }
         Ok(answer)
-    }
-
-    /// Opens `ino` for the kernel: a handle, recorded with the mount's
-    /// opens, and the flags the kernel gets.  An open for reading that
-    /// the mount's token allows costs no message.
-    fn open_file(
-        &self,
-        who: &Identity,
-        ino: Ino,
-        flags: i32,
-    ) -> Result<(u64, FopenFlags), Failure> {
-        let write = (flags & libc::O_ACCMODE) != libc::O_RDONLY;
-        let append = flags & libc::O_APPEND != 0;
-        // A private file, or a file read under a token: no message.
-        if (!write || self.conn.is_private(ino))
-            && let Some(open) = self.conn.cache.open_cached(ino)
-        {
-            let id = self.conn.next_open();
-            self.conn.record_open(ino, id, false);
-            return Ok((self.handle(ino, id, append), open_flags(open)));
-        }
-        let id = self.conn.next_open();
-        let have = self.conn.opens_of(ino);
-        let op = Op::Open {
-            ino,
-            want: if write {
-                Want::OpenWrite
-            } else {
-                Want::OpenRead
-            },
-            have: have.clone(),
-            id,
-            cached: None,
-        };
-        let (attr, grant, content) = match self.conn.call(who, op)? {
-            Reply::Opened {
-                attr,
-                grant,
-                content,
-            } => {
-                if grant.uncached {
-                    // The primary learned every open listed; one closed
-                    // meanwhile (its close not sent: it was not known
-                    // then) is closed now.
-                    let closed = self.conn.learned(ino, &have);
-                    for old in closed {
-                        let _ = self
-                            .conn
-                            .call(&Identity::root(), Op::Close { ino, id: old });
-                    }
-                    // The file is write-shared: whatever the kernel kept
-                    // of it under this mount's token (attributes with a
-                    // long timeout, pages of earlier opens) goes now, for
-                    // no recall will come to this mount while it holds
-                    // none.
-                    self.conn.kernel.inval(vec![(ino, 0, 0)], Vec::new());
-                }
-                (attr, grant, content)
-            }
-            other => return Err(shoal_fssvc::client::unexpected(&other)),
-        };
-        Ok(self.opened(&attr, &grant, content, id, write, append))
-    }
-
-    /// An open `id` of the file `attr` describes, granted `grant` (with
-    /// the `content` of its version): recorded, with its handle and the
-    /// flags the kernel gets.
-    fn opened(
-        &self,
-        attr: &Attr,
-        grant: &shoal_fs::op::Grant,
-        content: Vec<shoal_cap::Capability>,
-        id: OpenId,
-        write: bool,
-        append: bool,
-    ) -> (u64, FopenFlags) {
-        let open = self.conn.opened(attr, grant, content);
-        self.conn.record_open(attr.ino, id, write);
-        if grant.uncached {
-            self.conn.learn_new(id);
-        }
-        (self.handle(attr.ino, id, append), open_flags(open))
-    }
-
-    /// Closes handle `fh`: the primary hears of it only if it knew of the
-    /// open.
-    fn close(&self, fh: u64) -> Result<(), Failure> {
-        let Some(h) = self.handles.lock().remove(&fh) else {
-            return Ok(());
-        };
-        let known = self.conn.forget_open(h.ino, h.open);
-        self.conn.gone_closed(h.ino);
-        if self.conn.opens_of(h.ino).is_empty() {
-            self.conn.private_closed(h.ino);
-        }
-        if !known {
-            // The primary never learned of it: an open under a token.
-            return Ok(());
-        }
-        let close = Op::Close {
-            ino: h.ino,
-            id: h.open,
-        };
-        self.conn.call(&Identity::root(), close).map(|_| ())
-    }
-
-    fn handle(&self, ino: Ino, open: OpenId, append: bool) -> u64 {
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.handles.lock().insert(fh, Handle { ino, open, append });
-        fh
     }
 }
 
@@ -758,12 +561,11 @@ impl Filesystem for ShoalFs {
                 (Kind::File, mode & !umask, 0),
                 &[],
             )
-            .and_then(|op| self.conn.private_change(&who(req), op));
+            .and_then(|op| self.conn.private_create_open(&who(req), op, (id, write)));
         let op = match made {
             Ok(Routed::Shared(op)) => op,
             // Made in a private directory: opened there too.
             Ok(Routed::Local(Ok(Answer::Entry { attr, .. }))) => {
-                self.conn.record_open(attr.ino, id, write);
                 let how = self
                     .conn
                     .cache

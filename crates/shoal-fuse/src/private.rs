@@ -27,9 +27,10 @@
 use std::collections::{HashMap, HashSet};
 
 use parking_lot::Mutex;
-use shoal_fs::model::{Attr, FsError, Identity, Ino, Kind, Time};
+use shoal_fs::model::{Attr, FsError, Identity, Ino, Kind};
 use shoal_fs::op::{Failure, Grant, Op, Reply};
 use shoal_fs::private::Private;
+use shoal_fs::tokens::OpenId;
 use shoal_fs::update::{Answer, UpdateOp};
 use shoal_fssvc::FsClient;
 
@@ -137,10 +138,27 @@ impl Conn {
     /// pushing (and so ending the privacy of) whatever it touches that
     /// was.
     pub(crate) fn private_change(&self, who: &Identity, op: UpdateOp) -> Result<Routed, Failure> {
-        self.pushing(|| self.private_change_once(who, op.clone()))
+        self.pushing(|| self.private_change_once(who, op.clone(), None))
     }
 
-    fn private_change_once(&self, who: &Identity, op: UpdateOp) -> Result<Routed, Failure> {
+    /// A create of a file and its open (`open`, for writing or not), in
+    /// one step if the directory is private: no other thread's unlink can
+    /// come between them and find the file unopened.
+    pub(crate) fn private_create_open(
+        &self,
+        who: &Identity,
+        op: UpdateOp,
+        open: (OpenId, bool),
+    ) -> Result<Routed, Failure> {
+        self.pushing(|| self.private_change_once(who, op.clone(), Some(open)))
+    }
+
+    fn private_change_once(
+        &self,
+        who: &Identity,
+        op: UpdateOp,
+        open: Option<(OpenId, bool)>,
+    ) -> Result<Routed, Failure> {
         let inos = touched(&op);
         let mut s = self.privates.state.lock();
         let private = inos.iter().filter(|i| s.core.holds(**i)).count();
@@ -159,10 +177,15 @@ impl Conn {
             return Ok(Routed::Shared(op));
         }
         let op = self.with_opens(&s.core, op);
-        let now = time_now();
+        let now = crate::fs::attr::time_of(std::time::SystemTime::now());
         let answer = s.core.change(who, now, op, clock(self));
         match &answer {
-            Ok(Answer::Entry { attr, .. }) => self.cache.hold_local(attr),
+            Ok(Answer::Entry { attr, .. }) => {
+                self.cache.hold_local(attr);
+                if let Some((id, write)) = open {
+                    self.record_open(attr.ino, id, write);
+                }
+            }
             Ok(Answer::Removed {
                 gone: Some(ino), ..
             }) => self.cache.forget(*ino),
@@ -296,7 +319,17 @@ impl Conn {
 
     fn lose_locked(&self, s: &mut State) {
         let fresh = s.core.fresh();
-        let (_, lost) = s.core.dissolve();
+        let (inodes, lost) = s.core.dissolve();
+        // What the kernel keeps of them goes (the primary may never have
+        // heard of them, or may hold them otherwise by now).
+        let inodes: Vec<Ino> = inodes.iter().map(|i| i.attr.ino).collect();
+        let names = self.cache.forget_held(&inodes);
+        if !inodes.is_empty() {
+            self.post(crate::callbacks::Work::Inval {
+                inodes: inodes.iter().map(|i| (*i, 0, 0)).collect(),
+                names,
+            });
+        }
         if !lost.is_empty() {
             tracing::warn!(
                 "{} changes in private directories were lost: the session ended before they were pushed",
@@ -366,11 +399,4 @@ impl Conn {
             Err(e) => Err(e),
         }
     }
-}
-
-fn time_now() -> Time {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    Time::new(d.as_secs() as i64, d.subsec_nanos())
 }

@@ -1,0 +1,123 @@
+//! Opens and closes: the handles the kernel gets, and which opens the
+//! primary hears of (an open for reading under a token, or of a private
+//! file, costs no message; its close neither).
+
+use fuser::FopenFlags;
+use shoal_fs::model::{Attr, Identity, Ino};
+use shoal_fs::op::{Failure, Op, Reply};
+use shoal_fs::tokens::{OpenId, Want};
+
+use super::{Handle, ShoalFs, open_flags};
+use std::sync::atomic::Ordering;
+
+impl ShoalFs {
+    /// Opens `ino` for the kernel: a handle, recorded with the mount's
+    /// opens, and the flags the kernel gets.  An open for reading that
+    /// the mount's token allows costs no message.
+    pub(super) fn open_file(
+        &self,
+        who: &Identity,
+        ino: Ino,
+        flags: i32,
+    ) -> Result<(u64, FopenFlags), Failure> {
+        let write = (flags & libc::O_ACCMODE) != libc::O_RDONLY;
+        let append = flags & libc::O_APPEND != 0;
+        // A private file, or a file read under a token: no message.
+        if (!write || self.conn.is_private(ino))
+            && let Some(open) = self.conn.cache.open_cached(ino)
+        {
+            let id = self.conn.next_open();
+            self.conn.record_open(ino, id, false);
+            return Ok((self.handle(ino, id, append), open_flags(open)));
+        }
+        let id = self.conn.next_open();
+        let have = self.conn.opens_of(ino);
+        let op = Op::Open {
+            ino,
+            want: if write {
+                Want::OpenWrite
+            } else {
+                Want::OpenRead
+            },
+            have: have.clone(),
+            id,
+            cached: None,
+        };
+        let (attr, grant, content) = match self.conn.call(who, op)? {
+            Reply::Opened {
+                attr,
+                grant,
+                content,
+            } => {
+                if grant.uncached {
+                    // The primary learned every open listed; one closed
+                    // meanwhile (its close not sent: it was not known
+                    // then) is closed now.
+                    let closed = self.conn.learned(ino, &have);
+                    for old in closed {
+                        let _ = self
+                            .conn
+                            .call(&Identity::root(), Op::Close { ino, id: old });
+                    }
+                    // The file is write-shared: whatever the kernel kept
+                    // of it under this mount's token (attributes with a
+                    // long timeout, pages of earlier opens) goes now, for
+                    // no recall will come to this mount while it holds
+                    // none.
+                    self.conn.kernel.inval(vec![(ino, 0, 0)], Vec::new());
+                }
+                (attr, grant, content)
+            }
+            other => return Err(shoal_fssvc::client::unexpected(&other)),
+        };
+        Ok(self.opened(&attr, &grant, content, id, write, append))
+    }
+
+    /// An open `id` of the file `attr` describes, granted `grant` (with
+    /// the `content` of its version): recorded, with its handle and the
+    /// flags the kernel gets.
+    pub(super) fn opened(
+        &self,
+        attr: &Attr,
+        grant: &shoal_fs::op::Grant,
+        content: Vec<shoal_cap::Capability>,
+        id: OpenId,
+        write: bool,
+        append: bool,
+    ) -> (u64, FopenFlags) {
+        let open = self.conn.opened(attr, grant, content);
+        self.conn.record_open(attr.ino, id, write);
+        if grant.uncached {
+            self.conn.learn_new(id);
+        }
+        (self.handle(attr.ino, id, append), open_flags(open))
+    }
+
+    /// Closes handle `fh`: the primary hears of it only if it knew of the
+    /// open.
+    pub(super) fn close(&self, fh: u64) -> Result<(), Failure> {
+        let Some(h) = self.handles.lock().remove(&fh) else {
+            return Ok(());
+        };
+        let known = self.conn.forget_open(h.ino, h.open);
+        self.conn.gone_closed(h.ino);
+        if self.conn.opens_of(h.ino).is_empty() {
+            self.conn.private_closed(h.ino);
+        }
+        if !known {
+            // The primary never learned of it: an open under a token.
+            return Ok(());
+        }
+        let close = Op::Close {
+            ino: h.ino,
+            id: h.open,
+        };
+        self.conn.call(&Identity::root(), close).map(|_| ())
+    }
+
+    pub(super) fn handle(&self, ino: Ino, open: OpenId, append: bool) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.handles.lock().insert(fh, Handle { ino, open, append });
+        fh
+    }
+}
