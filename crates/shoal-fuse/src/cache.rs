@@ -221,6 +221,15 @@ impl Cache {
         inner.attrs.insert(attr.ino, *attr);
     }
 
+    /// A grant on directory `ino` seen in an answer that brought no
+    /// attributes (a listing).
+    pub(crate) fn saw(&self, ino: Ino, grant: u64) {
+        let mut inner = self.inner.lock();
+        let h = inner.held.entry(ino).or_default();
+        h.dir = true;
+        h.seen = h.seen.max(grant);
+    }
+
     /// Where the counts that may make `ino`'s attributes stale stand.
     pub(crate) fn stamp(&self, ino: Ino) -> Stamp {
         self.inner.lock().stamp(ino)

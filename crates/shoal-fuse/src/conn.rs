@@ -37,6 +37,7 @@ const FLUSH_WAIT: Duration = Duration::from_secs(120);
 /// The session and what the mount knows of its own opens.
 pub(crate) struct Conn {
     client: Mutex<FsClient>,
+    session: u64,
     pub(crate) ctx: Context,
     /// The file system's name.
     pub(crate) name: String,
@@ -115,6 +116,7 @@ impl Conn {
         let mut client = FsClient::new(ctx, name)?;
         let hello = client.hello(node)?;
         Ok(Conn {
+            session: client.session(),
             client: Mutex::new(client),
             ctx: ctx.clone(),
             name: name.to_string(),
@@ -137,8 +139,9 @@ impl Conn {
         })
     }
 
+    /// The session's number (it stays the same through hellos).
     pub(crate) fn session(&self) -> u64 {
-        self.client.lock().session()
+        self.session
     }
 
     /// One call as `who`; a session the primary no longer knows (its lease
@@ -583,6 +586,14 @@ impl Conn {
         let ttl = self.cache.install(attr, grant);
         self.settle();
         ttl
+    }
+
+    /// An answer granted `grant` on `ino` without its attributes (a
+    /// listing): the grant is seen (a recall of it is carried out), and
+    /// the token is kept at the level the mount knew.
+    pub(crate) fn saw(&self, ino: Ino, grant: &Grant) {
+        self.cache.saw(ino, grant.grant);
+        self.settle();
     }
 
     /// An open's answer.

@@ -796,7 +796,12 @@ impl Filesystem for ShoalFs {
             ),
             Some(Err(e)) => return reply.error(errno(Failure::Fs(e))),
             None => match self.conn.call(&who(req), Op::ReadDir { ino: ino.0 }) {
-                Ok(Reply::Entries { entries, .. }) => (ino.0, entries),
+                Ok(Reply::Entries { entries, grant }) => {
+                    // The grant must be known as seen, or a recall of it
+                    // would wait for it for ever.
+                    self.conn.saw(ino.0, &grant);
+                    (ino.0, entries)
+                }
                 Ok(other) => return reply.error(errno(shoal_fssvc::client::unexpected(&other))),
                 Err(e) => return reply.error(errno(e)),
             },

@@ -176,3 +176,19 @@ fn lost_changes_are_reported_once() {
     assert!(c.take_lost(3), "the next fsync hears of it");
     assert!(!c.take_lost(3), "and only that one");
 }
+
+#[test]
+fn a_recall_of_a_grant_seen_only_in_a_listing_is_carried_out() {
+    let c = Cache::default();
+    c.install(&attr(1, Kind::Dir, 0), &grant(Level::Write, 1));
+    c.entry_ttl(1, b"x");
+    // A listing's answer renewed the grant (number 2) without attributes;
+    // the recall of grant 2 that follows must not wait for ever.
+    assert!(c.recall(1, Level::Read, 2).is_none());
+    c.saw(1, 2);
+    assert_eq!(c.ready(), vec![(1, Level::Read, 2)]);
+    let r = c.take_clean(1, Level::Read, 2).expect("nothing dirty");
+    assert!(!r.inval, "a recall to Read keeps the names");
+    assert!(!c.holds_write(1));
+    assert_eq!(c.entry_ttl(1, b"y"), FOREVER, "Read is kept");
+}
