@@ -808,15 +808,7 @@ impl Primary {
             now: wall(),
             op,
         };
-        let ordered = r
-            .order(&update.encode())
-            .and_then(|(index, result)| {
-                r.durable(index)?;
-                r.still_serving()?;
-                Ok(result)
-            })
-            .map_err(unavailable);
-        let result = match ordered {
+        let result = match order_for_client(r, &update) {
             Ok(result) => result,
             Err(e) => return Outcome::Reply(Err(e)),
         };
@@ -998,6 +990,19 @@ struct Prepared {
     victims: Vec<Ino>,
     /// Victims only the asking client holds, which go with their name.
     mine: Vec<Ino>,
+}
+
+/// Orders a client's update: its result once it is durable, if this
+/// replica still serves (an answer from a primary that lost its place
+/// could tell of a change the next one never made).
+fn order_for_client(r: &Rep, update: &Update) -> Result<Result<Answer, FsError>, Failure> {
+    r.order(&update.encode())
+        .and_then(|(index, result)| {
+            r.durable(index)?;
+            r.still_serving()?;
+            Ok(result)
+        })
+        .map_err(unavailable)
 }
 
 fn reply_to(server: &Server, request: &shoal_rpc::Request, reply: &Result<Reply, Failure>) {

@@ -18,7 +18,7 @@ use shoal_fs::op::{self, Failure, Reply};
 use shoal_fs::tokens::{Level, Want};
 use shoal_fs::update::{Answer, Pushed, Update, UpdateOp};
 
-use super::{Outcome, Primary, Rep, Soft, fs, granted, unavailable, wall};
+use super::{Outcome, Primary, Rep, Soft, fs, granted, order_for_client, wall};
 
 impl Primary {
     pub(super) fn push(
@@ -68,15 +68,7 @@ impl Primary {
             now: wall(),
             op: UpdateOp::Push { ops: ops.to_vec() },
         };
-        let ordered = r
-            .order(&update.encode())
-            .and_then(|(index, result)| {
-                r.durable(index)?;
-                r.still_serving()?;
-                Ok(result)
-            })
-            .map_err(unavailable);
-        let results = match ordered {
+        let results = match order_for_client(r, &update) {
             Ok(Ok(Answer::Pushed(results))) => results,
             Ok(Ok(other)) => {
                 return Outcome::Reply(Err(Failure::Unavailable(format!(
