@@ -24,6 +24,40 @@ use crate::update::{Answer, Pushed, SetAttr, TimeSet, UpdateOp};
 #[cfg(test)]
 mod tests;
 
+/// Whether a client may push `ops` (the primary's rule): every directory
+/// whose names they change, and every inode whose attributes they change,
+/// is one they make or one the client holds `Write` on (`holds_write`).
+/// Nobody else can then hold a token on any of them.  The inodes they
+/// make, in order of number.
+pub fn check_push(ops: &[Pushed], holds_write: impl Fn(Ino) -> bool) -> Result<Vec<Ino>, FsError> {
+    let mut made = BTreeSet::new();
+    for p in ops {
+        let (inos, dirs): (&[Ino], Vec<Ino>) = match &p.op {
+            UpdateOp::Create { parent, ino, .. } => {
+                made.insert(*ino);
+                (&[], vec![*parent])
+            }
+            UpdateOp::Link { ino, parent, .. } => (std::slice::from_ref(ino), vec![*parent]),
+            UpdateOp::Unlink { parent, .. } => (&[], vec![*parent]),
+            UpdateOp::Rename { from, to, .. } => (&[], vec![*from, *to]),
+            UpdateOp::SetAttr { ino, .. } => (std::slice::from_ref(ino), Vec::new()),
+            _ => {
+                return Err(FsError::Invalid(
+                    "a push carries changes of names and attributes only",
+                ));
+            }
+        };
+        for ino in inos.iter().chain(&dirs) {
+            if !made.contains(ino) && !holds_write(*ino) {
+                return Err(FsError::Stale(
+                    "a push changes a directory or inode its client does not hold",
+                ));
+            }
+        }
+    }
+    Ok(made.into_iter().collect())
+}
+
 /// The distance between two changes' positions in the pending list.
 const SPACING: u64 = 1 << 16;
 
@@ -81,6 +115,13 @@ impl Private {
     /// in one.
     pub fn holds(&self, ino: Ino) -> bool {
         self.tree.get(ino).is_some()
+    }
+
+    /// Whether `ino` is private, or a pending change needs it (an inode
+    /// the copy removed, which the primary still has): a recall of it, or
+    /// anything sent to the primary about it, must follow the push.
+    pub fn mentions(&self, ino: Ino) -> bool {
+        self.holds(ino) || self.by_ino.contains_key(&ino)
     }
 
     /// Whether nothing is private.

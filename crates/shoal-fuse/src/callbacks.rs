@@ -338,7 +338,7 @@ fn work(mut answerer: FsClient, conn: &Arc<Conn>, rx: &Receiver<Work>, stop: &At
 fn recall(answerer: &mut FsClient, conn: &Arc<Conn>, ino: Ino, to: Level, grant: u64) -> Recall {
     // Another mount looks at a private inode: the pending changes go
     // first, and nothing is private any more.
-    if conn.is_private(ino) {
+    if conn.in_private(ino) {
         let mut pushed = conn.unprivate(&[ino]);
         for _ in 1..RECALL_TRIES {
             if pushed.is_ok() {

@@ -545,7 +545,7 @@ impl Conn {
     }
 
     /// Recalls that were waiting for a grant just seen.
-    fn settle(&self) {
+    pub(crate) fn settle(&self) {
         for (ino, to, grant) in self.cache.ready() {
             self.post(Work::Recall { ino, to, grant });
         }

@@ -93,6 +93,13 @@ impl Conn {
         self.privates.state.lock().core.holds(ino)
     }
 
+    /// Whether `ino` is private or named by a pending change (removed
+    /// from the copy, not yet at the primary): a recall of it must follow
+    /// the push.
+    pub(crate) fn in_private(&self, ino: Ino) -> bool {
+        self.privates.state.lock().core.mentions(ino)
+    }
+
     /// A private inode's attributes, with the mount's dirty changes made.
     pub(crate) fn private_attr(&self, ino: Ino) -> Option<Attr> {
         let mut attr = self.privates.state.lock().core.attr(ino)?;
@@ -222,12 +229,22 @@ impl Conn {
     /// A directory the primary made for this mount, granting it `Write`
     /// (`grant`): private from birth.
     pub(crate) fn adopt(&self, attr: &Attr, secret: [u8; 16], parent: Ino, grant: &Grant) {
-        self.privates
-            .state
-            .lock()
-            .core
-            .adopt_dir(*attr, secret, parent);
-        self.granted(attr, grant);
+        let mut s = self.privates.state.lock();
+        self.cache.install(attr, grant);
+        // Private only if the token is still held: a lookup of the new
+        // directory by another thread may have answered first, and a
+        // recall of that later grant been carried out with it.  Adopted
+        // before the recalls waiting for this grant go.
+        if self.cache.holds_write(attr.ino) {
+            s.core.adopt_dir(*attr, secret, parent);
+        } else {
+            tracing::debug!(
+                "directory {} was recalled before its mkdir answered",
+                attr.ino
+            );
+        }
+        drop(s);
+        self.settle();
     }
 
     /// The last open of `ino` here closed: a private inode with no name
@@ -302,7 +319,7 @@ impl Conn {
     pub(crate) fn unprivate(&self, inos: &[Ino]) -> Result<(), Failure> {
         self.pushing(|| {
             let mut s = self.privates.state.lock();
-            if inos.iter().any(|i| s.core.holds(*i)) {
+            if inos.iter().any(|i| s.core.mentions(*i)) {
                 self.dissolve(&mut s)?;
             }
             Ok(())

@@ -36,6 +36,7 @@
 pub mod bullet;
 pub mod dir;
 pub mod fs;
+pub mod fs_private;
 mod group;
 pub mod linearize;
 mod net;
@@ -46,6 +47,7 @@ mod timeline;
 pub use bullet::{BulletReport, BulletSim, BulletSimConfig};
 pub use dir::{DirReport, DirSim, DirSimConfig};
 pub use fs::{FsReport, FsSim, FsSimConfig};
+pub use fs_private::{PrivateReport, PrivateSim, PrivateSimConfig};
 pub use group::{GroupReport, GroupSim, GroupSimConfig};
 pub use net::Faults;
 pub use sim::{Outcome, Report, Sim, SimConfig};

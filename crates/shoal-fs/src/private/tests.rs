@@ -370,3 +370,27 @@ fn only_changes_of_names_and_attributes_are_made_here() {
     assert!(matches!(w.local(&alice(), op), Err(FsError::Invalid(_))));
     assert_eq!(w.client.pending_len(), 0);
 }
+
+#[test]
+fn an_inode_removed_in_the_copy_is_still_mentioned_until_the_push() {
+    let mut w = World::new();
+    let op = w.create_op(w.d, b"sub", Kind::Dir, 0o755);
+    let Ok(Answer::Entry { attr, .. }) = w.local(&alice(), op) else {
+        panic!()
+    };
+    w.push();
+    let op = UpdateOp::Unlink {
+        parent: w.d,
+        name: b"sub".to_vec(),
+        dir: true,
+        open: false,
+    };
+    w.local(&alice(), op).unwrap();
+    // Gone from the copy, still at the primary: a recall of it must wait
+    // for the push that removes it there.
+    assert!(!w.client.holds(attr.ino));
+    assert!(w.client.mentions(attr.ino));
+    w.push();
+    assert!(!w.client.mentions(attr.ino));
+    assert!(w.primary.get(attr.ino).is_none());
+}

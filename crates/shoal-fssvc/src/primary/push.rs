@@ -11,10 +11,8 @@
 //! out (the push is how the pusher answers it).  The pusher gets `Write`
 //! on every inode the push made.
 
-use std::collections::HashSet;
-
-use shoal_fs::model::{FsError, Ino};
 use shoal_fs::op::{self, Failure, Reply};
+use shoal_fs::private::check_push;
 use shoal_fs::tokens::{Level, Want};
 use shoal_fs::update::{Answer, Pushed, Update, UpdateOp};
 
@@ -32,31 +30,10 @@ impl Primary {
         if !soft.tokens.knows(client) {
             return Outcome::Reply(Err(Failure::NoSession));
         }
-        let mut made = HashSet::new();
-        for p in ops {
-            let (inos, dirs): (&[Ino], Vec<Ino>) = match &p.op {
-                UpdateOp::Create { parent, ino, .. } => {
-                    made.insert(*ino);
-                    (&[], vec![*parent])
-                }
-                UpdateOp::Link { ino, parent, .. } => (std::slice::from_ref(ino), vec![*parent]),
-                UpdateOp::Unlink { parent, .. } => (&[], vec![*parent]),
-                UpdateOp::Rename { from, to, .. } => (&[], vec![*from, *to]),
-                UpdateOp::SetAttr { ino, .. } => (std::slice::from_ref(ino), Vec::new()),
-                _ => {
-                    return Outcome::Reply(Err(fs(FsError::Invalid(
-                        "a push carries changes of names and attributes only",
-                    ))));
-                }
-            };
-            for ino in inos.iter().chain(&dirs) {
-                if !made.contains(ino) && soft.tokens.level(client, *ino) != Level::Write {
-                    return Outcome::Reply(Err(fs(FsError::Stale(
-                        "a push changes a directory or inode its client does not hold",
-                    ))));
-                }
-            }
-        }
+        let made = match check_push(ops, |ino| soft.tokens.level(client, ino) == Level::Write) {
+            Ok(made) => made,
+            Err(e) => return Outcome::Reply(Err(fs(e))),
+        };
         // The push has its own exactly-once record, apart from the
         // session's other changes (it comes from its own caller, with its
         // own request numbers): sessions are odd, so the even number next
@@ -88,8 +65,6 @@ impl Primary {
                 soft.tokens.forget(*ino);
             }
         }
-        let mut made: Vec<Ino> = made.into_iter().collect();
-        made.sort_unstable();
         let attrs: Vec<_> = r.read(|m| {
             made.iter()
                 .filter_map(|ino| m.tree.get(*ino).map(|i| i.attr))
