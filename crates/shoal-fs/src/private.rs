@@ -24,35 +24,38 @@ use crate::update::{Answer, Pushed, SetAttr, TimeSet, UpdateOp};
 #[cfg(test)]
 mod tests;
 
-/// Whether a client may push `ops` (the primary's rule): every directory
-/// whose names they change, and every inode whose attributes they change,
-/// is one they make or one the client holds `Write` on (`holds_write`).
-/// Nobody else can then hold a token on any of them.  The inodes they
-/// make, in order of number.
+/// The inodes a change of names or attributes names by number: the
+/// directories whose names it changes, and the inode it links or whose
+/// attributes it changes (not one it makes).  `None` for any other
+/// change: only these are made in a private copy and pushed.
+pub fn numbered(op: &UpdateOp) -> Option<Vec<Ino>> {
+    Some(match op {
+        UpdateOp::Create { parent, .. } => vec![*parent],
+        UpdateOp::Link { ino, parent, .. } => vec![*ino, *parent],
+        UpdateOp::Unlink { parent, .. } => vec![*parent],
+        UpdateOp::Rename { from, to, .. } => vec![*from, *to],
+        UpdateOp::SetAttr { ino, .. } => vec![*ino],
+        _ => return None,
+    })
+}
+
+/// Whether a client may push `ops` (the primary's rule): every inode
+/// they name by number ([`numbered`]) is one they make or one the client
+/// holds `Write` on (`holds_write`).  Nobody else can then hold a token
+/// on any of them.  The inodes they make, in order of number.
 pub fn check_push(ops: &[Pushed], holds_write: impl Fn(Ino) -> bool) -> Result<Vec<Ino>, FsError> {
     let mut made = BTreeSet::new();
     for p in ops {
-        let (inos, dirs): (&[Ino], Vec<Ino>) = match &p.op {
-            UpdateOp::Create { parent, ino, .. } => {
-                made.insert(*ino);
-                (&[], vec![*parent])
-            }
-            UpdateOp::Link { ino, parent, .. } => (std::slice::from_ref(ino), vec![*parent]),
-            UpdateOp::Unlink { parent, .. } => (&[], vec![*parent]),
-            UpdateOp::Rename { from, to, .. } => (&[], vec![*from, *to]),
-            UpdateOp::SetAttr { ino, .. } => (std::slice::from_ref(ino), Vec::new()),
-            _ => {
-                return Err(FsError::Invalid(
-                    "a push carries changes of names and attributes only",
-                ));
-            }
-        };
-        for ino in inos.iter().chain(&dirs) {
-            if !made.contains(ino) && !holds_write(*ino) {
-                return Err(FsError::Stale(
-                    "a push changes a directory or inode its client does not hold",
-                ));
-            }
+        let named = numbered(&p.op).ok_or(FsError::Invalid(
+            "a push carries changes of names and attributes only",
+        ))?;
+        if let UpdateOp::Create { ino, .. } = &p.op {
+            made.insert(*ino);
+        }
+        if named.iter().any(|i| !made.contains(i) && !holds_write(*i)) {
+            return Err(FsError::Stale(
+                "a push changes a directory or inode its client does not hold",
+            ));
         }
     }
     Ok(made.into_iter().collect())

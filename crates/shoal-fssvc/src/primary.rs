@@ -839,15 +839,9 @@ impl Primary {
             // new inode yet, so it is granted at once.  A directory made
             // is its maker's to change alone (`Write`: private) until
             // another mount looks at it.
-            let opened = match (&result, open) {
+            let asked = match (&result, open) {
                 (Ok(Answer::Entry { attr, .. }), Some((id, want))) => {
-                    match soft
-                        .tokens
-                        .request(req.session, attr.ino, want, &[], Some(id))
-                    {
-                        d @ Decision::Grant { .. } => granted(&d),
-                        _ => None,
-                    }
+                    Some((attr.ino, want, Some(id)))
                 }
                 (
                     Ok(Answer::Entry {
@@ -856,16 +850,13 @@ impl Primary {
                     }),
                     None,
                 ) if attr.kind == Kind::Dir && req.session != 0 => {
-                    match soft
-                        .tokens
-                        .request(req.session, attr.ino, Want::Change, &[], None)
-                    {
-                        d @ Decision::Grant { .. } => granted(&d),
-                        _ => None,
-                    }
+                    Some((attr.ino, Want::Change, None))
                 }
                 _ => None,
             };
+            let opened = asked.and_then(|(ino, want, id)| {
+                granted(&soft.tokens.request(req.session, ino, want, &[], id))
+            });
             let mut dirs: Vec<Ino> = p.names.iter().map(|(d, _)| *d).collect();
             dirs.sort_unstable();
             dirs.dedup();

@@ -337,19 +337,17 @@ fn work(mut answerer: FsClient, conn: &Arc<Conn>, rx: &Receiver<Work>, stop: &At
 /// back first (they must reach the primary before the answer does).
 fn recall(answerer: &mut FsClient, conn: &Arc<Conn>, ino: Ino, to: Level, grant: u64) -> Recall {
     // Another mount looks at a private inode: the pending changes go
-    // first, and nothing is private any more.
-    if conn.in_private(ino) {
-        let mut pushed = conn.unprivate(&[ino]);
-        for _ in 1..RECALL_TRIES {
-            if pushed.is_ok() {
-                break;
-            }
-            pushed = conn.unprivate(&[ino]);
+    // first, and nothing is private any more (nothing happens otherwise).
+    let mut pushed = conn.unprivate(&[ino]);
+    for _ in 1..RECALL_TRIES {
+        if pushed.is_ok() {
+            break;
         }
-        if let Err(e) = pushed {
-            tracing::warn!("pushing the private directories' changes for a recall: {e}");
-            conn.lose_private();
-        }
+        pushed = conn.unprivate(&[ino]);
+    }
+    if let Err(e) = pushed {
+        tracing::warn!("pushing the private directories' changes for a recall: {e}");
+        conn.lose_private();
     }
     for _ in 0..RECALL_TRIES {
         if let Some(r) = conn.cache.take_clean(ino, to, grant) {

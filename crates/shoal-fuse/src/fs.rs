@@ -377,10 +377,9 @@ impl Filesystem for ShoalFs {
                 Ok(Routed::Shared(_)) => {}
                 Err(e) => return reply.error(errno(e)),
             }
-        } else if let Err(e) = self.conn.unprivate(&[ino.0]) {
-            return reply.error(errno(e));
         }
-        // Anything else is the primary's, after the dirty changes.
+        // Anything else is the primary's, after the dirty changes (a
+        // private inode is pushed before either reaches it).
         if let Err(e) = self.conn.flush(Some(ino.0), false) {
             return reply.error(errno(e));
         }
@@ -482,11 +481,7 @@ impl Filesystem for ShoalFs {
             noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
             open_victim: false,
         };
-        let changed = match self.conn.private_change(&who(req), op) {
-            Ok(Routed::Local(answer)) => answer.map_err(Failure::Fs),
-            Ok(Routed::Shared(op)) => self.conn.change(&who(req), op),
-            Err(e) => Err(e),
-        };
+        let changed = self.conn.route(&who(req), op);
         if changed.is_ok() {
             // The kernel moves its entry, timeout and all.
             self.conn.cache.kernel_has(newparent.0, newname.as_bytes());
@@ -507,23 +502,14 @@ impl Filesystem for ShoalFs {
             parent: newparent.0,
             name: newname.as_bytes().to_vec(),
         };
-        let (op, private) = match self.conn.private_change(&who(req), op) {
-            Ok(Routed::Local(answer)) => (Err(answer.map_err(Failure::Fs)), true),
-            Ok(Routed::Shared(op)) => (Ok(op), false),
-            Err(e) => (Err(Err(e)), false),
-        };
-        let linked = match op {
-            Ok(op) => self.conn.change(&who(req), op),
-            Err(answer) => answer,
-        };
-        match linked {
-            Ok(Answer::Entry { attr, .. }) => {
+        match self.conn.route(&who(req), op) {
+            Ok((Answer::Entry { attr, .. }, private)) => {
                 if !private {
                     self.conn.cache.drop_token(ino.0);
                 }
                 self.answer_entry(reply, newparent, newname, Ok(attr))
             }
-            Ok(other) => reply.error(errno(Failure::Unavailable(format!("{other:?}")))),
+            Ok((other, _)) => reply.error(errno(Failure::Unavailable(format!("{other:?}")))),
             Err(e) => reply.error(errno(e)),
         }
     }

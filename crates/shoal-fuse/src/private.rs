@@ -29,7 +29,7 @@ use std::collections::{HashMap, HashSet};
 use parking_lot::Mutex;
 use shoal_fs::model::{Attr, FsError, Identity, Ino, Kind};
 use shoal_fs::op::{Failure, Grant, Op, Reply};
-use shoal_fs::private::Private;
+use shoal_fs::private::{Private, numbered};
 use shoal_fs::tokens::OpenId;
 use shoal_fs::update::{Answer, UpdateOp};
 use shoal_fssvc::FsClient;
@@ -57,19 +57,6 @@ pub(crate) enum Routed {
     Shared(UpdateOp),
 }
 
-/// The directories whose names a change changes, and the inodes it names
-/// by number.
-fn touched(op: &UpdateOp) -> Vec<Ino> {
-    match op {
-        UpdateOp::Create { parent, .. } => vec![*parent],
-        UpdateOp::Link { ino, parent, .. } => vec![*ino, *parent],
-        UpdateOp::Unlink { parent, .. } => vec![*parent],
-        UpdateOp::Rename { from, to, .. } => vec![*from, *to],
-        UpdateOp::SetAttr { ino, .. } => vec![*ino],
-        _ => Vec::new(),
-    }
-}
-
 /// Every inode a change names by number.
 pub(crate) fn named(op: &UpdateOp) -> Vec<Ino> {
     match op {
@@ -78,7 +65,7 @@ pub(crate) fn named(op: &UpdateOp) -> Vec<Ino> {
         | UpdateOp::SetXattr { ino, .. }
         | UpdateOp::RemoveXattr { ino, .. }
         | UpdateOp::Forget { ino } => vec![*ino],
-        _ => touched(op),
+        _ => numbered(op).unwrap_or_default(),
     }
 }
 
@@ -91,13 +78,6 @@ impl Conn {
     /// Whether `ino` is private.
     pub(crate) fn is_private(&self, ino: Ino) -> bool {
         self.privates.state.lock().core.holds(ino)
-    }
-
-    /// Whether `ino` is private or named by a pending change (removed
-    /// from the copy, not yet at the primary): a recall of it must follow
-    /// the push.
-    pub(crate) fn in_private(&self, ino: Ino) -> bool {
-        self.privates.state.lock().core.mentions(ino)
     }
 
     /// A private inode's attributes, with the mount's dirty changes made.
@@ -166,7 +146,7 @@ impl Conn {
         op: UpdateOp,
         open: Option<(OpenId, bool)>,
     ) -> Result<Routed, Failure> {
-        let inos = touched(&op);
+        let inos = numbered(&op).unwrap_or_default();
         let mut s = self.privates.state.lock();
         let private = inos.iter().filter(|i| s.core.holds(**i)).count();
         if inos.is_empty() || private == 0 {
@@ -199,6 +179,15 @@ impl Conn {
             _ => {}
         }
         Ok(Routed::Local(answer))
+    }
+
+    /// Makes `op` as `who` in the private copy if it can be, else at the
+    /// primary: its answer, and whether it was made in the copy.
+    pub(crate) fn route(&self, who: &Identity, op: UpdateOp) -> Result<(Answer, bool), Failure> {
+        match self.private_change(who, op)? {
+            Routed::Local(answer) => Ok((answer.map_err(Failure::Fs)?, true)),
+            Routed::Shared(op) => Ok((self.change(who, op)?, false)),
+        }
     }
 
     /// `op` with whether its victim is open here (the primary keeps such
@@ -313,7 +302,9 @@ impl Conn {
         }
     }
 
-    /// Ends the privacy of everything if any of `inos` is private (its
+    /// Ends the privacy of everything if any of `inos` is private, or
+    /// named by a pending change (removed from the copy, not yet at the
+    /// primary) (its
     /// pending changes pushed first), so a request the private copy
     /// cannot answer goes to the primary.
     pub(crate) fn unprivate(&self, inos: &[Ino]) -> Result<(), Failure> {

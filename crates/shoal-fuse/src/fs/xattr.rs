@@ -63,7 +63,8 @@ impl ShoalFs {
         if name.starts_with(SHOAL) {
             return Err(Failure::Fs(FsError::Perm));
         }
-        self.conn.unprivate(&[ino])?;
+        // A change through the primary: a private inode is pushed first
+        // (`Conn::change`).
         let op = match value {
             Some((value, flags)) => UpdateOp::SetXattr {
                 ino,
