@@ -17,6 +17,7 @@ mod conn;
 pub mod fs;
 mod locks;
 mod private;
+mod transport;
 mod writeback;
 
 use std::path::{Path, PathBuf};
@@ -27,9 +28,15 @@ use fuser::{BackgroundSession, Config, MountOption, SessionACL};
 use shoal_fs::op::Failure;
 use shoal_rpc::Context;
 
+pub use transport::Transport;
+
 /// FUSE threads serving a mount (one per CPU of the machines shoal runs
 /// on; each reads its own cloned `/dev/fuse` descriptor).
 pub const THREADS: usize = 2;
+
+/// Workers per CPU when the kernel serves the mount through io_uring: one
+/// may wait for a server while the other answers from the caches.
+pub const URING_THREADS: usize = 2;
 
 /// How a mount holds dirty data (`shoal fs mount --write-back-secs
 /// --dirty-mib`).
@@ -41,6 +48,8 @@ pub struct Tuning {
     /// Dirty bytes, in all files, past which a write waits for its file's
     /// write-back.
     pub dirty_max: u64,
+    /// Be served through FUSE over io_uring where the kernel has it.
+    pub uring: bool,
 }
 
 /// How long dirty data waits by default before it is written back (s).
@@ -51,6 +60,7 @@ impl Default for Tuning {
         Tuning {
             write_back_after: Duration::from_secs(WRITE_BACK_SECS),
             dirty_max: default_dirty_max(),
+            uring: true,
         }
     }
 }
@@ -75,6 +85,7 @@ pub struct Mount {
     conn: Arc<conn::Conn>,
     _callbacks: callbacks::Callbacks,
     at: PathBuf,
+    transport: Transport,
 }
 
 impl Mount {
@@ -101,8 +112,18 @@ impl Mount {
         config.acl = SessionACL::All;
         config.n_threads = Some(THREADS);
         config.clone_fd = true;
+        config.uring = tuning.uring
+            && transport::enable_uring()
+                .map_err(|e| tracing::warn!("{e}: the mount is served through /dev/fuse"))
+                .is_ok();
+        config.uring_threads = URING_THREADS;
         let session = fuser::Session::new(fs::ShoalFs::new(conn.clone()), at, &config)
             .map_err(|e| format!("cannot mount {}: {e}", at.display()))?;
+        let transport = if session.uses_uring() {
+            Transport::Uring
+        } else {
+            Transport::Device
+        };
         conn.kernel.set(session.notifier());
         let callbacks =
             callbacks::Callbacks::start(ctx, name, conn.clone()).map_err(|e| e.to_string())?;
@@ -114,12 +135,18 @@ impl Mount {
             conn,
             _callbacks: callbacks,
             at: at.to_path_buf(),
+            transport,
         })
     }
 
     /// Where the tree is mounted.
     pub fn path(&self) -> &Path {
         &self.at
+    }
+
+    /// How the kernel hands this mount its requests.
+    pub fn transport(&self) -> Transport {
+        self.transport
     }
 
     /// Unmounts, waits for the FUSE threads, and writes every dirty file

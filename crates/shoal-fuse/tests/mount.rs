@@ -22,7 +22,7 @@ use shoal_fssvc::MetaReplica;
 
 mod common;
 
-use common::{Setup, errno, primary_of};
+use common::{Setup, errno, lock, primary_of};
 
 const NAME: &str = "fs-mount-test";
 
@@ -565,25 +565,6 @@ fn extended_attributes_and_capabilities() {
         r.stop();
     }
     server.stop().unwrap();
-}
-
-/// `fcntl(2)` on a descriptor: a lock (`F_SETLK`, or `F_SETLKW` with
-/// `wait`) of `typ` on `len` bytes (0: to the end) from `start`.
-fn lock(f: &fs::File, typ: i32, start: i64, len: i64, wait: bool) -> Result<(), i32> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: a zeroed `flock` is a valid value; fcntl reads it.
-    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-    fl.l_type = typ as i16;
-    fl.l_whence = libc::SEEK_SET as i16;
-    fl.l_start = start;
-    fl.l_len = len;
-    let cmd = if wait { libc::F_SETLKW } else { libc::F_SETLK };
-    // SAFETY: the descriptor is open for the call; `fl` outlives it.
-    if unsafe { libc::fcntl(f.as_raw_fd(), cmd, &fl) } == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
-    }
 }
 
 /// `F_GETLK`: the type, start, length and process of a lock in the way of

@@ -39,6 +39,10 @@ pub enum FsCommand {
         /// file's write-back (default: an eighth of the node's memory).
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1 << 24))]
         dirty_mib: Option<u64>,
+        /// Be served through /dev/fuse even where the kernel has FUSE over
+        /// io_uring (which a mount by root otherwise turns on and uses).
+        #[arg(long)]
+        no_uring: bool,
     },
     /// Unmount the tree at PATH (also one whose client died).
     Umount {
@@ -94,10 +98,12 @@ pub fn run(cmd: FsCommand) -> Result<(), Failure> {
             service,
             write_back_secs,
             dirty_mib,
+            no_uring,
         } => {
             let tuning = shoal_fuse::Tuning {
                 write_back_after: std::time::Duration::from_secs(write_back_secs),
                 dirty_max: dirty_mib.map_or_else(shoal_fuse::default_dirty_max, |m| m << 20),
+                uring: !no_uring,
             };
             mount(&path, &service, tuning)
         }
@@ -236,7 +242,11 @@ fn mount(path: &Path, service: &str, tuning: shoal_fuse::Tuning) -> Result<(), F
         .unwrap_or_else(|| "?".into());
     let mount =
         shoal_fuse::Mount::start(&ctx, service, &node, path, tuning).map_err(Failure::failed)?;
-    eprintln!("file system {service} mounted at {}", path.display());
+    eprintln!(
+        "file system {service} mounted at {} ({})",
+        path.display(),
+        mount.transport()
+    );
     until_signalled(|| true, ("serving the tree until SIGTERM", ""))?;
     mount.stop().map_err(Failure::failed)
 }

@@ -101,6 +101,7 @@ mod request;
 mod request_param;
 mod session;
 mod time;
+mod uring;
 
 /// We generally support async reads
 #[cfg(not(target_os = "macos"))]
@@ -383,6 +384,16 @@ impl KernelConfig {
             None => (u32::from(self.max_background) * 3 / 4) as u16,
             Some(value) => min(value, self.max_background),
         }
+    }
+
+    /// The largest payload the kernel puts in a ring entry: the larger of
+    /// the longest write and the longest request in pages.
+    pub(crate) fn ring_payload(&self) -> usize {
+        let page = page_size::get();
+        (consts::FUSE_MIN_READ_BUFFER)
+            .max(self.max_write as usize)
+            .max(usize::from(self.max_pages()) * page)
+            .next_multiple_of(page)
     }
 
     fn max_pages(&self) -> u16 {

@@ -48,6 +48,7 @@ use crate::reply::Reply;
 use crate::reply::ReplyRaw;
 use crate::reply::ReplySender;
 use crate::request::RequestWithSender;
+use crate::request::Sink;
 
 /// The max size of write requests from the kernel. The absolute minimum is 4k,
 /// FUSE recommends at least 128k, max 16M. The FUSE default is 16M on macOS
@@ -139,6 +140,11 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// FUSE over io_uring was agreed on at init: the largest payload the
+    /// kernel may put in a ring entry.
+    pub(crate) uring: Option<usize>,
+    /// Where it is mounted (none for a session made from a descriptor).
+    pub(crate) mountpoint: Option<std::path::PathBuf>,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -186,6 +192,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
+            uring: None,
+            mountpoint: Some(mountpoint.to_path_buf()),
         };
 
         session.handshake()?;
@@ -214,11 +222,19 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            uring: None,
+            mountpoint: None,
         };
 
         session.handshake()?;
 
         Ok(session)
+    }
+
+    /// Whether the kernel agreed at init to hand requests over through FUSE
+    /// over io_uring (shoal), which [`Session::run`] then serves.
+    pub fn uses_uring(&self) -> bool {
+        self.uring.is_some()
     }
 
     /// Run the session loop in a background thread. If the returned handle is dropped,
@@ -252,6 +268,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            uring,
+            mountpoint,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -286,6 +304,7 @@ impl<FS: Filesystem> Session<FS> {
                 channels.push(ch.clone());
             }
         }
+        let uring_channel = uring.is_some().then(|| ch.clone());
         channels.push(ch);
 
         let mut threads = Vec::with_capacity(n_threads);
@@ -306,7 +325,25 @@ impl<FS: Filesystem> Session<FS> {
             );
         }
 
+        // The classic threads stay: forgets and interrupts still come
+        // through /dev/fuse.
+        let pool = match uring {
+            Some(payload) => Some(crate::uring::Pool::start(
+                filesystem.clone(),
+                uring_channel.expect("kept when uring is on"),
+                allowed,
+                session_owner,
+                mountpoint,
+                payload,
+                config.uring_threads,
+            )?),
+            None => None,
+        };
+
         let mut reply: io::Result<()> = Ok(());
+        if let Some(pool) = pool {
+            reply = pool.join();
+        }
         for thread in threads {
             let res = match thread.join() {
                 Ok(res) => res,
@@ -422,6 +459,15 @@ impl<FS: Filesystem> Session<FS> {
                 ));
             };
             let res = filesystem.init(Request::ref_cast(request.header()), &mut config);
+            // shoal: FUSE over io_uring, when configured and offered.
+            config.requested.remove(InitFlags::FUSE_OVER_IO_URING);
+            if self.config.uring
+                && init.capabilities().contains(InitFlags::FUSE_OVER_IO_URING)
+                && crate::uring::available()
+            {
+                config.requested |= InitFlags::FUSE_OVER_IO_URING;
+                self.uring = Some(config.ring_payload());
+            }
             if let Err(error) = res {
                 let errno = Errno::from_i32(error.raw_os_error().unwrap_or(0));
                 <ReplyRaw as Reply>::new(request.unique(), ReplySender::Channel(self.ch.sender()))
@@ -530,24 +576,26 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
             match self.ch.receive_retrying(buf) {
-                Ok(size) => match RequestWithSender::new(self.ch.sender(), &buf[..size]) {
-                    // Dispatch request
-                    Some(req) => {
-                        if let Ok(Operation::Destroy(_)) = req.request.operation() {
-                            req.reply::<ReplyEmpty>().ok();
-                            return Ok(());
-                        } else {
-                            req.dispatch(self)
+                Ok(size) => {
+                    match RequestWithSender::new(Sink::Channel(self.ch.sender()), &buf[..size]) {
+                        // Dispatch request
+                        Some(req) => {
+                            if let Ok(Operation::Destroy(_)) = req.request.operation() {
+                                req.reply::<ReplyEmpty>().ok();
+                                return Ok(());
+                            } else {
+                                req.dispatch(self)
+                            }
+                        }
+                        // Quit loop on illegal request
+                        None => {
+                            return Err(io::Error::new(
+                                io::ErrorKind::InvalidData,
+                                "Invalid request",
+                            ));
                         }
                     }
-                    // Quit loop on illegal request
-                    None => {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            "Invalid request",
-                        ));
-                    }
-                },
+                }
                 Err(nix::errno::Errno::ENODEV) => return Ok(()),
                 Err(err) => return Err(err.into()),
             }

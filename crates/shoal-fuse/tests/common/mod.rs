@@ -59,6 +59,11 @@ pub struct Setup {
 
 impl Setup {
     pub fn up(name: &str) -> Setup {
+        Setup::up_with(name, Tuning::default())
+    }
+
+    /// [`Setup::up`], with both mounts tuned as `tuning`.
+    pub fn up_with(name: &str, tuning: Tuning) -> Setup {
         let nodes = Nodes::up(3);
         let server =
             FileServer::start(&nodes.ctx[0], &nodes.path("files"), ServerConfig::default())
@@ -67,9 +72,9 @@ impl Setup {
         let (pa, pb) = (nodes.path("a"), nodes.path("b"));
         fs::create_dir_all(&pa).unwrap();
         fs::create_dir_all(&pb).unwrap();
-        let a = Mount::start(&nodes.ctx[0], name, "n1", &pa, Tuning::default())
+        let a = Mount::start(&nodes.ctx[0], name, "n1", &pa, tuning)
             .expect("mount a (root and /dev/fuse)");
-        let b = Mount::start(&nodes.ctx[1], name, "n2", &pb, Tuning::default()).expect("mount b");
+        let b = Mount::start(&nodes.ctx[1], name, "n2", &pb, tuning).expect("mount b");
         Setup {
             nodes,
             server,
@@ -79,5 +84,24 @@ impl Setup {
             a,
             b,
         }
+    }
+}
+
+/// `fcntl(2)` on a descriptor: a lock (`F_SETLK`, or `F_SETLKW` with
+/// `wait`) of `typ` on `len` bytes (0: to the end) from `start`.
+pub fn lock(f: &fs::File, typ: i32, start: i64, len: i64, wait: bool) -> Result<(), i32> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a zeroed `flock` is a valid value; fcntl reads it.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = typ as i16;
+    fl.l_whence = libc::SEEK_SET as i16;
+    fl.l_start = start;
+    fl.l_len = len;
+    let cmd = if wait { libc::F_SETLKW } else { libc::F_SETLK };
+    // SAFETY: the descriptor is open for the call; `fl` outlives it.
+    if unsafe { libc::fcntl(f.as_raw_fd(), cmd, &fl) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
     }
 }

@@ -18,6 +18,12 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    /// Serve requests through FUSE over io_uring when the kernel offers it
+    /// (Linux 6.14+, the `fuse` module's `enable_uring` set): one queue per
+    /// CPU, served on that CPU.  `/dev/fuse` is used otherwise.
+    pub uring: bool,
+    /// Workers per io_uring queue (at least one).
+    pub uring_threads: usize,
 }
 
 /// Mount options accepted by the FUSE filesystem type
