@@ -1,7 +1,7 @@
 //! The FUSE file system: each kernel request becomes a call to the
 //! metadata service's primary, made as the identity the kernel gave the
 //! request (uid, gid, and the caller's supplementary groups from
-//! `/proc/PID/status`).
+//! `/proc/PID/status`, kept a second: `who`).
 //!
 //! What the kernel may keep follows the mount's tokens (`cache`):
 //! attributes with a long timeout while the mount holds `Read` on the
@@ -44,6 +44,7 @@ use crate::private::Routed;
 pub(crate) mod attr;
 mod lock;
 mod open;
+mod who;
 mod xattr;
 
 use attr::{absent, file_attr, file_type, kind_of_mode, time_of, time_set};
@@ -80,6 +81,7 @@ pub struct ShoalFs {
     conn: Arc<Conn>,
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
+    callers: who::Callers,
 }
 
 fn errno(f: Failure) -> Errno {
@@ -94,19 +96,6 @@ fn errno(f: Failure) -> Errno {
 
 /// The identity the kernel gave a request: its uid and gid, and the
 /// supplementary groups of the calling process.
-fn who(req: &Request) -> Identity {
-    let mut id = Identity::user(req.uid(), req.gid());
-    if let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", req.pid()))
-        && let Some(line) = status.lines().find(|l| l.starts_with("Groups:"))
-    {
-        id.groups = line[7..]
-            .split_whitespace()
-            .filter_map(|g| g.parse().ok())
-            .collect();
-    }
-    id
-}
-
 /// Answers a request that returns nothing.
 fn answer_empty<T>(reply: ReplyEmpty, r: Result<T, Failure>) {
     match r {
@@ -121,7 +110,13 @@ impl ShoalFs {
             conn,
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            callers: who::Callers::default(),
         }
+    }
+
+    /// Who makes `req` (groups kept a moment: `who`).
+    fn who(&self, req: &Request) -> Identity {
+        self.callers.of(req)
     }
 
     fn attr_of(&self, who: &Identity, ino: Ino) -> Result<(Attr, Duration), Failure> {
@@ -207,7 +202,7 @@ impl ShoalFs {
         target: &[u8],
     ) -> Result<Attr, Failure> {
         self.conn
-            .make(&who(req), parent.0, name.as_bytes(), kind, target)
+            .make(&self.who(req), parent.0, name.as_bytes(), kind, target)
     }
 
     /// Removes a name (a directory's with `dir`).
@@ -224,7 +219,7 @@ impl ShoalFs {
             dir,
             open: false,
         };
-        let mut op = match self.conn.private_change(&who(req), op)? {
+        let mut op = match self.conn.private_change(&self.who(req), op)? {
             Routed::Local(answer) => return answer.map_err(Failure::Fs),
             Routed::Shared(op) => op,
         };
@@ -232,7 +227,7 @@ impl ShoalFs {
             *open = self.conn.opens_unknown();
         }
         let before = self.conn.cache.stamp(parent.0);
-        let answer = self.conn.change(&who(req), op)?;
+        let answer = self.conn.change(&self.who(req), op)?;
         self.conn.cache.removed(parent.0, name.as_bytes(), before);
         if let Answer::Removed {
             gone: Some(ino), ..
@@ -295,7 +290,7 @@ impl Filesystem for ShoalFs {
                 NONE
             }
         };
-        match self.conn.call(&who(req), op) {
+        match self.conn.call(&self.who(req), op) {
             Ok(Reply::Entry { mut attr, grant }) => {
                 let attr_ttl = self.conn.granted(&attr, &grant);
                 self.conn.cache.patch(&mut attr);
@@ -318,7 +313,7 @@ impl Filesystem for ShoalFs {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.attr_of(&who(req), ino.0) {
+        match self.attr_of(&self.who(req), ino.0) {
             Ok((attr, ttl)) => reply.attr(&ttl, &file_attr(&attr)),
             Err(e) => reply.error(errno(e)),
         }
@@ -368,7 +363,7 @@ impl Filesystem for ShoalFs {
                 ino: ino.0,
                 set: set.clone(),
             };
-            match self.conn.private_change(&who(req), op) {
+            match self.conn.private_change(&self.who(req), op) {
                 Ok(Routed::Local(Ok(_))) => {
                     let attr = self.conn.private_attr(ino.0).expect("private");
                     return reply.attr(&FOREVER, &file_attr(&attr));
@@ -385,7 +380,7 @@ impl Filesystem for ShoalFs {
         }
         let changed = self
             .conn
-            .change(&who(req), UpdateOp::SetAttr { ino: ino.0, set });
+            .change(&self.who(req), UpdateOp::SetAttr { ino: ino.0, set });
         // Its version may have moved (a truncate): what the mount knew of
         // it goes; the next look at it asks again.
         self.conn.cache.drop_token(ino.0);
@@ -402,7 +397,7 @@ impl Filesystem for ShoalFs {
             Some(Err(e)) => return reply.error(errno(Failure::Fs(e))),
             None => {}
         }
-        match self.conn.call(&who(req), Op::ReadLink { ino: ino.0 }) {
+        match self.conn.call(&self.who(req), Op::ReadLink { ino: ino.0 }) {
             Ok(Reply::Target(t)) => reply.data(&t),
             Ok(other) => reply.error(errno(shoal_fssvc::client::unexpected(&other))),
             Err(e) => reply.error(errno(e)),
@@ -481,7 +476,7 @@ impl Filesystem for ShoalFs {
             noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
             open_victim: false,
         };
-        let changed = self.conn.route(&who(req), op);
+        let changed = self.conn.route(&self.who(req), op);
         if changed.is_ok() {
             // The kernel moves its entry, timeout and all.
             self.conn.cache.kernel_has(newparent.0, newname.as_bytes());
@@ -502,7 +497,7 @@ impl Filesystem for ShoalFs {
             parent: newparent.0,
             name: newname.as_bytes().to_vec(),
         };
-        match self.conn.route(&who(req), op) {
+        match self.conn.route(&self.who(req), op) {
             Ok((Answer::Entry { attr, .. }, private)) => {
                 if !private {
                     self.conn.cache.drop_token(ino.0);
@@ -515,7 +510,7 @@ impl Filesystem for ShoalFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.open_file(&who(req), ino.0, flags.0) {
+        match self.open_file(&self.who(req), ino.0, flags.0) {
             Ok((fh, how)) => reply.opened(FileHandle(fh), how),
             Err(e) => reply.error(errno(e)),
         }
@@ -547,7 +542,10 @@ impl Filesystem for ShoalFs {
                 (Kind::File, mode & !umask, 0),
                 &[],
             )
-            .and_then(|op| self.conn.private_create_open(&who(req), op, (id, write)));
+            .and_then(|op| {
+                self.conn
+                    .private_create_open(&self.who(req), op, (id, write))
+            });
         let op = match made {
             Ok(Routed::Shared(op)) => op,
             // Made in a private directory: opened there too.
@@ -575,7 +573,7 @@ impl Filesystem for ShoalFs {
         };
         let made = self
             .conn
-            .create_open(&who(req), op, id, want)
+            .create_open(&self.who(req), op, id, want)
             .and_then(|(attr, grant)| {
                 let stamp = self.conn.cache.stamp(attr.ino);
                 let (fh, how) = match grant {
@@ -646,7 +644,7 @@ impl Filesystem for ShoalFs {
         // page cache) are checked at each later read, against the
         // attributes the kernel asks for then (no token: they expire at
         // once), and dropped if the file changed (`FUSE_AUTO_INVAL_DATA`).
-        match self.conn.call(&who(req), op) {
+        match self.conn.call(&self.who(req), op) {
             Ok(Reply::Data(d)) => reply.data(&d),
             Ok(other) => reply.error(errno(shoal_fssvc::client::unexpected(&other))),
             Err(e) => reply.error(errno(e)),
@@ -685,7 +683,7 @@ impl Filesystem for ShoalFs {
             offset: (!append).then_some(offset),
             data: data.to_vec(),
         };
-        match self.conn.call(&who(req), op) {
+        match self.conn.call(&self.who(req), op) {
             Ok(Reply::Updated(Ok(_))) => {
                 // The primary took every token on the file, this mount's
                 // too.  The kernel drops the file's attributes after a
@@ -781,7 +779,7 @@ impl Filesystem for ShoalFs {
                     .collect(),
             ),
             Some(Err(e)) => return reply.error(errno(Failure::Fs(e))),
-            None => match self.conn.call(&who(req), Op::ReadDir { ino: ino.0 }) {
+            None => match self.conn.call(&self.who(req), Op::ReadDir { ino: ino.0 }) {
                 Ok(Reply::Entries { entries, grant }) => {
                     // The grant must be known as seen, or a recall of it
                     // would wait for it for ever.
@@ -817,7 +815,7 @@ impl Filesystem for ShoalFs {
         let listed = self
             .conn
             .unprivate(&[ino.0])
-            .and_then(|()| self.conn.call(&who(req), Op::ListXattr { ino: ino.0 }));
+            .and_then(|()| self.conn.call(&self.who(req), Op::ListXattr { ino: ino.0 }));
         xattr::answer(reply, size, listed);
     }
 
@@ -873,7 +871,7 @@ impl Filesystem for ShoalFs {
     }
 
     fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        match self.conn.call(&who(req), Op::StatFs) {
+        match self.conn.call(&self.who(req), Op::StatFs) {
             Ok(Reply::StatFs(s)) => reply.statfs(
                 s.blocks,
                 s.blocks_free,

@@ -41,22 +41,15 @@ fn pin(cpu: usize) {
 /// once its holder on the other node lets go.
 #[test]
 fn mounts_are_served_on_the_callers_cpu_and_waiting_locks_hold_no_queue_up() {
-    let Setup {
-        nodes: _nodes,
-        server,
-        service,
-        pa,
-        pb,
-        a,
-        b,
-    } = Setup::up("fs-transport-test");
+    let s = Setup::up("fs-transport-test");
+    let (pa, pb) = (s.pa.clone(), s.pb.clone());
     let expected = if kernel_has_uring() {
         Transport::Uring
     } else {
         Transport::Device
     };
-    assert_eq!(a.transport(), expected);
-    assert_eq!(b.transport(), expected);
+    assert_eq!(s.a.transport(), expected);
+    assert_eq!(s.b.transport(), expected);
 
     fs::write(pa.join("locked"), [1u8; 10]).unwrap();
     let rw = |p: &Path| OpenOptions::new().read(true).write(true).open(p).unwrap();
@@ -125,12 +118,7 @@ fn mounts_are_served_on_the_callers_cpu_and_waiting_locks_hold_no_queue_up() {
         w.join().unwrap();
     }
 
-    a.stop().unwrap();
-    b.stop().unwrap();
-    for r in service {
-        r.stop();
-    }
-    server.stop().unwrap();
+    s.down();
 }
 
 /// A mount asked not to use io_uring is served through `/dev/fuse`, and
@@ -141,27 +129,15 @@ fn a_mount_can_be_served_through_dev_fuse() {
         uring: false,
         ..Tuning::default()
     };
-    let Setup {
-        nodes: _nodes,
-        server,
-        service,
-        pa,
-        pb,
-        a,
-        b,
-    } = Setup::up_with("fs-device-test", tuning);
-    assert_eq!(a.transport(), Transport::Device);
-    assert_eq!(b.transport(), Transport::Device);
+    let s = Setup::up_with("fs-device-test", tuning);
+    let (pa, pb) = (&s.pa, &s.pb);
+    assert_eq!(s.a.transport(), Transport::Device);
+    assert_eq!(s.b.transport(), Transport::Device);
     fs::create_dir(pa.join("d")).unwrap();
     fs::write(pa.join("d/f"), b"through /dev/fuse").unwrap();
     assert_eq!(fs::read(pb.join("d/f")).unwrap(), b"through /dev/fuse");
     fs::remove_file(pb.join("d/f")).unwrap();
     assert!(!pa.join("d/f").exists());
 
-    a.stop().unwrap();
-    b.stop().unwrap();
-    for r in service {
-        r.stop();
-    }
-    server.stop().unwrap();
+    s.down();
 }

@@ -16,7 +16,7 @@ use shoal_fs::op::{Failure, Op, Reply};
 use shoal_fs::update::{UpdateOp, XattrMode};
 use shoal_fs::xattr::{CONTENT, SHOAL, kept_namespace};
 
-use super::{ShoalFs, errno, who};
+use super::{ShoalFs, errno};
 
 /// Answers `getxattr` or `listxattr`: the size when the caller asks for
 /// it (`size` 0), else the bytes, or `ERANGE` if they do not fit.
@@ -45,7 +45,7 @@ impl ShoalFs {
             ino,
             name: name.to_vec(),
         };
-        self.conn.call(&who(req), op)
+        self.conn.call(&super::who::now(req), op)
     }
 
     /// Sets (`Some((value, flags))`) or removes an attribute at the
@@ -82,7 +82,7 @@ impl ShoalFs {
                 name: name.to_vec(),
             },
         };
-        self.conn.change(&who(req), op).map(|_| ())
+        self.conn.change(&self.who(req), op).map(|_| ())
     }
 
     /// `user.shoal.content`: the current content version's capabilities,
@@ -98,7 +98,7 @@ impl ShoalFs {
         let caps = match known(self) {
             Some(caps) => caps,
             None => {
-                let (fh, _) = self.open_file(&who(req), ino, libc::O_RDONLY)?;
+                let (fh, _) = self.open_file(&self.who(req), ino, libc::O_RDONLY)?;
                 let caps = known(self);
                 self.close(fh)?;
                 caps.ok_or(Failure::Fs(FsError::Busy))?

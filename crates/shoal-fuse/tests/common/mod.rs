@@ -85,6 +85,16 @@ impl Setup {
             b,
         }
     }
+
+    /// Unmounts both mounts, then stops the replicas and the file server.
+    pub fn down(self) {
+        self.a.stop().unwrap();
+        self.b.stop().unwrap();
+        for r in self.service {
+            r.stop();
+        }
+        self.server.stop().unwrap();
+    }
 }
 
 /// `fcntl(2)` on a descriptor: a lock (`F_SETLK`, or `F_SETLKW` with
