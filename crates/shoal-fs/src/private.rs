@@ -92,6 +92,10 @@ pub struct Private {
     by_ino: HashMap<Ino, BTreeSet<u64>>,
     /// Inodes made since the last push: the primary does not know them.
     fresh: HashSet<Ino>,
+    /// Inodes the primary knows that a pending change named, with their
+    /// versions then (the primary's still): one the copy has removed since
+    /// must be held at a new primary as much as one it keeps.
+    named: HashMap<Ino, u64>,
     /// When the oldest pending change was made (the caller's clock).
     since: Option<u64>,
 }
@@ -110,6 +114,7 @@ impl Private {
             next: 0,
             by_ino: HashMap::new(),
             fresh: HashSet::new(),
+            named: HashMap::new(),
             since: None,
         }
     }
@@ -207,7 +212,17 @@ impl Private {
         clock: u64,
     ) -> Result<Answer, FsError> {
         let (inos, dirs) = self.involves(&op)?;
+        // Before the change, which may remove them from the copy.
+        let versions: Vec<(Ino, u64)> = inos
+            .iter()
+            .chain(&dirs)
+            .filter(|ino| !self.fresh.contains(ino))
+            .filter_map(|ino| self.tree.get(*ino).map(|i| (*ino, i.attr.version)))
+            .collect();
         let answer = self.tree.change(who, now, &op)?;
+        for (ino, version) in versions {
+            self.named.entry(ino).or_insert(version);
+        }
         if let (
             UpdateOp::Create { .. },
             Answer::Entry {
@@ -403,7 +418,30 @@ impl Private {
         self.pending.clear();
         self.by_ino.clear();
         self.fresh.clear();
+        self.named.clear();
         self.since = None;
+    }
+
+    /// What a client reclaims `Write` on at a new primary, with the version
+    /// of each: every inode of the copy (those made since the last push
+    /// too, for a push whose answer was lost with the old primary may have
+    /// made them; the primary has not heard of them otherwise) and every
+    /// inode a pending change names (one the copy removed is the primary's
+    /// still).
+    pub fn known(&self) -> Vec<(Ino, u64)> {
+        let mut known: Vec<(Ino, u64)> = self
+            .tree
+            .inodes()
+            .map(|i| (i.attr.ino, i.attr.version))
+            .collect();
+        known.extend(
+            self.named
+                .iter()
+                .filter(|(ino, _)| self.tree.get(**ino).is_none() && self.by_ino.contains_key(ino))
+                .map(|(ino, v)| (*ino, *v)),
+        );
+        known.sort_unstable();
+        known
     }
 
     /// The inodes made since the last push (whose data cannot be written

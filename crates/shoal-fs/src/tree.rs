@@ -290,6 +290,16 @@ impl Tree {
     }
 
     /// Applies one update.
+    /// The answer to request `seq` of exactly-once session `session`, if it
+    /// is the last one the session had applied: sent again, it is answered
+    /// so and changes nothing.
+    pub fn recorded(&self, session: u64, seq: u64) -> Option<&Result<Answer, FsError>> {
+        self.sessions
+            .get(&session)
+            .filter(|s| session != 0 && s.seq == seq)
+            .map(|s| &s.result)
+    }
+
     pub fn apply(&mut self, u: &Update) -> Applied {
         if u.session != 0
             && let Some(s) = self.sessions.get(&u.session)

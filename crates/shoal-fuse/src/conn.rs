@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use shoal_cap::Capability;
 use shoal_filesvc::FileClient;
-use shoal_fs::model::{Attr, Identity, Ino, Kind};
+use shoal_fs::model::{Attr, FsError, Identity, Ino, Kind};
 use shoal_fs::op::{Failure, Grant, LockHow, Op, Reply};
 use shoal_fs::tokens::{Level, OpenId, Want};
 use shoal_fs::update::{Answer, UpdateOp};
@@ -214,8 +214,6 @@ impl Conn {
         for ino in dirty.keys().chain(private.keys()) {
             reclaims.entry(*ino).or_default();
         }
-        // The primary has never heard of what was made since the last push.
-        reclaims.retain(|ino, _| !fresh.contains(ino));
         let mut private_lost = false;
         self.known
             .lock()
@@ -237,6 +235,9 @@ impl Conn {
                     self.cache.reclaimed(&attr, &grant);
                     self.settle();
                 }
+                // Made since the last push, and the push did not reach
+                // the old primary: the push makes it.
+                Err(Failure::Fs(FsError::NotFound)) if fresh.contains(&ino) => {}
                 Ok(_) | Err(Failure::Fs(_)) if private.contains_key(&ino) => private_lost = true,
                 Ok(_) => {
                     if version.is_some() {

@@ -276,18 +276,13 @@ impl Conn {
         self.privates.state.lock().core.due(clock(self), window)
     }
 
-    /// The private inodes the primary knows of, with their versions, and
-    /// those it does not (made since the last push).
+    /// The private inodes to reclaim at a new primary, with their versions
+    /// (`Private::known`), and those made since the last push (which the
+    /// primary knows only if a push whose answer was lost made them).
     pub(crate) fn private_inodes(&self) -> (HashMap<Ino, u64>, HashSet<Ino>) {
         let s = self.privates.state.lock();
         let fresh: HashSet<Ino> = s.core.fresh().into_iter().collect();
-        let known = s
-            .core
-            .inodes()
-            .filter(|i| !fresh.contains(&i.attr.ino))
-            .map(|i| (i.attr.ino, i.attr.version))
-            .collect();
-        (known, fresh)
+        (s.core.known().into_iter().collect(), fresh)
     }
 
     /// The session started again and every private inode the primary

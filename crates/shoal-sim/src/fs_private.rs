@@ -4,7 +4,11 @@
 //! [`Tree`], [`Tokens`] and push rule ([`check_push`]), change names in
 //! them without a message, push on a timer, look at each other's
 //! directories (a recall: the holder pushes, ends its privacy, then
-//! answers) and crash.
+//! answers) and crash.  The primary crashes too: its tree (the replicas'
+//! state) stays, its tokens go, and what was in flight to or from it is
+//! lost; the new primary is in its grace period until every client has
+//! reclaimed `Write` on the inodes of its copy the primary knows (as a
+//! mount does), and the clients then send again what was unanswered.
 //!
 //! The checks:
 //! - **a push makes the copy**: when a push is answered, every inode of
@@ -13,7 +17,7 @@
 //! - **no look at a private directory**: a look is answered only when no
 //!   other live client holds the directory in its copy (its unpushed
 //!   changes would be missing from the answer);
-//! - **no refused push** from a live client;
+//! - **no refused push** from a live client, and **no refused reclaim**;
 //! - **liveness**: every look is answered.
 
 use std::cmp::Reverse;
@@ -35,6 +39,8 @@ pub struct PrivateSimConfig {
     pub delay_max: u64,
     pub op_chance: f64,
     pub crash_chance: f64,
+    /// Chance, each tick, that the primary crashes.
+    pub primary_crash_chance: f64,
     /// Ticks a pending change waits before it is pushed.
     pub push_after: u64,
 }
@@ -47,6 +53,7 @@ impl Default for PrivateSimConfig {
             delay_max: 6,
             op_chance: 0.4,
             crash_chance: 0.003,
+            primary_crash_chance: 0.002,
             push_after: 40,
         }
     }
@@ -60,15 +67,22 @@ pub struct PrivateReport {
     pub recalls: usize,
     pub local_changes: usize,
     pub crashes: usize,
+    pub primary_crashes: usize,
+    pub reclaims: usize,
     pub violations: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
 enum ToPrimary {
     Mkdir {
+        seq: u64,
         name: Vec<u8>,
         ino: Ino,
         secret: [u8; 16],
+    },
+    /// After a primary change: a hello, and `Write` on these inodes.
+    Reclaim {
+        inos: Vec<Ino>,
     },
     Push {
         seq: u64,
@@ -92,10 +106,17 @@ enum ToClient {
         grant: Option<u64>,
     },
     Pushed {
+        seq: u64,
         results: Vec<Result<Answer, FsError>>,
         made: Vec<(Ino, u64)>,
     },
-    Refused(FsError),
+    /// The primary changed: reclaim.
+    NewPrimary,
+    Reclaimed {
+        grants: Vec<(Ino, u64)>,
+    },
+    /// A push refused (its request number).
+    Refused(u64, FsError),
     /// A look answered, granting `grant` on `dir` (the client must know
     /// it as seen: a recall of it may follow).
     Looked {
@@ -115,7 +136,10 @@ struct Client {
     pushing: Option<u64>,
     /// The highest grant whose recall was answered, by inode.
     answered: HashMap<Ino, u64>,
-    looking: bool,
+    /// The directory a look is out for.
+    looking: Option<Ino>,
+    /// Directories being made: (request number, name, inode).
+    making: Vec<(u64, Vec<u8>, Ino)>,
     push_seq: u64,
     next_ino: Ino,
     made_dirs: u64,
@@ -137,6 +161,13 @@ pub struct PrivateSim {
     clients: Vec<Client>,
     next_id: ClientId,
     update_seq: u64,
+    /// The primary's incarnation.
+    epoch: u32,
+    /// During a grace period: when it ends at the latest, the clients
+    /// that reclaimed, and the requests held until it ends.
+    grace_until: Option<u64>,
+    reclaimed: Vec<ClientId>,
+    held: Vec<(usize, ClientId, ToPrimary)>,
     report: PrivateReport,
     trace: Vec<String>,
 }
@@ -158,6 +189,10 @@ impl PrivateSim {
             clients: Vec::new(),
             next_id: 1,
             update_seq: 0,
+            epoch: 0,
+            grace_until: None,
+            reclaimed: Vec::new(),
+            held: Vec::new(),
             report: PrivateReport::default(),
             trace: Vec::new(),
             cfg,
@@ -185,7 +220,8 @@ impl PrivateSim {
             recalls: Vec::new(),
             pushing: None,
             answered: HashMap::new(),
-            looking: false,
+            looking: None,
+            making: Vec::new(),
             push_seq: 0,
             next_ino: first,
             made_dirs: 0,
@@ -259,11 +295,13 @@ impl PrivateSim {
             self.step(true);
         }
         let until = self.now + 3000;
-        while self.now < until && (!self.queue.is_empty() || !self.parked.is_empty()) {
+        while self.now < until
+            && (!self.queue.is_empty() || !self.parked.is_empty() || self.grace_until.is_some())
+        {
             self.step(false);
         }
         for slot in 0..self.clients.len() {
-            if self.clients[slot].looking {
+            if self.clients[slot].looking.is_some() {
                 self.violation(format!("client {slot}'s look never answered"));
             }
         }
@@ -272,6 +310,12 @@ impl PrivateSim {
 
     fn step(&mut self, busy: bool) {
         self.now += 1;
+        if busy && self.rng.random_bool(self.cfg.primary_crash_chance) {
+            self.primary_crash();
+        }
+        if self.grace_until.is_some_and(|t| t <= self.now) {
+            self.end_grace();
+        }
         self.deliver_due();
         for slot in 0..self.clients.len() {
             if busy && self.rng.random_bool(self.cfg.crash_chance) {
@@ -294,7 +338,45 @@ impl PrivateSim {
         self.log(format!("client {slot} (session {old}) crashes"));
         self.tokens.expire(self.now, Some(old));
         self.clients[slot] = self.new_client();
+        // A new session has nothing to reclaim.
+        self.reclaimed.push(self.clients[slot].id);
         self.flush_callbacks();
+        self.retry_parked();
+    }
+
+    /// The primary crashes and another replica takes over: the tree stays,
+    /// the tokens go, every message to or from the old one is lost, and
+    /// the clients are told (as a mount learns it from its session).
+    fn primary_crash(&mut self) {
+        self.report.primary_crashes += 1;
+        self.epoch += 1;
+        self.log(format!("the primary crashes (epoch {})", self.epoch));
+        self.tokens = Tokens::after_change(self.epoch);
+        self.messages.clear();
+        self.queue.clear();
+        self.parked.clear();
+        self.held.clear();
+        self.reclaimed.clear();
+        self.grace_until = Some(self.now + 4 * self.cfg.delay_max + 10);
+        for slot in 0..self.clients.len() {
+            let id = self.clients[slot].id;
+            self.send(slot, id, Err(ToClient::NewPrimary));
+        }
+    }
+
+    /// The grace period ends (every client reclaimed, or its time is up):
+    /// the requests held meanwhile are decided.
+    fn end_grace(&mut self) {
+        if self.grace_until.take().is_none() {
+            return;
+        }
+        self.log("the grace period ends".into());
+        self.tokens.end_grace();
+        for (slot, id, m) in std::mem::take(&mut self.held) {
+            if self.tokens.knows(id) {
+                self.primary(slot, id, m);
+            }
+        }
         self.retry_parked();
     }
 
@@ -308,22 +390,26 @@ impl PrivateSim {
             .map(|i| i.attr.ino)
             .collect();
         match pick {
-            0 => {
+            // One request at a time in the session, as a mount's calls.
+            0 if c.making.is_empty() => {
                 let c = &mut self.clients[slot];
                 c.made_dirs += 1;
                 let name = format!("c{}-{}", c.id, c.made_dirs).into_bytes();
                 let ino = c.next_ino;
                 c.next_ino += 1;
+                let seq = c.made_dirs;
+                c.making.push((seq, name.clone(), ino));
                 self.send_primary(
                     slot,
                     ToPrimary::Mkdir {
+                        seq,
                         name,
                         ino,
                         secret: [3; 16],
                     },
                 );
             }
-            1 if !c.looking => {
+            1 if c.looking.is_none() => {
                 // Any directory at the primary, another client's private
                 // ones included.
                 let all: Vec<Ino> = self
@@ -336,7 +422,7 @@ impl PrivateSim {
                     return;
                 }
                 let dir = all[self.rng.random_range(0..all.len())];
-                self.clients[slot].looking = true;
+                self.clients[slot].looking = Some(dir);
                 self.report.looks += 1;
                 self.log(format!("client {slot} looks at {dir}"));
                 self.send_primary(slot, ToPrimary::Look { dir });
@@ -409,6 +495,19 @@ impl PrivateSim {
             self.queue.pop();
             let (slot, id, body) = self.messages.remove(&n).expect("queued message");
             match body {
+                // A crashed client's reclaim would hold its tokens until
+                // its lease ran out; leases do not run out in this model,
+                // so the reclaim is lost with the client.
+                Ok(ToPrimary::Reclaim { inos }) => {
+                    if self.clients[slot].id == id {
+                        self.reclaim(slot, id, inos);
+                    }
+                }
+                Ok(m) if self.tokens.in_grace() => {
+                    if self.tokens.knows(id) {
+                        self.held.push((slot, id, m));
+                    }
+                }
                 Ok(m) => {
                     if self.tokens.knows(id) {
                         self.primary(slot, id, m);
@@ -423,9 +522,46 @@ impl PrivateSim {
         }
     }
 
+    /// A client's hello and reclaims at a new primary.
+    fn reclaim(&mut self, slot: usize, id: ClientId, inos: Vec<Ino>) {
+        self.tokens.hello(self.now, id);
+        let mut grants = Vec::new();
+        for ino in inos {
+            // Made since the last push, which did not reach the old
+            // primary: nothing to reclaim (the push makes it).
+            if self.tree.get(ino).is_none() {
+                continue;
+            }
+            self.report.reclaims += 1;
+            match self
+                .tokens
+                .reclaim(self.now, id, ino, Level::Write, true, &[])
+            {
+                Ok(g) => grants.push((ino, g)),
+                Err(e) => {
+                    self.violation(format!("client {slot}'s reclaim of {ino} refused: {e:?}"))
+                }
+            }
+        }
+        if !self.reclaimed.contains(&id) {
+            self.reclaimed.push(id);
+        }
+        self.send(slot, id, Err(ToClient::Reclaimed { grants }));
+        if self.grace_until.is_some() && self.clients.iter().all(|c| self.reclaimed.contains(&c.id))
+        {
+            self.end_grace();
+        }
+    }
+
     fn primary(&mut self, slot: usize, id: ClientId, m: ToPrimary) {
         match m {
-            ToPrimary::Mkdir { name, ino, secret } => {
+            ToPrimary::Reclaim { inos } => self.reclaim(slot, id, inos),
+            ToPrimary::Mkdir {
+                seq,
+                name,
+                ino,
+                secret,
+            } => {
                 let op = UpdateOp::Create {
                     parent: ROOT,
                     name,
@@ -437,7 +573,9 @@ impl PrivateSim {
                     target: Vec::new(),
                     excl: true,
                 };
-                if let Ok(Answer::Entry { attr, .. }) = self.order(0, 0, &Identity::root(), op) {
+                // Exactly once in the client's session: sent again at a new
+                // primary, it is answered as it was.
+                if let Ok(Answer::Entry { attr, .. }) = self.order(id, seq, &Identity::root(), op) {
                     let grant = match self.tokens.request(id, ino, Want::Change, &[], None) {
                         Decision::Grant {
                             level: Level::Write,
@@ -458,17 +596,21 @@ impl PrivateSim {
                 }
             }
             ToPrimary::Push { seq, ops } => {
-                let made = match check_push(&ops, |ino| self.tokens.level(id, ino) == Level::Write)
-                {
+                // Applied already (its answer lost with the old primary):
+                // answered again as it was.
+                let applied = self.tree.recorded(id & !1, seq).is_some();
+                let made = match check_push(&ops, |ino| {
+                    applied || self.tokens.level(id, ino) == Level::Write
+                }) {
                     Ok(made) => made,
-                    Err(e) => return self.send(slot, id, Err(ToClient::Refused(e))),
+                    Err(e) => return self.send(slot, id, Err(ToClient::Refused(seq, e))),
                 };
                 let results =
                     match self.order(id & !1, seq, &Identity::root(), UpdateOp::Push { ops }) {
                         Ok(Answer::Pushed(results)) => results,
                         other => {
                             let e = other.err().unwrap_or(FsError::Io);
-                            return self.send(slot, id, Err(ToClient::Refused(e)));
+                            return self.send(slot, id, Err(ToClient::Refused(seq, e)));
                         }
                     };
                 for r in &results {
@@ -483,6 +625,10 @@ impl PrivateSim {
                     .iter()
                     .filter(|ino| self.tree.get(**ino).is_some())
                     .filter_map(|ino| {
+                        // Answered again, a push gives the grants it gave.
+                        if applied && self.tokens.level(id, *ino) == Level::Write {
+                            return Some((*ino, self.tokens.grant_of(id, *ino)));
+                        }
                         match self.tokens.request(id, *ino, Want::Change, &[], None) {
                             Decision::Grant { grant, .. } => Some((*ino, grant)),
                             _ => None,
@@ -493,6 +639,7 @@ impl PrivateSim {
                     slot,
                     id,
                     Err(ToClient::Pushed {
+                        seq,
                         results,
                         made: grants,
                     }),
@@ -561,6 +708,23 @@ impl PrivateSim {
                 secret,
                 grant,
             } => {
+                self.log(format!(
+                    "client {slot}'s directory {} made, grant {grant:?}",
+                    attr.ino
+                ));
+                let c = &mut self.clients[slot];
+                let Some(at) = c.making.iter().position(|m| m.2 == attr.ino) else {
+                    // Answered already (sent again at a new primary, and
+                    // the first went through too): the later grant is
+                    // the token's now, and a recall may name it.
+                    if let Some(g) = grant {
+                        let s = c.seen.entry(attr.ino).or_default();
+                        *s = (*s).max(g);
+                        self.carry_out(slot);
+                    }
+                    return;
+                };
+                c.making.remove(at);
                 if let Some(g) = grant {
                     let c = &mut self.clients[slot];
                     let s = c.seen.entry(attr.ino).or_default();
@@ -576,7 +740,10 @@ impl PrivateSim {
                 }
                 self.carry_out(slot);
             }
-            ToClient::Pushed { results, made } => {
+            // Answered already (sent again at a new primary, and the first
+            // went through too): its grants are the ones seen.
+            ToClient::Pushed { seq, .. } if self.clients[slot].pushing != Some(seq) => {}
+            ToClient::Pushed { results, made, .. } => {
                 self.report.pushes_checked += 1;
                 if results.iter().any(|r| r.is_err()) {
                     self.violation(format!(
@@ -593,7 +760,10 @@ impl PrivateSim {
                 }
                 self.carry_out(slot);
             }
-            ToClient::Refused(e) => {
+            // The answer to a push sent again after a later one went
+            // through (a mount's calls never cross so).
+            ToClient::Refused(seq, _) if self.clients[slot].pushing != Some(seq) => {}
+            ToClient::Refused(_, e) => {
                 self.violation(format!("client {slot}'s push refused: {e}"));
                 let c = &mut self.clients[slot];
                 c.pushing = None;
@@ -605,7 +775,7 @@ impl PrivateSim {
                     "client {slot}'s look at {dir} answered, grant {grant}"
                 ));
                 let c = &mut self.clients[slot];
-                c.looking = false;
+                c.looking = None;
                 let s = c.seen.entry(dir).or_default();
                 *s = (*s).max(grant);
                 self.carry_out(slot);
@@ -616,6 +786,42 @@ impl PrivateSim {
                 self.carry_out(slot);
             }
             ToClient::Callback(_) => {}
+            ToClient::NewPrimary => {
+                // As a mount does: `Write` on every inode of the copy the
+                // primary knows (those made since the last push come with
+                // it); recalls of the old primary's grants are void.
+                let c = &mut self.clients[slot];
+                c.recalls.clear();
+                let inos: Vec<Ino> = c.core.known().into_iter().map(|(ino, _)| ino).collect();
+                self.log(format!("client {slot} reclaims {inos:?}"));
+                self.send_primary(slot, ToPrimary::Reclaim { inos });
+            }
+            ToClient::Reclaimed { grants } => {
+                // Everything unanswered goes again.
+                let c = &mut self.clients[slot];
+                for (ino, g) in grants {
+                    let s = c.seen.entry(ino).or_default();
+                    *s = (*s).max(g);
+                }
+                let again: Vec<ToPrimary> = c
+                    .making
+                    .iter()
+                    .map(|(seq, name, ino)| ToPrimary::Mkdir {
+                        seq: *seq,
+                        name: name.clone(),
+                        ino: *ino,
+                        secret: [3; 16],
+                    })
+                    .chain(c.looking.map(|dir| ToPrimary::Look { dir }))
+                    .chain(c.pushing.map(|seq| ToPrimary::Push {
+                        seq,
+                        ops: c.core.to_push(),
+                    }))
+                    .collect();
+                for m in again {
+                    self.send_primary(slot, m);
+                }
+            }
         }
     }
 

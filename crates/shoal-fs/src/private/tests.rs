@@ -394,3 +394,35 @@ fn an_inode_removed_in_the_copy_is_still_mentioned_until_the_push() {
     assert!(!w.client.mentions(attr.ino));
     assert!(w.primary.get(attr.ino).is_none());
 }
+
+#[test]
+fn a_new_primary_is_asked_for_every_inode_a_push_may_name() {
+    let mut w = World::new();
+    let op = w.create_op(w.d, b"sub", Kind::Dir, 0o755);
+    let Ok(Answer::Entry { attr: sub, .. }) = w.local(&alice(), op) else {
+        panic!()
+    };
+    w.push();
+    // Removed from the copy, not yet at the primary; and one made since
+    // the last push (a push whose answer was lost may have made it).
+    let op = UpdateOp::Unlink {
+        parent: w.d,
+        name: b"sub".to_vec(),
+        dir: true,
+        open: false,
+    };
+    w.local(&alice(), op).unwrap();
+    let op = w.create_op(w.d, b"new", Kind::File, 0o644);
+    let Ok(Answer::Entry { attr: new, .. }) = w.local(&alice(), op) else {
+        panic!()
+    };
+    let known: Vec<Ino> = w.client.known().into_iter().map(|(i, _)| i).collect();
+    assert!(known.contains(&w.d), "the directory itself");
+    assert!(known.contains(&sub.ino), "removed here, named by the push");
+    assert!(known.contains(&new.ino), "made since the last push");
+    // After the push, what the copy no longer has is not asked for.
+    w.push();
+    let known: Vec<Ino> = w.client.known().into_iter().map(|(i, _)| i).collect();
+    assert!(!known.contains(&sub.ino));
+    assert!(known.contains(&new.ino));
+}

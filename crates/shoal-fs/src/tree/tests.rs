@@ -731,6 +731,10 @@ fn retried_updates_are_answered_not_applied() {
     let index = t.tree.index();
     assert_eq!(t.tree.apply(&u), Applied::Duplicate(first.result().clone()));
     assert_eq!(t.tree.index(), index);
+    // Asked before it is sent again (a push's check is skipped for it).
+    assert_eq!(t.tree.recorded(99, 1), Some(first.result()));
+    assert_eq!(t.tree.recorded(99, 2), None);
+    assert_eq!(t.tree.recorded(0, 1), None);
     let older = Update { seq: 0, ..u };
     assert!(matches!(
         t.tree.apply(&older),

@@ -11,7 +11,7 @@
 //! out (the push is how the pusher answers it).  The pusher gets `Write`
 //! on every inode the push made.
 
-use shoal_fs::op::{self, Failure, Reply};
+use shoal_fs::op::{self, Failure, Grant, Reply};
 use shoal_fs::private::check_push;
 use shoal_fs::tokens::{Level, Want};
 use shoal_fs::update::{Answer, Pushed, Update, UpdateOp};
@@ -30,7 +30,12 @@ impl Primary {
         if !soft.tokens.knows(client) {
             return Outcome::Reply(Err(Failure::NoSession));
         }
-        let made = match check_push(ops, |ino| soft.tokens.level(client, ino) == Level::Write) {
+        // A push applied already (its answer lost, with the primary that
+        // gave it) is answered again as it was, whatever its pusher holds
+        // now: a directory it removed could not be reclaimed.
+        let applied = r.read(|m| m.tree.recorded(client & !1, req.seq).is_some());
+        let holds = |ino| applied || soft.tokens.level(client, ino) == Level::Write;
+        let made = match check_push(ops, holds) {
             Ok(made) => made,
             Err(e) => return Outcome::Reply(Err(fs(e))),
         };
@@ -73,6 +78,19 @@ impl Primary {
         let made = attrs
             .into_iter()
             .filter_map(|attr| {
+                // Answered again, a push gives the grants it gave: its
+                // first answer may be the one the mount sees.
+                if applied && soft.tokens.level(client, attr.ino) == Level::Write {
+                    let grant = soft.tokens.grant_of(client, attr.ino);
+                    return Some((
+                        attr,
+                        Grant {
+                            level: Level::Write,
+                            grant,
+                            uncached: false,
+                        },
+                    ));
+                }
                 let d = soft
                     .tokens
                     .request(client, attr.ino, Want::Change, &[], None);
