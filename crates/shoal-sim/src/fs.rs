@@ -20,8 +20,7 @@
 //! change) and one primary that does not crash; reclaim after a primary
 //! change and name changes come next.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::collections::{BTreeSet, HashMap};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -30,6 +29,9 @@ use shoal_fs::model::{Identity, Ino, Kind, ROOT, Time};
 use shoal_fs::tokens::{Callback, ClientId, Decision, Level, OpenId, Tokens, Want};
 use shoal_fs::update::{Answer, Update, UpdateOp};
 use shoal_fs::{Applied, Tree};
+use shoal_proto::Time as Tick;
+
+use crate::timeline::Timeline;
 
 /// What a run does.
 #[derive(Debug, Clone)]
@@ -161,11 +163,8 @@ pub struct FsSim {
     rng: ChaCha8Rng,
     cfg: FsSimConfig,
     now: u64,
-    seq: u64,
-    queue: BinaryHeap<Reverse<(u64, u64, usize)>>,
-    /// Messages by number: (client slot, the client's id then, body).
-    messages: HashMap<usize, (usize, ClientId, Body)>,
-    next_message: usize,
+    /// Messages in flight: (client slot, the client's id then, body).
+    wire: Timeline<(usize, ClientId, Body)>,
     tree: Tree,
     tokens: Tokens,
     /// The primary's bytes of each file (contents and overlay).
@@ -186,10 +185,7 @@ impl FsSim {
         let mut sim = FsSim {
             rng: ChaCha8Rng::seed_from_u64(seed),
             now: 0,
-            seq: 0,
-            queue: BinaryHeap::new(),
-            messages: HashMap::new(),
-            next_message: 0,
+            wire: Timeline::new(),
             tree: Tree::new([0; 16], Time::new(0, 0)),
             tokens: Tokens::new(),
             bytes: HashMap::new(),
@@ -257,11 +253,7 @@ impl FsSim {
 
     fn send(&mut self, slot: usize, id: ClientId, body: Body) {
         let delay = self.rng.random_range(1..=self.cfg.delay_max);
-        let n = self.next_message;
-        self.next_message += 1;
-        self.seq += 1;
-        self.messages.insert(n, (slot, id, body));
-        self.queue.push(Reverse((self.now + delay, self.seq, n)));
+        self.wire.at(Tick(self.now + delay), (slot, id, body));
     }
 
     fn send_primary(&mut self, slot: usize, m: ToPrimary) {
@@ -303,7 +295,7 @@ impl FsSim {
         }
         // Quiet: no new operations; everything under way must finish.
         let until = self.now + 2000;
-        while self.now < until && (!self.queue.is_empty() || !self.parked.is_empty()) {
+        while self.now < until && (!self.wire.is_empty() || !self.parked.is_empty()) {
             self.now += 1;
             self.deliver_due();
             for slot in 0..self.clients.len() {
@@ -319,12 +311,7 @@ impl FsSim {
     }
 
     fn deliver_due(&mut self) {
-        while let Some(Reverse((at, _, n))) = self.queue.peek().copied() {
-            if at > self.now {
-                break;
-            }
-            self.queue.pop();
-            let (slot, id, body) = self.messages.remove(&n).expect("queued message");
+        while let Some((slot, id, body)) = self.wire.due(Tick(self.now)) {
             match body {
                 Body::ToPrimary(m) => {
                     if self.tokens.knows(id) {

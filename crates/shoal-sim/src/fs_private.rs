@@ -20,8 +20,7 @@
 //! - **no refused push** from a live client, and **no refused reclaim**;
 //! - **liveness**: every look is answered.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -30,6 +29,9 @@ use shoal_fs::private::{Private, check_push};
 use shoal_fs::tokens::{Callback, ClientId, Decision, Level, Tokens, Want};
 use shoal_fs::update::{Answer, Pushed, Update, UpdateOp};
 use shoal_fs::{Applied, Tree};
+use shoal_proto::Time as Tick;
+
+use crate::timeline::Timeline;
 
 /// What a run does.
 #[derive(Debug, Clone)]
@@ -150,10 +152,8 @@ pub struct PrivateSim {
     rng: ChaCha8Rng,
     cfg: PrivateSimConfig,
     now: u64,
-    seq: u64,
-    queue: BinaryHeap<Reverse<(u64, u64, usize)>>,
-    messages: HashMap<usize, (usize, ClientId, Result<ToPrimary, ToClient>)>,
-    next_message: usize,
+    /// Messages in flight: (client slot, the client's id then, body).
+    wire: Timeline<(usize, ClientId, Result<ToPrimary, ToClient>)>,
     tree: Tree,
     tokens: Tokens,
     /// Looks waiting for recalls: (client slot, its id, directory).
@@ -179,10 +179,7 @@ impl PrivateSim {
         let mut sim = PrivateSim {
             rng: ChaCha8Rng::seed_from_u64(seed),
             now: 0,
-            seq: 0,
-            queue: BinaryHeap::new(),
-            messages: HashMap::new(),
-            next_message: 0,
+            wire: Timeline::new(),
             tree: Tree::new([0; 16], Time::new(0, 0)),
             tokens: Tokens::new(),
             parked: Vec::new(),
@@ -278,11 +275,7 @@ impl PrivateSim {
 
     fn send(&mut self, slot: usize, id: ClientId, body: Result<ToPrimary, ToClient>) {
         let delay = self.rng.random_range(1..=self.cfg.delay_max);
-        let n = self.next_message;
-        self.next_message += 1;
-        self.seq += 1;
-        self.messages.insert(n, (slot, id, body));
-        self.queue.push(Reverse((self.now + delay, self.seq, n)));
+        self.wire.at(Tick(self.now + delay), (slot, id, body));
     }
 
     fn send_primary(&mut self, slot: usize, m: ToPrimary) {
@@ -296,7 +289,7 @@ impl PrivateSim {
         }
         let until = self.now + 3000;
         while self.now < until
-            && (!self.queue.is_empty() || !self.parked.is_empty() || self.grace_until.is_some())
+            && (!self.wire.is_empty() || !self.parked.is_empty() || self.grace_until.is_some())
         {
             self.step(false);
         }
@@ -352,8 +345,7 @@ impl PrivateSim {
         self.epoch += 1;
         self.log(format!("the primary crashes (epoch {})", self.epoch));
         self.tokens = Tokens::after_change(self.epoch);
-        self.messages.clear();
-        self.queue.clear();
+        self.wire.clear();
         self.parked.clear();
         self.held.clear();
         self.reclaimed.clear();
@@ -488,12 +480,7 @@ impl PrivateSim {
     }
 
     fn deliver_due(&mut self) {
-        while let Some(Reverse((at, _, n))) = self.queue.peek().copied() {
-            if at > self.now {
-                break;
-            }
-            self.queue.pop();
-            let (slot, id, body) = self.messages.remove(&n).expect("queued message");
+        while let Some((slot, id, body)) = self.wire.due(Tick(self.now)) {
             match body {
                 // A crashed client's reclaim would hold its tokens until
                 // its lease ran out; leases do not run out in this model,

@@ -1,4 +1,5 @@
-//! The event queue of the group and directory simulations: events by
+//! The event queue of the simulations (the group's and directory's
+//! events, the file system scenarios' messages in flight): events by
 //! virtual time, ties in the order they were scheduled, so a seed replays
 //! exactly.
 
@@ -39,5 +40,25 @@ impl<E> Timeline<E> {
         }
         let ev = self.events[idx].take().expect("each event runs once");
         Some((t, ev))
+    }
+
+    /// The next event due by `now`, leaving later ones queued.
+    pub(crate) fn due(&mut self, now: Time) -> Option<E> {
+        let Reverse((t, _, _)) = self.queue.peek()?;
+        if *t > now {
+            return None;
+        }
+        self.next(now).map(|(_, ev)| ev)
+    }
+
+    /// Whether nothing is scheduled.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Drops everything scheduled.
+    pub(crate) fn clear(&mut self) {
+        self.queue.clear();
+        self.events.clear();
     }
 }

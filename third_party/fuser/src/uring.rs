@@ -142,9 +142,7 @@ impl RingSender {
             // Answer the request with EIO rather than leave it unanswered.
             let unique = reply.get(8..16).map_or([0; 8], |u| u.try_into().unwrap());
             reply.clear();
-            reply.extend_from_slice(&(OUT_HEADER as u32).to_ne_bytes());
-            reply.extend_from_slice(&(-libc::EIO).to_ne_bytes());
-            reply.extend_from_slice(&unique);
+            reply.extend_from_slice(&eio(unique));
             Err(io::Error::other(format!(
                 "a reply of {total} bytes does not fit a ring entry"
             )))
@@ -407,13 +405,17 @@ impl<FS: Filesystem> Pool<FS> {
 
 /// Answers the request whose unique id is `unique` (8 bytes) with EIO.
 fn error_reply(sender: &RingSender, unique: &[u8]) {
-    let len = (OUT_HEADER as u32).to_ne_bytes();
-    let error = (-libc::EIO).to_ne_bytes();
-    let _ = sender.send(&[
-        IoSlice::new(&len),
-        IoSlice::new(&error),
-        IoSlice::new(unique),
-    ]);
+    let unique = unique.try_into().expect("8 bytes");
+    let _ = sender.send(&[IoSlice::new(&eio(unique))]);
+}
+
+/// The `fuse_out_header` of an EIO answer to request `unique`.
+fn eio(unique: [u8; 8]) -> [u8; OUT_HEADER] {
+    let mut h = [0; OUT_HEADER];
+    h[..4].copy_from_slice(&(OUT_HEADER as u32).to_ne_bytes());
+    h[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
+    h[8..].copy_from_slice(&unique);
+    h
 }
 
 /// Queues one FUSE command: `struct fuse_uring_cmd_req` in the SQE's
