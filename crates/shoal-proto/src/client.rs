@@ -46,7 +46,11 @@
 //! [`NotHere`]: shoal_wire::NotHere
 //! [`Fate::Drained`]: shoal_wire::Fate::Drained
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+// The maps hold only ports this client called: Fx hashing, no need for
+// SipHash's resistance to chosen keys.
+use rustc_hash::FxHashMap as HashMap;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -184,8 +188,8 @@ impl ClientCore {
             config,
             next_seq: 1,
             next_nonce: id.0.rotate_left(32),
-            cache: HashMap::new(),
-            aims: HashMap::new(),
+            cache: HashMap::default(),
+            aims: HashMap::default(),
             txn: None,
             transmits: VecDeque::new(),
             outcome: None,

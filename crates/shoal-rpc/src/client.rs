@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use shoal_cap::PutPort;
-use shoal_proto::{ClientConfig, ClientCore, Dest, Phase, Stats, Transmit, Via, pool};
+use shoal_proto::{ClientConfig, ClientCore, Dest, Phase, Stats, Time, Transmit, Via, pool};
 use shoal_session::SessionError;
 use shoal_wire::{
     ClientId, Endpoint, Fate, Here, Instance, Locate, MAX_DATAGRAM, NodeId, Packet, decode_plain,
@@ -76,7 +76,7 @@ pub struct Client {
     timeout: socket::Timeout,
     spin: SpinPolicy,
     /// The latest clock read of the call under way.
-    last: Instant,
+    last: Time,
     buf: Vec<u8>,
     /// Where sealed datagrams are built.
     out: Vec<u8>,
@@ -113,7 +113,7 @@ impl Client {
             connected: None,
             timeout: socket::Timeout::default(),
             spin,
-            last: Instant::now(),
+            last: clock::now(),
             buf: vec![0; MAX_DATAGRAM],
             out: Vec::with_capacity(MAX_DATAGRAM),
         })
@@ -136,10 +136,9 @@ impl Client {
         let small = request.len() <= self.config.frag_bytes;
         // Kept to recycle the buffer once the core is done with it.
         let keep = (!small).then(|| request.clone());
-        let started = Instant::now();
+        let started = clock::now();
         self.last = started;
-        let now = clock::at(started);
-        self.core.start(now, *port, request, now + deadline);
+        self.core.start(started, *port, request, started + deadline);
         loop {
             if let Err(e) = self.flush() {
                 return Err(self.abandon(e));
@@ -149,8 +148,7 @@ impl Client {
                     && small
                     && reply.len() <= self.config.frag_bytes
                 {
-                    self.spin
-                        .record(self.last.saturating_duration_since(started));
+                    self.spin.record(self.last.saturating_since(started));
                 }
                 if let Some(k) = keep {
                     shoal_proto::pool::give_bytes(k);
@@ -218,7 +216,7 @@ impl Client {
 
     /// Seals `t` for server endpoint `instance` and sends it to `addr`.
     fn send(&mut self, addr: SocketAddr, instance: Instance, t: &Transmit) -> Result<(), Error> {
-        if let Some(node) = self.keys.stale(instance, self.last) {
+        if let Some(node) = self.keys.stale(instance, clock::instant(self.last)) {
             self.refresh(node, instance)?;
         }
         let (id, uid) = (self.core.id(), self.uid);
@@ -318,10 +316,7 @@ impl Client {
         let sock = &self.server_sock;
         // Measured from the call's latest clock read: a spin may pass the
         // timer by the microseconds since.
-        let spin = self
-            .spin
-            .spin()
-            .min(until.saturating_duration_since(self.last));
+        let spin = self.spin.spin().min(timer.saturating_since(self.last));
         let buf = &mut self.buf;
         let received = match socket::spin_recv(sock, buf, spin) {
             Ok(Some(got)) => Ok(Some(got)),
@@ -339,8 +334,8 @@ impl Client {
             }
             Err(e) => Err(e),
         };
-        self.last = Instant::now();
-        let now = clock::at(self.last);
+        self.last = clock::now();
+        let now = self.last;
         match received {
             Ok(Some((n, from))) => match self.keys.open(&mut self.buf[..n]) {
                 Ok(plain) => self.core.handle_datagram(now, from, &self.buf[plain]),

@@ -141,11 +141,12 @@ impl ClientKeys {
     /// Opens a server's datagram in place: the plaintext's range in
     /// `datagram`, or why not (a replay, or anything else).
     pub fn open(&mut self, datagram: &mut [u8]) -> Result<std::ops::Range<usize>, SessionError> {
+        let header = Header::peek(datagram)?;
         let Header::Endpoint {
             to_client: true,
             sender,
             ..
-        } = Header::peek(datagram)?
+        } = header
         else {
             return Err(SessionError::Malformed("not for a client"));
         };
@@ -153,7 +154,7 @@ impl ClientKeys {
             .keys
             .get_mut(&Instance(sender))
             .ok_or(SessionError::UnknownIndex)?;
-        let (header, plain) = k.channel.open(datagram)?;
+        let (header, plain) = k.channel.open_peeked(header, datagram)?;
         let start = header.len();
         Ok(start..start + plain.len())
     }
@@ -245,13 +246,16 @@ impl ServerKeys {
         now: Instant,
     ) -> Result<(Caller, u32, std::ops::Range<usize>), Refused> {
         self.sweep(now);
-        let Ok(Header::Endpoint {
+        let Ok(header) = Header::peek(datagram) else {
+            return Err(Refused::Bad);
+        };
+        let Header::Endpoint {
             to_client: false,
             receiver,
             uid,
             sender,
             ..
-        }) = Header::peek(datagram)
+        } = header
         else {
             return Err(Refused::Bad);
         };
@@ -279,7 +283,9 @@ impl ServerKeys {
         let node = root.node;
         let id = (receiver, uid, sender);
         let opened = match self.channels.get_mut(&id) {
-            Some(channel) => channel.open(datagram).map(|(h, p)| (h.len(), p.len())),
+            Some(channel) => channel
+                .open_peeked(header, datagram)
+                .map(|(h, p)| (h.len(), p.len())),
             None => {
                 // A channel is kept only once something opened in it, so
                 // forged headers cannot fill the table.
@@ -288,7 +294,9 @@ impl ServerKeys {
                 }
                 let key = channel_key(&root.secret, node.0, uid, sender);
                 let mut channel = Channel::server(root.algorithm, &key);
-                let opened = channel.open(datagram).map(|(h, p)| (h.len(), p.len()));
+                let opened = channel
+                    .open_peeked(header, datagram)
+                    .map(|(h, p)| (h.len(), p.len()));
                 if opened.is_ok() {
                     self.channels.insert(id, channel);
                 }

@@ -25,6 +25,7 @@ use shoal_proto::{
     Caller, Delivered, Dest, Rope, ServerConfig, ServerCore, Stats, Time, Transmit, Via, pool,
 };
 use shoal_wire::{Instance, MAX_DATAGRAM, TxnId, decode_plain};
+use smallvec::SmallVec;
 
 use crate::clock;
 use crate::context::ContextConfig;
@@ -417,9 +418,13 @@ fn request(d: Delivered) -> Request {
 
 /// The datagrams the core has queued, taken under its lock to be sent
 /// after it is released.
-fn outbox(core: &mut ServerCore) -> Vec<Transmit> {
+fn outbox(core: &mut ServerCore) -> Outbox {
     std::iter::from_fn(|| core.poll_transmit()).collect()
 }
+
+/// What one turn of the core sends: mostly one datagram, kept without an
+/// allocation.
+type Outbox = SmallVec<[Transmit; 2]>;
 
 impl Shared {
     /// Opens a datagram from a caller in place: who, through which
@@ -473,7 +478,10 @@ impl Shared {
     }
 
     /// Seals and sends what the core queued.
-    fn send_all(&self, out: Vec<Transmit>) {
+    fn send_all(&self, out: Outbox) {
+        if out.is_empty() {
+            return;
+        }
         let mut sealed = pool::datagram();
         for t in out {
             let (Dest::Addr(addr), Via::Client { caller, channel }) = (t.dest, t.via) else {

@@ -15,7 +15,7 @@
 
 use crate::SessionError;
 use crate::aead::{Algorithm, Key};
-use crate::datagram::{Header, open, seal};
+use crate::datagram::{Header, open_peeked, seal};
 use crate::window::ReplayWindow;
 
 /// What endpoint channel keys through one node session derive from.
@@ -104,6 +104,16 @@ impl Channel {
         datagram: &'a mut [u8],
     ) -> Result<(Header, &'a mut [u8]), SessionError> {
         let header = Header::peek(datagram)?;
+        self.open_peeked(header, datagram)
+    }
+
+    /// [`Channel::open`] of a datagram whose header the caller read
+    /// already (with [`Header::peek`]), to choose the channel.
+    pub fn open_peeked<'a>(
+        &mut self,
+        header: Header,
+        datagram: &'a mut [u8],
+    ) -> Result<(Header, &'a mut [u8]), SessionError> {
         match header {
             Header::Endpoint { to_client, .. } if to_client == self.client => {}
             _ => return Err(SessionError::Malformed("datagram of the wrong direction")),
@@ -111,7 +121,7 @@ impl Channel {
         if !self.window.check(header.counter()) {
             return Err(SessionError::Replayed);
         }
-        let (header, plain) = open(&self.key, datagram)?;
+        let plain = open_peeked(&self.key, &header, datagram)?;
         self.window.accept(header.counter());
         Ok((header, plain))
     }

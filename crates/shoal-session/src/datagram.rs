@@ -228,7 +228,17 @@ pub fn seal(key: &Key, header: &Header, pieces: &[&[u8]], out: &mut Vec<u8>) {
 /// and the plaintext (a slice of `datagram`).
 pub fn open<'a>(key: &Key, datagram: &'a mut [u8]) -> Result<(Header, &'a mut [u8]), SessionError> {
     let header = Header::peek(datagram)?;
-    let (aad, body) = datagram.split_at_mut(header.len());
-    let plain = key.open(header.nonce(), aad, body)?;
+    let plain = open_peeked(key, &header, datagram)?;
     Ok((header, plain))
+}
+
+/// [`open`] of a datagram whose header was read already: `header` must be
+/// what [`Header::peek`] returned for `datagram`.
+pub fn open_peeked<'a>(
+    key: &Key,
+    header: &Header,
+    datagram: &'a mut [u8],
+) -> Result<&'a mut [u8], SessionError> {
+    let (aad, body) = datagram.split_at_mut(header.len());
+    key.open(header.nonce(), aad, body)
 }
