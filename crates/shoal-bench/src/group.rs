@@ -418,12 +418,6 @@ fn pin_process(cpus: &str) -> Result<Value, String> {
     } else {
         vec![cpus.parse().map_err(|e| format!("pin {cpus}: {e}"))?]
     };
-    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET stays in bounds for
-    // CPU numbers below 1024, which `available_parallelism` bounds.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for cpu in wanted {
-        unsafe { libc::CPU_SET(cpu, &mut set) };
-    }
     let tasks = std::fs::read_dir("/proc/self/task").map_err(|e| format!("pin: {e}"))?;
     for task in tasks.flatten() {
         let Some(tid) = task
@@ -433,13 +427,12 @@ fn pin_process(cpus: &str) -> Result<Value, String> {
         else {
             continue;
         };
-        // SAFETY: `set` is a valid cpu_set_t of the size given.
-        if unsafe { libc::sched_setaffinity(tid, size_of::<libc::cpu_set_t>(), &set) } != 0 {
-            let e = std::io::Error::last_os_error();
+        match crate::set_affinity(tid, &wanted) {
             // A thread that ended meanwhile is no matter.
-            if e.raw_os_error() != Some(libc::ESRCH) {
+            Err(e) if e.raw_os_error() != Some(libc::ESRCH) => {
                 return Err(format!("pin thread {tid} to {cpus}: {e}"));
             }
+            _ => {}
         }
     }
     Ok(json!({ "ok": true }))

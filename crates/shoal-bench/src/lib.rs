@@ -67,6 +67,23 @@ pub fn cpu_model() -> String {
 }
 
 /// Says which CPU a benchmark runs on, first thing.
+/// Sets the CPUs thread `tid` may run on (0: the calling thread); threads
+/// it starts later inherit them.
+pub(crate) fn set_affinity(tid: i32, cpus: &[usize]) -> std::io::Result<()> {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET stays in bounds for
+    // CPU numbers below 1024, which the machine's CPUs are.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &cpu in cpus {
+        // SAFETY: as above.
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
+    // SAFETY: `set` is a valid cpu_set_t of the size given.
+    if unsafe { libc::sched_setaffinity(tid, size_of::<libc::cpu_set_t>(), &set) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 pub(crate) fn announce_cpu() {
     eprintln!(
         "bench: CPU {} ({} cores)",

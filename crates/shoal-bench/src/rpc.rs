@@ -84,18 +84,7 @@ const BULK_BYTES: usize = 64 << 20;
 
 /// Pins the calling thread (and threads it starts later) to `cpu`.
 fn pin(cpu: usize) -> Result<(), String> {
-    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET stays in bounds for cpu < 1024.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(format!(
-                "cannot pin to CPU {cpu}: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-    }
-    Ok(())
+    crate::set_affinity(0, &[cpu]).map_err(|e| format!("cannot pin to CPU {cpu}: {e}"))
 }
 
 /// Runs an agent.

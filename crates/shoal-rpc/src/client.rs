@@ -216,7 +216,7 @@ impl Client {
 
     /// Seals `t` for server endpoint `instance` and sends it to `addr`.
     fn send(&mut self, addr: SocketAddr, instance: Instance, t: &Transmit) -> Result<(), Error> {
-        if let Some(node) = self.keys.stale(instance, clock::instant(self.last)) {
+        if let Some(node) = self.keys.stale(instance, self.last) {
             self.refresh(node, instance)?;
         }
         let (id, uid) = (self.core.id(), self.uid);

@@ -14,11 +14,12 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap as HashMap;
 
-use shoal_proto::Caller;
+use shoal_proto::{Caller, Time};
 use shoal_session::kdf::channel_key;
 use shoal_session::{Algorithm, Channel, Header, SessionError};
 use shoal_wire::{ClientId, Instance, NodeId};
 
+use crate::clock;
 use crate::error::Error;
 use crate::link::Grant;
 
@@ -63,7 +64,8 @@ struct ClientKey {
     key: [u8; 32],
     node: NodeId,
     index: u32,
-    expires: Instant,
+    /// On the protocol clock, which the client's calls read anyway.
+    expires: Time,
 }
 
 /// A client endpoint's channels, by server instance.
@@ -82,7 +84,7 @@ impl ClientKeys {
     /// window, which has seen those counters, would refuse them all.
     pub fn insert(&mut self, instance: Instance, node: NodeId, grant: &Grant) -> Result<(), Error> {
         let key = hex32(&grant.key)?;
-        let expires = Instant::now() + Duration::from_millis(grant.valid_ms);
+        let expires = clock::now() + Duration::from_millis(grant.valid_ms);
         if let Some(k) = self.keys.get_mut(&instance)
             && k.key == key
             && k.index == grant.index
@@ -116,7 +118,7 @@ impl ClientKeys {
 
     /// The node of `instance`, if its key has expired by `now` (or is
     /// missing but known): it must be asked for again.
-    pub fn stale(&self, instance: Instance, now: Instant) -> Option<NodeId> {
+    pub fn stale(&self, instance: Instance, now: Time) -> Option<NodeId> {
         let k = self.keys.get(&instance)?;
         (now >= k.expires).then_some(k.node)
     }
