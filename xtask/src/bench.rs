@@ -26,8 +26,7 @@ pub(crate) fn bench(args: &[String]) -> Result<(), String> {
         }
     }
     ensure_packages(&[SYSTEM, BUILD].concat())?;
-    step("building shoal and shoal-bench (release)");
-    run(cargo().args(["build", "--release", "-p", "shoal", "-p", "shoal-bench"]))?;
+    crate::build_product()?;
     let started = Instant::now();
     let mut parts = Vec::new();
     let mut failed = Vec::new();

@@ -5,13 +5,12 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::{BUILD, SYSTEM, cargo, ensure_packages, root, run, shoal, shoal_bin, step};
+use crate::{BUILD, SYSTEM, ensure_packages, root, run, shoal, shoal_bin, step};
 
 pub fn demo() -> Result<(), String> {
     // The system's tools, and the pool's parallel build.
     ensure_packages(&[SYSTEM, BUILD].concat())?;
-    step("building shoal and shoal-bench (release)");
-    run(cargo().args(["build", "--release", "-p", "shoal", "-p", "shoal-bench"]))?;
+    crate::build_product()?;
     let dir = root().join("target/demo-cluster");
     if dir.join("cluster.toml").exists() {
         let _ = run(&mut shoal(&["cluster", "down"], &dir));

@@ -1,17 +1,16 @@
 //! `cargo xtask dist`: shoal's Debian packages (`shoal-dist`), built from
-//! release binaries into `target/dist/`.
+//! the product binaries (`target/product/`) into `target/dist/`.
 
 use std::path::PathBuf;
 
-use crate::{cargo, root, run, step};
+use crate::{root, step};
 
 /// The documents installed under `/usr/share/doc/shoal`.
 const DOCS: &[&str] = &["README.md", "docs/operations.md", "docs/services.md"];
 
 pub fn dist() -> Result<Vec<PathBuf>, String> {
-    step("building shoal and shoal-bench (release)");
-    run(cargo().args(["build", "--release", "-p", "shoal", "-p", "shoal-bench"]))?;
-    let bin = root().join("target/release");
+    crate::build_product()?;
+    let bin = root().join("target/product");
     let docs = DOCS
         .iter()
         .map(|path| {

@@ -144,8 +144,32 @@ const SYSTEM: &[(&str, &str)] = &[("ip", "iproute2"), ("iptables", "iptables")];
 /// What `shoal make` drives: GNU make and a C compiler.
 const BUILD: &[(&str, &str)] = &[("make", "make"), ("cc", "gcc")];
 
+/// The `shoal` users run and the benchmarks measure: built with the
+/// `product` profile (whole-program optimisation; see Cargo.toml) by
+/// [`build_product`].
 fn shoal_bin() -> PathBuf {
+    root().join("target/product/shoal")
+}
+
+/// The `shoal` the test build made (`cargo test --release` builds the
+/// package's binaries too), for suites run after the tests.
+fn tested_bin() -> PathBuf {
     root().join("target/release/shoal")
+}
+
+/// Builds what users run, `shoal`, `shoal-make-shell` and `shoal-bench`,
+/// into `target/product/`.
+fn build_product() -> Result<(), String> {
+    step("building shoal and shoal-bench (product profile: a few minutes the first time)");
+    run(cargo().args([
+        "build",
+        "--profile",
+        "product",
+        "-p",
+        "shoal",
+        "-p",
+        "shoal-bench",
+    ]))
 }
 
 /// `shoal SUBCOMMAND ACTION --dir DIR REST...`: the directory goes before

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::{cargo, ensure_packages, have, root, run, shoal_bin, step};
+use crate::{cargo, ensure_packages, have, root, run, step, tested_bin};
 
 /// The pjdfstest release this project runs.
 const VERSION: &str = "0.2.2";
@@ -98,7 +98,7 @@ pub fn pjdfstest() -> Result<(), String> {
     ensure_test_user()?;
     let dir = root().join("target/pjdfstest-cluster");
     let shoal = |args: &[&str]| {
-        let mut c = Command::new(shoal_bin());
+        let mut c = Command::new(tested_bin());
         c.args(args).arg("--dir").arg(&dir);
         c
     };

@@ -62,7 +62,7 @@ use shoal_wire::{
     Request, Seq, TxnId, WireError, decode_plain, encode_plain,
 };
 
-use crate::body::{Added, Incoming, Outgoing};
+use crate::body::{Added, Incoming, Outgoing, is_whole};
 use crate::error::TransError;
 use crate::stats::Stats;
 use crate::time::Time;
@@ -431,6 +431,14 @@ impl ClientCore {
                         let (port, bytes) = (txn.port, txn.body.len() as u64);
                         return self.finish(Err(TransError::TooLarge { port, bytes }));
                     }
+                }
+                if txn.reply.is_none()
+                    && is_whole(r.frag, r.total_len, r.payload)
+                    && r.total_len <= self.config.max_reply_bytes
+                {
+                    // The common case, a reply in one datagram: no
+                    // reassembly.
+                    return self.finish(Ok(r.payload.to_vec()));
                 }
                 if txn.reply.is_none() {
                     match Incoming::new(r.total_len, r.frag.count, self.config.max_reply_bytes) {

@@ -45,7 +45,7 @@ use shoal_wire::{
     WireError, Working, decode_plain, encode_plain,
 };
 
-use crate::body::{Added, Incoming, Outgoing, Rope};
+use crate::body::{Added, Incoming, Outgoing, Rope, is_whole};
 use crate::stats::Stats;
 use crate::time::Time;
 use crate::transmit::{Caller, Dest, Transmit, Via};
@@ -373,19 +373,23 @@ impl ServerCore {
             // Refused before without a record: refused for good.
             return self.refuse(src, r.txn, ReplyStatus::Busy);
         }
-        let known = self.records.contains_key(&src.caller);
-        if !known && self.records.len() >= self.config.max_records {
+        // The table's size and the caller's old record matter only near
+        // the limits: a small request from a caller with room to spare
+        // costs no lookup here.
+        let max_records = self.config.max_records;
+        if self.records.len() >= max_records && !self.records.contains_key(&src.caller) {
             self.next_sweep = now;
             self.handle_timeout(now);
         }
-        let full = !known && self.records.len() >= self.config.max_records;
-        let old_assembling = match self.records.get(&src.caller).map(|r| &r.state) {
-            Some(RecState::Assembling(inc)) => inc.total_len(),
-            _ => 0,
+        let full = self.records.len() >= max_records && !self.records.contains_key(&src.caller);
+        let no_room = r.frag.count > 1 && {
+            let old_assembling = match self.records.get(&src.caller).map(|r| &r.state) {
+                Some(RecState::Assembling(inc)) => inc.total_len(),
+                _ => 0,
+            };
+            (self.assembling_bytes - old_assembling).saturating_add(r.total_len)
+                > self.config.max_assembling_bytes
         };
-        let no_room = r.frag.count > 1
-            && (self.assembling_bytes - old_assembling).saturating_add(r.total_len)
-                > self.config.max_assembling_bytes;
         let refuse = if r.total_len > self.config.max_request_bytes {
             Some(ReplyStatus::TooLarge)
         } else if full || no_room {
@@ -407,6 +411,13 @@ impl ServerCore {
                 self.set_record(src, r.txn.seq, now, RecState::Refused(status));
             }
             return self.refuse(src, r.txn, status);
+        }
+        if is_whole(r.frag, r.total_len, r.payload) {
+            // The common case, a request in one datagram: straight to the
+            // application, with no reassembly.
+            self.set_record(src, r.txn.seq, now, RecState::Executing);
+            self.deliver(src, r.txn, r.payload.to_vec());
+            return;
         }
         let Some(mut inc) = Incoming::new(r.total_len, r.frag.count, self.config.max_request_bytes)
         else {
@@ -468,12 +479,17 @@ impl ServerCore {
             // Tell the client the whole request is here, so it stops sending.
             self.sender().working(src, txn);
         }
+        self.deliver(src, txn, inc.into_body());
+    }
+
+    /// Hands the whole request `body` of `txn` to the application.
+    fn deliver(&mut self, src: Source, txn: TxnId, body: Vec<u8>) {
         self.stats.transactions += 1;
         self.ready.push_back(Delivered {
             txn,
-            caller,
+            caller: src.caller,
             from: src.from,
-            body: inc.into_body(),
+            body,
         });
     }
 

@@ -25,7 +25,7 @@ use shoal_wire::{
 use crate::clock;
 use crate::context::ContextConfig;
 use crate::error::Error;
-use crate::keys::ClientKeys;
+use crate::keys::{ClientKeys, Sealed};
 use crate::link::{LinkRequest, LinkResponse};
 use crate::socket;
 use crate::spin::SpinPolicy;
@@ -216,17 +216,26 @@ impl Client {
 
     /// Seals `t` for server endpoint `instance` and sends it to `addr`.
     fn send(&mut self, addr: SocketAddr, instance: Instance, t: &Transmit) -> Result<(), Error> {
-        if let Some(node) = self.keys.stale(instance, self.last) {
-            self.refresh(node, instance)?;
-        }
         let (id, uid) = (self.core.id(), self.uid);
-        let (keys, out) = (&mut self.keys, &mut self.out);
-        let sealed = crate::keys::with_pieces(&t.bytes, &t.tail, |pieces| {
-            keys.seal(instance, uid, id, pieces, out)
-        });
-        if !sealed {
-            tracing::debug!(%instance, "no channel key: not sent");
-            return Ok(());
+        let mut now = Some(self.last);
+        loop {
+            let (keys, out) = (&mut self.keys, &mut self.out);
+            let sealed = crate::keys::with_pieces(&t.bytes, &t.tail, |pieces| {
+                keys.seal(instance, now, uid, id, pieces, out)
+            });
+            match sealed {
+                Sealed::Done => break,
+                Sealed::Stale(node) => {
+                    self.refresh(node, instance)?;
+                    // Renewed or not (the old key still opens for a while,
+                    // and the next send asks again), seal with what is kept.
+                    now = None;
+                }
+                Sealed::NoKey => {
+                    tracing::debug!(%instance, "no channel key: not sent");
+                    return Ok(());
+                }
+            }
         }
         if self.connected != Some(addr) {
             self.server_sock.connect(addr)?;
@@ -299,10 +308,9 @@ impl Client {
         let Some(timer) = self.core.poll_timeout() else {
             return Ok(());
         };
-        let until = clock::instant(timer);
         let Phase::Talking(target) = self.core.phase() else {
             // Locating: the node was asked; wait for the core's timer.
-            let mut left = until.saturating_duration_since(Instant::now());
+            let mut left = timer.saturating_since(clock::now());
             if cancellable {
                 left = left.min(CANCEL_POLL);
             }
@@ -321,7 +329,7 @@ impl Client {
         let received = match socket::spin_recv(sock, buf, spin) {
             Ok(Some(got)) => Ok(Some(got)),
             Ok(None) => {
-                let mut left = until.saturating_duration_since(Instant::now());
+                let mut left = timer.saturating_since(clock::now());
                 if cancellable {
                     left = left.min(CANCEL_POLL);
                 }

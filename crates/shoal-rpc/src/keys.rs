@@ -10,7 +10,7 @@
 //!   A channel lives as long as its session, so a datagram replayed at any
 //!   time either fails its window or no longer opens at all.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rustc_hash::FxHashMap as HashMap;
 
@@ -74,6 +74,16 @@ pub(crate) struct ClientKeys {
     keys: HashMap<Instance, ClientKey>,
 }
 
+/// What [`ClientKeys::seal`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sealed {
+    Done,
+    /// The key expired: ask the node of the instance for a fresh one.
+    Stale(NodeId),
+    /// No key for the instance at all.
+    NoKey,
+}
+
 /// Most channels a client keeps; the oldest go first.
 const MAX_CLIENT_KEYS: usize = 256;
 
@@ -116,28 +126,26 @@ impl ClientKeys {
         Ok(())
     }
 
-    /// The node of `instance`, if its key has expired by `now` (or is
-    /// missing but known): it must be asked for again.
-    pub fn stale(&self, instance: Instance, now: Time) -> Option<NodeId> {
-        let k = self.keys.get(&instance)?;
-        (now >= k.expires).then_some(k.node)
-    }
-
-    /// Seals the plaintext `pieces` for `instance` into `out`; `false` if
-    /// there is no key for it.
+    /// Seals the plaintext `pieces` for `instance` into `out`, unless its
+    /// key has expired by `now` (`None`: use it even so) or there is none:
+    /// then nothing is sealed.
     pub fn seal(
         &mut self,
         instance: Instance,
+        now: Option<Time>,
         uid: u32,
         client: ClientId,
         pieces: &[&[u8]],
         out: &mut Vec<u8>,
-    ) -> bool {
+    ) -> Sealed {
         let Some(k) = self.keys.get_mut(&instance) else {
-            return false;
+            return Sealed::NoKey;
         };
+        if now.is_some_and(|now| now >= k.expires) {
+            return Sealed::Stale(k.node);
+        }
         k.channel.seal(k.index, uid, client.0, pieces, out);
-        true
+        Sealed::Done
     }
 
     /// Opens a server's datagram in place: the plaintext's range in
@@ -169,7 +177,7 @@ struct ServerRoot {
     /// The node at the session's other end.
     node: NodeId,
     algorithm: Algorithm,
-    expires: Instant,
+    expires: Time,
 }
 
 /// A server endpoint's roots and channels.
@@ -178,10 +186,10 @@ pub(crate) struct ServerKeys {
     roots: HashMap<u32, ServerRoot>,
     channels: HashMap<(u32, u32, u64), Channel>,
     /// Indexes the node did not know, and until when not to ask again.
-    unknown: HashMap<u32, Instant>,
+    unknown: HashMap<u32, Time>,
     /// When the node was asked about an index, over the last second.
-    asked: std::collections::VecDeque<Instant>,
-    swept: Option<Instant>,
+    asked: std::collections::VecDeque<Time>,
+    swept: Option<Time>,
 }
 
 /// Most questions about unknown indexes per second: datagrams naming
@@ -225,7 +233,7 @@ impl ServerKeys {
                 secret: hex32(secret)?,
                 node: NodeId(node),
                 algorithm: algorithm(aes),
-                expires: Instant::now() + Duration::from_millis(valid_ms),
+                expires: clock::now() + Duration::from_millis(valid_ms),
             },
         );
         Ok(())
@@ -236,7 +244,7 @@ impl ServerKeys {
         if self.unknown.len() >= MAX_UNKNOWN {
             self.unknown.clear();
         }
-        self.unknown.insert(index, Instant::now() + UNKNOWN_FOR);
+        self.unknown.insert(index, clock::now() + UNKNOWN_FOR);
     }
 
     /// Opens a client's datagram in place: who sent it, through which
@@ -245,7 +253,7 @@ impl ServerKeys {
     pub fn open(
         &mut self,
         datagram: &mut [u8],
-        now: Instant,
+        now: Time,
     ) -> Result<(Caller, u32, std::ops::Range<usize>), Refused> {
         self.sweep(now);
         let Ok(header) = Header::peek(datagram) else {
@@ -272,7 +280,7 @@ impl ServerKeys {
             while self
                 .asked
                 .front()
-                .is_some_and(|&t| now.duration_since(t) >= Duration::from_secs(1))
+                .is_some_and(|&t| now.saturating_since(t) >= Duration::from_secs(1))
             {
                 self.asked.pop_front();
             }
@@ -343,7 +351,7 @@ impl ServerKeys {
     }
 
     /// Forgets sessions past their expiry, and their channels.
-    fn sweep(&mut self, now: Instant) {
+    fn sweep(&mut self, now: Time) {
         if self.swept.is_some_and(|t| now < t + Duration::from_secs(1)) {
             return;
         }
@@ -382,8 +390,17 @@ mod tests {
 
     fn send(c: &mut ClientKeys, s: &mut ServerKeys, instance: Instance) -> Result<(), ()> {
         let mut out = Vec::new();
-        assert!(c.seal(instance, 1000, ClientId(0x22), &[b"ping"], &mut out));
-        s.open(&mut out, Instant::now()).map(|_| ()).map_err(|_| ())
+        let now = clock::now();
+        let sealed = c.seal(
+            instance,
+            Some(now),
+            1000,
+            ClientId(0x22),
+            &[b"ping"],
+            &mut out,
+        );
+        assert_eq!(sealed, Sealed::Done);
+        s.open(&mut out, clock::now()).map(|_| ()).map_err(|_| ())
     }
 
     #[test]

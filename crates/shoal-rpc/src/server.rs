@@ -25,7 +25,6 @@ use shoal_proto::{
     Caller, Delivered, Dest, Rope, ServerConfig, ServerCore, Stats, Time, Transmit, Via, pool,
 };
 use shoal_wire::{Instance, MAX_DATAGRAM, TxnId, decode_plain};
-use smallvec::SmallVec;
 
 use crate::clock;
 use crate::context::ContextConfig;
@@ -254,8 +253,8 @@ impl Server {
                 Ok(Some(got)) => Ok(got),
                 Ok(None) => {
                     let timer = shared.core.lock().poll_timeout();
-                    let left = clock::instant(timer)
-                        .saturating_duration_since(Instant::now())
+                    let left = timer
+                        .saturating_since(clock::now())
                         .clamp(Duration::from_millis(1), POLL);
                     timeout.set(&shared.socket, left)?;
                     shared.socket.recv_from(buf)
@@ -264,13 +263,12 @@ impl Server {
             };
             // One clock read per datagram serves the keys, the link check
             // and the core.
-            let read = Instant::now();
-            let now = clock::at(read);
+            let now = clock::now();
             shared.keep_registered(now);
             // Datagrams are opened, and the replies sealed and sent,
             // outside the core's lock: a thread replying meanwhile is not
             // held up by them.
-            let received = received.map(|(n, from)| (from, shared.open(&mut buf[..n], read)));
+            let received = received.map(|(n, from)| (from, shared.open(&mut buf[..n], now)));
             let mut core = shared.core.lock();
             match received {
                 Ok((from, Ok((caller, channel, plain)))) => {
@@ -345,18 +343,14 @@ impl Server {
             let left = until.saturating_duration_since(Instant::now());
             timeout.set(&shared.socket, left.min(Duration::from_millis(10)))?;
             if let Ok((n, from)) = shared.socket.recv_from(buf) {
-                let read = Instant::now();
-                let opened = shared.open(&mut buf[..n], read);
+                let now = clock::now();
+                let opened = shared.open(&mut buf[..n], now);
                 let out = {
                     let mut core = shared.core.lock();
                     match opened {
-                        Ok((caller, channel, plain)) => core.handle_datagram(
-                            clock::at(read),
-                            from,
-                            caller,
-                            channel,
-                            &buf[plain],
-                        ),
+                        Ok((caller, channel, plain)) => {
+                            core.handle_datagram(now, from, caller, channel, &buf[plain])
+                        }
                         Err(replayed) => core.handle_unopened(replayed),
                     }
                     outbox(&mut core)
@@ -419,12 +413,20 @@ fn request(d: Delivered) -> Request {
 /// The datagrams the core has queued, taken under its lock to be sent
 /// after it is released.
 fn outbox(core: &mut ServerCore) -> Outbox {
-    std::iter::from_fn(|| core.poll_transmit()).collect()
+    let first = core.poll_transmit();
+    let rest = match first {
+        Some(_) => std::iter::from_fn(|| core.poll_transmit()).collect(),
+        None => Vec::new(),
+    };
+    Outbox { first, rest }
 }
 
-/// What one turn of the core sends: mostly one datagram, kept without an
-/// allocation.
-type Outbox = SmallVec<[Transmit; 2]>;
+/// What one turn of the core sends: mostly nothing, or one datagram (a
+/// reply), kept without an allocation.
+struct Outbox {
+    first: Option<Transmit>,
+    rest: Vec<Transmit>,
+}
 
 impl Shared {
     /// Opens a datagram from a caller in place: who, through which
@@ -433,14 +435,14 @@ impl Shared {
     fn open(
         &self,
         datagram: &mut [u8],
-        now: Instant,
+        now: Time,
     ) -> Result<(Caller, u32, std::ops::Range<usize>), bool> {
         let opened = self.keys.lock().open(datagram, now);
         match opened {
             Ok(o) => Ok(o),
             Err(Refused::NeedRoot(index)) => {
                 self.fetch_root(index);
-                match self.keys.lock().open(datagram, Instant::now()) {
+                match self.keys.lock().open(datagram, clock::now()) {
                     Ok(o) => Ok(o),
                     Err(Refused::Replayed) => Err(true),
                     Err(_) => Err(false),
@@ -479,11 +481,11 @@ impl Shared {
 
     /// Seals and sends what the core queued.
     fn send_all(&self, out: Outbox) {
-        if out.is_empty() {
+        let Some(first) = out.first else {
             return;
-        }
+        };
         let mut sealed = pool::datagram();
-        for t in out {
+        for t in std::iter::once(first).chain(out.rest) {
             let (Dest::Addr(addr), Via::Client { caller, channel }) = (t.dest, t.via) else {
                 pool::give(t.bytes);
                 continue;

@@ -15,6 +15,8 @@ use std::time::Duration;
 /// Calls per cycle; the last `PROBE` of each cycle try the other mode.
 const CYCLE: u32 = 256;
 const PROBE: u32 = 16;
+/// Round trips kept of the current mode.
+const KEEP: usize = 64;
 
 #[derive(Debug)]
 pub struct SpinPolicy {
@@ -71,10 +73,12 @@ impl SpinPolicy {
         if self.probing() {
             self.probe.push(us);
         } else {
-            if self.current.len() >= 64 {
-                self.current.remove(0);
+            // The latest `KEEP` round trips, oldest overwritten first.
+            if self.current.len() < KEEP {
+                self.current.push(us);
+            } else {
+                self.current[self.calls as usize % KEEP] = us;
             }
-            self.current.push(us);
         }
         self.calls = self.calls.wrapping_add(1);
         if self.probe.len() >= PROBE as usize {

@@ -224,7 +224,7 @@ fn bench(args: BenchArgs) -> Result<(), Failure> {
     use std::os::unix::process::CommandExt;
     let Some(program) = shoal_cluster::program_beside("shoal-bench") else {
         return Err(Failure::usage(
-            "the benchmarks are a program of their own, shoal-bench, which is neither beside shoal nor on PATH: build it with `cargo build --release -p shoal-bench` (it is installed beside shoal)",
+            "the benchmarks are a program of their own, shoal-bench, which is neither beside shoal nor on PATH: build it with `cargo build --profile product -p shoal-bench` (it is installed beside shoal)",
         ));
     };
     let e = std::process::Command::new(&program).args(&args.args).exec();
