@@ -21,6 +21,7 @@ pub(super) const AIM: usize = 1;
 /// own.
 pub(super) struct Opened {
     port: PutPort,
+    service: String,
     session: Aimed,
     dir: Capability,
 }
@@ -37,8 +38,8 @@ pub(super) struct Aimed {
 }
 
 impl Aimed {
-    fn new(ctx: &Context, port: PutPort, replica: usize) -> Result<Aimed, String> {
-        let (rpc, ..) = aimed_client(ctx, port, Some(replica))?;
+    fn new(ctx: &Context, port: PutPort, service: &str, replica: usize) -> Result<Aimed, String> {
+        let (rpc, ..) = aimed_client(ctx, port, service, Some(replica))?;
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
@@ -149,7 +150,7 @@ impl ClientAgent {
 
     fn open(&mut self, label: &str, service: &str) -> Result<Value, String> {
         let port = shoal_dirsvc::service_port(&self.ctx.config().cluster, service).put_port();
-        let mut session = Aimed::new(&self.ctx, port, AIM)?;
+        let mut session = Aimed::new(&self.ctx, port, service, AIM)?;
         // A group replica learns where writes go from its peers within a
         // second of joining; rpc2pc replicas never say.
         for _ in 0..30 {
@@ -168,8 +169,15 @@ impl ClientAgent {
             a => return Err(format!("{service}: create-dir answered {a:?}")),
         };
         session.call(append(dir, "target"))?;
-        self.services
-            .insert(label.into(), Opened { port, session, dir });
+        self.services.insert(
+            label.into(),
+            Opened {
+                port,
+                service: service.into(),
+                session,
+                dir,
+            },
+        );
         Ok(json!({ "dir": dir.to_string() }))
     }
 
@@ -291,15 +299,15 @@ impl ClientAgent {
     /// `threads` threads look the name "target" up for `ms`, all at one
     /// replica.
     fn lookups(&mut self, label: &str, threads: usize, ms: u64) -> Result<Value, String> {
-        let (port, dir) = {
+        let (port, service, dir) = {
             let s = self.service(label)?;
-            (s.port, s.dir)
+            (s.port, s.service.clone(), s.dir)
         };
         let replica = AIM;
         let mut clients = Vec::new();
         let mut relocations = 0;
         for _ in 0..threads.max(1) {
-            let (c, _, r) = aimed_client(&self.ctx, port, Some(replica))?;
+            let (c, _, r) = aimed_client(&self.ctx, port, &service, Some(replica))?;
             relocations += r;
             clients.push(c);
         }
@@ -405,13 +413,20 @@ impl ClientAgent {
     }
 }
 
-/// An RPC client located at one replica of the service at `port` (any,
-/// with `None`): it asks for the status of whichever replica it reached
-/// and locates again until that is `want`.  Returns the client, the
-/// replica and how many times it located again.
+/// An RPC client located at one replica of `service` (whose port is
+/// `port`; any replica, with `None`): it asks for the status of whichever
+/// replica it reached and tries again until that is `want`.  Returns the
+/// client, the replica and how many times it tried again.
+///
+/// A locate returns the answer of the first node that names a server, so
+/// locating again reaches the wanted replica only as often as its node
+/// answers first: the client is aimed at it instead, where the replicas'
+/// statuses say where it serves (a group-variant replica does), and
+/// locates again otherwise.
 pub(super) fn aimed_client(
     ctx: &Context,
     port: PutPort,
+    service: &str,
     want: Option<usize>,
 ) -> Result<(shoal_rpc::Client, usize, u64), String> {
     let mut c = ctx.client().map_err(|e| e.to_string())?;
@@ -430,13 +445,32 @@ pub(super) fn aimed_client(
                 .ok_or("status without a replica number")?,
             other => return Err(format!("status: {other:?}")),
         } as usize;
-        if want.is_none_or(|w| w == replica) {
+        let Some(want) = want.filter(|&w| w != replica) else {
             return Ok((c, replica, again));
+        };
+        match endpoint_of(ctx, service, want) {
+            Some((node, instance)) => c.aim(&port, node, instance),
+            None => c.forget(&port),
         }
-        c.forget(&port);
     }
     Err(format!(
-        "could not reach replica {want:?} of the service in 500 locates"
+        "could not reach replica {want:?} of the service in 500 tries"
+    ))
+}
+
+/// Where replica `replica` of `service` serves clients (its node and its
+/// server's instance), as its status says; `None` if it does not say.
+fn endpoint_of(
+    ctx: &Context,
+    service: &str,
+    replica: usize,
+) -> Option<(shoal_wire::NodeId, shoal_wire::Instance)> {
+    let status = replica_status(ctx, service, replica + 1).ok()?;
+    let endpoint = &status.get(replica)?["endpoint"];
+    let hex = |k: &str| u64::from_str_radix(endpoint[k].as_str()?, 16).ok();
+    Some((
+        shoal_wire::NodeId(hex("node")?),
+        shoal_wire::Instance(hex("instance")?),
     ))
 }
 
