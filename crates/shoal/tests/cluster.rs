@@ -329,7 +329,7 @@ fn bad_cli_input_gets_one_line_errors() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("cargo build --release -p shoal-bench"),
+        err.contains("cargo build --profile product -p shoal-bench"),
         "{err}"
     );
     let out = Command::new(shoal())
