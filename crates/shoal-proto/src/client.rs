@@ -314,6 +314,27 @@ impl ClientCore {
         self.handle_packet(now, from, decode_plain(plain));
     }
 
+    /// A plaintext that opened with the channel key of server endpoint
+    /// `sender` (so it comes from that endpoint, whatever its address).  A
+    /// reply, acknowledgement or progress report counts only as `sender`'s
+    /// own: a server this client has a channel with cannot speak for
+    /// another one (by sending from that one's address, say).
+    pub fn handle_sealed(&mut self, now: Time, from: SocketAddr, sender: Instance, plain: &[u8]) {
+        let packet = decode_plain(plain);
+        let speaks_for = match &packet {
+            Ok(Packet::Reply(r)) => Some(r.instance),
+            Ok(Packet::Ack(a)) => Some(a.instance),
+            Ok(Packet::Working(w)) => Some(w.instance),
+            _ => None,
+        };
+        if speaks_for.is_some_and(|i| i != sender) {
+            self.stats.datagrams_in += 1;
+            self.stats.dropped_malformed += 1;
+            return;
+        }
+        self.handle_packet(now, from, packet);
+    }
+
     /// [`ClientCore::handle_datagram`] for a plaintext the shell decoded.
     pub fn handle_packet(
         &mut self,
@@ -859,6 +880,55 @@ mod tests {
         // the client asks node 1.
         client.aim(port, NodeId(1), Instance(1));
         assert_eq!(call(&mut client, &nodes), (1, vec![Dest::Node(NodeId(1))]));
+    }
+
+    /// A reply opened with one server's key but naming another server is
+    /// dropped: a server this client has a channel with cannot answer in
+    /// the name of the one the call went to.  The real server's reply is
+    /// still taken.
+    #[test]
+    fn a_server_cannot_answer_for_another() {
+        let port = GetPort::from_bytes([8; 16]).put_port();
+        let server_addr: SocketAddr = "10.0.0.2:9000".parse().unwrap();
+        let node_addr: SocketAddr = "10.0.0.2:7700".parse().unwrap();
+        let mut registry = Registry::new(NodeId(1));
+        let (target, other) = (Instance(77), Instance(78));
+        let endpoint = Endpoint {
+            addr: server_addr,
+            instance: target,
+            uid: 1000,
+            system: false,
+        };
+        registry.register(port, endpoint);
+        let mut client = ClientCore::new(ClientId(5), ClientConfig::default());
+        let now = Time(0);
+        let txn = client.start(now, port, Bytes::new(), now + Duration::from_secs(60));
+        while let Some(t) = client.poll_transmit() {
+            if let Ok(Packet::Locate(l)) = decode_plain(&t.into_plain())
+                && let Some(here) = registry.handle_locate(&l)
+            {
+                let mut plain = Vec::new();
+                encode_plain(&Packet::Here(here), &mut plain);
+                client.handle_datagram(now, node_addr, &plain);
+            }
+        }
+        let mut reply = Vec::new();
+        encode_plain(
+            &Packet::Reply(shoal_wire::Reply {
+                txn,
+                instance: target,
+                status: ReplyStatus::Ok,
+                frag: shoal_wire::Frag { index: 0, count: 1 },
+                total_len: 2,
+                payload: b"ok",
+            }),
+            &mut reply,
+        );
+        client.handle_sealed(now, server_addr, other, &reply);
+        assert!(client.poll_outcome().is_none(), "taken from another server");
+        assert_eq!(client.stats().dropped_malformed, 1);
+        client.handle_sealed(now, server_addr, target, &reply);
+        assert_eq!(client.poll_outcome(), Some(Ok(b"ok".to_vec())));
     }
 
     /// One call carrying `reply` back in fragments of `frag` bytes; `order`

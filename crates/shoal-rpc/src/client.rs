@@ -326,8 +326,10 @@ impl Client {
         // timer by the microseconds since.
         let spin = self.spin.spin().min(timer.saturating_since(self.last));
         let buf = &mut self.buf;
-        let received = match socket::spin_recv(sock, buf, spin) {
-            Ok(Some(got)) => Ok(Some(got)),
+        // The socket is connected to the target: what it receives comes
+        // from there (and is checked against the target's instance).
+        let received = match socket::spin_with(spin, || socket::try_recv(sock, buf)) {
+            Ok(Some(n)) => Ok(Some((n, target))),
             Ok(None) => {
                 let mut left = timer.saturating_since(clock::now());
                 if cancellable {
@@ -337,7 +339,7 @@ impl Client {
                     Ok(None)
                 } else {
                     self.timeout.set(sock, left)?;
-                    sock.recv_from(buf).map(Some)
+                    sock.recv(buf).map(|n| Some((n, target)))
                 }
             }
             Err(e) => Err(e),
@@ -346,7 +348,7 @@ impl Client {
         let now = self.last;
         match received {
             Ok(Some((n, from))) => match self.keys.open(&mut self.buf[..n]) {
-                Ok(plain) => self.core.handle_datagram(now, from, &self.buf[plain]),
+                Ok((sender, plain)) => self.core.handle_sealed(now, from, sender, &self.buf[plain]),
                 Err(SessionError::Replayed) => self.core.handle_unopened(true),
                 Err(_) => self.core.handle_unopened(false),
             },

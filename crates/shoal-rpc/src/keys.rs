@@ -148,9 +148,13 @@ impl ClientKeys {
         Sealed::Done
     }
 
-    /// Opens a server's datagram in place: the plaintext's range in
-    /// `datagram`, or why not (a replay, or anything else).
-    pub fn open(&mut self, datagram: &mut [u8]) -> Result<std::ops::Range<usize>, SessionError> {
+    /// Opens a server's datagram in place: the server endpoint whose key
+    /// opened it, and the plaintext's range in `datagram`; or why not (a
+    /// replay, or anything else).
+    pub fn open(
+        &mut self,
+        datagram: &mut [u8],
+    ) -> Result<(Instance, std::ops::Range<usize>), SessionError> {
         let header = Header::peek(datagram)?;
         let Header::Endpoint {
             to_client: true,
@@ -166,7 +170,7 @@ impl ClientKeys {
             .ok_or(SessionError::UnknownIndex)?;
         let (header, plain) = k.channel.open_peeked(header, datagram)?;
         let start = header.len();
-        Ok(start..start + plain.len())
+        Ok((Instance(sender), start..start + plain.len()))
     }
 }
 

@@ -76,6 +76,29 @@ pub fn try_recv_from(
     }
 }
 
+/// Receives on a connected socket without blocking: `Ok(None)` if nothing
+/// is queued.  The kernel delivers a connected socket only its peer's
+/// datagrams, so the sender's address is not asked for.
+pub fn try_recv(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    // SAFETY: `buf` is valid for writes of its length.
+    let n = unsafe {
+        libc::recv(
+            socket.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if n >= 0 {
+        return Ok(Some(n as usize));
+    }
+    let e = io::Error::last_os_error();
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
+        _ => Err(e),
+    }
+}
+
 /// Fragments a peer can have in flight towards `socket` without
 /// overflowing its receive buffer (assuming peers are set up alike): half
 /// the buffer, between 4 and 64 fragments.

@@ -126,12 +126,13 @@ impl Seals {
         Some(out)
     }
 
-    /// Client `client` opens a server's datagram: its plaintext.
+    /// Client `client` opens a server's datagram: the server endpoint
+    /// whose key opened it, and its plaintext.
     pub fn open_at_client(
         &mut self,
         client: ClientId,
         datagram: &[u8],
-    ) -> Result<Vec<u8>, Unopened> {
+    ) -> Result<(Instance, Vec<u8>), Unopened> {
         let Ok(Header::Endpoint {
             to_client: true,
             sender,
@@ -146,7 +147,7 @@ impl Seals {
             return Err(Unopened::Bad);
         };
         let opened = open(channel, datagram);
-        self.count(opened)
+        self.count(opened).map(|plain| (Instance(sender), plain))
     }
 
     /// Counts a datagram that did not open.

@@ -950,7 +950,7 @@ impl Sim {
                 let core = &mut self.clients[c].core;
                 if bytes.starts_with(b"SH") {
                     match self.seals.open_at_client(core.id(), bytes) {
-                        Ok(plain) => core.handle_datagram(now, from, &plain),
+                        Ok((sender, plain)) => core.handle_sealed(now, from, sender, &plain),
                         Err(Unopened::Replayed) => core.handle_unopened(true),
                         Err(Unopened::Bad) => core.handle_unopened(false),
                     }
