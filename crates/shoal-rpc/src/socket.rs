@@ -175,3 +175,30 @@ pub fn is_timeout(e: &io::Error) -> bool {
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn receives_say_who_sent_without_blocking() {
+        for any in ["127.0.0.1:0", "[::1]:0"] {
+            let Ok(a) = bind(any.parse().unwrap()) else {
+                continue; // no IPv6 here
+            };
+            let b = bind(any.parse().unwrap()).unwrap();
+            let mut buf = [0u8; 64];
+            assert_eq!(try_recv_from(&a, &mut buf).unwrap(), None);
+            b.send_to(b"hello", a.local_addr().unwrap()).unwrap();
+            let got = spin_with(Duration::from_secs(1), || try_recv_from(&a, &mut buf)).unwrap();
+            assert_eq!(got, Some((5, b.local_addr().unwrap())), "{any}");
+            assert_eq!(&buf[..5], b"hello");
+            // A connected socket's receive needs no address.
+            b.connect(a.local_addr().unwrap()).unwrap();
+            a.send_to(b"back", b.local_addr().unwrap()).unwrap();
+            let got = spin_with(Duration::from_secs(1), || try_recv(&b, &mut buf)).unwrap();
+            assert_eq!(got, Some(4));
+            assert_eq!(try_recv(&b, &mut buf).unwrap(), None);
+        }
+    }
+}
