@@ -441,6 +441,9 @@ fn caches_follow_tokens() {
     // primary keeps it until that close, recalling the mount's token.
     // Never more than once a file, and nothing is kept after.
     assert!(kinds(&service, &["return"]) - returns <= 10);
+    // Such a file goes once its late close has arrived: wait for the
+    // mount and the primary to fall quiet before counting.
+    settled(&service);
     assert_eq!(
         service[primary_of(&service)].status()["inodes"].as_u64(),
         Some(inodes),
