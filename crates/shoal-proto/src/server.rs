@@ -376,12 +376,14 @@ impl ServerCore {
         // The table's size and the caller's old record matter only near
         // the limits: a small request from a caller with room to spare
         // costs no lookup here.
-        let max_records = self.config.max_records;
-        if self.records.len() >= max_records && !self.records.contains_key(&src.caller) {
+        let full = |core: &Self| {
+            core.records.len() >= core.config.max_records && !core.records.contains_key(&src.caller)
+        };
+        if full(self) {
             self.next_sweep = now;
             self.handle_timeout(now);
         }
-        let full = self.records.len() >= max_records && !self.records.contains_key(&src.caller);
+        let full = full(self);
         let no_room = r.frag.count > 1 && {
             let old_assembling = match self.records.get(&src.caller).map(|r| &r.state) {
                 Some(RecState::Assembling(inc)) => inc.total_len(),

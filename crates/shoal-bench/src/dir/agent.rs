@@ -431,6 +431,8 @@ pub(super) fn aimed_client(
 ) -> Result<(shoal_rpc::Client, usize, u64), String> {
     let mut c = ctx.client().map_err(|e| e.to_string())?;
     let status = Request::status().encode();
+    // Where the wanted replica serves, asked once, at the first miss.
+    let mut endpoint = None;
     for again in 0..500 {
         let reply = c
             .trans(&port, status.clone())
@@ -448,7 +450,7 @@ pub(super) fn aimed_client(
         let Some(want) = want.filter(|&w| w != replica) else {
             return Ok((c, replica, again));
         };
-        match endpoint_of(ctx, service, want) {
+        match *endpoint.get_or_insert_with(|| endpoint_of(ctx, service, want)) {
             Some((node, instance)) => c.aim(&port, node, instance),
             None => c.forget(&port),
         }
@@ -465,8 +467,9 @@ fn endpoint_of(
     service: &str,
     replica: usize,
 ) -> Option<(shoal_wire::NodeId, shoal_wire::Instance)> {
-    let status = replica_status(ctx, service, replica + 1).ok()?;
-    let endpoint = &status.get(replica)?["endpoint"];
+    let mut c = ctx.client().ok()?;
+    let status = peer_status(&mut c, &ctx.config().cluster, service, replica);
+    let endpoint = &status["endpoint"];
     let hex = |k: &str| u64::from_str_radix(endpoint[k].as_str()?, 16).ok();
     Some((
         shoal_wire::NodeId(hex("node")?),
@@ -479,20 +482,29 @@ fn endpoint_of(
 pub(crate) fn replica_status(ctx: &Context, service: &str, n: usize) -> Result<Vec<Value>, String> {
     let mut c = ctx.client().map_err(|e| e.to_string())?;
     let cluster = &ctx.config().cluster;
+    Ok((0..n)
+        .map(|i| peer_status(&mut c, cluster, service, i))
+        .collect())
+}
+
+/// The status of replica `replica` of `service`, from its peer port
+/// (`null` if it does not answer three times in a row).
+fn peer_status(
+    c: &mut shoal_rpc::Client,
+    cluster: &[u8; 16],
+    service: &str,
+    replica: usize,
+) -> Value {
     let opts = shoal_rpc::CallOptions {
         deadline: Some(Duration::from_secs(1)),
         cancel: None,
     };
-    Ok((0..n)
-        .map(|i| {
-            let port = shoal_dirsvc::peer_port(cluster, service, i).put_port();
-            for _ in 0..3 {
-                match c.trans_with(&port, Vec::new(), &opts) {
-                    Ok(b) => return serde_json::from_slice(&b).unwrap_or(Value::Null),
-                    Err(_) => c.forget(&port),
-                }
-            }
-            Value::Null
-        })
-        .collect())
+    let port = shoal_dirsvc::peer_port(cluster, service, replica).put_port();
+    for _ in 0..3 {
+        match c.trans_with(&port, Vec::new(), &opts) {
+            Ok(b) => return serde_json::from_slice(&b).unwrap_or(Value::Null),
+            Err(_) => c.forget(&port),
+        }
+    }
+    Value::Null
 }
