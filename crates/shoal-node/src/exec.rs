@@ -687,7 +687,10 @@ fn take_news(o: &mut Output, max: usize) -> ExecReply {
             // All of it: no copy (the pump starts a new buffer).
             std::mem::take(v)
         } else {
-            v.drain(..n).collect::<Vec<u8>>()
+            // One copy out and one move down, not a byte at a time.
+            let head = v[..n].to_vec();
+            v.drain(..n);
+            head
         }
     };
     let stdout = take(&mut o.stdout);
