@@ -59,11 +59,29 @@ pub fn try_recv_from(
     socket: &UdpSocket,
     buf: &mut [u8],
 ) -> io::Result<Option<(usize, SocketAddr)>> {
+    let got = socket2::SockRef::from(socket).recv_from_with_flags(uninit(buf), libc::MSG_DONTWAIT);
+    Ok(nothing_queued(got)?.and_then(|(n, addr)| addr.as_socket().map(|a| (n, a))))
+}
+
+/// Receives on a connected socket without blocking: `Ok(None)` if nothing
+/// is queued.  The kernel delivers a connected socket only its peer's
+/// datagrams, so the sender's address is not asked for.
+pub fn try_recv(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    nothing_queued(socket2::SockRef::from(socket).recv_with_flags(uninit(buf), libc::MSG_DONTWAIT))
+}
+
+/// A receive buffer as the socket calls take it.
+fn uninit(buf: &mut [u8]) -> &mut [std::mem::MaybeUninit<u8>] {
     // SAFETY: initialized bytes are valid MaybeUninit<u8>; the callee only
     // writes to them.
-    let uninit = unsafe { &mut *(buf as *mut [u8] as *mut [std::mem::MaybeUninit<u8>]) };
-    match socket2::SockRef::from(socket).recv_from_with_flags(uninit, libc::MSG_DONTWAIT) {
-        Ok((n, addr)) => Ok(addr.as_socket().map(|a| (n, a))),
+    unsafe { &mut *(buf as *mut [u8] as *mut [std::mem::MaybeUninit<u8>]) }
+}
+
+/// A receive that did not block: `Ok(None)` when nothing was queued (or a
+/// signal came first).
+fn nothing_queued<T>(got: io::Result<T>) -> io::Result<Option<T>> {
+    match got {
+        Ok(got) => Ok(Some(got)),
         Err(e)
             if matches!(
                 e.kind(),
@@ -73,29 +91,6 @@ pub fn try_recv_from(
             Ok(None)
         }
         Err(e) => Err(e),
-    }
-}
-
-/// Receives on a connected socket without blocking: `Ok(None)` if nothing
-/// is queued.  The kernel delivers a connected socket only its peer's
-/// datagrams, so the sender's address is not asked for.
-pub fn try_recv(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Option<usize>> {
-    // SAFETY: `buf` is valid for writes of its length.
-    let n = unsafe {
-        libc::recv(
-            socket.as_raw_fd(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            libc::MSG_DONTWAIT,
-        )
-    };
-    if n >= 0 {
-        return Ok(Some(n as usize));
-    }
-    let e = io::Error::last_os_error();
-    match e.kind() {
-        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
-        _ => Err(e),
     }
 }
 
