@@ -43,7 +43,7 @@ pub use client::{ClientConfig, ClientCore, Phase};
 pub use error::TransError;
 pub use membership::{MemberView, Membership, MembershipConfig};
 pub use registry::Registry;
-pub use server::{Delivered, ServerConfig, ServerCore};
+pub use server::{Delivered, Replied, ServerConfig, ServerCore};
 pub use stats::Stats;
 pub use time::Time;
 pub use transmit::{Caller, Dest, Transmit, Via};

@@ -265,21 +265,60 @@ impl ServerCore {
     /// The application's reply to a request `caller` delivered.  Returns
     /// `false` (and sends nothing) if the client has moved on meanwhile.
     pub fn reply(&mut self, now: Time, caller: Caller, txn: TxnId, body: impl Into<Rope>) -> bool {
+        let mut plain = crate::pool::datagram();
+        match self.reply_into(now, caller, txn, body, &mut plain) {
+            Replied::Encoded { to, via } => {
+                self.transmits
+                    .push_back(Transmit::whole(Dest::Addr(to), via, plain));
+                true
+            }
+            replied => {
+                crate::pool::give(plain);
+                replied == Replied::Queued
+            }
+        }
+    }
+
+    /// [`ServerCore::reply`], but a reply that is one small datagram is
+    /// encoded into `plain` instead of queued, for the shell to seal and
+    /// send at once: most replies then cost no transmit, queue or pooled
+    /// buffer of their own.
+    pub fn reply_into(
+        &mut self,
+        now: Time,
+        caller: Caller,
+        txn: TxnId,
+        body: impl Into<Rope>,
+        plain: &mut Vec<u8>,
+    ) -> Replied {
         let mut out = Outgoing::new(body, self.config.frag_bytes, self.config.window);
         let (records, mut tx) = self.split();
         let Some(rec) = records.get_mut(&caller) else {
-            return false;
+            return Replied::Gone;
         };
         if rec.seq != txn.seq || !matches!(rec.state, RecState::Executing) {
-            return false;
+            return Replied::Gone;
         }
         rec.touched = now;
         let to = rec.source(caller);
-        for idx in out.start() {
-            tx.reply_fragment(to, txn, &out, idx);
-        }
+        let first = out.start();
+        let replied = if out.count() == 1 && out.body().len() < crate::transmit::GATHER_MIN {
+            tx.stats.datagrams_out += 1;
+            plain.clear();
+            let payload = out.body().bytes(out.range(0));
+            encode_plain(&reply_packet(txn, tx.instance, &out, 0, &payload), plain);
+            Replied::Encoded {
+                to: to.from,
+                via: via(to),
+            }
+        } else {
+            for idx in first {
+                tx.reply_fragment(to, txn, &out, idx);
+            }
+            Replied::Queued
+        };
         rec.state = RecState::Replied(out);
-        true
+        replied
     }
 
     fn on_request(&mut self, now: Time, src: Source, r: Request<'_>) {
@@ -580,16 +619,7 @@ impl Sender<'_> {
             via(to),
             out,
             idx,
-            |payload| {
-                Packet::Reply(Reply {
-                    txn,
-                    instance,
-                    status: ReplyStatus::Ok,
-                    frag: out.frag(idx),
-                    total_len: out.total_len(),
-                    payload,
-                })
-            },
+            |payload| reply_packet(txn, instance, out, idx, payload),
         ));
     }
 
@@ -623,6 +653,36 @@ impl Sender<'_> {
         });
         self.send(to, &packet);
     }
+}
+
+/// What [`ServerCore::reply_into`] did with a reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replied {
+    /// The client has moved on: nothing to send.
+    Gone,
+    /// Queued as transmits, as [`ServerCore::reply`] queues them.
+    Queued,
+    /// Encoded into the buffer given, to be sealed for `via` and sent to
+    /// `to`.
+    Encoded { to: SocketAddr, via: Via },
+}
+
+/// Fragment `idx` of the reply `out` to transaction `txn`.
+fn reply_packet<'a>(
+    txn: TxnId,
+    instance: Instance,
+    out: &Outgoing,
+    idx: u32,
+    payload: &'a [u8],
+) -> Packet<'a> {
+    Packet::Reply(Reply {
+        txn,
+        instance,
+        status: ReplyStatus::Ok,
+        frag: out.frag(idx),
+        total_len: out.total_len(),
+        payload,
+    })
 }
 
 fn via(to: Source) -> Via {
@@ -727,6 +787,70 @@ mod tests {
         feed(&mut s, &r);
         assert!(s.poll_request().is_none());
         assert!(sent(&mut s, &key).is_empty());
+    }
+
+    #[test]
+    fn a_small_reply_is_encoded_for_the_shell_and_still_kept_for_duplicates() {
+        let (mut s, key) = core();
+        let req = request(&s, &key, 1, 1, 5, b"hi");
+        feed(&mut s, &req);
+        let d = s.poll_request().expect("delivered");
+        let mut plain = Vec::new();
+        let replied = s.reply_into(
+            Time(2),
+            d.caller,
+            d.txn,
+            Bytes::from_static(b"ok"),
+            &mut plain,
+        );
+        let Replied::Encoded { to, via } = replied else {
+            panic!("a small reply is encoded, not queued: {replied:?}");
+        };
+        assert_eq!(to, CLIENT.parse().unwrap());
+        assert_eq!(
+            via,
+            Via::Client {
+                caller: caller(1),
+                channel: 1
+            }
+        );
+        assert!(sent(&mut s, &key).is_empty(), "nothing queued besides");
+        // The same packet `reply` would have queued.
+        let encoded = plain.clone();
+        assert!(
+            matches!(decode_plain(&encoded), Ok(Packet::Reply(r)) if r.payload == b"ok" && r.txn == d.txn)
+        );
+        // A duplicate of the request gets the reply again from the record.
+        feed(&mut s, &req);
+        assert!(s.poll_request().is_none());
+        let resent = s.poll_transmit().expect("resent").into_plain();
+        assert_eq!(resent, encoded);
+        // Answering twice sends nothing.
+        assert_eq!(
+            s.reply_into(
+                Time(3),
+                d.caller,
+                d.txn,
+                Bytes::from_static(b"ok"),
+                &mut plain
+            ),
+            Replied::Gone
+        );
+    }
+
+    #[test]
+    fn a_reply_of_several_fragments_is_queued() {
+        let (mut s, key) = core();
+        let req = request(&s, &key, 1, 1, 5, b"hi");
+        feed(&mut s, &req);
+        let d = s.poll_request().expect("delivered");
+        let big = vec![9u8; ServerConfig::default().frag_bytes * 3];
+        let mut plain = Vec::new();
+        assert_eq!(
+            s.reply_into(Time(2), d.caller, d.txn, big, &mut plain),
+            Replied::Queued
+        );
+        assert!(matches!(&sent(&mut s, &key)[..], [Packet::Reply(_), ..]));
     }
 
     #[test]

@@ -82,7 +82,7 @@ impl Transmit {
 
 /// Payloads at least this big go as a transmit's `tail`: below it, copying
 /// them behind the header costs less than a second piece.
-const GATHER_MIN: usize = 4096;
+pub(crate) const GATHER_MIN: usize = 4096;
 
 /// Encodes fragment `index` of `body` as the packet `packet` makes of its
 /// payload, into a pooled buffer; a large payload becomes the tail instead

@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use shoal_cap::PutPort;
 use shoal_proto::{
-    Caller, Delivered, Dest, Rope, ServerConfig, ServerCore, Stats, Time, Transmit, Via, pool,
+    Caller, Delivered, Dest, Replied, Rope, ServerConfig, ServerCore, Stats, Time, Transmit, Via,
+    pool,
 };
 use shoal_wire::{Instance, MAX_DATAGRAM, TxnId, decode_plain};
 
@@ -108,6 +109,13 @@ struct Shared {
     instance: Instance,
     drain: Duration,
     spin: Duration,
+}
+
+thread_local! {
+    /// A thread's buffers for a small reply: its plaintext and the sealed
+    /// datagram (see [`Server::putrep`]).
+    static REPLY: std::cell::RefCell<(Vec<u8>, Vec<u8>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
 /// How often an idle server checks that its node still knows it.
@@ -297,12 +305,34 @@ impl Server {
     /// as they are, without being copied into one buffer.  A reply to a
     /// client that gave up meanwhile is dropped silently.
     pub fn putrep(&self, request: &Request, reply: impl Into<Rope>) -> Result<(), Error> {
-        let out = {
-            let mut core = self.shared.core.lock();
-            core.reply(clock::now(), request.caller, request.txn, reply);
-            outbox(&mut core)
-        };
-        self.shared.send_all(out);
+        let shared = &*self.shared;
+        REPLY.with_borrow_mut(|(plain, sealed)| {
+            let (replied, out) = {
+                let mut core = shared.core.lock();
+                let replied =
+                    core.reply_into(clock::now(), request.caller, request.txn, reply, plain);
+                (replied, outbox(&mut core))
+            };
+            // A small reply goes at once, sealed in this thread's buffer.
+            if let Replied::Encoded {
+                to,
+                via: Via::Client { caller, channel },
+            } = replied
+            {
+                let sealed_ok = shared.keys.lock().seal(
+                    channel,
+                    caller,
+                    shared.uid,
+                    shared.instance,
+                    &[plain],
+                    sealed,
+                );
+                if sealed_ok && let Err(e) = shared.socket.send_to(sealed, to) {
+                    tracing::debug!("reply to {to}: {e}");
+                }
+            }
+            shared.send_all(out);
+        });
         Ok(())
     }
 
