@@ -555,10 +555,16 @@ fn serve_rpc2pc(args: ServeArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Waits for SIGTERM or SIGINT, saying when `serving` changes.
+/// Waits for SIGTERM or SIGINT, saying when `serving` changes; a second
+/// one, during the stop the caller makes then, ends the process at once.
 pub fn until_signalled(serving: impl Fn() -> bool, (on, off): (&str, &str)) -> Result<(), Failure> {
     let term = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        // A second signal ends the process at once (exit status 1),
+        // abandoning the orderly stop the first one began; registered
+        // first, so that the first signal only sets the flag.
+        signal_hook::flag::register_conditional_shutdown(sig, 1, term.clone())
+            .map_err(|e| Failure::failed(e.to_string()))?;
         signal_hook::flag::register(sig, term.clone())
             .map_err(|e| Failure::failed(e.to_string()))?;
     }

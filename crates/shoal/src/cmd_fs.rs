@@ -21,8 +21,9 @@ pub enum FsCommand {
     /// primary, which answers the mounts).
     Serve(ServeArgs),
     /// Mount the tree at PATH on this node (as root) and serve it until
-    /// SIGTERM or SIGINT, which unmount it.  A node daemon keeps it as a
-    /// service (`shoal cluster up` mounts /shoal on every node).
+    /// SIGTERM or SIGINT, which unmount it and write back what the node
+    /// holds (a second signal abandons that).  A node daemon keeps it as
+    /// a service (`shoal cluster up` mounts /shoal on every node).
     Mount {
         /// Where to mount it.
         #[arg(default_value = "/shoal")]
@@ -248,7 +249,13 @@ fn mount(path: &Path, service: &str, tuning: shoal_fuse::Tuning) -> Result<(), F
         mount.transport()
     );
     until_signalled(|| true, ("serving the tree until SIGTERM", ""))?;
-    mount.stop().map_err(Failure::failed)
+    eprintln!(
+        "unmounting {} and writing back what this node still holds (a second SIGTERM or SIGINT abandons that)",
+        path.display()
+    );
+    mount.stop().map_err(Failure::failed)?;
+    eprintln!("unmounted {}", path.display());
+    Ok(())
 }
 
 fn serve(args: ServeArgs) -> Result<(), Failure> {
