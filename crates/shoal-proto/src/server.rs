@@ -302,7 +302,7 @@ impl ServerCore {
         rec.touched = now;
         let to = rec.source(caller);
         let first = out.start();
-        let replied = if out.count() == 1 && out.body().len() < crate::transmit::GATHER_MIN {
+        let replied = if out.count() == 1 && crate::transmit::copied(out.body().len()) {
             tx.stats.datagrams_out += 1;
             plain.clear();
             let payload = out.body().bytes(out.range(0));

@@ -82,7 +82,13 @@ impl Transmit {
 
 /// Payloads at least this big go as a transmit's `tail`: below it, copying
 /// them behind the header costs less than a second piece.
-pub(crate) const GATHER_MIN: usize = 4096;
+const GATHER_MIN: usize = 4096;
+
+/// Whether a fragment payload of `len` bytes is copied behind its header
+/// (else it goes as the transmit's tail).
+pub(crate) fn copied(len: usize) -> bool {
+    len < GATHER_MIN
+}
 
 /// Encodes fragment `index` of `body` as the packet `packet` makes of its
 /// payload, into a pooled buffer; a large payload becomes the tail instead
@@ -96,7 +102,10 @@ pub(crate) fn fragment(
 ) -> Transmit {
     let range = body.range(index);
     let mut bytes = crate::pool::datagram();
-    if range.len() >= GATHER_MIN {
+    if copied(range.len()) {
+        encode_plain(&packet(&body.body().bytes(range)), &mut bytes);
+        Transmit::whole(dest, via, bytes)
+    } else {
         encode_plain(&packet(&[]), &mut bytes);
         Transmit {
             dest,
@@ -104,8 +113,5 @@ pub(crate) fn fragment(
             bytes,
             tail: body.body().pieces(range),
         }
-    } else {
-        encode_plain(&packet(&body.body().bytes(range)), &mut bytes);
-        Transmit::whole(dest, via, bytes)
     }
 }

@@ -319,17 +319,7 @@ impl Server {
                 via: Via::Client { caller, channel },
             } = replied
             {
-                let sealed_ok = shared.keys.lock().seal(
-                    channel,
-                    caller,
-                    shared.uid,
-                    shared.instance,
-                    &[plain],
-                    sealed,
-                );
-                if sealed_ok && let Err(e) = shared.socket.send_to(sealed, to) {
-                    tracing::debug!("reply to {to}: {e}");
-                }
+                shared.seal_and_send(to, caller, channel, &[plain], sealed);
             }
             shared.send_all(out);
         });
@@ -520,22 +510,31 @@ impl Shared {
                 pool::give(t.bytes);
                 continue;
             };
-            let ok = crate::keys::with_pieces(&t.bytes, &t.tail, |pieces| {
-                let mut keys = self.keys.lock();
-                keys.seal(
-                    channel,
-                    caller,
-                    self.uid,
-                    self.instance,
-                    pieces,
-                    &mut sealed,
-                )
+            crate::keys::with_pieces(&t.bytes, &t.tail, |pieces| {
+                self.seal_and_send(addr, caller, channel, pieces, &mut sealed)
             });
-            if ok && let Err(e) = self.socket.send_to(&sealed, addr) {
-                tracing::debug!("reply to {addr}: {e}");
-            }
             pool::give(t.bytes);
         }
         pool::give(sealed);
+    }
+
+    /// Seals the plaintext `pieces` for `caller` in session `channel`,
+    /// into `sealed`, and sends it to `addr`; nothing if that channel is
+    /// gone.
+    fn seal_and_send(
+        &self,
+        addr: SocketAddr,
+        caller: Caller,
+        channel: u32,
+        pieces: &[&[u8]],
+        sealed: &mut Vec<u8>,
+    ) {
+        let ok = self
+            .keys
+            .lock()
+            .seal(channel, caller, self.uid, self.instance, pieces, sealed);
+        if ok && let Err(e) = self.socket.send_to(sealed, addr) {
+            tracing::debug!("reply to {addr}: {e}");
+        }
     }
 }
