@@ -252,6 +252,8 @@ impl Client {
     }
 
     /// A fresh key for the channel to `instance` on `node`.
+    #[cold]
+    #[inline(never)]
     fn refresh(&mut self, node: NodeId, instance: Instance) -> Result<(), Error> {
         let request = LinkRequest::Channel {
             client: format!("{:016x}", self.core.id().0),
@@ -272,6 +274,8 @@ impl Client {
 
     /// Asks the local node the core's locate question, and hands the core
     /// the answers, keeping the keys they carry.
+    #[cold]
+    #[inline(never)]
     fn locate(&mut self, plain: &[u8]) -> Result<(), Error> {
         let Ok(Packet::Locate(l)) = decode_plain(plain) else {
             return Ok(());

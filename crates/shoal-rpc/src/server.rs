@@ -136,6 +136,14 @@ impl Shared {
         {
             return;
         }
+        self.register_again();
+    }
+
+    /// The rare part of [`Shared::keep_registered`], out of the request
+    /// path's code.
+    #[cold]
+    #[inline(never)]
+    fn register_again(&self) {
         let mut link = self.link.lock();
         let Some(current) = link.as_ref() else {
             return; // shut down
@@ -474,6 +482,8 @@ impl Shared {
     }
 
     /// Asks the node for this endpoint's secret in session `index`.
+    #[cold]
+    #[inline(never)]
     fn fetch_root(&self, index: u32) {
         let answer = match self.link.lock().as_mut() {
             Some(link) => link.call(&LinkRequest::ServerKey {

@@ -111,42 +111,54 @@ fn write_body(packet: &Packet<'_>, w: &mut Writer<'_>) {
             w.u64(p.instance.0);
             w.u64(p.node.0);
         }
-        Packet::Here(p) => {
-            assert!(p.endpoints.len() <= MAX_HERE_ENDPOINTS);
-            w.u64(p.nonce.0);
-            w.bytes(p.port.as_bytes());
-            w.u64(p.node.0);
-            w.u8(p.fate as u8);
-            w.u8(p.endpoints.len() as u8);
-            for e in &p.endpoints {
-                w.addr(e.addr);
-                w.u64(e.instance.0);
-                w.u32(e.uid);
-                w.u8(e.system as u8);
-            }
-        }
-        Packet::Heartbeat(h) => {
-            assert!(h.members.len() <= MAX_MEMBERS);
-            assert!(h.name.len() <= MAX_NAME_BYTES);
-            w.u64(h.node.0);
-            w.u64(h.incarnation);
-            w.u8(h.name.len() as u8);
-            w.bytes(h.name.as_bytes());
-            w.addr(h.addr);
-            w.u16(h.members.len() as u16);
-            for m in &h.members {
-                w.u64(m.node.0);
-                w.addr(m.addr);
-            }
-            match &h.load {
-                Some(load) => {
-                    w.u8(1);
-                    w.bytes(&load.to_bytes());
-                }
-                None => w.u8(0),
-            }
-        }
+        Packet::Here(p) => write_here(p, w),
+        Packet::Heartbeat(h) => write_heartbeat(h, w),
         Packet::Group(g) => crate::group::encode_group(g, w),
+    }
+}
+
+// A locate's answer and a heartbeat are rare next to requests and
+// replies: their code stays out of the request path's (see
+// crates/shoal-rpc/hot-path.ld).
+
+#[cold]
+#[inline(never)]
+fn write_here(p: &Here, w: &mut Writer<'_>) {
+    assert!(p.endpoints.len() <= MAX_HERE_ENDPOINTS);
+    w.u64(p.nonce.0);
+    w.bytes(p.port.as_bytes());
+    w.u64(p.node.0);
+    w.u8(p.fate as u8);
+    w.u8(p.endpoints.len() as u8);
+    for e in &p.endpoints {
+        w.addr(e.addr);
+        w.u64(e.instance.0);
+        w.u32(e.uid);
+        w.u8(e.system as u8);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn write_heartbeat(h: &Heartbeat, w: &mut Writer<'_>) {
+    assert!(h.members.len() <= MAX_MEMBERS);
+    assert!(h.name.len() <= MAX_NAME_BYTES);
+    w.u64(h.node.0);
+    w.u64(h.incarnation);
+    w.u8(h.name.len() as u8);
+    w.bytes(h.name.as_bytes());
+    w.addr(h.addr);
+    w.u16(h.members.len() as u16);
+    for m in &h.members {
+        w.u64(m.node.0);
+        w.addr(m.addr);
+    }
+    match &h.load {
+        Some(load) => {
+            w.u8(1);
+            w.bytes(&load.to_bytes());
+        }
+        None => w.u8(0),
     }
 }
 
@@ -255,71 +267,8 @@ fn decode_body(kind: u8, body: &[u8]) -> Result<Packet<'_>, WireError> {
             instance: Instance(r.u64()?),
             node: NodeId(r.u64()?),
         }),
-        7 => {
-            let nonce = Nonce(r.u64()?);
-            let port = r.port()?;
-            let node = NodeId(r.u64()?);
-            let fate = Fate::from_u8(r.u8()?).ok_or(WireError::Malformed("instance fate"))?;
-            let n = r.u8()? as usize;
-            if n > MAX_HERE_ENDPOINTS {
-                return Err(WireError::Malformed("too many endpoints"));
-            }
-            let mut endpoints = Vec::with_capacity(n);
-            for _ in 0..n {
-                endpoints.push(Endpoint {
-                    addr: r.addr()?,
-                    instance: Instance(r.u64()?),
-                    uid: r.u32()?,
-                    system: r.bool()?,
-                });
-            }
-            Packet::Here(Here {
-                nonce,
-                port,
-                node,
-                fate,
-                endpoints,
-            })
-        }
-        8 => {
-            let node = NodeId(r.u64()?);
-            let incarnation = r.u64()?;
-            let name_len = r.u8()? as usize;
-            if name_len > MAX_NAME_BYTES {
-                return Err(WireError::Malformed("node name too long"));
-            }
-            let name = std::str::from_utf8(r.take(name_len)?)
-                .map_err(|_| WireError::Malformed("node name is not UTF-8"))?
-                .to_string();
-            let addr = r.addr()?;
-            let n = r.u16()? as usize;
-            if n > MAX_MEMBERS {
-                return Err(WireError::Malformed("too many members"));
-            }
-            let mut members = Vec::with_capacity(n.min(r.0.len() / 15));
-            for _ in 0..n {
-                members.push(Member {
-                    node: NodeId(r.u64()?),
-                    addr: r.addr()?,
-                });
-            }
-            let load = match r.u8()? {
-                0 => None,
-                1 => Some(
-                    crate::Load::from_bytes(r.take(crate::LOAD_LEN)?)
-                        .map_err(|_| WireError::Malformed("heartbeat load"))?,
-                ),
-                _ => return Err(WireError::Malformed("heartbeat load flag")),
-            };
-            Packet::Heartbeat(Heartbeat {
-                node,
-                incarnation,
-                name,
-                addr,
-                members,
-                load,
-            })
-        }
+        7 => decode_here(&mut r)?,
+        8 => decode_heartbeat(&mut r)?,
         GROUP_KIND_BASE..=GROUP_KIND_LAST => {
             Packet::Group(crate::group::decode_group(kind, &mut r)?)
         }
@@ -334,6 +283,77 @@ fn decode_body(kind: u8, body: &[u8]) -> Result<Packet<'_>, WireError> {
         return Err(WireError::Malformed("fragment index out of range"));
     }
     Ok(packet)
+}
+
+#[cold]
+#[inline(never)]
+fn decode_here<'a>(r: &mut Reader<'a>) -> Result<Packet<'a>, WireError> {
+    let nonce = Nonce(r.u64()?);
+    let port = r.port()?;
+    let node = NodeId(r.u64()?);
+    let fate = Fate::from_u8(r.u8()?).ok_or(WireError::Malformed("instance fate"))?;
+    let n = r.u8()? as usize;
+    if n > MAX_HERE_ENDPOINTS {
+        return Err(WireError::Malformed("too many endpoints"));
+    }
+    let mut endpoints = Vec::with_capacity(n);
+    for _ in 0..n {
+        endpoints.push(Endpoint {
+            addr: r.addr()?,
+            instance: Instance(r.u64()?),
+            uid: r.u32()?,
+            system: r.bool()?,
+        });
+    }
+    Ok(Packet::Here(Here {
+        nonce,
+        port,
+        node,
+        fate,
+        endpoints,
+    }))
+}
+
+#[cold]
+#[inline(never)]
+fn decode_heartbeat<'a>(r: &mut Reader<'a>) -> Result<Packet<'a>, WireError> {
+    let node = NodeId(r.u64()?);
+    let incarnation = r.u64()?;
+    let name_len = r.u8()? as usize;
+    if name_len > MAX_NAME_BYTES {
+        return Err(WireError::Malformed("node name too long"));
+    }
+    let name = std::str::from_utf8(r.take(name_len)?)
+        .map_err(|_| WireError::Malformed("node name is not UTF-8"))?
+        .to_string();
+    let addr = r.addr()?;
+    let n = r.u16()? as usize;
+    if n > MAX_MEMBERS {
+        return Err(WireError::Malformed("too many members"));
+    }
+    let mut members = Vec::with_capacity(n.min(r.0.len() / 15));
+    for _ in 0..n {
+        members.push(Member {
+            node: NodeId(r.u64()?),
+            addr: r.addr()?,
+        });
+    }
+    let load = match r.u8()? {
+        0 => None,
+        1 => Some(
+            crate::Load::from_bytes(r.take(crate::LOAD_LEN)?)
+                .map_err(|_| WireError::Malformed("heartbeat load"))?,
+        ),
+        _ => return Err(WireError::Malformed("heartbeat load flag")),
+    };
+    Ok(Packet::Heartbeat(Heartbeat {
+        node,
+        incarnation,
+        name,
+        addr,
+        members,
+        load,
+    }))
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

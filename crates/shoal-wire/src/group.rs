@@ -289,6 +289,8 @@ impl GroupBody<'_> {
     }
 }
 
+// Out of line: the RPC path's codec stays small without it.
+#[inline(never)]
 pub(crate) fn encode_group(p: &GroupPacket<'_>, w: &mut Writer<'_>) {
     w.bytes(p.hdr.group.as_bytes());
     w.u64(p.hdr.inc);
@@ -372,6 +374,8 @@ pub(crate) fn encode_group(p: &GroupPacket<'_>, w: &mut Writer<'_>) {
     }
 }
 
+// Out of line: the RPC path's codec stays small without it.
+#[inline(never)]
 pub(crate) fn decode_group<'a>(kind: u8, r: &mut Reader<'a>) -> Result<GroupPacket<'a>, WireError> {
     let hdr = GroupHeader {
         group: r.port()?,
