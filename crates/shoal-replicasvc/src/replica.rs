@@ -372,8 +372,8 @@ impl<M: Machine> Replicated<M> {
     /// Which group instance this replica is in (0: none).
     fn group_tag(&self) -> u64 {
         self.group.read().as_ref().map_or(0, |g| {
-            let info = g.info();
-            group_tag(info.incarnation, &info.sequencer)
+            let (incarnation, sequencer) = g.sequencer();
+            group_tag(incarnation, &sequencer.to_string())
         })
     }
 
@@ -686,10 +686,10 @@ impl<M: Machine> Replicated<M> {
     /// Whether this replica's group member is the group's sequencer (its
     /// replica is the service's primary, where one is needed).
     pub fn is_sequencer(&self) -> bool {
-        self.group.read().as_ref().is_some_and(|g| {
-            let info = g.info();
-            info.member == info.sequencer
-        })
+        self.group
+            .read()
+            .as_ref()
+            .is_some_and(|g| g.names_me_sequencer())
     }
 
     /// The client-facing server, while serving: a handler that parks a

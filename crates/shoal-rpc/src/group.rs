@@ -645,9 +645,30 @@ impl Group {
         self.shared.flush(&mut inner);
     }
 
-    /// The group as this member sees it.
+    /// The group as this member sees it.  It formats every member and
+    /// copies the counters: a question asked often takes one of the
+    /// accessors below.
     pub fn info(&self) -> GroupInfo {
         self.shared.core.lock().core.info()
+    }
+
+    /// This member's status ([`GroupInfo::status`]).
+    pub fn status(&self) -> Status {
+        self.shared.core.lock().core.status()
+    }
+
+    /// The group's incarnation and the member it names its sequencer
+    /// ([`GroupInfo::incarnation`] and [`GroupInfo::sequencer`]).
+    pub fn sequencer(&self) -> (u64, MemberId) {
+        let inner = self.shared.core.lock();
+        (inner.core.incarnation(), inner.core.sequencer())
+    }
+
+    /// Whether the group names this member its sequencer (`member ==
+    /// sequencer` in [`GroupInfo`]).
+    pub fn names_me_sequencer(&self) -> bool {
+        let inner = self.shared.core.lock();
+        inner.core.sequencer() == inner.core.id()
     }
 
     /// Leaves the group; returns once the leave is ordered (or after a

@@ -158,7 +158,7 @@ impl<M: Machine> Replicated<M> {
                         .group
                         .read()
                         .as_ref()
-                        .is_some_and(|g| g.info().status == Status::Normal);
+                        .is_some_and(|g| g.status() == Status::Normal);
                     {
                         let mut a = self.abnormal_since.lock();
                         if normal {
@@ -198,7 +198,7 @@ impl<M: Machine> Replicated<M> {
                         .group
                         .read()
                         .as_ref()
-                        .is_some_and(|g| g.info().status == Status::Normal);
+                        .is_some_and(|g| g.status() == Status::Normal);
                     let peers = self.ask_peers();
                     match when_stuck(
                         self.cfg.replica,
