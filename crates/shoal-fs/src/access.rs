@@ -61,6 +61,30 @@ pub fn chmod_bits(attr: &Attr, who: &Identity, perm: u16) -> u16 {
     }
 }
 
+/// Whether `perm` only takes set-user-id and set-group-id away from the
+/// inode's bits: what the kernel asks, as the writer, when a write by a
+/// caller without `CAP_FSETID` must drop them (a writer may; only the
+/// owner may change any other bit).
+pub fn drops_only_setid(attr: &Attr, perm: u16) -> bool {
+    const SETID: u16 = S_ISUID | S_ISGID;
+    let perm = perm & 0o7777;
+    perm & !SETID == attr.perm & !SETID && perm & SETID & !attr.perm == 0
+}
+
+/// The permission bits left after a write by `who`: as a local file
+/// system leaves them, set-user-id goes, and set-group-id too when group
+/// execute is set, unless the writer is root (who has `CAP_FSETID`).
+pub fn after_write(attr: &Attr, who: &Identity) -> u16 {
+    if who.is_root() || attr.kind != Kind::File {
+        return attr.perm;
+    }
+    let mut perm = attr.perm & !S_ISUID;
+    if perm & 0o010 != 0 {
+        perm &= !S_ISGID;
+    }
+    perm
+}
+
 /// The permission bits left after a change of owner or group: set-user-id
 /// goes, and set-group-id too when group execute is set (otherwise it
 /// marks mandatory locking, which is kept), for a non-directory.
@@ -149,5 +173,32 @@ mod tests {
         assert_eq!(after_chown(&f), 0o755);
         assert_eq!(after_chown(&attr(Kind::File, 0o6745, 10, 20)), 0o2745);
         assert_eq!(after_chown(&attr(Kind::Dir, 0o6755, 10, 20)), 0o6755);
+    }
+
+    #[test]
+    fn writes_drop_the_set_id_bits() {
+        let writer = Identity::user(11, 99);
+        assert_eq!(
+            after_write(&attr(Kind::File, 0o6777, 10, 20), &writer),
+            0o777
+        );
+        // Set-group-id without group execute marks mandatory locking.
+        assert_eq!(
+            after_write(&attr(Kind::File, 0o6767, 10, 20), &writer),
+            0o2767
+        );
+        assert_eq!(
+            after_write(&attr(Kind::File, 0o4766, 10, 20), &Identity::root()),
+            0o4766
+        );
+        // What a writer may ask for: those bits gone, nothing else moved.
+        let f = attr(Kind::File, 0o6777, 10, 20);
+        for ok in [0o777, 0o2777, 0o4777, 0o6777] {
+            assert!(drops_only_setid(&f, ok), "{ok:o}");
+        }
+        for refused in [0o775, 0o7777, 0o1777, 0o666, 0o4775] {
+            assert!(!drops_only_setid(&f, refused), "{refused:o}");
+        }
+        assert!(!drops_only_setid(&attr(Kind::File, 0o777, 10, 20), 0o4777));
     }
 }

@@ -398,7 +398,7 @@ impl Tree {
                 mtime,
                 flush,
             } => self.commit(now, *ino, *base, content, *size, *mtime, *flush),
-            UpdateOp::Overlay { ino, offset, data } => self.overlay(now, *ino, *offset, data),
+            UpdateOp::Overlay { ino, offset, data } => self.overlay(who, now, *ino, *offset, data),
             UpdateOp::SetXattr {
                 ino,
                 name,
@@ -798,8 +798,14 @@ impl Tree {
     ) -> Result<Answer, FsError> {
         let a = self.inode(ino)?.attr;
         let owner = access::owns(&a, who);
-        if set.perm.is_some() && !owner {
-            return Err(FsError::Perm);
+        if let Some(perm) = set.perm
+            && !owner
+        {
+            // A writer may drop the set-id bits its write drops.
+            if !access::drops_only_setid(&a, perm) {
+                return Err(FsError::Perm);
+            }
+            access::check(&a, who, W)?;
         }
         if let Some(uid) = set.uid
             && uid != a.uid
@@ -913,6 +919,7 @@ impl Tree {
 
     fn overlay(
         &mut self,
+        who: &Identity,
         now: Time,
         ino: Ino,
         offset: Option<u64>,
@@ -943,6 +950,7 @@ impl Tree {
             },
         });
         i.attr.size = i.attr.size.max(end);
+        i.attr.perm = access::after_write(&i.attr, who);
         i.attr.mtime = now;
         i.attr.ctime = now;
         Ok(Answer::Written {

@@ -506,6 +506,12 @@ impl Cache {
         Some(at)
     }
 
+    /// The attributes the mount was last given for `ino`, if any (without
+    /// its dirty changes).
+    pub(crate) fn attr(&self, ino: Ino) -> Option<Attr> {
+        self.inner.lock().attrs.get(&ino).copied()
+    }
+
     /// Whether the mount holds `Write` on `ino`.
     pub(crate) fn holds_write(&self, ino: Ino) -> bool {
         self.inner

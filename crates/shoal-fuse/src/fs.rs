@@ -15,14 +15,15 @@
 //! primary and the kernel's pages of the range written are dropped, as
 //! are those a read through the primary fills for a cached open: a file
 //! the mount holds no token on keeps no pages ("The client as built" in
-//! `docs/fs.md`).
+//! `docs/fs.md`).  An open for writing only skips the kernel's page cache
+//! altogether (`open::kernel_flags`).
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
@@ -82,6 +83,9 @@ pub struct ShoalFs {
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
     callers: who::Callers,
+    /// Whether opens for writing only skip the kernel's page cache
+    /// (`open::kernel_flags`): set at the kernel's `INIT`.
+    direct_writes: Arc<AtomicBool>,
 }
 
 fn errno(f: Failure) -> Errno {
@@ -105,12 +109,13 @@ fn answer_empty<T>(reply: ReplyEmpty, r: Result<T, Failure>) {
 }
 
 impl ShoalFs {
-    pub(crate) fn new(conn: Arc<Conn>) -> ShoalFs {
+    pub(crate) fn new(conn: Arc<Conn>, direct_writes: Arc<AtomicBool>) -> ShoalFs {
         ShoalFs {
             conn,
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             callers: who::Callers::default(),
+            direct_writes,
         }
     }
 
@@ -257,6 +262,18 @@ impl Filesystem for ShoalFs {
                 "the kernel lacks {missing:?}, which the mount needs"
             )));
         }
+        // From FUSE 7.39 (Linux 6.6) a direct write first drops the pages
+        // the kernel caches of its range, so other opens stay coherent.
+        let abi = config.kernel_abi();
+        let direct = (abi.0, abi.1) >= (7, 39);
+        self.direct_writes.store(direct, Ordering::Relaxed);
+        if !direct {
+            tracing::info!(
+                "FUSE {}.{}: opens for writing only go through the kernel's page cache",
+                abi.0,
+                abi.1
+            );
+        }
         Ok(())
     }
 
@@ -358,35 +375,9 @@ impl Filesystem for ShoalFs {
         };
         // A private inode's mode, owner or times (not a dirty file's
         // mtime, which its write-back sets) change in the private copy.
-        if size.is_none() && (mtime.is_none() || !self.conn.cache.is_dirty(ino.0)) {
-            let op = UpdateOp::SetAttr {
-                ino: ino.0,
-                set: set.clone(),
-            };
-            match self.conn.private_change(&self.who(req), op) {
-                Ok(Routed::Local(Ok(_))) => {
-                    let attr = self.conn.private_attr(ino.0).expect("private");
-                    return reply.attr(&FOREVER, &file_attr(&attr));
-                }
-                Ok(Routed::Local(Err(e))) => return reply.error(errno(Failure::Fs(e))),
-                Ok(Routed::Shared(_)) => {}
-                Err(e) => return reply.error(errno(e)),
-            }
-        }
-        // Anything else is the primary's, after the dirty changes (a
-        // private inode is pushed before either reaches it).
-        if let Err(e) = self.conn.flush(Some(ino.0), false) {
-            return reply.error(errno(e));
-        }
-        let changed = self
-            .conn
-            .change(&self.who(req), UpdateOp::SetAttr { ino: ino.0, set });
-        // Its version may have moved (a truncate): what the mount knew of
-        // it goes; the next look at it asks again.
-        self.conn.cache.drop_token(ino.0);
-        match changed {
-            Ok(Answer::Attr(attr)) => reply.attr(&NONE, &file_attr(&attr)),
-            Ok(other) => reply.error(errno(Failure::Unavailable(format!("{other:?}")))),
+        let private = size.is_none() && (mtime.is_none() || !self.conn.cache.is_dirty(ino.0));
+        match self.change_attrs(&self.who(req), ino.0, set, private) {
+            Ok((attr, ttl)) => reply.attr(&ttl, &file_attr(&attr)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -511,7 +502,7 @@ impl Filesystem for ShoalFs {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.open_file(&self.who(req), ino.0, flags.0) {
-            Ok((fh, how)) => reply.opened(FileHandle(fh), how),
+            Ok((fh, how)) => reply.opened(FileHandle(fh), self.kernel_flags(how, flags.0)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -562,7 +553,7 @@ impl Filesystem for ShoalFs {
                     &file_attr(&attr),
                     Generation(0),
                     FileHandle(fh),
-                    open_flags(how),
+                    self.kernel_flags(open_flags(how), flags),
                 );
             }
             Ok(Routed::Local(Ok(other))) => {
@@ -599,6 +590,7 @@ impl Filesystem for ShoalFs {
                     self.conn.cache.entry_ttl(parent.0, name.as_bytes())
                 };
                 let ttl = attr_ttl.min(entry_ttl);
+                let how = self.kernel_flags(how, flags);
                 reply.created(&ttl, &file_attr(&attr), Generation(0), FileHandle(fh), how)
             }
             Err(e) => reply.error(errno(e)),
@@ -658,11 +650,19 @@ impl Filesystem for ShoalFs {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        // A direct write by a caller without `CAP_FSETID`: the set-id
+        // bits go first (through the primary the write drops them itself).
+        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
+            && self.conn.cache.holds_write(ino.0)
+            && let Err(e) = self.drop_setid(req, ino.0)
+        {
+            return reply.error(errno(e));
+        }
         let append = self.handles.lock().get(&fh.0).is_some_and(|h| h.append);
         // Under `Write`, the bytes stay here until written back.
         if self

@@ -22,6 +22,7 @@ mod writeback;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fuser::{BackgroundSession, Config, MountOption, SessionACL};
@@ -86,6 +87,7 @@ pub struct Mount {
     _callbacks: callbacks::Callbacks,
     at: PathBuf,
     transport: Transport,
+    direct_writes: Arc<AtomicBool>,
 }
 
 impl Mount {
@@ -117,7 +119,9 @@ impl Mount {
                 .map_err(|e| tracing::warn!("{e}: the mount is served through /dev/fuse"))
                 .is_ok();
         config.uring_threads = URING_THREADS;
-        let session = fuser::Session::new(fs::ShoalFs::new(conn.clone()), at, &config)
+        let direct_writes = Arc::new(AtomicBool::new(false));
+        let fs = fs::ShoalFs::new(conn.clone(), direct_writes.clone());
+        let session = fuser::Session::new(fs, at, &config)
             .map_err(|e| format!("cannot mount {}: {e}", at.display()))?;
         let transport = if session.uses_uring() {
             Transport::Uring
@@ -136,6 +140,7 @@ impl Mount {
             _callbacks: callbacks,
             at: at.to_path_buf(),
             transport,
+            direct_writes,
         })
     }
 
@@ -147,6 +152,13 @@ impl Mount {
     /// How the kernel hands this mount its requests.
     pub fn transport(&self) -> Transport {
         self.transport
+    }
+
+    /// Whether opens for writing only skip the kernel's page cache (the
+    /// kernel drops its cached pages of a direct write's range from FUSE
+    /// 7.39, Linux 6.6, on); known once the kernel has answered the mount.
+    pub fn direct_writes(&self) -> bool {
+        self.direct_writes.load(Ordering::Relaxed)
     }
 
     /// Unmounts, waits for the FUSE threads, and writes every dirty file

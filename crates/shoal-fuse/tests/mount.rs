@@ -694,3 +694,95 @@ fn statfs_files(p: &Path) -> u64 {
     assert!(out.status.success(), "stat -f: {out:?}");
     String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
 }
+
+/// An open for writing only skips the kernel's page cache, and every
+/// other view of the file stays coherent: a descriptor open for reading
+/// and a mapping of the file on the same mount see each write at once,
+/// and so does the other mount after the close.  A write by an ordinary
+/// user drops the file's set-id bits, through a write-only open (the
+/// kernel asks in the write) and through a read-write one (the kernel
+/// asks for the mode change first, as the writer).
+#[test]
+fn writes_through_write_only_opens_stay_coherent() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    let setup = Setup::up("fs-direct-test");
+    // This kernel drops its pages of a direct write's range (Linux 6.6 and
+    // later): writes through write-only opens skip its page cache.
+    assert!(setup.a.direct_writes() && setup.b.direct_writes());
+    let (pa, pb) = (setup.pa.clone(), setup.pb.clone());
+    let f = pa.join("f");
+    fs::write(&f, vec![b'a'; 16384]).unwrap();
+    let reader = fs::File::open(&f).unwrap();
+    let mut seen = vec![0u8; 16384];
+    reader.read_exact_at(&mut seen, 0).unwrap();
+    // SAFETY: a shared read-only mapping of 16 KiB of an open file, read
+    // only while both live, unmapped below.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            16384,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            reader.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(map, libc::MAP_FAILED);
+    // SAFETY: the mapping is 16 KiB long and lives until the munmap.
+    let mapped = |at: usize| unsafe { *(map as *const u8).add(at) };
+    assert_eq!(mapped(5000), b'a');
+    let writer = OpenOptions::new().write(true).open(&f).unwrap();
+    writer.write_all_at(&[b'b'; 4096], 4096).unwrap();
+    let mut got = [0u8; 4];
+    reader.read_exact_at(&mut got, 5000).unwrap();
+    assert_eq!(&got, b"bbbb", "a read through an open descriptor");
+    assert_eq!(mapped(5000), b'b', "a read through a mapping");
+    drop(writer);
+    let mut appender = OpenOptions::new().append(true).open(&f).unwrap();
+    appender.write_all(b"tail").unwrap();
+    drop(appender);
+    reader.read_exact_at(&mut got, 16384).unwrap();
+    assert_eq!(&got, b"tail");
+    // SAFETY: unmapping what was mapped above.
+    assert_eq!(unsafe { libc::munmap(map, 16384) }, 0);
+    let there = fs::read(pb.join("f")).unwrap();
+    assert_eq!(there.len(), 16388);
+    assert_eq!(&there[4096..4100], b"bbbb");
+    assert_eq!(&there[16384..], b"tail");
+
+    // An ordinary user's writes drop the set-id bits.
+    let parent = pa.parent().unwrap();
+    fs::set_permissions(parent, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(&pa, fs::Permissions::from_mode(0o755)).unwrap();
+    let as_nobody = |script: &str| {
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+            .args(["--", "sh", "-c", script])
+            .output()
+            .expect("setpriv (util-linux)");
+        assert!(out.status.success(), "{script}: {out:?}");
+    };
+    let s = pa.join("setid");
+    fs::write(&s, b"x").unwrap();
+    let mode = |p: &Path| fs::metadata(p).unwrap().mode() & 0o7777;
+    fs::set_permissions(&s, fs::Permissions::from_mode(0o6777)).unwrap();
+    as_nobody(&format!("printf y >> {}", s.display()));
+    assert_eq!(mode(&s), 0o777, "after a write-only open's write");
+    assert_eq!(mode(&pb.join("setid")), 0o777);
+    fs::set_permissions(&s, fs::Permissions::from_mode(0o4766)).unwrap();
+    as_nobody(&format!("exec 3<>{}; printf z >&3", s.display()));
+    assert_eq!(mode(&s), 0o766, "after a read-write open's write");
+    assert_eq!(fs::read(&s).unwrap(), b"zy");
+    // Root's writes keep them.
+    fs::set_permissions(&s, fs::Permissions::from_mode(0o4777)).unwrap();
+    OpenOptions::new()
+        .append(true)
+        .open(&s)
+        .unwrap()
+        .write_all(b"!")
+        .unwrap();
+    assert_eq!(mode(&s), 0o4777);
+    drop(reader);
+    setup.down();
+}

@@ -597,6 +597,48 @@ fn commits_and_overlays_make_versions() {
 }
 
 #[test]
+fn a_write_drops_the_set_id_bits() {
+    let mut t = T::new();
+    let f = t.mk(&alice(), 2, b"f", Kind::File, 0o6777).unwrap();
+    let perm = |t: &T| t.tree.get(f).unwrap().attr.perm;
+    let set = |perm: u16| UpdateOp::SetAttr {
+        ino: f,
+        set: SetAttr {
+            perm: Some(perm),
+            ..Default::default()
+        },
+    };
+    // Another user who may write may drop them (as the kernel asks
+    // before a write), and change nothing else.
+    assert_eq!(t.run(&bob(), set(0o775)), Err(FsError::Perm));
+    assert!(t.run(&bob(), set(0o2777)).is_ok());
+    // (Set-group-id goes too: bob is not in the file's group.)
+    assert_eq!(perm(&t), 0o777);
+    assert_eq!(t.run(&bob(), set(0o6777)), Err(FsError::Perm));
+    // A write through the primary drops them itself; root's keeps them.
+    let write = UpdateOp::Overlay {
+        ino: f,
+        offset: None,
+        data: b"x".to_vec(),
+    };
+    assert!(t.run(&alice(), set(0o6777)).is_ok());
+    assert!(t.run(&root(), write.clone()).is_ok());
+    assert_eq!(perm(&t), 0o6777);
+    assert!(t.run(&bob(), write).is_ok());
+    assert_eq!(perm(&t), 0o777);
+    // Without write permission, not even that.
+    let g = t.mk(&alice(), 2, b"g", Kind::File, 0o4755).unwrap();
+    let drop = UpdateOp::SetAttr {
+        ino: g,
+        set: SetAttr {
+            perm: Some(0o755),
+            ..Default::default()
+        },
+    };
+    assert_eq!(t.run(&bob(), drop), Err(FsError::Access));
+}
+
+#[test]
 fn extended_attributes() {
     let mut t = T::new();
     let f = t.mk(&alice(), 2, b"f", Kind::File, 0o644).unwrap();

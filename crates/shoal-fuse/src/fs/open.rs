@@ -1,14 +1,20 @@
 //! Opens and closes: the handles the kernel gets, and which opens the
 //! primary hears of (an open for reading under a token, or of a private
-//! file, costs no message; its close neither).
+//! file, costs no message; its close neither); what an open for writing
+//! only asks of the kernel, and the attribute changes a write makes.
 
-use fuser::FopenFlags;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use fuser::{FopenFlags, Request};
 use shoal_fs::model::{Attr, Identity, Ino};
 use shoal_fs::op::{Failure, Op, Reply};
 use shoal_fs::tokens::{OpenId, Want};
+use shoal_fs::update::{Answer, SetAttr, UpdateOp};
 
-use super::{Handle, ShoalFs, open_flags};
-use std::sync::atomic::Ordering;
+use super::{Handle, NONE, ShoalFs, open_flags};
+use crate::cache::FOREVER;
+use crate::private::Routed;
 
 impl ShoalFs {
     /// Opens `ino` for the kernel: a handle, recorded with the mount's
@@ -113,6 +119,84 @@ impl ShoalFs {
             id: h.open,
         };
         self.conn.call(&Identity::root(), close).map(|_| ())
+    }
+
+    /// The flags the kernel gets for an open with `flags` that the mount
+    /// answers with `how`.  An open for writing only also skips the
+    /// kernel's page cache (`FOPEN_DIRECT_IO`) where the kernel drops the
+    /// pages it caches of a direct write's range (`direct_writes`): nothing
+    /// reads through such an open, and its writes reach the mount's cache
+    /// without first being copied into pages (nor asking whether the file
+    /// has capabilities to drop: the write says whether set-id bits must
+    /// go, `drop_setid`).
+    pub(super) fn kernel_flags(&self, how: FopenFlags, flags: i32) -> FopenFlags {
+        if self.direct_writes.load(Ordering::Relaxed) && flags & libc::O_ACCMODE == libc::O_WRONLY {
+            how | FopenFlags::FOPEN_DIRECT_IO
+        } else {
+            how
+        }
+    }
+
+    /// Changes `ino`'s attributes as `who`: in the mount's private copy
+    /// if the inode is private and `private` allows, else at the primary
+    /// after the mount's dirty changes (a private inode is pushed before
+    /// either reaches it).  The new attributes, and how long the kernel
+    /// may keep them.
+    pub(super) fn change_attrs(
+        &self,
+        who: &Identity,
+        ino: Ino,
+        set: SetAttr,
+        private: bool,
+    ) -> Result<(Attr, Duration), Failure> {
+        if private {
+            let op = UpdateOp::SetAttr {
+                ino,
+                set: set.clone(),
+            };
+            match self.conn.private_change(who, op)? {
+                Routed::Local(Ok(_)) => {
+                    let attr = self.conn.private_attr(ino).expect("private");
+                    return Ok((attr, FOREVER));
+                }
+                Routed::Local(Err(e)) => return Err(Failure::Fs(e)),
+                Routed::Shared(_) => {}
+            }
+        }
+        self.conn.flush(Some(ino), false)?;
+        let changed = self.conn.change(who, UpdateOp::SetAttr { ino, set });
+        // Its version may have moved (a truncate): what the mount knew of
+        // it goes; the next look at it asks again.
+        self.conn.cache.drop_token(ino);
+        match changed? {
+            Answer::Attr(attr) => Ok((attr, NONE)),
+            other => Err(Failure::Unavailable(format!("{other:?}"))),
+        }
+    }
+
+    /// Before a write the kernel marks as made without `CAP_FSETID`, to a
+    /// file the mount keeps writes of: its set-user-id bit goes, and its
+    /// set-group-id bit with group execute, as a local file system drops
+    /// them (the writer may ask that of the tree: `drops_only_setid`).  A
+    /// write through the primary drops them there.
+    pub(super) fn drop_setid(&self, req: &Request, ino: Ino) -> Result<(), Failure> {
+        let who = self.who(req);
+        let Some(attr) = self
+            .conn
+            .private_attr(ino)
+            .or_else(|| self.conn.cache.attr(ino))
+        else {
+            return Ok(());
+        };
+        let perm = shoal_fs::access::after_write(&attr, &who);
+        if perm == attr.perm {
+            return Ok(());
+        }
+        let set = SetAttr {
+            perm: Some(perm),
+            ..SetAttr::default()
+        };
+        self.change_attrs(&who, ino, set, true).map(drop)
     }
 
     pub(super) fn handle(&self, ino: Ino, open: OpenId, append: bool) -> u64 {
