@@ -19,7 +19,8 @@
 //! disk and sshfs), the sizes divided by ten with `--quick`:
 //! 1. tmp file: create, write 4 KiB, close and unlink one name, 2,000
 //!    times (p50); on shoal, also the metadata service's requests per
-//!    file (the primary's request count, before and after);
+//!    file (the primary's request count, before and after) and what the
+//!    file servers received meanwhile (requests and bytes);
 //! 2. 10,000 empty files made in one directory (per second), one of them
 //!    stat'ed 100,000 times once cached (µs), and all unlinked (per s);
 //! 3. a 512 MiB file written with 1 MiB writes and closed (MiB/s),
@@ -35,8 +36,6 @@
 //!    on shoal also with `shoal make -jN` (N: the cluster's cores), whose
 //!    recipes run on every node, all writing to the shared tree (Sprite's
 //!    pmake setting).
-//!
-//! Not yet measured: the bytes sent to file servers.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
@@ -323,6 +322,39 @@ fn primary_requests(c: &Cluster) -> Result<u64, String> {
         .ok_or_else(|| format!("shoal fs status has no request count: {v}"))
 }
 
+/// What the file servers have received, summed over them: requests other
+/// than administration and their bytes (`shoal file servers` on n1).
+fn file_server_traffic(c: &Cluster) -> Result<(u64, u64), String> {
+    let out = c
+        .command("n1", crate::shoal_exe()?)?
+        .args(["file", "servers"])
+        .output()
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let figure = |line: &str, name: &str| -> Option<u64> {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+    };
+    let (mut requests, mut bytes, mut servers) = (0, 0, 0);
+    for line in text.lines() {
+        let (Some(r), Some(b)) = (figure(line, "requests"), figure(line, "request_bytes")) else {
+            return Err(format!(
+                "shoal file servers: a server without figures: {line}"
+            ));
+        };
+        requests += r;
+        bytes += b;
+        servers += 1;
+    }
+    if servers == 0 {
+        return Err(format!(
+            "shoal file servers listed none: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok((requests, bytes))
+}
+
 fn measure(c: &Cluster, quick: bool) -> Result<Map<String, Value>, String> {
     crate::peers::ensure(
         &[
@@ -386,6 +418,9 @@ fn measure(c: &Cluster, quick: bool) -> Result<Map<String, Value>, String> {
         a.call(&format!("clean {dir}"))?;
         let n = 2000 / scale;
         let before = (t.name == "fs").then(|| primary_requests(c)).transpose()?;
+        let sent = (t.name == "fs")
+            .then(|| file_server_traffic(c))
+            .transpose()?;
         let v = a.call(&format!("tmpfile {dir} {n}"))?;
         m.insert(format!("{}_tmpfile_us_p50", t.name), v["us_p50"].clone());
         if let Some(before) = before {
@@ -393,6 +428,17 @@ fn measure(c: &Cluster, quick: bool) -> Result<Map<String, Value>, String> {
             m.insert(
                 "fs_tmpfile_requests".into(),
                 json!(requests as f64 / n as f64),
+            );
+        }
+        if let Some((requests, bytes)) = sent {
+            let (r, b) = file_server_traffic(c)?;
+            m.insert(
+                "fs_tmpfile_server_requests".into(),
+                json!(r.saturating_sub(requests)),
+            );
+            m.insert(
+                "fs_tmpfile_server_bytes".into(),
+                json!(b.saturating_sub(bytes)),
             );
         }
         let v = a.call(&format!(
@@ -566,6 +612,11 @@ fn table(m: &Map<String, Value>) -> String {
     t += &format!(
         "| metadata requests per temporary file | {} | | | | 0 |\n",
         f("fs_tmpfile_requests")
+    );
+    t += &format!(
+        "| file-server requests and bytes during the temporary files | {} · {} | | | | 0 · 0 |\n",
+        f("fs_tmpfile_server_requests"),
+        f("fs_tmpfile_server_bytes")
     );
     t += &format!(
         "| visibility after close, n1 to n2 (ms) | {} ({} stale) | | | {} ({} stale) | next open, always |\n",

@@ -35,6 +35,7 @@
 //! the full TTL, so a restart can delay garbage collection, never hasten it.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -205,6 +206,10 @@ pub struct Store<D: Disk> {
     /// Held by compaction and fsck (one at a time).
     maintenance: Mutex<()>,
     cache: Mutex<Cache>,
+    /// Requests served other than administration, and their bytes
+    /// (`count_request`).
+    requests: AtomicU64,
+    request_bytes: AtomicU64,
 }
 
 /// Why a store could not be opened.
@@ -686,6 +691,8 @@ impl<D: Disk> Store<D> {
             flushing: Mutex::new(()),
             maintenance: Mutex::new(()),
             cache: Mutex::new(Cache::default()),
+            requests: AtomicU64::new(0),
+            request_bytes: AtomicU64::new(0),
         };
         store
             .checkpoint()

@@ -170,7 +170,11 @@ fn serve(store: &Store<FileDisk>, server: &Server, epoch: Instant) {
         let shared =
             (req.body().len() >= SHARE_REQUEST).then(|| Bytes::from_owner(Pooled(req.take_body())));
         let body = shared.as_deref().unwrap_or(req.body());
-        let reply: Rope = match Op::decode_ref(body) {
+        let op = Op::decode_ref(body);
+        if !matches!(op, Ok(Op::Admin { .. })) {
+            store.count_request(body.len());
+        }
+        let reply: Rope = match op {
             Ok(Op::Read { file, offset, len }) if len as usize >= GATHER_READ => {
                 match store.read_pieces(&file, offset, len) {
                     Ok(pieces) => {

@@ -711,6 +711,27 @@ fn writes_through_write_only_opens_stay_coherent() {
     // later): writes through write-only opens skip its page cache.
     assert!(setup.a.direct_writes() && setup.b.direct_writes());
     let (pa, pb) = (setup.pa.clone(), setup.pb.clone());
+
+    // A temporary file (made, written through a write-only open, closed
+    // and unlinked within the write-back delay) in a directory only this
+    // mount looked at costs neither the primary nor the file server a
+    // request.  Nothing else is dirty yet, so any request would be its.
+    fs::create_dir(pa.join("t")).unwrap();
+    let before = (settled(&setup.service), file_server_requests(&setup.server));
+    for i in 0..10 {
+        let p = pa.join(format!("t/tmp{i}"));
+        fs::write(&p, [i as u8; 4096]).unwrap();
+        fs::remove_file(&p).unwrap();
+    }
+    assert_eq!(
+        (
+            requests(&setup.service),
+            file_server_requests(&setup.server)
+        ),
+        before,
+        "temporary files reached the primary or the file server"
+    );
+
     let f = pa.join("f");
     fs::write(&f, vec![b'a'; 16384]).unwrap();
     let reader = fs::File::open(&f).unwrap();
@@ -785,4 +806,18 @@ fn writes_through_write_only_opens_stay_coherent() {
     assert_eq!(mode(&s), 0o4777);
     drop(reader);
     setup.down();
+}
+
+/// The requests `server` has received, administration aside.
+fn file_server_requests(server: &shoal_filesvc::FileServer) -> u64 {
+    match server.store().stats() {
+        shoal_bullet::Answer::Report { figures, .. } => {
+            figures
+                .iter()
+                .find(|f| f.0 == "requests")
+                .expect("a request count")
+                .1
+        }
+        other => panic!("{other:?}"),
+    }
 }

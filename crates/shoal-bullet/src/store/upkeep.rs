@@ -131,7 +131,21 @@ impl<D: Disk> Store<D> {
             ("meta_generation".into(), g.generation),
             ("meta_log_bytes".into(), g.tail),
             ("destroyed_by_age".into(), g.destroyed_by_age),
+            ("requests".into(), self.requests.load(Ordering::Relaxed)),
+            (
+                "request_bytes".into(),
+                self.request_bytes.load(Ordering::Relaxed),
+            ),
         ]
+    }
+
+    /// Counts a request of `bytes` the store's server received, other than
+    /// administration (the figures `requests` and `request_bytes`: what
+    /// clients sent it, for a benchmark to compare before and after).
+    pub fn count_request(&self, bytes: usize) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        self.request_bytes
+            .fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
     /// Figures about the store.
