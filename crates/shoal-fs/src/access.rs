@@ -72,31 +72,33 @@ pub fn drops_only_setid(attr: &Attr, perm: u16) -> bool {
 }
 
 /// The permission bits left after a write by `who`: as a local file
-/// system leaves them, set-user-id goes, and set-group-id too when group
-/// execute is set, unless the writer is root (who has `CAP_FSETID`).
+/// system leaves them, the set-id bits go as after a change of owner
+/// ([`after_chown`]), unless the writer is root (who has `CAP_FSETID`).
 pub fn after_write(attr: &Attr, who: &Identity) -> u16 {
     if who.is_root() || attr.kind != Kind::File {
         return attr.perm;
     }
-    let mut perm = attr.perm & !S_ISUID;
-    if perm & 0o010 != 0 {
-        perm &= !S_ISGID;
-    }
-    perm
+    without_setid(attr.perm)
 }
 
-/// The permission bits left after a change of owner or group: set-user-id
-/// goes, and set-group-id too when group execute is set (otherwise it
-/// marks mandatory locking, which is kept), for a non-directory.
+/// The permission bits left after a change of owner or group, for a
+/// non-directory: [`without_setid`].
 pub fn after_chown(attr: &Attr) -> u16 {
     if attr.kind == Kind::Dir {
         return attr.perm;
     }
-    let mut perm = attr.perm & !S_ISUID;
+    without_setid(attr.perm)
+}
+
+/// `perm` without set-user-id, and without set-group-id too when group
+/// execute is set (otherwise it marks mandatory locking, which is kept).
+fn without_setid(perm: u16) -> u16 {
+    let perm = perm & !S_ISUID;
     if perm & 0o010 != 0 {
-        perm &= !S_ISGID;
+        perm & !S_ISGID
+    } else {
+        perm
     }
-    perm
 }
 
 #[cfg(test)]
