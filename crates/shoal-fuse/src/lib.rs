@@ -19,6 +19,7 @@ mod locks;
 mod private;
 mod transport;
 mod writeback;
+mod yielding;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -30,6 +31,7 @@ use shoal_fs::op::Failure;
 use shoal_rpc::Context;
 
 pub use transport::Transport;
+pub use yielding::{may_yield, yield_cpu};
 
 /// FUSE threads serving a mount (one per CPU of the machines shoal runs
 /// on; each reads its own cloned `/dev/fuse` descriptor).

@@ -44,6 +44,14 @@ pub enum FsCommand {
         /// io_uring (which a mount by root otherwise turns on and uses).
         #[arg(long)]
         no_uring: bool,
+        /// Keep the mount's threads at normal CPU priority.  By default
+        /// they yield the CPU to programs (SCHED_IDLE), so that a program
+        /// woken by an answer resumes on its own CPU, where the mount is
+        /// a scheduling group of its own: alone in a session without a
+        /// terminal (as a node daemon's service runs it) on a kernel that
+        /// groups processes by session.
+        #[arg(long)]
+        no_yield: bool,
     },
     /// Unmount the tree at PATH (also one whose client died).
     Umount {
@@ -100,13 +108,14 @@ pub fn run(cmd: FsCommand) -> Result<(), Failure> {
             write_back_secs,
             dirty_mib,
             no_uring,
+            no_yield,
         } => {
             let tuning = shoal_fuse::Tuning {
                 write_back_after: std::time::Duration::from_secs(write_back_secs),
                 dirty_max: dirty_mib.map_or_else(shoal_fuse::default_dirty_max, |m| m << 20),
                 uring: !no_uring,
             };
-            mount(&path, &service, tuning)
+            mount(&path, &service, tuning, !no_yield)
         }
         FsCommand::Umount { path } => umount(&path),
         FsCommand::Cap { path } => {
@@ -219,7 +228,12 @@ fn umount(path: &Path) -> Result<(), Failure> {
     }
 }
 
-fn mount(path: &Path, service: &str, tuning: shoal_fuse::Tuning) -> Result<(), Failure> {
+fn mount(
+    path: &Path,
+    service: &str,
+    tuning: shoal_fuse::Tuning,
+    yield_cpu: bool,
+) -> Result<(), Failure> {
     if is_dead_mount(path) {
         eprintln!(
             "{} is a mount whose client died: unmounting it first",
@@ -243,8 +257,18 @@ fn mount(path: &Path, service: &str, tuning: shoal_fuse::Tuning) -> Result<(), F
         .unwrap_or_else(|| "?".into());
     let mount =
         shoal_fuse::Mount::start(&ctx, service, &node, path, tuning).map_err(Failure::failed)?;
+    // Every thread the mount has started by now is set; those it starts
+    // later inherit the policy.
+    let priority = if !yield_cpu {
+        "at normal CPU priority (--no-yield)".to_string()
+    } else {
+        match shoal_fuse::may_yield().and_then(|()| shoal_fuse::yield_cpu()) {
+            Ok(_) => "its threads yield the CPU to programs".to_string(),
+            Err(e) => format!("at normal CPU priority: {e}"),
+        }
+    };
     eprintln!(
-        "file system {service} mounted at {} ({})",
+        "file system {service} mounted at {} ({}; {priority})",
         path.display(),
         mount.transport()
     );

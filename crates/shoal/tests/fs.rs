@@ -34,6 +34,24 @@ fn the_tree_is_shared_by_every_node_and_survives_its_servers_crashes() {
         ok(c, node, "mountpoint -q /shoal");
     }
 
+    // A mount kept by its daemon is alone in its session: every one of its
+    // threads yields the CPU to programs (SCHED_IDLE, policy 5), so a
+    // program woken by an answer stays on its CPU.
+    let (pid, _) = common::service(c, "n2", "fs-mount");
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    let mut threads = 0;
+    for task in tasks {
+        let stat = std::fs::read_to_string(task.unwrap().path().join("stat")).unwrap();
+        let policy = stat[stat.rfind(')').unwrap() + 1..]
+            .split_whitespace()
+            .nth(38)
+            .unwrap()
+            .to_string();
+        assert_eq!(policy, "5", "a thread of the mount: {stat}");
+        threads += 1;
+    }
+    assert!(threads > 4, "the mount has {threads} threads");
+
     // Written on n1, read at once on n4.
     ok(
         c,

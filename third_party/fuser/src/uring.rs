@@ -325,12 +325,15 @@ impl<FS: Filesystem> Pool<FS> {
         // SAFETY: the iovecs and the buffers they point to live as long as
         // this function, which ends only once the kernel stopped using them
         // (the entry's command failed or was torn down).
-        let done = unsafe { submit(&mut ring, device, qid, CMD_REGISTER, 0, Some(&iov)) };
+        let done = unsafe { queue(&mut ring, device, qid, CMD_REGISTER, 0, Some(&iov)) }
+            .and_then(|()| ring.submit().map(drop));
         if let Some(tx) = registered {
             let _ = tx.send(());
         }
         done?;
         loop {
+            // Submits the last request's commit, if any, and waits for the
+            // next request: one system call per request.
             match ring.submit_and_wait(1) {
                 Ok(_) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
@@ -388,9 +391,10 @@ impl<FS: Filesystem> Pool<FS> {
             header_out[ENT_IN_OUT + 16..ENT_IN_OUT + 20]
                 .copy_from_slice(&(args.len() as u32).to_ne_bytes());
             drop(reply);
-            // SAFETY: as for the registration.
+            // SAFETY: as for the registration.  Submitted at the top of
+            // the loop.
             unsafe {
-                submit(
+                queue(
                     &mut ring,
                     device,
                     qid,
@@ -418,12 +422,13 @@ fn eio(unique: [u8; 8]) -> [u8; OUT_HEADER] {
     h
 }
 
-/// Queues one FUSE command: `struct fuse_uring_cmd_req` in the SQE's
-/// command area, and for a registration the entry's two iovecs.
+/// Queues one FUSE command, to be submitted by the next `submit`:
+/// `struct fuse_uring_cmd_req` in the SQE's command area, and for a
+/// registration the entry's two iovecs.
 ///
 /// # Safety
 /// The iovecs, and the buffers they describe, must outlive the command.
-unsafe fn submit(
+unsafe fn queue(
     ring: &mut IoUring<squeue::Entry128, cqueue::Entry>,
     device: i32,
     qid: u16,
@@ -445,7 +450,6 @@ unsafe fn submit(
     // SAFETY: the caller keeps what the entry points to alive.
     unsafe { ring.submission().push(&entry) }
         .map_err(|_| io::Error::other("the ring's submission queue is full"))?;
-    ring.submit()?;
     Ok(())
 }
 
