@@ -83,8 +83,9 @@ struct Pending {
 pub struct Private {
     tree: Tree,
     /// The pending changes, by position (gaps where changes were taken
-    /// out).
-    pending: BTreeMap<u64, Pending>,
+    /// out); boxed, as a node of the map moves its values when it
+    /// changes.
+    pending: BTreeMap<u64, Box<Pending>>,
     next: u64,
     /// The positions of the pending changes that need each inode or
     /// change names in it: a cancelled inode's changes are found without
@@ -308,10 +309,10 @@ impl Private {
         for ino in p.inos.iter().chain(&p.dirs) {
             self.by_ino.entry(*ino).or_default().insert(at);
         }
-        self.pending.insert(at, p);
+        self.pending.insert(at, Box::new(p));
     }
 
-    fn remove(&mut self, at: u64) -> Option<Pending> {
+    fn remove(&mut self, at: u64) -> Option<Box<Pending>> {
         let p = self.pending.remove(&at)?;
         for ino in p.inos.iter().chain(&p.dirs) {
             if let Some(set) = self.by_ino.get_mut(ino) {

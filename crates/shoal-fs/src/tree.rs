@@ -163,7 +163,9 @@ impl Applied {
 pub struct Tree {
     index: u64,
     next_ino: Ino,
-    inodes: BTreeMap<Ino, Inode>,
+    /// Boxed: a node of the map moves its values when it changes, and an
+    /// inode is a few hundred bytes.
+    inodes: BTreeMap<Ino, Box<Inode>>,
     sessions: HashMap<u64, Session>,
     lru: BTreeSet<(u64, u64)>,
 }
@@ -197,7 +199,7 @@ impl Tree {
         Tree {
             index: 0,
             next_ino: ROOT + 1,
-            inodes: BTreeMap::from([(ROOT, root)]),
+            inodes: BTreeMap::from([(ROOT, Box::new(root))]),
             sessions: HashMap::new(),
             lru: BTreeSet::new(),
         }
@@ -223,7 +225,7 @@ impl Tree {
     pub fn adopt_dir(&mut self, attr: Attr, secret: [u8; 16], parent: Ino) {
         self.inodes.insert(
             attr.ino,
-            Inode {
+            Box::new(Inode {
                 attr,
                 secret,
                 body: Body::Dir {
@@ -231,7 +233,7 @@ impl Tree {
                     parent,
                 },
                 xattrs: BTreeMap::new(),
-            },
+            }),
         );
     }
 
@@ -253,12 +255,12 @@ impl Tree {
 
     /// Every inode.
     pub fn inodes(&self) -> impl Iterator<Item = &Inode> {
-        self.inodes.values()
+        self.inodes.values().map(|i| &**i)
     }
 
     /// The inode numbered `ino`.
     pub fn get(&self, ino: Ino) -> Option<&Inode> {
-        self.inodes.get(&ino)
+        self.inodes.get(&ino).map(|i| &**i)
     }
 
     /// The inode `name` names in directory `parent` (a name longer than
@@ -268,7 +270,7 @@ impl Tree {
             return Err(FsError::NameTooLong);
         }
         let ino = *self.entries(parent)?.get(name).ok_or(FsError::NotFound)?;
-        self.inodes.get(&ino).ok_or(FsError::Io)
+        self.inodes.get(&ino).map(|i| &**i).ok_or(FsError::Io)
     }
 
     /// The inodes without names, kept while some client may have them
@@ -432,11 +434,14 @@ impl Tree {
     }
 
     fn inode(&self, ino: Ino) -> Result<&Inode, FsError> {
-        self.inodes.get(&ino).ok_or(FsError::NotFound)
+        self.inodes.get(&ino).map(|i| &**i).ok_or(FsError::NotFound)
     }
 
     fn inode_mut(&mut self, ino: Ino) -> Result<&mut Inode, FsError> {
-        self.inodes.get_mut(&ino).ok_or(FsError::NotFound)
+        self.inodes
+            .get_mut(&ino)
+            .map(|i| &mut **i)
+            .ok_or(FsError::NotFound)
     }
 
     /// A directory that may gain or lose entries by `who`: it exists, is a
@@ -574,12 +579,12 @@ impl Tree {
         };
         self.inodes.insert(
             ino,
-            Inode {
+            Box::new(Inode {
                 attr,
                 secret,
                 body,
                 xattrs: BTreeMap::new(),
-            },
+            }),
         );
         self.set_entry(parent, name, Some(ino), now);
         if kind == Kind::Dir {

@@ -163,12 +163,12 @@ impl Tree {
             if inodes
                 .insert(
                     attr.ino,
-                    Inode {
+                    Box::new(Inode {
                         attr,
                         secret,
                         body,
                         xattrs,
-                    },
+                    }),
                 )
                 .is_some()
             {
