@@ -132,6 +132,8 @@ struct Inner {
     dirty: HashMap<Ino, Dirty>,
     /// The dirty bytes of all files (the sum of their `bytes`).
     dirty_bytes: u64,
+    /// Bytes written into the cache, ever.
+    written: u64,
     /// Files whose changes were lost and no `fsync` was told yet.
     lost: HashSet<Ino>,
     /// The mount's own changes through the primary, counted before each is
@@ -499,6 +501,7 @@ impl Cache {
         if let OverlayChange::Write { data, .. } = &change {
             d.bytes += data.len() as u64;
             inner.dirty_bytes += data.len() as u64;
+            inner.written += data.len() as u64;
         }
         d.changes.push(OverlayEntry { version, change });
         d.size = size;
@@ -529,6 +532,12 @@ impl Cache {
     /// Dirty bytes waiting, in all files.
     pub(crate) fn dirty_bytes(&self) -> u64 {
         self.inner.lock().dirty_bytes
+    }
+
+    /// Dirty bytes waiting, and bytes written into the cache ever.
+    pub(crate) fn dirty_and_written(&self) -> (u64, u64) {
+        let inner = self.inner.lock();
+        (inner.dirty_bytes, inner.written)
     }
 
     /// Files whose oldest dirty change is older than `age`.

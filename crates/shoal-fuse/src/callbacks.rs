@@ -249,7 +249,9 @@ fn work(mut answerer: FsClient, conn: &Arc<Conn>, rx: &Receiver<Work>, stop: &At
     // counts from when the renewal was sent, and gives up 2 s early.
     let lease = LEASE_US.saturating_sub(2_000_000);
     let mut expired = false;
+    let mut trim = crate::memory::Trim::default();
     while !stop.load(Ordering::Relaxed) {
+        trim.tick(conn.cache.dirty_and_written());
         if conn.lease.older_than(lease) {
             if !expired {
                 tracing::warn!("no lease renewal answered for a lease: dropping every cache");

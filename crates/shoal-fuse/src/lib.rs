@@ -16,6 +16,7 @@ mod callbacks;
 mod conn;
 pub mod fs;
 mod locks;
+mod memory;
 mod private;
 mod transport;
 mod writeback;
@@ -30,6 +31,7 @@ use fuser::{BackgroundSession, Config, MountOption, SessionACL};
 use shoal_fs::op::Failure;
 use shoal_rpc::Context;
 
+pub use memory::{RETAIN, keep_freed_buffers};
 pub use transport::Transport;
 pub use yielding::{may_yield, yield_cpu};
 

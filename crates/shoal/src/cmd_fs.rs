@@ -248,6 +248,8 @@ fn mount(
             path.display()
         )));
     }
+    // Before any thread starts: the allocator's arenas are made then.
+    let kept = shoal_fuse::keep_freed_buffers();
     let ctx = attach()?;
     let node = ctx
         .config()
@@ -268,9 +270,17 @@ fn mount(
         }
     };
     eprintln!(
-        "file system {service} mounted at {} ({}; {priority})",
+        "file system {service} mounted at {} ({}; {priority}; {})",
         path.display(),
-        mount.transport()
+        mount.transport(),
+        if kept {
+            format!(
+                "freed buffers kept for the next writes until {} s without dirty data",
+                shoal_fuse::RETAIN.as_secs()
+            )
+        } else {
+            "freed buffers returned at once (not a GNU C library)".to_string()
+        }
     );
     until_signalled(|| true, ("serving the tree until SIGTERM", ""))?;
     eprintln!(
