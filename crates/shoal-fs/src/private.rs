@@ -17,6 +17,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
+use rustc_hash::{FxHashMap, FxHashSet};
+
 use crate::model::{Attr, FsError, Identity, Ino, Kind, Time};
 use crate::tree::{Body, Inode, Tree};
 use crate::update::{Answer, Pushed, SetAttr, TimeSet, UpdateOp};
@@ -90,13 +92,13 @@ pub struct Private {
     /// The positions of the pending changes that need each inode or
     /// change names in it: a cancelled inode's changes are found without
     /// a look at the others.
-    by_ino: HashMap<Ino, BTreeSet<u64>>,
+    by_ino: FxHashMap<Ino, BTreeSet<u64>>,
     /// Inodes made since the last push: the primary does not know them.
-    fresh: HashSet<Ino>,
+    fresh: FxHashSet<Ino>,
     /// Inodes the primary knows that a pending change named, with their
     /// versions then (the primary's still): one the copy has removed since
     /// must be held at a new primary as much as one it keeps.
-    named: HashMap<Ino, u64>,
+    named: FxHashMap<Ino, u64>,
     /// When the oldest pending change was made (the caller's clock).
     since: Option<u64>,
 }
@@ -113,9 +115,9 @@ impl Private {
             tree: Tree::private(),
             pending: BTreeMap::new(),
             next: 0,
-            by_ino: HashMap::new(),
-            fresh: HashSet::new(),
-            named: HashMap::new(),
+            by_ino: FxHashMap::default(),
+            fresh: FxHashSet::default(),
+            named: FxHashMap::default(),
             since: None,
         }
     }

@@ -124,7 +124,10 @@ impl ShoalFs {
         self.callers.of(req)
     }
 
-    fn attr_of(&self, who: &Identity, ino: Ino) -> Result<(Attr, Duration), Failure> {
+    /// `ino`'s attributes and how long the kernel may keep them: from the
+    /// mount if it may answer, else from the primary (asked as `req`'s
+    /// caller, who is only looked up then).
+    fn attr_of(&self, req: &Request, ino: Ino) -> Result<(Attr, Duration), Failure> {
         if let Some(attr) = self.conn.private_attr(ino) {
             return Ok((attr, FOREVER));
         }
@@ -132,7 +135,7 @@ impl ShoalFs {
             return Ok(held);
         }
         let stamp = self.conn.cache.stamp(ino);
-        match self.conn.call(who, Op::GetAttr { ino })? {
+        match self.conn.call(&self.who(req), Op::GetAttr { ino })? {
             Reply::Entry { mut attr, grant } => {
                 let ttl = self.conn.granted(&attr, &grant);
                 self.conn.cache.attrs_asked_at(ino, stamp);
@@ -330,7 +333,7 @@ impl Filesystem for ShoalFs {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.attr_of(&self.who(req), ino.0) {
+        match self.attr_of(req, ino.0) {
             Ok((attr, ttl)) => reply.attr(&ttl, &file_attr(&attr)),
             Err(e) => reply.error(errno(e)),
         }
