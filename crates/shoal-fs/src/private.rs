@@ -15,7 +15,7 @@
 //!
 //! Times and identities are arguments; nothing here does I/O.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
