@@ -47,6 +47,29 @@ impl Channel {
         }
     }
 
+    /// Receives a request if one is waiting, without waiting for one
+    /// (shoal; the channel must have been made non-blocking): `None` if
+    /// none was.
+    pub(crate) fn try_receive(&self, buffer: &mut [u8]) -> nix::Result<Option<usize>> {
+        loop {
+            match self.receive(buffer) {
+                Ok(size) => return Ok(Some(size)),
+                Err(Errno::EAGAIN) => return Ok(None),
+                Err(Errno::ENOENT | Errno::EINTR) => continue,
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    /// Makes reads on this channel's descriptor return EAGAIN rather than
+    /// wait (shoal).
+    pub(crate) fn set_nonblocking(&self) -> io::Result<()> {
+        use nix::fcntl::{FcntlArg, OFlag, fcntl};
+        let flags = OFlag::from_bits_truncate(fcntl(&self.0, FcntlArg::F_GETFL)?);
+        fcntl(&self.0, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+        Ok(())
+    }
+
     /// Returns a sender object for this channel. The sender object can be
     /// used to send to the channel. Multiple sender objects can be used
     /// and they can safely be sent to other threads.

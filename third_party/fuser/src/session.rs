@@ -289,6 +289,22 @@ impl<FS: Filesystem> Session<FS> {
 
         let mut channels = Vec::with_capacity(n_threads);
 
+        // shoal: with FUSE over io_uring, /dev/fuse carries only forgets
+        // and interrupts.  A thread waiting in `read` there is woken for
+        // each forget (one per unlinked file), and the program whose
+        // unlink queued it pays for the wake-up of that thread on the
+        // other CPU; so one thread reads without waiting, at intervals
+        // (`event_loop_polled`), and nobody waits in `read`.
+        #[cfg(target_os = "linux")]
+        let n_threads_minus_one = if uring.is_some() {
+            let polled = ch.clone_fd()?;
+            polled.set_nonblocking()?;
+            channels.push(polled);
+            0
+        } else {
+            n_threads_minus_one
+        };
+
         for _ in 0..n_threads_minus_one {
             if config.clone_fd {
                 #[cfg(target_os = "linux")]
@@ -305,7 +321,10 @@ impl<FS: Filesystem> Session<FS> {
             }
         }
         let uring_channel = uring.is_some().then(|| ch.clone());
-        channels.push(ch);
+        if uring.is_none() || !cfg!(target_os = "linux") {
+            channels.push(ch);
+        }
+        let polled = uring.is_some() && cfg!(target_os = "linux");
 
         let mut threads = Vec::with_capacity(n_threads);
 
@@ -318,11 +337,13 @@ impl<FS: Filesystem> Session<FS> {
                 allowed,
                 session_owner,
             };
-            threads.push(
-                thread::Builder::new()
-                    .name(thread_name)
-                    .spawn(move || event_loop.event_loop())?,
-            );
+            threads.push(thread::Builder::new().name(thread_name).spawn(move || {
+                if polled {
+                    event_loop.event_loop_polled()
+                } else {
+                    event_loop.event_loop()
+                }
+            })?);
         }
 
         // The classic threads stay: forgets and interrupts still come
@@ -566,7 +587,48 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) session_owner: Uid,
 }
 
+/// How long the polling reader of `/dev/fuse` sleeps between looks, at
+/// first and at most (it doubles while nothing comes).
+const POLL_FIRST: std::time::Duration = std::time::Duration::from_millis(1);
+const POLL_MOST: std::time::Duration = std::time::Duration::from_millis(20);
+
 impl<FS: Filesystem> SessionEventLoop<FS> {
+    /// Serves a non-blocking channel: every request waiting, then a sleep
+    /// ([`POLL_FIRST`], doubling to [`POLL_MOST`] while nothing comes).
+    fn event_loop_polled(&self) -> io::Result<()> {
+        let mut buf = FuseReadBuf::new();
+        let buf = buf.as_mut();
+        let mut sleep = POLL_FIRST;
+        loop {
+            match self.ch.try_receive(buf) {
+                Ok(Some(size)) => {
+                    sleep = POLL_FIRST;
+                    match RequestWithSender::new(Sink::Channel(self.ch.sender()), &buf[..size]) {
+                        Some(req) => {
+                            if let Ok(Operation::Destroy(_)) = req.request.operation() {
+                                req.reply::<ReplyEmpty>().ok();
+                                return Ok(());
+                            }
+                            req.dispatch(self)
+                        }
+                        None => {
+                            return Err(io::Error::new(
+                                io::ErrorKind::InvalidData,
+                                "Invalid request",
+                            ));
+                        }
+                    }
+                }
+                Ok(None) => {
+                    thread::sleep(sleep);
+                    sleep = (sleep * 2).min(POLL_MOST);
+                }
+                Err(nix::errno::Errno::ENODEV) => return Ok(()),
+                Err(err) => return Err(err.into()),
+            }
+        }
+    }
+
     fn event_loop(&self) -> io::Result<()> {
         // Buffer for receiving requests from the kernel. Only one is allocated and
         // it is reused immediately after dispatching to conserve memory and allocations.
