@@ -20,7 +20,6 @@ mod memory;
 mod private;
 mod transport;
 mod writeback;
-mod yielding;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -33,7 +32,6 @@ use shoal_rpc::Context;
 
 pub use memory::{RETAIN, keep_freed_buffers};
 pub use transport::Transport;
-pub use yielding::{may_yield, yield_cpu};
 
 /// FUSE threads serving a mount (one per CPU of the machines shoal runs
 /// on; each reads its own cloned `/dev/fuse` descriptor).

@@ -38,7 +38,7 @@ mod link_server;
 mod load;
 mod locate;
 mod metrics;
-mod procfs;
+pub mod procfs;
 mod revocation;
 pub mod service;
 mod service_log;

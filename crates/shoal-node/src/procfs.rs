@@ -43,7 +43,7 @@ pub fn group_members(group: i32) -> Vec<i32> {
 
 /// Calls `f` with each process's pid and the fields of its
 /// `/proc/PID/stat` after the command (state first), 22 at least.
-fn each_process(mut f: impl FnMut(i32, &[&str])) {
+pub fn each_process(mut f: impl FnMut(i32, &[&str])) {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return;
     };
@@ -77,4 +77,16 @@ fn after_command(stat: &str) -> Vec<&str> {
     stat.rsplit_once(')').map_or_else(Vec::new, |(_, rest)| {
         rest.split_ascii_whitespace().collect()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stat_line_is_read_past_its_command_name() {
+        let s = "42 (a (b) c) S 7 40 39 0 -1 4194560 ...";
+        assert_eq!(after_command(s)[..5], ["S", "7", "40", "39", "0"]);
+        assert!(after_command("42 (x").is_empty());
+    }
 }

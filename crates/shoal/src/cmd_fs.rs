@@ -264,7 +264,7 @@ fn mount(
     let priority = if !yield_cpu {
         "at normal CPU priority (--no-yield)".to_string()
     } else {
-        match shoal_fuse::may_yield().and_then(|()| shoal_fuse::yield_cpu()) {
+        match crate::yielding::may_yield().and_then(|()| crate::yielding::yield_cpu()) {
             Ok(_) => "its threads yield the CPU to programs".to_string(),
             Err(e) => format!("at normal CPU priority: {e}"),
         }

@@ -18,6 +18,7 @@ mod cmd_rpc;
 mod cmd_run;
 mod cmd_service;
 mod cmd_status;
+mod yielding;
 
 use std::process::ExitCode;
 

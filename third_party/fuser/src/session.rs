@@ -289,42 +289,41 @@ impl<FS: Filesystem> Session<FS> {
 
         let mut channels = Vec::with_capacity(n_threads);
 
-        // shoal: with FUSE over io_uring, /dev/fuse carries only forgets
-        // and interrupts.  A thread waiting in `read` there is woken for
-        // each forget (one per unlinked file), and the program whose
-        // unlink queued it pays for the wake-up of that thread on the
+        // shoal: with FUSE over io_uring (Linux only), /dev/fuse carries
+        // only forgets and interrupts.  A thread waiting in `read` there is
+        // woken for each forget (one per unlinked file), and the program
+        // whose unlink queued it pays for the wake-up of that thread on the
         // other CPU; so one thread reads without waiting, at intervals
         // (`event_loop_polled`), and nobody waits in `read`.
-        #[cfg(target_os = "linux")]
-        let n_threads_minus_one = if uring.is_some() {
-            let polled = ch.clone_fd()?;
-            polled.set_nonblocking()?;
-            channels.push(polled);
-            0
+        let polled = uring.is_some();
+        if polled {
+            #[cfg(target_os = "linux")]
+            {
+                let reader = ch.clone_fd()?;
+                reader.set_nonblocking()?;
+                channels.push(reader);
+            }
         } else {
-            n_threads_minus_one
-        };
-
-        for _ in 0..n_threads_minus_one {
-            if config.clone_fd {
-                #[cfg(target_os = "linux")]
-                {
-                    channels.push(ch.clone_fd()?);
-                    continue;
+            for _ in 0..n_threads_minus_one {
+                if config.clone_fd {
+                    #[cfg(target_os = "linux")]
+                    {
+                        channels.push(ch.clone_fd()?);
+                        continue;
+                    }
+                    #[cfg(not(target_os = "linux"))]
+                    {
+                        return Err(io::Error::other("clone_fd is only supported on Linux"));
+                    }
+                } else {
+                    channels.push(ch.clone());
                 }
-                #[cfg(not(target_os = "linux"))]
-                {
-                    return Err(io::Error::other("clone_fd is only supported on Linux"));
-                }
-            } else {
-                channels.push(ch.clone());
             }
         }
-        let uring_channel = uring.is_some().then(|| ch.clone());
-        if uring.is_none() || !cfg!(target_os = "linux") {
+        let uring_channel = polled.then(|| ch.clone());
+        if !polled {
             channels.push(ch);
         }
-        let polled = uring.is_some() && cfg!(target_os = "linux");
 
         let mut threads = Vec::with_capacity(n_threads);
 

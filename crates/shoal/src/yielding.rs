@@ -38,18 +38,20 @@ pub fn may_yield() -> Result<(), String> {
     })?;
     let me = std::process::id();
     let mut procs = Vec::new();
-    for entry in std::fs::read_dir("/proc").map_err(|e| format!("/proc: {e}"))? {
-        let Ok(entry) = entry else { continue };
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
-            continue;
-        };
-        if let Some(stat) = std::fs::read_to_string(entry.path().join("stat"))
-            .ok()
-            .and_then(|s| Stat::parse(pid, &s))
+    // state ppid pgrp session tty_nr ...
+    shoal_node::procfs::each_process(|pid, f| {
+        let field = |i: usize| f[i].parse::<i64>().ok();
+        if let (Ok(pid), Some(ppid), Some(session), Some(tty)) =
+            (u32::try_from(pid), field(1), field(3), field(4))
         {
-            procs.push(stat);
+            procs.push(Stat {
+                pid,
+                ppid: ppid as u32,
+                session: session as u32,
+                tty: tty as u32,
+            });
         }
-    }
+    });
     alone_in_session(me, &procs)
 }
 
@@ -122,29 +124,14 @@ fn cpu_cgroup_is_root(cgroups: &str, controllers: impl Fn(&str) -> String) -> Re
     }
 }
 
-/// What `/proc/PID/stat` says of a process's place among sessions.
+/// What `/proc/PID/stat` says of a process's place among sessions
+/// (`shoal_node::procfs::each_process`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Stat {
     pid: u32,
     ppid: u32,
     session: u32,
     tty: u32,
-}
-
-impl Stat {
-    fn parse(pid: u32, stat: &str) -> Option<Stat> {
-        // The command name may hold anything, parentheses too: the fields
-        // follow its last ')'.
-        let rest = &stat[stat.rfind(')')? + 1..];
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        // state ppid pgrp session tty_nr
-        Some(Stat {
-            pid,
-            ppid: f.get(1)?.parse().ok()?,
-            session: f.get(3)?.parse().ok()?,
-            tty: f.get(4)?.parse::<i64>().ok()? as u32,
-        })
-    }
 }
 
 /// Whether process `me` shares its session only with its own ancestors,
@@ -188,13 +175,6 @@ mod tests {
             session,
             tty,
         }
-    }
-
-    #[test]
-    fn a_stat_line_is_read_past_its_command_name() {
-        let s = "42 (a (b) c) S 7 40 39 0 -1 4194560 ...";
-        assert_eq!(Stat::parse(42, s), Some(stat(42, 7, 39, 0)));
-        assert_eq!(Stat::parse(42, "42 (x"), None);
     }
 
     #[test]
