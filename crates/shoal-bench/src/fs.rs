@@ -5,7 +5,9 @@
 //! its type is reported), and sshfs (the FUSE file system a user would
 //! otherwise mount to share a tree: Debian's `sshfs` with its defaults,
 //! from OpenSSH's server on n2, started by the bench with a key made for
-//! the run).
+//! the run); and two null FUSE file systems on n1 (`fusenull`): one with
+//! the shoal mount's own FUSE settings, the floor of any FUSE file system
+//! here, and one stripped of permission checks and `FLUSH`.
 //!
 //! Placement: a three-node local cluster (`bs`, 10.77.248.0/24) with the
 //! whole system, so /shoal is mounted on every node, each in its node's
@@ -15,8 +17,9 @@
 //! agent on n2 reads what n1 wrote, for visibility.  sshfs is mounted on
 //! n1 and on n2, both of the same directory on n2's disk.
 //!
-//! Phases, on each file system in turn (shoal first, then tmpfs, the
-//! disk and sshfs), the sizes divided by ten with `--quick`:
+//! Phases, on each file system in turn (shoal first, then the null ones
+//! (phases 1 and 2 only), tmpfs, the disk and sshfs), the sizes divided by
+//! ten with `--quick`:
 //! 1. tmp file: create, write 4 KiB, close and unlink one name, 2,000
 //!    times (p50); on shoal, also the metadata service's requests per
 //!    file (the primary's request count, before and after) and what the
@@ -76,6 +79,18 @@ pub enum AgentCommand {
     /// TREE and built there: seconds), `clean DIR` (made empty) and
     /// `remove DIR`.
     Worker,
+    /// Mounts the null FUSE file system at AT (the floor under any FUSE
+    /// file system: `fusenull`) until standard input closes; answers
+    /// `how` with how the kernel serves it.
+    Null {
+        at: PathBuf,
+        /// Without the kernel's permission checks (`default_permissions`).
+        #[arg(long)]
+        no_permissions: bool,
+        /// Answer `FLUSH` "not implemented" (the kernel stops sending it).
+        #[arg(long)]
+        no_flush: bool,
+    },
 }
 
 /// The bytes a visibility round writes: its number, then filler.
@@ -131,6 +146,17 @@ pub fn agent(command: AgentCommand) -> Result<(), String> {
             });
             Ok(())
         }
+        AgentCommand::Null {
+            at,
+            no_permissions,
+            no_flush,
+        } => crate::fusenull::serve(
+            &at,
+            crate::fusenull::Bare {
+                no_permissions,
+                no_flush,
+            },
+        ),
     }
 }
 
@@ -286,6 +312,9 @@ struct Target {
     dir: PathBuf,
     /// The same directory as n2 sees it, for visibility (shared trees).
     seen_by_n2: Option<PathBuf>,
+    /// Only the phases of names (temporary files, creates, stats and
+    /// unlinks): the null FUSE file system keeps no bytes.
+    names_only: bool,
 }
 
 /// Runs the benchmark.
@@ -386,30 +415,68 @@ fn measure(c: &Cluster, quick: bool) -> Result<Map<String, Value>, String> {
         SshfsMount::start(c, "n1", &sshd, &served, &work.0.join("n1"))?,
         SshfsMount::start(c, "n2", &sshd, &served, &work.0.join("n2"))?,
     ];
+    // The null FUSE file system on n1, mounted as n1's shoal mount is,
+    // and stripped of what the shoal mount cannot give up.
+    let null_at = work.0.join("null");
+    let bare_at = work.0.join("bare");
+    let mut nulls = Vec::new();
+    for (at, flags) in [
+        (&null_at, &[][..]),
+        (&bare_at, &["--no-permissions", "--no-flush"][..]),
+    ] {
+        fs::create_dir_all(at).map_err(io("make", at))?;
+        let path = at.display().to_string();
+        let mut args = vec!["fs", "null", &path];
+        args.extend(flags);
+        let mut agent = Agent::start(c, "n1", &args)?;
+        let how = agent.call("how")?;
+        eprintln!(
+            "bench: a null FUSE file system on n1 at {path} {flags:?} (io_uring: {}, yielding: {})",
+            how["uring"], how["yielding"]
+        );
+        nulls.push((agent, how));
+    }
     let targets = [
         Target {
             name: "fs",
             dir: Path::new("/shoal").join(&run),
             seen_by_n2: Some(Path::new("/shoal").join(&run)),
+            names_only: false,
+        },
+        Target {
+            name: "null",
+            dir: null_at.join(&run),
+            seen_by_n2: None,
+            names_only: true,
+        },
+        Target {
+            name: "bare",
+            dir: bare_at.join(&run),
+            seen_by_n2: None,
+            names_only: true,
         },
         Target {
             name: "tmpfs",
             dir: Path::new("/dev/shm").join(&run),
             seen_by_n2: None,
+            names_only: false,
         },
         Target {
             name: "ext4",
             dir: Path::new("/var/tmp").join(&run),
             seen_by_n2: None,
+            names_only: false,
         },
         Target {
             name: "sshfs",
             dir: sshfs[0].path.join(&run),
             seen_by_n2: Some(sshfs[1].path.join(&run)),
+            names_only: false,
         },
     ];
     let mut m = Map::new();
     m.insert("disk_type".into(), disk_type("/var/tmp").into());
+    m.insert("null_uring".into(), nulls[0].1["uring"].clone());
     let mut a = Agent::start(c, "n1", &["fs", "worker"])?;
     let mut b = Agent::start(c, "n2", &["fs", "worker"])?;
     for t in &targets {
@@ -449,6 +516,9 @@ fn measure(c: &Cluster, quick: bool) -> Result<Map<String, Value>, String> {
         for k in ["create_per_s", "stat_cached_us", "unlink_per_s"] {
             m.insert(format!("{}_{k}", t.name), v[k].clone());
         }
+        if t.names_only {
+            continue;
+        }
         let v = a.call(&format!("bulk {dir} {} {}", 512 / scale, 20_000 / scale))?;
         for k in ["write_mib_s", "reread_mib_s", "randread_4k_us"] {
             m.insert(format!("{}_{k}", t.name), v[k].clone());
@@ -483,6 +553,7 @@ fn measure(c: &Cluster, quick: bool) -> Result<Map<String, Value>, String> {
         a.call(&format!("remove {}", t.dir.display()))?;
     }
     drop(sshfs);
+    drop(nulls);
     ratios(&mut m);
     Ok(m)
 }
@@ -502,6 +573,7 @@ fn builds(
     let shoal = crate::shoal_exe()?;
     let mut ways: Vec<(String, PathBuf, String)> = targets
         .iter()
+        .filter(|t| !t.names_only)
         .map(|t| {
             (
                 format!("{}_build_s", t.name),
@@ -566,6 +638,16 @@ fn ratios(m: &mut Map<String, Value>) {
             m.insert(k.into(), json!(a / b));
         }
     }
+    // The shoal mount against the floor of FUSE here.
+    for (k, of) in [
+        ("fs_tmpfile_vs_null", "tmpfile_us_p50"),
+        ("fs_create_vs_null", "create_per_s"),
+        ("fs_unlink_vs_null", "unlink_per_s"),
+    ] {
+        if let (Some(a), Some(b)) = (get(m, &format!("fs_{of}")), get(m, &format!("null_{of}"))) {
+            m.insert(k.into(), json!(a / b));
+        }
+    }
 }
 
 /// The metrics beside their targets (issue 18).
@@ -594,32 +676,34 @@ fn table(m: &Map<String, Value>) -> String {
         ),
     ];
     let mut t = String::from(
-        "| metric | shoal fs | tmpfs | local disk | sshfs | target |\n|---|---|---|---|---|---|\n",
+        "| metric | shoal fs | null FUSE | null FUSE, bare | tmpfs | local disk | sshfs | target |\n|---|---|---|---|---|---|---|---|\n",
     );
     for (what, k, target) in rows {
         t += &format!(
-            "| {what} | {} | {} | {} | {} | {target} |\n",
+            "| {what} | {} | {} | {} | {} | {} | {} | {target} |\n",
             f(&format!("fs_{k}")),
+            f(&format!("null_{k}")),
+            f(&format!("bare_{k}")),
             f(&format!("tmpfs_{k}")),
             f(&format!("ext4_{k}")),
             f(&format!("sshfs_{k}")),
         );
     }
     t += &format!(
-        "| build with shoal make over the cluster (s) | {} | | | | |\n",
+        "| build with shoal make over the cluster (s) | {} | | | | | | |\n",
         f("fs_pmake_s")
     );
     t += &format!(
-        "| metadata requests per temporary file | {} | | | | 0 |\n",
+        "| metadata requests per temporary file | {} | | | | | | 0 |\n",
         f("fs_tmpfile_requests")
     );
     t += &format!(
-        "| file-server requests and bytes during the temporary files | {} · {} | | | | 0 · 0 |\n",
+        "| file-server requests and bytes during the temporary files | {} · {} | | | | | | 0 · 0 |\n",
         f("fs_tmpfile_server_requests"),
         f("fs_tmpfile_server_bytes")
     );
     t += &format!(
-        "| visibility after close, n1 to n2 (ms) | {} ({} stale) | | | {} ({} stale) | next open, always |\n",
+        "| visibility after close, n1 to n2 (ms) | {} ({} stale) | | | | | {} ({} stale) | next open, always |\n",
         f("fs_visibility_ms"),
         f("fs_visibility_stale"),
         f("sshfs_visibility_ms"),

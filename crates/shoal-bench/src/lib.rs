@@ -44,6 +44,7 @@ pub mod etcd;
 pub mod exec;
 pub mod file;
 pub mod fs;
+mod fusenull;
 pub mod group;
 pub mod grpc;
 mod peers;

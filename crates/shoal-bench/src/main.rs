@@ -45,8 +45,9 @@ enum Command {
     /// shoal make and distcc.
     Exec(shoal_bench::exec::BenchArgs),
     /// The shared file system (/shoal): temporary files, creates, unlinks,
-    /// cached stats, re-reads, random reads and writes, beside tmpfs and
-    /// the local disk; visibility after a close on another node.
+    /// cached stats, re-reads, random reads and writes, beside tmpfs, the
+    /// local disk, sshfs and a null FUSE file system (FUSE's floor here);
+    /// visibility after a close on another node.
     Fs(shoal_bench::fs::BenchArgs),
     /// Internal: the halves of a benchmark that run on cluster nodes.
     #[command(hide = true, subcommand)]

@@ -27,10 +27,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 use shoal_fs::model::{Attr, FsError, Identity, Ino, Kind, Time};
@@ -249,34 +249,8 @@ impl ShoalFs {
 
 impl Filesystem for ShoalFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let _ = config.set_max_write(shoal_fs::op::IO_MAX as u32);
-        // fcntl locks through the mount, for the whole cluster (`lock`).
-        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_POSIX_LOCKS) {
-            tracing::warn!(
-                "the kernel keeps locks itself (no {missing:?}): they hold on this node only"
-            );
-        }
-        // Pages kept through an open that began cached are checked against
-        // the file's attributes at each read, which the kernel asks for
-        // whenever they expired: never while the mount holds a token (a
-        // day's timeout, invalidated by recalls), every time without one.
-        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA) {
-            return Err(std::io::Error::other(format!(
-                "the kernel lacks {missing:?}, which the mount needs"
-            )));
-        }
-        // From FUSE 7.39 (Linux 6.6) a direct write first drops the pages
-        // the kernel caches of its range, so other opens stay coherent.
-        let abi = config.kernel_abi();
-        let direct = (abi.0, abi.1) >= (7, 39);
+        let direct = crate::kernel::negotiate(config)?;
         self.direct_writes.store(direct, Ordering::Relaxed);
-        if !direct {
-            tracing::info!(
-                "FUSE {}.{}: opens for writing only go through the kernel's page cache",
-                abi.0,
-                abi.1
-            );
-        }
         Ok(())
     }
 

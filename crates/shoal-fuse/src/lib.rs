@@ -15,6 +15,7 @@ mod cache;
 mod callbacks;
 mod conn;
 pub mod fs;
+pub mod kernel;
 mod locks;
 mod memory;
 mod private;
@@ -26,7 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use fuser::{BackgroundSession, Config, MountOption, SessionACL};
+use fuser::BackgroundSession;
 use shoal_fs::op::Failure;
 use shoal_rpc::Context;
 
@@ -106,21 +107,7 @@ impl Mount {
             conn::Conn::open(ctx, name, node, tuning)
                 .map_err(|e: Failure| format!("cannot reach file system {name}: {e}"))?,
         );
-        let mut config = Config::default();
-        config.mount_options = vec![
-            MountOption::FSName(format!("shoal:{name}")),
-            MountOption::Subtype("shoal".into()),
-            MountOption::DefaultPermissions,
-            MountOption::NoAtime,
-        ];
-        config.acl = SessionACL::All;
-        config.n_threads = Some(THREADS);
-        config.clone_fd = true;
-        config.uring = tuning.uring
-            && transport::enable_uring()
-                .map_err(|e| tracing::warn!("{e}: the mount is served through /dev/fuse"))
-                .is_ok();
-        config.uring_threads = URING_THREADS;
+        let config = kernel::session_config(&format!("shoal:{name}"), tuning.uring);
         let direct_writes = Arc::new(AtomicBool::new(false));
         let fs = fs::ShoalFs::new(conn.clone(), direct_writes.clone());
         let session = fuser::Session::new(fs, at, &config)

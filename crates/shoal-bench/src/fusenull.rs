@@ -1,0 +1,456 @@
+//! The null FUSE file system of `shoal bench fs`: the floor under any
+//! file system served through FUSE on this machine.
+//!
+//! It keeps names and attributes in one table in memory and no file
+//! bytes (a write only moves the size; a read answers zeros), and it is
+//! mounted and agreed with the kernel exactly as a node's shoal mount is
+//! (`shoal_fuse::kernel`: io_uring workers per CPU, `default_permissions`,
+//! locks through the mount, direct writes for opens that only write), and
+//! answers as that mount answers from its private directories: names,
+//! absent names and attributes kept by the kernel for a day, opens for
+//! writing only without the page cache.  Its threads yield their CPU as
+//! the node's mount's do (`SCHED_IDLE`, in a session of their own).  So
+//! the kernel sends it the same requests for the same program, and what
+//! a temporary file or a create costs on it is what the kernel, FUSE and
+//! the scheduler cost before any file system does any work.
+//!
+//! Stripped ([`Bare`]), it leaves out what the shoal mount cannot: the
+//! kernel's permission checks (without them it would let any user through
+//! a directory whose names the kernel cached) and `FLUSH` (answered
+//! "not implemented", so the kernel stops sending it, and a close no
+//! longer releases the closer's POSIX locks): the floor of FUSE itself,
+//! whatever a file system gives up.
+//!
+//! Benchmark machinery: nothing users run links it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request, TimeOrNow, WriteFlags,
+};
+use parking_lot::Mutex;
+
+/// How long the kernel keeps what it is told (as the mount's `FOREVER`).
+const FOREVER: Duration = Duration::from_secs(24 * 3600);
+
+const ROOT: u64 = 1;
+
+struct Node {
+    attr: FileAttr,
+    /// A directory's names.
+    names: Option<BTreeMap<Vec<u8>, u64>>,
+}
+
+struct Table {
+    nodes: HashMap<u64, Node>,
+    next: u64,
+}
+
+/// What a stripped null file system leaves out.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Bare {
+    /// Mounted without `default_permissions`.
+    pub no_permissions: bool,
+    /// `FLUSH` answered "not implemented".
+    pub no_flush: bool,
+}
+
+/// The null file system.
+pub struct NullFs {
+    table: Mutex<Table>,
+    bare: Bare,
+}
+
+fn attr(ino: u64, kind: FileType, perm: u16, uid: u32, gid: u32) -> FileAttr {
+    let now = SystemTime::now();
+    FileAttr {
+        ino: INodeNo(ino),
+        size: 0,
+        blocks: 0,
+        atime: now,
+        mtime: now,
+        ctime: now,
+        crtime: now,
+        kind,
+        perm,
+        nlink: if kind == FileType::Directory { 2 } else { 1 },
+        uid,
+        gid,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
+/// What a negative entry carries: node 0, the name is absent.
+fn absent() -> FileAttr {
+    let mut a = attr(0, FileType::RegularFile, 0, 0, 0);
+    a.nlink = 0;
+    a
+}
+
+impl NullFs {
+    /// An empty tree whose root belongs to the calling process's user.
+    pub fn new(bare: Bare) -> NullFs {
+        // SAFETY: getuid and getgid have no preconditions.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let mut nodes = HashMap::new();
+        nodes.insert(
+            ROOT,
+            Node {
+                attr: attr(ROOT, FileType::Directory, 0o755, uid, gid),
+                names: Some(BTreeMap::new()),
+            },
+        );
+        NullFs {
+            table: Mutex::new(Table {
+                nodes,
+                next: ROOT + 1,
+            }),
+            bare,
+        }
+    }
+
+    /// Makes `name` in `parent`: its attributes.
+    fn make(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        kind: FileType,
+        perm: u32,
+    ) -> Result<FileAttr, Errno> {
+        let mut t = self.table.lock();
+        let ino = t.next;
+        let names = t
+            .nodes
+            .get_mut(&parent.0)
+            .ok_or(Errno::ENOENT)?
+            .names
+            .as_mut()
+            .ok_or(Errno::ENOTDIR)?;
+        if names.contains_key(name.as_bytes()) {
+            return Err(Errno::EEXIST);
+        }
+        names.insert(name.as_bytes().to_vec(), ino);
+        t.next += 1;
+        let a = attr(ino, kind, (perm & 0o7777) as u16, req.uid(), req.gid());
+        let names = (kind == FileType::Directory).then(BTreeMap::new);
+        t.nodes.insert(ino, Node { attr: a, names });
+        Ok(a)
+    }
+
+    /// Removes `name` from `parent` (a directory only when empty).
+    fn remove(&self, parent: INodeNo, name: &OsStr, dir: bool) -> Result<(), Errno> {
+        let mut t = self.table.lock();
+        let names = t
+            .nodes
+            .get(&parent.0)
+            .and_then(|n| n.names.as_ref())
+            .ok_or(Errno::ENOTDIR)?;
+        let &ino = names.get(name.as_bytes()).ok_or(Errno::ENOENT)?;
+        match (&t.nodes[&ino].names, dir) {
+            (Some(n), true) if !n.is_empty() => return Err(Errno::ENOTEMPTY),
+            (Some(_), false) => return Err(Errno::EISDIR),
+            (None, true) => return Err(Errno::ENOTDIR),
+            _ => {}
+        }
+        if let Some(n) = t.nodes.get_mut(&parent.0).and_then(|n| n.names.as_mut()) {
+            n.remove(name.as_bytes());
+        }
+        t.nodes.remove(&ino);
+        Ok(())
+    }
+}
+
+/// The mount's rule: an open for writing only skips the page cache.
+fn open_flags(flags: i32) -> FopenFlags {
+    if flags & libc::O_ACCMODE == libc::O_WRONLY {
+        FopenFlags::FOPEN_DIRECT_IO
+    } else {
+        FopenFlags::empty()
+    }
+}
+
+impl Filesystem for NullFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        shoal_fuse::kernel::negotiate(config).map(|_| ())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let t = self.table.lock();
+        let Some(names) = t.nodes.get(&parent.0).and_then(|n| n.names.as_ref()) else {
+            return reply.error(Errno::ENOTDIR);
+        };
+        match names.get(name.as_bytes()) {
+            Some(ino) => reply.entry(&FOREVER, &t.nodes[ino].attr, Generation(0)),
+            None => reply.entry_with_ttls(&Duration::ZERO, &FOREVER, &absent(), Generation(0)),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.table.lock().nodes.get(&ino.0) {
+            Some(n) => reply.attr(&FOREVER, &n.attr),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        _mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let mut t = self.table.lock();
+        let Some(n) = t.nodes.get_mut(&ino.0) else {
+            return reply.error(Errno::ENOENT);
+        };
+        if let Some(m) = mode {
+            n.attr.perm = (m & 0o7777) as u16;
+        }
+        n.attr.uid = uid.unwrap_or(n.attr.uid);
+        n.attr.gid = gid.unwrap_or(n.attr.gid);
+        if let Some(s) = size {
+            n.attr.size = s;
+        }
+        n.attr.ctime = SystemTime::now();
+        reply.attr(&FOREVER, &n.attr)
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        match self.make(req, parent, name, FileType::Directory, mode & !umask) {
+            Ok(a) => reply.entry(&FOREVER, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.remove(parent, name, false) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.remove(parent, name, true) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn open(&self, _req: &Request, _ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        reply.opened(FileHandle(0), open_flags(flags.0))
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        match self.make(req, parent, name, FileType::RegularFile, mode & !umask) {
+            Ok(a) => reply.created(
+                &FOREVER,
+                &a,
+                Generation(0),
+                FileHandle(0),
+                open_flags(flags),
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let len = self
+            .table
+            .lock()
+            .nodes
+            .get(&ino.0)
+            .map_or(0, |n| n.attr.size);
+        let n = len.saturating_sub(offset).min(size as u64) as usize;
+        reply.data(&vec![0u8; n])
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let mut t = self.table.lock();
+        let Some(n) = t.nodes.get_mut(&ino.0) else {
+            return reply.error(Errno::ENOENT);
+        };
+        n.attr.size = n.attr.size.max(offset + data.len() as u64);
+        n.attr.mtime = SystemTime::now();
+        reply.written(data.len() as u32)
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        if self.bare.no_flush {
+            return reply.error(Errno::ENOSYS);
+        }
+        reply.ok()
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let t = self.table.lock();
+        let Some(names) = t.nodes.get(&ino.0).and_then(|n| n.names.as_ref()) else {
+            return reply.error(Errno::ENOTDIR);
+        };
+        for (i, (name, child)) in names.iter().enumerate().skip(offset as usize) {
+            let kind = t.nodes[child].attr.kind;
+            if reply.add(INodeNo(*child), i as u64 + 1, kind, OsStr::from_bytes(name)) {
+                break;
+            }
+        }
+        reply.ok()
+    }
+}
+
+/// Mounts a null file system at `at` and serves it until standard input
+/// closes (the agent's way of being stopped), then unmounts.
+pub fn serve(at: &Path, bare: Bare) -> Result<(), String> {
+    // A session, and so a scheduling group, of its own, with every thread
+    // started below under SCHED_IDLE: as a node's mount runs.
+    // SAFETY: setsid and sched_setscheduler on this process have no
+    // preconditions; a failure leaves the process as it was.
+    let yielding = unsafe {
+        libc::setsid();
+        let p = libc::sched_param { sched_priority: 0 };
+        libc::sched_setscheduler(0, libc::SCHED_IDLE, &p) == 0
+    };
+    let mut config = shoal_fuse::kernel::session_config("shoal-bench:null", true);
+    if bare.no_permissions {
+        config
+            .mount_options
+            .retain(|o| !matches!(o, fuser::MountOption::DefaultPermissions));
+    }
+    let session = fuser::Session::new(NullFs::new(bare), at, &config)
+        .map_err(|e| format!("cannot mount the null file system at {}: {e}", at.display()))?;
+    let uring = session.uses_uring();
+    let session = session
+        .spawn()
+        .map_err(|e| format!("cannot serve {}: {e}", at.display()))?;
+    crate::agent::serve_commands(|w| match w[0] {
+        "how" => Ok(serde_json::json!({ "uring": uring, "yielding": yielding })),
+        other => Err(format!("unknown command {other}")),
+    });
+    session
+        .umount_and_join()
+        .map_err(|e| format!("cannot unmount {}: {e}", at.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs::{self, OpenOptions};
+    use std::io::{ErrorKind, Write};
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    /// The floor is only worth reading if the null file system does what
+    /// the bench asks of it: names made, found, listed and removed, sizes
+    /// kept, the kernel's checks applied.
+    #[test]
+    fn the_null_file_system_keeps_names_and_sizes() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = shoal_fuse::kernel::session_config("shoal-bench:null-test", false);
+        let session = fuser::Session::new(NullFs::new(Bare::default()), dir.path(), &config)
+            .expect("mount a null file system (needs /dev/fuse and root)")
+            .spawn()
+            .unwrap();
+        let at = dir.path();
+        let d = at.join("d");
+        fs::create_dir(&d).unwrap();
+        let f = d.join("f");
+        let mut file = fs::File::create(&f).unwrap();
+        file.write_all(&[7; 4096]).unwrap();
+        drop(file);
+        assert_eq!(fs::metadata(&f).unwrap().len(), 4096);
+        let err = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&f)
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::AlreadyExists);
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(
+            fs::metadata(&f).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let names: Vec<_> = fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["f"]);
+        assert_eq!(
+            fs::remove_dir(&d).unwrap_err().kind(),
+            ErrorKind::DirectoryNotEmpty
+        );
+        fs::remove_file(&f).unwrap();
+        assert_eq!(fs::metadata(&f).unwrap_err().kind(), ErrorKind::NotFound);
+        fs::remove_dir(&d).unwrap();
+        session.umount_and_join().unwrap();
+    }
+}
