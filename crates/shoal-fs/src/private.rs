@@ -15,7 +15,7 @@
 //!
 //! Times and identities are arguments; nothing here does I/O.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -30,15 +30,47 @@ mod tests;
 /// directories whose names it changes, and the inode it links or whose
 /// attributes it changes (not one it makes).  `None` for any other
 /// change: only these are made in a private copy and pushed.
-pub fn numbered(op: &UpdateOp) -> Option<Vec<Ino>> {
+pub fn numbered(op: &UpdateOp) -> Option<Numbered> {
     Some(match op {
-        UpdateOp::Create { parent, .. } => vec![*parent],
-        UpdateOp::Link { ino, parent, .. } => vec![*ino, *parent],
-        UpdateOp::Unlink { parent, .. } => vec![*parent],
-        UpdateOp::Rename { from, to, .. } => vec![*from, *to],
-        UpdateOp::SetAttr { ino, .. } => vec![*ino],
+        UpdateOp::Create { parent, .. } => Numbered::one(*parent),
+        UpdateOp::Link { ino, parent, .. } => Numbered::two(*ino, *parent),
+        UpdateOp::Unlink { parent, .. } => Numbered::one(*parent),
+        UpdateOp::Rename { from, to, .. } => Numbered::two(*from, *to),
+        UpdateOp::SetAttr { ino, .. } => Numbered::one(*ino),
         _ => return None,
     })
+}
+
+/// The one or two inodes a change names by number ([`numbered`]), kept
+/// without an allocation: every change a mount makes asks for them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Numbered {
+    inos: [Ino; 2],
+    len: u8,
+}
+
+impl Numbered {
+    fn one(ino: Ino) -> Numbered {
+        Numbered {
+            inos: [ino, 0],
+            len: 1,
+        }
+    }
+
+    fn two(a: Ino, b: Ino) -> Numbered {
+        Numbered {
+            inos: [a, b],
+            len: 2,
+        }
+    }
+}
+
+impl std::ops::Deref for Numbered {
+    type Target = [Ino];
+
+    fn deref(&self) -> &[Ino] {
+        &self.inos[..self.len as usize]
+    }
 }
 
 /// Whether a client may push `ops` (the primary's rule): every inode
@@ -349,19 +381,31 @@ impl Private {
         }
         self.fresh.remove(&ino);
         // Where each directory's times were last set by a change taken
-        // out: a setting of them takes that change's place.
-        let mut last: BTreeMap<Ino, (u64, Time)> = BTreeMap::new();
+        // out: a setting of them takes that change's place.  (A file's
+        // changes touch one directory or two: lists, not maps.)
+        let mut last: Vec<(Ino, u64, Time)> = Vec::new();
         for at in touching {
             let p = self.remove(at).expect("pending");
             for d in p.dirs {
-                if d != ino {
-                    last.insert(d, (at, p.change.now));
+                if d == ino {
+                    continue;
+                }
+                match last.iter_mut().find(|(dir, ..)| *dir == d) {
+                    Some(l) => *l = (d, at, p.change.now),
+                    None => last.push((d, at, p.change.now)),
                 }
             }
         }
-        let mut taken: HashMap<u64, u64> = HashMap::new();
-        for (dir, (at, now)) in last {
-            let k = taken.entry(at).or_default();
+        last.sort_unstable_by_key(|(dir, ..)| *dir);
+        let mut taken: Vec<(u64, u64)> = Vec::new();
+        for (dir, at, now) in last {
+            let k = match taken.iter_mut().find(|(a, _)| *a == at) {
+                Some((_, k)) => k,
+                None => {
+                    taken.push((at, 0));
+                    &mut taken.last_mut().expect("pushed").1
+                }
+            };
             self.fix_times(dir, at + *k, now);
             *k += 1;
         }

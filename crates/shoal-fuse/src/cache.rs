@@ -23,7 +23,7 @@
 //!   (a lost lease keeps them, to be written back if the file did not
 //!   change meanwhile).
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -700,8 +700,10 @@ impl Cache {
     /// Forgets everything of `ino`, which the primary forgot with its last
     /// name: its token, attributes and unwritten changes.
     pub(crate) fn forget(&self, ino: Ino) {
-        self.discard(ino);
         let mut inner = self.inner.lock();
+        if let Some(gone) = inner.dirty.remove(&ino) {
+            inner.dirty_bytes -= gone.bytes;
+        }
         inner.held.remove(&ino);
         inner.attrs.remove(&ino);
     }

@@ -65,7 +65,7 @@ pub(crate) fn named(op: &UpdateOp) -> Vec<Ino> {
         | UpdateOp::SetXattr { ino, .. }
         | UpdateOp::RemoveXattr { ino, .. }
         | UpdateOp::Forget { ino } => vec![*ino],
-        _ => numbered(op).unwrap_or_default(),
+        _ => numbered(op).map_or_else(Vec::new, |n| n.to_vec()),
     }
 }
 

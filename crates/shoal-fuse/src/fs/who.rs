@@ -12,7 +12,7 @@
 //! first, which rights a minted `user.shoal.cap` carries, is made with
 //! groups read afresh ([`now`]).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::time::{Duration, Instant};
 
 use fuser::Request;
