@@ -317,7 +317,7 @@ fn work(mut answerer: FsClient, conn: &Arc<Conn>, rx: &Receiver<Work>, stop: &At
                     confirm.push(id);
                 }
                 Work::Orphan { ino } => {
-                    if conn.opens_of(ino).is_empty() && conn.cache.discard(ino) {
+                    if !conn.is_open(ino) && conn.cache.discard(ino) {
                         tracing::debug!("file {ino} went with its changes unwritten");
                     }
                 }

@@ -6,7 +6,9 @@
 //! sent only for those), the cache state (`cache`), the kernel's
 //! notifier, and the queue of callbacks to carry out (`callbacks`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
@@ -49,7 +51,7 @@ pub(crate) struct Conn {
     work: Mutex<Option<Sender<Work>>>,
     /// The opens the primary knows of (or may: reported in a request
     /// under way).
-    known: Mutex<HashSet<OpenId>>,
+    known: Mutex<FxHashSet<OpenId>>,
     /// File service clients for reads of cached files, one per thread
     /// reading at a time.
     files: Mutex<Vec<FileClient>>,
@@ -57,9 +59,11 @@ pub(crate) struct Conn {
     servers: Mutex<(Vec<Capability>, usize)>,
     /// Inode numbers handed to this mount and not yet used: next, end.
     range: Mutex<(Ino, Ino)>,
-    opens: Mutex<HashMap<Ino, Vec<(OpenId, bool)>>>,
+    /// This mount's opens by inode, each with whether it writes; an inode
+    /// is here only while it has one (`is_open`).
+    opens: Mutex<FxHashMap<Ino, Vec<(OpenId, bool)>>>,
     /// Inodes the primary forgot while this mount had them open.
-    gone: Mutex<HashSet<Ino>>,
+    gone: Mutex<FxHashSet<Ino>>,
     next_open: Mutex<OpenId>,
     /// The advisory locks this mount's programs hold and wait for.
     pub(crate) locks: MountLocks,
@@ -125,12 +129,12 @@ impl Conn {
             cache: Cache::default(),
             kernel: Kernel::default(),
             work: Mutex::new(None),
-            known: Mutex::new(HashSet::new()),
+            known: Mutex::new(FxHashSet::default()),
             files: Mutex::new(Vec::new()),
             servers: Mutex::new((hello.servers, hello.copies)),
             range: Mutex::new((0, 0)),
-            opens: Mutex::new(HashMap::new()),
-            gone: Mutex::new(HashSet::new()),
+            opens: Mutex::new(FxHashMap::default()),
+            gone: Mutex::new(FxHashSet::default()),
             next_open: Mutex::new(0),
             locks: MountLocks::default(),
             hellos: AtomicU64::new(0),
@@ -210,7 +214,7 @@ impl Conn {
         self.lease.renewed(sent);
         self.hellos.fetch_add(1, Ordering::SeqCst);
         *self.servers.lock() = (hello.servers, hello.copies);
-        let mut reclaims: HashMap<Ino, Vec<(OpenId, bool)>> = self.opens.lock().clone();
+        let mut reclaims: FxHashMap<Ino, Vec<(OpenId, bool)>> = self.opens.lock().clone();
         for ino in dirty.keys().chain(private.keys()) {
             reclaims.entry(*ino).or_default();
         }
@@ -448,6 +452,11 @@ impl Conn {
         self.opens.lock().get(&ino).cloned().unwrap_or_default()
     }
 
+    /// Whether `ino` is open on this mount.
+    pub(crate) fn is_open(&self, ino: Ino) -> bool {
+        self.opens.lock().contains_key(&ino)
+    }
+
     pub(crate) fn record_open(&self, ino: Ino, id: OpenId, write: bool) {
         self.opens.lock().entry(ino).or_default().push((id, write));
     }
@@ -487,7 +496,7 @@ impl Conn {
     /// (this mount was the only one holding it): its token and unwritten
     /// changes go, now or, if it was opened meanwhile, at its last close.
     pub(crate) fn gone(&self, ino: Ino) {
-        if self.opens_of(ino).is_empty() {
+        if !self.is_open(ino) {
             self.cache.forget(ino);
         } else {
             self.gone.lock().insert(ino);
@@ -497,7 +506,7 @@ impl Conn {
     /// An open of `ino` closed: if it was the last of an inode gone
     /// ([`Conn::gone`]), the inode goes from the cache.
     pub(crate) fn gone_closed(&self, ino: Ino) {
-        if self.opens_of(ino).is_empty() && self.gone.lock().remove(&ino) {
+        if !self.is_open(ino) && self.gone.lock().remove(&ino) {
             self.cache.forget(ino);
         }
     }

@@ -193,10 +193,8 @@ impl Conn {
     /// `op` with whether its victim is open here (the primary keeps such
     /// an inode without a name until its last close).
     fn with_opens(&self, core: &Private, mut op: UpdateOp) -> UpdateOp {
-        let open = |dir: Ino, name: &[u8]| {
-            core.lookup(dir, name)
-                .is_ok_and(|a| !self.opens_of(a.ino).is_empty())
-        };
+        let open =
+            |dir: Ino, name: &[u8]| core.lookup(dir, name).is_ok_and(|a| self.is_open(a.ino));
         match &mut op {
             UpdateOp::Unlink {
                 parent,

@@ -107,7 +107,7 @@ impl ShoalFs {
         };
         let known = self.conn.forget_open(h.ino, h.open);
         self.conn.gone_closed(h.ino);
-        if self.conn.opens_of(h.ino).is_empty() {
+        if !self.conn.is_open(h.ino) {
             self.conn.private_closed(h.ino);
         }
         if !known {
