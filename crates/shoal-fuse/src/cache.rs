@@ -23,10 +23,10 @@
 //!   (a lost lease keeps them, to be written back if the file did not
 //!   change meanwhile).
 
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use shoal_cap::Capability;
 use shoal_fs::model::{Attr, Ino, Kind, Time};
 use shoal_fs::op::Grant;

@@ -7,13 +7,12 @@
 //! notifier, and the queue of callbacks to carry out (`callbacks`).
 
 use std::collections::HashMap;
-
-use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use rustc_hash::{FxHashMap, FxHashSet};
 use shoal_cap::Capability;
 use shoal_filesvc::FileClient;
 use shoal_fs::model::{Attr, FsError, Identity, Ino, Kind};
