@@ -397,17 +397,12 @@ impl Private {
             }
         }
         last.sort_unstable_by_key(|(dir, ..)| *dir);
-        let mut taken: Vec<(u64, u64)> = Vec::new();
+        // Settings that take one change's place go one after another.
+        let mut taken: Vec<u64> = Vec::new();
         for (dir, at, now) in last {
-            let k = match taken.iter_mut().find(|(a, _)| *a == at) {
-                Some((_, k)) => k,
-                None => {
-                    taken.push((at, 0));
-                    &mut taken.last_mut().expect("pushed").1
-                }
-            };
-            self.fix_times(dir, at + *k, now);
-            *k += 1;
+            let k = taken.iter().filter(|t| **t == at).count() as u64;
+            taken.push(at);
+            self.fix_times(dir, at + k, now);
         }
         if self.pending.is_empty() {
             self.since = None;

@@ -165,6 +165,13 @@ impl Inner {
             self.dir_changes.get(&ino).copied().unwrap_or(0),
         )
     }
+
+    /// Drops `ino`'s dirty changes; whether it had any.
+    fn discard(&mut self, ino: Ino) -> bool {
+        let gone = self.dirty.remove(&ino);
+        self.dirty_bytes -= gone.as_ref().map_or(0, |d| d.bytes);
+        gone.is_some()
+    }
 }
 
 /// The mount's cache state.
@@ -649,10 +656,7 @@ impl Cache {
     /// Dirty changes that cannot be written back (the file went, or
     /// changed elsewhere): dropped.
     pub(crate) fn discard(&self, ino: Ino) -> bool {
-        let mut inner = self.inner.lock();
-        let gone = inner.dirty.remove(&ino);
-        inner.dirty_bytes -= gone.as_ref().map_or(0, |d| d.bytes);
-        gone.is_some()
+        self.inner.lock().discard(ino)
     }
 
     /// Whether the kernel may keep name `name` of `parent`: then it is
@@ -701,9 +705,7 @@ impl Cache {
     /// name: its token, attributes and unwritten changes.
     pub(crate) fn forget(&self, ino: Ino) {
         let mut inner = self.inner.lock();
-        if let Some(gone) = inner.dirty.remove(&ino) {
-            inner.dirty_bytes -= gone.bytes;
-        }
+        inner.discard(ino);
         inner.held.remove(&ino);
         inner.attrs.remove(&ino);
     }

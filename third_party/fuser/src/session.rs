@@ -602,20 +602,8 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
             match self.ch.try_receive(buf) {
                 Ok(Some(size)) => {
                     sleep = POLL_FIRST;
-                    match RequestWithSender::new(Sink::Channel(self.ch.sender()), &buf[..size]) {
-                        Some(req) => {
-                            if let Ok(Operation::Destroy(_)) = req.request.operation() {
-                                req.reply::<ReplyEmpty>().ok();
-                                return Ok(());
-                            }
-                            req.dispatch(self)
-                        }
-                        None => {
-                            return Err(io::Error::new(
-                                io::ErrorKind::InvalidData,
-                                "Invalid request",
-                            ));
-                        }
+                    if let Some(end) = self.serve_one(&buf[..size]) {
+                        return end;
                     }
                 }
                 Ok(None) => {
@@ -638,28 +626,33 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
             // The kernel driver makes sure that we get exactly one request per read
             match self.ch.receive_retrying(buf) {
                 Ok(size) => {
-                    match RequestWithSender::new(Sink::Channel(self.ch.sender()), &buf[..size]) {
-                        // Dispatch request
-                        Some(req) => {
-                            if let Ok(Operation::Destroy(_)) = req.request.operation() {
-                                req.reply::<ReplyEmpty>().ok();
-                                return Ok(());
-                            } else {
-                                req.dispatch(self)
-                            }
-                        }
-                        // Quit loop on illegal request
-                        None => {
-                            return Err(io::Error::new(
-                                io::ErrorKind::InvalidData,
-                                "Invalid request",
-                            ));
-                        }
+                    if let Some(end) = self.serve_one(&buf[..size]) {
+                        return end;
                     }
                 }
                 Err(nix::errno::Errno::ENODEV) => return Ok(()),
                 Err(err) => return Err(err.into()),
             }
+        }
+    }
+
+    /// Dispatches one request read from the channel; how the loop ends,
+    /// if it must (the kernel's `DESTROY`, or a request that cannot be
+    /// parsed).
+    fn serve_one(&self, request: &[u8]) -> Option<io::Result<()>> {
+        match RequestWithSender::new(Sink::Channel(self.ch.sender()), request) {
+            Some(req) => {
+                if let Ok(Operation::Destroy(_)) = req.request.operation() {
+                    req.reply::<ReplyEmpty>().ok();
+                    return Some(Ok(()));
+                }
+                req.dispatch(self);
+                None
+            }
+            None => Some(Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "Invalid request",
+            ))),
         }
     }
 }
