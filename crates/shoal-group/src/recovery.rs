@@ -125,12 +125,23 @@ impl GroupCore {
 
     /// Starts a reset on the application's request; `min_members`, if
     /// given, replaces the quorum rule (accepting that messages delivered
-    /// only by absent members may be lost).
+    /// only by absent members may be lost).  A reset this member voted in
+    /// less than `recovery_timeout` ago is left to finish: it includes
+    /// this member, and a new ballot would only abort it (two members
+    /// asking every so often would abort each other's for ever).  If it
+    /// fails, a call after that time starts one.
     pub fn reset(&mut self, now: Time, min_members: Option<usize>) {
         self.now = now;
         if let Some(c) = self.coord.as_mut() {
             c.min_override = min_members;
             self.evaluate(now);
+            return;
+        }
+        if self.status == Status::Recovering
+            && self
+                .voted_at
+                .is_some_and(|at| now.saturating_since(at) < self.cfg.recovery_timeout)
+        {
             return;
         }
         if self.status == Status::Recovering {
