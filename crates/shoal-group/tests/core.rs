@@ -134,6 +134,19 @@ impl Net {
         }
     }
 
+    /// The network after member `i` died: gone, deaf and mute.
+    fn without(mut self, i: usize) -> Net {
+        self.cores.remove(i);
+        self.events.remove(i);
+        self.addrs.remove(i);
+        Net {
+            sent: 0,
+            kinds: Vec::new(),
+            deaf: None,
+            ..self
+        }
+    }
+
     fn messages(&self, i: usize) -> Vec<(u64, Vec<u8>)> {
         self.events[i]
             .iter()
@@ -299,20 +312,8 @@ fn the_sequencer_crashing_hands_over_without_losing_committed_messages() {
     }
     net.settle();
     // Member 0 (the sequencer) goes silent: deaf and mute.
-    let dead = net.cores.remove(0);
-    net.events.remove(0);
-    net.addrs.remove(0);
-    let committed = dead.delivered();
-    let mut net2 = Net {
-        cores: net.cores,
-        addrs: net.addrs,
-        now: net.now,
-        key: net.key,
-        sent: 0,
-        kinds: Vec::new(),
-        deaf: None,
-        events: net.events,
-    };
+    let committed = net.cores[0].delivered();
+    let mut net2 = net.without(0);
     net2.advance(Duration::from_secs(2));
     assert!(
         net2.cores.iter().any(|c| c.is_sequencer()),
@@ -343,19 +344,7 @@ fn members_that_keep_asking_for_a_reset_let_the_one_they_voted_in_finish() {
         .send(net.now, Bytes::from_static(b"a"))
         .unwrap();
     net.settle();
-    net.cores.remove(0);
-    net.events.remove(0);
-    net.addrs.remove(0);
-    let mut net = Net {
-        cores: net.cores,
-        addrs: net.addrs,
-        now: net.now,
-        key: net.key,
-        sent: 0,
-        kinds: Vec::new(),
-        deaf: None,
-        events: net.events,
-    };
+    let mut net = net.without(0);
     for round in 0..20 {
         net.cores[round % 2].reset(net.now, None);
         net.settle();
