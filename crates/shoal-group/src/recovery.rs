@@ -137,14 +137,13 @@ impl GroupCore {
             self.evaluate(now);
             return;
         }
-        if self.status == Status::Recovering
-            && self
+        if self.status == Status::Recovering {
+            if self
                 .voted_at
                 .is_some_and(|at| now.saturating_since(at) < self.cfg.recovery_timeout)
-        {
-            return;
-        }
-        if self.status == Status::Recovering {
+            {
+                return;
+            }
             self.status = Status::Normal;
         }
         self.start_recovery(now, FxHashSet::default(), min_members);
