@@ -323,9 +323,20 @@ pub fn when_stuck(
 /// applied more writes: the group was re-formed without it after more
 /// than r failures): then the group must dissolve and re-form from the
 /// best replica, so no applied — possibly acknowledged — write is lost.
-pub fn behind(my_index: u64, peers: &[(usize, Option<PeerStatus>)]) -> bool {
+///
+/// `unapplied` counts the group messages this replica holds, or knows were
+/// ordered, and has not applied yet: each may still raise its index by one.
+/// A peer is ahead only beyond them.  A replica restarted from its disk
+/// may report more than this one has *applied* while this one's group
+/// still holds everything it has (the commit point of the last writes was
+/// lost with their sequencer); dissolving then would throw away the only
+/// copy of acknowledged writes, and of the sessions that keep retries from
+/// applying twice.  Instead the group delivers them (it resets, alone if
+/// it must: [`when_stuck`]) and then compares.
+pub fn behind(my_index: u64, unapplied: u64, peers: &[(usize, Option<PeerStatus>)]) -> bool {
+    let reach = my_index.saturating_add(unapplied);
     peers.iter().any(|(_, s)| {
-        s.is_some_and(|s| matches!(s.phase, Phase::Forming | Phase::Joining) && s.index > my_index)
+        s.is_some_and(|s| matches!(s.phase, Phase::Forming | Phase::Joining) && s.index > reach)
     })
 }
 
@@ -407,10 +418,14 @@ mod tests {
             when_stuck(3, 9, 1, true, &[(1, st(Phase::Member, 1, 9))]),
             Stuck::Serve
         );
-        assert!(behind(4, &[(1, st(Phase::Forming, 1, 5))]));
+        assert!(behind(4, 0, &[(1, st(Phase::Forming, 1, 5))]));
         assert!(!behind(
             5,
+            0,
             &[(1, st(Phase::Forming, 1, 5)), (2, st(Phase::Member, 1, 9))]
         ));
+        // Messages held and not yet applied may still bring it level.
+        assert!(!behind(4, 1, &[(1, st(Phase::Forming, 1, 5))]));
+        assert!(behind(4, 1, &[(1, st(Phase::Forming, 1, 6))]));
     }
 }

@@ -672,6 +672,17 @@ impl<M: Machine> Replicated<M> {
         self.rs.read().index()
     }
 
+    /// Group messages this replica's member holds, or knows were ordered,
+    /// and the replica has not applied yet ([`shoal_replica::behind`]).
+    pub(crate) fn unapplied(&self) -> u64 {
+        let Some(g) = self.group.read().clone() else {
+            return 0;
+        };
+        let info = g.info();
+        let applied = self.applying.lock().seq;
+        info.held.max(info.last_known).saturating_sub(applied)
+    }
+
     /// Reads the state.
     pub fn read<R>(&self, f: impl FnOnce(&M) -> R) -> R {
         f(&self.rs.read())

@@ -569,9 +569,13 @@ impl DirSim {
                     // The replicated mode promises to survive r replicas
                     // lost at once: a replica that restarted holds the state
                     // again only once it is a member (after its state
-                    // transfer).  The fsync mode survives any crash.
+                    // transfer) and holds every entry its group committed
+                    // (those committed while it joined went to the members
+                    // before and after the join, not to it).  The fsync
+                    // mode survives any crash.
                     let holding = (0..self.reps.len())
                         .filter(|&i| self.reps[i].alive && self.reps[i].phase == Phase::Member)
+                        .filter(|&i| self.caught_up(i))
                         .count();
                     let lost = self.reps.len() - holding;
                     if alive.is_empty()
@@ -611,6 +615,21 @@ impl DirSim {
                 }
             }
         }
+    }
+
+    /// Whether replica `i`'s member holds every entry that any live member
+    /// of its group has seen committed.
+    fn caught_up(&self, i: usize) -> bool {
+        let Some(core) = self.reps[i].core.as_ref() else {
+            return false;
+        };
+        let tag = self.tag(i);
+        let committed = (0..self.reps.len())
+            .filter(|&j| self.reps[j].alive && self.tag(j) == tag)
+            .filter_map(|j| self.reps[j].core.as_ref().map(|c| c.info().committed))
+            .max()
+            .unwrap_or(0);
+        core.info().held >= committed
     }
 
     fn final_checks(&mut self) {

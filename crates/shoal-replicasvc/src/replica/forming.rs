@@ -177,7 +177,7 @@ impl<M: Machine> Replicated<M> {
                         peers = answers.iter().map(|(_, j)| j.clone()).collect();
                         let statuses: Vec<_> =
                             answers.iter().map(|(i, j)| (*i, peer_status(j))).collect();
-                        if behind(self.index(), &statuses) {
+                        if behind(self.index(), self.unapplied(), &statuses) {
                             tracing::warn!(
                                 "a replica outside the group has applied more writes: dissolving the group to re-form from it"
                             );

@@ -139,7 +139,15 @@ impl DirSim {
         match self.reps[r].phase {
             Phase::Member => {
                 let peers = self.ask_peers(r);
-                if behind(self.reps[r].rs.state.index(), &peers) {
+                // Every delivery is applied as it comes, so what the core
+                // holds beyond its deliveries is what is left to apply.
+                let unapplied = self.reps[r].core.as_ref().map_or(0, |c| {
+                    let info = c.info();
+                    info.held
+                        .max(info.last_known)
+                        .saturating_sub(info.delivered)
+                });
+                if behind(self.reps[r].rs.state.index(), unapplied, &peers) {
                     self.lose_group(r, "a replica outside the group has applied more");
                 }
             }
