@@ -277,15 +277,25 @@ pub enum Stuck {
 /// The rule for a stuck replica (one whose group could not reset: more
 /// members are lost than its quorum allows).  Only when every other replica
 /// answered: if one is in another, working group, leave this one and join
-/// that.  If none is, reset the group with whoever it reaches — without
+/// that.  If none is, and no replica has applied more writes than this one
+/// can reach by delivering what its member holds (`held`: messages held and
+/// not yet applied), reset the group with whoever it reaches — without
 /// serving yet: two stuck groups may both do so — and once it works, serve
 /// unless a replica outside its group has applied more writes, or another
 /// stuck group ranks higher (more writes; ties: the lowest number); else
 /// leave, and join the one that goes on.  So at most one group serves, and it holds every write
 /// any replica applied.  `my_group` is this replica's [`group_tag`].
+///
+/// The check before the reset matters for a replica that joined shortly
+/// before the others failed: writes committed while it joined went to
+/// the members before and after the join, not to it (`docs/group.md`).  A
+/// reset with itself alone would order new writes in their place; a peer
+/// restarted from its disk, still joining this group, would take the
+/// new state in its turn and the committed writes would be lost.
 pub fn when_stuck(
     me: usize,
     my_index: u64,
+    held: u64,
     my_group: u64,
     group_works: bool,
     peers: &[(usize, Option<PeerStatus>)],
@@ -303,6 +313,13 @@ pub fn when_stuck(
         return Stuck::Leave;
     }
     if !group_works {
+        let reach = my_index.saturating_add(held);
+        if peers
+            .iter()
+            .any(|(_, s)| s.is_some_and(|s| s.index > reach))
+        {
+            return Stuck::Leave;
+        }
         return Stuck::Reset;
     }
     // Serve unless a replica outside has applied more, or another stuck
@@ -324,8 +341,8 @@ pub fn when_stuck(
 /// than r failures): then the group must dissolve and re-form from the
 /// best replica, so no applied — possibly acknowledged — write is lost.
 ///
-/// `unapplied` counts the group messages this replica holds, or knows were
-/// ordered, and has not applied yet: each may still raise its index by one.
+/// `unapplied` counts the group messages this replica's member holds and
+/// it has not applied yet: each may still raise its index by one.
 /// A peer is ahead only beyond them.  A replica restarted from its disk
 /// may report more than this one has *applied* while this one's group
 /// still holds everything it has (the commit point of the last writes was
@@ -400,24 +417,33 @@ mod tests {
             Formation::Wait { missing: vec![1] }
         );
         let all_out = [(1, st(Phase::Forming, 1, 0)), (2, st(Phase::Stuck, 1, 3))];
-        assert_eq!(when_stuck(0, 0, 7, false, &all_out), Stuck::Reset);
-        assert_eq!(when_stuck(0, 3, 7, true, &all_out), Stuck::Serve);
-        assert_eq!(when_stuck(3, 3, 7, true, &all_out), Stuck::Leave);
+        assert_eq!(when_stuck(0, 3, 0, 7, false, &all_out), Stuck::Reset);
+        assert_eq!(when_stuck(0, 0, 0, 7, false, &all_out), Stuck::Leave);
+        assert_eq!(when_stuck(0, 3, 0, 7, true, &all_out), Stuck::Serve);
+        assert_eq!(when_stuck(3, 3, 0, 7, true, &all_out), Stuck::Leave);
         // Out of any group with as many writes: it joins; with more: leave.
         let joiner = [(0, st(Phase::Joining, 1, 3))];
-        assert_eq!(when_stuck(2, 3, 7, true, &joiner), Stuck::Serve);
-        assert_eq!(when_stuck(2, 2, 7, true, &joiner), Stuck::Leave);
-        assert_eq!(when_stuck(0, 9, 7, false, &[(1, None)]), Stuck::Wait);
+        assert_eq!(when_stuck(2, 3, 0, 7, true, &joiner), Stuck::Serve);
+        assert_eq!(when_stuck(2, 2, 0, 7, true, &joiner), Stuck::Leave);
+        assert_eq!(when_stuck(0, 9, 0, 7, false, &[(1, None)]), Stuck::Wait);
         assert_eq!(
-            when_stuck(0, 9, 7, true, &[(1, st(Phase::Member, 1, 0))]),
+            when_stuck(0, 9, 0, 7, true, &[(1, st(Phase::Member, 1, 0))]),
             Stuck::Leave
         );
         // A member of this replica's own group (it joined after the reset)
         // is neither another group nor a rival.
         assert_eq!(
-            when_stuck(3, 9, 1, true, &[(1, st(Phase::Member, 1, 9))]),
+            when_stuck(3, 9, 0, 1, true, &[(1, st(Phase::Member, 1, 9))]),
             Stuck::Serve
         );
+        // Before resetting alone: a peer that applied more than this
+        // replica holds (one joining this very group, too) goes on instead.
+        let ahead = [
+            (1, st(Phase::Joining, 1, 26)),
+            (2, st(Phase::Forming, 1, 26)),
+        ];
+        assert_eq!(when_stuck(0, 25, 0, 1, false, &ahead), Stuck::Leave);
+        assert_eq!(when_stuck(0, 25, 1, 1, false, &ahead), Stuck::Reset);
         assert!(behind(4, 0, &[(1, st(Phase::Forming, 1, 5))]));
         assert!(!behind(
             5,

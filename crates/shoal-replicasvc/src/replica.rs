@@ -672,15 +672,14 @@ impl<M: Machine> Replicated<M> {
         self.rs.read().index()
     }
 
-    /// Group messages this replica's member holds, or knows were ordered,
-    /// and the replica has not applied yet ([`shoal_replica::behind`]).
+    /// Group messages this replica's member holds and the replica has not
+    /// applied yet ([`shoal_replica::behind`], [`shoal_replica::when_stuck`]).
     pub(crate) fn unapplied(&self) -> u64 {
         let Some(g) = self.group.read().clone() else {
             return 0;
         };
-        let info = g.info();
-        let applied = self.applying.lock().seq;
-        info.held.max(info.last_known).saturating_sub(applied)
+        let held = g.info().held;
+        held.saturating_sub(self.applying.lock().seq)
     }
 
     /// Reads the state.

@@ -70,14 +70,16 @@ fn lossy_network_replicated() {
 #[test]
 fn crashes_fsync() {
     // 2373: a coordinator waited forever to fetch the log of a voter that
-    // had crashed since it voted.
+    // had crashed since it voted.  10288: a replica that had just rejoined
+    // lacked a write committed while it joined; the other two crashed, and
+    // it reset its group alone, ordering new writes in that one's place.
     run_and(
         "crashes_fsync",
         DirSimConfig {
             crashes: 3,
             ..Default::default()
         },
-        &[2373],
+        &[2373, 10288],
     );
 }
 

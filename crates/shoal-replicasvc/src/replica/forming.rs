@@ -203,6 +203,7 @@ impl<M: Machine> Replicated<M> {
                     match when_stuck(
                         self.cfg.replica,
                         self.index(),
+                        self.unapplied(),
                         self.group_tag(),
                         works,
                         &peers,

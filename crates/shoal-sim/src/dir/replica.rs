@@ -139,15 +139,8 @@ impl DirSim {
         match self.reps[r].phase {
             Phase::Member => {
                 let peers = self.ask_peers(r);
-                // Every delivery is applied as it comes, so what the core
-                // holds beyond its deliveries is what is left to apply.
-                let unapplied = self.reps[r].core.as_ref().map_or(0, |c| {
-                    let info = c.info();
-                    info.held
-                        .max(info.last_known)
-                        .saturating_sub(info.delivered)
-                });
-                if behind(self.reps[r].rs.state.index(), unapplied, &peers) {
+                let held = self.held_unapplied(r);
+                if behind(self.reps[r].rs.state.index(), held, &peers) {
                     self.lose_group(r, "a replica outside the group has applied more");
                 }
             }
@@ -163,7 +156,8 @@ impl DirSim {
                     .as_ref()
                     .is_some_and(|c| c.status() == Status::Normal);
                 let tag = self.tag(r);
-                match when_stuck(r, self.reps[r].rs.state.index(), tag, works, &peers) {
+                let held = self.held_unapplied(r);
+                match when_stuck(r, self.reps[r].rs.state.index(), held, tag, works, &peers) {
                     Stuck::Reset => {
                         self.log(|| format!("r{r} stuck: resets with whoever it reaches"));
                         let now = self.now;
@@ -238,6 +232,16 @@ impl DirSim {
                 }
             }
         }
+    }
+
+    /// Group messages replica `r`'s member holds and it has not applied:
+    /// every delivery is applied as it comes, so those beyond the core's
+    /// deliveries.
+    fn held_unapplied(&self, r: usize) -> u64 {
+        self.reps[r].core.as_ref().map_or(0, |c| {
+            let info = c.info();
+            info.held.saturating_sub(info.delivered)
+        })
     }
 
     pub(super) fn lose_group(&mut self, r: usize, why: &str) {
