@@ -330,6 +330,14 @@ impl GroupCore {
     pub fn delivered(&self) -> u64 {
         self.delivered
     }
+    /// Highest sequence number held, with everything before it.
+    pub fn held(&self) -> u64 {
+        self.held
+    }
+    /// Highest sequence number known committed.
+    pub fn committed(&self) -> u64 {
+        self.commit
+    }
 
     /// Records the key epoch the shell sends in, for [`GroupCore::info`].
     pub fn set_key_epoch(&mut self, epoch: u32) {

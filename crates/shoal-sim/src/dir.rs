@@ -626,10 +626,10 @@ impl DirSim {
         let tag = self.tag(i);
         let committed = (0..self.reps.len())
             .filter(|&j| self.reps[j].alive && self.tag(j) == tag)
-            .filter_map(|j| self.reps[j].core.as_ref().map(|c| c.info().committed))
+            .filter_map(|j| self.reps[j].core.as_ref().map(|c| c.committed()))
             .max()
             .unwrap_or(0);
-        core.info().held >= committed
+        core.held() >= committed
     }
 
     fn final_checks(&mut self) {

@@ -238,10 +238,10 @@ impl DirSim {
     /// every delivery is applied as it comes, so those beyond the core's
     /// deliveries.
     fn held_unapplied(&self, r: usize) -> u64 {
-        self.reps[r].core.as_ref().map_or(0, |c| {
-            let info = c.info();
-            info.held.saturating_sub(info.delivered)
-        })
+        self.reps[r]
+            .core
+            .as_ref()
+            .map_or(0, |c| c.held().saturating_sub(c.delivered()))
     }
 
     pub(super) fn lose_group(&mut self, r: usize, why: &str) {
