@@ -82,17 +82,11 @@ fn unavailable(e: Unavailable) -> DirError {
 
 impl Handler<ReplicaState> for Directory {
     fn serve(&self, r: &Rep, server: &Server, request: shoal_rpc::Request) {
-        let (response, ordered) = match Request::decode(request.body()) {
-            Ok(req) => {
-                let ordered = req.op.is_write() || req.flags & FLAG_LINEARIZABLE != 0;
-                (handle(r, req), ordered)
-            }
-            Err(e) => (error(r, DirError::BadRequest(e.to_string())), false),
+        let response = match Request::decode(request.body()) {
+            Ok(req) => handle(r, req),
+            Err(e) => error(r, DirError::BadRequest(e.to_string())),
         };
         let _ = server.putrep(&request, response.encode());
-        if ordered {
-            r.after_reply();
-        }
     }
 }
 

@@ -301,7 +301,7 @@ impl Primary {
             }
         }
         if !gone.is_empty() {
-            self.noticed(r, &mut soft);
+            self.noticed(&mut soft);
             self.retry(r, &mut soft);
         }
         self.deliver(&mut soft);
@@ -337,7 +337,6 @@ impl Primary {
             match self.handle(r, soft, &req) {
                 Outcome::Reply(reply) => {
                     held.answer(&reply);
-                    r.after_reply();
                 }
                 Outcome::Wait | Outcome::Park => soft.waiting.push((held, req)),
                 Outcome::Notified(reply, ids) => soft.noticing.push((held, ids, reply)),
@@ -511,14 +510,14 @@ impl Primary {
                 for id in confirm {
                     soft.tokens.confirm(client, *id);
                 }
-                self.noticed(r, soft);
+                self.noticed(soft);
                 return Outcome::Park;
             }
             Op::Confirm { ids } => {
                 for id in ids {
                     soft.tokens.confirm(client, *id);
                 }
-                self.noticed(r, soft);
+                self.noticed(soft);
                 Ok(Reply::Done)
             }
             Op::Lookup { parent, name } => {
@@ -879,13 +878,12 @@ impl Primary {
     }
 
     /// Answers the changes whose notices every receiver confirmed.
-    fn noticed(&self, r: &Rep, soft: &mut Soft) {
+    fn noticed(&self, soft: &mut Soft) {
         let mut still = Vec::new();
         for (held, mut ids, reply) in std::mem::take(&mut soft.noticing) {
             ids.retain(|id| !soft.tokens.notice_done(*id));
             if ids.is_empty() {
                 held.answer(&reply);
-                r.after_reply();
             } else {
                 still.push((held, ids, reply));
             }
@@ -1043,7 +1041,6 @@ impl Handler<FsReplica> for Primary {
         match outcome {
             Outcome::Reply(reply) => {
                 reply_to(server, &request, &reply);
-                r.after_reply();
             }
             Outcome::Wait => match held(request) {
                 Some(h) => soft.waiting.push((h, req)),

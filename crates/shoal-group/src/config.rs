@@ -29,6 +29,12 @@ pub struct GroupConfig {
     pub tick: Duration,
     /// The sequencer broadcasts a heartbeat when it has been quiet this long.
     pub heartbeat: Duration,
+    /// With resilience r > 0: how long the sequencer holds back the
+    /// broadcast of a commit point that only its own process's messages
+    /// moved.  Their sender is told at once (it lives with the sequencer);
+    /// the other members learn the commit point from the next entry's
+    /// broadcast, which carries it, or after this long.  Zero: at once.
+    pub accept_delay: Duration,
     /// A member suspects the sequencer after this much silence.
     pub suspect_after: Duration,
     /// The sequencer suspects a member after this much silence, despite
@@ -66,6 +72,7 @@ impl Default for GroupConfig {
             send_window_bytes: 16 << 20,
             tick: Duration::from_millis(10),
             heartbeat: Duration::from_millis(40),
+            accept_delay: Duration::from_millis(1),
             suspect_after: Duration::from_millis(200),
             dead_after: Duration::from_millis(600),
             retransmit: Duration::from_millis(30),

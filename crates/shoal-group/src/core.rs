@@ -410,7 +410,14 @@ impl GroupCore {
     pub fn poll_timeout(&self) -> Option<Time> {
         match self.status {
             Status::Out | Status::Left => None,
-            _ => Some(self.next_tick),
+            _ => {
+                let accept = self
+                    .seq
+                    .as_ref()
+                    .and_then(|s| s.accept_due)
+                    .filter(|_| self.status == Status::Normal);
+                Some(accept.map_or(self.next_tick, |due| due.min(self.next_tick)))
+            }
         }
     }
 
@@ -474,6 +481,13 @@ impl GroupCore {
     }
 
     pub(crate) fn emit(&mut self, dest: GroupDest, hdr: GroupHeader, body: GroupBody<'_>) {
+        if dest == GroupDest::Members
+            && matches!(body, GroupBody::Order(_) | GroupBody::Sync(_))
+            && let Some(s) = self.seq.as_mut()
+        {
+            // It carries the commit point: a held-back accept is sent.
+            s.accept_due = None;
+        }
         let bytes = encode(&Packet::Group(GroupPacket { hdr, body }), &self.key);
         self.stats.datagrams_sent += 1;
         if dest == GroupDest::Members {
@@ -702,6 +716,7 @@ impl GroupCore {
 
     pub fn handle_timeout(&mut self, now: Time) {
         self.now = now;
+        self.seq_accept_due(now);
         if now < self.next_tick {
             return;
         }

@@ -49,6 +49,9 @@ pub(crate) struct Sequencer {
     pub change_since: Time,
     /// Since when the history has been full.
     pub full_since: Option<Time>,
+    /// When the commit point's broadcast held back for the next entry is
+    /// due on its own (`GroupConfig::accept_delay`).
+    pub accept_due: Option<Time>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +84,7 @@ impl Sequencer {
             last_status: now,
             change_since: now,
             full_since: None,
+            accept_due: None,
         }
     }
 }
@@ -313,13 +317,27 @@ impl GroupCore {
             .unwrap_or(self.held)
             .min(self.held);
         let moved = commit > self.commit;
+        // Only this process's own messages committed: their sender knows
+        // (`poll_sent`), and the next entry's broadcast will carry the
+        // commit point to the others, so it need not go out now, ahead of
+        // whatever the sender does next (a directory's answer to its
+        // client, for one).
+        let own = moved
+            && !self.cfg.accept_delay.is_zero()
+            && (self.commit + 1..=commit).all(|q| {
+                self.log
+                    .get(&q)
+                    .is_some_and(|e| e.sender == self.me.id && e.kind == EntryKind::App)
+            });
         self.commit = self.commit.max(commit);
         self.stable = self.stable.max(stable);
         if moved && need > 0 {
-            let sync = self.sync_body(false);
-            self.broadcast(sync);
-            if let Some(s) = self.seq.as_mut() {
-                s.last_broadcast = now;
+            if own {
+                let due = now + self.cfg.accept_delay;
+                let s = self.seq.as_mut().expect("sequencer");
+                s.accept_due.get_or_insert(due);
+            } else {
+                self.broadcast_commit(now);
             }
         }
         if moved {
@@ -331,6 +349,29 @@ impl GroupCore {
             && let Some(s) = self.seq.as_mut()
         {
             s.full_since = None;
+        }
+    }
+
+    /// Broadcasts the commit point (an accept).
+    fn broadcast_commit(&mut self, now: Time) {
+        let sync = self.sync_body(false);
+        self.broadcast(sync);
+        if let Some(s) = self.seq.as_mut() {
+            s.last_broadcast = now;
+        }
+    }
+
+    /// Broadcasts the commit point held back for the next entry, if no
+    /// entry came within `accept_delay`.
+    pub(crate) fn seq_accept_due(&mut self, now: Time) {
+        if self.status == Status::Normal
+            && self
+                .seq
+                .as_ref()
+                .and_then(|s| s.accept_due)
+                .is_some_and(|due| due <= now)
+        {
+            self.broadcast_commit(now);
         }
     }
 

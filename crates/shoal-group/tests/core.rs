@@ -242,6 +242,56 @@ fn resilience_waits_for_r_acknowledgements_before_delivery() {
 }
 
 #[test]
+fn the_sequencers_own_messages_carry_the_commit_point_to_the_next_entry() {
+    // r = 2, sent by the sequencer's own process: tentative order and two
+    // acks; the commit point travels with the next entry's broadcast, or
+    // on its own once `accept_delay` has passed.
+    let mut net = Net::new(3, cfg(2));
+    net.cores[0]
+        .send(net.now, Bytes::from_static(b"a"))
+        .unwrap();
+    net.settle();
+    assert_eq!(net.cores[0].poll_sent().map(|(_, seq)| seq > 0), Some(true));
+    assert_eq!(net.sent, 3, "tentative order, two acks: {:?}", net.kinds);
+    assert!(net.messages(1).is_empty() && net.messages(2).is_empty());
+
+    net.cores[0]
+        .send(net.now, Bytes::from_static(b"b"))
+        .unwrap();
+    net.settle();
+    assert_eq!(net.sent, 6, "no accept between the two: {:?}", net.kinds);
+    for i in 1..3 {
+        let got: Vec<Vec<u8>> = net.messages(i).into_iter().map(|(_, b)| b).collect();
+        assert_eq!(
+            got,
+            vec![b"a".to_vec()],
+            "member {i} learnt a's commit from b"
+        );
+    }
+
+    net.advance(Duration::from_millis(5));
+    assert_eq!(net.sent, 7, "the held-back accept: {:?}", net.kinds);
+    for i in 0..3 {
+        assert_eq!(net.messages(i), net.messages(0));
+        assert_eq!(net.messages(i).len(), 2, "member {i}");
+    }
+
+    // A message from another member is accepted at once: its sender waits.
+    net.cores[1]
+        .send(net.now, Bytes::from_static(b"c"))
+        .unwrap();
+    net.settle();
+    assert_eq!(
+        net.sent,
+        7 + 5,
+        "data, order, two acks, accept: {:?}",
+        net.kinds
+    );
+    assert_eq!(net.messages(1).len(), 3);
+    assert_eq!(net.messages(2).len(), 3);
+}
+
+#[test]
 fn large_messages_are_broadcast_by_their_sender_and_accepted_short() {
     let mut net = Net::new(
         3,

@@ -104,8 +104,7 @@ pub struct Ports {
 /// serving threads.
 pub trait Handler<M: Machine>: Send + Sync + 'static {
     /// Answers one request (with `server.putrep`).  An ordered write is
-    /// sent with [`Replicated::order`]; after answering it, the handler
-    /// calls [`Replicated::after_reply`].
+    /// sent with [`Replicated::order`].
     fn serve(&self, replica: &Replicated<M>, server: &Server, request: shoal_rpc::Request);
 }
 
@@ -773,15 +772,6 @@ impl<M: Machine> Replicated<M> {
             Ok(())
         } else {
             Err(Unavailable("the replica's group is being re-formed".into()))
-        }
-    }
-
-    /// After the answer to a request that sent a group message: at the
-    /// sequencer, the accept of what it sent goes out after the answer
-    /// (`Group::send`).
-    pub fn after_reply(&self) {
-        if let Some(group) = self.group.read().as_ref() {
-            group.flush();
         }
     }
 

@@ -514,7 +514,7 @@ impl Group {
                 return Err(GroupError::Timeout(self.send_timeout));
             }
             self.shared
-                .wait_io(&mut inner, Instant::now(), deadline, false, None);
+                .wait_io(&mut inner, Instant::now(), deadline, false);
         };
         self.shared.flush(&mut inner);
         // Poll the sockets ourselves for a while: the answer usually comes
@@ -531,19 +531,8 @@ impl Group {
             if Instant::now() >= deadline {
                 return Err(GroupError::Timeout(self.send_timeout));
             }
-            self.shared
-                .wait_io(&mut inner, spin_until, deadline, false, Some(msg_id));
+            self.shared.wait_io(&mut inner, spin_until, deadline, false);
         }
-    }
-
-    /// Sends the datagrams the protocol has queued now rather than at the
-    /// I/O thread's next turn: a sender that is the sequencer calls it
-    /// once it has acted on [`Group::send`]'s return (the message's accept
-    /// to the other members waits for it, or for the I/O thread's next
-    /// turn, within about a millisecond).
-    pub fn flush(&self) {
-        let mut inner = self.shared.core.lock();
-        self.shared.flush(&mut inner);
     }
 
     /// The next delivery, in the group's total order; waits at most
@@ -633,7 +622,7 @@ impl Group {
                 None => Instant::now() + SLICE,
             };
             self.shared
-                .wait_io(&mut inner, spin_until, until, !critical, None);
+                .wait_io(&mut inner, spin_until, until, !critical);
         }
     }
 

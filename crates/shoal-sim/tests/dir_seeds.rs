@@ -72,14 +72,15 @@ fn crashes_fsync() {
     // 2373: a coordinator waited forever to fetch the log of a voter that
     // had crashed since it voted.  10288: a replica that had just rejoined
     // lacked a write committed while it joined; the other two crashed, and
-    // it reset its group alone, ordering new writes in that one's place.
+    // it reset its group alone, ordering new writes in that one's place
+    // (13686: the same, with the sequencer's commit point held back).
     run_and(
         "crashes_fsync",
         DirSimConfig {
             crashes: 3,
             ..Default::default()
         },
-        &[2373, 10288],
+        &[2373, 10288, 13686],
     );
 }
 
@@ -92,7 +93,8 @@ fn crashes_replicated() {
     // two retried writes applied twice.  45673: two crashes just after a
     // replica rejoined, before it held a write committed while it joined
     // (outside the promise: the simulator no longer counts such a replica
-    // as holding the state).
+    // as holding the state).  10972: the same shape as 27615, with the
+    // sequencer's commit point held back for its next write.
     run_and(
         "crashes_replicated",
         DirSimConfig {
@@ -100,7 +102,7 @@ fn crashes_replicated() {
             crashes: 3,
             ..Default::default()
         },
-        &[5580, 27615, 45673],
+        &[5580, 10972, 27615, 45673],
     );
 }
 

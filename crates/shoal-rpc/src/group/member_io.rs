@@ -79,27 +79,17 @@ impl Shared {
     /// One wait step of an application thread inside `send`/`receive`:
     /// until `spin_until`, poll the sockets without sleeping; after, sleep
     /// in `poll` on them (at most until `until` or the next timer), then
-    /// take in what came and run the timers.  `hold`: the message the
-    /// caller waits to see ordered (see below).
+    /// take in what came and run the timers.
     pub(super) fn wait_io(
         &self,
         inner: &mut parking_lot::MutexGuard<'_, Inner>,
         spin_until: Instant,
         until: Instant,
         batch: bool,
-        hold: Option<u64>,
     ) {
         if Instant::now() < spin_until {
             if self.take_in(inner) {
-                self.collect_sent(inner);
-                // At the sequencer, the acknowledgement that orders the
-                // caller's message `hold` also queues its accept for the
-                // other members: leave it queued, so that the caller's
-                // answer to whoever asked it goes first ([`Group::flush`],
-                // or the I/O thread within about a millisecond, sends it).
-                if !hold.is_some_and(|m| inner.sent.contains_key(&m)) {
-                    self.flush(inner);
-                }
+                self.flush(inner);
                 self.wake(inner);
             } else {
                 parking_lot::MutexGuard::unlocked(inner, || {
@@ -238,6 +228,11 @@ impl Shared {
                 } else {
                     Duration::from_micros(LINGER_US.saturating_sub(idle_for).max(1))
                 };
+                // A timer of the core's may fall due sooner (a commit
+                // point held back for the next entry, at the sequencer).
+                let wait = next_due(&inner).map_or(wait, |due| {
+                    wait.min(due.saturating_duration_since(Instant::now()))
+                });
                 self.io_cv.wait_for(&mut inner, wait);
                 self.service(&mut inner);
                 continue;
