@@ -410,14 +410,10 @@ impl GroupCore {
     pub fn poll_timeout(&self) -> Option<Time> {
         match self.status {
             Status::Out | Status::Left => None,
-            _ => {
-                let accept = self
-                    .seq
-                    .as_ref()
-                    .and_then(|s| s.accept_due)
-                    .filter(|_| self.status == Status::Normal);
-                Some(accept.map_or(self.next_tick, |due| due.min(self.next_tick)))
-            }
+            _ => Some(
+                self.held_accept_due()
+                    .map_or(self.next_tick, |due| due.min(self.next_tick)),
+            ),
         }
     }
 

@@ -364,15 +364,18 @@ impl GroupCore {
     /// Broadcasts the commit point held back for the next entry, if no
     /// entry came within `accept_delay`.
     pub(crate) fn seq_accept_due(&mut self, now: Time) {
-        if self.status == Status::Normal
-            && self
-                .seq
-                .as_ref()
-                .and_then(|s| s.accept_due)
-                .is_some_and(|due| due <= now)
-        {
+        if self.held_accept_due().is_some_and(|due| due <= now) {
             self.broadcast_commit(now);
         }
+    }
+
+    /// When the commit point held back for the next entry goes out on its
+    /// own, if one is held back and the group works normally.
+    pub(crate) fn held_accept_due(&self) -> Option<Time> {
+        self.seq
+            .as_ref()
+            .and_then(|s| s.accept_due)
+            .filter(|_| self.status == Status::Normal)
     }
 
     pub(crate) fn sync_body(&self, want_status: bool) -> GroupBody<'static> {
