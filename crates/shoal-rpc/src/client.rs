@@ -28,7 +28,7 @@ use crate::error::Error;
 use crate::keys::{ClientKeys, Sealed};
 use crate::link::{LinkRequest, LinkResponse};
 use crate::socket;
-use crate::spin::SpinPolicy;
+use crate::spin::{SpinPolicy, SpinSlot};
 
 /// Cancels a call in progress from another thread.
 #[derive(Debug, Clone, Default)]
@@ -328,11 +328,18 @@ impl Client {
         let sock = &self.server_sock;
         // Measured from the call's latest clock read: a spin may pass the
         // timer by the microseconds since.
-        let spin = self.spin.spin().min(timer.saturating_since(self.last));
+        let mut spin = self.spin.spin().min(timer.saturating_since(self.last));
+        // Poll only with a free slot (see `SpinSlot`).
+        let slot = (!spin.is_zero()).then(SpinSlot::take).flatten();
+        if slot.is_none() {
+            spin = Duration::ZERO;
+        }
         let buf = &mut self.buf;
         // The socket is connected to the target: what it receives comes
         // from there (and is checked against the target's instance).
-        let received = match socket::spin_with(spin, || socket::try_recv(sock, buf)) {
+        let polled = socket::spin_with(spin, || socket::try_recv(sock, buf));
+        drop(slot);
+        let received = match polled {
             Ok(Some(n)) => Ok(Some((n, target))),
             Ok(None) => {
                 let mut left = timer.saturating_since(clock::now());

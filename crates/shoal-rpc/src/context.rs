@@ -45,14 +45,17 @@ pub struct ContextConfig {
     pub deadline: Duration,
     /// How long a server thread waiting for requests polls before it
     /// sleeps (spin-then-block): polling saves the wake-up of a sleeping
-    /// thread, which on some machines costs more than the network.  Zero
-    /// sleeps at once.  `SHOAL_SPIN_US` overrides the default.
-    pub server_spin: Duration,
+    /// thread, which on some machines costs more than the network.
+    /// `None` (the default) adapts: at least [`DEFAULT_SPIN`], and about
+    /// twice the recent waits while that is at most 500 µs; `Some(d)` always polls for `d`
+    /// (zero: sleeps at once).  `SHOAL_SPIN_US` sets a fixed value.  A
+    /// group member's threads wait for its datagrams the same way.
+    pub server_spin: Option<Duration>,
     /// The same for a client waiting for its reply: `None` (the default)
-    /// adapts, polling for [`DEFAULT_SPIN`] only while that proves faster
-    /// (it is when the server runs on another core, and is not when they
-    /// share one); `Some(d)` always polls for `d` (zero: never).
-    /// `SHOAL_CLIENT_SPIN_US` sets a fixed value.
+    /// adapts, polling (for an adaptive window, as above) only while that
+    /// proves faster (it is when the server runs on another core, and is
+    /// not when they share one); `Some(d)` always polls for `d` (zero:
+    /// never).  `SHOAL_CLIENT_SPIN_US` sets a fixed value.
     pub client_spin: Option<Duration>,
     /// How long a server that shuts down refuses new requests before it
     /// closes; longer than a client's first retransmission interval plus
@@ -79,7 +82,7 @@ impl ContextConfig {
             frag_bytes: 60_000,
             max_body_bytes: 1 << 30,
             deadline: Duration::from_secs(5),
-            server_spin: micros_from_env("SHOAL_SPIN_US").unwrap_or(DEFAULT_SPIN),
+            server_spin: micros_from_env("SHOAL_SPIN_US"),
             client_spin: micros_from_env("SHOAL_CLIENT_SPIN_US"),
             drain: Duration::from_millis(250),
             record_ttl: ServerConfig::default().record_ttl,
@@ -87,9 +90,10 @@ impl ContextConfig {
     }
 }
 
-/// How long a server thread polls before it sleeps: a little longer than
-/// a small RPC's round trip on a local network, so a busy server rarely
-/// sleeps, and an idle one wastes at most this much CPU per request.
+/// How long a waiting thread polls at least before it sleeps: a little
+/// longer than a small RPC's round trip on a local network, so a busy
+/// server rarely sleeps, and an idle one wastes at most this much CPU per
+/// request.
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 
 impl ContextConfig {

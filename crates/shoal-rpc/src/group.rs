@@ -54,13 +54,14 @@ pub use shoal_group::{GroupInfo, SendError, Status};
 use shoal_wire::{ClusterKey, MAX_DATAGRAM, Nonce};
 
 use crate::clock;
-use crate::context::Context;
+use crate::context::{Context, DEFAULT_SPIN};
 pub use crate::group_find::{Found, inspect, locate};
 use crate::group_find::{admitted, register};
 use crate::group_keys::{Behind, KeyHost, KeyService, Keys, SharedKeys};
 use crate::group_seal::GroupSeal;
 use crate::link::Link;
 use crate::socket;
+use crate::spin::Window;
 
 mod member_io;
 use member_io::Active;
@@ -223,8 +224,6 @@ struct Shared {
     mcast: Option<(UdpSocket, SocketAddrV4)>,
     closed: AtomicBool,
     group: PutPort,
-    /// How long a thread polls the sockets before it sleeps.
-    spin: Duration,
     /// Application threads inside `send` or `receive`, which read the
     /// sockets themselves while they wait: the I/O thread stays out of
     /// their way (two threads polling one socket means the loser is woken
@@ -259,6 +258,11 @@ struct Inner {
     seal: GroupSeal,
     /// Where a sealed datagram is built.
     sealed: Vec<u8>,
+    /// How long a thread polls the sockets before it sleeps, learned
+    /// from the gaps between the datagrams that came.
+    window: Window,
+    /// When the latest datagram came in.
+    last_arrival: Instant,
 }
 
 /// A datagram held back: when it is due, a tie-breaker, where it goes.
@@ -408,7 +412,7 @@ impl Group {
         opts: &GroupOptions,
         ctx: &Context,
     ) -> Result<Group, GroupError> {
-        let spin = ctx.config().server_spin;
+        let window = Window::from_setting(ctx.config().server_spin, DEFAULT_SPIN);
         let me = socket.local_addr().expect("a bound socket");
         let seal = GroupSeal::new(keys.epoch, keys.key, &group, core.id());
         core.set_key_epoch(keys.epoch);
@@ -425,6 +429,8 @@ impl Group {
                 delay: Delay::from_env(),
                 rx: vec![0u8; MAX_DATAGRAM],
                 mcast_loop: true,
+                window,
+                last_arrival: Instant::now(),
             }),
             sent_cv: Condvar::new(),
             events_cv: Condvar::new(),
@@ -433,7 +439,6 @@ impl Group {
             mcast,
             closed: AtomicBool::new(false),
             group,
-            spin,
             active: std::sync::atomic::AtomicUsize::new(0),
             io_polling: AtomicBool::new(false),
             kick: eventfd(),
@@ -520,7 +525,7 @@ impl Group {
         // Poll the sockets ourselves for a while: the answer usually comes
         // within a round trip, and handing it over from another thread
         // would cost a wake-up.
-        let spin_until = Instant::now() + self.shared.spin * 4;
+        let spin_until = Instant::now() + inner.window.get().max(inner.window.base() * 4);
         loop {
             if let Some(seq) = inner.sent.remove(&msg_id) {
                 return Ok(seq);
@@ -556,7 +561,7 @@ impl Group {
         // sequencer's, or an acknowledger's).
         let critical = inner.core.answers_on_the_critical_path();
         let spin_until = if critical {
-            Instant::now() + self.shared.spin
+            Instant::now() + inner.window.get()
         } else {
             Instant::now()
         };

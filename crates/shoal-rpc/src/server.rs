@@ -28,12 +28,13 @@ use shoal_proto::{
 use shoal_wire::{Instance, MAX_DATAGRAM, TxnId, decode_plain};
 
 use crate::clock;
-use crate::context::ContextConfig;
+use crate::context::{ContextConfig, DEFAULT_SPIN};
 use crate::error::Error;
 use crate::keys::{Refused, ServerKeys};
 use crate::link::{Link, LinkRequest, LinkResponse};
 use crate::service::Service;
 use crate::socket;
+use crate::spin::Window;
 
 /// Longest a reading thread sleeps before it checks for shutdown.
 const POLL: Duration = Duration::from_millis(100);
@@ -82,11 +83,12 @@ impl Request {
     }
 }
 
-/// What the reading thread owns: the receive buffer and the socket's
-/// timeout setting.
+/// What the reading thread owns: the receive buffer, the socket's
+/// timeout setting and how long to poll before sleeping.
 struct Reader {
     buf: Vec<u8>,
     timeout: socket::Timeout,
+    window: Window,
 }
 
 struct Shared {
@@ -108,7 +110,6 @@ struct Shared {
     closed: AtomicBool,
     instance: Instance,
     drain: Duration,
-    spin: Duration,
 }
 
 thread_local! {
@@ -214,6 +215,7 @@ impl Server {
                 reader: Mutex::new(Reader {
                     buf: vec![0; MAX_DATAGRAM],
                     timeout: socket::Timeout::default(),
+                    window: Window::from_setting(config.server_spin, DEFAULT_SPIN),
                 }),
                 link: Mutex::new(Some(link)),
                 link_checked: AtomicU64::new(clock::now().0),
@@ -222,7 +224,6 @@ impl Server {
                 closed: AtomicBool::new(false),
                 instance,
                 drain: config.drain,
-                spin: config.server_spin,
             }),
             addr,
             port,
@@ -260,12 +261,17 @@ impl Server {
                 return Err(Error::Closed);
             }
             let mut reader = shared.reader.lock();
-            let Reader { buf, timeout } = &mut *reader;
+            let Reader {
+                buf,
+                timeout,
+                window,
+            } = &mut *reader;
             // Another reader may have queued a request meanwhile.
             if let Some(d) = shared.core.lock().poll_request() {
                 return Ok(request(d));
             }
-            let received = match socket::spin_recv(&shared.socket, buf, shared.spin) {
+            let waiting = clock::now();
+            let received = match socket::spin_recv(&shared.socket, buf, window.get()) {
                 Ok(Some(got)) => Ok(got),
                 Ok(None) => {
                     let timer = shared.core.lock().poll_timeout();
@@ -277,9 +283,13 @@ impl Server {
                 }
                 Err(e) => Err(e),
             };
-            // One clock read per datagram serves the keys, the link check
-            // and the core.
+            // One clock read per datagram serves the keys, the link check,
+            // the poll window and the core.
             let now = clock::now();
+            match &received {
+                Ok(_) => window.saw(now.saturating_since(waiting)),
+                Err(_) => window.saw_nothing(),
+            }
             shared.keep_registered(now);
             // Datagrams are opened, and the replies sealed and sent,
             // outside the core's lock: a thread replying meanwhile is not
@@ -367,7 +377,7 @@ impl Server {
             let Some(mut reader) = shared.reader.try_lock_for(Duration::from_millis(5)) else {
                 continue;
             };
-            let Reader { buf, timeout } = &mut *reader;
+            let Reader { buf, timeout, .. } = &mut *reader;
             let left = until.saturating_duration_since(Instant::now());
             timeout.set(&shared.socket, left.min(Duration::from_millis(10)))?;
             if let Ok((n, from)) = shared.socket.recv_from(buf) {

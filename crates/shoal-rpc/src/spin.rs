@@ -9,8 +9,136 @@
 //! faster, and now and then runs a few calls in the other mode, switching
 //! when that one is clearly faster.  Only small calls (one fragment each
 //! way) are timed, so bulk transfers do not distort the comparison.
+//!
+//! How long to poll is a [`Window`]: a little longer than the waits a
+//! thread has lately seen end in a datagram, so that on a machine where
+//! a round trip is slow (a virtual machine whose every system call and
+//! wake-up is dear) a busy thread still catches its answer awake, while
+//! an idle one polls no longer than the base window.
 
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+
+/// Waits remembered by a [`Window`].
+const GAPS: usize = 32;
+/// A [`Window`] looks at its waits again after this many.
+const RETHINK: u32 = 8;
+/// The longest an adaptive [`Window`] polls: it follows waits of up to
+/// half this.  Polling longer would spend more CPU on every wait than a
+/// wake-up costs (tens of microseconds, at worst about a hundred).
+pub const MAX_WINDOW: Duration = Duration::from_micros(500);
+
+/// How long a waiting thread polls before it sleeps: fixed, or learned
+/// from the waits it saw end in a datagram (twice their median, when that
+/// is within [`MAX_WINDOW`]; else the base window).
+#[derive(Debug, Clone)]
+pub struct Window {
+    base: Duration,
+    adaptive: bool,
+    /// The latest waits, in microseconds, oldest overwritten first.
+    gaps: [u32; GAPS],
+    seen: u32,
+    current: Duration,
+}
+
+impl Window {
+    /// Always `spin`.
+    pub fn fixed(spin: Duration) -> Self {
+        Self {
+            base: spin,
+            adaptive: false,
+            gaps: [u32::MAX; GAPS],
+            seen: 0,
+            current: spin,
+        }
+    }
+
+    /// At least `base`, longer while the waits are short enough.
+    pub fn adaptive(base: Duration) -> Self {
+        Self {
+            adaptive: true,
+            ..Self::fixed(base)
+        }
+    }
+
+    /// From a setting: `Some(d)` fixed, `None` adaptive from `base`.
+    pub fn from_setting(setting: Option<Duration>, base: Duration) -> Self {
+        match setting {
+            Some(d) => Self::fixed(d),
+            None => Self::adaptive(base),
+        }
+    }
+
+    /// How long to poll now.
+    pub fn get(&self) -> Duration {
+        self.current
+    }
+
+    /// The least it polls (a fixed window's only value).
+    pub fn base(&self) -> Duration {
+        self.base
+    }
+
+    /// A wait ended in a datagram after `gap`.
+    pub fn saw(&mut self, gap: Duration) {
+        self.push(gap.as_micros().min(u128::from(u32::MAX)) as u32);
+    }
+
+    /// A wait ended with nothing (it timed out, or was cut short).
+    pub fn saw_nothing(&mut self) {
+        self.push(u32::MAX);
+    }
+
+    fn push(&mut self, us: u32) {
+        if !self.adaptive {
+            return;
+        }
+        self.gaps[self.seen as usize % GAPS] = us;
+        self.seen = self.seen.wrapping_add(1);
+        if self.seen.is_multiple_of(RETHINK) {
+            let mut sorted = self.gaps;
+            sorted.sort_unstable();
+            let twice = Duration::from_micros(u64::from(sorted[GAPS / 2]) * 2);
+            self.current = if twice <= MAX_WINDOW {
+                twice.max(self.base)
+            } else {
+                self.base
+            };
+        }
+    }
+}
+
+/// The right to poll for a client's reply: a process's client threads
+/// poll at most half as many at a time as there are CPUs (at least one),
+/// the others sleep.  Each polling thread keeps a CPU busy, and several
+/// polling for replies take the CPUs their servers need: a burst of
+/// concurrent calls then goes slower in all than if most had slept.
+pub struct SpinSlot(());
+
+static SPINNING: AtomicUsize = AtomicUsize::new(0);
+
+impl SpinSlot {
+    /// A slot, if one is free.
+    pub fn take() -> Option<SpinSlot> {
+        static MAX: OnceLock<usize> = OnceLock::new();
+        let max = *MAX.get_or_init(|| {
+            std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
+        });
+        if SPINNING.fetch_add(1, Ordering::AcqRel) < max {
+            Some(SpinSlot(()))
+        } else {
+            SPINNING.fetch_sub(1, Ordering::AcqRel);
+            None
+        }
+    }
+}
+
+impl Drop for SpinSlot {
+    fn drop(&mut self) {
+        SPINNING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// Calls per cycle; the last `PROBE` of each cycle try the other mode.
 const CYCLE: u32 = 256;
@@ -21,7 +149,7 @@ const KEEP: usize = 64;
 #[derive(Debug)]
 pub struct SpinPolicy {
     /// Poll this long when polling.
-    spin: Duration,
+    window: Window,
     /// A fixed choice (`SHOAL_CLIENT_SPIN_US` set), or adaptive.
     fixed: bool,
     spinning: bool,
@@ -34,7 +162,7 @@ impl SpinPolicy {
     /// A fixed policy: always poll for `spin` (zero: never).
     pub fn fixed(spin: Duration) -> Self {
         Self {
-            spin,
+            window: Window::fixed(spin),
             fixed: true,
             spinning: !spin.is_zero(),
             calls: 0,
@@ -43,10 +171,12 @@ impl SpinPolicy {
         }
     }
 
-    /// An adaptive policy polling for `spin` when it polls.
+    /// An adaptive policy polling, when it polls, for an adaptive
+    /// [`Window`] of at least `spin`.
     pub fn adaptive(spin: Duration) -> Self {
         Self {
             fixed: false,
+            window: Window::adaptive(spin),
             ..Self::fixed(spin)
         }
     }
@@ -58,7 +188,7 @@ impl SpinPolicy {
     /// How long to poll in the coming call.
     pub fn spin(&self) -> Duration {
         if self.spinning != self.probing() {
-            self.spin
+            self.window.get()
         } else {
             Duration::ZERO
         }
@@ -73,6 +203,8 @@ impl SpinPolicy {
         if self.probing() {
             self.probe.push(us);
         } else {
+            // The window learns from the current mode's calls only.
+            self.window.saw(rtt);
             // The latest `KEEP` round trips, oldest overwritten first.
             if self.current.len() < KEEP {
                 self.current.push(us);
@@ -123,6 +255,46 @@ mod tests {
         // Now they share a core: sleeping wins.
         run(&mut p, 1024, |s| if s { 9 } else { 6 });
         assert!(!p.spinning);
+    }
+
+    #[test]
+    fn a_window_follows_short_waits_and_falls_back_on_long_ones() {
+        let base = Duration::from_micros(50);
+        let mut w = Window::adaptive(base);
+        assert_eq!(w.get(), base);
+        for _ in 0..GAPS {
+            w.saw(Duration::from_micros(120));
+        }
+        assert_eq!(w.get(), Duration::from_micros(240));
+        // Waits shorter than half the base: the base.
+        for _ in 0..GAPS {
+            w.saw(Duration::from_micros(10));
+        }
+        assert_eq!(w.get(), base);
+        // Mostly idle: waits that time out, or too long to poll through.
+        for i in 0..GAPS {
+            if i % 2 == 0 {
+                w.saw_nothing();
+            } else {
+                w.saw(Duration::from_micros(400));
+            }
+        }
+        assert_eq!(w.get(), base);
+        // A fixed window ignores what it sees.
+        let mut f = Window::fixed(Duration::ZERO);
+        for _ in 0..GAPS {
+            f.saw(Duration::from_micros(100));
+        }
+        assert_eq!(f.get(), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_spinning_client_polls_about_twice_its_round_trip() {
+        let mut p = SpinPolicy::adaptive(Duration::from_micros(50));
+        // Polling wins; round trips of 150 µs when polling.
+        run(&mut p, 1024, |s| if s { 150 } else { 300 });
+        assert!(p.spinning);
+        assert_eq!(p.window.get(), Duration::from_micros(300));
     }
 
     #[test]

@@ -167,9 +167,25 @@ impl Shared {
     /// nothing; true if there was any.
     fn take_in(&self, inner: &mut Inner) -> bool {
         let mut got = false;
-        let Inner { core, rx, seal, .. } = inner;
+        let mut arrived = false;
+        let Inner {
+            core,
+            rx,
+            seal,
+            window,
+            last_arrival,
+            ..
+        } = inner;
         for s in std::iter::once(&self.socket).chain(self.mcast.as_ref().map(|(m, _)| m)) {
             while let Ok(Some((len, from))) = socket::try_recv_from(s, rx) {
+                if !arrived {
+                    // One gap per batch: datagrams read together came
+                    // together.
+                    arrived = true;
+                    let now = Instant::now();
+                    window.saw(now.saturating_duration_since(*last_arrival));
+                    *last_arrival = now;
+                }
                 if from == self.me {
                     // Our own multicast, looped back (other members on
                     // this host need the loop): skip it unread.
@@ -269,8 +285,9 @@ impl Shared {
                     self.wake(&inner);
                     drop(inner);
                 } else {
+                    let window = inner.window.get();
                     drop(inner);
-                    active = idle_since.elapsed() < self.spin;
+                    active = idle_since.elapsed() < window;
                 }
                 // SAFETY: sched_yield has no preconditions.
                 unsafe { libc::sched_yield() };
