@@ -431,7 +431,9 @@ pub(super) fn aimed_client(
 ) -> Result<(shoal_rpc::Client, usize, u64), String> {
     let mut c = ctx.client().map_err(|e| e.to_string())?;
     let status = Request::status().encode();
-    // Where the wanted replica serves, asked once, at the first miss.
+    // Where the wanted replica serves, asked at the first miss and again
+    // every tenth (it serves anew after its group re-forms, and a status
+    // may not have answered).
     let mut endpoint = None;
     for again in 0..500 {
         let reply = c
@@ -450,6 +452,9 @@ pub(super) fn aimed_client(
         let Some(want) = want.filter(|&w| w != replica) else {
             return Ok((c, replica, again));
         };
+        if again.is_multiple_of(10) {
+            endpoint = None;
+        }
         match *endpoint.get_or_insert_with(|| endpoint_of(ctx, service, want)) {
             Some((node, instance)) => c.aim(&port, node, instance),
             None => c.forget(&port),
