@@ -28,7 +28,7 @@ use crate::error::Error;
 use crate::keys::{ClientKeys, Sealed};
 use crate::link::{LinkRequest, LinkResponse};
 use crate::socket;
-use crate::spin::{SpinPolicy, SpinSlot};
+use crate::spin::{SpinPolicy, Waiting};
 
 /// Cancels a call in progress from another thread.
 #[derive(Debug, Clone, Default)]
@@ -329,17 +329,15 @@ impl Client {
         // Measured from the call's latest clock read: a spin may pass the
         // timer by the microseconds since.
         let mut spin = self.spin.spin().min(timer.saturating_since(self.last));
-        // Poll only with a free slot (see `SpinSlot`).
-        let slot = (!spin.is_zero()).then(SpinSlot::take).flatten();
-        if slot.is_none() {
+        // Poll only while few threads wait (see `Waiting`).
+        let waiting = Waiting::enter();
+        if !waiting.may_poll() {
             spin = Duration::ZERO;
         }
         let buf = &mut self.buf;
         // The socket is connected to the target: what it receives comes
         // from there (and is checked against the target's instance).
-        let polled = socket::spin_with(spin, || socket::try_recv(sock, buf));
-        drop(slot);
-        let received = match polled {
+        let received = match socket::spin_with(spin, || socket::try_recv(sock, buf)) {
             Ok(Some(n)) => Ok(Some((n, target))),
             Ok(None) => {
                 let mut left = timer.saturating_since(clock::now());
@@ -355,6 +353,7 @@ impl Client {
             }
             Err(e) => Err(e),
         };
+        drop(waiting);
         self.last = clock::now();
         let now = self.last;
         match received {

@@ -109,34 +109,35 @@ impl Window {
     }
 }
 
-/// The right to poll for a client's reply: a process's client threads
-/// poll at most half as many at a time as there are CPUs (at least one),
-/// the others sleep.  Each polling thread keeps a CPU busy, and several
-/// polling for replies take the CPUs their servers need: a burst of
-/// concurrent calls then goes slower in all than if most had slept.
-pub struct SpinSlot(());
+/// A client thread waiting for its reply, counted while it waits: a
+/// process's client threads poll only while no more of them wait than
+/// half the CPUs (at least one).  Each polling thread keeps a CPU busy;
+/// when more threads wait at once, the process is pushing many calls
+/// through, the CPUs have other work (its servers', its own), and the
+/// replies are better waited for asleep.
+pub struct Waiting(bool);
 
-static SPINNING: AtomicUsize = AtomicUsize::new(0);
+static WAITING: AtomicUsize = AtomicUsize::new(0);
 
-impl SpinSlot {
-    /// A slot, if one is free.
-    pub fn take() -> Option<SpinSlot> {
+impl Waiting {
+    /// Counts this thread as waiting until the guard drops.
+    pub fn enter() -> Waiting {
         static MAX: OnceLock<usize> = OnceLock::new();
         let max = *MAX.get_or_init(|| {
             std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
         });
-        if SPINNING.fetch_add(1, Ordering::AcqRel) < max {
-            Some(SpinSlot(()))
-        } else {
-            SPINNING.fetch_sub(1, Ordering::AcqRel);
-            None
-        }
+        Waiting(WAITING.fetch_add(1, Ordering::AcqRel) < max)
+    }
+
+    /// Whether few enough threads wait for this one to poll.
+    pub fn may_poll(&self) -> bool {
+        self.0
     }
 }
 
-impl Drop for SpinSlot {
+impl Drop for Waiting {
     fn drop(&mut self) {
-        SPINNING.fetch_sub(1, Ordering::AcqRel);
+        WAITING.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
