@@ -100,6 +100,8 @@ struct Shared {
     uid: u32,
     core: Mutex<ServerCore>,
     reader: Mutex<Reader>,
+    /// The reader's poll window, for threads waiting to become the reader.
+    reader_window_us: AtomicU64,
     link: Mutex<Option<Link>>,
     /// When the link was last checked, on the protocol clock, in
     /// microseconds (see [`Shared::keep_registered`]): an atomic, because
@@ -123,6 +125,22 @@ thread_local! {
 const LINK_CHECK: Duration = Duration::from_secs(1);
 
 impl Shared {
+    /// Becomes the thread that reads the socket.  A thread that comes back
+    /// for a request while another reads polls the lock for the reader's
+    /// window before it sleeps on it: the reader hands over the moment a
+    /// request comes, and a sleeping thread would have to be woken for it
+    /// on that request's critical path.
+    fn reader(&self) -> parking_lot::MutexGuard<'_, Reader> {
+        if let Some(r) = self.reader.try_lock() {
+            return r;
+        }
+        let spin = Duration::from_micros(self.reader_window_us.load(Ordering::Relaxed));
+        match socket::spin_with(spin, || Ok(self.reader.try_lock())) {
+            Ok(Some(r)) => r,
+            _ => self.reader.lock(),
+        }
+    }
+
     /// If the node restarted (the link closed), registers again with the
     /// new daemon, as the same instance: clients that cached this endpoint
     /// are unaffected, and new ones can locate it again.
@@ -217,6 +235,7 @@ impl Server {
                     timeout: socket::Timeout::default(),
                     window: Window::from_setting(config.server_spin, DEFAULT_SPIN),
                 }),
+                reader_window_us: AtomicU64::new(DEFAULT_SPIN.as_micros() as u64),
                 link: Mutex::new(Some(link)),
                 link_checked: AtomicU64::new(clock::now().0),
                 service,
@@ -260,7 +279,7 @@ impl Server {
             if shared.closed.load(Ordering::Acquire) {
                 return Err(Error::Closed);
             }
-            let mut reader = shared.reader.lock();
+            let mut reader = shared.reader();
             let Reader {
                 buf,
                 timeout,
@@ -290,6 +309,9 @@ impl Server {
                 Ok(_) => window.saw(now.saturating_since(waiting)),
                 Err(_) => window.saw_nothing(),
             }
+            shared
+                .reader_window_us
+                .store(window.get().as_micros() as u64, Ordering::Relaxed);
             shared.keep_registered(now);
             // Datagrams are opened, and the replies sealed and sent,
             // outside the core's lock: a thread replying meanwhile is not
