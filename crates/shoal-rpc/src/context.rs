@@ -47,9 +47,10 @@ pub struct ContextConfig {
     /// sleeps (spin-then-block): polling saves the wake-up of a sleeping
     /// thread, which on some machines costs more than the network.
     /// `None` (the default) adapts: at least [`DEFAULT_SPIN`], and about
-    /// twice the recent waits while that is at most 500 µs; `Some(d)` always polls for `d`
-    /// (zero: sleeps at once).  `SHOAL_SPIN_US` sets a fixed value.  A
-    /// group member's threads wait for its datagrams the same way.
+    /// twice the recent waits while that is at most 500 µs; `Some(d)`
+    /// always polls for `d` (zero: sleeps at once).  `SHOAL_SPIN_US` sets
+    /// a fixed value.  A group member's threads wait for its datagrams
+    /// the same way.
     pub server_spin: Option<Duration>,
     /// The same for a client waiting for its reply: `None` (the default)
     /// adapts, polling (for an adaptive window, as above) only while that
