@@ -299,6 +299,19 @@ mod tests {
     }
 
     #[test]
+    fn clients_poll_only_while_few_of_them_wait() {
+        // No other test of this crate waits as a client.
+        let max = std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1));
+        let first: Vec<Waiting> = (0..max).map(|_| Waiting::enter()).collect();
+        assert!(first.iter().all(Waiting::may_poll));
+        let more = Waiting::enter();
+        assert!(!more.may_poll());
+        drop(more);
+        drop(first);
+        assert!(Waiting::enter().may_poll());
+    }
+
+    #[test]
     fn fixed_policies_never_change() {
         let mut p = SpinPolicy::fixed(Duration::ZERO);
         run(&mut p, 2048, |s| if s { 1 } else { 100 });
