@@ -122,11 +122,16 @@ static WAITING: AtomicUsize = AtomicUsize::new(0);
 impl Waiting {
     /// Counts this thread as waiting until the guard drops.
     pub fn enter() -> Waiting {
+        Waiting(WAITING.fetch_add(1, Ordering::AcqRel) < Self::max())
+    }
+
+    /// How many threads of a process may wait polling: half the CPUs, at
+    /// least one.
+    fn max() -> usize {
         static MAX: OnceLock<usize> = OnceLock::new();
-        let max = *MAX.get_or_init(|| {
+        *MAX.get_or_init(|| {
             std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
-        });
-        Waiting(WAITING.fetch_add(1, Ordering::AcqRel) < max)
+        })
     }
 
     /// Whether few enough threads wait for this one to poll.
@@ -149,10 +154,9 @@ const KEEP: usize = 64;
 
 #[derive(Debug)]
 pub struct SpinPolicy {
-    /// Poll this long when polling.
+    /// Poll this long when polling; a fixed window (`SHOAL_CLIENT_SPIN_US`
+    /// set) also fixes the choice to poll or not.
     window: Window,
-    /// A fixed choice (`SHOAL_CLIENT_SPIN_US` set), or adaptive.
-    fixed: bool,
     spinning: bool,
     calls: u32,
     current: Vec<u32>,
@@ -164,7 +168,6 @@ impl SpinPolicy {
     pub fn fixed(spin: Duration) -> Self {
         Self {
             window: Window::fixed(spin),
-            fixed: true,
             spinning: !spin.is_zero(),
             calls: 0,
             current: Vec::new(),
@@ -176,14 +179,13 @@ impl SpinPolicy {
     /// [`Window`] of at least `spin`.
     pub fn adaptive(spin: Duration) -> Self {
         Self {
-            fixed: false,
             window: Window::adaptive(spin),
             ..Self::fixed(spin)
         }
     }
 
     fn probing(&self) -> bool {
-        !self.fixed && self.calls % CYCLE >= CYCLE - PROBE
+        self.window.adaptive && self.calls % CYCLE >= CYCLE - PROBE
     }
 
     /// How long to poll in the coming call.
@@ -197,7 +199,7 @@ impl SpinPolicy {
 
     /// A small call took `rtt`.
     pub fn record(&mut self, rtt: Duration) {
-        if self.fixed {
+        if !self.window.adaptive {
             return;
         }
         let us = rtt.as_micros().min(u32::MAX as u128) as u32;
@@ -301,8 +303,7 @@ mod tests {
     #[test]
     fn clients_poll_only_while_few_of_them_wait() {
         // No other test of this crate waits as a client.
-        let max = std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1));
-        let first: Vec<Waiting> = (0..max).map(|_| Waiting::enter()).collect();
+        let first: Vec<Waiting> = (0..Waiting::max()).map(|_| Waiting::enter()).collect();
         assert!(first.iter().all(Waiting::may_poll));
         let more = Waiting::enter();
         assert!(!more.may_poll());
