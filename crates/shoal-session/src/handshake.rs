@@ -27,6 +27,7 @@ use crate::aead::{Algorithm, Key};
 use crate::cert::{NodeCert, Reader, Trust};
 use crate::datagram::{Class, MAGIC, VERSION, class};
 use crate::kdf::SessionSecrets;
+use crate::x25519::Dh25519;
 
 const PATTERN: &str = "Noise_XX_25519_ChaChaPoly_BLAKE2s";
 const PROLOGUE: &[u8] = b"shoal 2026 node session v1";
@@ -55,9 +56,7 @@ impl std::fmt::Debug for NodeIdentity {
 
 /// The public key of the static private key `private`.
 pub fn static_public(private: &[u8; 32]) -> [u8; 32] {
-    let mut dh = DefaultResolver
-        .resolve_dh(&DHChoice::Curve25519)
-        .expect("Curve25519 is built in");
+    let mut dh = Dh25519::default();
     dh.set(private);
     dh.pubkey().try_into().expect("32-byte public key")
 }
@@ -304,7 +303,10 @@ fn build(
 ) -> Result<snow::HandshakeState, SessionError> {
     let params: NoiseParams = PATTERN.parse().expect("a valid pattern");
     let resolver: BoxedCryptoResolver = Box::new(FallbackResolver::new(
-        Box::new(Seeded(seed)),
+        Box::new(Resolver {
+            seed,
+            static_pair: (me.private, me.public),
+        }),
         Box::new(DefaultResolver),
     ));
     let mut prologue = PROLOGUE.to_vec();
@@ -419,8 +421,20 @@ fn noise(e: snow::Error) -> SessionError {
     SessionError::Noise(e.to_string())
 }
 
-/// snow's randomness, from the caller's seed.
-struct Seeded([u8; 32]);
+/// What shoal gives snow itself: randomness from the caller's seed, and
+/// Curve25519 (`x25519.rs`) knowing the node's static key pair.
+struct Resolver {
+    seed: [u8; 32],
+    static_pair: ([u8; 32], [u8; 32]),
+}
+
+impl Drop for Resolver {
+    fn drop(&mut self) {
+        // The seed makes the ephemeral key (best effort, as in `Dh25519`).
+        self.seed = [0; 32];
+        self.static_pair.0 = [0; 32];
+    }
+}
 
 struct SeededRandom(ChaCha20Rng);
 
@@ -431,13 +445,19 @@ impl Random for SeededRandom {
     }
 }
 
-impl CryptoResolver for Seeded {
+impl CryptoResolver for Resolver {
     fn resolve_rng(&self) -> Option<Box<dyn Random>> {
-        Some(Box::new(SeededRandom(ChaCha20Rng::from_seed(self.0))))
+        Some(Box::new(SeededRandom(ChaCha20Rng::from_seed(self.seed))))
     }
 
-    fn resolve_dh(&self, _: &DHChoice) -> Option<Box<dyn Dh>> {
-        None
+    fn resolve_dh(&self, choice: &DHChoice) -> Option<Box<dyn Dh>> {
+        match choice {
+            DHChoice::Curve25519 => {
+                let (private, public) = self.static_pair;
+                Some(Box::new(Dh25519::knowing(private, public)))
+            }
+            _ => None,
+        }
     }
 
     fn resolve_hash(&self, _: &HashChoice) -> Option<Box<dyn Hash>> {

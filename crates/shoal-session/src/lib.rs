@@ -34,6 +34,7 @@ pub mod handshake;
 pub mod kdf;
 pub mod table;
 pub mod window;
+mod x25519;
 
 pub use aead::{Algorithm, Key, TAG_LEN};
 pub use cert::{AdminKey, AdminPublic, ClusterId, NodeCert, RevocationList, Trust};
