@@ -14,7 +14,8 @@
 //!
 //! The node's own static public key is known (it is in its certificate):
 //! set with that private key, the `Dh` takes the public key as it is
-//! instead of deriving it again at every handshake.
+//! instead of deriving it again at every handshake.  A generated
+//! (ephemeral) key is never compared with it.
 
 use curve25519_dalek::{EdwardsPoint, MontgomeryPoint};
 use snow::types::{Dh, Random};
@@ -39,12 +40,9 @@ impl Dh25519 {
     }
 
     fn derive_public(&mut self) {
-        self.public = match self.known {
-            Some((private, public)) if private == self.private => public,
-            _ => EdwardsPoint::mul_base_clamped(self.private)
-                .to_montgomery()
-                .to_bytes(),
-        };
+        self.public = EdwardsPoint::mul_base_clamped(self.private)
+            .to_montgomery()
+            .to_bytes();
     }
 }
 
@@ -72,7 +70,12 @@ impl Dh for Dh25519 {
         let n = privkey.len().min(32);
         private[..n].copy_from_slice(&privkey[..n]);
         self.private = private;
-        self.derive_public();
+        // snow sets only the static key (an ephemeral one is generated):
+        // the comparison is of that key with itself.
+        match self.known {
+            Some((known, public)) if known == private => self.public = public,
+            _ => self.derive_public(),
+        }
     }
 
     fn generate(&mut self, rng: &mut dyn Random) -> Result<(), snow::Error> {
