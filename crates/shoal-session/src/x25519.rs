@@ -110,7 +110,9 @@ impl Drop for Dh25519 {
         // The key is gone once the handshake is (best effort: copies the
         // compiler made are not reached).
         self.private = [0; 32];
-        self.known = None;
+        if let Some((known, _)) = &mut self.known {
+            *known = [0; 32];
+        }
     }
 }
 
