@@ -467,6 +467,109 @@ fn loopback_cluster_uses_unicast_fan_out() {
 }
 
 /// `shoal group info --json` of the group `port`, asked from `node`.
+/// Counts, from now on, the datagrams to any group address (239.0.0.0/8)
+/// that reach `node`'s IP layer, whether or not a socket there joined the
+/// group (an iptables rule without a target, before routing).
+fn count_multicast(c: &Cluster, node: &str) {
+    let status = c
+        .command(node, "iptables")
+        .unwrap()
+        .args(["-t", "raw", "-I", "PREROUTING", "-d", "239.0.0.0/8"])
+        .status()
+        .unwrap();
+    assert!(status.success(), "{node}: iptables failed");
+}
+
+/// What [`count_multicast`] counted on `node` so far.
+fn multicast_in(c: &Cluster, node: &str) -> u64 {
+    let out = c
+        .command(node, "iptables")
+        .unwrap()
+        .args(["-t", "raw", "-L", "PREROUTING", "-n", "-v", "-x"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let line = text.lines().find(|l| l.contains("239.0.0.0/8"));
+    line.and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{node}: no count in {text:?}"))
+}
+
+/// Waits until the cluster's bridge has learned (from the nodes' IGMP
+/// reports, within a second or so of a join) that the ports of `n` nodes
+/// joined one group.
+fn wait_learned(c: &Cluster, n: usize) {
+    let bridge = c.file().bridge.clone().expect("a namespaced cluster");
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = Command::new("bridge")
+            .args(["mdb", "show", "dev", &bridge])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut ports: std::collections::HashMap<&str, usize> = Default::default();
+        for group in text.lines().filter_map(|l| l.split(" grp ").nth(1)) {
+            *ports
+                .entry(group.split_whitespace().next().unwrap())
+                .or_default() += 1;
+        }
+        if ports.iter().any(|(g, k)| g.starts_with("239.") && *k >= n) {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "the bridge did not learn the group: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The cluster's bridge forwards a group's broadcasts only to the nodes of
+/// its members (it is the segment's IGMP querier): n2, a member's node,
+/// receives them, n4, which holds no member, does not.
+#[test]
+fn broadcasts_reach_only_the_members_nodes() {
+    let tc = TestCluster::up("gh", 55, 4, Mode::Netns);
+    let c = tc.get();
+    let (mut a, mut b, mut d) = trio(c, 1);
+    wait_learned(c, 3);
+    count_multicast(c, "n2");
+    count_multicast(c, "n4");
+    // The bridge floods until it has been the querier for some seconds:
+    // one message at a time until one reaches n4 no more.
+    let until = Instant::now() + Duration::from_secs(60);
+    let mut k = 0;
+    loop {
+        let before = multicast_in(c, "n4");
+        a.say(&format!("probe-{k}"));
+        k += 1;
+        wait_messages(&[&a, &b, &d], k, Duration::from_secs(20));
+        if multicast_in(c, "n4") == before {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "the bridge still floods after a minute"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let before = [multicast_in(c, "n2"), multicast_in(c, "n4")];
+    for i in 0..40 {
+        say_all(&mut [&mut a, &mut b, &mut d], i);
+    }
+    wait_messages(&[&a, &b, &d], k + 120, Duration::from_secs(60));
+    wait_sent(&[&a, &b, &d], 40);
+    let member = multicast_in(c, "n2") - before[0];
+    let outsider = multicast_in(c, "n4") - before[1];
+    assert!(member >= 40, "n2 received {member} multicast datagrams");
+    assert!(
+        outsider == 0,
+        "n4 received {outsider} multicast datagrams, n2 {member}"
+    );
+    for m in [&mut a, &mut b, &mut d] {
+        m.stop();
+    }
+}
+
 fn info(c: &Cluster, node: &str, port: &str) -> Vec<serde_json::Value> {
     let out = c
         .command(node, shoal())
