@@ -466,7 +466,6 @@ fn loopback_cluster_uses_unicast_fan_out() {
     assert_eq!(s.ordered_sends, 30, "{s:?}");
 }
 
-/// `shoal group info --json` of the group `port`, asked from `node`.
 /// Counts, from now on, the datagrams to any group address (239.0.0.0/8)
 /// that reach `node`'s IP layer, whether or not a socket there joined the
 /// group (an iptables rule without a target, before routing).
@@ -534,8 +533,8 @@ fn broadcasts_reach_only_the_members_nodes() {
     wait_learned(c, 3);
     count_multicast(c, "n2");
     count_multicast(c, "n4");
-    // The bridge floods until it has been the querier for some seconds:
-    // one message at a time until one reaches n4 no more.
+    // The bridge floods until it has been the querier for a moment: one
+    // message at a time until one reaches n4 no more.
     let until = Instant::now() + Duration::from_secs(60);
     let mut k = 0;
     loop {
@@ -570,6 +569,7 @@ fn broadcasts_reach_only_the_members_nodes() {
     }
 }
 
+/// `shoal group info --json` of the group `port`, asked from `node`.
 fn info(c: &Cluster, node: &str, port: &str) -> Vec<serde_json::Value> {
     let out = c
         .command(node, shoal())
