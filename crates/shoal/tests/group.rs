@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{TestCluster, shoal};
+use common::{TestCluster, ok, shoal};
 use shoal_cluster::{Cluster, Mode};
 
 /// A `shoal group create|join` process on one node.
@@ -470,24 +470,12 @@ fn loopback_cluster_uses_unicast_fan_out() {
 /// that reach `node`'s IP layer, whether or not a socket there joined the
 /// group (an iptables rule without a target, before routing).
 fn count_multicast(c: &Cluster, node: &str) {
-    let status = c
-        .command(node, "iptables")
-        .unwrap()
-        .args(["-t", "raw", "-I", "PREROUTING", "-d", "239.0.0.0/8"])
-        .status()
-        .unwrap();
-    assert!(status.success(), "{node}: iptables failed");
+    ok(c, node, "iptables -t raw -I PREROUTING -d 239.0.0.0/8");
 }
 
 /// What [`count_multicast`] counted on `node` so far.
 fn multicast_in(c: &Cluster, node: &str) -> u64 {
-    let out = c
-        .command(node, "iptables")
-        .unwrap()
-        .args(["-t", "raw", "-L", "PREROUTING", "-n", "-v", "-x"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let text = ok(c, node, "iptables -t raw -L PREROUTING -n -v -x");
     let line = text.lines().find(|l| l.contains("239.0.0.0/8"));
     line.and_then(|l| l.split_whitespace().next()?.parse().ok())
         .unwrap_or_else(|| panic!("{node}: no count in {text:?}"))
