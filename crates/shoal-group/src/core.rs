@@ -149,6 +149,12 @@ pub struct GroupCore {
     /// bytes held since.
     pub(crate) acked_held: u64,
     pub(crate) bytes_since_ack: usize,
+    /// How far the sequencer and the other members hold the stream, as
+    /// heard from them, each with the incarnation `(inc, sequencer)` it
+    /// was heard in: a member works out the commit point itself from the
+    /// sequencer's broadcasts and the acks multicast to it
+    /// (`member_commit`).
+    pub(crate) peer_held: FxHashMap<MemberId, (u64, MemberId, u64)>,
     pub(crate) next_tick: Time,
     pub(crate) now: Time,
     /// Source of the datagram being handled.
@@ -253,6 +259,7 @@ impl GroupCore {
             last_ack: Time(0),
             acked_held: 0,
             bytes_since_ack: 0,
+            peer_held: FxHashMap::default(),
             next_tick: now,
             now,
             src: me.addr,
@@ -683,11 +690,14 @@ impl GroupCore {
         match &p.body {
             GroupBody::Data(d) => self.on_data(now, p.hdr, d),
             GroupBody::Order(o) => self.on_order(now, p.hdr, o),
-            GroupBody::Ack(a) => self.seq_on_held(now, p.hdr, a.held),
+            GroupBody::Ack(a) if self.seq.is_some() => self.seq_on_held(now, p.hdr, a.held),
+            GroupBody::Ack(a) => self.member_on_held(p.hdr, a.held),
             GroupBody::Nack(n) => self.on_nack(now, p.hdr, n),
             GroupBody::Sync(s) => {
                 if from_seq && self.status == Status::Normal {
                     self.learn(s.commit, s.stable, s.last);
+                    self.heard_held(p.hdr, s.last);
+                    self.member_commit();
                     if s.want_status {
                         self.send_ack(now);
                     }

@@ -317,22 +317,22 @@ impl GroupCore {
             .unwrap_or(self.held)
             .min(self.held);
         let moved = commit > self.commit;
-        // Only this process's own messages committed: their sender knows
-        // (`poll_sent`), and the next entry's broadcast will carry the
-        // commit point to the others, so it need not go out now, ahead of
-        // whatever the sender does next (a directory's answer to its
-        // client, for one).
-        let own = moved
+        // Only application messages committed: each one's sender knows,
+        // either this process (`poll_sent`) or a member that heard the
+        // acks, which go to every member when another member sent the
+        // message (`member_commit`).  The next entry's broadcast carries
+        // the commit point to the others, so it need not go out now, ahead
+        // of whatever the sequencer's process does next (a directory's
+        // answer to its client, for one).  A membership change's commit
+        // goes at once: members do not count acks across one.
+        let held_back = moved
             && !self.cfg.accept_delay.is_zero()
-            && (self.commit + 1..=commit).all(|q| {
-                self.log
-                    .get(&q)
-                    .is_some_and(|e| e.sender == self.me.id && e.kind == EntryKind::App)
-            });
+            && (self.commit + 1..=commit)
+                .all(|q| self.log.get(&q).is_some_and(|e| e.kind == EntryKind::App));
         self.commit = self.commit.max(commit);
         self.stable = self.stable.max(stable);
         if moved && need > 0 {
-            if own {
+            if held_back {
                 let due = now + self.cfg.accept_delay;
                 let s = self.seq.as_mut().expect("sequencer");
                 s.accept_due.get_or_insert(due);

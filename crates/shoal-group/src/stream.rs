@@ -101,6 +101,7 @@ impl GroupCore {
             return;
         }
         self.learn(o.commit, o.stable, o.seq);
+        self.heard_held(hdr, o.seq);
         if o.seq > self.held {
             let entry = Entry {
                 inc: o.entry_inc,
@@ -124,10 +125,13 @@ impl GroupCore {
         }
         let retransmit = o.flags & ORDER_RETRANSMIT != 0;
         self.after_hold(now);
-        if retransmit || (o.flags & ORDER_TENTATIVE != 0 && self.is_acker()) {
+        if retransmit {
             self.send_ack(now);
+        } else if o.flags & ORDER_TENTATIVE != 0 && self.is_acker() {
+            self.ack_tentative(now, o.sender);
         }
         self.check_gap(now, false);
+        self.member_commit();
         self.deliver();
     }
 
@@ -265,6 +269,9 @@ impl GroupCore {
             }
         }
         self.members_seq = seq;
+        let members = &self.members;
+        self.peer_held
+            .retain(|id, _| members.iter().any(|m| m.id == *id));
         self.snapshots.push((seq, self.members.clone()));
         // Keep the changes a truncation could undo, and two before them.
         let keep_from = self
@@ -342,6 +349,85 @@ impl GroupCore {
         self.bytes_since_ack = 0;
         let body = GroupBody::Ack(GAck { held: self.held });
         self.send_to(self.sequencer, body);
+    }
+
+    /// An acknowledger's answer to a tentative entry from `sender`.  If
+    /// another member sent it, the ack goes to every member, so that the
+    /// sender (waiting for its message to commit) and the others count who
+    /// holds it and know the commit point without waiting for the
+    /// sequencer's accept.  The sequencer's own messages need no more than
+    /// the sequencer hearing the ack.
+    fn ack_tentative(&mut self, now: Time, sender: MemberId) {
+        if sender == self.sequencer || sender == self.me.id {
+            self.send_ack(now);
+            return;
+        }
+        self.last_ack = now;
+        self.acked_held = self.held;
+        self.bytes_since_ack = 0;
+        self.broadcast(GroupBody::Ack(GAck { held: self.held }));
+    }
+
+    /// Records that `hdr.from` holds the stream up to `held`, if it said
+    /// so as a member of this member's incarnation.
+    pub(crate) fn heard_held(&mut self, hdr: GroupHeader, held: u64) {
+        if hdr.inc != self.inc || hdr.seqr != self.sequencer {
+            return;
+        }
+        let slot = self
+            .peer_held
+            .entry(hdr.from)
+            .or_insert((hdr.inc, hdr.seqr, 0));
+        if (slot.0, slot.1) != (hdr.inc, hdr.seqr) {
+            *slot = (hdr.inc, hdr.seqr, 0);
+        }
+        slot.2 = slot.2.max(held);
+    }
+
+    /// Another member's ack, multicast by an acknowledger.
+    pub(crate) fn member_on_held(&mut self, hdr: GroupHeader, held: u64) {
+        if self.status != Status::Normal || hdr.from == self.sequencer || !self.is_member(hdr.from)
+        {
+            return;
+        }
+        self.heard_held(hdr, held);
+        self.member_commit();
+        self.deliver();
+    }
+
+    /// Moves the commit point as the sequencer would: an entry is
+    /// committed once r + 1 members hold it, counting this member, the
+    /// sequencer (which holds what it ordered) and the members whose acks
+    /// were heard in this incarnation.  Only while no membership change
+    /// waits for its commit: then the sequencer counts the members before
+    /// and after it, and its accept says the outcome.
+    pub(crate) fn member_commit(&mut self) {
+        if self.seq.is_some() || self.status != Status::Normal || self.members_seq > self.commit {
+            return;
+        }
+        let need = self.cfg.acks_needed(self.members.len());
+        if need == 0 {
+            return;
+        }
+        let incarnation = (self.inc, self.sequencer);
+        let mut helds: Vec<u64> = self
+            .members
+            .iter()
+            .filter(|m| m.id != self.me.id)
+            .map(|m| match self.peer_held.get(&m.id) {
+                Some(&(inc, seqr, held)) if (inc, seqr) == incarnation => held,
+                _ => 0,
+            })
+            .collect();
+        if helds.len() < need {
+            return;
+        }
+        helds.sort_unstable_by(|a, b| b.cmp(a));
+        let commit = helds[need - 1].min(self.held);
+        if commit > self.commit {
+            self.commit = commit;
+            self.last_known = self.last_known.max(commit);
+        }
     }
 
     /// Asks for missing entries if there is a gap.

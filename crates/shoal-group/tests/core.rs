@@ -11,6 +11,7 @@ use proptest::prelude::*;
 use shoal_cap::PutPort;
 use shoal_group::{Event, GroupConfig, GroupCore, GroupDest, MemberEntry, MemberId, Status};
 use shoal_proto::Time;
+use shoal_wire::group::GroupBody;
 use shoal_wire::{ClusterKey, Packet, decode};
 
 fn addr(i: u64) -> SocketAddr {
@@ -28,6 +29,8 @@ struct Net {
     kinds: Vec<u8>,
     /// Drop datagrams to this member.
     deaf: Option<usize>,
+    /// Drop acks to this member.
+    no_acks_to: Option<usize>,
     events: Vec<Vec<Event>>,
 }
 
@@ -54,6 +57,7 @@ impl Net {
             sent: 0,
             kinds: Vec::new(),
             deaf: None,
+            no_acks_to: None,
             events: vec![Vec::new()],
         };
         for i in 1..n {
@@ -88,6 +92,10 @@ impl Net {
                         self.kinds.push(t.bytes[3]);
                         let _ = p;
                     }
+                    let is_ack = matches!(
+                        decode(&t.bytes, &self.key),
+                        Ok(Packet::Group(p)) if matches!(p.body, GroupBody::Ack(_))
+                    );
                     let targets: Vec<usize> = match t.dest {
                         GroupDest::Addr(a) => (0..self.cores.len())
                             .filter(|&j| self.addrs[j] == a)
@@ -101,7 +109,7 @@ impl Net {
                         }
                     };
                     for j in targets {
-                        if self.deaf == Some(j) {
+                        if self.deaf == Some(j) || (self.no_acks_to == Some(j) && is_ack) {
                             continue;
                         }
                         let from = self.addrs[i];
@@ -143,6 +151,7 @@ impl Net {
             sent: 0,
             kinds: Vec::new(),
             deaf: None,
+            no_acks_to: None,
             ..self
         }
     }
@@ -213,18 +222,26 @@ fn pb_costs_two_datagrams_per_message_when_every_member_sends() {
 
 #[test]
 fn resilience_waits_for_r_acknowledgements_before_delivery() {
-    // r = 1: tentative broadcast, one ack, accept: 3 + r datagrams.
+    // r = 1: tentative broadcast and one ack; every member that holds the
+    // entry knows that it and the sequencer do, r + 1 members: 2 + r
+    // datagrams.
     let mut net = Net::new(3, cfg(1));
     net.cores[1]
         .send(net.now, Bytes::from_static(b"x"))
         .unwrap();
     net.settle();
-    assert_eq!(net.messages(2).len(), 1);
     assert_eq!(
-        net.sent, 4,
-        "data, tentative order, one ack, accept: {:?}",
+        net.sent, 3,
+        "data, tentative order, one ack: {:?}",
         net.kinds
     );
+    for i in 0..3 {
+        assert_eq!(net.messages(i).len(), 1, "member {i} delivered");
+    }
+    // The commit point goes out on its own once `accept_delay` has passed
+    // without a next entry to carry it.
+    net.advance(Duration::from_millis(5));
+    assert_eq!(net.sent, 4, "the held-back accept: {:?}", net.kinds);
 
     // With the acknowledger deaf, nobody delivers: the entry is not yet
     // held by r + 1 members.
@@ -242,10 +259,10 @@ fn resilience_waits_for_r_acknowledgements_before_delivery() {
 }
 
 #[test]
-fn the_sequencers_own_messages_carry_the_commit_point_to_the_next_entry() {
+fn the_commit_point_waits_for_the_next_entry_and_senders_count_the_acks() {
     // r = 2, sent by the sequencer's own process: tentative order and two
-    // acks; the commit point travels with the next entry's broadcast, or
-    // on its own once `accept_delay` has passed.
+    // acks to the sequencer; the commit point travels with the next
+    // entry's broadcast, or on its own once `accept_delay` has passed.
     let mut net = Net::new(3, cfg(2));
     net.cores[0]
         .send(net.now, Bytes::from_static(b"a"))
@@ -268,7 +285,6 @@ fn the_sequencers_own_messages_carry_the_commit_point_to_the_next_entry() {
             "member {i} learnt a's commit from b"
         );
     }
-
     net.advance(Duration::from_millis(5));
     assert_eq!(net.sent, 7, "the held-back accept: {:?}", net.kinds);
     for i in 0..3 {
@@ -276,19 +292,37 @@ fn the_sequencers_own_messages_carry_the_commit_point_to_the_next_entry() {
         assert_eq!(net.messages(i).len(), 2, "member {i}");
     }
 
-    // A message from another member is accepted at once: its sender waits.
+    // Another member's message: the other acknowledger multicasts its ack,
+    // so the sender counts three holders (itself, the sequencer, the
+    // acknowledger) without waiting for an accept.
     net.cores[1]
         .send(net.now, Bytes::from_static(b"c"))
         .unwrap();
     net.settle();
-    assert_eq!(
-        net.sent,
-        7 + 5,
-        "data, order, two acks, accept: {:?}",
-        net.kinds
-    );
-    assert_eq!(net.messages(1).len(), 3);
-    assert_eq!(net.messages(2).len(), 3);
+    assert_eq!(net.sent, 7 + 4, "data, order, two acks: {:?}", net.kinds);
+    assert!(net.cores[1].poll_sent().is_some(), "c's send completed");
+    assert_eq!(net.messages(1).len(), 3, "the sender delivered c");
+    assert_eq!(net.messages(0).len(), 3, "the sequencer delivered c");
+    assert_eq!(net.messages(2).len(), 2, "2 did not hear the sender's ack");
+    net.advance(Duration::from_millis(5));
+    assert_eq!(net.sent, 7 + 5, "the held-back accept: {:?}", net.kinds);
+    assert_eq!(net.messages(2), net.messages(0));
+
+    // That ack lost on the way to the sender: it learns the commit point
+    // from the accept that goes out after `accept_delay`.
+    net.no_acks_to = Some(1);
+    net.cores[1]
+        .send(net.now, Bytes::from_static(b"d"))
+        .unwrap();
+    net.settle();
+    assert_eq!(net.sent, 12 + 4, "data, order, two acks: {:?}", net.kinds);
+    assert_eq!(net.messages(1).len(), 3, "d is not known committed at 1");
+    net.advance(Duration::from_millis(5));
+    assert_eq!(net.sent, 12 + 5, "the held-back accept: {:?}", net.kinds);
+    for i in 0..3 {
+        assert_eq!(net.messages(i), net.messages(0));
+        assert_eq!(net.messages(i).len(), 4, "member {i}");
+    }
 }
 
 #[test]
