@@ -42,6 +42,11 @@ fn ns_run(ns: &str, program: &str, args: &[&str]) -> Result<(), String> {
 /// again within 10 s of coming back.  The bridge floods until it has been
 /// the querier for a moment (it waits for answers to its first query), and
 /// a new group until a member's report (within a second of its join).
+/// It queries in IGMPv3, so the nodes report in v3: in v2 (the bridge's
+/// default) a node that hears another node's report for a group, as it
+/// may while the bridge floods, cancels its own report and never sends
+/// it, and the bridge, having learned only the other nodes, then cuts it
+/// off from the group.
 pub fn create_bridge(bridge: &str, subnet: u8) -> Result<(), String> {
     // A bridge left over by a cluster that died: replace it.
     let _ = run("ip", &["link", "del", bridge]);
@@ -55,6 +60,8 @@ pub fn create_bridge(bridge: &str, subnet: u8) -> Result<(), String> {
             "bridge",
             "mcast_snooping",
             "1",
+            "mcast_igmp_version",
+            "3",
             "mcast_query_use_ifaddr",
             "1",
             "mcast_query_interval",
