@@ -42,10 +42,10 @@ fn ns_run(ns: &str, program: &str, args: &[&str]) -> Result<(), String> {
 /// again within 10 s of coming back.  The bridge floods until it has been
 /// the querier for a moment (it waits for answers to its first query), and
 /// a new group until a member's report (within a second of its join).
-/// It queries in IGMPv3, so the nodes report in v3: in v2 (the bridge's
-/// default) a node that hears another node's report for a group, as it
-/// may while the bridge floods, cancels its own report and never sends
-/// it, and the bridge, having learned only the other nodes, then cuts it
+/// It queries in IGMPv3, so the nodes report in v3.  In v2 (the bridge's
+/// default) a node that hears another node's report for a group cancels
+/// its own; with it, a node was seen never to report a group it had
+/// joined, and the bridge, having learned only the other nodes, cut it
 /// off from the group.
 pub fn create_bridge(bridge: &str, subnet: u8) -> Result<(), String> {
     // A bridge left over by a cluster that died: replace it.
