@@ -17,6 +17,7 @@ use shoal_wire::group::{
 
 use crate::assembly::Assembly;
 use crate::core::{Entry, GroupCore, GroupDest, Status};
+use crate::stream::held_by;
 
 /// What the sequencer knows of one member.
 #[derive(Debug, Clone, Copy)]
@@ -293,21 +294,14 @@ impl GroupCore {
         };
         let need = self.cfg.acks_needed(voters.len());
         let Some(s) = self.seq.as_ref() else { return };
-        let mut helds: Vec<u64> = voters
+        let helds: Vec<u64> = voters
             .iter()
             .filter(|m| m.id != self.me.id)
             .filter_map(|m| s.members.get(&m.id))
             .filter(|h| h.acked)
             .map(|h| h.held)
             .collect();
-        helds.sort_unstable_by(|a, b| b.cmp(a));
-        let commit = if need == 0 {
-            self.held
-        } else if helds.len() >= need {
-            helds[need - 1].min(self.held)
-        } else {
-            self.commit
-        };
+        let commit = held_by(helds, need, self.held).unwrap_or(self.commit);
         let stable = self
             .members
             .iter()

@@ -340,7 +340,14 @@ impl GroupCore {
         (1..=need).any(|k| self.members[(s + k) % n].id == self.me.id)
     }
 
+    /// Tells the sequencer how far this member holds the stream.
     pub(crate) fn send_ack(&mut self, now: Time) {
+        self.ack(now, false);
+    }
+
+    /// Sends how far this member holds the stream: to the sequencer, or to
+    /// every member.
+    fn ack(&mut self, now: Time, everyone: bool) {
         if self.seq.is_some() {
             return;
         }
@@ -348,7 +355,11 @@ impl GroupCore {
         self.acked_held = self.held;
         self.bytes_since_ack = 0;
         let body = GroupBody::Ack(GAck { held: self.held });
-        self.send_to(self.sequencer, body);
+        if everyone {
+            self.broadcast(body);
+        } else {
+            self.send_to(self.sequencer, body);
+        }
     }
 
     /// An acknowledger's answer to a tentative entry from `sender`.  If
@@ -358,14 +369,7 @@ impl GroupCore {
     /// sequencer's accept.  The sequencer's own messages need no more than
     /// the sequencer hearing the ack.
     fn ack_tentative(&mut self, now: Time, sender: MemberId) {
-        if sender == self.sequencer || sender == self.me.id {
-            self.send_ack(now);
-            return;
-        }
-        self.last_ack = now;
-        self.acked_held = self.held;
-        self.bytes_since_ack = 0;
-        self.broadcast(GroupBody::Ack(GAck { held: self.held }));
+        self.ack(now, sender != self.sequencer && sender != self.me.id);
     }
 
     /// Records that `hdr.from` holds the stream up to `held`, if it said
@@ -410,7 +414,7 @@ impl GroupCore {
             return;
         }
         let incarnation = (self.inc, self.sequencer);
-        let mut helds: Vec<u64> = self
+        let helds: Vec<u64> = self
             .members
             .iter()
             .filter(|m| m.id != self.me.id)
@@ -419,12 +423,9 @@ impl GroupCore {
                 _ => 0,
             })
             .collect();
-        if helds.len() < need {
-            return;
-        }
-        helds.sort_unstable_by(|a, b| b.cmp(a));
-        let commit = helds[need - 1].min(self.held);
-        if commit > self.commit {
+        if let Some(commit) = held_by(helds, need, self.held)
+            && commit > self.commit
+        {
             self.commit = commit;
             self.last_known = self.last_known.max(commit);
         }
@@ -633,4 +634,18 @@ impl GroupCore {
             .map(|(s, _)| *s)
             .unwrap_or(self.held + 1)
     }
+}
+
+/// How far the stream is held by this member (which holds up to `own`)
+/// and `need` of the others, whose holds are `helds`; `None` if fewer
+/// than `need` others are known.
+pub(crate) fn held_by(mut helds: Vec<u64>, need: usize, own: u64) -> Option<u64> {
+    if need == 0 {
+        return Some(own);
+    }
+    if helds.len() < need {
+        return None;
+    }
+    helds.sort_unstable_by(|a, b| b.cmp(a));
+    Some(helds[need - 1].min(own))
 }

@@ -88,14 +88,11 @@ impl Net {
                 while let Some(t) = self.cores[i].poll_transmit() {
                     moved = true;
                     self.sent += 1;
+                    let mut is_ack = false;
                     if let Ok(Packet::Group(p)) = decode(&t.bytes, &self.key) {
                         self.kinds.push(t.bytes[3]);
-                        let _ = p;
+                        is_ack = matches!(p.body, GroupBody::Ack(_));
                     }
-                    let is_ack = matches!(
-                        decode(&t.bytes, &self.key),
-                        Ok(Packet::Group(p)) if matches!(p.body, GroupBody::Ack(_))
-                    );
                     let targets: Vec<usize> = match t.dest {
                         GroupDest::Addr(a) => (0..self.cores.len())
                             .filter(|&j| self.addrs[j] == a)
