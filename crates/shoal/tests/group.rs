@@ -539,11 +539,7 @@ fn broadcasts_reach_only_the_members_nodes() {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
-    // The bridge, now the querier, queries in IGMPv3, so every node
-    // answers in v3, which has no report suppression: in v2 a node that
-    // hears another node's report for a group cancels its own, and then
-    // the bridge, which never heard that node, stops forwarding the group
-    // to it.
+    // Every node answers the bridge in IGMPv3 (why: `create_bridge`).
     for node in ["n1", "n2", "n3", "n4"] {
         let igmp = ok(c, node, "cat /proc/net/igmp");
         let link = igmp
