@@ -89,6 +89,9 @@ struct Reader {
     buf: Vec<u8>,
     timeout: socket::Timeout,
     window: Window,
+    /// The latest receive timed out: the endpoint is quiet, and the next
+    /// wait sleeps without polling first.
+    quiet: bool,
 }
 
 struct Shared {
@@ -234,6 +237,7 @@ impl Server {
                     buf: vec![0; MAX_DATAGRAM],
                     timeout: socket::Timeout::default(),
                     window: Window::from_setting(config.server_spin, DEFAULT_SPIN),
+                    quiet: false,
                 }),
                 reader_window_us: AtomicU64::new(DEFAULT_SPIN.as_micros() as u64),
                 link: Mutex::new(Some(link)),
@@ -270,27 +274,37 @@ impl Server {
     }
 
     /// Waits for the next request.
+    ///
+    /// The reader keeps the socket until a request comes: a datagram that
+    /// completes none (an ack, a retransmission) or a receive that timed
+    /// out hands nothing to a sibling, so it does not wake one.  After a
+    /// receive that timed out it does not poll either: a quiet endpoint
+    /// sleeps in the kernel until the next datagram or timer, instead of
+    /// waking its siblings and yielding the CPU to everyone at every poll.
     pub fn getreq(&self) -> Result<Request, Error> {
         let shared = &*self.shared;
+        // A request another reader queued needs no turn at the socket.
+        if let Some(d) = shared.core.lock().poll_request() {
+            return Ok(request(d));
+        }
+        let mut reader = shared.reader();
+        let Reader {
+            buf,
+            timeout,
+            window,
+            quiet,
+        } = &mut *reader;
         loop {
+            // Another reader may have queued a request meanwhile.
             if let Some(d) = shared.core.lock().poll_request() {
                 return Ok(request(d));
             }
             if shared.closed.load(Ordering::Acquire) {
                 return Err(Error::Closed);
             }
-            let mut reader = shared.reader();
-            let Reader {
-                buf,
-                timeout,
-                window,
-            } = &mut *reader;
-            // Another reader may have queued a request meanwhile.
-            if let Some(d) = shared.core.lock().poll_request() {
-                return Ok(request(d));
-            }
+            let spin = if *quiet { Duration::ZERO } else { window.get() };
             let waiting = clock::now();
-            let received = match socket::spin_recv(&shared.socket, buf, window.get()) {
+            let received = match socket::spin_recv(&shared.socket, buf, spin) {
                 Ok(Some(got)) => Ok(got),
                 Ok(None) => {
                     let timer = shared.core.lock().poll_timeout();
@@ -302,9 +316,10 @@ impl Server {
                 }
                 Err(e) => Err(e),
             };
-            // One clock read per datagram serves the keys, the link check,
-            // the poll window and the core.
+            // One clock read per datagram serves the keys, the link
+            // check, the poll window and the core.
             let now = clock::now();
+            *quiet = matches!(&received, Err(e) if socket::is_timeout(e));
             match &received {
                 Ok(_) => window.saw(now.saturating_since(waiting)),
                 Err(_) => window.saw_nothing(),
@@ -314,8 +329,8 @@ impl Server {
                 .store(window.get().as_micros() as u64, Ordering::Relaxed);
             shared.keep_registered(now);
             // Datagrams are opened, and the replies sealed and sent,
-            // outside the core's lock: a thread replying meanwhile is not
-            // held up by them.
+            // outside the core's lock: a thread replying meanwhile is
+            // not held up by them.
             let received = received.map(|(n, from)| (from, shared.open(&mut buf[..n], now)));
             let mut core = shared.core.lock();
             match received {
