@@ -275,29 +275,41 @@ impl Server {
 
     /// Waits for the next request.
     ///
-    /// The reader keeps the socket until a request comes: a datagram that
-    /// completes none (an ack, a retransmission) or a receive that timed
-    /// out hands nothing to a sibling, so it does not wake one.  After a
-    /// receive that timed out it does not poll either: a quiet endpoint
-    /// sleeps in the kernel until the next datagram or timer, instead of
-    /// waking its siblings and yielding the CPU to everyone at every poll.
+    /// A receive that timed out keeps the reader: a quiet endpoint's
+    /// reader sleeps again at once, without polling and without handing
+    /// the socket to a sibling (which would wake it to poll in turn).
+    /// After a datagram the reader gives the socket up, so under traffic
+    /// the threads still take turns at it.
     pub fn getreq(&self) -> Result<Request, Error> {
         let shared = &*self.shared;
-        // A request another reader queued needs no turn at the socket.
-        if let Some(d) = shared.core.lock().poll_request() {
-            return Ok(request(d));
+        loop {
+            if let Some(d) = shared.core.lock().poll_request() {
+                return Ok(request(d));
+            }
+            if shared.closed.load(Ordering::Acquire) {
+                return Err(Error::Closed);
+            }
+            let mut reader = shared.reader();
+            if let Some(d) = self.read(&mut reader)? {
+                return Ok(request(d));
+            }
         }
-        let mut reader = shared.reader();
+    }
+
+    /// Reads the socket as the reader until a request completes (`Some`)
+    /// or a datagram came that completed none (`None`).
+    fn read(&self, reader: &mut Reader) -> Result<Option<Delivered>, Error> {
+        let shared = &*self.shared;
         let Reader {
             buf,
             timeout,
             window,
             quiet,
-        } = &mut *reader;
+        } = reader;
         loop {
             // Another reader may have queued a request meanwhile.
             if let Some(d) = shared.core.lock().poll_request() {
-                return Ok(request(d));
+                return Ok(Some(d));
             }
             if shared.closed.load(Ordering::Acquire) {
                 return Err(Error::Closed);
@@ -350,8 +362,8 @@ impl Server {
             let delivered = core.poll_request();
             drop(core);
             shared.send_all(out);
-            if let Some(d) = delivered {
-                return Ok(request(d));
+            if delivered.is_some() || !*quiet {
+                return Ok(delivered);
             }
         }
     }
