@@ -328,8 +328,8 @@ impl Server {
                 }
                 Err(e) => Err(e),
             };
-            // One clock read per datagram serves the keys, the link
-            // check, the poll window and the core.
+            // One clock read per datagram serves the keys, the link check,
+            // the poll window and the core.
             let now = clock::now();
             *quiet = matches!(&received, Err(e) if socket::is_timeout(e));
             match &received {
@@ -341,8 +341,8 @@ impl Server {
                 .store(window.get().as_micros() as u64, Ordering::Relaxed);
             shared.keep_registered(now);
             // Datagrams are opened, and the replies sealed and sent,
-            // outside the core's lock: a thread replying meanwhile is
-            // not held up by them.
+            // outside the core's lock: a thread replying meanwhile is not
+            // held up by them.
             let received = received.map(|(n, from)| (from, shared.open(&mut buf[..n], now)));
             let mut core = shared.core.lock();
             match received {
