@@ -89,9 +89,6 @@ struct Reader {
     buf: Vec<u8>,
     timeout: socket::Timeout,
     window: Window,
-    /// The latest receive timed out: the endpoint is quiet, and the next
-    /// wait sleeps without polling first.
-    quiet: bool,
 }
 
 struct Shared {
@@ -237,7 +234,6 @@ impl Server {
                     buf: vec![0; MAX_DATAGRAM],
                     timeout: socket::Timeout::default(),
                     window: Window::from_setting(config.server_spin, DEFAULT_SPIN),
-                    quiet: false,
                 }),
                 reader_window_us: AtomicU64::new(DEFAULT_SPIN.as_micros() as u64),
                 link: Mutex::new(Some(link)),
@@ -304,8 +300,10 @@ impl Server {
             buf,
             timeout,
             window,
-            quiet,
         } = reader;
+        // The latest receive timed out: the endpoint is quiet, and the
+        // next wait sleeps without polling first.
+        let mut quiet = false;
         loop {
             // Another reader may have queued a request meanwhile.
             if let Some(d) = shared.core.lock().poll_request() {
@@ -314,7 +312,7 @@ impl Server {
             if shared.closed.load(Ordering::Acquire) {
                 return Err(Error::Closed);
             }
-            let spin = if *quiet { Duration::ZERO } else { window.get() };
+            let spin = if quiet { Duration::ZERO } else { window.get() };
             let waiting = clock::now();
             let received = match socket::spin_recv(&shared.socket, buf, spin) {
                 Ok(Some(got)) => Ok(got),
@@ -331,7 +329,7 @@ impl Server {
             // One clock read per datagram serves the keys, the link check,
             // the poll window and the core.
             let now = clock::now();
-            *quiet = matches!(&received, Err(e) if socket::is_timeout(e));
+            quiet = matches!(&received, Err(e) if socket::is_timeout(e));
             match &received {
                 Ok(_) => window.saw(now.saturating_since(waiting)),
                 Err(_) => window.saw_nothing(),
@@ -362,7 +360,7 @@ impl Server {
             let delivered = core.poll_request();
             drop(core);
             shared.send_all(out);
-            if delivered.is_some() || !*quiet {
+            if delivered.is_some() || !quiet {
                 return Ok(delivered);
             }
         }
