@@ -1,6 +1,10 @@
-//! A local etcd cluster for the benchmarks' baselines, and a minimal
-//! HTTP/1.1 client for etcd's JSON gateway (`/v3/kv/put`,
-//! `/v3/kv/deleterange`, `/v3/maintenance/...`).
+//! A local etcd cluster for the benchmarks' baselines; [`Kv`], the client
+//! the baselines are measured with (etcd's KV service over gRPC, as its own
+//! clients use it); and a minimal HTTP/1.1 client for etcd's JSON gateway
+//! (`/v3/kv/...`, `/v3/maintenance/...`), used to start and steer the
+//! cluster, and in `shoal bench dir` for a figure beside the gRPC one.
+//! The gateway turns each request into a gRPC call to the member itself,
+//! so a put through it costs more than one made over gRPC.
 //!
 //! It needs etcd: Debian's `etcd-server` (etcd 3.4, `/usr/bin/etcd`), or
 //! the binary `SHOAL_ETCD` names.  One member runs in each given node's
@@ -16,6 +20,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use shoal_cluster::Cluster;
+
+mod kv;
+pub use kv::Kv;
 
 /// One keep-alive HTTP/1.1 connection.
 pub struct Http {

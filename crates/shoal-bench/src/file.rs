@@ -59,7 +59,7 @@ use shoal_rpc::Context;
 use crate::agent::{Agent, ClusterGuard};
 use crate::dir::agent::replica_status;
 use crate::dir::{DataDir, ReplicaProc};
-use crate::etcd::{Etcd, Http, base64, find_etcd};
+use crate::etcd::{Etcd, Kv, find_etcd};
 use crate::stats::percentile_us;
 
 /// Flags of `shoal bench file`.

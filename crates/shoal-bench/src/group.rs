@@ -51,7 +51,7 @@ use shoal_rpc::group::{Group, GroupOptions};
 use shoal_rpc::{Context, GetPort, PutPort, Server};
 
 use crate::agent::{Agent, ClusterGuard, say};
-use crate::etcd::{Etcd, Http, base64, find_etcd};
+use crate::etcd::{Etcd, Kv, find_etcd};
 use crate::stats::{median, percentile_us};
 
 /// Flags of `shoal bench group`.
@@ -328,7 +328,7 @@ impl AgentState {
         enum Kind<'a> {
             Group(&'a Membership),
             Rpc(Box<shoal_rpc::Client>, PutPort),
-            Etcd(Http, String),
+            Etcd(Box<Kv>),
         }
         let mut kinds: Vec<(String, Kind)> = Vec::new();
         for label in labels.split(',').filter(|l| !l.is_empty()) {
@@ -344,13 +344,8 @@ impl AgentState {
         }
         if etcd != "-" {
             let addr: SocketAddr = etcd.parse().map_err(|e| format!("etcd address: {e}"))?;
-            let http = Http::connect(addr).map_err(|e| format!("etcd at {addr}: {e}"))?;
-            let body = json!({
-                "key": base64(b"shoal-bench/put"),
-                "value": base64(&[0x5a; SMALL]),
-            })
-            .to_string();
-            kinds.push(("etcd_put_us".into(), Kind::Etcd(http, body)));
+            let kv = Kv::connect(addr)?;
+            kinds.push(("etcd_put_us".into(), Kind::Etcd(Box::new(kv))));
         }
         let msg = [0x5au8; SMALL];
         let mut samples: Vec<Vec<Duration>> = kinds.iter().map(|_| Vec::with_capacity(n)).collect();
@@ -382,8 +377,8 @@ impl AgentState {
                                     .trans(port, Bytes::new())
                                     .map_err(|e| format!("{name}: {e}"))?;
                             }
-                            Kind::Etcd(http, body) => {
-                                http.post_ok("/v3/kv/put", body.as_bytes())?;
+                            Kind::Etcd(kv) => {
+                                kv.put(b"shoal-bench/put", &msg)?;
                             }
                         }
                         if keep {

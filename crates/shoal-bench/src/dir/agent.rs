@@ -107,6 +107,7 @@ pub(super) fn append(dir: Capability, name: &str) -> Op {
 ///                             → {metric: value}: append-delete on each of
 ///                               LABELS (comma-separated), lookups on LOOKUP
 ///                               (or -), etcd put-delete at ETCD (ip:port, or -)
+///                               over gRPC and through its JSON gateway
 /// tmp LABEL K                 → {"pairs": K, "ms": M}: K append-delete pairs
 /// lookups LABEL THREADS MS    → {"per_s", "p50_us", "replica", ...}
 /// updates LABEL THREADS MS    → {"per_s", "writes", "secs"}
@@ -209,7 +210,8 @@ impl ClientAgent {
         enum Kind {
             Pair(String),
             Lookup(String),
-            Etcd(Box<Http>),
+            Etcd(Box<Kv>),
+            Gateway(Box<Http>),
         }
         let mut kinds: Vec<(String, Kind)> = labels
             .split(',')
@@ -221,12 +223,19 @@ impl ClientAgent {
         }
         if etcd != "-" {
             let addr: SocketAddr = etcd.parse().map_err(|e| format!("etcd address: {e}"))?;
+            let kv = Kv::connect(addr)?;
+            kinds.push(("etcd_put_delete_us".into(), Kind::Etcd(Box::new(kv))));
+            // For information: the same through etcd's JSON gateway.
             let http = Http::connect(addr).map_err(|e| format!("etcd at {addr}: {e}"))?;
-            kinds.push(("etcd_put_delete_us".into(), Kind::Etcd(Box::new(http))));
+            kinds.push((
+                "etcd_gateway_put_delete_us".into(),
+                Kind::Gateway(Box::new(http)),
+            ));
         }
-        let key = base64(b"shoal-bench/dir/tmp");
-        let put = json!({ "key": key, "value": base64(&[0x5a; 48]) }).to_string();
-        let delete = json!({ "key": key }).to_string();
+        const KEY: &[u8] = b"shoal-bench/dir/tmp";
+        const VALUE: [u8; 48] = [0x5a; 48];
+        let put = json!({ "key": base64(KEY), "value": base64(&VALUE) }).to_string();
+        let delete = json!({ "key": base64(KEY) }).to_string();
         let mut samples: Vec<Vec<Duration>> = kinds.iter().map(|_| Vec::with_capacity(n)).collect();
         const ROUNDS: usize = 10;
         // Each kind's turn in a round starts with a few untimed operations:
@@ -257,7 +266,13 @@ impl ClientAgent {
                                 name: b"target".to_vec(),
                             })?;
                         }
-                        Kind::Etcd(http) => {
+                        Kind::Etcd(kv) => {
+                            kv.put(KEY, &VALUE)?;
+                            if kv.delete(KEY)? != 1 {
+                                return Err("etcd: the key put was not there to delete".into());
+                            }
+                        }
+                        Kind::Gateway(http) => {
                             for (path, body) in
                                 [("/v3/kv/put", &put), ("/v3/kv/deleterange", &delete)]
                             {

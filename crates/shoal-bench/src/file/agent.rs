@@ -575,27 +575,24 @@ impl ClientAgent {
     }
 
     /// One tmp file on the local disk, named by an etcd key.
-    fn tmp_local(&mut self, http: &mut Http) -> Result<(Duration, bool), String> {
+    fn tmp_local(&mut self, kv: &mut Kv) -> Result<(Duration, bool), String> {
         self.made += 1;
         let data = (self.made as u32).to_le_bytes();
         let path = self.work.join("local").join(format!("t{}", self.made));
-        let key = base64(format!("shoal-bench/file/t{}", self.made).as_bytes());
-        let value = base64(path.to_string_lossy().as_bytes());
-        let put = json!({ "key": key, "value": value }).to_string();
-        let get = json!({ "key": key }).to_string();
+        let key = format!("shoal-bench/file/t{}", self.made).into_bytes();
+        let value = path.to_string_lossy().into_owned().into_bytes();
         let start = Instant::now();
         write_synced(&path, &data)?;
-        http.post_ok("/v3/kv/put", put.as_bytes())?;
-        let answer = http.post_ok("/v3/kv/range", get.as_bytes())?;
+        kv.put(&key, &value)?;
+        let named = kv.get(&key)?;
         let mut got = Vec::new();
         File::open(&path)
             .and_then(|mut f| f.read_to_end(&mut got))
             .map_err(io("local read"))?;
-        http.post_ok("/v3/kv/deleterange", get.as_bytes())?;
+        let deleted = kv.delete(&key)?;
         std::fs::remove_file(&path).map_err(io("unlink"))?;
         let took = start.elapsed();
-        let named: Value = serde_json::from_slice(&answer).map_err(|e| format!("etcd get: {e}"))?;
-        let ok = got == data && named["kvs"][0]["value"].as_str() == Some(value.as_str());
+        let ok = got == data && named == Some(value) && deleted == 1;
         Ok((took, ok))
     }
 
@@ -607,7 +604,7 @@ impl ClientAgent {
             return Err(format!("tmpfile: {ROUNDS} or more wanted"));
         }
         let addr: SocketAddr = etcd.parse().map_err(|e| format!("etcd address: {e}"))?;
-        let mut http = Http::connect(addr).map_err(|e| format!("etcd at {addr}: {e}"))?;
+        let mut kv = Kv::connect(addr)?;
         const REWARM: usize = 5;
         let mut times: [Vec<Duration>; 2] = Default::default();
         let mut mismatches = 0u64;
@@ -624,7 +621,7 @@ impl ClientAgent {
                     let (took, ok) = if kind == 0 {
                         self.tmp_shoal()?
                     } else {
-                        self.tmp_local(&mut http)?
+                        self.tmp_local(&mut kv)?
                     };
                     mismatches += u64::from(!ok);
                     if i >= untimed {
