@@ -21,19 +21,6 @@ use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::{Channel, Endpoint};
 use tonic_prost::ProstCodec;
 
-/// `message ResponseHeader` (cluster_id, member_id, revision, raft_term).
-#[derive(Clone, PartialEq, prost::Message)]
-struct ResponseHeader {
-    #[prost(uint64, tag = "1")]
-    cluster_id: u64,
-    #[prost(uint64, tag = "2")]
-    member_id: u64,
-    #[prost(int64, tag = "3")]
-    revision: i64,
-    #[prost(uint64, tag = "4")]
-    raft_term: u64,
-}
-
 /// `message PutRequest`: key = 1, value = 2 (lease, prev_kv and the
 /// ignore flags left at their defaults).
 #[derive(Clone, PartialEq, prost::Message)]
@@ -44,12 +31,9 @@ struct PutRequest {
     value: Vec<u8>,
 }
 
-/// `message PutResponse`: header = 1.
+/// `message PutResponse`, none of whose fields the benchmarks read.
 #[derive(Clone, PartialEq, prost::Message)]
-struct PutResponse {
-    #[prost(message, optional, tag = "1")]
-    header: Option<ResponseHeader>,
-}
+struct PutResponse {}
 
 /// `message RangeRequest` of one key: key = 1 (no range_end).
 #[derive(Clone, PartialEq, prost::Message)]
@@ -67,11 +51,9 @@ struct KeyValue {
     value: Vec<u8>,
 }
 
-/// `message RangeResponse`: header = 1, kvs = 2.
+/// `message RangeResponse`: kvs = 2.
 #[derive(Clone, PartialEq, prost::Message)]
 struct RangeResponse {
-    #[prost(message, optional, tag = "1")]
-    header: Option<ResponseHeader>,
     #[prost(message, repeated, tag = "2")]
     kvs: Vec<KeyValue>,
 }
@@ -83,11 +65,9 @@ struct DeleteRangeRequest {
     key: Vec<u8>,
 }
 
-/// `message DeleteRangeResponse`: header = 1, deleted = 2.
+/// `message DeleteRangeResponse`: deleted = 2.
 #[derive(Clone, PartialEq, prost::Message)]
 struct DeleteRangeResponse {
-    #[prost(message, optional, tag = "1")]
-    header: Option<ResponseHeader>,
     #[prost(int64, tag = "2")]
     deleted: i64,
 }
@@ -118,16 +98,16 @@ impl Kv {
         })
     }
 
-    /// Puts `value` under `key`; the store's revision after it.
-    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<i64, String> {
-        let r: PutResponse = self.unary(
+    /// Puts `value` under `key`.
+    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), String> {
+        let _: PutResponse = self.unary(
             "/etcdserverpb.KV/Put",
             PutRequest {
                 key: key.to_vec(),
                 value: value.to_vec(),
             },
         )?;
-        Ok(r.header.map_or(0, |h| h.revision))
+        Ok(())
     }
 
     /// The value under `key`, if there is one.
