@@ -207,19 +207,22 @@ fn handle(
         LinkRequest::Channel {
             client,
             node,
+            port,
             instance,
         } => {
             let client = match client_of(&client, clients) {
                 Ok(c) => c,
                 Err(e) => return error(e),
             };
-            let (Ok(node), Some(instance)) =
-                (u64::from_str_radix(&node, 16), parse_instance(&instance))
-            else {
-                return error("channel: node and instance are hex".into());
+            let (Ok(node), Ok(port), Some(instance)) = (
+                u64::from_str_radix(&node, 16),
+                PutPort::from_str(&port),
+                parse_instance(&instance),
+            ) else {
+                return error("channel: node, port and instance are hex".into());
             };
             let node = shoal_wire::NodeId(node);
-            match crate::locate::channel(shared, peer.uid, client, node, instance) {
+            match crate::locate::channel(shared, peer.uid, client, node, port, instance) {
                 Ok(grant) => LinkResponse::Channel(grant),
                 Err(e) => error(e),
             }
@@ -228,10 +231,12 @@ fn handle(
             let Some(instance) = parse_instance(&instance) else {
                 return error("instance must be 16 hex digits, not zero".into());
             };
-            if !registered.iter().any(|r| r.1 == instance) {
+            // The secret of the port this link registered the instance
+            // for, and of no other (`docs/security.md`).
+            let Some(&(port, _)) = registered.iter().find(|r| r.1 == instance) else {
                 return error("no such endpoint registered on this link".into());
-            }
-            crate::locate::server_key(shared, instance, index)
+            };
+            crate::locate::server_key(shared, port, instance, index)
         }
         LinkRequest::Hello => {
             let locate = match shared.config.broadcast {
@@ -433,15 +438,21 @@ fn register(
             message: "instance must be 16 hex digits, not zero".into(),
         };
     };
+    if registered.contains(&(port, instance)) {
+        // Asked again on the same link: nothing changes.
+        return LinkResponse::Registered {
+            put_port: port.to_string(),
+        };
+    }
     let endpoint = Endpoint {
         addr,
         instance,
         uid: peer.uid,
         system: system || peer.daemon,
     };
-    if !shared.state.lock().registry.register(port, endpoint) {
+    if let Err(refusal) = shared.state.lock().registry.register(port, endpoint) {
         return LinkResponse::Error {
-            message: format!("port {port} has too many endpoints on this node"),
+            message: format!("cannot serve port {port}: {refusal}"),
         };
     }
     registered.push((port, instance));

@@ -9,18 +9,20 @@
 //! the channel from this client to it:
 //!
 //! ```text
-//! T(i) = keyed_blake3(endpoint root of this node and the server's, "to" || server node || i)
+//! T(i) = keyed_blake3(endpoint root of this node and the server's, "to" || server node || port || i)
 //! K    = keyed_blake3(T(i), "from" || this node || uid || client)
 //! ```
 //!
 //! where the uid is the link's, from the kernel, and the client id one
 //! this node gave that link.  A server endpoint asks its own node for
-//! `T(i)` per session (`server_key`) and derives `K` from each datagram's
-//! header, so each end holds keys for its own channels only.
+//! `T(i)` per session (`server_key`), for the port it registered `i` for
+//! on that link, and derives `K` from each datagram's header, so each end
+//! holds keys for its own channels only.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use shoal_cap::PutPort;
 use shoal_rpc::link::{Answer, Found, Grant, LinkResponse};
 use shoal_session::Root;
 use shoal_session::kdf::{channel_key, server_secret};
@@ -109,7 +111,7 @@ pub(crate) fn locate(
                 instance: e.instance.to_string(),
                 uid: e.uid,
                 system: e.system,
-                grant: grant(&root, node, e.instance, me, uid, client),
+                grant: grant(&root, node, &locate.port, e.instance, me, uid, client),
             })
             .collect();
         out.push(Answer {
@@ -121,16 +123,25 @@ pub(crate) fn locate(
     Ok(out)
 }
 
-/// A fresh key for `client`'s channel to `instance` on `node`.
+/// A fresh key for `client`'s channel to `instance` of `port` on `node`.
 pub(crate) fn channel(
     shared: &Shared,
     uid: u32,
     client: ClientId,
     node: NodeId,
+    port: PutPort,
     instance: Instance,
 ) -> Result<Grant, String> {
     let root = root_for(shared, node)?;
-    Ok(grant(&root, node, instance, shared.node, uid, client))
+    Ok(grant(
+        &root,
+        node,
+        &port,
+        instance,
+        shared.node,
+        uid,
+        client,
+    ))
 }
 
 /// The endpoint root of this node's current session with `node` (its own
@@ -160,9 +171,14 @@ pub(crate) fn root_for(shared: &Shared, node: NodeId) -> Result<Root, String> {
     }
 }
 
-/// The secret server endpoint `instance` derives its callers' keys from,
-/// for the session this node knows as `index`.
-pub(crate) fn server_key(shared: &Shared, instance: Instance, index: u32) -> LinkResponse {
+/// The secret server endpoint `instance` of `port` derives its callers'
+/// keys from, for the session this node knows as `index`.
+pub(crate) fn server_key(
+    shared: &Shared,
+    port: PutPort,
+    instance: Instance,
+    index: u32,
+) -> LinkResponse {
     let now = now().0;
     let sessions = shared.sessions.lock();
     let Some((peer, root)) = sessions.root_at(now, index) else {
@@ -173,26 +189,28 @@ pub(crate) fn server_key(shared: &Shared, instance: Instance, index: u32) -> Lin
     let node = peer.map_or(shared.node, |cert| {
         crate::identity::node_id(&cert.static_key)
     });
-    let secret = server_secret(&root.secret, shared.node.0, instance.0);
+    let secret = server_secret(&root.secret, shared.node.0, port.as_bytes(), instance.0);
     LinkResponse::ServerKey {
         secret: hex::encode(secret),
         node: node.to_string(),
         aes: root.algorithm == shoal_session::Algorithm::Aes256Gcm,
-        valid_ms: root.expires.saturating_sub(now) / 1000,
+        // Rounded up: the server's end never expires before this node's.
+        valid_ms: root.expires.saturating_sub(now).div_ceil(1000),
     }
 }
 
-/// `client`'s key for its channel to `instance` on `node`, through the
-/// session whose root is `root`.
+/// `client`'s key for its channel to `instance` of `port` on `node`,
+/// through the session whose root is `root`.
 fn grant(
     root: &Root,
     node: NodeId,
+    port: &PutPort,
     instance: Instance,
     me: NodeId,
     uid: u32,
     client: ClientId,
 ) -> Grant {
-    let t = server_secret(&root.secret, node.0, instance.0);
+    let t = server_secret(&root.secret, node.0, port.as_bytes(), instance.0);
     let key = channel_key(&t, me.0, uid, client.0);
     let left = Duration::from_micros(root.expires.saturating_sub(now().0));
     let valid = left

@@ -18,15 +18,17 @@ fn main() {
     let node_addr: SocketAddr = "10.0.0.2:7700".parse().unwrap();
     let mut registry = Registry::new(NodeId(1));
     let instance = Instance(77);
-    registry.register(
-        port,
-        Endpoint {
-            addr: server_addr,
-            instance,
-            uid: 0,
-            system: false,
-        },
-    );
+    registry
+        .register(
+            port,
+            Endpoint {
+                addr: server_addr,
+                instance,
+                uid: 0,
+                system: false,
+            },
+        )
+        .expect("a fresh registry takes the endpoint");
     let mut server = ServerCore::new(port, instance, ServerConfig::default());
     let mut client = ClientCore::new(ClientId(5), ClientConfig::default());
     let caller = Caller {

@@ -769,8 +769,8 @@ mod tests {
         let mut nodes: Vec<(NodeId, Registry, bool)> = (1..=3u64)
             .map(|n| (NodeId(n), Registry::new(NodeId(n)), true))
             .collect();
-        nodes[0].1.register(port, endpoint(1));
-        nodes[1].1.register(port, endpoint(2));
+        nodes[0].1.register(port, endpoint(1)).unwrap();
+        nodes[1].1.register(port, endpoint(2)).unwrap();
         let mut servers: Vec<ServerCore> = (1..=2u64)
             .map(|i| ServerCore::new(port, Instance(i), ServerConfig::default()))
             .collect();
@@ -899,7 +899,7 @@ mod tests {
             uid: 1000,
             system: false,
         };
-        registry.register(port, endpoint);
+        registry.register(port, endpoint).unwrap();
         let mut client = ClientCore::new(ClientId(5), ClientConfig::default());
         let now = Time(0);
         let txn = client.start(now, port, Bytes::new(), now + Duration::from_secs(60));
@@ -940,15 +940,17 @@ mod tests {
         let node_addr: SocketAddr = "10.0.0.2:7700".parse().unwrap();
         let mut registry = Registry::new(NodeId(1));
         let instance = Instance(77);
-        registry.register(
-            port,
-            Endpoint {
-                addr: server_addr,
-                instance,
-                uid: 1000,
-                system: false,
-            },
-        );
+        registry
+            .register(
+                port,
+                Endpoint {
+                    addr: server_addr,
+                    instance,
+                    uid: 1000,
+                    system: false,
+                },
+            )
+            .unwrap();
         let config = ServerConfig {
             frag_bytes: frag,
             window: 8,

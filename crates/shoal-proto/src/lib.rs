@@ -42,7 +42,7 @@ pub use body::{Incoming, Outgoing, Rope};
 pub use client::{ClientConfig, ClientCore, Phase};
 pub use error::TransError;
 pub use membership::{MemberView, Membership, MembershipConfig};
-pub use registry::Registry;
+pub use registry::{MAX_ENDPOINTS_PER_UID, Refusal, Registry};
 pub use server::{Delivered, Replied, ServerConfig, ServerCore};
 pub use stats::Stats;
 pub use time::Time;

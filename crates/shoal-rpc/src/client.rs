@@ -225,8 +225,8 @@ impl Client {
             });
             match sealed {
                 Sealed::Done => break,
-                Sealed::Stale(node) => {
-                    self.refresh(node, instance)?;
+                Sealed::Stale(node, port) => {
+                    self.refresh(node, port, instance)?;
                     // Renewed or not (the old key still opens for a while,
                     // and the next send asks again), seal with what is kept.
                     now = None;
@@ -251,17 +251,18 @@ impl Client {
         Ok(())
     }
 
-    /// A fresh key for the channel to `instance` on `node`.
+    /// A fresh key for the channel to `instance` of `port` on `node`.
     #[cold]
     #[inline(never)]
-    fn refresh(&mut self, node: NodeId, instance: Instance) -> Result<(), Error> {
+    fn refresh(&mut self, node: NodeId, port: PutPort, instance: Instance) -> Result<(), Error> {
         let request = LinkRequest::Channel {
             client: format!("{:016x}", self.core.id().0),
             node: node.to_string(),
+            port: port.to_string(),
             instance: instance.to_string(),
         };
         match self.config.call_node(&request) {
-            Ok(LinkResponse::Channel(grant)) => self.keys.insert(instance, node, &grant),
+            Ok(LinkResponse::Channel(grant)) => self.keys.insert(instance, node, port, &grant),
             Ok(_) => Err(Error::Node("unexpected answer to channel".into())),
             // The old key still opens for a while; the next send asks again.
             Err(Error::Node(e)) => {
@@ -394,7 +395,7 @@ fn answers_to_heres(
                 continue;
             };
             let instance = Instance(instance);
-            keys.insert(instance, node, &f.grant)?;
+            keys.insert(instance, node, l.port, &f.grant)?;
             endpoints.push(Endpoint {
                 addr: f.addr,
                 instance,

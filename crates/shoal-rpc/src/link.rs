@@ -104,15 +104,19 @@ pub enum LinkRequest {
         all: bool,
     },
     /// A fresh key for client `client`'s channel to server endpoint
-    /// `instance` on node `node` (hex each): the previous one expires.
+    /// `instance` of `port` on node `node` (hex each): the previous one
+    /// expires.
     Channel {
         client: String,
         node: String,
+        port: String,
         instance: String,
     },
     /// The secret server endpoint `instance` (registered on this link)
     /// derives its callers' channel keys from, for the node session this
-    /// node knows as `index`, and the node at its other end.
+    /// node knows as `index`, and the node at its other end.  The secret
+    /// is the port's the instance was registered for on this link: no
+    /// other registration of the same id can yield it.
     ServerKey { instance: String, index: u32 },
 }
 

@@ -142,7 +142,7 @@ mod tests {
     use crate::kdf::{channel_key, server_secret};
 
     fn pair() -> (Channel, Channel) {
-        let t = server_secret(&[7; 32], 2, 99);
+        let t = server_secret(&[7; 32], 2, &[3; 16], 99);
         let k = channel_key(&t, 1, 1000, 5);
         (
             Channel::client(Algorithm::ChaCha20Poly1305, &k),
@@ -192,7 +192,7 @@ mod tests {
         }
         assert!(s.open(&mut d).is_ok());
         // Another uid's key opens nothing of this channel.
-        let t = server_secret(&[7; 32], 2, 99);
+        let t = server_secret(&[7; 32], 2, &[3; 16], 99);
         let mut other = Channel::server(Algorithm::ChaCha20Poly1305, &channel_key(&t, 1, 0, 5));
         let mut d = Vec::new();
         c.seal(42, 0, 5, &[b"y"], &mut d);

@@ -30,12 +30,23 @@ impl SessionSecrets {
 }
 
 /// `T(i)`: what server endpoint `instance` on node `server_node` holds for
-/// one node session, to derive the keys of every channel to it.
-pub fn server_secret(endpoint_root: &[u8; 32], server_node: u64, instance: u64) -> [u8; 32] {
-    let mut input = [0u8; 18];
+/// one node session, to derive the keys of every channel to it, while it
+/// serves put-port `port`.  The port is part of it because the right to
+/// serve a port is what a registration proves (its get-port, or the
+/// node's leave for a system port): whoever registers the same instance
+/// id under another port gets another secret, which opens nothing sent to
+/// this endpoint.
+pub fn server_secret(
+    endpoint_root: &[u8; 32],
+    server_node: u64,
+    port: &[u8; 16],
+    instance: u64,
+) -> [u8; 32] {
+    let mut input = [0u8; 34];
     input[..2].copy_from_slice(b"to");
     input[2..10].copy_from_slice(&server_node.to_le_bytes());
-    input[10..].copy_from_slice(&instance.to_le_bytes());
+    input[10..26].copy_from_slice(port);
+    input[26..].copy_from_slice(&instance.to_le_bytes());
     *blake3::keyed_hash(endpoint_root, &input).as_bytes()
 }
 

@@ -116,11 +116,11 @@ proptest! {
     #[test]
     fn derived_keys_differ_for_every_differing_input(
         root in any::<[u8; 32]>(),
-        a in (any::<u64>(), any::<u64>(), any::<u64>(), any::<u32>(), any::<u64>()),
-        b in (any::<u64>(), any::<u64>(), any::<u64>(), any::<u32>(), any::<u64>()),
+        a in (any::<u64>(), any::<[u8; 16]>(), any::<u64>(), any::<u64>(), any::<u32>(), any::<u64>()),
+        b in (any::<u64>(), any::<[u8; 16]>(), any::<u64>(), any::<u64>(), any::<u32>(), any::<u64>()),
     ) {
-        let ka = channel_key(&server_secret(&root, a.0, a.1), a.2, a.3, a.4);
-        let kb = channel_key(&server_secret(&root, b.0, b.1), b.2, b.3, b.4);
+        let ka = channel_key(&server_secret(&root, a.0, &a.1, a.2), a.3, a.4, a.5);
+        let kb = channel_key(&server_secret(&root, b.0, &b.1, b.2), b.3, b.4, b.5);
         prop_assert_eq!(ka == kb, a == b);
         prop_assert_eq!(member_key(&root, a.0) == member_key(&root, b.0), a.0 == b.0);
     }

@@ -409,7 +409,7 @@ fn both_ends_of_an_endpoint_channel_derive_one_key() {
     assert_eq!(peer.unwrap().name, "n1");
     assert_eq!(client_root.secret, server_root.secret);
     assert_eq!(client_root.algorithm, server_root.algorithm);
-    let k = |root: &[u8; 32]| channel_key(&server_secret(root, 2, 77), 1, 1000, 5);
+    let k = |root: &[u8; 32]| channel_key(&server_secret(root, 2, &[3; 16], 77), 1, 1000, 5);
     assert_eq!(k(&client_root.secret), k(&server_root.secret));
     // Its own node: the same root either way, no peer.
     let local = net.nodes[0].root_to(net.now, None).unwrap();

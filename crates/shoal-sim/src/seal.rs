@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 
+use shoal_cap::PutPort;
 use shoal_proto::Caller;
 use shoal_session::kdf::{channel_key, server_secret};
 use shoal_session::{Algorithm, Channel, Header, SessionError};
@@ -24,6 +25,8 @@ const ALGORITHM: Algorithm = Algorithm::ChaCha20Poly1305;
 /// Every channel of the simulation, both ends.
 pub(crate) struct Seals {
     root: [u8; 32],
+    /// The one port the simulation's servers serve.
+    port: PutPort,
     clients: HashMap<(ClientId, Instance), Channel>,
     servers: HashMap<(Instance, u32, ClientId), Channel>,
     /// Datagrams refused as replays, and datagrams that did not open.
@@ -38,10 +41,11 @@ pub(crate) enum Unopened {
 }
 
 impl Seals {
-    /// Channels under a root made from `seed`.
-    pub fn new(seed: u64) -> Self {
+    /// Channels to servers of `port`, under a root made from `seed`.
+    pub fn new(seed: u64, port: PutPort) -> Self {
         Self {
             root: blake3::derive_key("shoal sim endpoint root", &seed.to_le_bytes()),
+            port,
             clients: HashMap::new(),
             servers: HashMap::new(),
             replays: 0,
@@ -50,7 +54,7 @@ impl Seals {
     }
 
     fn key(&self, instance: Instance, node: u32, client: ClientId) -> [u8; 32] {
-        let t = server_secret(&self.root, 0, instance.0);
+        let t = server_secret(&self.root, 0, self.port.as_bytes(), instance.0);
         channel_key(&t, node as u64, 0, client.0)
     }
 

@@ -297,7 +297,7 @@ impl Sim {
             outcomes: Vec::new(),
             violations: Vec::new(),
             trace: std::env::var_os("SHOAL_SIM_TRACE").map(|_| Vec::new()),
-            seals: Seals::new(seed),
+            seals: Seals::new(seed, port),
             replay_rng: ChaCha8Rng::seed_from_u64(seed ^ 0x7265_706c_6179),
         };
         for i in 0..sim.nodes.len() {
@@ -475,15 +475,18 @@ impl Sim {
             current: Some(i),
         };
         self.entities.insert(addr, Entity::Server(i));
-        self.nodes[node].registry.register(
-            self.port,
-            Endpoint {
-                addr,
-                instance,
-                uid: 0,
-                system: false,
-            },
-        );
+        self.nodes[node]
+            .registry
+            .register(
+                self.port,
+                Endpoint {
+                    addr,
+                    instance,
+                    uid: 0,
+                    system: false,
+                },
+            )
+            .expect("every incarnation is a fresh instance");
         self.log(|| format!("server {s} up on node {node} at {addr} as {instance}"));
     }
 

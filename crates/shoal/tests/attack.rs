@@ -669,3 +669,124 @@ fn starts_run_only_with_their_home_s_grant_and_no_more() {
     // The hard limit, in bytes.
     assert_eq!(String::from_utf8_lossy(&out).trim(), "8192");
 }
+
+/// A server of root's on n1, in this process, that answers every request
+/// with the node and uid it came from, and counts what it answered by uid.
+struct Witness {
+    server: shoal_rpc::Server,
+    uids: std::sync::Arc<parking_lot::Mutex<Vec<u32>>>,
+}
+
+impl Witness {
+    fn start(c: &shoal_cluster::Cluster, node: &str) -> Witness {
+        let attached = shoal_rpc::Context::attach(&c.node(node).unwrap().socket).unwrap();
+        let mut config = attached.config().clone();
+        config.bind_ip = std::net::IpAddr::from([0, 0, 0, 0]);
+        let server = shoal_rpc::Context::new(config)
+            .serve(shoal_rpc::GetPort::random())
+            .unwrap();
+        let uids = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+        {
+            let (server, uids) = (server.clone(), uids.clone());
+            std::thread::spawn(move || {
+                while let Ok(req) = server.getreq() {
+                    uids.lock().push(req.caller().uid);
+                    let who = format!("{} {}", req.caller().node, req.caller().uid);
+                    let _ = server.putrep(&req, who.into_bytes());
+                }
+            });
+        }
+        Witness { server, uids }
+    }
+
+    /// `shoal-attack ATTACK` against this server, as the attacker on
+    /// `node`'s link (and in this process's network, where the server
+    /// listens).
+    fn attack(&self, c: &shoal_cluster::Cluster, node: &str, attack: &[&str]) -> Output {
+        let port = self.server.port().to_string();
+        Command::new("setpriv")
+            .args(become_attacker())
+            .arg(env!("CARGO_BIN_EXE_shoal-attack"))
+            .arg("--socket")
+            .arg(&c.node(node).unwrap().socket)
+            .args(attack)
+            .args(["--port", &port])
+            .current_dir("/tmp")
+            .output()
+            .unwrap()
+    }
+}
+
+/// Review 3, C1: a user who registers the instance id of root's server
+/// under a port of their own, to be handed that server's channel secret
+/// and call it as root, is refused; the secret is not handed out, and the
+/// server hears nothing from uid 0 that the user sent, and still serves.
+#[test]
+fn a_user_cannot_take_another_endpoint_s_secret_and_call_it_as_root() {
+    let t = TestCluster::up("uf", 50, 2, Mode::Netns);
+    let c = t.get();
+    open_path_to(c.dir());
+    open_path_to(std::path::Path::new(env!("CARGO_BIN_EXE_shoal-attack")));
+    let witness = Witness::start(c, "n1");
+    let out = witness.attack(c, "n1", &["impersonate", "--uid", "0"]);
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the attack was not refused: {said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("registered on this node already"), "{said}");
+    assert!(said.contains("no such endpoint registered"), "{said}");
+    assert!(
+        !witness.uids.lock().contains(&0),
+        "root's server heard uid 0 from the user"
+    );
+    // The server still serves, to root and as root.
+    let ctx = c.context();
+    let mut client = ctx.client().unwrap();
+    let reply = client
+        .trans(&witness.server.port(), b"hello".to_vec())
+        .unwrap();
+    assert!(String::from_utf8_lossy(&reply).ends_with(" 0"));
+}
+
+/// Review 3, M5: a user who opens more channels to root's server than its
+/// whole table holds (one client id and one request each) uses up only
+/// their own share of it: a new caller of another uid is still served.
+#[test]
+fn a_user_filling_a_server_s_channels_denies_nobody_else() {
+    let t = TestCluster::up("ug", 51, 2, Mode::Netns);
+    let c = t.get();
+    open_path_to(c.dir());
+    open_path_to(std::path::Path::new(env!("CARGO_BIN_EXE_shoal-attack")));
+    let witness = Witness::start(c, "n1");
+    let out = witness.attack(c, "n1", &["fill-channels", "--channels", "70000"]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The server heard the user (a channel's first request opened).
+    let (uid, _) = attacker();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while witness.uids.lock().iter().filter(|&&u| u == uid).count() < 4096 {
+        assert!(
+            std::time::Instant::now() < until,
+            "the server heard too little"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // A new client endpoint of root's (a new channel) is served.
+    let ctx = c.context();
+    let mut client = ctx.client().unwrap();
+    let opts = shoal_rpc::CallOptions {
+        deadline: Some(std::time::Duration::from_secs(10)),
+        cancel: None,
+    };
+    let reply = client
+        .trans_with(&witness.server.port(), b"hello".to_vec(), &opts)
+        .expect("root's new channel is refused");
+    assert!(String::from_utf8_lossy(&reply).ends_with(" 0"));
+}

