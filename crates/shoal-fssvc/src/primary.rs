@@ -229,7 +229,7 @@ impl Primary {
     }
 
     /// Root squashed unless allowed.
-    fn squash(&self, mut who: Identity) -> Identity {
+    pub(super) fn squash(&self, mut who: Identity) -> Identity {
         if who.is_root() && !self.allow_root {
             who = Identity::user(NOBODY, NOBODY);
         }

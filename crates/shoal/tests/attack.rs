@@ -790,3 +790,51 @@ fn a_user_filling_a_server_s_channels_denies_nobody_else() {
         .expect("root's new channel is refused");
     assert!(String::from_utf8_lossy(&reply).ends_with(" 0"));
 }
+
+/// Review 3, M3: where the file system squashes root (the default), what
+/// root makes inside a directory its mount made, and pushes later, is
+/// `nobody`'s in the tree, as what it makes anywhere else is.
+#[test]
+fn root_squash_holds_for_what_a_mount_pushes() {
+    let t = TestCluster::up("uh", 52, 3, Mode::Netns);
+    let c = t.get();
+    c.start_system(&mut |l| eprintln!("[uh] {l}")).unwrap();
+    common::ok(c, "n1", "mkdir /shoal/pub && chmod 1777 /shoal/pub");
+    // Pushed, and seen elsewhere, while root is still root in the tree.
+    assert_eq!(common::ok(c, "n2", "stat -c %a /shoal/pub").trim(), "1777");
+    // The metadata replicas squash root from now on: each restarted so.
+    let replicas = [("n1", "fs-r0"), ("n2", "fs-r1"), ("n3", "fs-r2")];
+    for (node, name) in replicas {
+        let (_, starts) = common::service(c, node, name);
+        let mut services = c.services(node).unwrap();
+        for s in &mut services {
+            s.command.retain(|a| a != "--allow-root");
+        }
+        c.set_services(node, services).unwrap();
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while common::service(c, node, name).1 <= starts {
+            assert!(std::time::Instant::now() < until, "{name} never restarted");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+    let until_ok = |node: &str, script: &str| {
+        let out = common::until_ok(
+            script,
+            || common::sh(c, node, script),
+            || format!("{:?}", common::services(c)),
+        );
+        String::from_utf8_lossy(&out).trim().to_string()
+    };
+    // Made through the primary, as a request: squashed.
+    until_ok("n2", "touch /shoal/pub/g");
+    assert_eq!(until_ok("n3", "stat -c %u /shoal/pub/g"), "65534");
+    // Made in the mount's own directory, and pushed: squashed too.
+    common::ok(
+        c,
+        "n2",
+        "mkdir /shoal/pub/t && echo x > /shoal/pub/t/f && mkdir /shoal/pub/t/d && sync /shoal/pub/t",
+    );
+    assert_eq!(until_ok("n3", "stat -c %u /shoal/pub/t/f"), "65534");
+    assert_eq!(until_ok("n3", "stat -c %u /shoal/pub/t/d"), "65534");
+    assert_eq!(until_ok("n3", "cat /shoal/pub/t/f"), "x");
+}

@@ -3,6 +3,9 @@
 //! change made as its maker and at its time, as the mount made it in its
 //! own copy.
 //!
+//! Each change is made as its maker squashed, as any caller is (root is
+//! `nobody` unless the service allows root).
+//!
 //! Who may push what: every directory whose names a push changes, and
 //! every inode whose attributes it changes, is one the push makes or one
 //! the pusher holds `Write` on.  Nobody else can then hold a token on any
@@ -35,7 +38,16 @@ impl Primary {
         // now: a directory it removed could not be reclaimed.
         let applied = r.read(|m| m.tree.recorded(client & !1, req.seq).is_some());
         let holds = |ino| applied || soft.tokens.level(client, ino) == Level::Write;
-        let made = match check_push(ops, holds) {
+        // Each change is made as its maker, squashed as a request's caller
+        // is: a push is no way round root squash.
+        let ops: Vec<Pushed> = ops
+            .iter()
+            .map(|p| Pushed {
+                who: self.squash(p.who.clone()),
+                ..p.clone()
+            })
+            .collect();
+        let made = match check_push(&ops, holds) {
             Ok(made) => made,
             Err(e) => return Outcome::Reply(Err(fs(e))),
         };
@@ -48,7 +60,7 @@ impl Primary {
             seq: req.seq,
             who: req.who.clone(),
             now: wall(),
-            op: UpdateOp::Push { ops: ops.to_vec() },
+            op: UpdateOp::Push { ops },
         };
         let results = match order_for_client(r, &update) {
             Ok(Ok(Answer::Pushed(results))) => results,
