@@ -36,10 +36,7 @@ pub(crate) fn pidfd(socket: &impl AsRawFd, pid: i32) -> Option<OwnedFd> {
         // SAFETY: the kernel just gave us this descriptor.
         return Some(unsafe { OwnedFd::from_raw_fd(fd) });
     }
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    // SAFETY: as above.
-    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    crate::procfs::pidfd_open(pid)
 }
 
 /// A process's credentials, as a start grant carries them.
@@ -86,20 +83,27 @@ pub(crate) fn read(pid: i32, pidfd: RawFd, uid: u32) -> Result<Credentials, Stri
         }
     }
     // Still alive: so the pid named this process while it was read.
-    // SAFETY: signal 0 checks the process exists; no signal is sent.
-    let alive = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            pidfd,
-            0,
-            std::ptr::null::<libc::siginfo_t>(),
-            0,
-        )
-    } == 0;
-    if !alive {
+    if !alive(pidfd) {
         return Err(gone());
     }
     Ok(Credentials { gid, groups, hard })
+}
+
+/// Whether the process of `pidfd` (-1: none) is still alive: asked after
+/// reading anything of `/proc/PID`, it says the pid named that process
+/// all along, and no other that took its pid.
+pub(crate) fn alive(pidfd: RawFd) -> bool {
+    // SAFETY: signal 0 checks the process exists; no signal is sent.
+    pidfd >= 0
+        && unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                pidfd,
+                0,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        } == 0
 }
 
 #[cfg(test)]
@@ -121,5 +125,23 @@ mod tests {
         // Another uid's claim on this process is refused.
         assert!(super::read(pid, std::os::fd::AsRawFd::as_raw_fd(&fd), uid + 1).is_err());
         assert!(super::read(pid, -1, uid).is_err());
+    }
+
+    /// Review 3, M8: what `alive` says after a read of `/proc/PID` is what
+    /// trusting that read rests on: a process that ended is not alive
+    /// through its pidfd, whoever has its pid now.
+    #[test]
+    fn a_pidfd_of_a_process_that_ended_is_not_alive() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let fd = crate::procfs::pidfd_open(child.id() as i32).unwrap();
+        let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+        assert!(super::alive(raw));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!super::alive(raw));
+        assert!(!super::alive(-1));
     }
 }

@@ -56,6 +56,8 @@ pub(crate) struct State {
     pub membership: Membership,
     pub stats: Stats,
     pub links: u64,
+    /// Open links by uid (`crate::link_server`: a uid's are bounded).
+    pub links_by_uid: std::collections::HashMap<u32, usize>,
     /// Chooses nodes for the programs started here.
     pub placer: shoal_pool::Placer,
 }
@@ -270,6 +272,7 @@ impl Daemon {
                 membership,
                 stats: Stats::default(),
                 links: 0,
+                links_by_uid: Default::default(),
                 placer: shoal_pool::Placer::new(rand::random()),
             }),
             load: Mutex::new(Load {

@@ -84,6 +84,9 @@ struct Proc {
     uid: u32,
     /// The process group signals go to (see `crate::spawn`).
     group: i32,
+    /// A pidfd of the group's leader (the watcher), taken as it started:
+    /// signals go through it, so never to a group whose id was reused.
+    leader: Option<std::os::fd::OwnedFd>,
     /// Writes go to the thread that owns the program's input (a pipe, or
     /// the terminal's master side); `None` once it was closed.
     input: Option<std::sync::mpsc::SyncSender<Input>>,
@@ -402,27 +405,31 @@ impl Exec {
                 }
             }
             ExecRequest::Signal { id, signal } => {
-                let Some(group) = self.procs.lock().get(&id).map(|p| p.group) else {
+                let procs = self.procs.lock();
+                let Some(p) = procs.get(&id) else {
                     return ExecReply::Error(format!("no process {id} here"));
+                };
+                // An ended program's group id is free for another's.
+                if p.output.0.lock().ended.is_some() {
+                    return ExecReply::Error(format!("process {id} has ended"));
+                }
+                let Some(leader) = &p.leader else {
+                    return ExecReply::Error(format!("cannot signal {id}: it has no pidfd"));
                 };
                 if signal == libc::SIGSTOP {
                     // SIGSTOP cannot be ignored, not even by the watcher
                     // that leads the group: stop the others one by one,
-                    // so that the watcher can report the stop.
-                    for pid in crate::procfs::group_members(group) {
-                        // SAFETY: kill(2) of a process of the group.
-                        unsafe { libc::kill(pid, signal) };
+                    // so that the watcher can report the stop.  Only while
+                    // the leader lives: the group is the program's.
+                    if crate::procfs::pidfd_signal(leader, 0, false).is_ok() {
+                        crate::procfs::signal_members(p.group, signal);
                     }
                     return ExecReply::Done;
                 }
-                // SAFETY: kill(2) of the program's process group.
-                if unsafe { libc::kill(-group, signal) } != 0 {
-                    return ExecReply::Error(format!(
-                        "cannot signal {id}: {}",
-                        std::io::Error::last_os_error()
-                    ));
+                match crate::procfs::pidfd_signal(leader, signal, true) {
+                    Ok(()) => ExecReply::Done,
+                    Err(e) => ExecReply::Error(format!("cannot signal {id}: {e}")),
                 }
-                ExecReply::Done
             }
         }
     }
@@ -533,11 +540,15 @@ impl Exec {
             }
         };
         let group = spawned.group;
+        // The watcher is not reaped before its program ends, which is
+        // long after this: the pid is still its own.
+        let leader = crate::procfs::pidfd_open(group);
         self.procs.lock().insert(
             id,
             Proc {
                 uid,
                 group,
+                leader,
                 input: Some(writer(stdin, tty)),
                 output: output.clone(),
                 last_read: Instant::now(),

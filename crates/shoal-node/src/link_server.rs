@@ -55,10 +55,17 @@ pub fn start(shared: Arc<Shared>) -> Result<(), String> {
                 if shared.stop.load(Ordering::Acquire) {
                     break;
                 }
-                let shared = shared.clone();
-                let _ = std::thread::Builder::new()
-                    .name("link".into())
-                    .spawn(move || serve(shared, stream));
+                let Some(peer) = open(&shared, &stream) else {
+                    continue;
+                };
+                let uid = peer.0.uid;
+                let spawned = std::thread::Builder::new().name("link".into()).spawn({
+                    let shared = shared.clone();
+                    move || serve(shared, stream, peer)
+                });
+                if spawned.is_err() {
+                    close(&shared, uid);
+                }
             }
         })
         .map_err(|e| format!("cannot start link thread: {e}"))?;
@@ -81,28 +88,71 @@ pub(crate) struct Peer {
 /// Client endpoints one link keeps ids for; beyond them, the oldest id is
 /// forgotten (its client can no longer locate or renew its keys).
 const MAX_CLIENTS: usize = 4096;
+/// Links a uid other than root may have open at once (each is a thread
+/// of the daemon's).
+pub(crate) const MAX_LINKS_PER_UID: usize = 256;
+/// Processes one link may have spawned that have not ended.
+pub(crate) const MAX_SPAWNED_PER_LINK: usize = 256;
 
-fn serve(shared: Arc<Shared>, stream: UnixStream) {
-    let Some((pid, uid, _)) = crate::account::peer(&stream) else {
-        return;
-    };
-    // Kept open as long as the link: `peer.pidfd` borrows it.
-    let pidfd = crate::credentials::pidfd(&stream, pid);
+/// Who opened `stream`, and a pidfd of that process (kept open as long as
+/// the link: `Peer::pidfd` borrows it); `None`, and the stream answered
+/// with one line saying why, if the kernel does not say or the uid has
+/// as many links as it may.
+fn open(shared: &Shared, stream: &UnixStream) -> Option<(Peer, Option<std::os::fd::OwnedFd>)> {
+    let (pid, uid, _) = crate::account::peer(stream)?;
+    {
+        let mut state = shared.state.lock();
+        let count = state.links_by_uid.entry(uid).or_default();
+        if uid != 0 && *count >= MAX_LINKS_PER_UID {
+            drop(state);
+            let refusal = LinkResponse::Error {
+                message: format!(
+                    "uid {uid} has {MAX_LINKS_PER_UID} links to this node open already"
+                ),
+            };
+            let mut line = serde_json::to_string(&refusal).expect("responses serialize");
+            line.push('\n');
+            let _ = (&*stream).write_all(line.as_bytes());
+            return None;
+        }
+        *count += 1;
+        state.links += 1;
+    }
+    let pidfd = crate::credentials::pidfd(stream, pid);
     let peer = Peer {
         uid,
         daemon: pid as u32 == std::process::id(),
         pid,
         pidfd: pidfd.as_ref().map_or(-1, std::os::fd::AsRawFd::as_raw_fd),
     };
+    Some((peer, pidfd))
+}
+
+/// A link of `uid` closed.
+fn close(shared: &Shared, uid: u32) {
+    let mut state = shared.state.lock();
+    state.links -= 1;
+    if let Some(count) = state.links_by_uid.get_mut(&uid) {
+        *count -= 1;
+        if *count == 0 {
+            state.links_by_uid.remove(&uid);
+        }
+    }
+}
+
+fn serve(
+    shared: Arc<Shared>,
+    stream: UnixStream,
+    (peer, _pidfd): (Peer, Option<std::os::fd::OwnedFd>),
+) {
     // Client ids given to this link: keys are derived for these only.
     let mut clients: std::collections::VecDeque<ClientId> = Default::default();
-    shared.state.lock().links += 1;
     let mut registered: Vec<(PutPort, Instance)> = Vec::new();
     // Processes this link spawned that have not ended yet.
     let mut spawned: Vec<ProcId> = Vec::new();
     let mut writer = match stream.try_clone() {
         Ok(w) => w,
-        Err(_) => return,
+        Err(_) => return close(&shared, peer.uid),
     };
     let mut reader = BufReader::new(stream);
     let mut line = String::new();
@@ -137,12 +187,14 @@ fn serve(shared: Arc<Shared>, stream: UnixStream) {
     if !spawned.is_empty() {
         crate::home::hang_up(&shared, &spawned);
     }
-    let mut state = shared.state.lock();
-    for (port, instance) in registered {
-        tracing::info!(%port, %instance, "server endpoint gone with its program");
-        state.registry.deregister(port, instance);
+    {
+        let mut state = shared.state.lock();
+        for (port, instance) in registered {
+            tracing::info!(%port, %instance, "server endpoint gone with its program");
+            state.registry.deregister(port, instance);
+        }
     }
-    state.links -= 1;
+    close(&shared, peer.uid);
 }
 
 fn handle(
@@ -270,6 +322,10 @@ fn handle(
                 frag_bytes: shared.config.frag_bytes,
             })
         }
+        LinkRequest::Spawn { .. } if spawned.len() >= MAX_SPAWNED_PER_LINK => error(format!(
+            "this link has {MAX_SPAWNED_PER_LINK} processes that have not ended; \
+             open another link to start more"
+        )),
         LinkRequest::Spawn {
             command,
             on,
@@ -477,9 +533,11 @@ fn parse_instance(text: &str) -> Option<Instance> {
 
 /// Whether `peer` may serve a system port: the daemon, a running service
 /// configured `system = true`, and root's programs where the configuration
-/// says `system_ports = "root"`.
+/// says `system_ports = "root"`.  A service is known by its pid's parent,
+/// read now: it counts only if the link's process is still alive after
+/// the read (its pidfd says so), so the pid was not another's meanwhile.
 fn may_serve_system(shared: &Shared, peer: &Peer) -> bool {
     peer.daemon
         || (peer.uid == 0 && shared.config.system_ports == crate::config::SystemPorts::Root)
-        || shared.services.is_system(peer.pid)
+        || (shared.services.is_system(peer.pid) && crate::credentials::alive(peer.pidfd))
 }

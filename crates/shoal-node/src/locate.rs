@@ -41,10 +41,12 @@ pub(crate) const MSG_HERE: u8 = 4;
 const MARGIN: Duration = Duration::from_secs(10);
 /// Locates waiting for answers at once, over all links.
 const MAX_PENDING: usize = 1024;
+/// Locates one uid other than root may have waiting at once.
+pub(crate) const MAX_PENDING_PER_UID: usize = 64;
 
-/// Answers gathered for the locates under way, by nonce: the node that
-/// answered, its address, and its answer.
-pub(crate) type Pending = std::collections::HashMap<u64, Vec<(NodeId, SocketAddr, Here)>>;
+/// Answers gathered for the locates under way, by nonce: the uid asking,
+/// and for each answer the node that gave it, its address, and the answer.
+pub(crate) type Pending = std::collections::HashMap<u64, (u32, Vec<(NodeId, SocketAddr, Here)>)>;
 
 /// Where `locate.port` is served, for client `client` of `uid`: see the
 /// module documentation.
@@ -80,7 +82,12 @@ pub(crate) fn locate(
             if pending.len() >= MAX_PENDING {
                 return Err("this node is answering too many locates; try again".into());
             }
-            pending.insert(nonce, Vec::new());
+            if uid != 0 && pending.values().filter(|p| p.0 == uid).count() >= MAX_PENDING_PER_UID {
+                return Err(format!(
+                    "uid {uid} has {MAX_PENDING_PER_UID} locates waiting on this node; try again"
+                ));
+            }
+            pending.insert(nonce, (uid, Vec::new()));
         }
         let mut message = vec![MSG_LOCATE];
         let mut plain = Vec::new();
@@ -90,10 +97,10 @@ pub(crate) fn locate(
         let until = Instant::now() + wait;
         let mut pending = shared.locating.lock();
         loop {
-            let heard = pending.get(&nonce).map_or(&[][..], Vec::as_slice);
+            let heard = pending.get(&nonce).map_or(&[][..], |p| p.1.as_slice());
             let done = heard.len() >= targets.len() || (!all && heard.iter().any(|a| useful(&a.2)));
             if done || shared.located.wait_until(&mut pending, until).timed_out() {
-                let heard = pending.remove(&nonce).unwrap_or_default();
+                let heard = pending.remove(&nonce).map(|p| p.1).unwrap_or_default();
                 answers.extend(heard.into_iter().map(|(n, a, h)| (n, Some(a), h)));
                 break;
             }
@@ -267,7 +274,7 @@ pub(crate) fn heard(shared: &Shared, node: NodeId, addr: SocketAddr, plain: &[u8
     }
     let mut pending = shared.locating.lock();
     match pending.get_mut(&here.nonce.0) {
-        Some(answers) if answers.len() < shoal_wire::MAX_MEMBERS => {
+        Some((_, answers)) if answers.len() < shoal_wire::MAX_MEMBERS => {
             answers.push((node, addr, here));
             shared.located.notify_all();
             true

@@ -1,6 +1,63 @@
-//! Process groups as `/proc` shows them: their members and what they use.
+//! Process groups as `/proc` shows them: their members and what they use;
+//! and pidfds, through which a process is named and signalled without its
+//! pid being reused under it.
 
 use std::collections::HashMap;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// `pidfd_send_signal`'s flag: to the process group the pidfd's process
+/// leads (Linux 6.9).
+const PIDFD_SIGNAL_PROCESS_GROUP: libc::c_uint = 1 << 2;
+
+/// A pidfd of process `pid`, if it exists.
+pub fn pidfd_open(pid: i32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    // SAFETY: the kernel just gave us this descriptor.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Sends `signal` through `pidfd`, to its process or, with `group`, to
+/// the process group it leads.  A process that was reaped is `ESRCH`,
+/// whatever now has its pid.
+pub fn pidfd_signal(pidfd: &OwnedFd, signal: i32, group: bool) -> std::io::Result<()> {
+    let flags = if group { PIDFD_SIGNAL_PROCESS_GROUP } else { 0 };
+    // SAFETY: pidfd_send_signal with a live fd, no siginfo.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal,
+            std::ptr::null::<libc::siginfo_t>(),
+            flags,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Sends `signal` to each process of group `group` but its leader: each
+/// through a pidfd taken first, and only if, once taken, the process is
+/// still of the group (so no pid reused meanwhile is signalled).
+pub fn signal_members(group: i32, signal: i32) {
+    for pid in group_members(group) {
+        let Some(pidfd) = pidfd_open(pid) else {
+            continue;
+        };
+        if process_group(pid) == Some(group) {
+            let _ = pidfd_signal(&pidfd, signal, false);
+        }
+    }
+}
+
+/// The process group of process `pid`, if it exists.
+fn process_group(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    after_command(&stat).get(2)?.parse().ok()
+}
 
 /// What a process group uses.
 #[derive(Debug, Clone, Copy, Default)]

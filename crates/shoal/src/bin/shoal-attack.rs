@@ -49,6 +49,18 @@ enum Attack {
         #[arg(long)]
         channels: usize,
     },
+    /// Review 3, M6: LINKS links held open at once, REGISTRATIONS
+    /// endpoints registered on one link, and LOCATES locates of a port
+    /// nobody serves waiting at once; prints how many of each the node
+    /// took and the first refusal's text.
+    Flood {
+        #[arg(long)]
+        links: usize,
+        #[arg(long)]
+        registrations: usize,
+        #[arg(long)]
+        locates: usize,
+    },
 }
 
 fn main() -> ExitCode {
@@ -56,6 +68,11 @@ fn main() -> ExitCode {
     let result = match args.attack {
         Attack::Impersonate { port, uid } => impersonate(&args.socket, port, uid),
         Attack::FillChannels { port, channels } => fill_channels(&args.socket, port, channels),
+        Attack::Flood {
+            links,
+            registrations,
+            locates,
+        } => flood(&args.socket, links, registrations, locates),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -271,4 +288,84 @@ fn fill_channels(socket: &std::path::Path, port: PutPort, channels: usize) -> Re
 fn nix_uid() -> u32 {
     // SAFETY: getuid cannot fail.
     unsafe { libc::getuid() }
+}
+
+/// What a flood of `count` tries got: how many were taken, and the first
+/// refusal.
+fn report(what: &str, taken: usize, refused: Option<String>) {
+    println!(
+        "{what}: {taken} taken; refused: {}",
+        refused.as_deref().unwrap_or("none")
+    );
+}
+
+fn flood(
+    socket: &std::path::Path,
+    links: usize,
+    registrations: usize,
+    locates: usize,
+) -> Result<bool, String> {
+    let mut held = Vec::new();
+    let mut refused = None;
+    for _ in 0..links {
+        let mut link = Link::connect(socket).map_err(|e| e.to_string())?;
+        match link.call(&LinkRequest::Hello) {
+            Ok(_) => held.push(link),
+            Err(e) => {
+                refused.get_or_insert(e.to_string());
+            }
+        }
+    }
+    report("links", held.len(), refused);
+    drop(held);
+    std::thread::sleep(Duration::from_millis(500));
+
+    let mut link = Link::connect(socket).map_err(|e| e.to_string())?;
+    let (mut taken, mut refused) = (0, None);
+    for _ in 0..registrations {
+        let answer = link.call(&LinkRequest::Register {
+            get_port: GetPort::random().to_hex(),
+            addr: "127.0.0.1:9".parse().expect("an address"),
+            instance: format!("{:016x}", rand::random::<u64>() | 1),
+        });
+        match answer {
+            Ok(LinkResponse::Registered { .. }) => taken += 1,
+            other => {
+                refused.get_or_insert(format!("{other:?}"));
+            }
+        }
+    }
+    report("registrations", taken, refused);
+    drop(link);
+
+    let waiting: Vec<_> = (0..locates)
+        .map(|_| {
+            let socket = socket.to_path_buf();
+            std::thread::spawn(move || -> Result<(), String> {
+                let mut link = Link::connect(&socket).map_err(|e| e.to_string())?;
+                let id = client(&mut link)?;
+                link.call(&LinkRequest::Locate {
+                    client: id,
+                    port: GetPort::random().put_port().to_string(),
+                    instance: format!("{:016x}", 0),
+                    node: format!("{:016x}", 0),
+                    wait_ms: 3000,
+                    all: false,
+                })
+                .map(drop)
+                .map_err(|e| e.to_string())
+            })
+        })
+        .collect();
+    let (mut taken, mut refused) = (0, None);
+    for t in waiting {
+        match t.join().expect("a locate thread") {
+            Ok(()) => taken += 1,
+            Err(e) => {
+                refused.get_or_insert(e);
+            }
+        }
+    }
+    report("locates", taken, refused);
+    Ok(true)
 }
