@@ -61,6 +61,9 @@ pub struct Config {
     pub max_queued: usize,
     /// Handshakes answered and not finished, over all peers.
     pub max_responding: usize,
+    /// Handshakes answered and not finished, per source address: a new
+    /// one from an address at this bound takes the place of its oldest.
+    pub max_responding_per_addr: usize,
     /// A sender that has heard nothing in its newest session for this long
     /// (µs) starts another: the peer may have lost it (restarted).
     pub stale_after: u64,
@@ -83,6 +86,7 @@ impl Default for Config {
             give_up: 10_000_000,
             max_queued: 64,
             max_responding: 256,
+            max_responding_per_addr: 4,
             stale_after: 15_000_000,
             keepalive: 10_000_000,
             max_initiating: 64,
@@ -599,15 +603,55 @@ impl Sessions {
         }
     }
 
+    /// Answers an initiation from `from`, making room for it: each address
+    /// has a few slots of its own, its newest initiation taking the place
+    /// of its oldest, so one address cannot hold more; and when every slot
+    /// is taken, the new one takes the place of the oldest handshake from
+    /// an address this node has no session with.  A genuine handshake
+    /// needs its slot for one round trip: to keep one out, a flood from
+    /// many addresses must send a whole table's worth in every round trip,
+    /// and the peers this node has sessions with (a peer that restarted,
+    /// or rekeys) are never pushed out by it.
     fn answer(&mut self, now: u64, from: SocketAddr, datagram: &[u8], out: &mut Vec<Output>) {
-        let responding = self
-            .pending
-            .values()
-            .filter(|(_, p)| matches!(p, Pending::Responding { .. }))
-            .count();
-        if responding >= self.cfg.max_responding {
+        // Handshakes answered (from `addr`, or from anywhere): index,
+        // address and start.
+        let responding = |addr: Option<SocketAddr>,
+                          pending: &HashMap<u32, (SocketAddr, Pending)>| {
+            pending
+                .iter()
+                .filter_map(|(&i, (a, p))| match p {
+                    Pending::Responding { started, .. } if addr.is_none_or(|addr| *a == addr) => {
+                        Some((i, *a, *started))
+                    }
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        let known = |peers: &HashMap<SocketAddr, Peer>, a: &SocketAddr| {
+            peers.get(a).is_some_and(|p| !p.sessions.is_empty())
+        };
+        let own = responding(Some(from), &self.pending);
+        let all = responding(None, &self.pending);
+        // `Some(None)`: room; `Some(Some(i))`: in handshake i's place.
+        let room = if own.len() >= self.cfg.max_responding_per_addr {
+            own.iter().min_by_key(|r| r.2).map(|r| Some(r.0))
+        } else if all.len() < self.cfg.max_responding {
+            Some(None)
+        } else {
+            all.iter()
+                .filter(|r| !known(&self.peers, &r.1))
+                .min_by_key(|r| r.2)
+                .map(|r| Some(r.0))
+        };
+        let Some(replaced) = room else {
             self.stats.handshake_failures += 1;
             return;
+        };
+        if let Some(index) = replaced {
+            if let Some((_, Pending::Responding { early, .. })) = self.pending.remove(&index) {
+                self.early_bytes -= early.iter().map(Vec::len).sum::<usize>();
+            }
+            self.stats.handshake_failures += 1;
         }
         let index = self.fresh_index();
         let seed: [u8; 32] = self.rng.random();

@@ -430,3 +430,58 @@ fn both_ends_of_an_endpoint_channel_derive_one_key() {
             .is_none()
     );
 }
+
+/// Review 3, M1: initiations flooded at a node, from one address or from
+/// many it has no session with, keep neither a node it never spoke to nor
+/// a peer it has a session with from making one.
+#[test]
+fn a_flood_of_initiations_locks_no_node_out() {
+    for many in [false, true] {
+        let mut net = Net::new(3, 11, 0.0);
+        // Node 1 and node 0 have a session; node 2 has none yet.
+        net.send(1, 0, &text(1));
+        net.run(SEC);
+        let genuine = net
+            .captured
+            .iter()
+            .find(|(_, _, d)| d.len() > 8 && d[3] == 1)
+            .expect("an initiation was sent")
+            .2
+            .clone();
+        // An attacker replays it under fresh indexes, 600 times a
+        // second for 3 s: from one address, or from 600.
+        let mut forged = 0u32;
+        let flood = |net: &mut Net, forged: &mut u32| {
+            for _ in 0..60 {
+                *forged += 1;
+                let mut d = genuine.clone();
+                d[4..8].copy_from_slice(&(0x7000_0000 + *forged).to_le_bytes());
+                let octet = if many { (*forged % 600) as u16 } else { 0 };
+                let from = SocketAddr::from(([192, 0, (octet >> 8) as u8, octet as u8], 9999));
+                let mut out = Vec::new();
+                let _ = net.nodes[0].handle(net.now, WALL, from, &mut d, &mut out);
+            }
+        };
+        for _ in 0..10 {
+            flood(&mut net, &mut forged);
+            let until = net.now + 100 * MS;
+            net.run(until);
+        }
+        // Node 2 makes its first session, and node 1 a new one (as after
+        // a restart, it lost its keys), all while the flood goes on.
+        net.nodes[1] = Net::new(3, 12, 0.0).nodes.remove(1);
+        net.send(2, 0, &text(2));
+        net.send(1, 0, &text(3));
+        for _ in 0..20 {
+            flood(&mut net, &mut forged);
+            let until = net.now + 100 * MS;
+            net.run(until);
+        }
+        for (from, t) in [(2, text(2)), (1, text(3))] {
+            assert!(
+                net.delivered.contains(&(from, 0, t.clone())),
+                "many addresses {many}: node {from} was locked out"
+            );
+        }
+    }
+}

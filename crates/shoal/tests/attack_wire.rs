@@ -221,3 +221,86 @@ fn a_capture_finds_no_capability_and_no_file_byte() {
     }
     assert!(found.is_empty(), "crossed in clear: {found:?}");
 }
+
+/// Review 3, M1: initiations flooded from outside the cluster at every
+/// node (from the host, 1,000 a second to each) lock no node out: a node
+/// restarted during the flood makes its sessions again and is alive to
+/// the others, and a program homed on another node runs on.
+#[test]
+fn a_flood_of_handshakes_from_outside_keeps_no_node_out() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let t = TestCluster::up("wf", 57, 3, Mode::Netns);
+    let c = t.get();
+    let ctx = c.context();
+    let shoal = common::shoal();
+    let mark = format!("57.{}", std::process::id());
+    let mut program = c
+        .command("n3", &shoal)
+        .unwrap()
+        .args(["run", "--on", "n1", "--", "sleep", &mark])
+        .spawn()
+        .unwrap();
+    let targets: Vec<SocketAddr> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|n| c.node(n).unwrap().addr)
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flood = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let socket = UdpSocket::bind("0.0.0.0:0").unwrap();
+            let mut sent = 0u64;
+            while !stop.load(Ordering::Acquire) {
+                for to in &targets {
+                    for _ in 0..100 {
+                        // SH 2 1, a sender index, a Noise message 1 (an
+                        // ephemeral key: a point on the curve about half
+                        // the time).
+                        let mut d = b"SH\x02\x01".to_vec();
+                        d.extend_from_slice(&rand::random::<[u8; 36]>());
+                        if socket.send_to(&d, to).is_ok() {
+                            sent += 1;
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            sent
+        })
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    c.stop("n2").unwrap();
+    c.start_node("n2").unwrap();
+    // Alive in `observer`'s view; an observer that cannot be asked (no
+    // session with it from here) sees nothing.
+    let up = |observer: &str, about: &str| {
+        c.status(&ctx, observer, Duration::from_secs(2))
+            .is_ok_and(|s| s.members.iter().any(|m| m.name == about && m.alive))
+    };
+    let until = Instant::now() + Duration::from_secs(60);
+    while !(up("n1", "n2") && up("n2", "n1") && up("n3", "n2") && up("n2", "n3")) {
+        assert!(
+            Instant::now() < until,
+            "n2 never came back during the flood: {:?}",
+            c.status(&ctx, "n1", Duration::from_secs(2))
+                .map(|s| s.counters)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    stop.store(true, Ordering::Release);
+    let sent = flood.join().unwrap();
+    assert!(sent > 1000, "the flood sent {sent}");
+    let failures = c
+        .status(&ctx, "n1", Duration::from_secs(2))
+        .unwrap()
+        .counters["session_handshake_failures"];
+    assert!(failures > 100, "n1 answered the flood: {failures} failures");
+    assert!(
+        program.try_wait().unwrap().is_none(),
+        "the program homed on n3 ended"
+    );
+    program.kill().unwrap();
+    program.wait().unwrap();
+}
