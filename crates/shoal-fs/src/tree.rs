@@ -497,6 +497,10 @@ impl Tree {
         excl: bool,
     ) -> Result<Answer, FsError> {
         check_name(name)?;
+        // Device nodes are root's to make, as mknod(2) is.
+        if matches!(kind, Kind::CharDev | Kind::BlockDev) && !who.is_root() {
+            return Err(FsError::Perm);
+        }
         let p = self.writable_dir(who, parent)?.attr;
         if let Some(existing) = self.entry(parent, name) {
             let e = self.inode(existing)?;

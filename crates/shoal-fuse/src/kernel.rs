@@ -9,7 +9,8 @@ use crate::{THREADS, URING_THREADS, transport};
 
 /// The session settings of a mount named `fsname` (its subtype "shoal"):
 /// every user may enter it and the kernel checks permissions against the
-/// attributes (`default_permissions`); [`THREADS`] readers of cloned
+/// attributes (`default_permissions`); no device node or set-id bit in it
+/// works (`nodev`, `nosuid`); [`THREADS`] readers of cloned
 /// `/dev/fuse` descriptors, or [`URING_THREADS`] io_uring workers per CPU
 /// when `uring` is asked and the kernel has FUSE over io_uring (turned on
 /// here if it is off).
@@ -20,6 +21,9 @@ pub fn session_config(fsname: &str, uring: bool) -> Config {
         MountOption::Subtype("shoal".into()),
         MountOption::DefaultPermissions,
         MountOption::NoAtime,
+        // Device nodes and set-id bits in the tree mean nothing here.
+        MountOption::NoDev,
+        MountOption::NoSuid,
     ];
     config.acl = SessionACL::All;
     config.n_threads = Some(THREADS);

@@ -61,7 +61,8 @@ pub fn send_with_fds(sock: RawFd, body: &[u8], fds: &[RawFd]) -> std::io::Result
 /// announced more than `max` bytes.
 pub fn receive(sock: RawFd, max: usize) -> Option<(Vec<u8>, Vec<RawFd>)> {
     let mut len = [0u8; 4];
-    let mut control = [0u8; 256];
+    // Aligned as a `cmsghdr` must be.
+    let mut control = [0u64; 32];
     let mut iov = libc::iovec {
         iov_base: len.as_mut_ptr().cast(),
         iov_len: 4,
@@ -73,18 +74,24 @@ pub fn receive(sock: RawFd, max: usize) -> Option<(Vec<u8>, Vec<RawFd>)> {
         msg.msg_iov = &mut iov;
         msg.msg_iovlen = 1;
         msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = control.len();
+        msg.msg_controllen = std::mem::size_of_val(&control);
         let n = libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC | libc::MSG_WAITALL);
         let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
         while !cmsg.is_null() {
             if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
                 let count = ((*cmsg).cmsg_len - libc::CMSG_LEN(0) as usize) / 4;
                 let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
-                fds.extend((0..count).map(|i| *data.add(i)));
+                fds.extend((0..count).map(|i| data.add(i).read_unaligned()));
             }
             cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
         }
-        n
+        // Fds that did not fit were closed by the kernel: the message is
+        // not whole.
+        if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+            -1
+        } else {
+            n
+        }
     };
     let len = u32::from_le_bytes(len) as usize;
     if got != 4 || len > max {

@@ -195,8 +195,23 @@ impl Admin {
     }
 
     /// A certificate for node `name` with static public key `key`, valid
-    /// from now for `days`; recorded in `admitted`.
+    /// from now for `days`; recorded in `admitted`.  A name admitted with
+    /// another key and not revoked is refused: two nodes of one name would
+    /// share its system ports.  The same key again is a renewal.
     pub fn admit(&self, name: &str, key: [u8; 32], days: u64) -> Result<Vec<u8>, String> {
+        let revoked = self.revoked()?;
+        let hex_key = hex::encode(key);
+        for (serial, other, their_key) in self.admitted() {
+            if other == name
+                && !revoked.contains(&serial)
+                && their_key.as_deref() != Some(hex_key.as_str())
+            {
+                return Err(format!(
+                    "node {name} is admitted already with another key (serial {serial}); \
+                     revoke it first (shoal cluster revoke {name})"
+                ));
+            }
+        }
         let now = wall();
         let serial = loop {
             let s: u64 = rand::random();
@@ -217,7 +232,7 @@ impl Admin {
         .map_err(|e| format!("cannot admit {name:?}: {e}"))?;
         let log = self.dir.join("admitted");
         let mut text = std::fs::read_to_string(&log).unwrap_or_default();
-        text.push_str(&format!("{serial} {name}\n"));
+        text.push_str(&format!("{serial} {name} {hex_key}\n"));
         private::write(&log, text.as_bytes())?;
         Ok(cert)
     }
@@ -225,12 +240,11 @@ impl Admin {
     /// Revokes every certificate issued to `name` (or with serial `name`):
     /// the new list, signed, also kept in `revoked`.
     pub fn revoke(&self, name: &str) -> Result<Vec<u8>, String> {
-        let admitted = std::fs::read_to_string(self.dir.join("admitted")).unwrap_or_default();
-        let serials: Vec<u64> = admitted
-            .lines()
-            .filter_map(|l| l.split_once(' '))
-            .filter(|(s, n)| *n == name || *s == name)
-            .filter_map(|(s, _)| s.parse().ok())
+        let serials: Vec<u64> = self
+            .admitted()
+            .into_iter()
+            .filter(|(s, n, _)| n == name || s.to_string() == name)
+            .map(|(s, _, _)| s)
             .collect();
         if serials.is_empty() {
             return Err(format!(
@@ -239,12 +253,7 @@ impl Admin {
             ));
         }
         let path = self.dir.join(REVOKED);
-        let mut list = if path.exists() {
-            RevocationList::verify(&read_hex(&path)?, self.cluster, &self.public())
-                .map_err(|e| format!("{}: {e}", path.display()))?
-        } else {
-            RevocationList::default()
-        };
+        let mut list = self.revocations()?;
         list.version += 1;
         list.issued = wall();
         list.serials.extend(serials);
@@ -253,6 +262,37 @@ impl Admin {
             .map_err(|e| e.to_string())?;
         private::write(&path, format!("{}\n", hex::encode(&bytes)).as_bytes())?;
         Ok(bytes)
+    }
+}
+
+impl Admin {
+    /// What `admitted` records: serial, name and (for certificates issued
+    /// since it was kept) the static key in hex, per certificate.
+    fn admitted(&self) -> Vec<(u64, String, Option<String>)> {
+        let text = std::fs::read_to_string(self.dir.join("admitted")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| {
+                let mut f = l.split_whitespace();
+                let serial = f.next()?.parse().ok()?;
+                let name = f.next()?.to_string();
+                Some((serial, name, f.next().map(str::to_string)))
+            })
+            .collect()
+    }
+
+    /// The revocation list issued so far.
+    fn revocations(&self) -> Result<RevocationList, String> {
+        let path = self.dir.join(REVOKED);
+        if !path.exists() {
+            return Ok(RevocationList::default());
+        }
+        RevocationList::verify(&read_hex(&path)?, self.cluster, &self.public())
+            .map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// The serials revoked so far.
+    fn revoked(&self) -> Result<Vec<u64>, String> {
+        Ok(self.revocations()?.serials)
     }
 }
 
@@ -270,6 +310,21 @@ fn parse_hex32(text: &str) -> Option<[u8; 32]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Review 3, L12: a name is one node's: admitted again with its own key
+    /// (a renewal), refused with another until the first is revoked.
+    #[test]
+    fn a_name_is_admitted_with_one_key_until_revoked() {
+        let tmp = tempfile::tempdir().unwrap();
+        let admin = Admin::create(&tmp.path().join("admin")).unwrap();
+        admin.admit("n1", [1; 32], 1).unwrap();
+        admin.admit("n1", [1; 32], 1).unwrap();
+        let refused = admin.admit("n1", [2; 32], 1).unwrap_err();
+        assert!(refused.contains("revoke it first"), "{refused}");
+        admin.admit("n2", [2; 32], 1).unwrap();
+        admin.revoke("n1").unwrap();
+        admin.admit("n1", [3; 32], 1).unwrap();
+    }
 
     #[test]
     fn an_admitted_node_loads_and_a_revoked_one_does_not() {

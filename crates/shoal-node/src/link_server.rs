@@ -21,6 +21,19 @@ pub fn start(shared: Arc<Shared>) -> Result<(), String> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        // Nobody else may put a socket where this one goes.
+        use std::os::unix::fs::MetadataExt;
+        let meta =
+            std::fs::metadata(dir).map_err(|e| format!("cannot look at {}: {e}", dir.display()))?;
+        // SAFETY: geteuid cannot fail.
+        let me = unsafe { libc::geteuid() };
+        if (meta.uid() != 0 && meta.uid() != me) || meta.mode() & 0o022 != 0 {
+            return Err(format!(
+                "{} is writable by others or not this node's: the node's socket \
+                 must be in a directory only root (or the node's user) may write",
+                dir.display()
+            ));
+        }
     }
     if path.exists() {
         if UnixStream::connect(path).is_ok() {

@@ -1,9 +1,12 @@
 //! Prometheus metrics over a minimal HTTP/1.1 responder: every request,
 //! whatever its path, gets the text exposition of the node's counters.
-//! Up to 32 clients are answered at once, each on its own thread.
+//! Up to 32 clients are answered at once, each on its own thread, and up
+//! to 4 from one address: idle connections from one place block nobody
+//! else's scrapes.
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -12,6 +15,8 @@ use crate::daemon::Shared;
 
 /// Most scrapes served at once; a connection past them is closed at once.
 const MAX_CLIENTS: usize = 32;
+/// Most scrapes served at once for one address.
+const MAX_PER_ADDRESS: usize = 4;
 
 /// Serves metrics on `addr`; returns the bound address.  Each connection
 /// is answered on a thread of its own, so an idle or slow client delays
@@ -24,21 +29,45 @@ pub fn start(shared: Arc<Shared>, addr: SocketAddr) -> Result<SocketAddr, String
     std::thread::Builder::new()
         .name("metrics".into())
         .spawn(move || {
+            let per_address: Arc<parking_lot::Mutex<HashMap<IpAddr, usize>>> = Arc::default();
+            let leave = |per_address: &parking_lot::Mutex<HashMap<IpAddr, usize>>, ip| {
+                let mut map = per_address.lock();
+                if let Some(n) = map.get_mut(&ip) {
+                    *n -= 1;
+                    if *n == 0 {
+                        map.remove(&ip);
+                    }
+                }
+            };
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
+                let Ok(ip) = stream.peer_addr().map(|a| a.ip()) else {
+                    continue;
+                };
+                {
+                    let mut map = per_address.lock();
+                    let n = map.entry(ip).or_default();
+                    if *n >= MAX_PER_ADDRESS {
+                        continue;
+                    }
+                    *n += 1;
+                }
                 if clients.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
                     clients.fetch_sub(1, Ordering::AcqRel);
+                    leave(&per_address, ip);
                     continue;
                 }
-                let (shared, mine) = (shared.clone(), clients.clone());
+                let (shared, mine, theirs) = (shared.clone(), clients.clone(), per_address.clone());
                 let spawned = std::thread::Builder::new()
                     .name("metrics-client".into())
                     .spawn(move || {
                         answer(&shared, stream);
                         mine.fetch_sub(1, Ordering::AcqRel);
+                        leave(&theirs, ip);
                     });
                 if spawned.is_err() {
                     clients.fetch_sub(1, Ordering::AcqRel);
+                    leave(&per_address, ip);
                 }
             }
         })

@@ -19,17 +19,31 @@ pub const FORWARDED: [i32; 6] = [
 /// (15).
 const RESOURCES: u32 = 16;
 
+/// This process's umask, read from `/proc/self/status` without setting it
+/// (umask(2) can only read it by changing it, process-wide, for a moment);
+/// umask(2) only where `/proc` does not say.
+fn umask() -> libc::mode_t {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let said = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Umask:"))
+        .and_then(|m| libc::mode_t::from_str_radix(m.trim(), 8).ok());
+    said.unwrap_or_else(|| {
+        // SAFETY: umask(2) twice, to read it.
+        unsafe {
+            let m = libc::umask(0o022);
+            libc::umask(m);
+            m
+        }
+    })
+}
+
 /// The start description of `argv` as this process would run it (on a
 /// terminal of `tty`'s size if given).  An error if it has no working
 /// directory.
 pub fn start_spec(argv: Vec<String>, tty: Option<WinSize>) -> Result<StartSpec, String> {
     let cwd = std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?;
-    // SAFETY: umask(2) twice, to read it.
-    let umask = unsafe {
-        let m = libc::umask(0o022);
-        libc::umask(m);
-        m
-    };
+    let umask = umask();
     let mut rlimits = Vec::new();
     for resource in 0..RESOURCES {
         let mut l = libc::rlimit {
@@ -103,5 +117,20 @@ pub fn end_as(ended: Ended) -> ! {
             }
             std::process::exit(128 + sig)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Review 3, L14: the umask is read without being changed.
+    #[test]
+    fn the_umask_is_read_as_it_is() {
+        // SAFETY: umask(2) twice, to read it, in this test alone.
+        let set = unsafe {
+            let m = libc::umask(0o022);
+            libc::umask(m);
+            m
+        };
+        assert_eq!(super::umask(), set);
     }
 }

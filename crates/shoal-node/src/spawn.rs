@@ -82,7 +82,7 @@ const MSG_STATUS: i32 = 3;
 const MSG_FAILED: i32 = 16;
 
 /// The steps that can fail in a child, for the error message.
-const STEPS: [&str; 10] = [
+const STEPS: [&str; 11] = [
     "fork",
     "setsid",
     "take the terminal",
@@ -93,6 +93,7 @@ const STEPS: [&str; 10] = [
     "change directory",
     "execute",
     "set up the process group",
+    "mount its own /proc",
 ];
 const STEP_FORK: i32 = 0;
 const STEP_SETSID: i32 = 1;
@@ -104,6 +105,7 @@ const STEP_UID: i32 = 6;
 const STEP_CHDIR: i32 = 7;
 const STEP_EXEC: i32 = 8;
 const STEP_PGID: i32 = 9;
+const STEP_PROC: i32 = 10;
 
 /// Everything the children need, made before the first fork.
 struct Prepared {
@@ -639,21 +641,26 @@ unsafe fn watcher_child(p: &Prepared, session: libc::pid_t, ns: bool) -> ! {
         if ns {
             // This namespace's own /proc, with mounts from outside still
             // arriving (slave, not private) but none leaving.
+            // Neither may fail: a /proc mount that reached the host's
+            // namespace would hide the host's own.
             let none = c"none".as_ptr();
-            libc::mount(
+            if libc::mount(
                 none,
                 c"/".as_ptr(),
                 std::ptr::null(),
                 libc::MS_REC | libc::MS_SLAVE,
                 std::ptr::null(),
-            );
-            libc::mount(
-                c"proc".as_ptr(),
-                c"/proc".as_ptr(),
-                c"proc".as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                std::ptr::null(),
-            );
+            ) != 0
+                || libc::mount(
+                    c"proc".as_ptr(),
+                    c"/proc".as_ptr(),
+                    c"proc".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    std::ptr::null(),
+                ) != 0
+            {
+                fail(p, STEP_PROC);
+            }
         }
         if let Some(tty) = p.tty {
             // Our group becomes the terminal's foreground (SIGTTOU is

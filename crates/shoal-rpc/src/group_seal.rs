@@ -294,29 +294,41 @@ impl GroupSeal {
             return None;
         };
         self.heard += 1;
-        if !self.senders.contains_key(&(epoch, member)) && self.senders.len() >= MAX_SENDERS {
-            let oldest = self
-                .senders
-                .iter()
-                .min_by_key(|(_, s)| s.2)
-                .map(|(m, _)| *m);
-            if let Some(m) = oldest {
-                self.senders.remove(&m);
-            }
-        }
-        let (sender, window, heard) = self.senders.entry((epoch, member)).or_insert_with(|| {
+        // A sender not heard yet gets its entry (a key schedule) only once
+        // a datagram of its opened: forged headers make none.
+        let id = (epoch, member);
+        let fresh = (!self.senders.contains_key(&id)).then(|| {
             (
                 Key::new(ALGORITHM, &member_key(&key, member)),
                 ReplayWindow::new(),
                 0,
             )
         });
+        let (sender, window, _) = match &fresh {
+            Some(f) => f,
+            None => &self.senders[&id],
+        };
         if !window.check(header.counter()) {
             self.replays += 1;
             return None;
         }
-        match open(sender, datagram) {
+        let opened = open(sender, datagram);
+        match opened {
             Ok((header, plain)) => {
+                if let Some(f) = fresh {
+                    if self.senders.len() >= MAX_SENDERS {
+                        let oldest = self
+                            .senders
+                            .iter()
+                            .min_by_key(|(_, s)| s.2)
+                            .map(|(m, _)| *m);
+                        if let Some(m) = oldest {
+                            self.senders.remove(&m);
+                        }
+                    }
+                    self.senders.insert(id, f);
+                }
+                let (_, window, heard) = self.senders.get_mut(&id).expect("just kept");
                 window.accept(header.counter());
                 *heard = self.heard;
                 let start = header.len();
@@ -361,6 +373,25 @@ mod tests {
         e.seal(b"x", &mut f);
         assert!(b.open(&mut f).is_none());
         assert_eq!(b.bad, 1);
+    }
+
+    /// Review 3, L2: forged datagrams naming senders nobody heard make no
+    /// sender entries; a real sender's first datagram does.
+    #[test]
+    fn forged_senders_make_no_entries() {
+        let port = new_group_port(false);
+        let mut b = GroupSeal::new(0, [7u8; 32], &port, MemberId(20));
+        let mut e = GroupSeal::new(0, [7u8; 32], &port, MemberId(40));
+        let mut real = Vec::new();
+        e.seal(b"x", &mut real);
+        for member in 1000..1100u64 {
+            let mut forged = real.clone();
+            forged[16..24].copy_from_slice(&member.to_le_bytes());
+            assert!(b.open(&mut forged).is_none());
+        }
+        assert!(b.senders.is_empty());
+        assert!(b.open(&mut real).is_some());
+        assert_eq!(b.senders.len(), 1);
     }
 
     #[test]

@@ -95,6 +95,14 @@ pub(crate) enum Sealed {
 
 /// Most channels a client keeps; the oldest go first.
 const MAX_CLIENT_KEYS: usize = 256;
+/// Counters one client channel may take before the next channel made in
+/// this process starts above them (its session is rekeyed long before).
+const COUNTERS_PER_CHANNEL: u64 = 1 << 32;
+/// Where the next client channel made in this process starts counting.
+/// A channel forgotten (the oldest of [`MAX_CLIENT_KEYS`]) and made again
+/// with the same key starts above everything the first one sent, so no
+/// nonce is ever sealed twice under one key.
+static NEXT_COUNTERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl ClientKeys {
     /// Keeps the channel `grant` gives to `instance` of `port` on `node`.  A grant of
@@ -132,7 +140,12 @@ impl ClientKeys {
         self.keys.insert(
             instance,
             ClientKey {
-                channel: Channel::client(algorithm(grant.aes), &key),
+                channel: Channel::client_from(
+                    algorithm(grant.aes),
+                    &key,
+                    NEXT_COUNTERS
+                        .fetch_add(COUNTERS_PER_CHANNEL, std::sync::atomic::Ordering::Relaxed),
+                ),
                 key,
                 node,
                 port,
@@ -641,6 +654,30 @@ mod tests {
         s.shares[&(NodeId(0x11), uid)]
             .dropped
             .contains(&(5, client))
+    }
+
+    /// Review 3, L1: a channel forgotten for room and made again with the
+    /// same key counts on above what it sent before: no nonce twice.
+    #[test]
+    fn a_channel_made_again_never_reuses_a_counter() {
+        let (mut c, _, grant, instance) = ends(5);
+        let counter = |c: &mut ClientKeys, instance: Instance| {
+            let mut out = Vec::new();
+            let sealed = c.seal(instance, None, 1000, ClientId(0x22), &[b"x"], &mut out);
+            assert_eq!(sealed, Sealed::Done);
+            u64::from_le_bytes(out[20..28].try_into().unwrap())
+        };
+        let first = counter(&mut c, instance);
+        let second = counter(&mut c, instance);
+        assert_eq!(second, first + 1);
+        // Enough other servers that the first is forgotten.
+        for i in 0..MAX_CLIENT_KEYS as u64 {
+            c.insert(Instance(0x1000 + i), NodeId(0x11), PORT, &grant)
+                .unwrap();
+        }
+        assert!(!c.keys.contains_key(&instance));
+        c.insert(instance, NodeId(0x11), PORT, &grant).unwrap();
+        assert!(counter(&mut c, instance) > second);
     }
 
     #[test]

@@ -237,6 +237,30 @@ pub struct Hello {
 /// Longest a program waits for its node to answer.
 const LINK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// The uid of the process at the other end of `stream`, as the kernel
+/// says.
+fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: an all-zero ucred is a valid value to be filled in.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `cred`.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc == 0 {
+        Ok(cred.uid)
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// An open link to the node.
 #[derive(Debug)]
 pub struct Link {
@@ -253,6 +277,17 @@ impl Link {
             source,
         };
         let stream = UnixStream::connect(path).map_err(no_node)?;
+        // The node is root's, or this user's own: a socket another user
+        // answers (planted where a configuration put it) is no node, and
+        // would collect what this program registers.
+        let peer = peer_uid(&stream).map_err(no_node)?;
+        // SAFETY: getuid cannot fail.
+        let me = unsafe { libc::getuid() };
+        if peer != 0 && peer != me {
+            return Err(no_node(std::io::Error::other(format!(
+                "the socket is served by uid {peer}, neither root nor this user"
+            ))));
+        }
         // A node that hangs must not hang its programs.
         stream
             .set_read_timeout(Some(LINK_TIMEOUT))

@@ -58,6 +58,17 @@ impl Channel {
         Self::new(algorithm, key, true)
     }
 
+    /// The client's end of a channel with key `key` whose first datagram
+    /// takes counter `first`: an end made again for a key used before
+    /// starts above every counter the earlier one took, so no nonce is
+    /// used twice under the key.
+    pub fn client_from(algorithm: Algorithm, key: &[u8; 32], first: u64) -> Self {
+        Self {
+            counter: first,
+            ..Self::new(algorithm, key, true)
+        }
+    }
+
     /// The server's end of a channel with key `key`.
     pub fn server(algorithm: Algorithm, key: &[u8; 32]) -> Self {
         Self::new(algorithm, key, false)

@@ -1007,3 +1007,15 @@ proptest! {
         );
     }
 }
+
+/// Review 3, L9: device nodes are root's to make; a user's mknod of one is
+/// refused, their fifo is not.
+#[test]
+fn only_root_makes_device_nodes() {
+    let mut t = T::new();
+    for kind in [Kind::CharDev, Kind::BlockDev] {
+        assert_eq!(t.mk(&alice(), 2, b"dev", kind, 0o666), Err(FsError::Perm));
+    }
+    t.mk(&alice(), 2, b"fifo", Kind::Fifo, 0o666).unwrap();
+    t.mk(&root(), 2, b"dev", Kind::CharDev, 0o666).unwrap();
+}
