@@ -110,6 +110,9 @@ pub(crate) struct Shared {
     /// System services a program that is neither the daemon nor root
     /// tried to serve.
     pub refused_system: std::sync::atomic::AtomicU64,
+    /// Locate answers dropped: another node's own system service (its
+    /// node or exec service) answered for by a node that is not it.
+    pub refused_system_answers: std::sync::atomic::AtomicU64,
     /// The services this daemon keeps (`crate::supervise_io`).
     pub services: Arc<crate::supervise_io::Services>,
     /// Service requests refused for want of authority.
@@ -185,6 +188,10 @@ impl Shared {
             (
                 "refused_system_registrations".into(),
                 self.refused_system.load(Ordering::Relaxed),
+            ),
+            (
+                "refused_system_answers".into(),
+                self.refused_system_answers.load(Ordering::Relaxed),
             ),
             (
                 "refused_proc_requests".into(),
@@ -292,6 +299,7 @@ impl Daemon {
             forged_heartbeats: Default::default(),
             refused_procs: Default::default(),
             refused_system: Default::default(),
+            refused_system_answers: Default::default(),
             services,
             refused_services: Default::default(),
             node,

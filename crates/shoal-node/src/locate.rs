@@ -106,8 +106,17 @@ pub(crate) fn locate(
             }
         }
     }
+    // A node's own system services are answered for by that node alone.
+    let owner = own_service_of(shared, &locate.port);
     let mut out = Vec::new();
     for (node, addr, here) in answers {
+        if owner.is_some_and(|o| o != node) && !here.endpoints.is_empty() {
+            shared
+                .refused_system_answers
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::warn!(%node, port = %locate.port, "a node answered for another node's own service");
+            continue;
+        }
         let root = shared.sessions.lock().root_to(now().0, addr);
         let Some(root) = root else { continue };
         let endpoints = here
@@ -128,6 +137,20 @@ pub(crate) fn locate(
         });
     }
     Ok(out)
+}
+
+/// The node whose own system service `port` is (its node service or its
+/// exec service), among the nodes this one knows: only that node may
+/// serve it, whatever another node's root registers there.
+fn own_service_of(shared: &Shared, port: &PutPort) -> Option<NodeId> {
+    let cluster = &shared.identity.trust.cluster.0;
+    let view = shared.state.lock().membership.view(now());
+    view.into_iter()
+        .find(|m| {
+            crate::exec::exec_port(cluster, &m.name).put_port() == *port
+                || crate::service::node_port(cluster, &m.name).put_port() == *port
+        })
+        .map(|m| m.node)
 }
 
 /// A fresh key for `client`'s channel to `instance` of `port` on `node`.

@@ -679,12 +679,20 @@ struct Witness {
 
 impl Witness {
     fn start(c: &shoal_cluster::Cluster, node: &str) -> Witness {
+        Self::serving(c, node, shoal_rpc::GetPort::random())
+    }
+
+    /// A witness serving `service` (a system service: root's programs
+    /// may serve one on a local cluster's nodes).
+    fn serving(
+        c: &shoal_cluster::Cluster,
+        node: &str,
+        service: impl Into<shoal_rpc::Service>,
+    ) -> Witness {
         let attached = shoal_rpc::Context::attach(&c.node(node).unwrap().socket).unwrap();
         let mut config = attached.config().clone();
         config.bind_ip = std::net::IpAddr::from([0, 0, 0, 0]);
-        let server = shoal_rpc::Context::new(config)
-            .serve(shoal_rpc::GetPort::random())
-            .unwrap();
+        let server = shoal_rpc::Context::new(config).serve(service).unwrap();
         let uids = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
         {
             let (server, uids) = (server.clone(), uids.clone());
@@ -1018,4 +1026,77 @@ fn a_user_s_links_registrations_and_locates_are_bounded() {
         .status(&ctx, "n1", std::time::Duration::from_secs(5))
         .unwrap();
     assert!(status.members.iter().all(|m| m.alive), "{status:?}");
+}
+
+/// Review 3, H1 (a node's own services): root on n3, allowed by its own
+/// configuration to serve system ports, serves n1's exec service.  No
+/// other node's daemon hands its endpoint to anyone: a locate from n2
+/// finds n1's alone, and programs started on n1 from n2 (their
+/// environments and arguments in their start requests) reach n1, never
+/// n3, which hears nothing.
+#[test]
+fn a_node_cannot_answer_for_another_node_s_own_services() {
+    use shoal_rpc::link::{Link, LinkRequest, LinkResponse};
+    use std::time::Duration;
+
+    let t = TestCluster::up("uk", 55, 3, Mode::Netns);
+    let c = t.get();
+    let cluster = c.context().config().cluster;
+    let exec_n1 = shoal_node::exec::exec_port(&cluster, "n1");
+    let impostor = Witness::serving(c, "n3", exec_n1);
+    let n1 = c
+        .status(&c.context(), "n1", Duration::from_secs(2))
+        .unwrap()
+        .node;
+    let n3 = c
+        .status(&c.context(), "n3", Duration::from_secs(2))
+        .unwrap()
+        .node;
+    let mut link = Link::connect(&c.node("n2").unwrap().socket).unwrap();
+    let LinkResponse::Client { id, .. } = link.call(&LinkRequest::Client).unwrap() else {
+        panic!("no client id")
+    };
+    let LinkResponse::Located { answers } = link
+        .call(&LinkRequest::Locate {
+            client: id,
+            port: exec_n1.put_port().to_string(),
+            instance: format!("{:016x}", 0),
+            node: format!("{:016x}", 0),
+            wait_ms: 3000,
+            all: true,
+        })
+        .unwrap()
+    else {
+        panic!("no answer to locate")
+    };
+    let served: Vec<&str> = answers
+        .iter()
+        .filter(|a| !a.endpoints.is_empty())
+        .map(|a| a.node.as_str())
+        .collect();
+    assert_eq!(served, [n1.as_str()], "n3 is {n3}");
+    let mark = format!("shoal-h1-{:016x}", rand::random::<u64>());
+    for _ in 0..3 {
+        let out = c
+            .command("n2", shoal())
+            .unwrap()
+            .env("SHOAL_TEST_MARK", &mark)
+            .args([
+                "run",
+                "--on",
+                "n1",
+                "--",
+                "sh",
+                "-c",
+                "echo $SHOAL_TEST_MARK",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), mark);
+    }
+    assert!(impostor.uids.lock().is_empty(), "n3 heard a start request");
+    let status = c
+        .status(&c.context(), "n2", Duration::from_secs(2))
+        .unwrap();
+    assert!(status.counters["refused_system_answers"] >= 1);
 }
