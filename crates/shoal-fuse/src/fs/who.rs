@@ -56,15 +56,26 @@ impl Callers {
     }
 }
 
-/// The caller of `req`, with its groups as they are now.
+/// The caller of `req`, with its groups as they are now: read from its
+/// process, and only if that process's file system ids are still the
+/// request's (a pid reused since lends no groups); none otherwise.
 pub(super) fn now(req: &Request) -> Identity {
     let mut id = Identity::user(req.uid(), req.gid());
     if let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", req.pid()))
+        && fs_id(&status, "Uid:") == Some(req.uid())
+        && fs_id(&status, "Gid:") == Some(req.gid())
         && let Some(line) = status.lines().find(|l| l.starts_with("Groups:"))
     {
         id.groups = groups(&line[7..]);
     }
     id
+}
+
+/// The file system id (the fourth) of a status file's `Uid:` or `Gid:`
+/// line.
+fn fs_id(status: &str, key: &str) -> Option<u32> {
+    let line = status.lines().find_map(|l| l.strip_prefix(key))?;
+    line.split_whitespace().nth(3)?.parse().ok()
 }
 
 /// The groups of a status file's `Groups:` line.
@@ -82,5 +93,13 @@ mod tests {
     fn a_groups_line_is_read_as_numbers() {
         assert_eq!(groups("\t4 24 27 1000 \n"), vec![4, 24, 27, 1000]);
         assert!(groups("").is_empty());
+    }
+
+    #[test]
+    fn the_file_system_ids_are_the_fourth() {
+        let status = "Name:\tx\nUid:\t1000\t1001\t1002\t1003\nGid:\t5\t6\t7\t8\n";
+        assert_eq!(fs_id(status, "Uid:"), Some(1003));
+        assert_eq!(fs_id(status, "Gid:"), Some(8));
+        assert_eq!(fs_id("Uid:\t1\n", "Uid:"), None);
     }
 }
