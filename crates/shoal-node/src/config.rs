@@ -37,7 +37,8 @@ pub struct NodeConfigFile {
     pub metrics: Option<SocketAddr>,
     /// Body bytes per datagram.
     pub frag_bytes: Option<usize>,
-    /// The link socket (default: `STATE_DIR/node.sock`).
+    /// The link socket (default: `STATE_DIR/node.sock`), in a directory
+    /// nobody but root (or the node's own user) may write.
     pub socket: Option<PathBuf>,
     /// Whether the node detects its owner's activity (terminal input,
     /// foreground load) when the owner has not said (default true; local

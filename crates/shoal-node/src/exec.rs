@@ -80,7 +80,9 @@ struct Input {
 }
 
 struct Proc {
-    /// Its owner: the uid it runs as, a uid of its home.
+    /// Its owner, who may read, write and signal it from its home: the uid
+    /// it runs as, but root for a remote root's program squashed to
+    /// `nobody` (whom it does not belong to).
     uid: u32,
     /// The process group signals go to (see `crate::spawn`).
     group: i32,
@@ -117,6 +119,9 @@ pub struct Exec {
     ttys: Mutex<HashMap<ProcId, File>>,
     /// Ids whose start is under way.
     starting: Mutex<std::collections::HashSet<ProcId>>,
+    /// Starts authorized as a remote root squashed to `nobody`, not begun
+    /// yet: root of the home owns them, not every `nobody`.
+    squashed: Mutex<std::collections::HashSet<ProcId>>,
     /// Requests refused for want of authority.
     refused: std::sync::atomic::AtomicU64,
 }
@@ -144,6 +149,7 @@ impl Exec {
             timer: std::sync::Once::new(),
             ttys: Mutex::default(),
             starting: Mutex::default(),
+            squashed: Mutex::default(),
             refused: Default::default(),
         })
     }
@@ -318,6 +324,7 @@ impl Exec {
             spec.uid = uid;
             spec.gid = gid;
             spec.groups = vec![gid];
+            self.squashed.lock().insert(id);
         }
         Ok(())
     }
@@ -495,22 +502,31 @@ impl Exec {
     fn start(self: &Arc<Self>, id: ProcId, spec: StartSpec) -> Result<u32, String> {
         // The id is taken before anything starts, so two starts of one id
         // at once start one program.
+        let owner = if self.squashed.lock().remove(&id) {
+            0
+        } else {
+            spec.uid
+        };
         if self.procs.lock().contains_key(&id) || !self.starting.lock().insert(id) {
             return Err(format!("process {id} is already running here"));
         }
-        let started = self.start_reserved(id, spec);
+        let started = self.start_reserved(id, spec, owner);
         self.starting.lock().remove(&id);
         started
     }
 
-    fn start_reserved(self: &Arc<Self>, id: ProcId, spec: StartSpec) -> Result<u32, String> {
+    fn start_reserved(
+        self: &Arc<Self>,
+        id: ProcId,
+        spec: StartSpec,
+        owner: u32,
+    ) -> Result<u32, String> {
         if !std::path::Path::new(&spec.cwd).is_dir() {
             return Err(format!(
                 "the working directory {} does not exist on this node",
                 spec.cwd
             ));
         }
-        let uid = spec.uid;
         let (spawned, io) = self.spawner.spawn(&spec, self.namespaces)?;
         let output = Arc::new((Mutex::new(Output::default()), Condvar::new()));
         let wake = {
@@ -546,7 +562,7 @@ impl Exec {
         self.procs.lock().insert(
             id,
             Proc {
-                uid,
+                uid: owner,
                 group,
                 leader,
                 input: Some(writer(stdin, tty)),

@@ -11,12 +11,16 @@ use crate::Failure;
 pub enum CapCommand {
     /// Show a capability's port, object and rights.
     Show {
-        /// The capability (cap1:...).
+        /// The capability (cap1:...), or `-` (read from standard input) or
+        /// @FILE, to keep it off the command line.
+        #[arg(value_parser = crate::cli::secret::<Capability>)]
         cap: Capability,
     },
     /// Print a capability with fewer rights (never more).
     Restrict {
-        /// The capability (cap1:...).
+        /// The capability (cap1:...), or `-` (read from standard input) or
+        /// @FILE.
+        #[arg(value_parser = crate::cli::secret::<Capability>)]
         cap: Capability,
         /// Rights to keep, as 8 letters "rwcdax67" with '-' for a right
         /// dropped (e.g. r-------), or 0xNN.

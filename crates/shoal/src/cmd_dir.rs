@@ -109,8 +109,10 @@ pub enum DirCommand {
 
 #[derive(Args, Default)]
 pub struct Common {
-    /// Start paths at this directory capability instead of your root.
-    #[arg(long, global = true)]
+    /// Start paths at this directory capability instead of your root
+    /// (or `-`, read from standard input, or @FILE, to keep it off the
+    /// command line).
+    #[arg(long, global = true, value_parser = crate::cli::secret::<Capability>)]
     pub root: Option<Capability>,
     /// Read from whichever replica answers without first ordering a
     /// read marker through the group: faster, but a read may miss a write

@@ -63,11 +63,20 @@ pub enum FsCommand {
     /// r if you may read it, w if you may write it, a if you own it.
     Cap { path: PathBuf },
     /// Show the attributes of the inode a capability names (no mount
-    /// needed: any program holding the capability may).
-    Stat { cap: Capability },
+    /// needed: any program holding the capability may).  CAP may be `-`
+    /// (read from standard input) or @FILE, to keep it off the command
+    /// line.
+    Stat {
+        #[arg(value_parser = crate::cli::secret::<Capability>)]
+        cap: Capability,
+    },
     /// Write the bytes of the file a capability with the r right names to
-    /// standard output: its latest bytes, whichever node wrote them.
-    Cat { cap: Capability },
+    /// standard output: its latest bytes, whichever node wrote them.  CAP
+    /// may be `-` (read from standard input) or @FILE.
+    Cat {
+        #[arg(value_parser = crate::cli::secret::<Capability>)]
+        cap: Capability,
+    },
     /// Show the status of the metadata replica that answers (JSON).
     Status {
         /// The file system's name.

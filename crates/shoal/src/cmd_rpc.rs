@@ -15,8 +15,9 @@ pub enum RpcCommand {
     NewPort,
     /// Serve an echo on a port until SIGTERM (then drain and stop).
     ServeEcho {
-        /// The get-port to serve (default: a fresh one).
-        #[arg(long)]
+        /// The get-port to serve (default: a fresh one), or `-` (read
+        /// from standard input) or @FILE, to keep it off the command line.
+        #[arg(long, value_parser = crate::cli::secret::<GetPort>)]
         get_port: Option<GetPort>,
         /// Exit after serving this many requests.
         #[arg(long)]

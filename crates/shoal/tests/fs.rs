@@ -100,7 +100,8 @@ fn the_tree_is_shared_by_every_node_and_survives_its_servers_crashes() {
     };
     let by_path = nobody("cat /shoal/work/private");
     assert!(!by_path.status.success(), "{by_path:?}");
-    let by_cap = nobody(&format!("$SHOAL fs cat {cap}"));
+    // Given on standard input, off the command line (review 3, L10).
+    let by_cap = nobody(&format!("echo {cap} | $SHOAL fs cat -"));
     assert_eq!(
         String::from_utf8_lossy(&by_cap.stdout),
         "for root alone\n",

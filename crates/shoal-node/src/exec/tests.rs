@@ -551,4 +551,33 @@ fn starts_are_clamped_to_their_home_s_grant() {
     assert_eq!(as_root(&exec), (nobody, vec![nogroup]));
     let allowing = Exec::new(false, NodeId(2), crate::RemoteRoot::Allow).unwrap();
     assert_eq!(as_root(&allowing).0, 0);
+
+    // Review 3, L11: a squashed root's program runs as nobody but is its
+    // home's root's: a `nobody` of the home may not signal it.
+    assert!(root(), "running a program as nobody needs root");
+    let exec = Arc::new(Exec::new(root(), NodeId(2), crate::RemoteRoot::Squash).unwrap());
+    let mut s = self::spec(&["sleep", "30"], "/");
+    (s.uid, s.gid, s.groups) = (0, 0, vec![0]);
+    let mut r = ExecRequest::Start {
+        id: id(2),
+        spec: s,
+        grant: sealed(
+            1,
+            &Grant {
+                id: id(2),
+                ..root_grant.clone()
+            },
+        ),
+    };
+    exec.authorize(caller(home, 0), &mut r, &opener).unwrap();
+    assert!(matches!(call(&exec, r), ExecReply::Started { .. }));
+    let mut signal = ExecRequest::Signal {
+        id: id(2),
+        signal: libc::SIGKILL,
+    };
+    let refused = exec.authorize(caller(home, nobody), &mut signal, &opener);
+    assert!(refused.is_err_and(|e| e.contains("uid 0's")));
+    exec.authorize(caller(home, 0), &mut signal, &opener)
+        .unwrap();
+    assert_eq!(call(&exec, signal), ExecReply::Done);
 }
