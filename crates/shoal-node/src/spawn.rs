@@ -109,7 +109,8 @@ const STEP_PROC: i32 = 10;
 
 /// Everything the children need, made before the first fork.
 struct Prepared {
-    path: CString,
+    /// Where the program may be, in the order to try.
+    paths: Vec<CString>,
     /// Owns what `argv_ptrs` points to.
     _argv: Vec<CString>,
     argv_ptrs: Vec<*const libc::c_char>,
@@ -206,8 +207,7 @@ impl Spawner {
     /// are the [`Io`].
     pub fn spawn(&self, spec: &StartSpec, namespaces: bool) -> Result<(Spawned, Io), String> {
         let program = &spec.argv[0];
-        let path = find_program(program, &spec.env)
-            .ok_or_else(|| format!("cannot start {program}: not found"))?;
+        let paths = candidates(program, &spec.env);
         // SAFETY: geteuid cannot fail.
         let root = unsafe { libc::geteuid() } == 0;
         if !root && spec.uid != unsafe { libc::geteuid() } {
@@ -254,11 +254,18 @@ impl Spawner {
             grant: Vec::new(),
         }
         .encode();
-        let path = path.as_os_str().as_bytes();
+        // The places the program may be, tried in turn by the program's
+        // own process once it is the user: nothing is looked up as root,
+        // so an error tells the user no more than their own lookup would.
+        let path = paths
+            .iter()
+            .map(|p| p.as_os_str().as_bytes())
+            .collect::<Vec<_>>()
+            .join(&0u8);
         let mut message = Vec::with_capacity(5 + path.len() + start.len());
         message.push(u8::from(namespaces && root));
         message.extend_from_slice(&(path.len() as u32).to_le_bytes());
-        message.extend_from_slice(path);
+        message.extend_from_slice(&path);
         message.extend_from_slice(&start);
         crate::fdpass::send_with_fds(self.sock.lock().as_raw_fd(), &message, &fds)
             .map_err(|e| format!("cannot start {program}: the node's spawner: {e}"))?;
@@ -362,7 +369,10 @@ fn prepare(body: &[u8], fds: &[RawFd]) -> Option<Prepared> {
     keep.sort_unstable();
     keep.dedup();
     Some(Prepared {
-        path: CString::new(path).ok()?,
+        paths: path
+            .split(|&b| b == 0)
+            .map(|p| CString::new(p).ok())
+            .collect::<Option<_>>()?,
         argv_ptrs: ptrs(&argv),
         _argv: argv,
         env_ptrs: ptrs(&env),
@@ -448,20 +458,13 @@ pub fn resize(master: &File, size: WinSize) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Where `program` is, looked up in the `PATH` of `env` when it has no
-/// slash (as `execvp` would, but before forking).
-fn find_program(program: &str, env: &[String]) -> Option<PathBuf> {
-    let executable = |p: &Path| {
-        std::fs::metadata(p)
-            .map(|m| {
-                use std::os::unix::fs::PermissionsExt;
-                m.is_file() && m.permissions().mode() & 0o111 != 0
-            })
-            .unwrap_or(false)
-    };
+/// Where `program` may be, in the order execvp(3) would try: itself if
+/// it holds a slash, else in each directory of the `PATH` its environment
+/// gives (a default one if none).  Nothing is looked at: the program's
+/// own process tries them, as the user.
+fn candidates(program: &str, env: &[String]) -> Vec<PathBuf> {
     if program.contains('/') {
-        let p = PathBuf::from(program);
-        return executable(&p).then_some(p);
+        return vec![PathBuf::from(program)];
     }
     let path = env
         .iter()
@@ -469,7 +472,7 @@ fn find_program(program: &str, env: &[String]) -> Option<PathBuf> {
         .unwrap_or("/usr/local/bin:/usr/bin:/bin");
     path.split(':')
         .map(|dir| Path::new(if dir.is_empty() { "." } else { dir }).join(program))
-        .find(|p| executable(p))
+        .collect()
 }
 
 /// What a pipe between a program and the daemon holds: a megabyte, so
@@ -777,7 +780,21 @@ unsafe fn program_child(p: &Prepared, watcher: libc::pid_t, exec_fd: RawFd) -> !
         if libc::chdir(p.cwd.as_ptr()) != 0 {
             fail_step(STEP_CHDIR);
         }
-        libc::execve(p.path.as_ptr(), p.argv_ptrs.as_ptr(), p.env_ptrs.as_ptr());
+        // As execvp(3): the first that executes; a place that is not there
+        // (or not searchable) is passed over, and a refusal is reported
+        // over a mere absence.
+        let mut refused = false;
+        for path in &p.paths {
+            libc::execve(path.as_ptr(), p.argv_ptrs.as_ptr(), p.env_ptrs.as_ptr());
+            match errno() {
+                libc::ENOENT | libc::ENOTDIR => {}
+                libc::EACCES => refused = true,
+                _ => fail_step(STEP_EXEC),
+            }
+        }
+        if refused {
+            *libc::__errno_location() = libc::EACCES;
+        }
         fail_step(STEP_EXEC)
     }
 }

@@ -134,7 +134,7 @@ fn what_cannot_start_is_refused_with_the_reason() {
         },
     ));
     assert!(
-        e.contains("/no/such/dir does not exist on this node"),
+        e.contains("change directory: No such file or directory"),
         "{e}"
     );
     let e = refused(call(
@@ -580,4 +580,47 @@ fn starts_are_clamped_to_their_home_s_grant() {
     exec.authorize(caller(home, 0), &mut signal, &opener)
         .unwrap();
     assert_eq!(call(&exec, signal), ExecReply::Done);
+}
+
+/// Review 3, L7: a start's program and working directory are looked up by
+/// the program's own process, as its user: in a directory the user may
+/// not search, what is there and what is not fail alike.
+#[test]
+fn a_start_tells_a_user_nothing_of_places_they_cannot_see() {
+    use std::os::unix::fs::PermissionsExt;
+    assert!(root(), "starting a program as nobody needs root");
+    let tmp = tempfile::tempdir().unwrap();
+    let hidden = tmp.path().join("hidden");
+    std::fs::create_dir_all(hidden.join("sub")).unwrap();
+    std::fs::copy("/bin/true", hidden.join("x")).unwrap();
+    std::fs::set_permissions(&hidden, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exec = exec();
+    let (nobody, nogroup) = crate::account::nobody();
+    let mut seq = 10;
+    let mut error = |argv: &str, cwd: &str| {
+        seq += 1;
+        let mut s = spec(&[argv], cwd);
+        (s.uid, s.gid, s.groups) = (nobody, nogroup, vec![nogroup]);
+        match call(
+            &exec,
+            ExecRequest::Start {
+                grant: Vec::new(),
+                id: id(seq),
+                spec: s,
+            },
+        ) {
+            ExecReply::Error(e) => e.replace(argv, "PROGRAM"),
+            other => panic!("{other:?}"),
+        }
+    };
+    let path = |p: &str| hidden.join(p).display().to_string();
+    let there = error(&path("x"), "/");
+    let absent = error(&path("y"), "/");
+    assert_eq!(there, absent);
+    assert!(there.contains("Permission denied"), "{there}");
+    let there = error("true", &path("sub"));
+    let absent = error("true", &path("nosuch"));
+    assert_eq!(there, absent);
+    assert!(there.contains("change directory"), "{there}");
 }
