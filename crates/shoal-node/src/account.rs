@@ -105,20 +105,7 @@ pub fn user_name(uid: u32) -> String {
 /// Who is on the other end of a Unix socket, as the kernel says
 /// (`SO_PEERCRED`): pid, uid, gid.  Nothing the peer says can change it.
 pub fn peer(socket: &impl std::os::fd::AsRawFd) -> Option<(i32, u32, u32)> {
-    // SAFETY: an all-zero ucred is a valid value to be filled in.
-    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `cred`.
-    let rc = unsafe {
-        libc::getsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    (rc == 0).then_some((cred.pid, cred.uid, cred.gid))
+    shoal_rpc::link::peer(socket)
 }
 
 /// A user's primary group and every group they belong to.

@@ -263,9 +263,7 @@ impl Admin {
         private::write(&path, format!("{}\n", hex::encode(&bytes)).as_bytes())?;
         Ok(bytes)
     }
-}
 
-impl Admin {
     /// What `admitted` records: serial, name and (for certificates issued
     /// since it was kept) the static key in hex, per certificate.
     fn admitted(&self) -> Vec<(u64, String, Option<String>)> {

@@ -237,28 +237,37 @@ pub struct Hello {
 /// Longest a program waits for its node to answer.
 const LINK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// The uid of the process at the other end of `stream`, as the kernel
-/// says.
-fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
-    use std::os::fd::AsRawFd;
+/// Who is on the other end of a Unix socket, as the kernel says
+/// (`SO_PEERCRED`): pid, uid, gid.  Nothing the peer says can change it.
+pub fn peer(socket: &impl std::os::fd::AsRawFd) -> Option<(i32, u32, u32)> {
     // SAFETY: an all-zero ucred is a valid value to be filled in.
     let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     // SAFETY: getsockopt writes at most `len` bytes into `cred`.
     let rc = unsafe {
         libc::getsockopt(
-            stream.as_raw_fd(),
+            socket.as_raw_fd(),
             libc::SOL_SOCKET,
             libc::SO_PEERCRED,
             (&mut cred as *mut libc::ucred).cast(),
             &mut len,
         )
     };
-    if rc == 0 {
-        Ok(cred.uid)
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    (rc == 0).then_some((cred.pid, cred.uid, cred.gid))
+}
+
+/// Whether `uid`, as this process sees a peer's, is the overflow uid of a
+/// user namespace this process is in (`unshare -r`): the peer's own uid
+/// is not mapped here, so it cannot be told apart (the node itself then
+/// still knows who this process is).
+fn unmapped(uid: u32) -> bool {
+    let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
+    let initial = map.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"];
+    let overflow = std::fs::read_to_string("/proc/sys/kernel/overflowuid")
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(65534);
+    !initial && uid == overflow
 }
 
 /// An open link to the node.
@@ -280,10 +289,14 @@ impl Link {
         // The node is root's, or this user's own: a socket another user
         // answers (planted where a configuration put it) is no node, and
         // would collect what this program registers.
-        let peer = peer_uid(&stream).map_err(no_node)?;
+        let (_, peer, _) = peer(&stream).ok_or_else(|| {
+            no_node(std::io::Error::other(
+                "the kernel does not say who serves it",
+            ))
+        })?;
         // SAFETY: getuid cannot fail.
         let me = unsafe { libc::getuid() };
-        if peer != 0 && peer != me {
+        if peer != 0 && peer != me && !unmapped(peer) {
             return Err(no_node(std::io::Error::other(format!(
                 "the socket is served by uid {peer}, neither root nor this user"
             ))));
@@ -337,9 +350,14 @@ impl Link {
         };
         let mut line = serde_json::to_string(request).expect("link requests serialize");
         line.push('\n');
-        self.writer.write_all(line.as_bytes()).map_err(no_node)?;
+        // A node that refused the link (too many of this user's) said why
+        // and closed it: the reason is still there to read.
+        let written = self.writer.write_all(line.as_bytes());
         let mut answer = String::new();
-        let n = self.reader.read_line(&mut answer).map_err(no_node)?;
+        let n = match self.reader.read_line(&mut answer) {
+            Ok(n) if n > 0 || written.is_ok() => n,
+            _ => return Err(no_node(written.err().expect("the write failed"))),
+        };
         if n == 0 {
             return Err(no_node(std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,

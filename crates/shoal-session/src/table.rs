@@ -613,25 +613,20 @@ impl Sessions {
     /// and the peers this node has sessions with (a peer that restarted,
     /// or rekeys) are never pushed out by it.
     fn answer(&mut self, now: u64, from: SocketAddr, datagram: &[u8], out: &mut Vec<Output>) {
-        // Handshakes answered (from `addr`, or from anywhere): index,
-        // address and start.
-        let responding = |addr: Option<SocketAddr>,
-                          pending: &HashMap<u32, (SocketAddr, Pending)>| {
-            pending
-                .iter()
-                .filter_map(|(&i, (a, p))| match p {
-                    Pending::Responding { started, .. } if addr.is_none_or(|addr| *a == addr) => {
-                        Some((i, *a, *started))
-                    }
-                    _ => None,
-                })
-                .collect::<Vec<_>>()
-        };
+        // Handshakes answered: index, address and start; and those of
+        // `from`.
+        let all: Vec<(u32, SocketAddr, u64)> = self
+            .pending
+            .iter()
+            .filter_map(|(&i, (a, p))| match p {
+                Pending::Responding { started, .. } => Some((i, *a, *started)),
+                _ => None,
+            })
+            .collect();
+        let own: Vec<_> = all.iter().filter(|r| r.1 == from).collect();
         let known = |peers: &HashMap<SocketAddr, Peer>, a: &SocketAddr| {
             peers.get(a).is_some_and(|p| !p.sessions.is_empty())
         };
-        let own = responding(Some(from), &self.pending);
-        let all = responding(None, &self.pending);
         // `Some(None)`: room; `Some(Some(i))`: in handshake i's place.
         let room = if own.len() >= self.cfg.max_responding_per_addr {
             own.iter().min_by_key(|r| r.2).map(|r| Some(r.0))
