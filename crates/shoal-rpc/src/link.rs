@@ -354,9 +354,10 @@ impl Link {
         // and closed it: the reason is still there to read.
         let written = self.writer.write_all(line.as_bytes());
         let mut answer = String::new();
-        let n = match self.reader.read_line(&mut answer) {
-            Ok(n) if n > 0 || written.is_ok() => n,
-            _ => return Err(no_node(written.err().expect("the write failed"))),
+        let n = match (self.reader.read_line(&mut answer), written) {
+            (Ok(n), _) if n > 0 => n,
+            (Ok(n), Ok(())) => n,
+            (Err(e), Ok(())) | (_, Err(e)) => return Err(no_node(e)),
         };
         if n == 0 {
             return Err(no_node(std::io::Error::new(
