@@ -1,5 +1,5 @@
 //! The trust core's decoders never panic on any input: certificates,
-//! revocation lists, hellos, sealed headers, the three handshake messages
+//! revocation lists, service maps, hellos, sealed headers, the three handshake messages
 //! fed to a responder and to an initiator waiting for them, and a session
 //! table fed the input as a datagram.  An
 //! input sealed under a key opens to itself, and with any byte changed
@@ -12,7 +12,7 @@ use libfuzzer_sys::fuzz_target;
 use shoal_session::handshake::{decode_hello, handshake_receiver, static_public};
 use shoal_session::{
     AdminKey, Algorithm, ClusterId, Header, Initiator, Key, NodeCert, NodeIdentity, Responder,
-    RevocationList, Trust, open, seal,
+    RevocationList, ServiceEntry, ServiceMap, Trust, open, seal,
 };
 
 const NOW: u64 = 1_800_000_000;
@@ -27,6 +27,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let _ = NodeCert::verify(data, &admin.public());
     let _ = RevocationList::verify(data, cluster, &admin.public());
+    let _ = ServiceMap::verify(data, cluster, &admin.public());
     let _ = decode_hello(data);
     let _ = handshake_receiver(data);
     let _ = Header::peek(data);
@@ -133,5 +134,21 @@ fuzz_target!(|data: &[u8]| {
         let back = RevocationList::verify(&bytes, cluster, &admin.public()).unwrap();
         assert!(list.serials.iter().all(|&s| back.revokes(s)));
         assert_eq!(back.version, serial);
+        // A service map of the input's names and node ids.
+        let entries: Vec<ServiceEntry> = data[24..]
+            .chunks(9)
+            .map(|c| ServiceEntry {
+                name: format!("service {}", c[0]),
+                nodes: c.iter().map(|&b| b as u64).collect(),
+            })
+            .collect();
+        let map = ServiceMap { version: serial, issued: a, entries };
+        if let Ok(bytes) = map.sign(cluster, &admin) {
+            let back = ServiceMap::verify(&bytes, cluster, &admin.public()).unwrap();
+            for e in &map.entries {
+                let servers = back.servers(&e.name).unwrap();
+                assert!(e.nodes.iter().all(|n| servers.contains(n)));
+            }
+        }
     }
 });

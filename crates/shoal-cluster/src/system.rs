@@ -79,6 +79,7 @@ impl Cluster {
         let nodes: Vec<String> = self.file.nodes.iter().map(|n| n.name.clone()).collect();
         // A process group needs two members: one node runs two replicas.
         let replicas = nodes.len().clamp(2, 3);
+        self.hand_service_map(&nodes, replicas, progress)?;
         let mut homes = Vec::new();
         for i in 0..replicas {
             let name = &nodes[i % nodes.len()];
@@ -148,6 +149,68 @@ impl Cluster {
         if self.node(&nodes[0])?.netns.is_some() {
             self.start_fs(&nodes, replicas, started, progress)?;
         }
+        Ok(())
+    }
+
+    /// Signs the service map of the system this starts (the directory's
+    /// and the file system's replicas on the nodes they go to), hands it
+    /// to the first node, and waits until every node holds it: from then
+    /// on no other node's answer for those ports is taken.
+    fn hand_service_map(
+        &self,
+        nodes: &[String],
+        replicas: usize,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<(), String> {
+        let on = |i: usize| nodes[i % nodes.len()].clone();
+        let mut homes: Vec<String> = (0..replicas).map(on).collect();
+        homes.sort();
+        homes.dedup();
+        let mut map = Vec::new();
+        for (service, peer) in [
+            ("directory service dir", "directory peer dir"),
+            ("file system metadata fs", "file system metadata peer fs"),
+        ] {
+            map.push((service.to_string(), homes.clone()));
+            for i in 0..replicas {
+                map.push((format!("{peer} {i}"), vec![on(i)]));
+            }
+        }
+        let admin = shoal_node::identity::Admin::open(&self.dir.join("admin"))?;
+        let bytes = hex::encode(admin.services(&map)?);
+        let version = shoal_session::ServiceMap::verify(
+            &hex::decode(&bytes).expect("hex"),
+            admin.cluster(),
+            &admin.public(),
+        )
+        .map_err(|e| e.to_string())?
+        .version;
+        let started = Instant::now();
+        self.until_ok(
+            &nodes[0],
+            &["node", "services", &bytes],
+            started,
+            "the service map",
+        )?;
+        let ctx = self.context();
+        for name in nodes {
+            loop {
+                let held = self
+                    .status(&ctx, name, Duration::from_secs(1))
+                    .map_or(0, |s| s.service_map);
+                if held >= version {
+                    break;
+                }
+                if started.elapsed() > SYSTEM_WAIT {
+                    return Err(format!("{name} never took service map version {version}"));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        progress(&format!(
+            "service map version {version}: the system services on {} only",
+            homes.join(", ")
+        ));
         Ok(())
     }
 

@@ -238,6 +238,8 @@ struct Shared {
     port: PutPort,
     /// The other replica's peer port.
     peer_port: PutPort,
+    /// The nodes the service map names as its servers.
+    peer_served_by: shoal_rpc::served_by::ServedBy,
     state: RwLock<DirState>,
     /// The index applied, for readers waiting to catch up.
     applied: Mutex<u64>,
@@ -340,9 +342,11 @@ impl TwoPc {
                 .map_err(std::io::Error::other)?,
         );
         let index = state.index();
+        let peer_port = crate::peer_port(&cluster, &cfg.service, 1 - cfg.replica).put_port();
         let shared = Arc::new(Shared {
             port,
-            peer_port: crate::peer_port(&cluster, &cfg.service, 1 - cfg.replica).put_port(),
+            peer_port,
+            peer_served_by: shoal_rpc::served_by::ServedBy::new(&ctx, peer_port),
             state: RwLock::new(state),
             applied: Mutex::new(index),
             applied_cv: Condvar::new(),
@@ -710,6 +714,7 @@ impl Shared {
             let body = request.body();
             let answer = match body.first().copied() {
                 _ if !peer_may(request.caller(), body) => self.refused(),
+                Some(_) if !self.peer_served_by.admits(request.caller().node) => self.refused(),
                 None => self.status().to_string().into_bytes(),
                 Some(TAG_INTENT) if body.len() >= 17 => {
                     let pair = u64::from_le_bytes(body[1..9].try_into().unwrap());
@@ -991,7 +996,9 @@ impl Shared {
 /// Whether `caller` may send `body` to a replica's peer port: anyone may
 /// ask its status (an empty body); intentions, joins and unpairings come
 /// only from the other replica, which only a daemon or root runs, so from
-/// root on a node of the cluster (`docs/security.md`, H1).
+/// root on a node of the cluster (and, where the service map names the
+/// other replica's node, from root there alone: `docs/security.md`,
+/// "Which nodes serve the system").
 fn peer_may(caller: shoal_rpc::Caller, body: &[u8]) -> bool {
     body.is_empty() || caller.uid == 0
 }

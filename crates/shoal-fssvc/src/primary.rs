@@ -1009,7 +1009,7 @@ impl Handler<FsReplica> for Primary {
             }
         };
         if matches!(req.op, Op::Status) {
-            let peer = request.caller().uid == 0;
+            let peer = r.is_peer(request.caller());
             return answer(&Ok(Reply::Status(self.status(r, peer).to_string())));
         }
         if !r.is_sequencer() {

@@ -3,7 +3,7 @@
 //! - `net`: the node socket: everything on it travels sealed in node
 //!   sessions (`shoal_session::Sessions`: a Noise handshake with each
 //!   peer, whose certificate must name the node its messages speak for):
-//!   heartbeats, revocation news, and locate questions and answers
+//!   heartbeats, revocation and service map news, and locate questions and answers
 //!   (`crate::locate`), which it answers from the registry.
 //! - `link-accept` and one `link` thread per program (see `link_server`).
 //! - `service-N`: the node service, a shoal RPC server like any other
@@ -100,7 +100,10 @@ pub(crate) struct Shared {
     pub located: Condvar,
     /// The newest revocation list held: its version and signed bytes.
     pub revocations: Mutex<Option<(u64, Vec<u8>)>>,
-    /// Tell every peer the revocation version at the next turn.
+    /// The newest service map held (`crate::service_map`).
+    pub service_map: Mutex<Option<crate::service_map::Held>>,
+    /// Tell every peer the revocation list's and service map's versions
+    /// at the next turn.
     pub announce: AtomicBool,
     /// Heartbeats refused: unsealed, or naming another node than the
     /// session's.
@@ -164,6 +167,7 @@ impl Shared {
             cluster: self.identity.trust.cluster.to_hex(),
             cert_serial: self.identity.me.cert().serial,
             revocations: self.sessions.lock().trust().revoked.version,
+            service_map: crate::service_map::version(self),
             services: self.services.list(),
         }
     }
@@ -243,6 +247,7 @@ impl Daemon {
                 .transpose()?
                 .map(|bytes| (identity.trust.revoked.version, bytes))
         };
+        let service_map = crate::service_map::load(&config.state_dir, &identity.trust)?;
         let sessions = Sessions::new(
             SessionConfig::default(),
             identity.me.clone(),
@@ -295,6 +300,7 @@ impl Daemon {
             locating: Mutex::new(Default::default()),
             located: Condvar::new(),
             revocations: Mutex::new(revocations),
+            service_map: Mutex::new(service_map),
             announce: AtomicBool::new(true),
             forged_heartbeats: Default::default(),
             refused_procs: Default::default(),
@@ -506,9 +512,9 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
                 })
         };
         // What to seal for other nodes: heartbeats, revocation news; and
-        // revocation lists peers sent.
+        // revocation lists and service maps peers sent.
         let mut heartbeats: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
-        let mut lists: Vec<Vec<u8>> = Vec::new();
+        let mut lists: Vec<(u8, Vec<u8>)> = Vec::new();
         {
             let mut state = shared.state.lock();
             if received.is_ok() {
@@ -562,9 +568,11 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
                 || last_announce.is_none_or(|t| now.saturating_since(t) >= ANNOUNCE_EVERY)
             {
                 last_announce = Some(now);
-                let m = revocation_version(shared);
+                let news = [revocation_version(shared), service_map_version(shared)];
                 for member in state.membership.view(now).iter().skip(1) {
-                    heartbeats.push((member.addr, m.clone()));
+                    for m in &news {
+                        heartbeats.push((member.addr, m.clone()));
+                    }
                 }
             }
         }
@@ -589,9 +597,14 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
             // Rare (a handshake's end): what they open is heard next turn.
             seal(shared, now, &replies, false, &mut out, &mut Vec::new());
         }
-        for list in lists {
-            if let Err(e) = crate::revocation::take(shared, &list) {
-                tracing::debug!("revocation list from a peer not taken: {e}");
+        for (kind, signed) in lists {
+            let taken = if kind == MSG_SERVICE_MAP {
+                crate::service_map::take(shared, &signed)
+            } else {
+                crate::revocation::take(shared, &signed)
+            };
+            if let Err(e) = taken {
+                tracing::debug!("signed news from a peer not taken: {e}");
             }
         }
         shared.state.lock().stats.datagrams_out += out.len() as u64;
@@ -608,6 +621,11 @@ const MSG_PACKET: u8 = 0;
 const MSG_REVOCATIONS: u8 = 1;
 /// A signed revocation list, for a peer whose version is older.
 const MSG_REVOCATION_LIST: u8 = 2;
+// 3 and 4: `crate::locate`.
+/// "My service map has this version" (u64).
+const MSG_SERVICES: u8 = 5;
+/// A signed service map, for a peer whose version is older.
+const MSG_SERVICE_MAP: u8 = 6;
 
 /// The node at the other end of a session, as its certificate says.
 struct Peer {
@@ -635,28 +653,29 @@ fn hear(
     peer: &Peer,
     plaintext: &[u8],
     replies: &mut Vec<(SocketAddr, Vec<u8>)>,
-    lists: &mut Vec<Vec<u8>>,
+    lists: &mut Vec<(u8, Vec<u8>)>,
 ) {
     let addr = peer.addr;
     match plaintext.split_first() {
         Some((&MSG_PACKET, packet)) => hear_packet(shared, state, now, peer, packet),
         Some((&MSG_REVOCATIONS, version)) if version.len() == 8 => {
-            let theirs = u64::from_le_bytes(version.try_into().expect("8 bytes"));
             let ours = shared.revocations.lock().clone();
-            let held = ours.as_ref().map_or(0, |(v, _)| *v);
-            if let Some((version, list)) = ours
-                && theirs < version
-            {
-                let mut m = vec![MSG_REVOCATION_LIST];
-                m.extend_from_slice(&list);
-                replies.push((addr, m));
-            } else if theirs > held {
-                // Ours is older: saying so brings theirs.
-                replies.push((addr, revocation_version(shared)));
-            }
+            let reply = signed_news(version, ours, MSG_REVOCATION_LIST, || {
+                revocation_version(shared)
+            });
+            replies.extend(reply.map(|m| (addr, m)));
         }
-        // Taken once the state lock is released (it writes a file).
-        Some((&MSG_REVOCATION_LIST, list)) => lists.push(list.to_vec()),
+        Some((&MSG_SERVICES, version)) if version.len() == 8 => {
+            let ours = (shared.service_map.lock().as_ref()).map(|h| (h.version, h.bytes.clone()));
+            let reply = signed_news(version, ours, MSG_SERVICE_MAP, || {
+                service_map_version(shared)
+            });
+            replies.extend(reply.map(|m| (addr, m)));
+        }
+        // Taken once the state lock is released (they write a file).
+        Some((&kind @ (MSG_REVOCATION_LIST | MSG_SERVICE_MAP), signed)) => {
+            lists.push((kind, signed.to_vec()))
+        }
         Some((&crate::locate::MSG_LOCATE, plain)) => {
             state.stats.locates += 1;
             if let Some(answer) = crate::locate::answer(&state.registry, plain) {
@@ -672,11 +691,40 @@ fn hear(
     }
 }
 
+/// The answer to a peer that holds version `theirs` (8 bytes) of a
+/// signed record of which this node holds `ours`: the record (tagged
+/// `record`) if theirs is older, this node's version (`mine`) if ours is,
+/// which brings theirs; nothing if they are the same.
+fn signed_news(
+    theirs: &[u8],
+    ours: Option<(u64, Vec<u8>)>,
+    record: u8,
+    mine: impl FnOnce() -> Vec<u8>,
+) -> Option<Vec<u8>> {
+    let theirs = u64::from_le_bytes(theirs.try_into().expect("8 bytes"));
+    let held = ours.as_ref().map_or(0, |(v, _)| *v);
+    match ours {
+        Some((version, bytes)) if theirs < version => {
+            let mut m = vec![record];
+            m.extend_from_slice(&bytes);
+            Some(m)
+        }
+        _ => (theirs > held).then(mine),
+    }
+}
+
 /// The message telling a peer which revocation list this node holds.
 fn revocation_version(shared: &Shared) -> Vec<u8> {
     let version = shared.revocations.lock().as_ref().map_or(0, |(v, _)| *v);
     let mut m = vec![MSG_REVOCATIONS];
     m.extend_from_slice(&version.to_le_bytes());
+    m
+}
+
+/// The message telling a peer which service map this node holds.
+fn service_map_version(shared: &Shared) -> Vec<u8> {
+    let mut m = vec![MSG_SERVICES];
+    m.extend_from_slice(&crate::service_map::version(shared).to_le_bytes());
     m
 }
 

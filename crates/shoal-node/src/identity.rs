@@ -7,10 +7,12 @@
 //!                       start; the node's id is derived from it
 //! STATE_DIR/node.cert   its certificate, from the administrator (hex)
 //! STATE_DIR/revoked     the newest revocation list this node verified (hex)
+//! STATE_DIR/service-map the newest service map this node verified (hex)
 //! ADMIN_DIR/admin.key   the admin key's seed (hex, 0600; the directory 0700)
 //! ADMIN_DIR/cluster.id  the cluster id (hex)
-//! ADMIN_DIR/admitted    one line per certificate: serial, name
+//! ADMIN_DIR/admitted    one line per certificate: serial, name, key (hex)
 //! ADMIN_DIR/revoked     the current revocation list (hex)
+//! ADMIN_DIR/service-map the current service map (hex)
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -18,7 +20,8 @@ use std::path::{Path, PathBuf};
 use shoal_rpc::private;
 use shoal_session::handshake::static_public;
 use shoal_session::{
-    AdminKey, AdminPublic, ClusterId, NodeCert, NodeIdentity, RevocationList, Trust,
+    AdminKey, AdminPublic, ClusterId, NodeCert, NodeIdentity, RevocationList, ServiceEntry,
+    ServiceMap, Trust,
 };
 
 /// The node's static key file in its state directory.
@@ -27,6 +30,8 @@ pub const NODE_KEY: &str = "node.key";
 pub const NODE_CERT: &str = "node.cert";
 /// The newest revocation list, in the state directory.
 pub const REVOKED: &str = "revoked";
+/// The current service map (hex), in the admin directory.
+const SERVICE_MAP: &str = "service-map";
 
 /// How long a certificate is valid by default.
 pub const CERT_DAYS: u64 = 365;
@@ -264,6 +269,56 @@ impl Admin {
         Ok(bytes)
     }
 
+    /// A new service map (`docs/security.md`, "Which nodes serve the
+    /// system"): each system service named with the nodes that serve it,
+    /// by the names they were admitted under; signed with the next
+    /// version, and kept in `service-map`.  A node admitted under no key, or
+    /// whose certificates are all revoked, is refused.
+    pub fn services(&self, services: &[(String, Vec<String>)]) -> Result<Vec<u8>, String> {
+        let revoked = self.revoked()?;
+        let admitted = self.admitted();
+        let id_of = |name: &str| -> Result<u64, String> {
+            admitted
+                .iter()
+                .rev()
+                .find(|(serial, n, _)| n == name && !revoked.contains(serial))
+                .and_then(|(_, _, key)| parse_hex32(key.as_deref()?))
+                .map(|key| node_id(&key).0)
+                .ok_or_else(|| {
+                    format!(
+                        "no node {name} is admitted (with its key recorded) in {}",
+                        self.dir.display()
+                    )
+                })
+        };
+        let mut entries = Vec::new();
+        for (service, nodes) in services {
+            let nodes = nodes.iter().map(|n| id_of(n)).collect::<Result<_, _>>()?;
+            entries.push(ServiceEntry {
+                name: service.clone(),
+                nodes,
+            });
+        }
+        let path = self.dir.join(SERVICE_MAP);
+        let version = if path.exists() {
+            ServiceMap::verify(&read_hex(&path)?, self.cluster, &self.public())
+                .map_err(|e| format!("{}: {e}", path.display()))?
+                .version
+        } else {
+            0
+        };
+        let map = ServiceMap {
+            version: version + 1,
+            issued: wall(),
+            entries,
+        };
+        let bytes = map
+            .sign(self.cluster, &self.key)
+            .map_err(|e| format!("cannot sign the service map: {e}"))?;
+        private::write(&path, format!("{}\n", hex::encode(&bytes)).as_bytes())?;
+        Ok(bytes)
+    }
+
     /// What `admitted` records: serial, name and (for certificates issued
     /// since it was kept) the static key in hex, per certificate.
     fn admitted(&self) -> Vec<(u64, String, Option<String>)> {
@@ -322,6 +377,43 @@ mod tests {
         admin.admit("n2", [2; 32], 1).unwrap();
         admin.revoke("n1").unwrap();
         admin.admit("n1", [3; 32], 1).unwrap();
+    }
+
+    /// Review 3, H1: a service map names nodes by the keys they were
+    /// admitted with (the newest unrevoked one), each new map a version
+    /// above the last; a name not admitted, or revoked, is refused.
+    #[test]
+    fn a_service_map_names_admitted_nodes_by_their_keys() {
+        let tmp = tempfile::tempdir().unwrap();
+        let admin = Admin::create(&tmp.path().join("admin")).unwrap();
+        admin.admit("n1", [1; 32], 1).unwrap();
+        admin.admit("n2", [2; 32], 1).unwrap();
+        let service = |nodes: &[&str]| {
+            vec![(
+                "directory service dir".to_string(),
+                nodes.iter().map(|n| n.to_string()).collect(),
+            )]
+        };
+        let first = admin.services(&service(&["n1", "n2"])).unwrap();
+        let map = ServiceMap::verify(&first, admin.cluster(), &admin.public()).unwrap();
+        let mut want = [node_id(&[1; 32]).0, node_id(&[2; 32]).0];
+        want.sort_unstable();
+        assert_eq!(map.servers("directory service dir"), Some(&want[..]));
+        assert!(
+            admin
+                .services(&service(&["n3"]))
+                .unwrap_err()
+                .contains("no node n3")
+        );
+        admin.revoke("n2").unwrap();
+        assert!(admin.services(&service(&["n2"])).is_err());
+        let second = admin.services(&service(&["n1"])).unwrap();
+        let map = ServiceMap::verify(&second, admin.cluster(), &admin.public()).unwrap();
+        assert_eq!(map.version, 2);
+        assert_eq!(
+            map.servers("directory service dir"),
+            Some(&[node_id(&[1; 32]).0][..])
+        );
     }
 
     #[test]

@@ -42,6 +42,7 @@ pub mod procfs;
 mod revocation;
 pub mod service;
 mod service_log;
+mod service_map;
 pub mod settings;
 mod spawn;
 pub mod supervise;

@@ -406,6 +406,25 @@ fn handle(
                 Err(e) => error(e),
             },
         },
+        // (Or the daemon's own user, where it does not run as root.)
+        // SAFETY: geteuid cannot fail.
+        LinkRequest::Services { .. } if peer.uid != 0 && peer.uid != unsafe { libc::geteuid() } => {
+            error("only root may hand this node a service map".into())
+        }
+        LinkRequest::Services { map } => match hex::decode(map.trim()) {
+            Err(_) => error("a service map is hex, as `shoal cluster services` prints it".into()),
+            Ok(bytes) => match crate::service_map::take(shared, &bytes) {
+                Ok(()) => LinkResponse::Ok,
+                Err(e) => error(e),
+            },
+        },
+        LinkRequest::Servers { port } => match PutPort::from_str(&port) {
+            Ok(port) => LinkResponse::Servers {
+                nodes: crate::service_map::servers(shared, &port)
+                    .map(|nodes| nodes.iter().map(|n| n.to_string()).collect()),
+            },
+            Err(_) => error("port must be 32 hex characters".into()),
+        },
         LinkRequest::Owner { .. } if peer.uid != 0 => {
             error("only root may say whether this machine's owner is using it".into())
         }
@@ -463,7 +482,22 @@ fn handle(
             addr,
             instance,
         } => match PutPort::from_str(&put_port) {
-            Ok(port) => register(shared, peer, port, addr, &instance, true, registered),
+            Ok(port) => match crate::service_map::servers(shared, &port) {
+                Some(nodes) if !nodes.contains(&shared.node) => {
+                    shared
+                        .refused_system
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    error(format!(
+                        "the service map names other nodes ({}) as the servers of {port}",
+                        nodes
+                            .iter()
+                            .map(|n| n.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))
+                }
+                _ => register(shared, peer, port, addr, &instance, true, registered),
+            },
             Err(_) => error("put_port must be 32 hex characters".into()),
         },
         LinkRequest::Drain { instance } => {

@@ -59,6 +59,13 @@ pub(crate) fn locate(
     all: bool,
 ) -> Result<Vec<Answer>, String> {
     let me = shared.node;
+    // A node's own system services are answered for by that node alone,
+    // and a service the map names by the nodes it names: another's
+    // answer neither ends the wait nor reaches the client.
+    let servers: Option<Vec<NodeId>> = own_service_of(shared, &locate.port)
+        .map(|owner| vec![owner])
+        .or_else(|| crate::service_map::servers(shared, &locate.port));
+    let may_serve = |node: &NodeId| servers.as_ref().is_none_or(|s| s.contains(node));
     let mut answers: Vec<(NodeId, Option<SocketAddr>, Here)> = Vec::new();
     let targets: Vec<SocketAddr> = {
         let state = shared.state.lock();
@@ -74,8 +81,10 @@ pub(crate) fn locate(
             .map(|m| m.addr)
             .collect()
     };
-    let useful = |h: &Here| !h.endpoints.is_empty() || locate.instance != Instance(0);
-    if !(targets.is_empty() || (!all && answers.iter().any(|a| useful(&a.2)))) {
+    let useful = |node: &NodeId, h: &Here| {
+        (!h.endpoints.is_empty() && may_serve(node)) || locate.instance != Instance(0)
+    };
+    if !(targets.is_empty() || (!all && answers.iter().any(|a| useful(&a.0, &a.2)))) {
         let nonce = locate.nonce.0;
         {
             let mut pending = shared.locating.lock();
@@ -98,7 +107,8 @@ pub(crate) fn locate(
         let mut pending = shared.locating.lock();
         loop {
             let heard = pending.get(&nonce).map_or(&[][..], |p| p.1.as_slice());
-            let done = heard.len() >= targets.len() || (!all && heard.iter().any(|a| useful(&a.2)));
+            let done =
+                heard.len() >= targets.len() || (!all && heard.iter().any(|a| useful(&a.0, &a.2)));
             if done || shared.located.wait_until(&mut pending, until).timed_out() {
                 let heard = pending.remove(&nonce).map(|p| p.1).unwrap_or_default();
                 answers.extend(heard.into_iter().map(|(n, a, h)| (n, Some(a), h)));
@@ -106,15 +116,13 @@ pub(crate) fn locate(
             }
         }
     }
-    // A node's own system services are answered for by that node alone.
-    let owner = own_service_of(shared, &locate.port);
     let mut out = Vec::new();
     for (node, addr, here) in answers {
-        if owner.is_some_and(|o| o != node) && !here.endpoints.is_empty() {
+        if !may_serve(&node) && !here.endpoints.is_empty() {
             shared
                 .refused_system_answers
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            tracing::warn!(%node, port = %locate.port, "a node answered for another node's own service");
+            tracing::warn!(%node, port = %locate.port, "a node answered for a service it may not serve");
             continue;
         }
         let root = shared.sessions.lock().root_to(now().0, addr);

@@ -207,6 +207,9 @@ pub struct NodeStatus {
     /// The version of the newest revocation list it holds.
     #[serde(default)]
     pub revocations: u64,
+    /// The version of the newest service map it holds (0: none).
+    #[serde(default)]
+    pub service_map: u64,
     /// The services its daemon keeps.
     #[serde(default)]
     pub services: Vec<ServiceStatus>,

@@ -172,6 +172,9 @@ pub struct Replicated<M: Machine> {
     reads: AtomicU64,
     /// Where the service's writes go best (`writes_at`).
     writes_at: Mutex<Option<Endpoint>>,
+    /// The nodes the service map names as the service's servers: its
+    /// peers are root on those alone.
+    served_by: shoal_rpc::served_by::ServedBy,
 }
 
 /// A running replica.
@@ -243,6 +246,7 @@ impl<M: Machine> Replica<M> {
             writes: AtomicU64::new(0),
             reads: AtomicU64::new(0),
             writes_at: Mutex::new(None),
+            served_by: shoal_rpc::served_by::ServedBy::new(&ctx, port),
             cfg,
             ports,
             ctx,
@@ -313,6 +317,14 @@ impl<M: Machine> Replica<M> {
 }
 
 impl<M: Machine> Replicated<M> {
+    /// Whether `caller` may be one of this replica's peers (and learn its
+    /// group's port): root, on a node the service map names for the
+    /// service where it names any (`docs/security.md`, "Which nodes serve
+    /// the system").
+    pub fn is_peer(&self, caller: shoal_rpc::Caller) -> bool {
+        caller.uid == 0 && self.served_by.admits(caller.node)
+    }
+
     /// The replica's status; with `group_port`, the port of its group,
     /// which is for its peers alone: whoever knows it may join the group
     /// and read, and send, the replicas' traffic.

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use shoal_cap::PutPort;
 use shoal_proto::ServerConfig;
+use shoal_wire::NodeId;
 
 use crate::client::Client;
 use crate::error::Error;
@@ -214,6 +216,39 @@ impl Context {
         })? {
             LinkResponse::Ok => Ok(()),
             _ => Err(Error::Node("unexpected answer to revocations".into())),
+        }
+    }
+
+    /// Hands the local node a service map (hex), which it checks, keeps
+    /// and passes on; refused if it is not newer than the node's.
+    pub fn set_services(&self, map: &str) -> Result<(), Error> {
+        match self.ask_node(&LinkRequest::Services {
+            map: map.to_string(),
+        })? {
+            LinkResponse::Ok => Ok(()),
+            _ => Err(Error::Node("unexpected answer to services".into())),
+        }
+    }
+
+    /// The nodes the local node's service map names as the servers of
+    /// `port`, if it names it (`docs/security.md`, "Which nodes serve the
+    /// system").  Without a node there is no map: none.
+    pub fn servers(&self, port: &PutPort) -> Result<Option<Vec<NodeId>>, Error> {
+        if self.config.node_socket.is_none() {
+            return Ok(None);
+        }
+        let request = LinkRequest::Servers {
+            port: port.to_string(),
+        };
+        match self.ask_node(&request)? {
+            LinkResponse::Servers { nodes: None } => Ok(None),
+            LinkResponse::Servers { nodes: Some(nodes) } => nodes
+                .iter()
+                .map(|n| u64::from_str_radix(n, 16).map(NodeId))
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some)
+                .map_err(|_| Error::Node("the node's servers are not hex ids".into())),
+            _ => Err(Error::Node("unexpected answer to servers".into())),
         }
     }
 

@@ -160,6 +160,11 @@ pub struct GroupOptions {
     /// its creator's uid ([`Group::create`] only; see
     /// [`crate::group_seal::is_open`]).
     pub open: bool,
+    /// Members only on the nodes the service map names as the servers of
+    /// this system port (a replicated system service's own: see
+    /// [`crate::served_by`]): a member's key service admits, and takes
+    /// rekeys from, no caller on another node.
+    pub members_serve: Option<PutPort>,
 }
 
 impl Default for GroupOptions {
@@ -175,6 +180,7 @@ impl Default for GroupOptions {
             join_timeout: core.join_timeout,
             port: None,
             open: false,
+            members_serve: None,
         }
     }
 }
@@ -452,6 +458,8 @@ impl Group {
                 id,
                 key_state,
                 shared.clone() as Arc<dyn KeyHost>,
+                opts.members_serve
+                    .map(|port| crate::served_by::ServedBy::new(ctx, port)),
             )?),
             None => None,
         };

@@ -438,6 +438,7 @@ impl KeyService {
         me: MemberId,
         state: SharedKeys,
         host: Arc<dyn KeyHost>,
+        served_by: Option<crate::served_by::ServedBy>,
     ) -> Result<KeyService, crate::Error> {
         use std::sync::atomic::{AtomicBool, Ordering};
         let server = ctx.serve(key_port(&group, me))?;
@@ -449,10 +450,18 @@ impl KeyService {
                 .name("shoal-group-keys".into())
                 .spawn(move || {
                     while let Ok(req) = server.getreq() {
-                        let reply =
+                        let node = req.caller().node;
+                        let reply = if served_by.as_ref().is_some_and(|s| !s.admits(node)) {
+                            state.lock().refused += 1;
+                            KeyReply::Refused(format!(
+                                "the service map does not name node {node} as a server of \
+                                 this group's service"
+                            ))
+                        } else {
                             answer(&group, uid, req.caller().uid, &state, req.body(), |e, k| {
                                 host.take(e, k, false)
-                            });
+                            })
+                        };
                         let _ = server.putrep(&req, encode_reply(&reply));
                     }
                 })

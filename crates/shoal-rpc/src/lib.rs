@@ -48,6 +48,7 @@ mod group_seal;
 mod keys;
 pub mod link;
 pub mod private;
+pub mod served_by;
 mod server;
 pub mod service;
 mod socket;

@@ -65,6 +65,13 @@ pub enum LinkRequest {
     /// revoke` prints it): the node checks it, keeps it if newer, and
     /// passes it on to every node it has a session with.  Root only.
     Revocations { list: String },
+    /// A service map from the administrator (hex, as `shoal cluster
+    /// services` prints it): the node checks it, keeps it if newer, and
+    /// passes it on as it does revocation lists.  Root only.
+    Services { map: String },
+    /// Which nodes may serve system port `port` (hex), as the service map
+    /// this node holds says: none if it does not name the port.
+    Servers { port: String },
     /// Start a process from this node, its home: a new process id, and
     /// the node to run it on, `on` or the one the placement rule chooses
     /// for a program needing `mem_mib` MiB (the node counts it against the
@@ -154,6 +161,11 @@ pub enum LinkResponse {
         node: String,
         aes: bool,
         valid_ms: u64,
+    },
+    /// The nodes (hex ids) the service map names for a port, if it names
+    /// it.
+    Servers {
+        nodes: Option<Vec<String>>,
     },
     Ok,
     Error {

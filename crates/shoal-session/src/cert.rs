@@ -82,7 +82,7 @@ impl AdminKey {
         )
     }
 
-    fn sign(&self, context: &[u8], body: &[u8]) -> [u8; SIGNATURE_LEN] {
+    pub(crate) fn sign(&self, context: &[u8], body: &[u8]) -> [u8; SIGNATURE_LEN] {
         let mut message = Vec::with_capacity(context.len() + body.len());
         message.extend_from_slice(context);
         message.extend_from_slice(body);
@@ -120,7 +120,12 @@ impl AdminPublic {
         ))
     }
 
-    fn verify(&self, context: &[u8], body: &[u8], sig: &[u8]) -> Result<(), SessionError> {
+    pub(crate) fn verify(
+        &self,
+        context: &[u8],
+        body: &[u8],
+        sig: &[u8],
+    ) -> Result<(), SessionError> {
         let mut message = Vec::with_capacity(context.len() + body.len());
         message.extend_from_slice(context);
         message.extend_from_slice(body);

@@ -32,6 +32,7 @@ pub mod datagram;
 pub mod grant;
 pub mod handshake;
 pub mod kdf;
+pub mod service_map;
 pub mod table;
 pub mod window;
 mod x25519;
@@ -41,6 +42,7 @@ pub use cert::{AdminKey, AdminPublic, ClusterId, NodeCert, RevocationList, Trust
 pub use channel::{Channel, Root};
 pub use datagram::{Class, Header, open, seal};
 pub use handshake::{Established, Initiator, NodeIdentity, Responder};
+pub use service_map::{ServiceEntry, ServiceMap};
 pub use table::Sessions;
 pub use window::ReplayWindow;
 

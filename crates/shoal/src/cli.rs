@@ -130,6 +130,14 @@ enum NodeCommand {
         /// The list, hex, or `-`.
         list: String,
     },
+    /// Hand this node a service map, as `shoal cluster services` prints it
+    /// (or `-` to read it from standard input): the node checks it, keeps
+    /// it, and passes it on to every other node; from then on only the
+    /// nodes it names serve the system services it names.  Root only.
+    Services {
+        /// The map, hex, or `-`.
+        map: String,
+    },
     /// Write this machine's node configuration and certificate from what
     /// the administrator's `shoal cluster admit` printed (it prints this
     /// command, to run here as root).
@@ -248,20 +256,33 @@ fn run_node(args: NodeArgs) -> Result<(), Failure> {
             .map_err(|e| Failure::failed(e.to_string()))?;
         return Ok(());
     }
-    if let Some(NodeCommand::Revoke { list }) = &args.command {
+    if let Some(NodeCommand::Revoke { list } | NodeCommand::Services { map: list }) = &args.command
+    {
+        let services = matches!(args.command, Some(NodeCommand::Services { .. }));
         let list = if list == "-" {
             let mut text = String::new();
             std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
-                .map_err(|e| Failure::failed(format!("cannot read the list: {e}")))?;
+                .map_err(|e| Failure::failed(format!("cannot read standard input: {e}")))?;
             text
         } else {
             list.clone()
         };
         let ctx = shoal_rpc::Context::from_env()
             .map_err(|e| Failure::unreachable(format!("no node to tell: {e}")))?;
-        ctx.revoke(list.trim())
-            .map_err(|e| Failure::failed(e.to_string()))?;
-        eprintln!("revocation list taken; it spreads to every node");
+        if services {
+            ctx.set_services(list.trim())
+        } else {
+            ctx.revoke(list.trim())
+        }
+        .map_err(|e| Failure::failed(e.to_string()))?;
+        eprintln!(
+            "{} taken; it spreads to every node",
+            if services {
+                "service map"
+            } else {
+                "revocation list"
+            }
+        );
         return Ok(());
     }
     if let Some(NodeCommand::Key { state_dir, config }) = args.command {

@@ -1,6 +1,6 @@
 //! `shoal cluster ...`: local clusters for development, demos and tests;
 //! and the administrator's commands for real ones (`init`, `admit`,
-//! `revoke`).
+//! `revoke`, `services`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -126,6 +126,20 @@ pub enum ClusterCommand {
     Revoke {
         /// The node's name, or a certificate serial.
         node: String,
+        #[command(flatten)]
+        admin: AdminArg,
+    },
+    /// Sign a new service map: which nodes serve each system service
+    /// (`docs/security.md`, "Which nodes serve the system"); print it, to
+    /// hand to any node with `shoal node services`.  Every system service
+    /// the map names is served by the nodes it names alone; services it
+    /// does not name are not limited.
+    Services {
+        /// A service and its nodes, as `NAME=NODE,NODE...`, e.g.
+        /// "directory service dir=n1,n2,n3" (repeatable; the whole map,
+        /// replacing the last one).
+        #[arg(required = true)]
+        services: Vec<String>,
         #[command(flatten)]
         admin: AdminArg,
     },
@@ -289,6 +303,31 @@ pub fn run(command: ClusterCommand) -> Result<(), Failure> {
         ClusterCommand::Revoke { node, admin } => {
             let list = Admin::open(&admin.dir())?.revoke(&node)?;
             println!("{}", hex::encode(list));
+            Ok(())
+        }
+        ClusterCommand::Services { services, admin } => {
+            let mut parsed = Vec::new();
+            for given in &services {
+                let Some((name, nodes)) = given.split_once('=') else {
+                    return Err(Failure::usage(format!(
+                        "{given:?}: give a service as NAME=NODE,NODE..."
+                    )));
+                };
+                let nodes: Vec<String> = nodes
+                    .split(',')
+                    .map(|n| n.trim().to_string())
+                    .filter(|n| !n.is_empty())
+                    .collect();
+                if name.trim().is_empty() || nodes.is_empty() {
+                    return Err(Failure::usage(format!(
+                        "{given:?}: a service needs a name and at least one node"
+                    )));
+                }
+                parsed.push((name.trim().to_string(), nodes));
+            }
+            let map = Admin::open(&admin.dir())?.services(&parsed)?;
+            println!("{}", hex::encode(map));
+            eprintln!("hand it to any node with `shoal node services -`");
             Ok(())
         }
     }

@@ -30,8 +30,10 @@ impl<M: Machine> Replicated<M> {
         loop {
             let Ok(request) = server.getreq() else { return };
             // Peers are replicas, which only daemons and root run: root
-            // on a node of the cluster (`docs/security.md`, H1).
-            let peer = request.caller().uid == 0;
+            // on a node the service map names for the service, where
+            // there is one (`docs/security.md`, "Which nodes serve the
+            // system").
+            let peer = self.is_peer(request.caller());
             let _ = server.putrep(&request, self.status(peer).to_string().into_bytes());
         }
     }
@@ -104,6 +106,7 @@ impl<M: Machine> Replicated<M> {
     fn group_options(&self) -> GroupOptions {
         GroupOptions {
             resilience: self.cfg.resilience(),
+            members_serve: Some(self.port),
             ..GroupOptions::default()
         }
     }
