@@ -408,6 +408,7 @@ impl Tree {
                 mode,
             } => self.set_xattr(who, now, *ino, name, Some((value, *mode))),
             UpdateOp::RemoveXattr { ino, name } => self.set_xattr(who, now, *ino, name, None),
+            UpdateOp::Revoke { ino, secret, set } => self.revoke(who, now, *ino, secret, set),
             UpdateOp::Forget { ino } => self.forget(*ino),
             UpdateOp::Range { count } => {
                 if *count == 0 || *count > RANGE_MAX {
@@ -1026,6 +1027,29 @@ impl Tree {
         }
         i.attr.ctime = now;
         Ok(Answer::Done)
+    }
+
+    /// [`UpdateOp::Revoke`].
+    fn revoke(
+        &mut self,
+        who: &Identity,
+        now: Time,
+        ino: Ino,
+        secret: &[u8; 16],
+        set: &Option<SetAttr>,
+    ) -> Result<Answer, FsError> {
+        let answer = match set {
+            Some(set) => self.set_attr(who, now, ino, set)?,
+            None => {
+                if !access::owns(&self.inode(ino)?.attr, who) {
+                    return Err(FsError::Perm);
+                }
+                self.inode_mut(ino)?.attr.ctime = now;
+                Answer::Done
+            }
+        };
+        self.inode_mut(ino)?.secret = *secret;
+        Ok(answer)
     }
 
     fn forget(&mut self, ino: Ino) -> Result<Answer, FsError> {

@@ -41,6 +41,17 @@ pub struct SetAttr {
     pub by_handle: bool,
 }
 
+impl SetAttr {
+    /// Whether this change takes rights away from anyone on an inode of
+    /// attributes `attr`: it clears a permission bit, or gives the inode
+    /// another owner or group.
+    pub fn takes_rights(&self, attr: &Attr) -> bool {
+        self.perm.is_some_and(|p| attr.perm & !p & 0o777 != 0)
+            || self.uid.is_some_and(|u| u != attr.uid)
+            || self.gid.is_some_and(|g| g != attr.gid)
+    }
+}
+
 /// One change to the tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UpdateOp {
@@ -135,6 +146,18 @@ pub enum UpdateOp {
     /// own (no `Push` inside).
     Push {
         ops: Vec<Pushed>,
+    },
+    /// Revokes every capability of an inode (`docs/fs.md`, "Authority"):
+    /// gives it the new capability secret `secret`, drawn by the primary,
+    /// which no capability minted before verifies against.  Alone
+    /// (`set: None`, `shoal fs revoke`), only its owner or root may; with
+    /// `set`, a change of attributes that takes rights away (a chmod
+    /// clearing a permission bit, a chown or chgrp), made as `SetAttr`
+    /// makes it, and the secret replaced only if it succeeds.
+    Revoke {
+        ino: Ino,
+        secret: [u8; 16],
+        set: Option<SetAttr>,
     },
 }
 
@@ -291,6 +314,8 @@ impl UpdateOp {
             UpdateOp::Forget { .. } => "forget",
             UpdateOp::Range { .. } => "range",
             UpdateOp::Push { .. } => "push",
+            UpdateOp::Revoke { set: None, .. } => "revoke",
+            UpdateOp::Revoke { set: Some(_), .. } => "setattr",
         }
     }
 
@@ -355,13 +380,7 @@ impl UpdateOp {
             UpdateOp::SetAttr { ino, set } => {
                 w.u8(5);
                 w.u64(*ino);
-                opt(w, set.perm, |w, v| w.u16(v));
-                opt(w, set.uid, |w, v| w.u32(v));
-                opt(w, set.gid, |w, v| w.u32(v));
-                opt(w, set.size, |w, v| w.u64(v));
-                time_set(w, set.atime);
-                time_set(w, set.mtime);
-                w.u8(u8::from(set.by_handle));
+                write_set_attr(w, set);
             }
             UpdateOp::Commit {
                 ino,
@@ -410,6 +429,18 @@ impl UpdateOp {
                 w.u8(11);
                 w.u32(*count);
             }
+            UpdateOp::Revoke { ino, secret, set } => {
+                w.u8(13);
+                w.u64(*ino);
+                w.raw(secret);
+                match set {
+                    None => w.u8(0),
+                    Some(set) => {
+                        w.u8(1);
+                        write_set_attr(w, set);
+                    }
+                }
+            }
             UpdateOp::Push { ops } => {
                 w.u8(12);
                 w.u32(ops.len() as u32);
@@ -456,15 +487,7 @@ impl UpdateOp {
             },
             5 => UpdateOp::SetAttr {
                 ino: r.u64()?,
-                set: SetAttr {
-                    perm: read_opt(r, |r| r.u16())?,
-                    uid: read_opt(r, |r| r.u32())?,
-                    gid: read_opt(r, |r| r.u32())?,
-                    size: read_opt(r, |r| r.u64())?,
-                    atime: read_time_set(r)?,
-                    mtime: read_time_set(r)?,
-                    by_handle: flag(r)?,
-                },
+                set: read_set_attr(r)?,
             },
             6 => UpdateOp::Commit {
                 ino: r.u64()?,
@@ -514,9 +537,41 @@ impl UpdateOp {
                         .collect::<Result<_, _>>()?,
                 }
             }
+            13 => UpdateOp::Revoke {
+                ino: r.u64()?,
+                secret: r.array()?,
+                set: match r.u8()? {
+                    0 => None,
+                    1 => Some(read_set_attr(r)?),
+                    _ => return Err(bad("fs update", "revoke flag")),
+                },
+            },
             _ => return Err(bad("fs update", "unknown kind")),
         })
     }
+}
+
+/// A [`SetAttr`]: each field's presence and value, then `by_handle`.
+fn write_set_attr(w: &mut Writer, set: &SetAttr) {
+    opt(w, set.perm, |w, v| w.u16(v));
+    opt(w, set.uid, |w, v| w.u32(v));
+    opt(w, set.gid, |w, v| w.u32(v));
+    opt(w, set.size, |w, v| w.u64(v));
+    time_set(w, set.atime);
+    time_set(w, set.mtime);
+    w.u8(u8::from(set.by_handle));
+}
+
+fn read_set_attr(r: &mut Reader) -> Result<SetAttr, DecodeError> {
+    Ok(SetAttr {
+        perm: read_opt(r, |r| r.u16())?,
+        uid: read_opt(r, |r| r.u32())?,
+        gid: read_opt(r, |r| r.u32())?,
+        size: read_opt(r, |r| r.u64())?,
+        atime: read_time_set(r)?,
+        mtime: read_time_set(r)?,
+        by_handle: flag(r)?,
+    })
 }
 
 pub(crate) fn write_identity(w: &mut Writer, who: &Identity) {
@@ -772,6 +827,20 @@ mod tests {
             },
             UpdateOp::Forget { ino: 3 },
             UpdateOp::Range { count: 1000 },
+            UpdateOp::Revoke {
+                ino: 3,
+                secret: [5; 16],
+                set: None,
+            },
+            UpdateOp::Revoke {
+                ino: 4,
+                secret: [6; 16],
+                set: Some(SetAttr {
+                    perm: Some(0o600),
+                    uid: Some(7),
+                    ..SetAttr::default()
+                }),
+            },
         ]
     }
 

@@ -219,4 +219,112 @@ mod tests {
         revoked.secret = [8; 16];
         assert_eq!(verify(&cap, &revoked, Rights::READ), Err(FsError::Access));
     }
+
+    /// Review 3, M4: a capability stops verifying once its inode is
+    /// revoked (by its owner or root only), or once a change of attributes
+    /// that takes rights away is made with a new secret; one that takes
+    /// none needs none, and a refused change keeps the secret.
+    #[test]
+    fn a_revoked_inode_verifies_no_earlier_capability() {
+        use crate::tree::{Applied, Tree};
+        use crate::update::{Answer, SetAttr, Update, UpdateOp};
+        let mut tree = Tree::new([1; 16], Time::new(1, 0));
+        let mut seq = 0;
+        let mut run = |tree: &mut Tree, who: &Identity, op: UpdateOp| {
+            seq += 1;
+            let u = Update {
+                session: 7,
+                seq,
+                who: who.clone(),
+                now: Time::new(seq as i64 + 1, 0),
+                op,
+            };
+            match tree.apply(&u) {
+                Applied::New(r) => r,
+                Applied::Duplicate(r) => panic!("duplicate: {r:?}"),
+            }
+        };
+        let (alice, bob) = (Identity::user(1000, 1000), Identity::user(1001, 1001));
+        let first = match run(&mut tree, &Identity::root(), UpdateOp::Range { count: 10 }) {
+            Ok(Answer::Range { first, .. }) => first,
+            other => panic!("{other:?}"),
+        };
+        let create = UpdateOp::Create {
+            parent: crate::model::ROOT,
+            name: b"f".to_vec(),
+            kind: Kind::File,
+            perm: 0o666,
+            rdev: 0,
+            ino: first,
+            secret: [2; 16],
+            target: Vec::new(),
+            excl: true,
+        };
+        let root = Identity::root();
+        run(&mut tree, &root, create).unwrap();
+        run(
+            &mut tree,
+            &root,
+            UpdateOp::SetAttr {
+                ino: first,
+                set: SetAttr {
+                    uid: Some(1000),
+                    gid: Some(1000),
+                    ..SetAttr::default()
+                },
+            },
+        )
+        .unwrap();
+        let inode = |tree: &Tree| tree.get(first).unwrap().clone();
+        let cap = mint(port(), &inode(&tree), &bob).unwrap();
+        assert_eq!(cap.rights(), Rights::READ | Rights::WRITE);
+        // Bob may not revoke alice's file; she may.
+        let revoke = |secret| UpdateOp::Revoke {
+            ino: first,
+            secret,
+            set: None,
+        };
+        assert_eq!(run(&mut tree, &bob, revoke([3; 16])), Err(FsError::Perm));
+        assert_eq!(verify(&cap, &inode(&tree), Rights::READ), Ok(()));
+        assert_eq!(run(&mut tree, &alice, revoke([3; 16])), Ok(Answer::Done));
+        assert_eq!(
+            verify(&cap, &inode(&tree), Rights::READ),
+            Err(FsError::Access)
+        );
+        // A chmod to 0600, with a new secret: bob's new capability goes.
+        let cap = mint(port(), &inode(&tree), &bob).unwrap();
+        let chmod = |perm| SetAttr {
+            perm: Some(perm),
+            ..SetAttr::default()
+        };
+        assert!(chmod(0o600).takes_rights(&inode(&tree).attr));
+        assert!(!chmod(0o777).takes_rights(&inode(&tree).attr));
+        let revoking = |set, secret| UpdateOp::Revoke {
+            ino: first,
+            secret,
+            set: Some(set),
+        };
+        // Refused (bob owns nothing here): the secret stays.
+        assert_eq!(
+            run(&mut tree, &bob, revoking(chmod(0o600), [4; 16])),
+            Err(FsError::Perm)
+        );
+        assert_eq!(verify(&cap, &inode(&tree), Rights::READ), Ok(()));
+        assert!(matches!(
+            run(&mut tree, &alice, revoking(chmod(0o600), [4; 16])),
+            Ok(Answer::Attr(a)) if a.perm == 0o600
+        ));
+        assert_eq!(
+            verify(&cap, &inode(&tree), Rights::READ),
+            Err(FsError::Access)
+        );
+        assert_eq!(mint(port(), &inode(&tree), &bob), Err(FsError::Access));
+        // A chown or chgrp takes rights too.
+        let chgrp = SetAttr {
+            gid: Some(5),
+            ..SetAttr::default()
+        };
+        assert!(chgrp.takes_rights(&inode(&tree).attr));
+        assert!(!SetAttr::default().takes_rights(&inode(&tree).attr));
+    }
 }

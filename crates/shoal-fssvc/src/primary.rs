@@ -33,6 +33,7 @@ use shoal_fs::replica::FsReplica;
 use shoal_fs::tokens::{Callback, ClientId, Decision, LEASE_US, Level, Tokens, Want};
 use shoal_fs::tree::{Body, OverlayEntry, overlaid, overlaid_window};
 use shoal_fs::update::{Answer, Update, UpdateOp};
+use shoal_fs::xattr;
 use shoal_replicasvc::{Handler, Replicated, Unavailable};
 use shoal_rpc::{Context, Server};
 
@@ -910,12 +911,46 @@ impl Primary {
             p.touched.extend(victim);
             victim.is_some_and(|ino| soft.tokens.is_open(ino) || soft.tokens.is_held(ino))
         };
+        // Removing `user.shoal.cap` revokes every capability of the inode
+        // (`shoal fs revoke`), and so does a change of attributes that
+        // takes rights away (`docs/fs.md`, "Authority"): the inode gets a
+        // new secret.
+        let revoke = match &*op {
+            UpdateOp::RemoveXattr { ino, name } if name == xattr::CAP => Some((*ino, None)),
+            UpdateOp::SetAttr { ino, set }
+                if r.read(|m| m.tree.get(*ino).is_some_and(|i| set.takes_rights(&i.attr))) =>
+            {
+                Some((*ino, Some(set.clone())))
+            }
+            _ => None,
+        };
+        if let Some((ino, set)) = revoke {
+            *op = UpdateOp::Revoke {
+                ino,
+                secret: [0; 16],
+                set,
+            };
+        }
         match op {
             UpdateOp::Forget { .. } => {
                 return Err(fs(FsError::Perm));
             }
             UpdateOp::Commit { flush: true, .. } => return Err(fs(FsError::Perm)),
-            UpdateOp::Create { parent, name, .. } => p.names.push((*parent, name.clone())),
+            // A new inode's capability secret is the primary's to draw,
+            // whatever the client put there.
+            UpdateOp::Create {
+                parent,
+                name,
+                secret,
+                ..
+            } => {
+                *secret = rand::random();
+                p.names.push((*parent, name.clone()));
+            }
+            UpdateOp::Revoke { ino, secret, .. } => {
+                p.touched.push(*ino);
+                *secret = rand::random();
+            }
             UpdateOp::Link { ino, parent, name } => {
                 p.names.push((*parent, name.clone()));
                 p.touched.push(*ino);

@@ -64,6 +64,7 @@ pub(crate) fn named(op: &UpdateOp) -> Vec<Ino> {
         | UpdateOp::Overlay { ino, .. }
         | UpdateOp::SetXattr { ino, .. }
         | UpdateOp::RemoveXattr { ino, .. }
+        | UpdateOp::Revoke { ino, .. }
         | UpdateOp::Forget { ino } => vec![*ino],
         _ => numbered(op).map_or_else(Vec::new, |n| n.to_vec()),
     }

@@ -3,7 +3,8 @@
 //! this node and serves it until signalled; `umount` takes a mount away;
 //! `status` shows the replica that answers.  `cap` prints the capability
 //! of a file found by path (its `user.shoal.cap` attribute), and `stat`
-//! and `cat` use one, on any node and as any user, without a mount.
+//! and `cat` use one, on any node and as any user, without a mount;
+//! `revoke` makes every capability of a file minted so far useless.
 
 use std::path::{Path, PathBuf};
 
@@ -62,6 +63,12 @@ pub enum FsCommand {
     /// user.shoal.cap attribute), with the rights your permissions give:
     /// r if you may read it, w if you may write it, a if you own it.
     Cap { path: PathBuf },
+    /// Revoke every capability of the file or directory at PATH, minted
+    /// by anyone (`user.shoal.cap`, removed): it gets a new secret, and
+    /// only capabilities minted from now on work.  Its owner or root only.  A
+    /// chmod that clears a permission bit, or a chown or chgrp, revokes
+    /// them too.
+    Revoke { path: PathBuf },
     /// Show the attributes of the inode a capability names (no mount
     /// needed: any program holding the capability may).  CAP may be `-`
     /// (read from standard input) or @FILE, to keep it off the command
@@ -127,6 +134,16 @@ pub fn run(cmd: FsCommand) -> Result<(), Failure> {
             mount(&path, &service, tuning, !no_yield)
         }
         FsCommand::Umount { path } => umount(&path),
+        FsCommand::Revoke { path } => {
+            xattr::remove(&path, "user.shoal.cap").map_err(|e| {
+                Failure::failed(format!(
+                    "{}: {e} (only its owner or root may revoke its capabilities, in a shoal file system)",
+                    path.display()
+                ))
+            })?;
+            eprintln!("{}: every earlier capability revoked", path.display());
+            Ok(())
+        }
         FsCommand::Cap { path } => {
             let value = xattr::get(&path, "user.shoal.cap")
                 .map_err(|e| Failure::failed(format!("{}: {e}", path.display())))?

@@ -14,7 +14,7 @@ use fuser::{Errno, ReplyXattr, Request};
 use shoal_fs::model::{FsError, Ino};
 use shoal_fs::op::{Failure, Op, Reply};
 use shoal_fs::update::{UpdateOp, XattrMode};
-use shoal_fs::xattr::{CONTENT, SHOAL, kept_namespace};
+use shoal_fs::xattr::{CAP, CONTENT, SHOAL, kept_namespace};
 
 use super::{ShoalFs, errno};
 
@@ -60,7 +60,9 @@ impl ShoalFs {
         if !kept_namespace(name) {
             return Err(Failure::Fs(FsError::NotSupported));
         }
-        if name.starts_with(SHOAL) {
+        // Removing `user.shoal.cap` revokes the inode's capabilities (the
+        // primary says who may); no other `user.shoal.` name changes.
+        if name.starts_with(SHOAL) && !(name == CAP && value.is_none()) {
             return Err(Failure::Fs(FsError::Perm));
         }
         // A change through the primary: a private inode is pushed first
