@@ -369,7 +369,8 @@ impl Conn {
     }
 
     /// A create of `name` in `parent`, with a fresh inode number and
-    /// capability secret.
+    /// capability secret (the primary draws its own for what it creates:
+    /// this one is kept only where the inode stays private).
     pub(crate) fn create_op(
         &self,
         parent: Ino,

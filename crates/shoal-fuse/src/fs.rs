@@ -554,6 +554,13 @@ impl Filesystem for ShoalFs {
                 self.conn.cache.attrs_asked_at(attr.ino, stamp);
                 Ok((fh, how, attr))
             });
+        // Made by another node meanwhile: without `O_EXCL`, opened.
+        let made = match made {
+            Err(Failure::Fs(FsError::Exists)) if flags & libc::O_EXCL == 0 => {
+                self.open_existing(&self.who(req), parent.0, name.as_bytes(), flags)
+            }
+            made => made,
+        };
         match made {
             Ok((fh, how, attr)) => {
                 // `created` gives one timeout for the entry and the

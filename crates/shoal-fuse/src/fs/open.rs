@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use fuser::{FopenFlags, Request};
-use shoal_fs::model::{Attr, Identity, Ino};
+use shoal_fs::model::{Attr, FsError, Identity, Ino, Kind};
 use shoal_fs::op::{Failure, Op, Reply};
 use shoal_fs::tokens::{OpenId, Want};
 use shoal_fs::update::{Answer, SetAttr, UpdateOp};
@@ -77,6 +77,48 @@ impl ShoalFs {
             other => return Err(shoal_fssvc::client::unexpected(&other)),
         };
         Ok(self.opened(&attr, &grant, content, id, write, append))
+    }
+
+    /// `open(O_CREAT)` without `O_EXCL` of a name that another node made
+    /// between the kernel's lookup and this mount's create: the file
+    /// there, opened as `who` as an open of it would be, and truncated
+    /// with `O_TRUNC`, as a local file system answers (anything but a
+    /// regular file stays `EEXIST`).  Its handle, flags and attributes.
+    pub(super) fn open_existing(
+        &self,
+        who: &Identity,
+        parent: Ino,
+        name: &[u8],
+        flags: i32,
+    ) -> Result<(u64, FopenFlags, Attr), Failure> {
+        let lookup = Op::Lookup {
+            parent,
+            name: name.to_vec(),
+        };
+        let attr = match self.conn.call(who, lookup)? {
+            Reply::Entry { mut attr, grant } => {
+                self.conn.granted(&attr, &grant);
+                self.conn.cache.patch(&mut attr);
+                attr
+            }
+            other => return Err(shoal_fssvc::client::unexpected(&other)),
+        };
+        if attr.kind != Kind::File {
+            return Err(Failure::Fs(FsError::Exists));
+        }
+        let (fh, how) = self.open_file(who, attr.ino, flags)?;
+        if flags & libc::O_TRUNC != 0 && (flags & libc::O_ACCMODE) != libc::O_RDONLY {
+            let set = SetAttr {
+                size: Some(0),
+                by_handle: true,
+                ..SetAttr::default()
+            };
+            if let Err(e) = self.change_attrs(who, attr.ino, set, false) {
+                let _ = self.close(fh);
+                return Err(e);
+            }
+        }
+        Ok((fh, how, attr))
     }
 
     /// An open `id` of the file `attr` describes, granted `grant` (with
