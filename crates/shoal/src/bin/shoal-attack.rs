@@ -61,6 +61,18 @@ enum Attack {
         #[arg(long)]
         locates: usize,
     },
+    /// Review 3, M8: open a link, leave it to a child and end, so that
+    /// the link's pid may become another process's; once the file GO
+    /// exists, the child registers system port PORT on the link and
+    /// writes the node's answer to OUT.
+    OrphanRegister {
+        #[arg(long)]
+        go: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long)]
+        port: PutPort,
+    },
 }
 
 fn main() -> ExitCode {
@@ -73,6 +85,7 @@ fn main() -> ExitCode {
             registrations,
             locates,
         } => flood(&args.socket, links, registrations, locates),
+        Attack::OrphanRegister { go, out, port } => orphan_register(&args.socket, &go, &out, port),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -81,6 +94,38 @@ fn main() -> ExitCode {
             eprintln!("shoal-attack: {e}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// [`Attack::OrphanRegister`]: true once the child is on its own (what
+/// the node answers is in `out`).
+fn orphan_register(
+    socket: &std::path::Path,
+    go: &std::path::Path,
+    out: &std::path::Path,
+    port: PutPort,
+) -> Result<bool, String> {
+    let mut link = Link::connect(socket).map_err(|e| e.to_string())?;
+    // SAFETY: this process has one thread; the child only sleeps, writes
+    // a line to its link and a file, and exits.
+    match unsafe { libc::fork() } {
+        -1 => Err(format!("fork: {}", std::io::Error::last_os_error())),
+        0 => {
+            while !go.exists() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let answer = link.call(&LinkRequest::RegisterSystem {
+                put_port: port.to_string(),
+                addr: SocketAddr::from(([127, 0, 0, 1], 9)),
+                instance: format!(
+                    "{:016x}",
+                    0x5eed_0000_0000_0000 | u64::from(std::process::id())
+                ),
+            });
+            let _ = std::fs::write(out, format!("{answer:?}\n"));
+            std::process::exit(0)
+        }
+        _ => Ok(true),
     }
 }
 
