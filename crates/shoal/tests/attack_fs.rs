@@ -23,6 +23,7 @@ fn as_user(c: &Cluster, node: &str, user: &str, script: &str) -> Output {
         .env("PATH", "/usr/bin:/bin")
         .env("HOME", "/")
         .env("SHOAL", shoal())
+        .env("SHOAL_ATTACK", env!("CARGO_BIN_EXE_shoal-attack"))
         .env("SHOAL_NODE", socket)
         .current_dir("/")
         .output()
@@ -48,7 +49,8 @@ const ATTACKER: &str = "shoal-attacker";
 /// readable to them reads nothing once its owner takes the right away
 /// (chmod 600), nor once the owner revokes its capabilities (`shoal fs
 /// revoke`), which the attacker may not do; the file's contents written
-/// after never reach them.
+/// after never reach them.  And the capabilities of a file's contents a
+/// reader gets destroy nothing on the file servers.
 #[test]
 fn a_capability_dies_with_the_rights_it_was_minted_from() {
     let t = TestCluster::up("um", 63, 3, Mode::Netns);
@@ -115,4 +117,25 @@ fn a_capability_dies_with_the_rights_it_was_minted_from() {
         ),
         "2\n"
     );
+
+    // A reader's capabilities of the file's contents (`user.shoal.content`)
+    // read them, and destroy nothing.
+    let tried = as_user(
+        c,
+        "n2",
+        ATTACKER,
+        "$SHOAL_ATTACK --socket $SHOAL_NODE destroy-content --path /shoal/pub/g",
+    );
+    let said = String::from_utf8_lossy(&tried.stdout);
+    assert_eq!(
+        tried.status.code(),
+        Some(1),
+        "{said}{}",
+        String::from_utf8_lossy(&tried.stderr)
+    );
+    assert!(
+        said.contains("refused") && !said.contains("destroyed"),
+        "{said}"
+    );
+    assert_eq!(ok_as(c, "n3", OWNER, "cat /shoal/pub/g"), "2\n");
 }

@@ -88,7 +88,8 @@ impl ShoalFs {
     }
 
     /// `user.shoal.content`: the current content version's capabilities,
-    /// one `cap1:` text a line (none for a file never written back).  The
+    /// with the read right alone, one `cap1:` text a line (none for a file
+    /// never written back).  The
     /// mount's own changes are written back first; a file written on
     /// several nodes at once has no such version (`EBUSY`).
     fn content_caps(&self, req: &Request, ino: Ino) -> Result<Vec<u8>, Failure> {
@@ -106,7 +107,13 @@ impl ShoalFs {
                 caps.ok_or(Failure::Fs(FsError::Busy))?
             }
         };
-        let lines: Vec<String> = caps.iter().map(|c| c.to_string()).collect();
+        // The mount's own are the primary's, with every right; a reader
+        // is given the right to read them alone, never to destroy them.
+        let lines: Vec<String> = caps
+            .iter()
+            .map(|c| c.restrict(shoal_cap::Rights::READ).map(|c| c.to_string()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| Failure::Unavailable(format!("restricting a content capability: {e}")))?;
         Ok(lines.join("\n").into_bytes())
     }
 }

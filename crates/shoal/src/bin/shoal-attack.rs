@@ -73,6 +73,13 @@ enum Attack {
         #[arg(long)]
         port: PutPort,
     },
+    /// Destroy the contents of the file at PATH in the shared tree on the
+    /// file servers, with the capabilities its `user.shoal.content`
+    /// gives a reader; prints each server's answer.
+    DestroyContent {
+        #[arg(long)]
+        path: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -86,6 +93,7 @@ fn main() -> ExitCode {
             locates,
         } => flood(&args.socket, links, registrations, locates),
         Attack::OrphanRegister { go, out, port } => orphan_register(&args.socket, &go, &out, port),
+        Attack::DestroyContent { path } => destroy_content(&args.socket, &path),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -127,6 +135,33 @@ fn orphan_register(
         }
         _ => Ok(true),
     }
+}
+
+/// [`Attack::DestroyContent`]: true if a replica was destroyed.
+fn destroy_content(socket: &std::path::Path, path: &std::path::Path) -> Result<bool, String> {
+    let value = xattr::get(path, "user.shoal.content")
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .ok_or_else(|| format!("{}: no user.shoal.content", path.display()))?;
+    let caps = String::from_utf8_lossy(&value)
+        .lines()
+        .map(|l| {
+            l.parse::<shoal_cap::Capability>()
+                .map_err(|e| e.to_string())
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let ctx = shoal_rpc::Context::attach(socket).map_err(|e| e.to_string())?;
+    let mut files = shoal_filesvc::FileClient::new(&ctx).map_err(|e| e.to_string())?;
+    let mut destroyed = false;
+    for cap in &caps {
+        match files.destroy(cap) {
+            Ok(()) => {
+                println!("destroyed {cap}");
+                destroyed = true;
+            }
+            Err(e) => println!("refused: {e}"),
+        }
+    }
+    Ok(destroyed)
 }
 
 /// A client id on `link`.
