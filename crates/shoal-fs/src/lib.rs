@@ -21,8 +21,8 @@
 //!   knows, write-shared files, recalls, change notices and leases;
 //! - [`locks`]: advisory locks (`fcntl` and `flock`), cluster-wide: the
 //!   table the primary keeps and who waits on it;
-//! - [`client`]: a client's cache of files: what each operation needs,
-//!   dirty bytes and their write-back, answers to recalls;
+//! - [`cache`]: a mount's cache: the tokens it holds, what the kernel may
+//!   keep, dirty changes and their write-back, answers to recalls;
 //! - [`xattr`]: extended attributes as the service reads them, and the
 //!   capabilities it gives out for inodes;
 //! - [`edits`]: a write-back as the fewest cuts and writes over the
@@ -34,7 +34,7 @@
 #![forbid(unsafe_code)]
 
 pub mod access;
-pub mod client;
+pub mod cache;
 pub mod edits;
 pub mod locks;
 pub mod model;

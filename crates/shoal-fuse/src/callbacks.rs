@@ -36,9 +36,9 @@ use shoal_fs::tokens::{Callback, LEASE_US, Level};
 use shoal_fssvc::FsClient;
 use shoal_rpc::Context;
 
-use crate::cache::Recall;
 use crate::conn::Conn;
 use crate::writeback::write_back;
+use shoal_fs::cache::Recall;
 
 /// Attempts at writing a file back before a recall is answered without.
 const RECALL_TRIES: usize = 3;
@@ -218,20 +218,21 @@ fn events(mut poller: FsClient, conn: &Conn, stop: &AtomicBool) {
         for cb in list {
             match cb {
                 Callback::Recall { ino, to, grant } => {
-                    if let Some((ino, to, grant)) = conn.cache.recall(ino, to, grant) {
+                    let ready = conn.cache.lock().recall(ino, to, grant);
+                    if let Some((ino, to, grant)) = ready {
                         conn.post(Work::Recall { ino, to, grant });
                     }
                 }
                 Callback::Notice { id, dir, name } => {
                     // The directory's attributes changed with the name:
                     // those the mount keeps no longer answer `getattr`.
-                    conn.cache.noticed(dir, &name);
+                    conn.cache.lock().noticed(dir, &name);
                     conn.post(Work::Notice { id, dir, name });
                 }
                 Callback::Orphan { ino } => conn.post(Work::Orphan { ino }),
                 Callback::Unlocked { ino } => conn.locks.wake(ino),
                 Callback::StopCaching { ino, grant } => {
-                    if conn.cache.stop_caching(ino, grant) {
+                    if conn.cache.lock().stop_caching(ino, grant) {
                         conn.post(Work::Inval {
                             inodes: vec![(ino, 0, 0)],
                             names: Vec::new(),
@@ -251,7 +252,7 @@ fn work(mut answerer: FsClient, conn: &Arc<Conn>, rx: &Receiver<Work>, stop: &At
     let mut expired = false;
     let mut trim = crate::memory::Trim::default();
     while !stop.load(Ordering::Relaxed) {
-        trim.tick(conn.cache.dirty_and_written());
+        trim.tick(conn.cache.lock().dirty_and_written());
         if conn.lease.older_than(lease) {
             if !expired {
                 tracing::warn!("no lease renewal answered for a lease: dropping every cache");
@@ -266,7 +267,11 @@ fn work(mut answerer: FsClient, conn: &Arc<Conn>, rx: &Receiver<Work>, stop: &At
         {
             tracing::warn!("pushing the private directories' changes: {e}");
         }
-        for ino in conn.cache.due(conn.tuning.write_back_after) {
+        let due = (conn.cache.lock()).due(
+            conn.lease.now(),
+            conn.tuning.write_back_after.as_micros() as u64,
+        );
+        for ino in due {
             if let Err(e) = write_back(conn, &mut answerer, ino, false) {
                 tracing::warn!("writing file {ino} back: {e}");
             }
@@ -287,7 +292,7 @@ fn work(mut answerer: FsClient, conn: &Arc<Conn>, rx: &Receiver<Work>, stop: &At
                 Work::Flush { ino, safety, done } => {
                     let inos = match ino {
                         Some(i) => vec![i],
-                        None => conn.cache.all_dirty(),
+                        None => conn.cache.lock().all_dirty(),
                     };
                     let mut result = Ok(());
                     for i in inos {
@@ -295,7 +300,7 @@ fn work(mut answerer: FsClient, conn: &Arc<Conn>, rx: &Receiver<Work>, stop: &At
                         // Changes lost at this write-back or an earlier
                         // one (by the clock) are reported once, to the
                         // file's next fsync.
-                        if ino.is_some() && conn.cache.take_lost(i) {
+                        if ino.is_some() && conn.cache.lock().take_lost(i) {
                             result = Err(Failure::Fs(FsError::Io));
                         }
                         if let Err(e) = written {
@@ -306,7 +311,7 @@ fn work(mut answerer: FsClient, conn: &Arc<Conn>, rx: &Receiver<Work>, stop: &At
                     let _ = done.send(result);
                 }
                 Work::Notice { id, dir, name } => {
-                    let names = if conn.cache.notice(dir, &name) {
+                    let names = if conn.cache.lock().notice(dir, &name) {
                         vec![(dir, name)]
                     } else {
                         Vec::new()
@@ -317,7 +322,7 @@ fn work(mut answerer: FsClient, conn: &Arc<Conn>, rx: &Receiver<Work>, stop: &At
                     confirm.push(id);
                 }
                 Work::Orphan { ino } => {
-                    if !conn.is_open(ino) && conn.cache.discard(ino) {
+                    if !conn.is_open(ino) && conn.cache.lock().discard(ino) {
                         tracing::debug!("file {ino} went with its changes unwritten");
                     }
                 }
@@ -352,7 +357,7 @@ fn recall(answerer: &mut FsClient, conn: &Arc<Conn>, ino: Ino, to: Level, grant:
         conn.lose_private();
     }
     for _ in 0..RECALL_TRIES {
-        if let Some(r) = conn.cache.take_clean(ino, to, grant) {
+        if let Some(r) = conn.cache.lock().take_clean(ino, to, grant) {
             return r;
         }
         if let Err(e) = write_back(conn, answerer, ino, false) {
@@ -362,7 +367,7 @@ fn recall(answerer: &mut FsClient, conn: &Arc<Conn>, ino: Ino, to: Level, grant:
     tracing::warn!(
         "file {ino}: answering a recall with changes not written back (they are retried)"
     );
-    conn.cache.take(ino, to, grant)
+    conn.cache.lock().take(ino, to, grant)
 }
 
 /// Carries out a recall and answers it.

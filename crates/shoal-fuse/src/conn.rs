@@ -22,10 +22,10 @@ use shoal_fs::update::{Answer, UpdateOp};
 use shoal_fssvc::FsClient;
 use shoal_rpc::Context;
 
-use crate::cache::{Cache, Open, Stamp};
 use crate::callbacks::{Kernel, Work};
 use crate::locks::MountLocks;
 use crate::private::Routed;
+use shoal_fs::cache::{Cache, Open, Stamp};
 
 /// Inode numbers asked for at a time (private directories make inodes
 /// without a message: one range lasts a long while).
@@ -45,7 +45,7 @@ pub(crate) struct Conn {
     pub(crate) node: String,
     /// The private directories (`private`).
     pub(crate) privates: crate::private::Privates,
-    pub(crate) cache: Cache,
+    pub(crate) cache: Mutex<Cache>,
     pub(crate) kernel: Kernel,
     work: Mutex<Option<Sender<Work>>>,
     /// The opens the primary knows of (or may: reported in a request
@@ -125,7 +125,7 @@ impl Conn {
             name: name.to_string(),
             node: node.to_string(),
             privates: Default::default(),
-            cache: Cache::default(),
+            cache: Mutex::new(Cache::default()),
             kernel: Kernel::default(),
             work: Mutex::new(None),
             known: Mutex::new(FxHashSet::default()),
@@ -201,7 +201,7 @@ impl Conn {
     /// kernel keeps under it dropped.
     fn again(&self, c: &mut FsClient) -> Result<(), Failure> {
         tracing::info!("the metadata service forgot this mount's session: hello again");
-        let dirty: HashMap<Ino, u64> = self.cache.dirty_versions().into_iter().collect();
+        let dirty: HashMap<Ino, u64> = self.cache.lock().dirty_versions().into_iter().collect();
         // The private inodes the primary knows, reclaimed at `Write` as
         // dirty files are: the private directories stay private if every
         // one comes back (a new primary, in its grace period), and are
@@ -235,7 +235,7 @@ impl Conn {
             };
             match c.call(&Identity::root(), op) {
                 Ok(Reply::Entry { attr, grant }) if grant.level == Level::Write => {
-                    self.cache.reclaimed(&attr, &grant);
+                    self.cache.lock().reclaimed(&attr, &grant);
                     self.settle();
                 }
                 // Made since the last push, and the push did not reach
@@ -307,7 +307,7 @@ impl Conn {
         // A name it makes is no longer known to be absent, from before the
         // request leaves.
         if let Some((dir, name)) = names.made {
-            self.cache.making(dir, name);
+            self.cache.lock().making(dir, name);
         }
         // The directories' attributes in the answer are as the change left
         // them; a notice of a later change may come first (the answer waits
@@ -317,7 +317,7 @@ impl Conn {
             .dirs
             .iter()
             .map(|&dir| {
-                let (all, own) = self.cache.stamp(dir);
+                let (all, own) = self.cache.lock().stamp(dir);
                 match names.only_dir {
                     Some(d) if d == dir => (dir, (all, own + 2)),
                     Some(_) => (dir, (all, own)),
@@ -330,8 +330,8 @@ impl Conn {
         // directory's.
         let only_dir = names.only_dir;
         let count = || match only_dir {
-            Some(dir) => self.cache.count_dir(dir),
-            None => self.cache.count_change(),
+            Some(dir) => self.cache.lock().count_dir(dir),
+            None => self.cache.lock().count_change(),
         };
         count();
         let answer = self.call(who, op);
@@ -343,7 +343,7 @@ impl Conn {
                 dirs,
                 opened,
             } => {
-                self.cache.dirs_changed(&dirs, &expected);
+                self.cache.lock().dirs_changed(&dirs, &expected);
                 Ok((result.map_err(Failure::Fs)?, opened))
             }
             other => Err(shoal_fssvc::client::unexpected(&other)),
@@ -497,7 +497,7 @@ impl Conn {
     /// changes go, now or, if it was opened meanwhile, at its last close.
     pub(crate) fn gone(&self, ino: Ino) {
         if !self.is_open(ino) {
-            self.cache.forget(ino);
+            self.cache.lock().forget(ino);
         } else {
             self.gone.lock().insert(ino);
         }
@@ -507,7 +507,7 @@ impl Conn {
     /// ([`Conn::gone`]), the inode goes from the cache.
     pub(crate) fn gone_closed(&self, ino: Ino) {
         if !self.is_open(ino) && self.gone.lock().remove(&ino) {
-            self.cache.forget(ino);
+            self.cache.lock().forget(ino);
         }
     }
 
@@ -556,7 +556,8 @@ impl Conn {
 
     /// Recalls that were waiting for a grant just seen.
     pub(crate) fn settle(&self) {
-        for (ino, to, grant) in self.cache.ready() {
+        let ready = self.cache.lock().ready();
+        for (ino, to, grant) in ready {
             self.post(Work::Recall { ino, to, grant });
         }
     }
@@ -593,7 +594,7 @@ impl Conn {
     /// An answer granted `grant` on `attr`'s inode: the attribute timeout
     /// the kernel gets.
     pub(crate) fn granted(&self, attr: &Attr, grant: &Grant) -> Duration {
-        let ttl = self.cache.install(attr, grant);
+        let ttl = self.cache.lock().install(attr, grant);
         self.settle();
         ttl
     }
@@ -602,13 +603,13 @@ impl Conn {
     /// listing): the grant is seen (a recall of it is carried out), and
     /// the token is kept at the level the mount knew.
     pub(crate) fn saw(&self, ino: Ino, grant: &Grant) {
-        self.cache.saw(ino, grant.grant);
+        self.cache.lock().saw(ino, grant.grant);
         self.settle();
     }
 
     /// An open's answer.
     pub(crate) fn opened(&self, attr: &Attr, grant: &Grant, content: Vec<Capability>) -> Open {
-        let open = self.cache.opened(attr, grant, content);
+        let open = self.cache.lock().opened(attr, grant, content);
         self.settle();
         open
     }
@@ -622,7 +623,7 @@ impl Conn {
 
     /// Every token is gone: the kernel forgets what they covered.
     fn drop_kernel(&self) {
-        let (inodes, names) = self.cache.drop_all();
+        let (inodes, names) = self.cache.lock().drop_all();
         let names: Vec<(Ino, Vec<u8>)> = names
             .into_iter()
             .flat_map(|(d, list)| list.into_iter().map(move |n| (d, n)))

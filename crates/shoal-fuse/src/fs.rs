@@ -38,9 +38,9 @@ use shoal_fs::op::{Failure, Op, Reply};
 use shoal_fs::tokens::{OpenId, Want};
 use shoal_fs::update::{Answer, SetAttr, UpdateOp};
 
-use crate::cache::{Content, FOREVER, Open as CacheUse};
 use crate::conn::Conn;
 use crate::private::Routed;
+use shoal_fs::cache::{Content, FOREVER, Open as CacheUse};
 
 pub(crate) mod attr;
 mod lock;
@@ -131,15 +131,15 @@ impl ShoalFs {
         if let Some(attr) = self.conn.private_attr(ino) {
             return Ok((attr, FOREVER));
         }
-        if let Some(held) = self.conn.cache.attr_held(ino) {
+        if let Some(held) = self.conn.cache.lock().attr_held(ino) {
             return Ok(held);
         }
-        let stamp = self.conn.cache.stamp(ino);
+        let stamp = self.conn.cache.lock().stamp(ino);
         match self.conn.call(&self.who(req), Op::GetAttr { ino })? {
             Reply::Entry { mut attr, grant } => {
                 let ttl = self.conn.granted(&attr, &grant);
-                self.conn.cache.attrs_asked_at(ino, stamp);
-                self.conn.cache.patch(&mut attr);
+                self.conn.cache.lock().attrs_asked_at(ino, stamp);
+                self.conn.cache.lock().patch(&mut attr);
                 Ok((attr, ttl))
             }
             other => Err(shoal_fssvc::client::unexpected(&other)),
@@ -156,7 +156,7 @@ impl ShoalFs {
     ) {
         match r {
             Ok(attr) => {
-                let entry = self.conn.cache.entry_ttl(parent.0, name.as_bytes());
+                let entry = self.conn.cache.lock().entry_ttl(parent.0, name.as_bytes());
                 let (attr, ttl) = match self.conn.private_attr(attr.ino) {
                     Some(attr) => (attr, FOREVER),
                     None => (attr, NONE),
@@ -197,6 +197,7 @@ impl ShoalFs {
         Ok(self
             .conn
             .cache
+            .lock()
             .finish_read(ino, c.version, offset, size as usize, &base))
     }
 
@@ -234,9 +235,12 @@ impl ShoalFs {
         if let UpdateOp::Unlink { open, .. } = &mut op {
             *open = self.conn.opens_unknown();
         }
-        let before = self.conn.cache.stamp(parent.0);
+        let before = self.conn.cache.lock().stamp(parent.0);
         let answer = self.conn.change(&self.who(req), op)?;
-        self.conn.cache.removed(parent.0, name.as_bytes(), before);
+        self.conn
+            .cache
+            .lock()
+            .removed(parent.0, name.as_bytes(), before);
         if let Answer::Removed {
             gone: Some(ino), ..
         } = &answer
@@ -256,7 +260,7 @@ impl Filesystem for ShoalFs {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         if let Some(found) = self.conn.private_lookup(parent.0, name.as_bytes()) {
-            let entry = self.conn.cache.entry_ttl(parent.0, name.as_bytes());
+            let entry = self.conn.cache.lock().entry_ttl(parent.0, name.as_bytes());
             return match found {
                 Ok(attr) => {
                     reply.entry_with_ttls(&FOREVER, &entry, &file_attr(&attr), Generation(0))
@@ -267,7 +271,12 @@ impl Filesystem for ShoalFs {
                 Err(e) => reply.error(errno(Failure::Fs(e))),
             };
         }
-        if self.conn.cache.known_absent(parent.0, name.as_bytes()) {
+        if self
+            .conn
+            .cache
+            .lock()
+            .known_absent(parent.0, name.as_bytes())
+        {
             return reply.error(Errno::ENOENT);
         }
         let op = Op::Lookup {
@@ -276,10 +285,10 @@ impl Filesystem for ShoalFs {
         };
         // A notice of the name that crossed the answer (the count moved)
         // would leave the kernel a stale entry: none is given then.
-        let stamp = self.conn.cache.stamp(parent.0);
+        let stamp = self.conn.cache.lock().stamp(parent.0);
         let entry_ttl = |this: &Self| {
-            if this.conn.cache.stamp(parent.0) == stamp {
-                this.conn.cache.entry_ttl(parent.0, name.as_bytes())
+            if this.conn.cache.lock().stamp(parent.0) == stamp {
+                this.conn.cache.lock().entry_ttl(parent.0, name.as_bytes())
             } else {
                 NONE
             }
@@ -287,7 +296,7 @@ impl Filesystem for ShoalFs {
         match self.conn.call(&self.who(req), op) {
             Ok(Reply::Entry { mut attr, grant }) => {
                 let attr_ttl = self.conn.granted(&attr, &grant);
-                self.conn.cache.patch(&mut attr);
+                self.conn.cache.lock().patch(&mut attr);
                 let entry = entry_ttl(self);
                 reply.entry_with_ttls(&attr_ttl, &entry, &file_attr(&attr), Generation(0))
             }
@@ -333,9 +342,14 @@ impl Filesystem for ShoalFs {
     ) {
         // A truncation of a file this mount holds `Write` on is one more
         // dirty change.
-        if let (Some(size), None, None, None, None) = (size, mode, uid, gid, atime)
-            && let Some(attr) = self.conn.cache.truncate(ino.0, size, now(mtime))
-        {
+        let truncated = match (size, mode, uid, gid, atime) {
+            (Some(size), None, None, None, None) => {
+                let when = (now(mtime), self.conn.lease.now());
+                self.conn.cache.lock().truncate(ino.0, size, when)
+            }
+            _ => None,
+        };
+        if let Some(attr) = truncated {
             return match self.conn.private_attr(ino.0) {
                 Some(attr) => reply.attr(&FOREVER, &file_attr(&attr)),
                 None => reply.attr(&NONE, &file_attr(&attr)),
@@ -352,7 +366,8 @@ impl Filesystem for ShoalFs {
         };
         // A private inode's mode, owner or times (not a dirty file's
         // mtime, which its write-back sets) change in the private copy.
-        let private = size.is_none() && (mtime.is_none() || !self.conn.cache.is_dirty(ino.0));
+        let private =
+            size.is_none() && (mtime.is_none() || !self.conn.cache.lock().is_dirty(ino.0));
         match self.change_attrs(&self.who(req), ino.0, set, private) {
             Ok((attr, ttl)) => reply.attr(&ttl, &file_attr(&attr)),
             Err(e) => reply.error(errno(e)),
@@ -447,7 +462,10 @@ impl Filesystem for ShoalFs {
         let changed = self.conn.route(&self.who(req), op);
         if changed.is_ok() {
             // The kernel moves its entry, timeout and all.
-            self.conn.cache.kernel_has(newparent.0, newname.as_bytes());
+            self.conn
+                .cache
+                .lock()
+                .kernel_has(newparent.0, newname.as_bytes());
         }
         answer_empty(reply, changed);
     }
@@ -468,7 +486,7 @@ impl Filesystem for ShoalFs {
         match self.conn.route(&self.who(req), op) {
             Ok((Answer::Entry { attr, .. }, private)) => {
                 if !private {
-                    self.conn.cache.drop_token(ino.0);
+                    self.conn.cache.lock().drop_token(ino.0);
                 }
                 self.answer_entry(reply, newparent, newname, Ok(attr))
             }
@@ -521,10 +539,11 @@ impl Filesystem for ShoalFs {
                 let how = self
                     .conn
                     .cache
+                    .lock()
                     .open_cached(attr.ino)
                     .unwrap_or(CacheUse::Direct);
                 let fh = self.handle(attr.ino, id, append);
-                let entry = self.conn.cache.entry_ttl(parent.0, name.as_bytes());
+                let entry = self.conn.cache.lock().entry_ttl(parent.0, name.as_bytes());
                 return reply.created(
                     &entry.min(FOREVER),
                     &file_attr(&attr),
@@ -543,7 +562,7 @@ impl Filesystem for ShoalFs {
             .conn
             .create_open(&self.who(req), op, id, want)
             .and_then(|(attr, grant)| {
-                let stamp = self.conn.cache.stamp(attr.ino);
+                let stamp = self.conn.cache.lock().stamp(attr.ino);
                 let (fh, how) = match grant {
                     Some(grant) => self.opened(&attr, &grant, Vec::new(), id, write, append),
                     // The creator may open what it made whatever its mode
@@ -551,7 +570,7 @@ impl Filesystem for ShoalFs {
                     // the directory), so the open is made as root.
                     None => self.open_file(&Identity::root(), attr.ino, flags)?,
                 };
-                self.conn.cache.attrs_asked_at(attr.ino, stamp);
+                self.conn.cache.lock().attrs_asked_at(attr.ino, stamp);
                 Ok((fh, how, attr))
             });
         // Made by another node meanwhile: without `O_EXCL`, opened.
@@ -567,11 +586,16 @@ impl Filesystem for ShoalFs {
                 // attributes: the shorter of what the parent's token
                 // allows for the name and the new file's (its open's) for
                 // the attributes.
-                let (attr, attr_ttl) = self.conn.cache.attr_held(attr.ino).unwrap_or((attr, NONE));
+                let (attr, attr_ttl) = self
+                    .conn
+                    .cache
+                    .lock()
+                    .attr_held(attr.ino)
+                    .unwrap_or((attr, NONE));
                 let entry_ttl = if attr_ttl.is_zero() {
                     NONE
                 } else {
-                    self.conn.cache.entry_ttl(parent.0, name.as_bytes())
+                    self.conn.cache.lock().entry_ttl(parent.0, name.as_bytes())
                 };
                 let ttl = attr_ttl.min(entry_ttl);
                 let how = self.kernel_flags(how, flags);
@@ -596,7 +620,7 @@ impl Filesystem for ShoalFs {
         // Under a token: from a file server (again if a write-back moved
         // the version on meanwhile).
         for _ in 0..3 {
-            let Some(c) = self.conn.cache.content(ino.0) else {
+            let Some(c) = self.conn.cache.lock().content(ino.0) else {
                 break;
             };
             match self.read_cached(ino.0, &c, offset, size) {
@@ -604,7 +628,7 @@ impl Filesystem for ShoalFs {
                 Ok(None) => {}
                 // Dirty changes are only here: the primary's bytes would
                 // be stale.
-                Err(e) if self.conn.cache.is_dirty(ino.0) => return reply.error(errno(e)),
+                Err(e) if self.conn.cache.lock().is_dirty(ino.0) => return reply.error(errno(e)),
                 Err(e) => {
                     tracing::debug!("reading {} from a file server: {e}", ino.0);
                     break;
@@ -641,23 +665,20 @@ impl Filesystem for ShoalFs {
     ) {
         // A direct write by a caller without `CAP_FSETID`: the set-id
         // bits go first (through the primary the write drops them itself).
-        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
-            && self.conn.cache.holds_write(ino.0)
-            && let Err(e) = self.drop_setid(req, ino.0)
-        {
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
+            && self.conn.cache.lock().holds_write(ino.0);
+        if kill && let Err(e) = self.drop_setid(req, ino.0) {
             return reply.error(errno(e));
         }
         let append = self.handles.lock().get(&fh.0).is_some_and(|h| h.append);
         // Under `Write`, the bytes stay here until written back.
-        if self
-            .conn
-            .cache
-            .write(ino.0, (!append).then_some(offset), data, now(None))
-            .is_some()
-        {
-            if self.conn.cache.dirty_bytes() > self.conn.tuning.dirty_max
-                && let Err(e) = self.conn.flush(Some(ino.0), false)
-            {
+        let when = (now(None), self.conn.lease.now());
+        let cached = (self.conn.cache.lock())
+            .write(ino.0, (!append).then_some(offset), data, when)
+            .is_some();
+        if cached {
+            let over = self.conn.cache.lock().dirty_bytes() > self.conn.tuning.dirty_max;
+            if over && let Err(e) = self.conn.flush(Some(ino.0), false) {
                 tracing::warn!("writing file {} back: {e}", ino.0);
             }
             return reply.written(data.len() as u32);
@@ -673,7 +694,7 @@ impl Filesystem for ShoalFs {
                 // too.  The kernel drops the file's attributes after a
                 // write; pages another open of it keeps are checked at its
                 // next read against the new ones (`FUSE_AUTO_INVAL_DATA`).
-                self.conn.cache.drop_token(ino.0);
+                self.conn.cache.lock().drop_token(ino.0);
                 reply.written(data.len() as u32);
             }
             Ok(Reply::Updated(Err(e))) => reply.error(Errno::from_i32(e.errno())),

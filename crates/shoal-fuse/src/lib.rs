@@ -11,7 +11,6 @@
 
 #![deny(unsafe_code)]
 
-mod cache;
 mod callbacks;
 mod conn;
 pub mod fs;

@@ -84,7 +84,7 @@ impl Conn {
     /// A private inode's attributes, with the mount's dirty changes made.
     pub(crate) fn private_attr(&self, ino: Ino) -> Option<Attr> {
         let mut attr = self.privates.state.lock().core.attr(ino)?;
-        self.cache.patch(&mut attr);
+        self.cache.lock().patch(&mut attr);
         Some(attr)
     }
 
@@ -95,7 +95,7 @@ impl Conn {
             return None;
         }
         Some(s.core.lookup(parent, name).map(|mut a| {
-            self.cache.patch(&mut a);
+            self.cache.lock().patch(&mut a);
             a
         }))
     }
@@ -169,14 +169,14 @@ impl Conn {
         let answer = s.core.change(who, now, op, clock(self));
         match &answer {
             Ok(Answer::Entry { attr, .. }) => {
-                self.cache.hold_local(attr);
+                self.cache.lock().hold_local(attr);
                 if let Some((id, write)) = open {
                     self.record_open(attr.ino, id, write);
                 }
             }
             Ok(Answer::Removed {
                 gone: Some(ino), ..
-            }) => self.cache.forget(*ino),
+            }) => self.cache.lock().forget(*ino),
             _ => {}
         }
         Ok(Routed::Local(answer))
@@ -218,12 +218,12 @@ impl Conn {
     /// (`grant`): private from birth.
     pub(crate) fn adopt(&self, attr: &Attr, secret: [u8; 16], parent: Ino, grant: &Grant) {
         let mut s = self.privates.state.lock();
-        self.cache.install(attr, grant);
+        self.cache.lock().install(attr, grant);
         // Private only if the token is still held: a lookup of the new
         // directory by another thread may have answered first, and a
         // recall of that later grant been carried out with it.  Adopted
         // before the recalls waiting for this grant go.
-        if self.cache.holds_write(attr.ino) {
+        if self.cache.lock().holds_write(attr.ino) {
             s.core.adopt_dir(*attr, secret, parent);
         } else {
             tracing::debug!(
@@ -240,7 +240,7 @@ impl Conn {
     pub(crate) fn private_closed(&self, ino: Ino) {
         let mut s = self.privates.state.lock();
         if s.core.closed(ino) {
-            self.cache.forget(ino);
+            self.cache.lock().forget(ino);
         }
     }
 
@@ -291,7 +291,7 @@ impl Conn {
         let s = self.privates.state.lock();
         for ino in fresh {
             if let Some(attr) = s.core.attr(*ino) {
-                self.cache.hold_local(&attr);
+                self.cache.lock().hold_local(&attr);
             }
         }
     }
@@ -325,7 +325,7 @@ impl Conn {
         // What the kernel keeps of them goes (the primary may never have
         // heard of them, or may hold them otherwise by now).
         let inodes: Vec<Ino> = inodes.iter().map(|i| i.attr.ino).collect();
-        let names = self.cache.forget_held(&inodes);
+        let names = self.cache.lock().forget_held(&inodes);
         if !inodes.is_empty() {
             self.post(crate::callbacks::Work::Inval {
                 inodes: inodes.iter().map(|i| (*i, 0, 0)).collect(),
@@ -339,8 +339,8 @@ impl Conn {
             );
         }
         for ino in fresh {
-            if self.cache.is_dirty(ino) {
-                self.cache.lose(ino);
+            if self.cache.lock().is_dirty(ino) {
+                self.cache.lock().lose(ino);
             }
         }
     }

@@ -20,8 +20,8 @@ use shoal_fs::tree::overlaid;
 use shoal_fs::update::{Answer, UpdateOp};
 use shoal_fssvc::FsClient;
 
-use crate::cache::FlushJob;
 use crate::conn::Conn;
+use shoal_fs::cache::FlushJob;
 
 /// Writes `ino`'s dirty changes back through `via` (a client of the
 /// mount's session); with `safety`, the bytes are on the file servers'
@@ -32,12 +32,12 @@ pub(crate) fn write_back(
     ino: Ino,
     safety: bool,
 ) -> Result<(), Failure> {
-    if !conn.cache.is_dirty(ino) {
+    if !conn.cache.lock().is_dirty(ino) {
         return Ok(());
     }
     // A private file's name must reach the primary before its bytes.
     conn.unprivate(&[ino])?;
-    let Some(job) = conn.cache.flush_job(ino) else {
+    let Some(job) = conn.cache.lock().flush_job(ino) else {
         return Ok(());
     };
     // As edits of the version the changes were made over, when there is
@@ -130,7 +130,7 @@ fn whole(
                     return Err(lose(conn, ino, job, content, "its version is gone"));
                 }
                 Ok(None) => {
-                    conn.cache.discard(ino);
+                    conn.cache.lock().discard(ino);
                     return Err(Failure::Fs(FsError::NotFound));
                 }
                 _ => return Err(e),
@@ -159,7 +159,9 @@ fn commit(
     };
     match via.call(&Identity::root(), Op::Change { op }) {
         Ok(Reply::Updated(Ok(Answer::Committed { attr, old }))) => {
-            conn.cache.flushed(job, &attr, content);
+            conn.cache
+                .lock()
+                .flushed(job, &attr, content, conn.lease.now());
             // Nobody else held the file while this mount wrote it: the
             // replaced version is no one's.
             destroy(conn, &old);
@@ -176,10 +178,12 @@ fn commit(
         // lost, asked again.  Otherwise the token is a newer grant (the
         // session was lost and the file opened again since), and the file
         // changed elsewhere in between: the changes are lost.
-        Ok(Reply::Updated(Err(e))) if conn.cache.holds_write(ino) => {
+        Ok(Reply::Updated(Err(e))) if conn.cache.lock().holds_write(ino) => {
             match attr_now(conn, via, ino)? {
                 Some(attr) if attr.version == job.version + 1 => {
-                    conn.cache.flushed(job, &attr, content);
+                    conn.cache
+                        .lock()
+                        .flushed(job, &attr, content, conn.lease.now());
                     Ok(())
                 }
                 Some(_) => Err(lose(conn, ino, job, content, &e.to_string())),
@@ -203,7 +207,7 @@ fn commit(
 /// The file went while its changes were being written back: they go,
 /// and so does the version just stored for them.
 fn gone(conn: &Conn, ino: Ino, content: &[Capability]) {
-    conn.cache.discard(ino);
+    conn.cache.lock().discard(ino);
     destroy(conn, content);
 }
 
@@ -240,7 +244,7 @@ fn lose(
          elsewhere after this mount lost its token",
         job.changes.len()
     );
-    conn.cache.lose(ino);
+    conn.cache.lock().lose(ino);
     // The kernel may hold attributes patched with them (this is the
     // callbacks thread, which sends the invalidations).
     conn.kernel.inval(vec![(ino, 0, 0)], Vec::new());

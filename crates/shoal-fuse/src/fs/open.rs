@@ -13,8 +13,8 @@ use shoal_fs::tokens::{OpenId, Want};
 use shoal_fs::update::{Answer, SetAttr, UpdateOp};
 
 use super::{Handle, NONE, ShoalFs, open_flags};
-use crate::cache::FOREVER;
 use crate::private::Routed;
+use shoal_fs::cache::FOREVER;
 
 impl ShoalFs {
     /// Opens `ino` for the kernel: a handle, recorded with the mount's
@@ -29,9 +29,10 @@ impl ShoalFs {
         let write = (flags & libc::O_ACCMODE) != libc::O_RDONLY;
         let append = flags & libc::O_APPEND != 0;
         // A private file, or a file read under a token: no message.
-        if (!write || self.conn.is_private(ino))
-            && let Some(open) = self.conn.cache.open_cached(ino)
-        {
+        let cached = (!write || self.conn.is_private(ino))
+            .then(|| self.conn.cache.lock().open_cached(ino))
+            .flatten();
+        if let Some(open) = cached {
             let id = self.conn.next_open();
             self.conn.record_open(ino, id, false);
             return Ok((self.handle(ino, id, append), open_flags(open)));
@@ -98,7 +99,7 @@ impl ShoalFs {
         let attr = match self.conn.call(who, lookup)? {
             Reply::Entry { mut attr, grant } => {
                 self.conn.granted(&attr, &grant);
-                self.conn.cache.patch(&mut attr);
+                self.conn.cache.lock().patch(&mut attr);
                 attr
             }
             other => return Err(shoal_fssvc::client::unexpected(&other)),
@@ -209,7 +210,7 @@ impl ShoalFs {
         let changed = self.conn.change(who, UpdateOp::SetAttr { ino, set });
         // Its version may have moved (a truncate): what the mount knew of
         // it goes; the next look at it asks again.
-        self.conn.cache.drop_token(ino);
+        self.conn.cache.lock().drop_token(ino);
         match changed? {
             Answer::Attr(attr) => Ok((attr, NONE)),
             other => Err(Failure::Unavailable(format!("{other:?}"))),
@@ -226,7 +227,7 @@ impl ShoalFs {
         let Some(attr) = self
             .conn
             .private_attr(ino)
-            .or_else(|| self.conn.cache.attr(ino))
+            .or_else(|| self.conn.cache.lock().attr(ino))
         else {
             return Ok(());
         };

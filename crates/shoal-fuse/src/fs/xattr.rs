@@ -95,8 +95,8 @@ impl ShoalFs {
     fn content_caps(&self, req: &Request, ino: Ino) -> Result<Vec<u8>, Failure> {
         self.conn.flush(Some(ino), false)?;
         let known = |fs: &ShoalFs| {
-            let c = fs.conn.cache.content(ino)?;
-            (!fs.conn.cache.is_dirty(ino)).then_some(c.content)
+            let c = fs.conn.cache.lock().content(ino)?;
+            (!fs.conn.cache.lock().is_dirty(ino)).then_some(c.content)
         };
         let caps = match known(self) {
             Some(caps) => caps,

@@ -1,5 +1,5 @@
 use super::*;
-use shoal_fs::model::Time;
+use crate::model::Time;
 
 fn attr(ino: Ino, kind: Kind, version: u64) -> Attr {
     Attr {
@@ -28,7 +28,7 @@ fn grant(level: Level, n: u64) -> Grant {
 
 #[test]
 fn a_token_lets_the_kernel_keep_attributes_and_names() {
-    let c = Cache::default();
+    let mut c = Cache::default();
     assert_eq!(
         c.entry_ttl(1, b"a"),
         Duration::ZERO,
@@ -53,7 +53,7 @@ fn a_token_lets_the_kernel_keep_attributes_and_names() {
 
 #[test]
 fn a_recall_waits_for_its_grant_and_takes_what_it_names() {
-    let c = Cache::default();
+    let mut c = Cache::default();
     c.install(&attr(1, Kind::Dir, 0), &grant(Level::Read, 1));
     c.entry_ttl(1, b"x");
     // A recall of grant 3, not seen yet, waits.
@@ -81,7 +81,7 @@ fn a_recall_waits_for_its_grant_and_takes_what_it_names() {
 
 #[test]
 fn pages_are_kept_only_for_the_version_they_belong_to() {
-    let c = Cache::default();
+    let mut c = Cache::default();
     let open = c.opened(&attr(5, Kind::File, 1), &grant(Level::Read, 1), Vec::new());
     assert_eq!(open, Open::Cached { keep: false }, "nothing cached yet");
     assert_eq!(c.open_cached(5), Some(Open::Cached { keep: true }));
@@ -100,7 +100,7 @@ fn pages_are_kept_only_for_the_version_they_belong_to() {
 
 #[test]
 fn a_lost_session_drops_everything() {
-    let c = Cache::default();
+    let mut c = Cache::default();
     c.install(&attr(1, Kind::Dir, 0), &grant(Level::Read, 1));
     c.entry_ttl(1, b"n");
     let (inodes, names) = c.drop_all();
@@ -111,14 +111,18 @@ fn a_lost_session_drops_everything() {
 
 #[test]
 fn writes_under_write_stay_dirty_until_written_back() {
-    let c = Cache::default();
+    let mut c = Cache::default();
     let t = Time::new(5, 0);
     // Without Write, a write goes through the primary.
     c.opened(&attr(7, Kind::File, 1), &grant(Level::Read, 1), Vec::new());
-    assert_eq!(c.write(7, Some(0), b"x", t), None);
+    assert_eq!(c.write(7, Some(0), b"x", (t, 0)), None);
     c.opened(&attr(7, Kind::File, 1), &grant(Level::Write, 2), Vec::new());
-    assert_eq!(c.write(7, Some(2), b"abc", t), Some(2));
-    assert_eq!(c.write(7, None, b"de", t), Some(10), "appends at the size");
+    assert_eq!(c.write(7, Some(2), b"abc", (t, 0)), Some(2));
+    assert_eq!(
+        c.write(7, None, b"de", (t, 0)),
+        Some(10),
+        "appends at the size"
+    );
     let mut a = attr(7, Kind::File, 1);
     c.patch(&mut a);
     assert_eq!(a.size, 12);
@@ -131,25 +135,25 @@ fn writes_under_write_stay_dirty_until_written_back() {
     let job = c.flush_job(7).unwrap();
     assert_eq!(job.changes.len(), 2);
     // One more write arrives during the write-back: it stays dirty.
-    assert_eq!(c.write(7, Some(0), b"Z", t), Some(0));
+    assert_eq!(c.write(7, Some(0), b"Z", (t, 0)), Some(0));
     let mut committed = attr(7, Kind::File, 2);
     committed.size = 12;
-    c.flushed(&job, &committed, Vec::new());
+    c.flushed(&job, &committed, Vec::new(), 0);
     assert_eq!(c.dirty_bytes(), 1);
     let job = c.flush_job(7).unwrap();
     assert_eq!(job.version, 2);
     let mut next = attr(7, Kind::File, 3);
     next.size = 12;
-    c.flushed(&job, &next, Vec::new());
+    c.flushed(&job, &next, Vec::new(), 0);
     assert!(c.flush_job(7).is_none());
     let r = c.take_clean(7, Level::Read, 2).expect("clean now");
     assert!(!r.inval, "a recall to Read keeps the kernel's copy");
-    assert_eq!(c.write(7, Some(0), b"x", t), None, "Read only now");
+    assert_eq!(c.write(7, Some(0), b"x", (t, 0)), None, "Read only now");
 }
 
 #[test]
 fn a_recall_of_a_token_dropped_with_the_lease_is_carried_out_at_once() {
-    let c = Cache::default();
+    let mut c = Cache::default();
     c.install(&attr(1, Kind::File, 0), &grant(Level::Write, 5));
     c.install(&attr(2, Kind::File, 0), &grant(Level::Read, 7));
     // The mount's view of its lease ended; the primary's did not yet.
@@ -170,7 +174,7 @@ fn a_recall_of_a_token_dropped_with_the_lease_is_carried_out_at_once() {
 
 #[test]
 fn lost_changes_are_reported_once() {
-    let c = Cache::default();
+    let mut c = Cache::default();
     assert!(!c.take_lost(3));
     c.lose(3);
     assert!(c.take_lost(3), "the next fsync hears of it");
@@ -179,7 +183,7 @@ fn lost_changes_are_reported_once() {
 
 #[test]
 fn a_recall_of_a_grant_seen_only_in_a_listing_is_carried_out() {
-    let c = Cache::default();
+    let mut c = Cache::default();
     c.install(&attr(1, Kind::Dir, 0), &grant(Level::Write, 1));
     c.entry_ttl(1, b"x");
     // A listing's answer renewed the grant (number 2) without attributes;

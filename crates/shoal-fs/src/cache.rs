@@ -23,19 +23,18 @@
 //!   (a lost lease keeps them, to be written back if the file did not
 //!   change meanwhile).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use parking_lot::Mutex;
+use crate::model::{Attr, Ino, Kind, Time};
+use crate::op::Grant;
+use crate::tokens::Level;
+use crate::tree::{OverlayChange, OverlayEntry, overlaid_window};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use shoal_cap::Capability;
-use shoal_fs::model::{Attr, Ino, Kind, Time};
-use shoal_fs::op::Grant;
-use shoal_fs::tokens::Level;
-use shoal_fs::tree::{OverlayChange, OverlayEntry, overlaid_window};
 
 /// How long the kernel may keep what a token covers: until the mount
 /// invalidates it.
-pub(crate) const FOREVER: Duration = Duration::from_secs(24 * 3600);
+pub const FOREVER: Duration = Duration::from_secs(24 * 3600);
 
 /// What the mount holds of one inode.
 #[derive(Debug, Default)]
@@ -69,7 +68,7 @@ impl Held {
 /// A recall to carry out: invalidate what the kernel keeps (when `inval`:
 /// the inode's attributes and pages, and `names` in it), then answer.
 #[derive(Debug)]
-pub(crate) struct Recall {
+pub struct Recall {
     pub ino: Ino,
     pub to: Level,
     pub grant: u64,
@@ -80,7 +79,7 @@ pub(crate) struct Recall {
 /// A file's cached content, for a read: its version and that version's
 /// capabilities.
 #[derive(Debug, Clone)]
-pub(crate) struct Content {
+pub struct Content {
     pub version: u64,
     pub content: Vec<Capability>,
     /// How many bytes the version holds.
@@ -89,7 +88,7 @@ pub(crate) struct Content {
 
 /// A file's changes not yet written back, over its content version.
 #[derive(Debug)]
-pub(crate) struct Dirty {
+pub struct Dirty {
     /// The version the changes were made over, and its content.
     pub version: u64,
     pub content: Vec<Capability>,
@@ -98,15 +97,15 @@ pub(crate) struct Dirty {
     pub base_size: u64,
     pub size: u64,
     pub mtime: Time,
-    /// When the oldest change was made.
-    pub since: Instant,
+    /// When the oldest change was made, on the shell's clock (µs).
+    pub since: u64,
     pub bytes: u64,
 }
 
 /// A write-back to make: the changes so far over
 /// `content`, version `version`.
 #[derive(Debug)]
-pub(crate) struct FlushJob {
+pub struct FlushJob {
     pub version: u64,
     pub content: Vec<Capability>,
     pub changes: Vec<OverlayEntry>,
@@ -116,8 +115,9 @@ pub(crate) struct FlushJob {
     pub mtime: Time,
 }
 
+/// A mount's cache state.
 #[derive(Debug, Default)]
-struct Inner {
+pub struct Cache {
     held: HashMap<Ino, Held>,
     /// Names handed to the kernel with a long timeout, by directory.
     names: HashMap<Ino, HashSet<Vec<u8>>>,
@@ -156,36 +156,31 @@ const ABSENT_MAX: usize = 4096;
 /// The counts an inode's cached attributes were asked under: the mount's
 /// changes that may touch any inode, and those of names in the inode
 /// alone (a directory).
-pub(crate) type Stamp = (u64, u64);
+pub type Stamp = (u64, u64);
 
-impl Inner {
-    fn stamp(&self, ino: Ino) -> Stamp {
+impl Cache {
+    /// Where the counts that may make `ino`'s attributes stale stand.
+    pub fn stamp(&self, ino: Ino) -> Stamp {
         (
             self.changes,
             self.dir_changes.get(&ino).copied().unwrap_or(0),
         )
     }
 
-    /// Drops `ino`'s dirty changes; whether it had any.
-    fn discard(&mut self, ino: Ino) -> bool {
+    /// Dirty changes that cannot be written back (the file went, or
+    /// changed elsewhere): dropped; whether there were any.
+    pub fn discard(&mut self, ino: Ino) -> bool {
         let gone = self.dirty.remove(&ino);
         self.dirty_bytes -= gone.as_ref().map_or(0, |d| d.bytes);
         gone.is_some()
     }
 }
 
-/// The mount's cache state.
-#[derive(Debug, Default)]
-pub(crate) struct Cache {
-    inner: Mutex<Inner>,
-}
-
 impl Cache {
     /// An answer granted `grant` on the inode `attr` describes: the
     /// attribute timeout the kernel gets.
-    pub(crate) fn install(&self, attr: &Attr, grant: &Grant) -> Duration {
-        let mut inner = self.inner.lock();
-        let h = inner.held.entry(attr.ino).or_default();
+    pub fn install(&mut self, attr: &Attr, grant: &Grant) -> Duration {
+        let h = self.held.entry(attr.ino).or_default();
         h.dir = attr.kind == Kind::Dir;
         h.seen = h.seen.max(grant.grant);
         if grant.grant <= h.grant {
@@ -212,55 +207,48 @@ impl Cache {
             h.content = None;
         }
         h.attrs_at = None;
-        inner.attrs.insert(attr.ino, *attr);
+        self.attrs.insert(attr.ino, *attr);
         ttl(level)
     }
 
     /// An inode made in a private directory: this mount holds it as if
     /// granted `Write` (the push that makes it at the primary brings the
     /// grant); a file's content is empty.
-    pub(crate) fn hold_local(&self, attr: &Attr) {
-        let mut inner = self.inner.lock();
-        let h = inner.held.entry(attr.ino).or_default();
+    pub fn hold_local(&mut self, attr: &Attr) {
+        let h = self.held.entry(attr.ino).or_default();
         h.dir = attr.kind == Kind::Dir;
         h.level = Some(Level::Write);
         h.version = attr.version;
         h.content = (attr.kind == Kind::File).then(Vec::new);
         h.attrs_at = None;
-        inner.attrs.insert(attr.ino, *attr);
+        self.attrs.insert(attr.ino, *attr);
     }
 
     /// A grant on directory `ino` seen in an answer that brought no
     /// attributes (a listing).
-    pub(crate) fn saw(&self, ino: Ino, grant: u64) {
-        let mut inner = self.inner.lock();
-        let h = inner.held.entry(ino).or_default();
+    pub fn saw(&mut self, ino: Ino, grant: u64) {
+        let h = self.held.entry(ino).or_default();
         h.dir = true;
         h.seen = h.seen.max(grant);
-    }
-
-    /// Where the counts that may make `ino`'s attributes stale stand.
-    pub(crate) fn stamp(&self, ino: Ino) -> Stamp {
-        self.inner.lock().stamp(ino)
     }
 
     /// A change through the primary that may change inodes the mount does
     /// not know (a link, unlink or rename: a link count, a ctime) is about
     /// to be sent, or was answered.
-    pub(crate) fn count_change(&self) {
-        self.inner.lock().changes += 1;
+    pub fn count_change(&mut self) {
+        self.changes += 1;
     }
 
     /// A change of names in `dir` alone (a create of the mount's, about to
     /// be sent or answered, or another mount's change, noticed).
-    pub(crate) fn count_dir(&self, dir: Ino) {
-        *self.inner.lock().dir_changes.entry(dir).or_default() += 1;
+    pub fn count_dir(&mut self, dir: Ino) {
+        *self.dir_changes.entry(dir).or_default() += 1;
     }
 
     /// The attributes last installed for `ino` came from a request sent
     /// when the counts stood at `stamp`.
-    pub(crate) fn attrs_asked_at(&self, ino: Ino, stamp: Stamp) {
-        if let Some(h) = self.inner.lock().held.get_mut(&ino) {
+    pub fn attrs_asked_at(&mut self, ino: Ino, stamp: Stamp) {
+        if let Some(h) = self.held.get_mut(&ino) {
             h.attrs_at = Some(stamp);
         }
     }
@@ -268,12 +256,11 @@ impl Cache {
     /// The mount removed `name` from `dir` itself; the counts stood at
     /// `before` when it asked: if only its own change moved them since
     /// (counted twice), no notice of that name came in between.
-    pub(crate) fn removed(&self, dir: Ino, name: &[u8], before: Stamp) {
-        let mut inner = self.inner.lock();
-        if inner.stamp(dir) != (before.0 + 2, before.1) {
+    pub fn removed(&mut self, dir: Ino, name: &[u8], before: Stamp) {
+        if self.stamp(dir) != (before.0 + 2, before.1) {
             return;
         }
-        let Some(grant) = inner
+        let Some(grant) = self
             .held
             .get(&dir)
             .filter(|h| h.dir && h.level() >= Level::Read)
@@ -281,25 +268,24 @@ impl Cache {
         else {
             return;
         };
-        if inner.absent.len() >= ABSENT_MAX {
-            inner.absent.clear();
+        if self.absent.len() >= ABSENT_MAX {
+            self.absent.clear();
         }
-        inner.absent.insert((dir, name.to_vec()), grant);
+        self.absent.insert((dir, name.to_vec()), grant);
     }
 
     /// Another mount changed `name` of `dir` (a notice): counted for the
     /// directory, and the name no longer known to be absent, under one
     /// lock.
-    pub(crate) fn noticed(&self, dir: Ino, name: &[u8]) {
-        let mut inner = self.inner.lock();
-        *inner.dir_changes.entry(dir).or_default() += 1;
-        inner.absent.remove(&(dir, name.to_vec()));
+    pub fn noticed(&mut self, dir: Ino, name: &[u8]) {
+        *self.dir_changes.entry(dir).or_default() += 1;
+        self.absent.remove(&(dir, name.to_vec()));
     }
 
     /// The mount is about to make `name` in `dir`: no longer known to be
     /// absent.
-    pub(crate) fn making(&self, dir: Ino, name: &[u8]) {
-        self.inner.lock().absent.remove(&(dir, name.to_vec()));
+    pub fn making(&mut self, dir: Ino, name: &[u8]) {
+        self.absent.remove(&(dir, name.to_vec()));
     }
 
     /// Whether `name` is known to be absent from `dir`: the mount removed
@@ -307,13 +293,11 @@ impl Cache {
     /// neither a notice named it (another mount's create there sends one
     /// first) nor did the mount make it again.  A temporary file's name is
     /// then looked up without asking.
-    pub(crate) fn known_absent(&self, dir: Ino, name: &[u8]) -> bool {
-        let inner = self.inner.lock();
-        let Some(grant) = inner.absent.get(&(dir, name.to_vec())) else {
+    pub fn known_absent(&self, dir: Ino, name: &[u8]) -> bool {
+        let Some(grant) = self.absent.get(&(dir, name.to_vec())) else {
             return false;
         };
-        inner
-            .held
+        self.held
             .get(&dir)
             .is_some_and(|h| h.dir && h.level() >= Level::Read && h.grant == *grant)
     }
@@ -323,14 +307,13 @@ impl Cache {
     /// those the mount holds a token on, to answer `getattr` until the
     /// next change, own or noticed ([`Cache::attr_held`]), if the counts
     /// of each stand where the change alone left them (`expected`).
-    pub(crate) fn dirs_changed(&self, dirs: &[Attr], expected: &[(Ino, Stamp)]) {
-        let mut inner = self.inner.lock();
+    pub fn dirs_changed(&mut self, dirs: &[Attr], expected: &[(Ino, Stamp)]) {
         for attr in dirs {
-            let stamp = inner.stamp(attr.ino);
+            let stamp = self.stamp(attr.ino);
             if !expected.contains(&(attr.ino, stamp)) {
                 continue;
             }
-            let Some(h) = inner.held.get_mut(&attr.ino) else {
+            let Some(h) = self.held.get_mut(&attr.ino) else {
                 continue;
             };
             if !h.dir || h.level() < Level::Read {
@@ -338,17 +321,16 @@ impl Cache {
             }
             h.version = attr.version;
             h.attrs_at = Some(stamp);
-            inner.attrs.insert(attr.ino, *attr);
+            self.attrs.insert(attr.ino, *attr);
         }
     }
 
     /// An open's answer: the grant, and the content of the version it
     /// was made at.  Returns whether the open may use the kernel's
     /// pages, and whether those pages are of this version already.
-    pub(crate) fn opened(&self, attr: &Attr, grant: &Grant, content: Vec<Capability>) -> Open {
+    pub fn opened(&mut self, attr: &Attr, grant: &Grant, content: Vec<Capability>) -> Open {
         self.install(attr, grant);
-        let mut inner = self.inner.lock();
-        let h = inner.held.get_mut(&attr.ino).expect("installed");
+        let h = self.held.get_mut(&attr.ino).expect("installed");
         if h.level() == Level::None || h.version != attr.version {
             return Open::Direct;
         }
@@ -360,9 +342,8 @@ impl Cache {
 
     /// An open for reading that the mount's token allows without asking
     /// the primary.
-    pub(crate) fn open_cached(&self, ino: Ino) -> Option<Open> {
-        let mut inner = self.inner.lock();
-        let h = inner.held.get_mut(&ino)?;
+    pub fn open_cached(&mut self, ino: Ino) -> Option<Open> {
+        let h = self.held.get_mut(&ino)?;
         if h.level() < Level::Read || h.content.is_none() {
             return None;
         }
@@ -374,23 +355,22 @@ impl Cache {
     /// Where a read of a file the mount holds can be served from: its
     /// content version on the file servers (finished by
     /// [`Cache::finish_read`]).
-    pub(crate) fn content(&self, ino: Ino) -> Option<Content> {
-        let inner = self.inner.lock();
-        let h = inner.held.get(&ino)?;
+    pub fn content(&self, ino: Ino) -> Option<Content> {
+        let h = self.held.get(&ino)?;
         if h.level() < Level::Read {
             return None;
         }
         Some(Content {
             version: h.version,
             content: h.content.clone()?,
-            size: inner.attrs.get(&ino)?.size,
+            size: self.attrs.get(&ino)?.size,
         })
     }
 
     /// A window read from content version `version` (`base`: what the
     /// file servers had from `offset`), with the dirty changes made and
     /// cut to the size; `None` if the version moved on meanwhile.
-    pub(crate) fn finish_read(
+    pub fn finish_read(
         &self,
         ino: Ino,
         version: u64,
@@ -398,17 +378,16 @@ impl Cache {
         len: usize,
         base: &[u8],
     ) -> Option<Vec<u8>> {
-        let inner = self.inner.lock();
-        let h = inner.held.get(&ino)?;
+        let h = self.held.get(&ino)?;
         if h.version != version {
             return None;
         }
-        Some(match inner.dirty.get(&ino) {
+        Some(match self.dirty.get(&ino) {
             Some(d) if d.version == version => {
                 overlaid_window(base, offset, len, &d.changes, d.size)
             }
             Some(_) => return None,
-            None => overlaid_window(base, offset, len, &[], inner.attrs.get(&ino)?.size),
+            None => overlaid_window(base, offset, len, &[], self.attrs.get(&ino)?.size),
         })
     }
 
@@ -417,8 +396,8 @@ impl Cache {
     /// over the version the primary gave (changes over an older one, kept
     /// through a lost lease, are not the file's: another node changed it
     /// since, and they cannot be written back).
-    pub(crate) fn patch(&self, attr: &mut Attr) {
-        patch_dirty(&self.inner.lock().dirty, attr);
+    pub fn patch(&self, attr: &mut Attr) {
+        patch_dirty(&self.dirty, attr);
     }
 
     /// The attributes of an inode the mount holds a token on (as the
@@ -430,31 +409,30 @@ impl Cache {
     /// or rename changes a link count or times and leaves its token), and
     /// received no notice since (another mount's change of a directory's
     /// names, which leaves the directory's `Read` token).
-    pub(crate) fn attr_held(&self, ino: Ino) -> Option<(Attr, Duration)> {
-        let inner = self.inner.lock();
-        let h = inner.held.get(&ino)?;
-        if h.level() < Level::Read || h.attrs_at != Some(inner.stamp(ino)) {
+    pub fn attr_held(&self, ino: Ino) -> Option<(Attr, Duration)> {
+        let h = self.held.get(&ino)?;
+        if h.level() < Level::Read || h.attrs_at != Some(self.stamp(ino)) {
             return None;
         }
-        let mut attr = *inner.attrs.get(&ino)?;
+        let mut attr = *self.attrs.get(&ino)?;
         if attr.version != h.version {
             return None;
         }
-        patch_dirty(&inner.dirty, &mut attr);
+        patch_dirty(&self.dirty, &mut attr);
         Some((attr, ttl(h.level())))
     }
 
-    /// A write under `Write`: kept dirty.  `None` (go through the
-    /// primary) without the token; else the offset written at (the end,
-    /// for an append).
-    pub(crate) fn write(
-        &self,
+    /// A write under `Write`, made at `now` (at `at` on the shell's
+    /// clock): kept dirty.  `None` (go through the primary) without the
+    /// token; else the offset written at (the end, for an append).
+    pub fn write(
+        &mut self,
         ino: Ino,
         offset: Option<u64>,
         data: &[u8],
-        now: Time,
+        (now, at): (Time, u64),
     ) -> Option<u64> {
-        self.change(ino, now, |size| {
+        self.change(ino, (now, at), |size| {
             let at = offset.unwrap_or(size);
             (
                 OverlayChange::Write {
@@ -469,36 +447,36 @@ impl Cache {
 
     /// A truncation under `Write`: kept dirty; the new attributes, or
     /// `None` without the token.
-    pub(crate) fn truncate(&self, ino: Ino, size: u64, now: Time) -> Option<Attr> {
-        self.change(ino, now, |_| (OverlayChange::Truncate { size }, size, size))?;
-        let mut attr = *self.inner.lock().attrs.get(&ino)?;
+    pub fn truncate(&mut self, ino: Ino, size: u64, when: (Time, u64)) -> Option<Attr> {
+        self.change(ino, when, |_| {
+            (OverlayChange::Truncate { size }, size, size)
+        })?;
+        let mut attr = *self.attrs.get(&ino)?;
         self.patch(&mut attr);
         Some(attr)
     }
 
     fn change(
-        &self,
+        &mut self,
         ino: Ino,
-        now: Time,
+        (now, at): (Time, u64),
         make: impl FnOnce(u64) -> (OverlayChange, u64, u64),
     ) -> Option<u64> {
-        let mut inner = self.inner.lock();
-        let inner = &mut *inner;
-        let h = inner.held.get(&ino)?;
+        let h = self.held.get(&ino)?;
         if h.level() != Level::Write || h.content.is_none() {
             return None;
         }
         let version = h.version;
         let content = h.content.clone().unwrap_or_default();
-        let base = inner.attrs.get(&ino)?.size;
-        let d = inner.dirty.entry(ino).or_insert_with(|| Dirty {
+        let base = self.attrs.get(&ino)?.size;
+        let d = self.dirty.entry(ino).or_insert_with(|| Dirty {
             version,
             content,
             changes: Vec::new(),
             base_size: base,
             size: base,
             mtime: now,
-            since: Instant::now(),
+            since: at,
             bytes: 0,
         });
         if d.version != version {
@@ -507,8 +485,8 @@ impl Cache {
         let (change, size, at) = make(d.size);
         if let OverlayChange::Write { data, .. } = &change {
             d.bytes += data.len() as u64;
-            inner.dirty_bytes += data.len() as u64;
-            inner.written += data.len() as u64;
+            self.dirty_bytes += data.len() as u64;
+            self.written += data.len() as u64;
         }
         d.changes.push(OverlayEntry { version, change });
         d.size = size;
@@ -518,66 +496,59 @@ impl Cache {
 
     /// The attributes the mount was last given for `ino`, if any (without
     /// its dirty changes).
-    pub(crate) fn attr(&self, ino: Ino) -> Option<Attr> {
-        self.inner.lock().attrs.get(&ino).copied()
+    pub fn attr(&self, ino: Ino) -> Option<Attr> {
+        self.attrs.get(&ino).copied()
     }
 
     /// Whether the mount holds `Write` on `ino`.
-    pub(crate) fn holds_write(&self, ino: Ino) -> bool {
-        self.inner
-            .lock()
-            .held
+    pub fn holds_write(&self, ino: Ino) -> bool {
+        self.held
             .get(&ino)
             .is_some_and(|h| h.level() == Level::Write)
     }
 
     /// Whether `ino` has changes not yet written back.
-    pub(crate) fn is_dirty(&self, ino: Ino) -> bool {
-        self.inner.lock().dirty.contains_key(&ino)
+    pub fn is_dirty(&self, ino: Ino) -> bool {
+        self.dirty.contains_key(&ino)
     }
 
     /// Dirty bytes waiting, in all files.
-    pub(crate) fn dirty_bytes(&self) -> u64 {
-        self.inner.lock().dirty_bytes
+    pub fn dirty_bytes(&self) -> u64 {
+        self.dirty_bytes
     }
 
     /// Dirty bytes waiting, and bytes written into the cache ever.
-    pub(crate) fn dirty_and_written(&self) -> (u64, u64) {
-        let inner = self.inner.lock();
-        (inner.dirty_bytes, inner.written)
+    pub fn dirty_and_written(&self) -> (u64, u64) {
+        (self.dirty_bytes, self.written)
     }
 
-    /// Files whose oldest dirty change is older than `age`.
-    pub(crate) fn due(&self, age: Duration) -> Vec<Ino> {
-        let inner = self.inner.lock();
-        inner
-            .dirty
+    /// Files whose oldest dirty change is `age` old or older at `now`
+    /// (on the shell's clock, µs).
+    pub fn due(&self, now: u64, age: u64) -> Vec<Ino> {
+        self.dirty
             .iter()
-            .filter(|(_, d)| d.since.elapsed() >= age)
+            .filter(|(_, d)| now.saturating_sub(d.since) >= age)
             .map(|(i, _)| *i)
             .collect()
     }
 
     /// Every file with dirty changes.
-    pub(crate) fn all_dirty(&self) -> Vec<Ino> {
-        self.inner.lock().dirty.keys().copied().collect()
+    pub fn all_dirty(&self) -> Vec<Ino> {
+        self.dirty.keys().copied().collect()
     }
 
     /// Every file with dirty changes, and the version they were made over.
-    pub(crate) fn dirty_versions(&self) -> Vec<(Ino, u64)> {
-        let inner = self.inner.lock();
-        inner.dirty.iter().map(|(i, d)| (*i, d.version)).collect()
+    pub fn dirty_versions(&self) -> Vec<(Ino, u64)> {
+        self.dirty.iter().map(|(i, d)| (*i, d.version)).collect()
     }
 
     /// A token reclaimed at a new primary, installed as granted.  A file
     /// whose dirty changes were made over the version it was granted at
     /// gets its content back, so its reads and writes go on through the
     /// mount as before the primary changed.
-    pub(crate) fn reclaimed(&self, attr: &Attr, grant: &Grant) {
+    pub fn reclaimed(&mut self, attr: &Attr, grant: &Grant) {
         self.install(attr, grant);
-        let mut inner = self.inner.lock();
-        let inner = &mut *inner;
-        if let (Some(h), Some(d)) = (inner.held.get_mut(&attr.ino), inner.dirty.get(&attr.ino))
+        if let (Some(h), Some(d)) = (self.held.get_mut(&attr.ino), self.dirty.get(&attr.ino))
             && h.level() == Level::Write
             && d.version == attr.version
         {
@@ -586,9 +557,8 @@ impl Cache {
     }
 
     /// What writing `ino` back means now, if it has dirty changes.
-    pub(crate) fn flush_job(&self, ino: Ino) -> Option<FlushJob> {
-        let inner = self.inner.lock();
-        let d = inner.dirty.get(&ino)?;
+    pub fn flush_job(&self, ino: Ino) -> Option<FlushJob> {
+        let d = self.dirty.get(&ino)?;
         Some(FlushJob {
             version: d.version,
             content: d.content.clone(),
@@ -600,11 +570,10 @@ impl Cache {
     }
 
     /// A write-back committed: the file is version `attr.version`, stored
-    /// as `content`; the job's changes are in it.
-    pub(crate) fn flushed(&self, job: &FlushJob, attr: &Attr, content: Vec<Capability>) {
-        let mut inner = self.inner.lock();
-        let inner = &mut *inner;
-        if let Some(d) = inner.dirty.get_mut(&attr.ino) {
+    /// as `content`; the job's changes are in it.  Changes made since
+    /// wait from `at` (the shell's clock).
+    pub fn flushed(&mut self, job: &FlushJob, attr: &Attr, content: Vec<Capability>, at: u64) {
+        if let Some(d) = self.dirty.get_mut(&attr.ino) {
             d.changes.drain(..job.changes.len().min(d.changes.len()));
             d.version = attr.version;
             d.content = content.clone();
@@ -620,18 +589,18 @@ impl Cache {
                     OverlayChange::Truncate { .. } => 0,
                 })
                 .sum();
-            inner.dirty_bytes -= d.bytes - left;
+            self.dirty_bytes -= d.bytes - left;
             d.bytes = left;
-            d.since = Instant::now();
+            d.since = at;
             if d.changes.is_empty() {
-                inner.dirty.remove(&attr.ino);
+                self.dirty.remove(&attr.ino);
             }
         }
         let mut base = *attr;
         // The committed attributes are the job's; later changes patch them.
         base.size = job.size;
-        inner.attrs.insert(attr.ino, base);
-        if let Some(h) = inner.held.get_mut(&attr.ino) {
+        self.attrs.insert(attr.ino, base);
+        if let Some(h) = self.held.get_mut(&attr.ino) {
             let current = h.pages == Some(h.version);
             h.version = attr.version;
             h.content = Some(content);
@@ -642,59 +611,46 @@ impl Cache {
     /// Dirty changes that could not be written back because the file
     /// changed elsewhere: dropped, and remembered until the next `fsync`
     /// of the file asks ([`Cache::take_lost`]).
-    pub(crate) fn lose(&self, ino: Ino) {
+    pub fn lose(&mut self, ino: Ino) {
         self.discard(ino);
-        self.inner.lock().lost.insert(ino);
+        self.lost.insert(ino);
     }
 
     /// Whether changes to `ino` were lost since the last time this was
     /// asked.
-    pub(crate) fn take_lost(&self, ino: Ino) -> bool {
-        self.inner.lock().lost.remove(&ino)
-    }
-
-    /// Dirty changes that cannot be written back (the file went, or
-    /// changed elsewhere): dropped.
-    pub(crate) fn discard(&self, ino: Ino) -> bool {
-        self.inner.lock().discard(ino)
+    pub fn take_lost(&mut self, ino: Ino) -> bool {
+        self.lost.remove(&ino)
     }
 
     /// Whether the kernel may keep name `name` of `parent`: then it is
     /// recorded, to be invalidated when it changes.
-    pub(crate) fn entry_ttl(&self, parent: Ino, name: &[u8]) -> Duration {
-        let mut inner = self.inner.lock();
-        if inner
+    pub fn entry_ttl(&mut self, parent: Ino, name: &[u8]) -> Duration {
+        if self
             .held
             .get(&parent)
             .is_none_or(|h| h.level() < Level::Read)
         {
             return Duration::ZERO;
         }
-        inner.names.entry(parent).or_default().insert(name.to_vec());
+        self.names.entry(parent).or_default().insert(name.to_vec());
         FOREVER
     }
 
     /// Records a name the kernel holds whatever its timeout (the target
     /// of this mount's own rename keeps the moved entry's).
-    pub(crate) fn kernel_has(&self, parent: Ino, name: &[u8]) {
-        self.inner
-            .lock()
-            .names
-            .entry(parent)
-            .or_default()
-            .insert(name.to_vec());
+    pub fn kernel_has(&mut self, parent: Ino, name: &[u8]) {
+        self.names.entry(parent).or_default().insert(name.to_vec());
     }
 
     /// Drops the tokens of `inos` (not their unwritten changes): the names
     /// recorded in those of them that are directories, which the kernel
     /// must forget.
-    pub(crate) fn forget_held(&self, inos: &[Ino]) -> Vec<(Ino, Vec<u8>)> {
-        let mut inner = self.inner.lock();
+    pub fn forget_held(&mut self, inos: &[Ino]) -> Vec<(Ino, Vec<u8>)> {
         let mut names = Vec::new();
         for ino in inos {
-            inner.held.remove(ino);
-            inner.attrs.remove(ino);
-            if let Some(set) = inner.names.remove(ino) {
+            self.held.remove(ino);
+            self.attrs.remove(ino);
+            if let Some(set) = self.names.remove(ino) {
                 names.extend(set.into_iter().map(|n| (*ino, n)));
             }
         }
@@ -703,19 +659,17 @@ impl Cache {
 
     /// Forgets everything of `ino`, which the primary forgot with its last
     /// name: its token, attributes and unwritten changes.
-    pub(crate) fn forget(&self, ino: Ino) {
-        let mut inner = self.inner.lock();
-        inner.discard(ino);
-        inner.held.remove(&ino);
-        inner.attrs.remove(&ino);
+    pub fn forget(&mut self, ino: Ino) {
+        self.discard(ino);
+        self.held.remove(&ino);
+        self.attrs.remove(&ino);
     }
 
     /// The mount changed `ino` itself (written through the primary, or
     /// changed its attributes): the primary took its token, and the
     /// kernel's copy must go.
-    pub(crate) fn drop_token(&self, ino: Ino) {
-        let mut inner = self.inner.lock();
-        if let Some(h) = inner.held.get_mut(&ino) {
+    pub fn drop_token(&mut self, ino: Ino) {
+        if let Some(h) = self.held.get_mut(&ino) {
             h.level = Some(Level::None);
             h.content = None;
             h.pages = None;
@@ -725,15 +679,10 @@ impl Cache {
     /// A recall from the primary: to carry out now (`take` it once the
     /// file's dirty changes are written back), or nothing while the grant
     /// it names has not been seen.
-    pub(crate) fn recall(&self, ino: Ino, to: Level, grant: u64) -> Option<(Ino, Level, u64)> {
-        let mut inner = self.inner.lock();
-        let seen = inner
-            .held
-            .get(&ino)
-            .map_or(0, |h| h.seen)
-            .max(inner.dropped);
+    pub fn recall(&mut self, ino: Ino, to: Level, grant: u64) -> Option<(Ino, Level, u64)> {
+        let seen = self.held.get(&ino).map_or(0, |h| h.seen).max(self.dropped);
         if seen < grant {
-            inner.deferred.push((ino, to, grant));
+            self.deferred.push((ino, to, grant));
             return None;
         }
         Some((ino, to, grant))
@@ -741,37 +690,35 @@ impl Cache {
 
     /// Takes the token a recall asks for, unless dirty changes of the
     /// file are left (then `None`: write them back first).
-    pub(crate) fn take_clean(&self, ino: Ino, to: Level, grant: u64) -> Option<Recall> {
-        let mut inner = self.inner.lock();
-        if to < Level::Write && inner.dirty.contains_key(&ino) {
+    pub fn take_clean(&mut self, ino: Ino, to: Level, grant: u64) -> Option<Recall> {
+        if to < Level::Write && self.dirty.contains_key(&ino) {
             return None;
         }
-        Some(Self::take_from(&mut inner, ino, to, grant))
+        Some(self.take_from(ino, to, grant))
     }
 
     /// Recalls whose grants have been seen since they came.
-    pub(crate) fn ready(&self) -> Vec<(Ino, Level, u64)> {
-        let mut inner = self.inner.lock();
-        if inner.deferred.is_empty() {
+    pub fn ready(&mut self) -> Vec<(Ino, Level, u64)> {
+        if self.deferred.is_empty() {
             return Vec::new();
         }
-        let dropped = inner.dropped;
-        let (ready, still): (Vec<_>, Vec<_>) = std::mem::take(&mut inner.deferred)
+        let dropped = self.dropped;
+        let (ready, still): (Vec<_>, Vec<_>) = std::mem::take(&mut self.deferred)
             .into_iter()
             .partition(|(ino, _, g)| {
-                *g <= dropped || inner.held.get(ino).is_some_and(|h| h.seen >= *g)
+                *g <= dropped || self.held.get(ino).is_some_and(|h| h.seen >= *g)
             });
-        inner.deferred = still;
+        self.deferred = still;
         ready
     }
 
     /// Takes the token a recall asks for, dirty changes or not.
-    pub(crate) fn take(&self, ino: Ino, to: Level, grant: u64) -> Recall {
-        Self::take_from(&mut self.inner.lock(), ino, to, grant)
+    pub fn take(&mut self, ino: Ino, to: Level, grant: u64) -> Recall {
+        self.take_from(ino, to, grant)
     }
 
-    fn take_from(inner: &mut Inner, ino: Ino, to: Level, grant: u64) -> Recall {
-        let h = inner.held.entry(ino).or_default();
+    fn take_from(&mut self, ino: Ino, to: Level, grant: u64) -> Recall {
+        let h = self.held.entry(ino).or_default();
         let strongest = match h.recalled {
             Some((g, l)) if g == grant => l.min(to),
             _ => to,
@@ -785,7 +732,7 @@ impl Cache {
             h.content = None;
             h.pages = None;
             if h.dir {
-                names = inner
+                names = self
                     .names
                     .remove(&ino)
                     .map(|s| s.into_iter().collect())
@@ -803,9 +750,8 @@ impl Cache {
 
     /// "Stop caching" for a file granted no later than `grant`: whether
     /// the kernel's copy must go.
-    pub(crate) fn stop_caching(&self, ino: Ino, grant: u64) -> bool {
-        let mut inner = self.inner.lock();
-        let Some(h) = inner.held.get_mut(&ino) else {
+    pub fn stop_caching(&mut self, ino: Ino, grant: u64) -> bool {
+        let Some(h) = self.held.get_mut(&ino) else {
             return false;
         };
         if h.grant > grant {
@@ -819,29 +765,27 @@ impl Cache {
 
     /// A notice that name `name` of `dir` changed: whether the kernel may
     /// hold it (then it must be invalidated).
-    pub(crate) fn notice(&self, dir: Ino, name: &[u8]) -> bool {
-        let mut inner = self.inner.lock();
-        inner.names.get_mut(&dir).is_some_and(|s| s.remove(name))
+    pub fn notice(&mut self, dir: Ino, name: &[u8]) -> bool {
+        self.names.get_mut(&dir).is_some_and(|s| s.remove(name))
     }
 
     /// The session ended (its lease, or the primary changed): every token
     /// is gone (dirty changes stay).  Returns what the kernel may hold: inodes, and names by
     /// directory.
     #[allow(clippy::type_complexity)]
-    pub(crate) fn drop_all(&self) -> (Vec<Ino>, Vec<(Ino, Vec<Vec<u8>>)>) {
-        let mut inner = self.inner.lock();
-        inner.absent.clear();
-        let inodes = inner
+    pub fn drop_all(&mut self) -> (Vec<Ino>, Vec<(Ino, Vec<Vec<u8>>)>) {
+        self.absent.clear();
+        let inodes = self
             .held
             .iter()
             .filter(|(_, h)| h.level() > Level::None || h.pages.is_some())
             .map(|(i, _)| *i)
             .collect();
-        let seen = inner.held.values().map(|h| h.seen).max().unwrap_or(0);
-        inner.dropped = inner.dropped.max(seen);
-        inner.held.clear();
-        inner.deferred.clear();
-        let names = inner
+        let seen = self.held.values().map(|h| h.seen).max().unwrap_or(0);
+        self.dropped = self.dropped.max(seen);
+        self.held.clear();
+        self.deferred.clear();
+        let names = self
             .names
             .drain()
             .map(|(d, s)| (d, s.into_iter().collect()))
@@ -852,7 +796,7 @@ impl Cache {
 
 /// How an open may use the kernel's page cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Open {
+pub enum Open {
     /// Not at all (`FOPEN_DIRECT_IO`).
     Direct,
     /// Through the page cache; `keep`: the pages it has are current.
