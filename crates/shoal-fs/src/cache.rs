@@ -25,6 +25,8 @@
 
 use std::time::Duration;
 
+pub mod opens;
+
 use crate::model::{Attr, Ino, Kind, Time};
 use crate::op::Grant;
 use crate::tokens::Level;
@@ -74,6 +76,20 @@ pub struct Recall {
     pub grant: u64,
     pub inval: bool,
     pub names: Vec<Vec<u8>>,
+}
+
+/// Write-backs made for a recall before it is answered without.
+pub const RECALL_TRIES: usize = 3;
+
+/// What carrying out a recall needs next ([`Cache::recall_step`]).
+#[derive(Debug)]
+pub enum RecallStep {
+    /// Answer: the token is taken.
+    Answer(Recall),
+    /// Write the file's dirty changes back first.
+    WriteBack,
+    /// Answer with dirty changes left (they are retried).
+    GiveUp(Recall),
 }
 
 /// A file's cached content, for a read: its version and that version's
@@ -688,13 +704,18 @@ impl Cache {
         Some((ino, to, grant))
     }
 
-    /// Takes the token a recall asks for, unless dirty changes of the
-    /// file are left (then `None`: write them back first).
-    pub fn take_clean(&mut self, ino: Ino, to: Level, grant: u64) -> Option<Recall> {
-        if to < Level::Write && self.dirty.contains_key(&ino) {
-            return None;
+    /// The next step of carrying out a recall, after `tries` write-backs
+    /// made for it: the token taken (when no dirty changes of the file
+    /// are left), or a write-back to make first, or, after
+    /// [`RECALL_TRIES`], the token taken with the changes left.
+    pub fn recall_step(&mut self, ino: Ino, to: Level, grant: u64, tries: usize) -> RecallStep {
+        if to == Level::Write || !self.dirty.contains_key(&ino) {
+            return RecallStep::Answer(self.take_from(ino, to, grant));
         }
-        Some(self.take_from(ino, to, grant))
+        if tries < RECALL_TRIES {
+            return RecallStep::WriteBack;
+        }
+        RecallStep::GiveUp(self.take_from(ino, to, grant))
     }
 
     /// Recalls whose grants have been seen since they came.
@@ -710,11 +731,6 @@ impl Cache {
             });
         self.deferred = still;
         ready
-    }
-
-    /// Takes the token a recall asks for, dirty changes or not.
-    pub fn take(&mut self, ino: Ino, to: Level, grant: u64) -> Recall {
-        self.take_from(ino, to, grant)
     }
 
     fn take_from(&mut self, ino: Ino, to: Level, grant: u64) -> Recall {

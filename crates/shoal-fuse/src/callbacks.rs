@@ -38,10 +38,7 @@ use shoal_rpc::Context;
 
 use crate::conn::Conn;
 use crate::writeback::write_back;
-use shoal_fs::cache::Recall;
-
-/// Attempts at writing a file back before a recall is answered without.
-const RECALL_TRIES: usize = 3;
+use shoal_fs::cache::{RECALL_TRIES, Recall, RecallStep};
 
 /// How long a callback waits for the kernel to carry out an
 /// invalidation.
@@ -356,18 +353,26 @@ fn recall(answerer: &mut FsClient, conn: &Arc<Conn>, ino: Ino, to: Level, grant:
         tracing::warn!("pushing the private directories' changes for a recall: {e}");
         conn.lose_private();
     }
-    for _ in 0..RECALL_TRIES {
-        if let Some(r) = conn.cache.lock().take_clean(ino, to, grant) {
-            return r;
-        }
-        if let Err(e) = write_back(conn, answerer, ino, false) {
-            tracing::warn!("writing file {ino} back for a recall: {e}");
+    let mut tries = 0;
+    loop {
+        let step = conn.cache.lock().recall_step(ino, to, grant, tries);
+        match step {
+            RecallStep::Answer(r) => return r,
+            RecallStep::GiveUp(r) => {
+                tracing::warn!(
+                    "file {ino}: answering a recall with changes not written back \
+                     (they are retried)"
+                );
+                return r;
+            }
+            RecallStep::WriteBack => {
+                if let Err(e) = write_back(conn, answerer, ino, false) {
+                    tracing::warn!("writing file {ino} back for a recall: {e}");
+                }
+                tries += 1;
+            }
         }
     }
-    tracing::warn!(
-        "file {ino}: answering a recall with changes not written back (they are retried)"
-    );
-    conn.cache.lock().take(ino, to, grant)
 }
 
 /// Carries out a recall and answers it.

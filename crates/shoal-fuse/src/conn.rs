@@ -25,6 +25,7 @@ use shoal_rpc::Context;
 use crate::callbacks::{Kernel, Work};
 use crate::locks::MountLocks;
 use crate::private::Routed;
+use shoal_fs::cache::opens::OpenTable;
 use shoal_fs::cache::{Cache, Open, Stamp};
 
 /// Inode numbers asked for at a time (private directories make inodes
@@ -48,9 +49,6 @@ pub(crate) struct Conn {
     pub(crate) cache: Mutex<Cache>,
     pub(crate) kernel: Kernel,
     work: Mutex<Option<Sender<Work>>>,
-    /// The opens the primary knows of (or may: reported in a request
-    /// under way).
-    known: Mutex<FxHashSet<OpenId>>,
     /// File service clients for reads of cached files, one per thread
     /// reading at a time.
     files: Mutex<Vec<FileClient>>,
@@ -58,12 +56,10 @@ pub(crate) struct Conn {
     servers: Mutex<(Vec<Capability>, usize)>,
     /// Inode numbers handed to this mount and not yet used: next, end.
     range: Mutex<(Ino, Ino)>,
-    /// This mount's opens by inode, each with whether it writes; an inode
-    /// is here only while it has one (`is_open`).
-    opens: Mutex<FxHashMap<Ino, Vec<(OpenId, bool)>>>,
+    /// This mount's opens, and which the primary knows.
+    opens: Mutex<OpenTable>,
     /// Inodes the primary forgot while this mount had them open.
     gone: Mutex<FxHashSet<Ino>>,
-    next_open: Mutex<OpenId>,
     /// The advisory locks this mount's programs hold and wait for.
     pub(crate) locks: MountLocks,
     /// How many times the session was started again.
@@ -128,13 +124,11 @@ impl Conn {
             cache: Mutex::new(Cache::default()),
             kernel: Kernel::default(),
             work: Mutex::new(None),
-            known: Mutex::new(FxHashSet::default()),
             files: Mutex::new(Vec::new()),
             servers: Mutex::new((hello.servers, hello.copies)),
             range: Mutex::new((0, 0)),
-            opens: Mutex::new(FxHashMap::default()),
+            opens: Mutex::new(OpenTable::default()),
             gone: Mutex::new(FxHashSet::default()),
-            next_open: Mutex::new(0),
             locks: MountLocks::default(),
             hellos: AtomicU64::new(0),
             lease: LeaseClock::new(),
@@ -213,14 +207,12 @@ impl Conn {
         self.lease.renewed(sent);
         self.hellos.fetch_add(1, Ordering::SeqCst);
         *self.servers.lock() = (hello.servers, hello.copies);
-        let mut reclaims: FxHashMap<Ino, Vec<(OpenId, bool)>> = self.opens.lock().clone();
+        let mut reclaims: FxHashMap<Ino, Vec<(OpenId, bool)>> = self.opens.lock().all();
         for ino in dirty.keys().chain(private.keys()) {
             reclaims.entry(*ino).or_default();
         }
         let mut private_lost = false;
-        self.known
-            .lock()
-            .extend(reclaims.values().flat_map(|o| o.iter().map(|(id, _)| *id)));
+        (self.opens.lock()).learn(reclaims.values().flat_map(|o| o.iter().map(|(id, _)| *id)));
         for (ino, opens) in reclaims {
             let version = dirty.get(&ino).or(private.get(&ino)).copied();
             let op = Op::Reclaim {
@@ -442,36 +434,27 @@ impl Conn {
 
     /// Numbers a new open of `ino` (not yet recorded).
     pub(crate) fn next_open(&self) -> OpenId {
-        let mut n = self.next_open.lock();
-        *n += 1;
-        *n
+        self.opens.lock().number()
     }
 
     /// This mount's opens of `ino`.
     pub(crate) fn opens_of(&self, ino: Ino) -> Vec<(OpenId, bool)> {
-        self.opens.lock().get(&ino).cloned().unwrap_or_default()
+        self.opens.lock().of(ino)
     }
 
     /// Whether `ino` is open on this mount.
     pub(crate) fn is_open(&self, ino: Ino) -> bool {
-        self.opens.lock().contains_key(&ino)
+        self.opens.lock().is_open(ino)
     }
 
     pub(crate) fn record_open(&self, ino: Ino, id: OpenId, write: bool) {
-        self.opens.lock().entry(ino).or_default().push((id, write));
+        self.opens.lock().record(ino, id, write);
     }
 
     /// Forgets open `id` of `ino`; whether the primary knows it (then its
     /// close is sent).
     pub(crate) fn forget_open(&self, ino: Ino, id: OpenId) -> bool {
-        let mut opens = self.opens.lock();
-        if let Some(list) = opens.get_mut(&ino) {
-            list.retain(|(i, _)| *i != id);
-            if list.is_empty() {
-                opens.remove(&ino);
-            }
-        }
-        self.known.lock().remove(&id)
+        self.opens.lock().forget(ino, id)
     }
 
     /// Whether the mount has opens the primary does not know of (opens
@@ -480,15 +463,7 @@ impl Conn {
     /// Opens of private inodes do not count: no name outside the private
     /// directories leads to them.
     pub(crate) fn opens_unknown(&self) -> bool {
-        let unknown: Vec<Ino> = {
-            let opens = self.opens.lock();
-            let known = self.known.lock();
-            opens
-                .iter()
-                .filter(|(_, list)| list.iter().any(|(id, _)| !known.contains(id)))
-                .map(|(ino, _)| *ino)
-                .collect()
-        };
+        let unknown = self.opens.lock().unknown();
         unknown.into_iter().any(|ino| !self.is_private(ino))
     }
 
@@ -514,33 +489,19 @@ impl Conn {
     /// The opens of `ino` a recall's answer reports: the primary knows
     /// them from then on.
     pub(crate) fn report(&self, ino: Ino) -> Vec<(OpenId, bool)> {
-        let opens = self.opens.lock();
-        let list = opens.get(&ino).cloned().unwrap_or_default();
-        self.known.lock().extend(list.iter().map(|(id, _)| *id));
-        list
+        self.opens.lock().report(ino)
     }
 
     /// The primary learned the opens `listed` of `ino` (an uncached
     /// open's answer): those still open are known from then on; returns
     /// those closed meanwhile, whose closes must be sent now.
     pub(crate) fn learned(&self, ino: Ino, listed: &[(OpenId, bool)]) -> Vec<OpenId> {
-        let opens = self.opens.lock();
-        let now = opens.get(&ino);
-        let mut known = self.known.lock();
-        let mut closed = Vec::new();
-        for (id, _) in listed {
-            if now.is_some_and(|l| l.iter().any(|(i, _)| i == id)) {
-                known.insert(*id);
-            } else {
-                closed.push(*id);
-            }
-        }
-        closed
+        self.opens.lock().learned(ino, listed)
     }
 
     /// The primary learned a new open (an uncached open's answer).
     pub(crate) fn learn_new(&self, id: OpenId) {
-        self.known.lock().insert(id);
+        self.opens.lock().learn([id]);
     }
 
     /// Where the callbacks go.

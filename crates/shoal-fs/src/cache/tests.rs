@@ -18,6 +18,13 @@ fn attr(ino: Ino, kind: Kind, version: u64) -> Attr {
     }
 }
 
+fn answered(step: RecallStep) -> Recall {
+    match step {
+        RecallStep::Answer(r) => r,
+        other => panic!("not answered: {other:?}"),
+    }
+}
+
 fn grant(level: Level, n: u64) -> Grant {
     Grant {
         level,
@@ -62,7 +69,7 @@ fn a_recall_waits_for_its_grant_and_takes_what_it_names() {
     c.install(&attr(1, Kind::Dir, 0), &grant(Level::Read, 3));
     let ready = c.ready();
     assert_eq!(ready, vec![(1, Level::None, 3)]);
-    let r = c.take_clean(1, Level::None, 3).expect("nothing dirty");
+    let r = answered(c.recall_step(1, Level::None, 3, 0));
     assert!(r.inval);
     assert_eq!(r.names, vec![b"x".to_vec()]);
     assert_eq!(c.entry_ttl(1, b"y"), Duration::ZERO, "the token went");
@@ -88,7 +95,7 @@ fn pages_are_kept_only_for_the_version_they_belong_to() {
     assert!(c.content(5).is_some());
     // A new version (granted after a recall) drops the pages.
     let (ino, to, g) = c.recall(5, Level::None, 1).expect("grant seen");
-    assert!(c.take_clean(ino, to, g).expect("clean").inval);
+    assert!(answered(c.recall_step(ino, to, g, 0)).inval);
     assert_eq!(c.open_cached(5), None, "no token");
     let open = c.opened(&attr(5, Kind::File, 2), &grant(Level::Read, 2), Vec::new());
     assert_eq!(open, Open::Cached { keep: false });
@@ -131,7 +138,10 @@ fn writes_under_write_stay_dirty_until_written_back() {
     let got = c.finish_read(7, 1, 0, 6, b"0123456789").unwrap();
     assert_eq!(got, b"01abc5");
     // A recall cannot take the token while changes are left.
-    assert!(c.take_clean(7, Level::Read, 2).is_none());
+    assert!(matches!(
+        c.recall_step(7, Level::Read, 2, 0),
+        RecallStep::WriteBack
+    ));
     let job = c.flush_job(7).unwrap();
     assert_eq!(job.changes.len(), 2);
     // One more write arrives during the write-back: it stays dirty.
@@ -146,7 +156,7 @@ fn writes_under_write_stay_dirty_until_written_back() {
     next.size = 12;
     c.flushed(&job, &next, Vec::new(), 0);
     assert!(c.flush_job(7).is_none());
-    let r = c.take_clean(7, Level::Read, 2).expect("clean now");
+    let r = answered(c.recall_step(7, Level::Read, 2, 1));
     assert!(!r.inval, "a recall to Read keeps the kernel's copy");
     assert_eq!(c.write(7, Some(0), b"x", (t, 0)), None, "Read only now");
 }
@@ -191,7 +201,7 @@ fn a_recall_of_a_grant_seen_only_in_a_listing_is_carried_out() {
     assert!(c.recall(1, Level::Read, 2).is_none());
     c.saw(1, 2);
     assert_eq!(c.ready(), vec![(1, Level::Read, 2)]);
-    let r = c.take_clean(1, Level::Read, 2).expect("nothing dirty");
+    let r = answered(c.recall_step(1, Level::Read, 2, 0));
     assert!(!r.inval, "a recall to Read keeps the names");
     assert!(!c.holds_write(1));
     assert_eq!(c.entry_ttl(1, b"y"), FOREVER, "Read is kept");
