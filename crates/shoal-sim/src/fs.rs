@@ -1,49 +1,64 @@
 //! The shared file system's consistency protocol (`docs/fs.md`): a
-//! primary running the real [`Tree`] and [`Tokens`], and clients running
-//! the real [`ClientCache`], exchanging requests, answers and callbacks
-//! through a network that delays (and so reorders) every message; clients
-//! open, read, write, close and `fsync` files at random and crash.
+//! primary running the real [`Tree`] and [`Tokens`], and mounts running
+//! the cache and table of opens the FUSE mount ships
+//! ([`shoal_fs::cache`], driven as the mount drives them: `fs/mount.rs`),
+//! exchanging requests, answers and callbacks through a network that
+//! delays (and so reorders) every message; contents live on a file store
+//! as the file servers keep them.  Programs open, read, write, append,
+//! close and `fsync` files at random while the mounts' callbacks threads
+//! write back and answer recalls, and mounts crash.
 //!
 //! The checks are the file system's promises:
-//! - **no stale read**: every read, from a client's cache or from the
-//!   primary, returns the file's current bytes: those of the client
-//!   holding the file's `Write` token, if it has written, else the
+//! - **no stale read**: every read, from a mount's cache or from the
+//!   primary, returns the file's current bytes: those of the mount
+//!   holding the file's `Write` token, with its dirty changes, else the
 //!   primary's (so a close on one node is seen by the next open on
 //!   another, and write-shared files read each write once made);
-//! - **no lost fsync**: after a client crash, a file `fsync`ed and not
+//! - **no lost write**: no mount's write-back is refused (its changes
+//!   would be lost), and every record a program appended to a log file
+//!   whose mount did not crash is in the file exactly once at the end, in
+//!   the order that program wrote them (a crashed mount's records at most
+//!   once, in order);
+//! - **no lost fsync**: after a mount crash, a file `fsync`ed and not
 //!   written since still holds the bytes it was synced with;
-//! - **no refused write-back**: a write-back made under a `Write` token is
-//!   never refused as stale;
-//! - **liveness**: every request is answered.
+//! - **liveness**: every request is answered, and every callbacks
+//!   thread's work done.
 //!
-//! This first scenario covers files that exist from the start (no names
-//! change) and one primary that does not crash; reclaim after a primary
-//! change and name changes come next.
+//! Files exist from the start (no names change) and the primary does
+//! not crash; its soft state is the shell's copy, as `fs_private.rs`'s.
 
-use std::collections::{BTreeSet, HashMap};
+mod mount;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use shoal_fs::client::{ClientCache, RecallAnswer, Step, WriteBack};
-use shoal_fs::model::{Identity, Ino, Kind, ROOT, Time};
-use shoal_fs::tokens::{Callback, ClientId, Decision, Level, OpenId, Tokens, Want};
+use shoal_cap::{Capability, GetPort, ObjectId, ObjectSecret, Rights};
+use shoal_fs::model::{Attr, Identity, Ino, Kind, ROOT, Time};
+use shoal_fs::op::Grant;
+use shoal_fs::tokens::{ClientId, Decision, Level, OpenId, Tokens, Want};
+use shoal_fs::tree::{Body, overlaid};
 use shoal_fs::update::{Answer, Update, UpdateOp};
 use shoal_fs::{Applied, Tree};
 use shoal_proto::Time as Tick;
 
 use crate::timeline::Timeline;
+use mount::{Mount, ToMount};
 
 /// What a run does.
 #[derive(Debug, Clone)]
 pub struct FsSimConfig {
     pub clients: usize,
+    /// Files written at offsets.
     pub files: usize,
+    /// Files only appended to (`O_APPEND`), records of each program.
+    pub logs: usize,
     /// Ticks in the run (the network's delays are 1 to `delay_max`).
     pub ticks: u64,
     pub delay_max: u64,
-    /// Chance per tick that an idle client starts an operation.
+    /// Chance per tick that an idle program starts an operation.
     pub op_chance: f64,
-    /// Chance per tick that a client crashes.
+    /// Chance per tick that a mount crashes.
     pub crash_chance: f64,
     /// Ticks dirty bytes wait before they are written back.
     pub write_back_after: u64,
@@ -54,6 +69,7 @@ impl Default for FsSimConfig {
         FsSimConfig {
             clients: 3,
             files: 2,
+            logs: 0,
             ticks: 600,
             delay_max: 6,
             op_chance: 0.3,
@@ -71,6 +87,7 @@ pub struct FsReport {
     pub recalls: usize,
     pub crashes: usize,
     pub fsyncs_checked: usize,
+    pub records_checked: usize,
     pub violations: Vec<String>,
 }
 
@@ -78,27 +95,32 @@ pub struct FsReport {
 enum ToPrimary {
     Open {
         ino: Ino,
-        write: bool,
+        want: Want,
         have: Vec<(OpenId, bool)>,
-        open: OpenId,
-        cached: Option<u64>,
+        id: OpenId,
+        append: bool,
     },
     Close {
         ino: Ino,
-        open: OpenId,
+        id: OpenId,
     },
     Read {
         ino: Ino,
     },
     Write {
         ino: Ino,
-        offset: usize,
+        offset: Option<u64>,
         data: Vec<u8>,
+        n: u64,
     },
     Commit {
-        wb: WriteBack,
+        ino: Ino,
+        base: u64,
+        content: Vec<Capability>,
+        size: u64,
+        mtime: Time,
     },
-    Returned {
+    Return {
         ino: Ino,
         grant: u64,
         kept: Level,
@@ -107,55 +129,38 @@ enum ToPrimary {
 }
 
 #[derive(Debug, Clone)]
-enum ToClient {
-    Opened {
-        ino: Ino,
-        open: OpenId,
-        write: bool,
-        decision: Decision,
-        version: u64,
-        bytes: Option<Vec<u8>>,
-    },
-    Read,
-    Done,
-    /// A write through the primary was made: the writer caches nothing of
-    /// the file until it is granted a token again.
-    Written {
-        ino: Ino,
-        grant: u64,
-    },
-    Committed {
-        wb: WriteBack,
-        version: u64,
-    },
-    Callback(Callback),
-}
-
-#[derive(Debug, Clone)]
-enum Body {
+enum Msg {
     ToPrimary(ToPrimary),
-    ToClient(ToClient),
+    ToMount(ToMount),
 }
 
-/// What a client waits for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Busy {
-    Open,
-    Read,
-    Write,
-    Close,
-    Fsync,
+/// The file servers: contents by object number (every version a file
+/// ever had is kept: a write-back's base is read after its commit).
+#[derive(Default)]
+struct Store {
+    objects: HashMap<u64, Vec<u8>>,
+    next: u64,
 }
 
-struct SimClient {
-    id: ClientId,
-    cache: ClientCache,
-    busy: Option<Busy>,
-    /// Open files: (inode, for writing).
-    open: Vec<(Ino, OpenId, bool)>,
-    writing_back: BTreeSet<Ino>,
-    /// The file an `fsync` under way is for.
-    fsyncing: Option<Ino>,
+impl Store {
+    fn put(&mut self, bytes: Vec<u8>) -> Capability {
+        self.next += 1;
+        self.objects.insert(self.next, bytes);
+        Capability::mint(
+            GetPort::from_bytes([1; 16]).put_port(),
+            ObjectId::new(self.next),
+            Rights::ALL,
+            &ObjectSecret::from_bytes([2; 32]),
+        )
+    }
+
+    fn read(&self, content: &[Capability]) -> Vec<u8> {
+        content
+            .first()
+            .and_then(|c| self.objects.get(&c.object().get()))
+            .cloned()
+            .unwrap_or_default()
+    }
 }
 
 /// One seeded run.
@@ -163,16 +168,22 @@ pub struct FsSim {
     rng: ChaCha8Rng,
     cfg: FsSimConfig,
     now: u64,
-    /// Messages in flight: (client slot, the client's id then, body).
-    wire: Timeline<(usize, ClientId, Body)>,
+    /// Messages in flight: (mount slot, the mount's session then, body).
+    wire: Timeline<(usize, ClientId, Msg)>,
     tree: Tree,
     tokens: Tokens,
-    /// The primary's bytes of each file (contents and overlay).
-    bytes: HashMap<Ino, Vec<u8>>,
+    store: Store,
     files: Vec<Ino>,
+    logs: BTreeSet<Ino>,
     parked: Vec<(usize, ClientId, ToPrimary)>,
-    clients: Vec<SimClient>,
+    mounts: Vec<Mount>,
     next_id: ClientId,
+    /// Records appended by sessions that crashed: how many each had
+    /// acknowledged.
+    crashed: BTreeMap<ClientId, u64>,
+    /// Each file's bytes as the programs were told they wrote them, in the
+    /// order they were told (a crashed mount's unwritten changes go).
+    model: HashMap<Ino, Vec<u8>>,
     /// Files `fsync`ed and not written since: their bytes then.
     synced: HashMap<Ino, Vec<u8>>,
     update_seq: u64,
@@ -188,11 +199,14 @@ impl FsSim {
             wire: Timeline::new(),
             tree: Tree::new([0; 16], Time::new(0, 0)),
             tokens: Tokens::new(),
-            bytes: HashMap::new(),
+            store: Store::default(),
             files: Vec::new(),
+            logs: BTreeSet::new(),
             parked: Vec::new(),
-            clients: Vec::new(),
+            mounts: Vec::new(),
             next_id: 1,
+            crashed: BTreeMap::new(),
+            model: HashMap::new(),
             synced: HashMap::new(),
             update_seq: 0,
             report: FsReport::default(),
@@ -202,7 +216,7 @@ impl FsSim {
         let Ok(Answer::Range { first, .. }) = sim.next_update(UpdateOp::Range { count: 64 }) else {
             unreachable!("a fresh tree hands out numbers")
         };
-        for i in 0..sim.cfg.files {
+        for i in 0..sim.cfg.files + sim.cfg.logs {
             let ino = first + i as u64;
             sim.next_update(UpdateOp::Create {
                 parent: ROOT,
@@ -217,13 +231,14 @@ impl FsSim {
             })
             .expect("set-up update");
             sim.files.push(ino);
-            sim.bytes.insert(ino, Vec::new());
+            if i >= sim.cfg.files {
+                sim.logs.insert(ino);
+            }
         }
         for _ in 0..sim.cfg.clients {
             let id = sim.fresh_id();
             sim.tokens.hello(0, id);
-            sim.clients
-                .push(SimClient::new(id, sim.cfg.write_back_after));
+            sim.mounts.push(Mount::new(id));
         }
         sim
     }
@@ -251,76 +266,197 @@ impl FsSim {
         }
     }
 
-    fn send(&mut self, slot: usize, id: ClientId, body: Body) {
+    fn send(&mut self, slot: usize, id: ClientId, body: Msg) {
         let delay = self.rng.random_range(1..=self.cfg.delay_max);
         self.wire.at(Tick(self.now + delay), (slot, id, body));
     }
 
     fn send_primary(&mut self, slot: usize, m: ToPrimary) {
-        let id = self.clients[slot].id;
-        self.send(slot, id, Body::ToPrimary(m));
+        let id = self.mounts[slot].id;
+        self.send(slot, id, Msg::ToPrimary(m));
     }
 
-    fn send_client(&mut self, slot: usize, id: ClientId, m: ToClient) {
-        self.send(slot, id, Body::ToClient(m));
+    fn send_mount(&mut self, slot: usize, id: ClientId, m: ToMount) {
+        self.send(slot, id, Msg::ToMount(m));
     }
 
-    /// The file's current bytes: its `Write` holder's, if it wrote, else
-    /// the primary's.
-    fn truth(&self, ino: Ino) -> Vec<u8> {
-        for c in &self.clients {
-            if self.tokens.level(c.id, ino) == Level::Write
-                && let Some(d) = c.cache.file(ino).and_then(|f| f.dirty.clone())
+    /// The file's bytes at the primary: its content version's with the
+    /// overlay made.
+    fn contents(&self, ino: Ino) -> Vec<u8> {
+        let i = self.tree.get(ino).expect("a file");
+        match &i.body {
+            Body::File { content, overlay } => {
+                overlaid(self.store.read(content), overlay, i.attr.size)
+            }
+            _ => unreachable!("only files"),
+        }
+    }
+
+    /// The file as its `Write` holder reads it (its dirty changes made),
+    /// else as the primary has it.
+    fn holder_view(&self, ino: Ino) -> Vec<u8> {
+        for m in &self.mounts {
+            if self.tokens.level(m.id, ino) == Level::Write
+                && let Some(c) = m.cache.content(ino)
+                && let Some(b) = m.cache.finish_read(
+                    ino,
+                    c.version,
+                    0,
+                    mount::READ_MAX,
+                    &self.store.read(&c.content),
+                )
             {
-                return d;
+                return b;
             }
         }
-        self.bytes[&ino].clone()
+        self.contents(ino)
+    }
+
+    /// A write a program was told was made: into the model of the file.
+    fn made(&mut self, ino: Ino, at: u64, data: &[u8]) {
+        let b = self.model.entry(ino).or_default();
+        let end = at as usize + data.len();
+        if b.len() < end {
+            b.resize(end, 0);
+        }
+        b[at as usize..end].copy_from_slice(data);
+    }
+
+    fn check_read(&mut self, slot: usize, ino: Ino, bytes: &[u8], from: &str) {
+        self.report.reads_checked += 1;
+        let truth = self.model.get(&ino).cloned().unwrap_or_default();
+        if bytes != truth {
+            self.violation(format!(
+                "mount {slot} read file {ino} from {from}: {:?}, but it holds {:?}",
+                String::from_utf8_lossy(bytes),
+                String::from_utf8_lossy(&truth)
+            ));
+        }
     }
 
     pub fn run(&mut self) -> FsReport {
         while self.now < self.cfg.ticks {
             self.now += 1;
             self.deliver_due();
-            for slot in 0..self.clients.len() {
+            for slot in 0..self.mounts.len() {
                 if self.rng.random_bool(self.cfg.crash_chance) {
                     self.crash(slot);
                     continue;
                 }
-                self.write_backs_due(slot);
-                if self.clients[slot].busy.is_none() && self.rng.random_bool(self.cfg.op_chance) {
+                self.callbacks_thread(slot);
+                if self.mounts[slot].busy.is_none() && self.rng.random_bool(self.cfg.op_chance) {
                     self.start_op(slot);
                 }
             }
         }
         // Quiet: no new operations; everything under way must finish.
-        let until = self.now + 2000;
-        while self.now < until && (!self.wire.is_empty() || !self.parked.is_empty()) {
+        let until = self.now + 3000;
+        while self.now < until && !self.settled() {
             self.now += 1;
             self.deliver_due();
-            for slot in 0..self.clients.len() {
-                self.write_backs_due(slot);
+            for slot in 0..self.mounts.len() {
+                self.callbacks_thread(slot);
             }
         }
-        for slot in 0..self.clients.len() {
-            if let Some(b) = self.clients[slot].busy.clone() {
-                self.violation(format!("client {slot}'s {b:?} never answered"));
+        for slot in 0..self.mounts.len() {
+            if let Some(b) = self.mounts[slot].busy.clone() {
+                self.violation(format!("mount {slot}'s {b:?} never answered"));
+            }
+            if self.mounts[slot].doing.is_some() || !self.mounts[slot].work.is_empty() {
+                self.violation(format!("mount {slot}'s callbacks thread never finished"));
             }
         }
+        for ino in self.files.clone() {
+            let want = self.model.get(&ino).cloned().unwrap_or_default();
+            if self.settled() && self.contents(ino) != want {
+                self.violation(format!(
+                    "file {ino} ends as {:?}, but its programs wrote {:?}",
+                    String::from_utf8_lossy(&self.contents(ino)),
+                    String::from_utf8_lossy(&want)
+                ));
+            }
+        }
+        self.check_logs();
         std::mem::take(&mut self.report)
+    }
+
+    /// Nothing in flight, parked, or waiting to be written back.
+    fn settled(&self) -> bool {
+        self.wire.is_empty()
+            && self.parked.is_empty()
+            && self
+                .mounts
+                .iter()
+                .all(|m| m.doing.is_none() && m.work.is_empty() && m.cache.all_dirty().is_empty())
+    }
+
+    /// Every record a live session appended is in its log once, in order;
+    /// a crashed session's at most once, in order.
+    fn check_logs(&mut self) {
+        let mut acked: BTreeMap<ClientId, u64> = self.crashed.clone();
+        let live: BTreeSet<ClientId> = self.mounts.iter().map(|m| m.id).collect();
+        for m in &self.mounts {
+            acked.insert(m.id, m.appended);
+        }
+        let logs: Vec<Ino> = self.logs.iter().copied().collect();
+        // Each session's records, by log.
+        let mut seen: BTreeMap<ClientId, BTreeMap<Ino, Vec<u64>>> = BTreeMap::new();
+        for ino in logs {
+            let bytes = self.contents(ino);
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            for rec in text.split_terminator('>') {
+                let parsed = rec
+                    .strip_prefix('<')
+                    .and_then(|r| r.split_once(':'))
+                    .and_then(|(s, n)| Some((s.parse().ok()?, n.parse().ok()?)));
+                match parsed {
+                    Some((s, n)) => seen.entry(s).or_default().entry(ino).or_default().push(n),
+                    None => self.violation(format!("log {ino} holds a torn record {rec:?}")),
+                }
+            }
+        }
+        let mut counts: BTreeMap<ClientId, u64> = BTreeMap::new();
+        for (session, by_log) in &seen {
+            let mut all = BTreeSet::new();
+            for (ino, ns) in by_log {
+                self.report.records_checked += ns.len();
+                if !ns.is_sorted_by(|a, b| a < b) {
+                    self.violation(format!(
+                        "session {session}'s records in log {ino} are out of order or twice: {ns:?}"
+                    ));
+                }
+                for n in ns {
+                    if !all.insert(*n) {
+                        self.violation(format!("session {session}'s record {n} is in two logs"));
+                    }
+                }
+            }
+            counts.insert(*session, all.len() as u64);
+        }
+        for (session, n) in acked {
+            if !live.contains(&session) || n == 0 {
+                continue;
+            }
+            let have = counts.get(&session).copied().unwrap_or(0);
+            if have != n {
+                self.violation(format!(
+                    "session {session} appended {n} records; the logs hold {have}"
+                ));
+            }
+        }
     }
 
     fn deliver_due(&mut self) {
         while let Some((slot, id, body)) = self.wire.due(Tick(self.now)) {
             match body {
-                Body::ToPrimary(m) => {
+                Msg::ToPrimary(m) => {
                     if self.tokens.knows(id) {
                         self.primary(slot, id, m);
                     }
                 }
-                Body::ToClient(m) => {
-                    if self.clients[slot].id == id {
-                        self.client(slot, m);
+                Msg::ToMount(m) => {
+                    if self.mounts[slot].id == id {
+                        self.mount(slot, m);
                     }
                 }
             }
@@ -329,389 +465,204 @@ impl FsSim {
 
     fn crash(&mut self, slot: usize) {
         self.report.crashes += 1;
-        let old = self.clients[slot].id;
-        self.log(format!("client {slot} (session {old}) crashes"));
+        let old = self.mounts[slot].id;
+        self.log(format!("mount {slot} (session {old}) crashes"));
+        self.crashed.insert(old, self.mounts[slot].appended);
+        // Its changes not written back are gone with it.
+        let lost = self.mounts[slot].cache.all_dirty();
         // Its node restarts it: the old session ends at once.
         self.tokens.expire(self.now, Some(old));
         let id = self.fresh_id();
         self.tokens.hello(self.now, id);
-        self.clients[slot] = SimClient::new(id, self.cfg.write_back_after);
+        self.mounts[slot] = Mount::new(id);
         self.flush_callbacks();
         self.retry_parked();
+        for ino in lost {
+            let b = self.holder_view(ino);
+            self.model.insert(ino, b);
+        }
         let synced: Vec<(Ino, Vec<u8>)> =
             self.synced.iter().map(|(i, b)| (*i, b.clone())).collect();
         for (ino, b) in synced {
             self.report.fsyncs_checked += 1;
-            if self.truth(ino) != b {
+            if self.contents(ino) != b {
                 self.violation(format!("file {ino} lost bytes it was fsynced with"));
             }
         }
     }
 
-    fn start_op(&mut self, slot: usize) {
-        let c = &self.clients[slot];
-        let pick = self.rng.random_range(0..5u8);
-        if c.open.is_empty() || (pick == 0 && c.open.len() < 2) {
-            let ino = self.files[self.rng.random_range(0..self.files.len())];
-            let write = self.rng.random_bool(0.5);
-            self.open(slot, ino, write);
-            return;
-        }
-        let (ino, open, write) = c.open[self.rng.random_range(0..c.open.len())];
-        match pick {
-            1 => self.read(slot, ino),
-            2 if write => {
-                let offset = self.rng.random_range(0..8);
-                let data = vec![self.rng.random_range(b'a'..=b'z'); self.rng.random_range(1..4)];
-                self.write(slot, ino, offset, data);
-            }
-            3 if write => self.fsync(slot, ino),
-            _ => self.close(slot, ino, open),
-        }
-    }
-
-    fn open(&mut self, slot: usize, ino: Ino, write: bool) {
-        let c = &mut self.clients[slot];
-        match c.cache.open(ino, write) {
-            Step::Local(open) => {
-                c.open.push((ino, open, write));
-                self.log(format!(
-                    "client {slot} opens {ino} write={write} in its cache"
-                ));
-            }
-            Step::Primary => {
-                let (_, have, open) = c.cache.open_request(ino, write);
-                let cached = c.cache.cached_version(ino);
-                c.busy = Some(Busy::Open);
-                self.send_primary(
-                    slot,
-                    ToPrimary::Open {
-                        ino,
-                        write,
-                        have,
-                        open,
-                        cached,
-                    },
-                );
-            }
-        }
-    }
-
-    fn read(&mut self, slot: usize, ino: Ino) {
-        match self.clients[slot].cache.read(ino) {
-            Step::Local(bytes) => self.check_read(slot, ino, &bytes, "its cache"),
-            Step::Primary => {
-                self.log(format!("client {slot} reads {ino} through the primary"));
-                self.clients[slot].busy = Some(Busy::Read);
-                self.send_primary(slot, ToPrimary::Read { ino });
-            }
-        }
-    }
-
-    fn check_read(&mut self, slot: usize, ino: Ino, bytes: &[u8], from: &str) {
-        self.report.reads_checked += 1;
-        let truth = self.truth(ino);
-        if bytes != truth {
-            self.violation(format!(
-                "client {slot} read file {ino} from {from}: {:?}, but it holds {:?}",
-                String::from_utf8_lossy(bytes),
-                String::from_utf8_lossy(&truth)
-            ));
-        }
-    }
-
-    fn write(&mut self, slot: usize, ino: Ino, offset: usize, data: Vec<u8>) {
-        self.synced.remove(&ino);
-        let now = self.now;
-        match self.clients[slot].cache.write(ino, offset, &data, now) {
-            Step::Local(()) => {}
-            Step::Primary => {
-                self.clients[slot].busy = Some(Busy::Write);
-                self.send_primary(slot, ToPrimary::Write { ino, offset, data });
-            }
-        }
-    }
-
-    fn fsync(&mut self, slot: usize, ino: Ino) {
-        let c = &mut self.clients[slot];
-        c.busy = Some(Busy::Fsync);
-        c.fsyncing = Some(ino);
-        self.continue_fsync(slot);
-    }
-
-    /// An `fsync` goes on: it waits for a write-back under way, writes
-    /// back what is dirty, and returns once nothing is.
-    fn continue_fsync(&mut self, slot: usize) {
-        let c = &mut self.clients[slot];
-        let Some(ino) = c.fsyncing else {
-            return;
-        };
-        if c.writing_back.contains(&ino) {
-            return;
-        }
-        if let Some(wb) = c.cache.write_back(ino) {
-            c.writing_back.insert(ino);
-            self.send_primary(slot, ToPrimary::Commit { wb });
-            return;
-        }
-        c.fsyncing = None;
-        c.busy = None;
-        // Nothing dirty: the primary's bytes are the file's.
-        let b = self.bytes[&ino].clone();
-        self.synced.insert(ino, b);
-    }
-
-    fn close(&mut self, slot: usize, ino: Ino, open: OpenId) {
-        let c = &mut self.clients[slot];
-        let at = c
-            .open
-            .iter()
-            .position(|o| (o.0, o.1) == (ino, open))
-            .expect("open");
-        c.open.swap_remove(at);
-        let tracked = c.cache.close(ino, open);
-        self.log(format!(
-            "client {slot} closes {ino} open {open} (reported: {tracked})"
-        ));
-        let c = &mut self.clients[slot];
-        if tracked {
-            c.busy = Some(Busy::Close);
-            self.send_primary(slot, ToPrimary::Close { ino, open });
-        }
-    }
-
-    fn write_backs_due(&mut self, slot: usize) {
-        let due = self.clients[slot].cache.due(self.now);
-        for ino in due {
-            self.start_write_back(slot, ino);
-        }
-    }
-
-    fn start_write_back(&mut self, slot: usize, ino: Ino) {
-        let c = &mut self.clients[slot];
-        if c.writing_back.contains(&ino) {
-            return;
-        }
-        if let Some(wb) = c.cache.write_back(ino) {
-            c.writing_back.insert(ino);
-            self.send_primary(slot, ToPrimary::Commit { wb });
-        }
-    }
-
-    /// Answers the recall of `ino` pending at the client, once its grant
-    /// arrived and nothing is left to write back.
-    fn try_answer_recall(&mut self, slot: usize, ino: Ino) {
-        if self.clients[slot].cache.pending_recall(ino).is_none() {
-            return;
-        }
-        if self.clients[slot].cache.write_back(ino).is_some() {
-            self.start_write_back(slot, ino);
-            return;
-        }
-        if self.clients[slot].writing_back.contains(&ino) {
-            return;
-        }
-        let Some(RecallAnswer { grant, kept, opens }) = self.clients[slot].cache.recalled(ino)
-        else {
-            // The grant's answer is still on its way.
-            return;
-        };
-        self.log(format!(
-            "client {slot} answers the recall of {ino}: keeps {kept:?}, opens {opens:?}"
-        ));
-        self.send_primary(
-            slot,
-            ToPrimary::Returned {
-                ino,
-                grant,
-                kept,
-                opens,
-            },
-        );
-    }
-
-    fn client(&mut self, slot: usize, m: ToClient) {
-        match m {
-            ToClient::Opened {
-                ino,
-                open,
-                write,
-                decision,
-                version,
-                bytes,
-            } => {
-                let c = &mut self.clients[slot];
-                c.cache.opened(ino, open, write, &decision, version, bytes);
-                c.open.push((ino, open, write));
-                c.busy = None;
-                self.try_answer_recall(slot, ino);
-            }
-            ToClient::Read | ToClient::Done => self.clients[slot].busy = None,
-            ToClient::Written { ino, grant } => {
-                let c = &mut self.clients[slot];
-                c.busy = None;
-                c.cache.stop_caching(ino, grant);
-            }
-            ToClient::Committed { wb, version } => {
-                let c = &mut self.clients[slot];
-                c.writing_back.remove(&wb.ino);
-                c.cache.written_back(&wb, version);
-                self.continue_fsync(slot);
-                self.try_answer_recall(slot, wb.ino);
-            }
-            ToClient::Callback(Callback::Recall { ino, to, grant }) => {
-                self.report.recalls += 1;
-                self.clients[slot].cache.recall(ino, to, grant);
-                self.try_answer_recall(slot, ino);
-            }
-            ToClient::Callback(Callback::StopCaching { ino, grant }) => {
-                let dirty = self.clients[slot].cache.write_back(ino).is_some();
-                if self.clients[slot].cache.stop_caching(ino, grant) && dirty {
-                    self.violation(format!(
-                        "client {slot} told to stop caching {ino} with dirty bytes"
-                    ));
-                }
-            }
-            ToClient::Callback(
-                Callback::Notice { .. } | Callback::Orphan { .. } | Callback::Unlocked { .. },
-            ) => {}
-        }
-    }
-
     fn next_update(&mut self, op: UpdateOp) -> Result<Answer, shoal_fs::FsError> {
         self.update_seq += 1;
-        let seq = self.update_seq;
-        apply_result(&mut self.tree, seq, op)
+        let u = Update {
+            session: 1,
+            seq: self.update_seq,
+            who: Identity::root(),
+            now: Time::new(self.update_seq as i64, 0),
+            op,
+        };
+        match self.tree.apply(&u) {
+            Applied::New(r) | Applied::Duplicate(r) => r,
+        }
     }
 
+    fn attr(&self, ino: Ino) -> Attr {
+        self.tree.get(ino).expect("a file").attr
+    }
+
+    /// The primary's handling of a request, as `shoal-fssvc`'s: a request
+    /// that must wait for recalls is parked and tried again after each
+    /// answer to one.
     fn primary(&mut self, slot: usize, id: ClientId, m: ToPrimary) {
         match m {
             ToPrimary::Open {
                 ino,
-                write,
+                want,
                 have,
-                open,
-                cached,
-            } => {
-                let want = if write {
-                    Want::OpenWrite
-                } else {
-                    Want::OpenRead
-                };
-                match self.tokens.request(id, ino, want, &have, Some(open)) {
-                    Decision::Wait { recalled } => {
-                        self.log(format!(
-                            "client {slot}'s open of {ino} (write={write}) waits for {recalled:?}"
-                        ));
-                        self.parked.push((
-                            slot,
-                            id,
-                            ToPrimary::Open {
-                                ino,
-                                write,
-                                have,
-                                open,
-                                cached,
-                            },
-                        ));
-                    }
-                    Decision::NoSession => {}
-                    decision @ Decision::Grant { uncached, .. } => {
-                        if uncached {
-                            self.report.uncached_opens += 1;
-                        } else {
-                            self.flush_overlay(ino);
-                        }
-                        let version = self.tree.get(ino).expect("file").attr.version;
-                        let bytes = (!uncached && cached != Some(version))
-                            .then(|| self.bytes[&ino].clone());
-                        self.log(format!("client {slot} opens {ino} write={write}: {decision:?} at version {version}"));
-                        self.send_client(
-                            slot,
-                            id,
-                            ToClient::Opened {
-                                ino,
-                                open,
-                                write,
-                                decision,
-                                version,
-                                bytes,
-                            },
-                        );
-                    }
+                id: open,
+                append,
+            } => match self.tokens.request(id, ino, want, &have, Some(open)) {
+                Decision::Wait { recalled } => {
+                    self.log(format!(
+                        "mount {slot}'s open of {ino} ({want:?}) waits for {recalled:?}"
+                    ));
+                    let m = ToPrimary::Open {
+                        ino,
+                        want,
+                        have,
+                        id: open,
+                        append,
+                    };
+                    self.parked.push((slot, id, m));
                 }
-            }
-            ToPrimary::Close { ino, open } => {
-                self.log(format!("client {slot} closes {ino} open {open}"));
+                Decision::NoSession => {}
+                Decision::Grant {
+                    level,
+                    uncached,
+                    grant,
+                } => {
+                    if uncached {
+                        self.report.uncached_opens += 1;
+                    } else if level != Level::None {
+                        self.flush_overlay(ino);
+                    }
+                    let i = self.tree.get(ino).expect("a file");
+                    let content = match &i.body {
+                        Body::File { content, .. } if !uncached => content.clone(),
+                        _ => Vec::new(),
+                    };
+                    let attr = i.attr;
+                    self.log(format!(
+                        "mount {slot} opens {ino} ({want:?}): {level:?} uncached={uncached} grant {grant} at version {}",
+                        attr.version
+                    ));
+                    let grant = Grant {
+                        level,
+                        grant,
+                        uncached,
+                    };
+                    let write = want == Want::OpenWrite;
+                    let msg = ToMount::Opened {
+                        ino,
+                        id: open,
+                        write,
+                        append,
+                        have,
+                        attr,
+                        grant,
+                        content,
+                    };
+                    self.send_mount(slot, id, msg);
+                }
+            },
+            ToPrimary::Close { ino, id: open } => {
                 self.tokens.close(id, ino, open);
-                self.send_client(slot, id, ToClient::Done);
+                self.send_mount(slot, id, ToMount::Done);
+                self.retry_parked();
             }
             ToPrimary::Read { ino } => {
-                let bytes = self.bytes[&ino].clone();
+                let bytes = self.contents(ino);
                 self.check_read(slot, ino, &bytes, "the primary");
-                self.send_client(slot, id, ToClient::Read);
+                self.send_mount(slot, id, ToMount::Data);
             }
-            ToPrimary::Write { ino, offset, data } => {
-                let grant = match self.tokens.write_through(id, ino) {
-                    Decision::Wait { .. } => {
-                        self.parked
-                            .push((slot, id, ToPrimary::Write { ino, offset, data }));
-                        self.flush_callbacks();
-                        return;
-                    }
-                    Decision::NoSession => return,
-                    Decision::Grant { grant, .. } => grant,
-                };
-                let r = self.next_update(UpdateOp::Overlay {
-                    ino,
-                    offset: Some(offset as u64),
-                    data: data.clone(),
-                });
-                self.log(format!("client {slot} writes {ino} uncached at {offset}"));
-                if r.is_ok() {
-                    self.synced.remove(&ino);
-                    let b = self.bytes.get_mut(&ino).expect("file");
-                    if b.len() < offset + data.len() {
-                        b.resize(offset + data.len(), 0);
-                    }
-                    b[offset..offset + data.len()].copy_from_slice(&data);
-                } else {
-                    self.violation(format!("an uncached write to {ino} refused: {r:?}"));
+            ToPrimary::Write {
+                ino,
+                offset,
+                data,
+                n,
+            } => match self.tokens.write_through(id, ino) {
+                Decision::Wait { .. } => {
+                    let m = ToPrimary::Write {
+                        ino,
+                        offset,
+                        data,
+                        n,
+                    };
+                    self.parked.push((slot, id, m));
                 }
-                self.send_client(slot, id, ToClient::Written { ino, grant });
-            }
-            ToPrimary::Commit { wb } => {
+                Decision::NoSession => {}
+                Decision::Grant { .. } => {
+                    let r = self.next_update(UpdateOp::Overlay {
+                        ino,
+                        offset,
+                        data: data.clone(),
+                    });
+                    if let Ok(Answer::Written { offset, .. }) = r {
+                        self.made(ino, offset, &data);
+                    }
+                    self.log(format!(
+                        "mount {slot} writes {ino} through the primary at {offset:?}: {r:?}"
+                    ));
+                    if r.is_err() {
+                        self.violation(format!("a write through to {ino} was refused: {r:?}"));
+                    }
+                    self.synced.remove(&ino);
+                    self.send_mount(slot, id, ToMount::Written { ino, n });
+                }
+            },
+            ToPrimary::Commit {
+                ino,
+                base,
+                content,
+                size,
+                mtime,
+            } => {
+                // The holder of `Write` has nobody to recall; anyone
+                // else's commit waits for the others' tokens.
+                if self.tokens.level(id, ino) != Level::Write
+                    && let Decision::Wait { .. } = self.tokens.exclusive(id, ino)
+                {
+                    let m = ToPrimary::Commit {
+                        ino,
+                        base,
+                        content,
+                        size,
+                        mtime,
+                    };
+                    self.parked.push((slot, id, m));
+                    self.flush_callbacks();
+                    return;
+                }
                 let r = self.next_update(UpdateOp::Commit {
-                    ino: wb.ino,
-                    base: wb.base,
-                    content: Vec::new(),
-                    size: wb.data.len() as u64,
-                    mtime: Time::new(self.now as i64, 0),
+                    ino,
+                    base,
+                    content,
+                    size,
+                    mtime,
                     flush: false,
                 });
-                match r {
-                    Ok(Answer::Committed { attr, .. }) => {
-                        self.bytes.insert(wb.ino, wb.data.clone());
-                        self.log(format!(
-                            "client {slot} wrote {} back: version {}",
-                            wb.ino, attr.version
-                        ));
-                        self.send_client(
-                            slot,
-                            id,
-                            ToClient::Committed {
-                                wb,
-                                version: attr.version,
-                            },
-                        );
-                    }
-                    other => self.violation(format!(
-                        "client {slot}'s write-back of {} refused: {other:?}",
-                        wb.ino
-                    )),
-                }
+                self.log(format!(
+                    "mount {slot} commits {ino} over version {base}: {r:?}"
+                ));
+                let msg = match r {
+                    Ok(Answer::Committed { attr, .. }) => ToMount::Committed { attr },
+                    _ => ToMount::Refused {
+                        attr: Some(self.attr(ino)),
+                    },
+                };
+                self.synced.remove(&ino);
+                self.send_mount(slot, id, msg);
             }
-            ToPrimary::Returned {
+            ToPrimary::Return {
                 ino,
                 grant,
                 kept,
@@ -724,31 +675,32 @@ impl FsSim {
         self.flush_callbacks();
     }
 
-    /// Before a file is cached again, the primary writes the overlay of
-    /// its write-shared time into its contents.
+    /// Before a file is cached again, the primary stores the overlay of
+    /// its write-shared time as a new content version.
     fn flush_overlay(&mut self, ino: Ino) {
-        let attr = self.tree.get(ino).expect("file").attr;
-        let pending = matches!(&self.tree.get(ino).expect("file").body,
-            shoal_fs::tree::Body::File { overlay, .. } if !overlay.is_empty());
-        if pending {
-            let r = self.next_update(UpdateOp::Commit {
-                ino,
-                base: attr.version,
-                content: Vec::new(),
-                size: attr.size,
-                mtime: attr.mtime,
-                flush: true,
-            });
-            if r.is_err() {
-                self.violation(format!("the overlay of {ino} could not be flushed: {r:?}"));
-            }
+        let i = self.tree.get(ino).expect("a file");
+        if !matches!(&i.body, Body::File { overlay, .. } if !overlay.is_empty()) {
+            return;
+        }
+        let attr = i.attr;
+        let content = vec![self.store.put(self.contents(ino))];
+        let r = self.next_update(UpdateOp::Commit {
+            ino,
+            base: attr.version,
+            content,
+            size: attr.size,
+            mtime: attr.mtime,
+            flush: true,
+        });
+        if r.is_err() {
+            self.violation(format!("the overlay of {ino} could not be flushed: {r:?}"));
         }
     }
 
     fn retry_parked(&mut self) {
         let parked = std::mem::take(&mut self.parked);
         for (slot, id, m) in parked {
-            if self.tokens.knows(id) && self.clients[slot].id == id {
+            if self.tokens.knows(id) && self.mounts[slot].id == id {
                 self.primary(slot, id, m);
             }
         }
@@ -756,36 +708,10 @@ impl FsSim {
 
     fn flush_callbacks(&mut self) {
         while let Some((to, cb)) = self.tokens.poll_callback() {
-            if let Some(slot) = self.clients.iter().position(|c| c.id == to) {
-                self.log(format!("callback to client {slot}: {cb:?}"));
-                self.send_client(slot, to, ToClient::Callback(cb));
+            if let Some(slot) = self.mounts.iter().position(|c| c.id == to) {
+                self.log(format!("callback to mount {slot}: {cb:?}"));
+                self.send_mount(slot, to, ToMount::Callback(cb));
             }
         }
-    }
-}
-
-impl SimClient {
-    fn new(id: ClientId, delay: u64) -> SimClient {
-        SimClient {
-            id,
-            cache: ClientCache::new(delay),
-            busy: None,
-            open: Vec::new(),
-            writing_back: BTreeSet::new(),
-            fsyncing: None,
-        }
-    }
-}
-
-fn apply_result(tree: &mut Tree, seq: u64, op: UpdateOp) -> Result<Answer, shoal_fs::FsError> {
-    let u = Update {
-        session: 1,
-        seq,
-        who: Identity::root(),
-        now: Time::new(seq as i64, 0),
-        op,
-    };
-    match tree.apply(&u) {
-        Applied::New(r) | Applied::Duplicate(r) => r,
     }
 }
