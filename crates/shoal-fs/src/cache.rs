@@ -17,9 +17,10 @@
 //!   a grant older than a recall already answered is taken as recalled;
 //! - under `Write`, a file's writes (and truncations) stay here as dirty
 //!   changes over its content version until they are written back
-//!   (`writeback`); a recall takes the token only once none are left, so
-//!   a write either is dirty here and written back before the answer, or
-//!   goes through the primary after it.  Dirty changes outlive the token
+//!   (`writeback`); a recall takes the token only once none are left, and
+//!   from its first step keeps no new change dirty, so a write either is
+//!   dirty here and written back before the answer, or goes through the
+//!   primary, which orders it after the answer.  Dirty changes outlive the token
 //!   (a lost lease keeps them, to be written back if the file did not
 //!   change meanwhile).
 
@@ -59,9 +60,19 @@ struct Held {
     /// brought the attributes was sent, when that is known: the attributes
     /// may answer a `getattr` while they stand there ([`Cache::attr_held`]).
     attrs_at: Option<Stamp>,
+    /// A recall of this grant (or a later one) to less than `Write` is
+    /// being carried out: no change is kept dirty any more, so the
+    /// write-back it waits for is the last (writes go through the
+    /// primary, which orders them after the recall's answer).
+    draining: Option<u64>,
 }
 
 impl Held {
+    /// Whether changes may still be kept dirty under the token.
+    fn takes_changes(&self) -> bool {
+        self.level() == Level::Write && self.draining.is_none_or(|g| self.grant > g)
+    }
+
     fn level(&self) -> Level {
         self.level.unwrap_or(Level::None)
     }
@@ -78,7 +89,9 @@ pub struct Recall {
     pub names: Vec<Vec<u8>>,
 }
 
-/// Write-backs made for a recall before it is answered without.
+/// Write-backs made for a recall before it is answered without: they
+/// fail only when the file servers or the primary do, for no change is
+/// kept dirty while a recall is carried out.
 pub const RECALL_TRIES: usize = 3;
 
 /// What carrying out a recall needs next ([`Cache::recall_step`]).
@@ -215,11 +228,18 @@ impl Cache {
         }
         h.level = Some(level);
         h.grant = grant.grant;
-        if h.version != attr.version {
-            h.version = attr.version;
+        if level == Level::None {
             h.content = None;
         }
-        if level == Level::None {
+        if attr.version < h.version {
+            // Made before a version this mount has seen already (its own
+            // write-back's commit, whose answer came first): the grant
+            // holds, the attributes are older than those kept, and the
+            // kernel keeps them no time.
+            return Duration::ZERO;
+        }
+        if h.version != attr.version {
+            h.version = attr.version;
             h.content = None;
         }
         h.attrs_at = None;
@@ -479,7 +499,7 @@ impl Cache {
         make: impl FnOnce(u64) -> (OverlayChange, u64, u64),
     ) -> Option<u64> {
         let h = self.held.get(&ino)?;
-        if h.level() != Level::Write || h.content.is_none() {
+        if !h.takes_changes() || h.content.is_none() {
             return None;
         }
         let version = h.version;
@@ -708,9 +728,19 @@ impl Cache {
     /// made for it: the token taken (when no dirty changes of the file
     /// are left), or a write-back to make first, or, after
     /// [`RECALL_TRIES`], the token taken with the changes left.
+    ///
+    /// From the first step on, the file's changes are no longer kept
+    /// dirty: a program writing all the while cannot keep the write-back
+    /// from catching up, and each write either is in it or, through the
+    /// primary, follows the answer.
     pub fn recall_step(&mut self, ino: Ino, to: Level, grant: u64, tries: usize) -> RecallStep {
         if to == Level::Write || !self.dirty.contains_key(&ino) {
             return RecallStep::Answer(self.take_from(ino, to, grant));
+        }
+        if let Some(h) = self.held.get_mut(&ino)
+            && h.grant <= grant
+        {
+            h.draining = Some(grant);
         }
         if tries < RECALL_TRIES {
             return RecallStep::WriteBack;

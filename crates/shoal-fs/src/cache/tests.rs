@@ -137,21 +137,24 @@ fn writes_under_write_stay_dirty_until_written_back() {
     // A read finishes the base window with the changes.
     let got = c.finish_read(7, 1, 0, 6, b"0123456789").unwrap();
     assert_eq!(got, b"01abc5");
-    // A recall cannot take the token while changes are left.
-    assert!(matches!(
-        c.recall_step(7, Level::Read, 2, 0),
-        RecallStep::WriteBack
-    ));
+    // A write-back when due: a write made meanwhile stays dirty.
     let job = c.flush_job(7).unwrap();
     assert_eq!(job.changes.len(), 2);
-    // One more write arrives during the write-back: it stays dirty.
     assert_eq!(c.write(7, Some(0), b"Z", (t, 0)), Some(0));
     let mut committed = attr(7, Kind::File, 2);
     committed.size = 12;
     c.flushed(&job, &committed, Vec::new(), 0);
     assert_eq!(c.dirty_bytes(), 1);
+    // A recall cannot take the token while changes are left, and keeps
+    // no new one from then on: a program writing all the while goes
+    // through the primary, so the write-back catches up.
+    assert!(matches!(
+        c.recall_step(7, Level::Read, 2, 0),
+        RecallStep::WriteBack
+    ));
     let job = c.flush_job(7).unwrap();
     assert_eq!(job.version, 2);
+    assert_eq!(c.write(7, None, b"more", (t, 0)), None);
     let mut next = attr(7, Kind::File, 3);
     next.size = 12;
     c.flushed(&job, &next, Vec::new(), 0);
@@ -205,4 +208,22 @@ fn a_recall_of_a_grant_seen_only_in_a_listing_is_carried_out() {
     assert!(!r.inval, "a recall to Read keeps the names");
     assert!(!c.holds_write(1));
     assert_eq!(c.entry_ttl(1, b"y"), FOREVER, "Read is kept");
+}
+
+#[test]
+fn an_answer_older_than_the_version_seen_keeps_the_newer_content() {
+    let mut c = Cache::default();
+    let t = Time::new(5, 0);
+    c.opened(&attr(7, Kind::File, 4), &grant(Level::Write, 1), Vec::new());
+    assert_eq!(c.write(7, Some(0), b"new", (t, 0)), Some(0));
+    let job = c.flush_job(7).unwrap();
+    // The commit's answer (version 5) comes before that of an open the
+    // primary answered before the commit (version 4, a later grant).
+    c.flushed(&job, &attr(7, Kind::File, 5), Vec::new(), 0);
+    let open = c.opened(&attr(7, Kind::File, 4), &grant(Level::Write, 2), Vec::new());
+    assert_eq!(open, Open::Direct);
+    let content = c.content(7).expect("held");
+    assert_eq!(content.version, 5, "the version written back stays");
+    assert!(c.holds_write(7), "the later grant holds");
+    assert_eq!(c.attr(7).unwrap().version, 5);
 }
