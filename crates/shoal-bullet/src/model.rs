@@ -40,6 +40,8 @@ pub const MAX_TOUCH: usize = 4096;
 pub const DEFAULT_TTL: u8 = 24;
 /// Default life of an uncommitted file that nobody touches, in seconds.
 pub const DEFAULT_UNCOMMITTED_SECS: u64 = 600;
+/// Default least time between two ageing passes, in seconds.
+pub const DEFAULT_AGE_GAP_SECS: u64 = 3600;
 
 /// Everything a file server can refuse, each with its own message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -61,6 +61,11 @@ pub struct StoreConfig {
     pub ttl: u8,
     /// Life of an uncommitted file nobody touches, in microseconds.
     pub uncommitted_life_us: u64,
+    /// The least time between two ageing passes, in microseconds: an
+    /// object manager's pass asks for one after touching every file
+    /// something names, and several managers, or a pass run by hand, do
+    /// not age files faster than this.
+    pub age_gap_us: u64,
     /// The data disk grows in steps of this many bytes.
     pub grow_step: u64,
     /// A checkpoint is written when the metadata log passes this length.
@@ -75,6 +80,7 @@ impl Default for StoreConfig {
             cache_bytes: 256 << 20,
             ttl: DEFAULT_TTL,
             uncommitted_life_us: DEFAULT_UNCOMMITTED_SECS * 1_000_000,
+            age_gap_us: DEFAULT_AGE_GAP_SECS * 1_000_000,
             grow_step: 64 << 20,
             checkpoint_after: 64 << 20,
             seed: None,
@@ -129,6 +135,8 @@ struct Inner {
     tail: u64,
     rng: rand_chacha::ChaCha8Rng,
     destroyed_by_age: u64,
+    /// When the last ageing pass a manager asked for ran.
+    aged_us: Option<u64>,
 }
 
 #[derive(Default)]
@@ -685,6 +693,7 @@ impl<D: Disk> Store<D> {
                 tail: log_end as u64,
                 rng,
                 destroyed_by_age: 0,
+                aged_us: None,
             }),
             cfg,
             disks,
@@ -779,9 +788,12 @@ impl<D: Disk> Store<D> {
                     AdminOp::Fsck => Ok(self.fsck()),
                     AdminOp::Compact => self.compact(),
                     AdminOp::Age => {
-                        let n = self.age();
+                        let n = self.age_when_due(now_us);
                         Ok(Answer::Report {
-                            figures: vec![("destroyed".into(), n as u64)],
+                            figures: vec![
+                                ("aged".into(), u64::from(n.is_some())),
+                                ("destroyed".into(), n.unwrap_or(0) as u64),
+                            ],
                             problems: vec![],
                         })
                     }
@@ -870,6 +882,23 @@ impl<D: Disk> Store<D> {
             g.destroy(obj);
         }
         old.len()
+    }
+
+    /// The ageing pass a manager asks for at `now_us`, after touching what
+    /// it found named: run unless the last one ran less than the gap ago
+    /// (then `None`).  The server never ages on its own: a file something
+    /// names dies only if no pass touched it in `ttl` passes that did.
+    pub fn age_when_due(&self, now_us: u64) -> Option<usize> {
+        {
+            let mut g = self.inner.lock();
+            if g.aged_us
+                .is_some_and(|t| now_us.saturating_sub(t) < self.cfg.age_gap_us)
+            {
+                return None;
+            }
+            g.aged_us = Some(now_us);
+        }
+        Some(self.age())
     }
 
     /// One ageing pass: every committed file's time-to-live drops by one;

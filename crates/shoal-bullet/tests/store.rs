@@ -297,6 +297,26 @@ fn ageing_destroys_what_nobody_touches() {
     assert_eq!(s.touch(&[b], 0), vec![false]);
 }
 
+/// A manager's request ages at most once per gap, however many passes
+/// (or managers) ask.
+#[test]
+fn ageing_asked_for_runs_at_most_once_per_gap() {
+    let cfg = StoreConfig {
+        ttl: 1,
+        age_gap_us: 1_000,
+        ..Default::default()
+    };
+    let (_, s) = fresh(cfg);
+    let a = s.create(&s.server_cap(), CS, b"one", 0).unwrap();
+    assert_eq!(s.age_when_due(5_000), Some(1));
+    let b = s.create(&s.server_cap(), CS, b"two", 5_000).unwrap();
+    assert_eq!(s.age_when_due(5_999), None, "too soon");
+    assert!(s.stat(&b).is_ok());
+    assert_eq!(s.age_when_due(6_000), Some(1));
+    assert_eq!(s.stat(&a), Err(FileError::NotFound));
+    assert_eq!(s.stat(&b), Err(FileError::NotFound));
+}
+
 #[test]
 fn compaction_moves_extents_and_shrinks_the_store() {
     let cfg = StoreConfig {

@@ -35,6 +35,8 @@
 mod netns;
 mod system;
 
+pub use system::SystemOptions;
+
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

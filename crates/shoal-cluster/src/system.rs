@@ -33,6 +33,14 @@ pub const MOUNT: &str = "/shoal";
 /// How long the directory and the file servers have to come up.
 const SYSTEM_WAIT: Duration = Duration::from_secs(90);
 
+/// How [`Cluster::start_system_with`] starts the system.
+#[derive(Debug, Clone, Default)]
+pub struct SystemOptions {
+    /// More arguments for every `shoal file serve` (a test's short
+    /// time-to-live, say).
+    pub file_server_args: Vec<String>,
+}
+
 impl Cluster {
     /// The administrator's configuration directory of this cluster (its
     /// root capability): what programs run on its nodes use unless they
@@ -75,6 +83,15 @@ impl Cluster {
     /// Starts the directory service, makes the cluster's root, and starts
     /// a file server on every node; returns once each serves.
     pub fn start_system(&self, progress: &mut dyn FnMut(&str)) -> Result<(), String> {
+        self.start_system_with(&SystemOptions::default(), progress)
+    }
+
+    /// [`Cluster::start_system`], with `opts`.
+    pub fn start_system_with(
+        &self,
+        opts: &SystemOptions,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<(), String> {
         let shoal = self.file.shoal.to_string_lossy().into_owned();
         let nodes: Vec<String> = self.file.nodes.iter().map(|n| n.name.clone()).collect();
         // A process group needs two members: one node runs two replicas.
@@ -104,18 +121,18 @@ impl Cluster {
         ));
         for (k, name) in nodes.iter().enumerate() {
             let data = self.node(name)?.state_dir.join("files");
-            let mut file = ServiceConfig::new(
+            let (server, data) = (format!("fs{}", k + 1), data.to_string_lossy());
+            let mut args = vec![
+                shoal.as_str(),
                 "file",
-                &[
-                    &shoal,
-                    "file",
-                    "serve",
-                    "--name",
-                    &format!("fs{}", k + 1),
-                    "--data",
-                    &data.to_string_lossy(),
-                ],
-            );
+                "serve",
+                "--name",
+                &server,
+                "--data",
+                &data,
+            ];
+            args.extend(opts.file_server_args.iter().map(String::as_str));
+            let mut file = ServiceConfig::new("file", &args);
             file.env.insert(
                 "SHOAL_CONFIG_DIR".into(),
                 config.to_string_lossy().into_owned(),

@@ -16,12 +16,15 @@
 //!    hold none and swaps the entry's capability set for the new one
 //!    (compare-and-swap, so a concurrent change wins and the copy ages
 //!    away);
-//! 3. with `age`, asks every server to run an ageing pass, which destroys
-//!    what no pass touched for the time-to-live: files that nothing names
-//!    disappear.
+//! 3. has every file system registered under `filesystems/NAME` touch the
+//!    contents its tree holds (no directory names them);
+//! 4. with `age`, and only if every directory was listed and every file
+//!    system's tree touched, asks every server it touched to run an ageing
+//!    pass, which destroys what no pass touched for the time-to-live:
+//!    files that nothing names disappear.
 //!
-//! Servers run the ageing pass on their own timer too; a manager pass
-//! must come more often than the time-to-live runs out.
+//! Servers age only when a pass asks, at most once per their gap: a file
+//! something names is never destroyed while passes cannot touch it.
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 
@@ -35,6 +38,10 @@ use crate::client::{ClientError, FileClient};
 
 /// The root's directory of file servers.
 pub const SERVERS_DIR: &str = "fileservers";
+
+/// The root's directory of file systems, whose trees name contents no
+/// directory does.
+pub const TREES_DIR: &str = "filesystems";
 
 /// Default number of replicas of a file.
 pub const DEFAULT_REPLICAS: usize = 2;
@@ -105,31 +112,93 @@ pub fn servers_for_users(dir: &mut DirClient, root: &Capability) -> Result<Capab
 }
 
 fn servers_dir(dir: &mut DirClient, root: &Capability, create: bool) -> Result<Capability, String> {
+    named_dir(dir, root, SERVERS_DIR, create)?.ok_or_else(|| {
+        format!(
+            "no file servers are registered (no {SERVERS_DIR:?} directory in the root); start one with `shoal file serve`"
+        )
+    })
+}
+
+/// Registers file system `name`, whose metadata service answers on
+/// `port`, under `filesystems` (the administrator's alone): from then on
+/// every manager pass has its tree touched before it ages anything.
+pub fn register_tree(
+    dir: &mut DirClient,
+    root: &Capability,
+    name: &str,
+    port: PutPort,
+) -> Result<(), String> {
+    let trees = named_dir(dir, root, TREES_DIR, true)?.expect("made if missing");
+    // The entry only names the service: a capability of no rights.
+    let cap = Capability::mint(
+        port,
+        shoal_cap::ObjectId::new(0),
+        Rights::NONE,
+        &shoal_cap::ObjectSecret::from_bytes([0; 32]),
+    );
+    let columns = dir.list(&trees).map_err(dir_err)?.columns.len();
+    let masks: Vec<Rights> = (0..columns)
+        .map(|i| if i == 0 { Rights::ALL } else { Rights::NONE })
+        .collect();
+    match dir.lookup(&trees, name) {
+        Ok(caps) if caps == [cap] => Ok(()),
+        Ok(caps) => dir.replace(&trees, name, &caps, &[cap]).map_err(dir_err),
+        Err(shoal_dirsvc::ClientError::Dir(DirError::NotFound(_))) => {
+            match dir.append(&trees, name, &[cap], Some(&masks)) {
+                Ok(()) | Err(shoal_dirsvc::ClientError::Dir(DirError::Exists(_))) => Ok(()),
+                Err(e) => Err(dir_err(e)),
+            }
+        }
+        Err(e) => Err(dir_err(e)),
+    }
+}
+
+/// The registered file systems' names.
+pub fn trees(dir: &mut DirClient, root: &Capability) -> Result<Vec<String>, String> {
+    let Some(trees) = named_dir(dir, root, TREES_DIR, false)? else {
+        return Ok(Vec::new());
+    };
+    Ok(dir
+        .list(&trees)
+        .map_err(dir_err)?
+        .rows
+        .into_iter()
+        .map(|r| r.0)
+        .collect())
+}
+
+/// The root's directory `name` (made if `create` and missing).
+fn named_dir(
+    dir: &mut DirClient,
+    root: &Capability,
+    name: &str,
+    create: bool,
+) -> Result<Option<Capability>, String> {
     let found = |dir: &mut DirClient| -> Result<Option<Capability>, String> {
-        match dir.lookup(root, SERVERS_DIR) {
+        match dir.lookup(root, name) {
             Ok(caps) => Ok(caps.into_iter().find(|c| c.port() == root.port())),
             Err(shoal_dirsvc::ClientError::Dir(DirError::NotFound(_))) => Ok(None),
             Err(e) => Err(dir_err(e)),
         }
     };
     if let Some(c) = found(dir)? {
-        return Ok(c);
+        return Ok(Some(c));
     }
     if !create {
-        return Err(format!(
-            "no file servers are registered (no {SERVERS_DIR:?} directory in the root); start one with `shoal file serve`"
-        ));
+        return Ok(None);
     }
     let new = dir
         .create_dir(&["owner", "group", "other"])
         .map_err(dir_err)?;
     let masks = shoal_dir::model::directory_masks(dir.list(root).map_err(dir_err)?.columns.len());
-    match dir.append(root, SERVERS_DIR, &[new], Some(&masks)) {
-        Ok(()) => Ok(new),
+    match dir.append(root, name, &[new], Some(&masks)) {
+        Ok(()) => Ok(Some(new)),
         Err(shoal_dirsvc::ClientError::Dir(DirError::Exists(_))) => {
             // Another server made it first.
             let _ = dir.delete_dir(&new);
-            found(dir)?.ok_or_else(|| format!("{SERVERS_DIR} is not a directory"))
+            Ok(Some(
+                found(dir)?.ok_or_else(|| format!("{name} is not a directory"))?,
+            ))
         }
         Err(e) => Err(dir_err(e)),
     }
@@ -203,6 +272,11 @@ pub struct PassReport {
     pub replicas_recreated: u64,
     pub replicas_corrupt: u64,
     pub servers_unreachable: Vec<String>,
+    /// Each registered file system's tree: contents touched and missing.
+    pub trees: Vec<(String, u64, u64)>,
+    /// Servers that ran an ageing pass (others ran one too lately, or the
+    /// pass did not age: see `problems`).
+    pub servers_aged: u64,
     pub destroyed_by_age: u64,
     /// Files that could not be brought back to k replicas, and why.
     pub problems: Vec<String>,
@@ -219,6 +293,10 @@ pub struct PassOptions {
     pub age: bool,
 }
 
+/// Has file system `name` touch the contents its tree holds: how many
+/// its file servers had and had not.
+pub type TouchTree<'a> = dyn FnMut(&str) -> Result<(u64, u64), String> + 'a;
+
 struct Row {
     dir: Capability,
     name: String,
@@ -231,8 +309,11 @@ pub fn pass(
     files: &mut FileClient,
     root: &Capability,
     opts: &PassOptions,
+    touch_tree: &mut TouchTree,
 ) -> Result<PassReport, String> {
     let mut report = PassReport::default();
+    // Whether everything named was touched: only then may servers age.
+    let mut complete = true;
     let servers = servers(dir, root)?;
     let by_port: BTreeMap<PutPort, (String, Capability)> = servers
         .iter()
@@ -251,6 +332,7 @@ pub fn pass(
                 report
                     .problems
                     .push(format!("a directory could not be listed: {e}"));
+                complete = false;
                 continue;
             }
         };
@@ -394,12 +476,30 @@ pub fn pass(
             ));
         }
     }
-    // 4. Age.
-    if opts.age {
+    // 4. The trees' contents.
+    for name in trees(dir, root)? {
+        match touch_tree(&name) {
+            Ok((touched, missing)) => report.trees.push((name, touched, missing)),
+            Err(e) => {
+                report.problems.push(format!(
+                    "file system {name}: its tree's contents could not be touched ({e})"
+                ));
+                complete = false;
+            }
+        }
+    }
+    // 5. Age, if nothing named went untouched.
+    if opts.age && !complete {
+        report
+            .problems
+            .push("no ageing this pass: not everything named was touched".into());
+    } else if opts.age {
         for (name, cap) in &reachable {
             match files.admin(cap, AdminOp::Age) {
                 Ok(Answer::Report { figures, .. }) => {
-                    report.destroyed_by_age += figures.iter().map(|f| f.1).sum::<u64>();
+                    let figure = |n: &str| figures.iter().find(|f| f.0 == n).map_or(0, |f| f.1);
+                    report.servers_aged += figure("aged");
+                    report.destroyed_by_age += figure("destroyed");
                 }
                 _ => report.servers_unreachable.push(name.clone()),
             }

@@ -1,7 +1,8 @@
 //! The file server: a [`Store`] on three files of a data directory, served
 //! on the server's own port by a pool of threads, with a housekeeping
 //! thread that flushes commits made without the safety flag, expires
-//! uncommitted files, and runs the ageing pass on its period.
+//! uncommitted files (ageing passes run only when a manager asks, at most
+//! one per `age_gap_us`).
 //!
 //! Directory layout: `data` (extents), `meta.0` and `meta.1` (metadata,
 //! see `shoal_bullet::meta`).  A new directory is formatted with a fresh
@@ -30,8 +31,6 @@ pub struct ServerConfig {
     pub threads: usize,
     /// Commits without the safety flag are durable within this long.
     pub flush_every: Duration,
-    /// Period of the ageing pass (`None`: only when asked).
-    pub age_every: Option<Duration>,
 }
 
 impl Default for ServerConfig {
@@ -40,7 +39,6 @@ impl Default for ServerConfig {
             store: StoreConfig::default(),
             threads: 2,
             flush_every: Duration::from_millis(200),
-            age_every: Some(Duration::from_secs(3600)),
         }
     }
 }
@@ -220,7 +218,6 @@ fn serve(store: &Store<FileDisk>, server: &Server, epoch: Instant) {
 }
 
 fn housekeeping(store: &Store<FileDisk>, stop: &AtomicBool, cfg: &ServerConfig, epoch: Instant) {
-    let mut last_age = Instant::now();
     let mut last_expire = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(cfg.flush_every);
@@ -233,13 +230,6 @@ fn housekeeping(store: &Store<FileDisk>, stop: &AtomicBool, cfg: &ServerConfig, 
             if n > 0 {
                 tracing::info!("{n} uncommitted files expired");
             }
-        }
-        if let Some(every) = cfg.age_every
-            && last_age.elapsed() >= every
-        {
-            last_age = Instant::now();
-            let n = store.age();
-            tracing::info!("ageing pass: {n} unreferenced files destroyed");
         }
     }
 }

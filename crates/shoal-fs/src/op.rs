@@ -168,7 +168,16 @@ pub enum Op {
         pid: u32,
         how: LockHow,
     },
+    /// For the object manager, before it ages the file servers: touch the
+    /// contents of the files from inode `after` on (`Touched`), in one
+    /// batch of at most [`TOUCH_BATCH`] files; a node's root only.
+    TouchContents {
+        after: Ino,
+    },
 }
+
+/// Most files a `TouchContents` touches.
+pub const TOUCH_BATCH: usize = 4096;
 
 /// What a `Lock` request asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -228,6 +237,7 @@ impl Op {
             Op::CapStat { .. } => "capstat",
             Op::CapRead { .. } => "capread",
             Op::Lock { .. } => "lock",
+            Op::TouchContents { .. } => "touch_contents",
         }
     }
 }
@@ -313,6 +323,14 @@ pub enum Reply {
     /// A `Lock` answered: `None`, taken or released (for a test: nothing
     /// in the way); else the lock in the way.
     Locked(Option<Conflict>),
+    /// A `TouchContents` batch: the inode the next batch starts after
+    /// (`None`: the tree is done), and the contents the file servers had
+    /// and did not have.
+    Touched {
+        next: Option<Ino>,
+        touched: u64,
+        missing: u64,
+    },
 }
 
 /// Why a request was not answered.
@@ -589,6 +607,10 @@ impl Request {
                     LockHow::Reclaim => 3,
                 });
             }
+            Op::TouchContents { after } => {
+                w.u8(23);
+                w.u64(*after);
+            }
         }
         out
     }
@@ -675,6 +697,7 @@ impl Request {
                 }
                 Op::CapRead { cap, offset, len }
             }
+            23 => Op::TouchContents { after: r.u64()? },
             21 => Op::Lock {
                 ino: r.u64()?,
                 owner: r.u64()?,
@@ -903,6 +926,16 @@ pub fn encode_reply(reply: &Result<Reply, Failure>) -> Vec<u8> {
                 w.u32(c.pid);
             });
         }
+        Reply::Touched {
+            next,
+            touched,
+            missing,
+        } => {
+            w.u8(15);
+            opt(w, *next, |w, n| w.u64(n));
+            w.u64(*touched);
+            w.u64(*missing);
+        }
     }
     out
 }
@@ -990,6 +1023,11 @@ pub fn decode_reply(bytes: &[u8]) -> Result<Result<Reply, Failure>, DecodeError>
                         .map(|_| Ok((read_attr(r)?, read_grant(r)?)))
                         .collect::<Result<_, _>>()?
                 },
+            },
+            15 => Reply::Touched {
+                next: read_opt(r, |r| r.u64())?,
+                touched: r.u64()?,
+                missing: r.u64()?,
             },
             12 => Reply::Locked(read_opt(r, |r| {
                 Ok(Conflict {

@@ -258,6 +258,14 @@ impl Tree {
         self.inodes.values().map(|i| &**i)
     }
 
+    /// The inodes numbered above `after`, in order.
+    pub fn inodes_after(&self, after: Ino) -> impl Iterator<Item = &Inode> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        self.inodes
+            .range((Excluded(after), Unbounded))
+            .map(|(_, i)| &**i)
+    }
+
     /// The inode numbered `ino`.
     pub fn get(&self, ino: Ino) -> Option<&Inode> {
         self.inodes.get(&ino).map(|i| &**i)

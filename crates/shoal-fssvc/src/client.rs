@@ -203,6 +203,31 @@ impl FsClient {
         Some(at)
     }
 
+    /// Has the primary touch every content version its tree holds, a
+    /// batch of inodes at a time (the object manager's, before it ages
+    /// the file servers; a node's root only): how many the file servers
+    /// had and had not.
+    pub fn touch_contents(&mut self) -> Result<(u64, u64), Failure> {
+        let (mut after, mut touched, mut missing) = (0, 0, 0);
+        loop {
+            match self.call(&Identity::root(), Op::TouchContents { after })? {
+                Reply::Touched {
+                    next,
+                    touched: t,
+                    missing: m,
+                } => {
+                    touched += t;
+                    missing += m;
+                    match next {
+                        Some(n) => after = n,
+                        None => return Ok((touched, missing)),
+                    }
+                }
+                other => return Err(unexpected(&other)),
+            }
+        }
+    }
+
     /// The status of whichever replica answers within 5 s.
     pub fn status(&mut self) -> Result<serde_json::Value, Failure> {
         match self.call_within(&Identity::root(), Op::Status, Duration::from_secs(5))? {

@@ -39,6 +39,7 @@ use shoal_rpc::{Context, Server};
 
 use crate::FsConfig;
 
+mod contents;
 mod locks;
 mod push;
 mod xattrs;
@@ -502,7 +503,11 @@ impl Primary {
         soft.tokens.renew(now, client);
         let who = &req.who;
         let reply = match &req.op {
-            Op::Hello { .. } | Op::Status | Op::CapStat { .. } | Op::CapRead { .. } => {
+            Op::Hello { .. }
+            | Op::Status
+            | Op::CapStat { .. }
+            | Op::CapRead { .. }
+            | Op::TouchContents { .. } => {
                 unreachable!("answered before")
             }
             Op::GetXattr { .. } | Op::ListXattr { .. } => self.xattr(r, who, &req.op),
@@ -1054,6 +1059,10 @@ impl Handler<FsReplica> for Primary {
         // request by capability claims none.
         if request.caller().uid != 0 && !req.op.by_capability() {
             return answer(&Err(fs(FsError::Perm)));
+        }
+        // Touching is file server I/O: made without the soft state's lock.
+        if let Op::TouchContents { after } = req.op {
+            return answer(&self.touch_contents(r, after));
         }
         let req = op::Request {
             who: self.squash(req.who),

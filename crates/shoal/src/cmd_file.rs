@@ -137,8 +137,10 @@ pub struct ServeArgs {
     /// Time-to-live of files, in ageing passes.
     #[arg(long, default_value_t = shoal_bullet::model::DEFAULT_TTL)]
     ttl: u8,
-    /// Seconds between ageing passes (0: only when `shoal file gc` asks).
-    #[arg(long, default_value_t = 3600)]
+    /// Least seconds between two ageing passes, which object manager
+    /// passes ask for once they touched everything named (0: every pass
+    /// that asks ages); the server never ages on its own.
+    #[arg(long, default_value_t = shoal_bullet::model::DEFAULT_AGE_GAP_SECS)]
     age_secs: u64,
     /// Seconds an uncommitted file lives untouched.
     #[arg(long, default_value_t = shoal_bullet::model::DEFAULT_UNCOMMITTED_SECS)]
@@ -491,8 +493,14 @@ pub fn run(command: FileCommand) -> Result<(), Failure> {
             common,
         } => {
             let (mut s, mut files) = open_all(&common)?;
+            let ctx = attach()?;
             let root = s.root;
             let started = Instant::now();
+            let mut touch_tree = |name: &str| {
+                shoal_fssvc::FsClient::new(&ctx, name)
+                    .and_then(|mut c| c.touch_contents())
+                    .map_err(|e| e.to_string())
+            };
             let r = manager::pass(
                 &mut s.dir,
                 &mut files,
@@ -502,15 +510,23 @@ pub fn run(command: FileCommand) -> Result<(), Failure> {
                     verify,
                     age: !no_age,
                 },
+                &mut touch_tree,
             )?;
+            let trees: Vec<String> = r
+                .trees
+                .iter()
+                .map(|(n, t, m)| format!("{n}:{t}/{m}"))
+                .collect();
             println!(
-                "directories={} files={} touched={} missing={} corrupt={} recreated={} destroyed_by_age={} unreachable_servers={:?} in {:.1?}",
+                "directories={} files={} touched={} missing={} corrupt={} recreated={} trees={:?} servers_aged={} destroyed_by_age={} unreachable_servers={:?} in {:.1?}",
                 r.directories,
                 r.files,
                 r.replicas_touched,
                 r.replicas_missing,
                 r.replicas_corrupt,
                 r.replicas_recreated,
+                trees,
+                r.servers_aged,
                 r.destroyed_by_age,
                 r.servers_unreachable,
                 started.elapsed()
@@ -522,7 +538,7 @@ pub fn run(command: FileCommand) -> Result<(), Failure> {
                 Ok(())
             } else {
                 Err(Failure::failed(format!(
-                    "{} files are below their replica count",
+                    "the pass found {} problems (above)",
                     r.problems.len()
                 )))
             }
@@ -578,10 +594,10 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
             cache_bytes: args.cache_mib << 20,
             ttl: args.ttl.max(1),
             uncommitted_life_us: args.uncommitted_secs * 1_000_000,
+            age_gap_us: args.age_secs.saturating_mul(1_000_000),
             ..StoreConfig::default()
         },
         threads: args.threads,
-        age_every: (args.age_secs > 0).then(|| Duration::from_secs(args.age_secs)),
         ..ServerConfig::default()
     };
     let server = FileServer::start(&ctx, &args.data, cfg).map_err(Failure::failed)?;

@@ -324,8 +324,8 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
     if args.copies == 0 {
         return Err(Failure::failed("--copies must be at least 1"));
     }
+    let mut s = Session::open(&args.common)?;
     let file_servers = if args.file_servers.is_empty() {
-        let mut s = Session::open(&args.common)?;
         shoal_filesvc::manager::servers(&mut s.dir, &s.root)
             .map_err(|e| Failure::failed(format!("cannot list the file servers: {e}")))?
             .into_iter()
@@ -334,6 +334,19 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
     } else {
         args.file_servers
     };
+    // The object manager's passes must touch the tree's contents, which
+    // no directory names, before they age anything.
+    let cluster = attach()?.config().cluster;
+    let port = shoal_fssvc::service_port(&cluster, &args.service).put_port();
+    shoal_filesvc::manager::register_tree(&mut s.dir, &s.root, &args.service, port).map_err(
+        |e| {
+            Failure::failed(format!(
+                "cannot register file system {} under {}: {e}",
+                args.service,
+                shoal_filesvc::manager::TREES_DIR
+            ))
+        },
+    )?;
     if file_servers.len() < args.copies {
         return Err(Failure::failed(format!(
             "{} file servers for {} copies: start more (`shoal file serve`) or pass --copies",

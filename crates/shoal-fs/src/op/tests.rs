@@ -130,6 +130,7 @@ fn sample_ops() -> Vec<Op> {
             pid: 1,
             how: LockHow::Reclaim,
         },
+        Op::TouchContents { after: 77 },
     ]
 }
 
@@ -221,6 +222,16 @@ fn sample_replies() -> Vec<Result<Reply, Failure>> {
         Ok(Reply::Status("{}".into())),
         Ok(Reply::Done),
         Ok(Reply::Locked(None)),
+        Ok(Reply::Touched {
+            next: Some(4097),
+            touched: 4000,
+            missing: 96,
+        }),
+        Ok(Reply::Touched {
+            next: None,
+            touched: 0,
+            missing: 0,
+        }),
         Ok(Reply::Locked(Some(Conflict {
             mode: Mode::Read,
             start: 0,

@@ -1,0 +1,91 @@
+//! Garbage collection keeps what anything names (`docs/files.md`,
+//! "Replication and garbage collection"): on a namespaced cluster with the
+//! whole system, its file servers' time-to-live cut to 3 passes and no gap
+//! between ageing passes, 50 object manager passes keep every byte of the
+//! files the directory names and of the shared tree (whose contents no
+//! directory names), and still reclaim a file nothing names.
+
+mod common;
+
+use common::{TestCluster, shoal};
+use shoal_cluster::{Cluster, Mode, SystemOptions};
+
+/// `shoal ARGS` as the administrator on `node`: its output.
+fn admin(c: &Cluster, node: &str, script: &str) -> String {
+    let out = c
+        .command(node, "sh")
+        .unwrap()
+        .args(["-c", script])
+        .env("SHOAL", shoal())
+        .env("SHOAL_CONFIG_DIR", c.admin_config())
+        .env("SHOAL_FILE_CACHE", "off")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script} on {node}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The sum of `name=N` over the lines of a pass's report.
+fn figure(report: &str, name: &str) -> u64 {
+    report
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix(&format!("{name}=")))
+        .filter_map(|v| v.parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+fn fifty_passes_keep_the_directory_and_the_tree_and_reclaim_the_unnamed() {
+    let t = TestCluster::up("ag", 66, 3, Mode::Netns);
+    let c = t.get();
+    let opts = SystemOptions {
+        file_server_args: ["--ttl", "3", "--age-secs", "0"].map(String::from).to_vec(),
+    };
+    c.start_system_with(&opts, &mut |l| eprintln!("[ag] {l}"))
+        .unwrap();
+    // The directory: two named files; one more, named and then not.
+    admin(
+        c,
+        "n1",
+        "head -c 300000 /dev/urandom > /tmp/ag-a && head -c 5000 /dev/urandom > /tmp/ag-b \
+         && $SHOAL file put kept-a /tmp/ag-a && $SHOAL file put kept-b /tmp/ag-b \
+         && $SHOAL file put gone /tmp/ag-b && $SHOAL dir rm gone",
+    );
+    let named = admin(
+        c,
+        "n1",
+        "$SHOAL file cat kept-a | md5sum; $SHOAL file cat kept-b | md5sum",
+    );
+    // The tree: files of many sizes, written back (fsync) from n1.
+    let before = common::ok(
+        c,
+        "n1",
+        "mkdir /shoal/ag && for i in $(seq 30); do head -c $((i * 7000)) /dev/urandom > /shoal/ag/f$i; done \
+         && sync /shoal/ag/* && md5sum /shoal/ag/*",
+    );
+    let mut destroyed = 0;
+    for pass in 0..50 {
+        let report = admin(c, "n2", "$SHOAL file gc");
+        assert_eq!(figure(&report, "servers_aged"), 3, "pass {pass}: {report}");
+        assert!(report.contains("trees=[\"fs:"), "pass {pass}: {report}");
+        destroyed += figure(&report, "destroyed_by_age");
+    }
+    // The unnamed file's two replicas went.
+    assert!(destroyed >= 2, "{destroyed} files destroyed by age");
+    assert_eq!(
+        admin(
+            c,
+            "n3",
+            "$SHOAL file cat kept-a | md5sum; $SHOAL file cat kept-b | md5sum"
+        ),
+        named
+    );
+    // Read from a node that never read them: from the file servers.
+    let after = common::ok(c, "n3", "timeout 60 md5sum /shoal/ag/*");
+    assert_eq!(after, before);
+}
