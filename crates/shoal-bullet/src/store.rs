@@ -797,7 +797,7 @@ impl<D: Disk> Store<D> {
                             problems: vec![],
                         })
                     }
-                    AdminOp::Stats => Ok(self.stats()),
+                    AdminOp::Stats => Ok(self.stats_at(now_us)),
                 }
             }
         }

@@ -39,6 +39,9 @@ pub struct SystemOptions {
     /// More arguments for every `shoal file serve` (a test's short
     /// time-to-live, say).
     pub file_server_args: Vec<String>,
+    /// More arguments for every `shoal file manage` (a test's short
+    /// round).
+    pub manager_args: Vec<String>,
 }
 
 impl Cluster {
@@ -138,6 +141,16 @@ impl Cluster {
                 config.to_string_lossy().into_owned(),
             );
             self.put_service(name, file)?;
+            // The object manager beside every file server: whichever
+            // comes first makes each round's pass.
+            let mut args = vec![shoal.as_str(), "file", "manage"];
+            args.extend(opts.manager_args.iter().map(String::as_str));
+            let mut manager = ServiceConfig::new("file-manager", &args);
+            manager.env.insert(
+                "SHOAL_CONFIG_DIR".into(),
+                config.to_string_lossy().into_owned(),
+            );
+            self.put_service(name, manager)?;
         }
         loop {
             let listed = self.until_ok(
@@ -159,7 +172,7 @@ impl Cluster {
             std::thread::sleep(Duration::from_millis(300));
         }
         progress(&format!(
-            "file servers {} on {}",
+            "file servers {} and their object managers on {}",
             span("fs", nodes.len()),
             span("n", nodes.len())
         ));

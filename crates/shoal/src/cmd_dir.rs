@@ -107,7 +107,7 @@ pub enum DirCommand {
     },
 }
 
-#[derive(Args, Default)]
+#[derive(Args, Default, Clone)]
 pub struct Common {
     /// Start paths at this directory capability instead of your root
     /// (or `-`, read from standard input, or @FILE, to keep it off the

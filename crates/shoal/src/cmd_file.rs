@@ -23,6 +23,8 @@ use shoal_filesvc::{Cache, ClientError, FileClient, FileServer, ServerConfig};
 use crate::Failure;
 use crate::cmd_dir::{Common, Session, attach, client_failure, until_signalled};
 
+mod manage;
+
 #[derive(Subcommand)]
 pub enum FileCommand {
     /// Run a file server on a data directory (until SIGTERM or SIGINT),
@@ -106,6 +108,20 @@ pub enum FileCommand {
         /// Do not ask the servers to age their files.
         #[arg(long)]
         no_age: bool,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Run the object manager (until SIGTERM or SIGINT): a pass, ageing,
+    /// every `--every` seconds, unless a server aged less than that ago
+    /// (another manager's pass). Every node with a file server runs one;
+    /// whichever comes first makes the round's pass.
+    Manage {
+        /// Seconds between passes.
+        #[arg(long, default_value_t = 3600)]
+        every: u64,
+        /// Replicas each file should have.
+        #[arg(long, short = 'k', default_value_t = manager::DEFAULT_REPLICAS)]
+        replicas: usize,
         #[command(flatten)]
         common: Common,
     },
@@ -323,6 +339,11 @@ fn admin_targets(
 pub fn run(command: FileCommand) -> Result<(), Failure> {
     match command {
         FileCommand::Serve(args) => serve(args),
+        FileCommand::Manage {
+            every,
+            replicas,
+            common,
+        } => manage::run(Duration::from_secs(every.max(1)), replicas, common),
         FileCommand::Put {
             path,
             source,
@@ -492,45 +513,16 @@ pub fn run(command: FileCommand) -> Result<(), Failure> {
             no_age,
             common,
         } => {
+            let opts = PassOptions {
+                k: replicas,
+                verify,
+                age: !no_age,
+            };
             let (mut s, mut files) = open_all(&common)?;
             let ctx = attach()?;
-            let root = s.root;
             let started = Instant::now();
-            let mut touch_tree = |name: &str| {
-                shoal_fssvc::FsClient::new(&ctx, name)
-                    .and_then(|mut c| c.touch_contents())
-                    .map_err(|e| e.to_string())
-            };
-            let r = manager::pass(
-                &mut s.dir,
-                &mut files,
-                &root,
-                &PassOptions {
-                    k: replicas,
-                    verify,
-                    age: !no_age,
-                },
-                &mut touch_tree,
-            )?;
-            let trees: Vec<String> = r
-                .trees
-                .iter()
-                .map(|(n, t, m)| format!("{n}:{t}/{m}"))
-                .collect();
-            println!(
-                "directories={} files={} touched={} missing={} corrupt={} recreated={} trees={:?} servers_aged={} destroyed_by_age={} unreachable_servers={:?} in {:.1?}",
-                r.directories,
-                r.files,
-                r.replicas_touched,
-                r.replicas_missing,
-                r.replicas_corrupt,
-                r.replicas_recreated,
-                trees,
-                r.servers_aged,
-                r.destroyed_by_age,
-                r.servers_unreachable,
-                started.elapsed()
-            );
+            let r = manage::pass(&ctx, &mut s, &mut files, &opts)?;
+            println!("{} in {:.1?}", manage::show(&r), started.elapsed());
             for p in &r.problems {
                 eprintln!("problem: {p}");
             }

@@ -276,17 +276,21 @@ fn the_whole_system_comes_up_as_services_and_survives_their_crashes() {
         [
             "n1 dir-r0",
             "n1 file",
+            "n1 file-manager",
             "n1 fs-mount",
             "n1 fs-r0",
             "n2 dir-r1",
             "n2 file",
+            "n2 file-manager",
             "n2 fs-mount",
             "n2 fs-r1",
             "n3 dir-r2",
             "n3 file",
+            "n3 file-manager",
             "n3 fs-mount",
             "n3 fs-r2",
             "n4 file",
+            "n4 file-manager",
             "n4 fs-mount"
         ]
     );

@@ -157,6 +157,20 @@ impl<D: Disk> Store<D> {
         }
     }
 
+    /// [`Store::stats`] at `now_us`, with how long ago the last ageing
+    /// pass a manager asked for ran (`since_aged_us`; `u64::MAX`: none
+    /// since the server started), which managers look at before a pass.
+    pub fn stats_at(&self, now_us: u64) -> Answer {
+        let g = self.inner.lock();
+        let mut figures = self.figures(&g);
+        let since = g.aged_us.map_or(u64::MAX, |t| now_us.saturating_sub(t));
+        figures.push(("since_aged_us".into(), since));
+        Answer::Report {
+            figures,
+            problems: vec![],
+        }
+    }
+
     /// Verifies the metadata's consistency and every extent's checksum.
     pub fn fsck(&self) -> Answer {
         let _m = self.maintenance.lock();
