@@ -73,8 +73,16 @@ pub enum ClientError {
     #[error("{0}")]
     Local(String),
     /// Every replica failed; the errors, one per replica.
-    #[error("no replica could serve the file: {}", .0.join("; "))]
-    AllReplicas(Vec<String>),
+    #[error("no replica could serve the file: {}", join(.0))]
+    AllReplicas(Vec<ClientError>),
+}
+
+fn join(errors: &[ClientError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 impl ClientError {
@@ -83,6 +91,18 @@ impl ClientError {
         match self {
             ClientError::File(e) => e.try_another_replica(),
             ClientError::Unreachable(_) | ClientError::BadAnswer(_) => true,
+            _ => false,
+        }
+    }
+
+    /// Whether the file is gone for good: its servers answered that they
+    /// hold no such file, or hold it corrupt (every replica's, for
+    /// several), so trying again cannot help.  A server that does not
+    /// answer may yet: that is not gone.
+    pub fn is_gone(&self) -> bool {
+        match self {
+            ClientError::File(FileError::NotFound | FileError::Corrupt(_)) => true,
+            ClientError::AllReplicas(all) => !all.is_empty() && all.iter().all(Self::is_gone),
             _ => false,
         }
     }
@@ -453,8 +473,8 @@ impl FileClient {
         for c in replicas {
             match self.call(c, &Op::Stat { file: *c }) {
                 Ok(Answer::Stat(s)) => return Ok((s, *c)),
-                Ok(a) => errors.push(unexpected(a).to_string()),
-                Err(e) if e.try_another() => errors.push(e.to_string()),
+                Ok(a) => errors.push(unexpected(a)),
+                Err(e) if e.try_another() => errors.push(e),
                 Err(e) => return Err(e),
             }
         }
@@ -601,11 +621,13 @@ impl FileClient {
                     shoal_rpc::recycle(reply);
                 }
                 Ok(_) => {
-                    errors.push(format!("{}: file shorter than its size", at));
+                    errors.push(ClientError::BadAnswer(format!(
+                        "{at}: file shorter than its size"
+                    )));
                     at += 1;
                 }
                 Err(e) if e.try_another() => {
-                    errors.push(e.to_string());
+                    errors.push(e);
                     at += 1;
                 }
                 Err(e) => return Err(e),
@@ -844,4 +866,25 @@ fn fill(input: &mut impl Read, buf: &mut [u8]) -> Result<usize, ClientError> {
         }
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_is_gone_only_when_every_replica_says_so() {
+        let missing = || ClientError::File(FileError::NotFound);
+        let away = || ClientError::Unreachable("timed out".into());
+        assert!(missing().is_gone());
+        assert!(ClientError::AllReplicas(vec![missing(), missing()]).is_gone());
+        assert!(
+            !ClientError::AllReplicas(vec![missing(), away()]).is_gone(),
+            "the server away may hold it"
+        );
+        assert!(!ClientError::AllReplicas(vec![]).is_gone());
+        assert!(!away().is_gone());
+        let shown = ClientError::AllReplicas(vec![missing(), away()]).to_string();
+        assert!(shown.contains("; file server unreachable: timed out"), "{shown}");
+    }
 }

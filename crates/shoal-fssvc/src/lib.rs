@@ -26,6 +26,20 @@ use shoal_rpc::Context;
 
 pub use client::FsClient;
 
+/// What a file service error means to the tree's clients: contents no
+/// file server holds any more (every replica missing or corrupt) are an
+/// input/output error, said in the log, at once; anything else (a server
+/// that does not answer) may pass, and is tried again.
+pub fn files_failure(e: shoal_filesvc::ClientError) -> shoal_fs::op::Failure {
+    use shoal_fs::op::Failure;
+    if e.is_gone() {
+        tracing::error!("a file's contents are on no file server: {e}");
+        Failure::Fs(shoal_fs::FsError::Io)
+    } else {
+        Failure::Unavailable(format!("file servers: {e}"))
+    }
+}
+
 /// The name of a cluster's default file system.
 pub const DEFAULT_SERVICE: &str = "fs";
 

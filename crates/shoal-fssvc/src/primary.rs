@@ -438,8 +438,7 @@ impl Primary {
                     .map_err(|e| Failure::Unavailable(format!("file client: {e}")))?,
             );
         }
-        f(files.as_mut().expect("made above"))
-            .map_err(|e| Failure::Unavailable(format!("file servers: {e}")))
+        f(files.as_mut().expect("made above")).map_err(crate::files_failure)
     }
 
     /// Before a file is cached again, the bytes written while it was

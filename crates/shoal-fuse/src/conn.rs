@@ -606,7 +606,7 @@ impl Conn {
             None => FileClient::new(&self.ctx)
                 .map_err(|e| Failure::Unavailable(format!("file client: {e}")))?,
         };
-        let out = f(&mut client).map_err(|e| Failure::Unavailable(format!("file servers: {e}")));
+        let out = f(&mut client).map_err(shoal_fssvc::files_failure);
         self.files.lock().push(client);
         out
     }

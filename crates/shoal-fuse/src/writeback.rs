@@ -119,15 +119,21 @@ fn whole(
     } else {
         match conn.with_files(|f| f.read_all(&job.content)) {
             Ok(base) => base,
-            // A version's content goes only when a newer version replaced
-            // it: if the file moved on (after this mount lost its token),
-            // the changes can never be written back, and are kept over
-            // nothing.  Otherwise the file servers failed: try again.
+            // A version's content goes when a newer version replaced it:
+            // if the file moved on (after this mount lost its token), the
+            // changes can never be written back, and are kept over
+            // nothing; so they are if no file server holds the version
+            // any more.  Otherwise the file servers failed: try again.
             Err(e) => match attr_now(conn, via, ino) {
-                Ok(Some(attr)) if attr.version != job.version => {
+                Ok(Some(attr)) if attr.version != job.version || e == Failure::Fs(FsError::Io) => {
                     let bytes = overlaid(Vec::new(), &job.changes, job.size);
                     let content = conn.store(ino, &bytes, false)?;
-                    return Err(lose(conn, ino, job, content, "its version is gone"));
+                    let why = if attr.version != job.version {
+                        "its version is gone"
+                    } else {
+                        "no file server holds its version"
+                    };
+                    return Err(lose(conn, ino, job, content, why));
                 }
                 Ok(None) => {
                     conn.cache.lock().discard(ino);

@@ -6,7 +6,8 @@
 //! a file nothing names, and go on doing so with one node's manager
 //! stopped; then 50 more passes by hand, while the managers go on, keep
 //! every byte of the files the directory names and of the shared tree
-//! (whose contents no directory names).
+//! (whose contents no directory names). Last, contents no server holds
+//! any more fail a read with `EIO` at once.
 
 use std::time::{Duration, Instant};
 
@@ -118,4 +119,44 @@ fn managers_and_fifty_passes_keep_what_is_named_and_reclaim_the_rest() {
     // Read from a node that never read them: from the file servers.
     let after = common::ok(c, "n3", "timeout 60 md5sum /shoal/ag/*");
     assert_eq!(after, before);
+    contents_no_server_holds_fail_with_eio(c);
+}
+
+/// With the file system taken out of `filesystems/` (an operator's
+/// mistake), passes no longer touch its tree, and its contents age away:
+/// a read of one, on a node that never read it, then fails with `EIO`
+/// at once rather than waiting for ever, and the metadata service's log
+/// says why.
+fn contents_no_server_holds_fail_with_eio(c: &Cluster) {
+    for node in ["n1", "n2", "n3"] {
+        admin(c, node, "$SHOAL service stop file-manager || true");
+    }
+    admin(c, "n1", "$SHOAL dir rm filesystems/fs");
+    for _ in 0..4 {
+        admin(c, "n1", "$SHOAL file gc");
+    }
+    let started = Instant::now();
+    let out = c
+        .command("n2", "sh")
+        .unwrap()
+        .args(["-c", "timeout 60 cat /shoal/ag/f7 > /dev/null"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("Input/output error"),
+        "{:?}: {err}",
+        out.status
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        started.elapsed()
+    );
+    let logs: String = ["n1", "n2", "n3"]
+        .iter()
+        .enumerate()
+        .map(|(i, n)| admin(c, n, &format!("$SHOAL service logs fs-r{i}")))
+        .collect();
+    assert!(logs.contains("on no file server"), "{logs}");
 }
