@@ -885,6 +885,9 @@ mod tests {
         assert!(!ClientError::AllReplicas(vec![]).is_gone());
         assert!(!away().is_gone());
         let shown = ClientError::AllReplicas(vec![missing(), away()]).to_string();
-        assert!(shown.contains("; file server unreachable: timed out"), "{shown}");
+        assert!(
+            shown.contains("; file server unreachable: timed out"),
+            "{shown}"
+        );
     }
 }

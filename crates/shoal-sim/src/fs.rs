@@ -60,6 +60,9 @@ pub struct FsSimConfig {
     pub op_chance: f64,
     /// Chance per tick that a mount crashes.
     pub crash_chance: f64,
+    /// Chance per tick that a mount writing back for a recall crashes
+    /// (before its commit's answer, so mid-recall).
+    pub crash_mid_recall: f64,
     /// Ticks dirty bytes wait before they are written back.
     pub write_back_after: u64,
 }
@@ -74,6 +77,7 @@ impl Default for FsSimConfig {
             delay_max: 6,
             op_chance: 0.3,
             crash_chance: 0.004,
+            crash_mid_recall: 0.0,
             write_back_after: 40,
         }
     }
@@ -339,7 +343,16 @@ impl FsSim {
             self.now += 1;
             self.deliver_due();
             for slot in 0..self.mounts.len() {
-                if self.rng.random_bool(self.cfg.crash_chance) {
+                let recalling = matches!(
+                    self.mounts[slot].doing,
+                    Some(mount::Doing {
+                        then: mount::Then::Recall { .. },
+                        ..
+                    })
+                );
+                if self.rng.random_bool(self.cfg.crash_chance)
+                    || (recalling && self.rng.random_bool(self.cfg.crash_mid_recall))
+                {
                     self.crash(slot);
                     continue;
                 }

@@ -97,6 +97,23 @@ fn fs_appends_and_writes_with_crashes() {
     );
 }
 
+/// Writers crashing while they write back for a recall: the next holder
+/// reads what was committed, nothing the crash took is kept, and no
+/// request waits for ever.
+#[test]
+fn fs_writers_crash_mid_recall() {
+    run(
+        "fs_writers_crash_mid_recall",
+        FsSimConfig {
+            files: 1,
+            logs: 1,
+            crash_mid_recall: 0.2,
+            ..FsSimConfig::default()
+        },
+        &[],
+    );
+}
+
 #[test]
 fn fs_one_file_many_clients() {
     run(
