@@ -30,6 +30,9 @@ pub const MAX_EXTENT: u64 = 1 << 20;
 pub const MAX_CHUNK: usize = 8 << 20;
 /// Largest file.
 pub const MAX_FILE: u64 = 1 << 44;
+/// The extent number of a hole: a piece of it reads as zeros and holds no
+/// extent (real extents are numbered from 1).
+pub const HOLE: u64 = 0;
 /// Most pieces (references to extent ranges) one file may have; an edit
 /// that would exceed it is refused (copy the file to defragment it).
 pub const MAX_PIECES: usize = 1 << 20;

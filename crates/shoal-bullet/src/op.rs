@@ -28,6 +28,10 @@ pub enum Edit<D = Vec<u8>> {
     Insert { offset: u64, data: D },
     /// Remove `len` bytes at `offset`.
     Delete { offset: u64, len: u64 },
+    /// Make `len` bytes from `offset` (which may be the end) zeros held
+    /// as a hole, no extent and no disk space, growing the file if they
+    /// run past its end.
+    Hole { offset: u64, len: u64 },
 }
 
 /// One file-service operation (data held as in [`Edit`]).
@@ -159,6 +163,10 @@ impl<D: AsRef<[u8]>> Edit<D> {
                 offset: *offset,
                 len: *len,
             },
+            Edit::Hole { offset, len } => Edit::Hole {
+                offset: *offset,
+                len: *len,
+            },
         }
     }
 }
@@ -175,6 +183,7 @@ impl Edit<&[u8]> {
                 data: data.to_vec(),
             },
             Edit::Delete { offset, len } => Edit::Delete { offset, len },
+            Edit::Hole { offset, len } => Edit::Hole { offset, len },
         }
     }
 }
@@ -278,6 +287,11 @@ impl<D: AsRef<[u8]>> Op<D> {
                         w.u64(*offset);
                         w.u64(*len);
                     }
+                    Edit::Hole { offset, len } => {
+                        w.u8(4);
+                        w.u64(*offset);
+                        w.u64(*len);
+                    }
                 }
             }
             Op::Commit { file, flags } => {
@@ -361,6 +375,10 @@ impl<'a> Op<&'a [u8]> {
                         data: data(&mut r)?,
                     },
                     3 => Edit::Delete {
+                        offset: r.u64()?,
+                        len: r.u64()?,
+                    },
+                    4 => Edit::Hole {
                         offset: r.u64()?,
                         len: r.u64()?,
                     },
@@ -674,6 +692,11 @@ mod tests {
                 file: cap(n),
                 flags: FLAG_COMMIT,
                 edit: Edit::Delete { offset, len },
+            }),
+            (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(n, offset, len)| Op::Edit {
+                file: cap(n),
+                flags: 0,
+                edit: Edit::Hole { offset, len },
             }),
             (any::<u64>(), any::<u64>(), any::<u32>()).prop_map(|(n, offset, len)| Op::Read {
                 file: cap(n),

@@ -273,12 +273,18 @@ fn slice(pieces: &[Piece], from: u64, to: u64) -> Vec<Piece> {
 fn normalize(pieces: Vec<Piece>) -> Vec<Piece> {
     let mut out: Vec<Piece> = Vec::with_capacity(pieces.len());
     for p in pieces.into_iter().filter(|p| p.len > 0) {
-        if let Some(last) = out.last_mut()
-            && last.extent == p.extent
-            && last.off + last.len == p.off
-        {
-            last.len += p.len;
-            continue;
+        if let Some(last) = out.last_mut() {
+            // Holes join while the length fits a piece; extents where
+            // they are contiguous.
+            if last.extent == HOLE && p.extent == HOLE {
+                if let Some(len) = last.len.checked_add(p.len) {
+                    (last.off, last.len) = (0, len);
+                    continue;
+                }
+            } else if last.extent == p.extent && last.off + last.len == p.off {
+                last.len += p.len;
+                continue;
+            }
         }
         out.push(p);
     }
@@ -401,7 +407,7 @@ impl Inner {
             pieces: pieces.clone(),
         };
         let mut new = Vec::new();
-        for p in &pieces {
+        for p in pieces.iter().filter(|p| p.extent != HOLE) {
             let e = self.extents.get_mut(&p.extent).unwrap();
             if !e.logged {
                 e.logged = true;
@@ -602,7 +608,7 @@ impl<D: Disk> Store<D> {
             }
         }
         for f in files.values() {
-            for p in &f.pieces {
+            for p in f.pieces.iter().filter(|p| p.extent != HOLE) {
                 let e = extents.get_mut(&p.extent).ok_or_else(|| {
                     OpenError::Inconsistent(format!(
                         "file {} refers to unknown extent {}",

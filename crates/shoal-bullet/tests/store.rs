@@ -506,3 +506,70 @@ proptest! {
         prop_assert!(fsck_clean);
     }
 }
+
+/// Holes: a file grown by 5 GiB (more than one piece's length) holds no
+/// more extents or bytes than what was written into it; its holes read
+/// as zeros, a write into one and a hole over data read as they should,
+/// fsck finds nothing wrong, and all of it survives compaction and a
+/// restart from the metadata.
+#[test]
+fn holes_cost_nothing_and_read_as_zeros() {
+    const GIB: u64 = 1 << 30;
+    let (d, s) = fresh(StoreConfig::default());
+    let before = s.stats();
+    let f = s.create(&s.server_cap(), 0, b"abcdef", 0).unwrap();
+    let f = s
+        .edit(
+            &f,
+            0,
+            Edit::<&[u8]>::Hole {
+                offset: 6,
+                len: 5 * GIB,
+            },
+            0,
+        )
+        .unwrap();
+    let f = s
+        .edit(
+            &f,
+            0,
+            Edit::Write {
+                offset: 4 * GIB,
+                data: &b"middle"[..],
+            },
+            0,
+        )
+        .unwrap();
+    let f = s
+        .edit(&f, CS, Edit::<&[u8]>::Hole { offset: 1, len: 2 }, 0)
+        .unwrap();
+    assert_eq!(s.stat(&f).unwrap().size, 6 + 5 * GIB);
+    let fig = |a: &Answer, k: &str| match a {
+        Answer::Report { figures, .. } => figures.iter().find(|f| f.0 == k).unwrap().1,
+        _ => unreachable!(),
+    };
+    let stored = fig(&s.stats(), "bytes_stored") - fig(&before, "bytes_stored");
+    assert_eq!(stored, 12, "only the bytes written are stored");
+    let read = |s: &Store<SimDisk>, at: u64, n: u32| {
+        let mut out = Vec::new();
+        s.read_into(&f, at, n, &mut out).unwrap();
+        out
+    };
+    let check = |s: &Store<SimDisk>| {
+        assert_eq!(read(s, 0, 8), b"a\0\0def\0\0");
+        assert_eq!(read(s, 4 * GIB - 2, 10), b"\0\0middle\0\0");
+        assert!(read(s, 3 * GIB, 8 << 20).iter().all(|b| *b == 0));
+        assert_eq!(read(s, 6 + 5 * GIB - 3, 8).len(), 3, "short at the end");
+    };
+    check(&s);
+    match s.fsck() {
+        Answer::Report { problems, .. } => assert!(problems.is_empty(), "{problems:?}"),
+        other => panic!("fsck: {other:?}"),
+    }
+    s.compact().unwrap();
+    check(&s);
+    s.flush().unwrap();
+    drop(s);
+    let s = open(&d, StoreConfig::default());
+    check(&s);
+}

@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use shoal_bullet::model::MAX_EXTENT;
 use shoal_bullet::op::{FLAG_COMMIT, FLAG_SAFETY};
 use shoal_bullet::{Answer, Disks, Edit, FileError, SimDisk, Store, StoreConfig};
 use shoal_cap::{Capability, GetPort};
@@ -252,7 +253,7 @@ impl BulletSim {
                 };
                 let size = old.len() as u64;
                 let offset = self.rng.random_range(0..=size);
-                let (edit, new) = match self.rng.random_range(0..3) {
+                let (edit, new) = match self.rng.random_range(0..4) {
                     0 => {
                         let d = self.data();
                         let mut n = old.clone();
@@ -266,6 +267,14 @@ impl BulletSim {
                         let mut n = old.clone();
                         n.splice(offset as usize..offset as usize, d.iter().copied());
                         (Edit::Insert { offset, data: d }, n)
+                    }
+                    2 => {
+                        let len = self.rng.random_range(0..=2 * MAX_EXTENT);
+                        let mut n = old.clone();
+                        let end = (offset + len).max(size) as usize;
+                        n.resize(end, 0);
+                        n[offset as usize..(offset + len) as usize].fill(0);
+                        (Edit::Hole { offset, len }, n)
                     }
                     _ => {
                         let len = self.rng.random_range(0..=size - offset);

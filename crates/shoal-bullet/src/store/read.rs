@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// What every hole reads as.
+static ZEROS: [u8; MAX_CHUNK] = [0; MAX_CHUNK];
+
 impl<D: Disk> Store<D> {
     /// Reads `len` bytes at `offset` of a committed file (needs READ),
     /// appending them to `out`; short only at the end of the file.
@@ -51,6 +54,16 @@ impl<D: Disk> Store<D> {
             slice(&f.pieces, offset, end)
                 .into_iter()
                 .map(|p| {
+                    if p.extent == HOLE {
+                        return ReadPart {
+                            extent: HOLE,
+                            off: 0,
+                            len: p.len,
+                            hash: [0; 32],
+                            from: 0,
+                            take: p.len,
+                        };
+                    }
                     let e = &g.extents[&p.extent];
                     ReadPart {
                         extent: p.extent,
@@ -82,7 +95,12 @@ impl<D: Disk> Store<D> {
             if !f.committed {
                 return Err(FileError::NotCommitted);
             }
-            let mut ids: Vec<u64> = f.pieces.iter().map(|p| p.extent).collect();
+            let mut ids: Vec<u64> = f
+                .pieces
+                .iter()
+                .map(|p| p.extent)
+                .filter(|e| *e != HOLE)
+                .collect();
             ids.sort_unstable();
             ids.dedup();
             ids.iter()
@@ -141,6 +159,11 @@ impl<D: Disk> Store<D> {
 
     /// An extent's verified bytes, from the cache or the disk.
     pub(super) fn extent_bytes(&self, mut p: ReadPart) -> Result<Bytes, FileError> {
+        if p.extent == HOLE {
+            // A read takes at most `MAX_CHUNK` bytes, so at most that of a
+            // hole.
+            return Ok(Bytes::from_static(&ZEROS[..p.len as usize]));
+        }
         {
             let mut c = self.cache.lock();
             c.tick += 1;

@@ -182,6 +182,9 @@ impl<D: Disk> Store<D> {
                 let mut sum = 0u64;
                 for p in &f.pieces {
                     sum += p.len as u64;
+                    if p.extent == HOLE {
+                        continue;
+                    }
                     *refs.entry(p.extent).or_default() += 1;
                     match g.extents.get(&p.extent) {
                         None => problems.push(format!("file {obj}: unknown extent {}", p.extent)),

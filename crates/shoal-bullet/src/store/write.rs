@@ -128,10 +128,17 @@ impl<D: Disk> Store<D> {
         now_us: u64,
     ) -> Result<Capability, FileError> {
         let edit = edit.as_ref();
+        // What it writes at `offset`: `data`, or a hole of `added` bytes;
+        // and how many bytes there it overwrites or removes.
         let (offset, data, removed) = match edit {
             Edit::Write { offset, data } => (offset, data, data.len() as u64),
             Edit::Insert { offset, data } => (offset, data, 0),
             Edit::Delete { offset, len } => (offset, &[][..], len),
+            Edit::Hole { offset, len } => (offset, &[][..], len),
+        };
+        let added = match edit {
+            Edit::Hole { len, .. } => len,
+            _ => data.len() as u64,
         };
         // Check first, so a refused edit writes nothing.
         {
@@ -149,11 +156,14 @@ impl<D: Disk> Store<D> {
                     size,
                 });
             }
-            if size.saturating_add(data.len() as u64) > MAX_FILE {
+            if size.saturating_add(added) > MAX_FILE {
                 return Err(FileError::TooLarge("file larger than 16 TiB".into()));
             }
         }
-        let mid = self.write_extents(data, None)?;
+        let mid = match edit {
+            Edit::Hole { len, .. } => holes(len),
+            _ => self.write_extents(data, None)?,
+        };
         let result = (|| {
             let mut g = self.inner.lock();
             // Checked again: the file may have gone while we wrote.
@@ -161,7 +171,7 @@ impl<D: Disk> Store<D> {
             let f = &g.files[&obj];
             let size = f.size;
             let cut_end = match edit {
-                Edit::Write { .. } => (offset + removed).min(size),
+                Edit::Write { .. } | Edit::Hole { .. } => offset.saturating_add(removed).min(size),
                 Edit::Insert { .. } => offset,
                 Edit::Delete { .. } => offset + removed,
             };
@@ -181,7 +191,7 @@ impl<D: Disk> Store<D> {
                     "the result would have more than {MAX_PIECES} pieces; copy the file to defragment it"
                 )));
             }
-            let new_size = size - (cut_end - offset) + data.len() as u64;
+            let new_size = size - (cut_end - offset) + added;
             let committed = f.committed;
             g.add_refs(&pieces);
             let lsn = g.appended;
@@ -274,4 +284,20 @@ impl<D: Disk> Store<D> {
         }
         Ok(cap)
     }
+}
+
+/// Hole pieces for `len` bytes (each at most a piece's length).
+fn holes(len: u64) -> Vec<Piece> {
+    let mut out = Vec::new();
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(u32::MAX as u64);
+        out.push(Piece {
+            extent: HOLE,
+            off: 0,
+            len: n as u32,
+        });
+        left -= n;
+    }
+    out
 }
