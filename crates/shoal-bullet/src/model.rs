@@ -38,6 +38,8 @@ pub const HOLE: u64 = 0;
 pub const MAX_PIECES: usize = 1 << 20;
 /// Most capabilities in one touch.
 pub const MAX_TOUCH: usize = 4096;
+/// Most data ranges in one map's answer.
+pub const MAX_MAP: usize = 4096;
 
 /// Default time-to-live of an object, in ageing passes.
 pub const DEFAULT_TTL: u8 = 24;

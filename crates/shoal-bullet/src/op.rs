@@ -10,7 +10,7 @@
 use shoal_cap::Capability;
 use shoal_dir::codec::{DecodeError, Reader, Writer, bad};
 
-use crate::model::{FileError, MAX_CHUNK, MAX_TOUCH};
+use crate::model::{FileError, MAX_CHUNK, MAX_MAP, MAX_TOUCH};
 
 /// Edit flag: commit the result (make it immutable and readable).
 pub const FLAG_COMMIT: u8 = 1;
@@ -72,6 +72,10 @@ pub enum Op<D = Vec<u8>> {
     },
     /// Size and state of a file (needs READ).
     Stat { file: Capability },
+    /// Where a committed file holds data (needs READ): its data ranges
+    /// from `offset` on, merged, at most [`MAX_MAP`] of them; holes are
+    /// what lies between (for `SEEK_DATA` and `SEEK_HOLE`).
+    Map { file: Capability, offset: u64 },
     /// Destroy a file (needs DESTROY).
     Destroy { file: Capability },
     /// Read every extent of the file from the disk, bypassing the cache,
@@ -125,6 +129,8 @@ pub enum Answer {
     Stat(Stat),
     /// One flag per touched capability: whether the object exists.
     Touched(Vec<bool>),
+    /// Data ranges `[start, end)`, in order (a map).
+    Map(Vec<(u64, u64)>),
     /// Figures by name, then problems found (fsck, compact, age, stats).
     Report {
         figures: Vec<(String, u64)>,
@@ -223,6 +229,10 @@ impl Op<&[u8]> {
                 len: *len,
             },
             Op::Stat { file } => Op::Stat { file: *file },
+            Op::Map { file, offset } => Op::Map {
+                file: *file,
+                offset: *offset,
+            },
             Op::Destroy { file } => Op::Destroy { file: *file },
             Op::Verify { file } => Op::Verify { file: *file },
             Op::Concat {
@@ -312,6 +322,11 @@ impl<D: AsRef<[u8]>> Op<D> {
             Op::Destroy { file } => {
                 w.u8(6);
                 w.cap(file);
+            }
+            Op::Map { file, offset } => {
+                w.u8(11);
+                w.cap(file);
+                w.u64(*offset);
             }
             Op::Touch { files } => {
                 w.u8(7);
@@ -412,6 +427,10 @@ impl<'a> Op<&'a [u8]> {
                 }
             }
             6 => Op::Destroy { file: r.cap()? },
+            11 => Op::Map {
+                file: r.cap()?,
+                offset: r.u64()?,
+            },
             7 => {
                 let n = r.u16()? as usize;
                 if n > MAX_TOUCH {
@@ -543,6 +562,14 @@ pub fn encode_result(result: &Result<Answer, FileError>) -> Vec<u8> {
                         w.u8(*b as u8);
                     }
                 }
+                Answer::Map(ranges) => {
+                    w.u8(7);
+                    w.u16(ranges.len() as u16);
+                    for (start, end) in ranges {
+                        w.u64(*start);
+                        w.u64(*end);
+                    }
+                }
                 Answer::Report { figures, problems } => {
                     w.u8(6);
                     w.u16(figures.len() as u16);
@@ -623,6 +650,18 @@ pub fn decode_result(bytes: &[u8]) -> Result<Result<Answer, FileError>, DecodeEr
                 r.count(n, 2)?;
                 let problems = (0..n).map(|_| text(&mut r)).collect::<Result<_, _>>()?;
                 Answer::Report { figures, problems }
+            }
+            7 => {
+                let n = r.u16()? as usize;
+                if n > MAX_MAP {
+                    return Err(bad("file response", "more than 4096 ranges in a map"));
+                }
+                r.count(n, 16)?;
+                Answer::Map(
+                    (0..n)
+                        .map(|_| Ok((r.u64()?, r.u64()?)))
+                        .collect::<Result<_, DecodeError>>()?,
+                )
             }
             _ => return Err(bad("file response", "unknown answer")),
         }),
@@ -706,6 +745,10 @@ mod tests {
             any::<u64>().prop_map(|n| Op::Stat { file: cap(n) }),
             any::<u64>().prop_map(|n| Op::Destroy { file: cap(n) }),
             any::<u64>().prop_map(|n| Op::Verify { file: cap(n) }),
+            (any::<u64>(), any::<u64>()).prop_map(|(n, offset)| Op::Map {
+                file: cap(n),
+                offset
+            }),
             proptest::collection::vec(any::<u64>(), 0..5).prop_map(|v| Op::Concat {
                 server: cap(0),
                 flags: FLAG_COMMIT,
@@ -760,6 +803,8 @@ mod tests {
             Ok(Answer::Done),
             Ok(Answer::Cap(cap(3))),
             Ok(Answer::Data(vec![1, 2, 3])),
+            Ok(Answer::Map(vec![])),
+            Ok(Answer::Map(vec![(0, 4096), (1 << 40, (1 << 40) + 3)])),
             Ok(Answer::Stat(Stat {
                 size: 9,
                 committed: true,

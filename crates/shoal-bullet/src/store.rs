@@ -778,6 +778,7 @@ impl<D: Disk> Store<D> {
                 Ok(Answer::Data(out))
             }
             Op::Stat { file } => self.stat(&file).map(Answer::Stat),
+            Op::Map { file, offset } => self.map(&file, offset).map(Answer::Map),
             Op::Destroy { file } => self.destroy(&file).map(|_| Answer::Done),
             Op::Verify { file } => self.verify(&file).map(|_| Answer::Done),
             Op::Touch { files } => Ok(Answer::Touched(self.touch(&files, now_us))),
@@ -842,6 +843,34 @@ impl<D: Disk> Store<D> {
             ttl: f.ttl,
             hash: f.digest,
         })
+    }
+
+    /// Where a committed file holds data from `offset` on (needs READ):
+    /// its data ranges, merged across pieces, at most [`MAX_MAP`] of them
+    /// (ask again from the last one's end for more).
+    pub fn map(&self, cap: &Capability, offset: u64) -> Result<Vec<(u64, u64)>, FileError> {
+        let g = self.inner.lock();
+        let (obj, _) = g.check(self.put_port, cap, READ)?;
+        let f = &g.files[&obj];
+        if !f.committed {
+            return Err(FileError::NotCommitted);
+        }
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        let mut at = 0u64;
+        for p in &f.pieces {
+            let (start, end) = (at.max(offset), at + p.len as u64);
+            at = end;
+            if p.extent == HOLE || end <= start {
+                continue;
+            }
+            let full = out.len() == MAX_MAP;
+            match out.last_mut() {
+                Some(last) if last.1 == start => last.1 = end,
+                _ if full => break,
+                _ => out.push((start, end)),
+            }
+        }
+        Ok(out)
     }
 
     /// Destroys a file (needs DESTROY).

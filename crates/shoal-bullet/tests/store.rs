@@ -560,6 +560,11 @@ fn holes_cost_nothing_and_read_as_zeros() {
         assert_eq!(read(s, 4 * GIB - 2, 10), b"\0\0middle\0\0");
         assert!(read(s, 3 * GIB, 8 << 20).iter().all(|b| *b == 0));
         assert_eq!(read(s, 6 + 5 * GIB - 3, 8).len(), 3, "short at the end");
+        let data = [(0, 1), (3, 6), (4 * GIB, 4 * GIB + 6)];
+        assert_eq!(s.map(&f, 0).unwrap(), data, "the map is the data");
+        assert_eq!(s.map(&f, 4).unwrap(), [(4, 6), data[2]], "from inside data");
+        assert_eq!(s.map(&f, 7).unwrap(), [data[2]], "from inside a hole");
+        assert_eq!(s.map(&f, 6 + 5 * GIB).unwrap(), [], "from the end");
     };
     check(&s);
     match s.fsck() {

@@ -125,7 +125,7 @@ fn answer(reply: Vec<u8>) -> Result<Answer, ClientError> {
     Ok(r?)
 }
 
-fn unexpected(a: Answer) -> ClientError {
+pub(crate) fn unexpected(a: Answer) -> ClientError {
     ClientError::BadAnswer(format!("unexpected answer {a:?}"))
 }
 

@@ -15,6 +15,7 @@ pub mod client;
 pub mod disk;
 pub mod manager;
 pub mod server;
+mod sparse;
 
 pub use cache::Cache;
 pub use client::{ClientError, FileClient, FileReader};

@@ -442,18 +442,20 @@ pub fn pass(
             }
             if !targets.is_empty() {
                 // Streamed from the live replicas (with failover), chunk by
-                // chunk: a copy of any size in bounded memory.
-                let source = match files.reader(&live) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        report
-                            .problems
-                            .push(format!("{}: copy failed: {e}", r.name));
-                        continue;
-                    }
-                };
+                // chunk: a copy of any size in bounded memory; a file with
+                // holes copied by its data ranges, so its holes stay holes.
                 let to: Vec<Capability> = targets.iter().map(|t| t.1).collect();
-                match files.create_from(&to, source, true, |_| {}) {
+                let copied = match files.stat(&live) {
+                    Ok((st, _)) => match files.has_holes(&live, st.size) {
+                        Ok(true) => sparse_copies(files, &live, st.size, &to),
+                        Ok(false) => files
+                            .reader(&live)
+                            .and_then(|source| files.create_from(&to, source, true, |_| {})),
+                        Err(e) => Err(e),
+                    },
+                    Err(e) => Err(e),
+                };
+                match copied {
                     Ok(caps) => {
                         report.replicas_recreated += caps.len() as u64;
                         new_set.extend(caps);
@@ -506,4 +508,30 @@ pub fn pass(
         }
     }
     Ok(report)
+}
+
+/// Committed copies, holes kept, of a file of `size` bytes on each of
+/// `servers` (none left behind on failure).
+fn sparse_copies(
+    files: &mut FileClient,
+    replicas: &[Capability],
+    size: u64,
+    servers: &[Capability],
+) -> Result<Vec<Capability>, ClientError> {
+    let mut made = Vec::new();
+    for server in servers {
+        let copy = files
+            .copy_uncommitted(replicas, size, server)
+            .and_then(|c| files.commit(&c, true).map(|()| c));
+        match copy {
+            Ok(c) => made.push(c),
+            Err(e) => {
+                for c in &made {
+                    let _ = files.destroy(c);
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok(made)
 }

@@ -28,6 +28,7 @@ use std::time::Duration;
 
 pub mod opens;
 
+use crate::edits::Layout;
 use crate::model::{Attr, Ino, Kind, Time};
 use crate::op::Grant;
 use crate::tokens::Level;
@@ -403,6 +404,20 @@ impl Cache {
         })
     }
 
+    /// Where a file the mount holds has data: its content version's
+    /// replicas (whose map tells where the version has data) and what the
+    /// dirty changes made of it (`lseek`'s `SEEK_DATA` and `SEEK_HOLE`).
+    pub fn layout(&self, ino: Ino) -> Option<(Vec<Capability>, Layout)> {
+        let c = self.content(ino)?;
+        Some(match self.dirty.get(&ino) {
+            Some(d) if d.version == c.version => (
+                d.content.clone(),
+                Layout::of(d.base_size, &d.changes, d.size),
+            ),
+            _ => (c.content, Layout::of(c.size, &[], c.size)),
+        })
+    }
+
     /// A window read from content version `version` (`base`: what the
     /// file servers had from `offset`), with the dirty changes made and
     /// cut to the size; `None` if the version moved on meanwhile.
@@ -490,6 +505,22 @@ impl Cache {
         let mut attr = *self.attrs.get(&ino)?;
         self.patch(&mut attr);
         Some(attr)
+    }
+
+    /// A growth to `size` under `Write` (`fallocate`): a truncation
+    /// upwards if the file is shorter, nothing if not; the attributes
+    /// then, or `None` without the token.
+    pub fn grow(&mut self, ino: Ino, size: u64, when: (Time, u64)) -> Option<Attr> {
+        let h = self.held.get(&ino)?;
+        if !h.takes_changes() || h.content.is_none() {
+            return None;
+        }
+        let mut attr = *self.attrs.get(&ino)?;
+        self.patch(&mut attr);
+        if attr.size >= size {
+            return Some(attr);
+        }
+        self.truncate(ino, size, when)
     }
 
     fn change(

@@ -2,8 +2,11 @@
 //! overlay of changes turned into the fewest cuts and writes that make
 //! its content version into the new one, so that the file service's
 //! `edit` shares every unchanged extent and a write-back costs what
-//! changed, not the file's size.  No I/O: the mount maps each piece to a
-//! file service edit.
+//! changed, not the file's size.  Where the file grew past what was
+//! written, the plan says so with a hole, never zeros: a sparse file's
+//! write-back costs what was written whatever its size, and its bytes
+//! are made a window ([`PIECE_MAX`]) at a time ([`Piece::bytes`]).  No
+//! I/O: the store maps each piece to a file service edit.
 
 use std::collections::BTreeMap;
 
@@ -18,63 +21,135 @@ pub enum Piece {
     /// The file ends at `at` (below the base's length): only ever the
     /// first piece.
     Cut { at: u64 },
-    /// `data` over the file from `offset` (no further than its length),
-    /// growing it if it runs past the end.
-    Write { offset: u64, data: Vec<u8> },
+    /// The overlay's `len` bytes at `offset` (at most [`PIECE_MAX`], no
+    /// further than the file's length) over the file, growing it if they
+    /// run past the end: [`Piece::bytes`] makes them.
+    Write { offset: u64, len: usize },
+    /// Zeros held as a hole, `len` bytes from `offset` (the file's length
+    /// at that point): the file grew past what was written.
+    Hole { offset: u64, len: u64 },
+}
+
+impl Piece {
+    /// A write's bytes: the overlay's window it names (the plan was made
+    /// from `overlay` and `size`).  Empty for a cut or a hole.
+    pub fn bytes(&self, overlay: &[OverlayEntry], size: u64) -> Vec<u8> {
+        match *self {
+            Piece::Write { offset, len } => overlaid_window(&[], offset, len, overlay, size),
+            Piece::Cut { .. } | Piece::Hole { .. } => Vec::new(),
+        }
+    }
 }
 
 /// The pieces that make a base content of `base_len` bytes into what
 /// [`crate::tree::overlaid`] makes of it with `overlay`, cut or grown to
 /// `size`: a cut at the lowest length any truncation left (if below the
-/// base's), then every range written since, merged, with zeros where the
-/// file grew past it unwritten.
+/// base's), then every range written since, merged, with holes where the
+/// file grew past it unwritten.  Costs what the overlay holds, whatever
+/// `size` is.
 pub fn pieces(base_len: u64, overlay: &[OverlayEntry], size: u64) -> Vec<Piece> {
-    let mut keep = base_len.min(size);
-    // Ranges written, start → end, merged; a truncation cuts them.
-    let mut written: BTreeMap<u64, u64> = BTreeMap::new();
-    for e in overlay {
-        match &e.change {
-            OverlayChange::Write { offset, data } => {
-                add(&mut written, *offset, *offset + data.len() as u64);
-            }
-            OverlayChange::Truncate { size } => {
-                keep = keep.min(*size);
-                cut(&mut written, *size);
-            }
-        }
-    }
-    cut(&mut written, size);
+    let Layout { keep, written, .. } = Layout::of(base_len, overlay, size);
     let mut out = Vec::new();
     if keep < base_len {
         out.push(Piece::Cut { at: keep });
     }
     let mut len = keep;
-    let emit = |out: &mut Vec<Piece>, len: &mut u64, from: u64, to: u64, zeros: bool| {
-        let mut at = from;
-        while at < to {
-            let n = ((to - at) as usize).min(PIECE_MAX);
-            let data = if zeros {
-                vec![0; n]
-            } else {
-                overlaid_window(&[], at, n, overlay, size)
-            };
-            out.push(Piece::Write { offset: at, data });
+    for &(start, end) in &written {
+        if start > len {
+            out.push(Piece::Hole {
+                offset: len,
+                len: start - len,
+            });
+        }
+        let mut at = start;
+        while at < end {
+            let n = ((end - at) as usize).min(PIECE_MAX);
+            out.push(Piece::Write { offset: at, len: n });
             at += n as u64;
         }
-        *len = (*len).max(to);
-    };
-    for (&start, &end) in &written {
-        if start > len {
-            let gap = len;
-            emit(&mut out, &mut len, gap, start, true);
-        }
-        emit(&mut out, &mut len, start, end, false);
+        len = len.max(end);
     }
     if size > len {
-        let gap = len;
-        emit(&mut out, &mut len, gap, size, true);
+        out.push(Piece::Hole {
+            offset: len,
+            len: size - len,
+        });
     }
     out
+}
+
+/// Where a file holds data, as changes over a content version left it:
+/// the prefix of the version that still shows (below the lowest
+/// truncation), and the ranges written since, merged; beyond the prefix,
+/// what is not written is a hole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    pub keep: u64,
+    pub written: Vec<(u64, u64)>,
+    pub size: u64,
+}
+
+impl Layout {
+    /// What `overlay` leaves of a content version of `base_len` bytes,
+    /// cut or grown to `size`.
+    pub fn of(base_len: u64, overlay: &[OverlayEntry], size: u64) -> Layout {
+        let mut keep = base_len.min(size);
+        let mut written: BTreeMap<u64, u64> = BTreeMap::new();
+        for e in overlay {
+            match &e.change {
+                OverlayChange::Write { offset, data } => {
+                    add(&mut written, *offset, *offset + data.len() as u64);
+                }
+                OverlayChange::Truncate { size } => {
+                    keep = keep.min(*size);
+                    cut(&mut written, *size);
+                }
+            }
+        }
+        cut(&mut written, size);
+        Layout {
+            keep,
+            written: written.into_iter().collect(),
+            size,
+        }
+    }
+
+    /// `lseek`'s `SEEK_DATA` (or, with `hole`, `SEEK_HOLE`) from
+    /// `offset`: the first byte of data (of a hole) there or after;
+    /// `None` at or past the end (`ENXIO`).  `base` is the content
+    /// version's data ranges from `offset` on, as its file server's map
+    /// answered them; `full` if the map stopped at its limit, when what
+    /// lies past its last range is taken as data (POSIX lets a hole be
+    /// reported as data, never the other way).
+    pub fn seek(&self, base: &[(u64, u64)], full: bool, offset: u64, hole: bool) -> Option<u64> {
+        if offset >= self.size {
+            return None;
+        }
+        let mut data: BTreeMap<u64, u64> = BTreeMap::new();
+        for &(s, e) in base {
+            add(&mut data, s.max(offset), e.min(self.keep));
+        }
+        if full && let Some(&(_, last)) = base.last() {
+            add(&mut data, last, self.keep);
+        }
+        for &(s, e) in &self.written {
+            add(&mut data, s.max(offset), e);
+        }
+        let mut from = data
+            .range(..=offset)
+            .next_back()
+            .filter(|(_, e)| **e > offset);
+        if hole {
+            // Ranges are merged: the end of the one holding `offset` is a
+            // hole's start, or the file's end (a hole there too).
+            return Some(from.map_or(offset, |(_, e)| (*e).min(self.size)));
+        }
+        if from.is_none() {
+            from = data.range(offset..).next();
+        }
+        from.map(|(s, _)| (*s).max(offset))
+            .filter(|s| *s < self.size)
+    }
 }
 
 /// Adds `[start, end)` to `ranges`, merging what it touches.
@@ -116,21 +191,27 @@ mod tests {
     use crate::tree::overlaid;
 
     /// The pieces applied as the file service applies edits.
-    fn apply(mut file: Vec<u8>, pieces: &[Piece]) -> Vec<u8> {
+    fn apply(mut file: Vec<u8>, pieces: &[Piece], overlay: &[OverlayEntry], size: u64) -> Vec<u8> {
         for p in pieces {
             match p {
+                Piece::Hole { offset, len } => {
+                    assert_eq!(*offset as usize, file.len(), "a hole not at the end");
+                    file.resize((offset + len) as usize, 0);
+                }
                 Piece::Cut { at } => {
                     assert!(*at as usize <= file.len(), "a cut past the end");
                     file.truncate(*at as usize);
                 }
-                Piece::Write { offset, data } => {
+                Piece::Write { offset, len } => {
+                    let data = p.bytes(overlay, size);
+                    assert_eq!(data.len(), *len);
                     let at = *offset as usize;
                     assert!(at <= file.len(), "a write past the end leaves a gap");
                     assert!(data.len() <= PIECE_MAX);
                     if file.len() < at + data.len() {
                         file.resize(at + data.len(), 0);
                     }
-                    file[at..at + data.len()].copy_from_slice(data);
+                    file[at..at + data.len()].copy_from_slice(&data);
                 }
             }
         }
@@ -145,28 +226,100 @@ mod tests {
         ]
     }
 
+    /// The changes as an overlay, and the size the mount keeps for it:
+    /// writes grow, truncations set.
+    fn sized(base_len: u64, changes: Vec<OverlayChange>) -> (Vec<OverlayEntry>, u64) {
+        let mut size = base_len;
+        let overlay = changes
+            .into_iter()
+            .map(|change| {
+                size = match &change {
+                    OverlayChange::Write { offset, data } => size.max(offset + data.len() as u64),
+                    OverlayChange::Truncate { size } => *size,
+                };
+                OverlayEntry { version: 1, change }
+            })
+            .collect();
+        (overlay, size)
+    }
+
     proptest! {
         #[test]
         fn pieces_make_what_the_overlay_makes(
             base in prop::collection::vec(any::<u8>(), 0..300),
             changes in prop::collection::vec(change(), 0..12),
         ) {
-            // The size as the mount keeps it: writes grow, truncations set.
-            let mut size = base.len() as u64;
-            let overlay: Vec<OverlayEntry> = changes
-                .into_iter()
-                .map(|change| {
-                    size = match &change {
-                        OverlayChange::Write { offset, data } => size.max(offset + data.len() as u64),
-                        OverlayChange::Truncate { size } => *size,
-                    };
-                    OverlayEntry { version: 1, change }
-                })
-                .collect();
+            let (overlay, size) = sized(base.len() as u64, changes);
             let want = overlaid(base.clone(), &overlay, size);
             let plan = pieces(base.len() as u64, &overlay, size);
-            prop_assert_eq!(apply(base, &plan), want);
+            prop_assert_eq!(apply(base, &plan, &overlay, size), want);
         }
+    }
+
+    /// Which bytes hold data (the base's marked ones, each byte written,
+    /// nothing a truncation cut), and what `lseek` answers from them.
+    fn data_mask(base: &[bool], overlay: &[OverlayEntry], size: u64) -> Vec<bool> {
+        let mut mask = base.to_vec();
+        for e in overlay {
+            match &e.change {
+                OverlayChange::Write { offset, data } => {
+                    let end = (*offset as usize) + data.len();
+                    if mask.len() < end {
+                        mask.resize(end, false);
+                    }
+                    mask[*offset as usize..end].fill(true);
+                }
+                OverlayChange::Truncate { size } => mask.resize(*size as usize, false),
+            }
+        }
+        mask.resize(size as usize, false);
+        mask
+    }
+
+    fn runs_from(mask: &[bool], offset: usize) -> Vec<(u64, u64)> {
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        for (i, d) in mask.iter().enumerate().skip(offset) {
+            if !*d {
+                continue;
+            }
+            match out.last_mut() {
+                Some(last) if last.1 == i as u64 => last.1 += 1,
+                _ => out.push((i as u64, i as u64 + 1)),
+            }
+        }
+        out
+    }
+
+    proptest! {
+        #[test]
+        fn seeks_find_the_data_and_the_holes(
+            base in prop::collection::vec(any::<bool>(), 0..120),
+            changes in prop::collection::vec(change(), 0..8),
+            offset in 0u64..500,
+        ) {
+            let (overlay, size) = sized(base.len() as u64, changes);
+            let mask = data_mask(&base, &overlay, size);
+            let layout = Layout::of(base.len() as u64, &overlay, size);
+            let map = runs_from(&base, offset as usize);
+            let at = offset as usize;
+            let want_data = (at..mask.len()).find(|i| mask[*i]).map(|i| i as u64);
+            let want_hole = (at < mask.len())
+                .then(|| (at..mask.len()).find(|i| !mask[*i]).unwrap_or(mask.len()) as u64);
+            prop_assert_eq!(layout.seek(&map, false, offset, false), want_data);
+            prop_assert_eq!(layout.seek(&map, false, offset, true), want_hole);
+        }
+    }
+
+    #[test]
+    fn a_full_map_takes_what_lies_past_it_as_data() {
+        let layout = Layout::of(1000, &[], 1000);
+        assert_eq!(layout.seek(&[(0, 10), (20, 30)], true, 12, false), Some(20));
+        assert_eq!(
+            layout.seek(&[(0, 10), (20, 30)], true, 22, true),
+            Some(1000)
+        );
+        assert_eq!(layout.seek(&[(0, 10), (20, 30)], false, 22, true), Some(30));
+        assert_eq!(layout.seek(&[], false, 1000, false), None);
     }
 
     #[test]
@@ -183,8 +336,49 @@ mod tests {
             plan,
             vec![Piece::Write {
                 offset: 5 << 20,
-                data: vec![1; 10]
+                len: 10
             }]
+        );
+        assert_eq!(plan[0].bytes(&overlay, 100 << 20), vec![1; 10]);
+    }
+
+    #[test]
+    fn a_sparse_file_is_a_few_writes_and_holes() {
+        const TIB: u64 = 1 << 40;
+        let write = |offset: u64| OverlayEntry {
+            version: 1,
+            change: OverlayChange::Write {
+                offset,
+                data: vec![7; 4],
+            },
+        };
+        let overlay = [
+            write(TIB / 2),
+            write(8),
+            OverlayEntry {
+                version: 1,
+                change: OverlayChange::Truncate { size: TIB },
+            },
+        ];
+        let plan = pieces(0, &overlay, TIB);
+        assert_eq!(
+            plan,
+            vec![
+                Piece::Hole { offset: 0, len: 8 },
+                Piece::Write { offset: 8, len: 4 },
+                Piece::Hole {
+                    offset: 12,
+                    len: TIB / 2 - 12
+                },
+                Piece::Write {
+                    offset: TIB / 2,
+                    len: 4
+                },
+                Piece::Hole {
+                    offset: TIB / 2 + 4,
+                    len: TIB / 2 - 4
+                },
+            ]
         );
     }
 }

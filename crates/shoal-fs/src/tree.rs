@@ -868,7 +868,7 @@ impl Tree {
             i.attr.uid = set.uid.unwrap_or(i.attr.uid);
             i.attr.gid = set.gid.unwrap_or(i.attr.gid);
         }
-        if let Some(size) = set.size {
+        if let Some(size) = set.size.filter(|s| !set.grow || *s > i.attr.size) {
             i.attr.size = size;
             i.attr.version += 1;
             i.attr.mtime = now;

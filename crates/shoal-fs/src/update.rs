@@ -39,6 +39,9 @@ pub struct SetAttr {
     /// Made through an open file (`ftruncate`): a size change then needs no
     /// write permission now (it was checked at the open).
     pub by_handle: bool,
+    /// The size only grows (`fallocate`): a file that long already keeps
+    /// its size, so no write made meanwhile is cut.
+    pub grow: bool,
 }
 
 impl SetAttr {
@@ -551,7 +554,8 @@ impl UpdateOp {
     }
 }
 
-/// A [`SetAttr`]: each field's presence and value, then `by_handle`.
+/// A [`SetAttr`]: each field's presence and value, then a byte of flags
+/// (bit 0 `by_handle`, bit 1 `grow`).
 fn write_set_attr(w: &mut Writer, set: &SetAttr) {
     opt(w, set.perm, |w, v| w.u16(v));
     opt(w, set.uid, |w, v| w.u32(v));
@@ -559,7 +563,7 @@ fn write_set_attr(w: &mut Writer, set: &SetAttr) {
     opt(w, set.size, |w, v| w.u64(v));
     time_set(w, set.atime);
     time_set(w, set.mtime);
-    w.u8(u8::from(set.by_handle));
+    w.u8(u8::from(set.by_handle) | u8::from(set.grow) << 1);
 }
 
 fn read_set_attr(r: &mut Reader) -> Result<SetAttr, DecodeError> {
@@ -570,8 +574,19 @@ fn read_set_attr(r: &mut Reader) -> Result<SetAttr, DecodeError> {
         size: read_opt(r, |r| r.u64())?,
         atime: read_time_set(r)?,
         mtime: read_time_set(r)?,
-        by_handle: flag(r)?,
+        ..set_attr_flags(r)?
     })
+}
+
+fn set_attr_flags(r: &mut Reader) -> Result<SetAttr, DecodeError> {
+    match r.u8()? {
+        f @ 0..=3 => Ok(SetAttr {
+            by_handle: f & 1 != 0,
+            grow: f & 2 != 0,
+            ..SetAttr::default()
+        }),
+        _ => Err(bad("fs update", "attribute flags")),
+    }
 }
 
 pub(crate) fn write_identity(w: &mut Writer, who: &Identity) {
@@ -800,6 +815,7 @@ mod tests {
                     atime: Some(TimeSet::Now),
                     mtime: Some(TimeSet::At(Time::new(-5, 3))),
                     by_handle: true,
+                    grow: true,
                 },
             },
             UpdateOp::Commit {

@@ -31,13 +31,14 @@ use shoal_fs::model::{FsError, Identity, Ino, Kind, ROOT, Time};
 use shoal_fs::op::{self, DirEntry, Failure, Grant, Op, Reply, StatFs};
 use shoal_fs::replica::FsReplica;
 use shoal_fs::tokens::{Callback, ClientId, Decision, LEASE_US, Level, Tokens, Want};
-use shoal_fs::tree::{Body, OverlayEntry, overlaid, overlaid_window};
+use shoal_fs::tree::{Body, OverlayEntry, overlaid_window};
 use shoal_fs::update::{Answer, Update, UpdateOp};
 use shoal_fs::xattr;
 use shoal_replicasvc::{Handler, Replicated, Unavailable};
 use shoal_rpc::{Context, Server};
 
 use crate::FsConfig;
+use crate::store::Changes;
 
 mod contents;
 mod locks;
@@ -415,18 +416,6 @@ impl Primary {
         Ok(overlaid_window(&base, offset, len as usize, &overlay, size))
     }
 
-    /// A file's bytes now: its content version from the file servers, with
-    /// the overlay's changes made.
-    fn contents(&self, r: &Rep, ino: Ino) -> Result<Vec<u8>, Failure> {
-        let (content, overlay, size) = Self::file_body(r, ino)?;
-        let base = if content.is_empty() {
-            Vec::new()
-        } else {
-            self.with_files(|f| f.read_all(&content))?
-        };
-        Ok(overlaid(base, &overlay, size))
-    }
-
     fn with_files<T>(
         &self,
         f: impl FnOnce(&mut FileClient) -> Result<T, shoal_filesvc::ClientError>,
@@ -454,9 +443,20 @@ impl Primary {
         let Some(attr) = pending else {
             return Ok(());
         };
-        let bytes = self.contents(r, ino)?;
+        let (base, overlay, size) = Self::file_body(r, ino)?;
         let content = self.with_files(|f| {
-            crate::store::store(f, &self.file_servers, self.copies, ino, &bytes, true)
+            let base_size = if base.is_empty() {
+                0
+            } else {
+                f.stat(&base)?.0.size
+            };
+            let changes = Changes {
+                base: &base,
+                base_size,
+                overlay: &overlay,
+                size,
+            };
+            crate::store::store(f, &self.file_servers, self.copies, ino, &changes, true)
         })?;
         self.order_own(
             r,

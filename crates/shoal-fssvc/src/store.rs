@@ -1,21 +1,56 @@
-//! Storing a file's bytes as a content version, as the primary does for
-//! an overlay and a mount does for its write-backs: on the first `copies`
-//! file servers that take them, starting from a place that moves with the
-//! inode (so versions spread over the servers).
+//! Storing a file's new version, as the mount does for its write-backs,
+//! the primary for the bytes written through it, and both for changes
+//! kept in `/.lost` (`docs/fs.md`, "Sparse files"): the changes made as
+//! edits of each replica of the version they were made over, so the file
+//! servers share every unchanged extent; or, for a new file, a file
+//! streamed from the changes or made of their pieces.  Where a replica
+//! cannot be edited (its server away), the version is copied to another
+//! server first, its data ranges only.  Holes stay holes, and memory
+//! stays a window's whatever the file's size: nothing here holds a whole
+//! file.
 
+use std::io::Read;
+
+use shoal_bullet::op::Edit;
 use shoal_cap::Capability;
 use shoal_filesvc::{ClientError, FileClient};
+use shoal_fs::edits::{PIECE_MAX, Piece, pieces};
 use shoal_fs::model::Ino;
+use shoal_fs::tree::{OverlayEntry, overlaid_window};
 
-/// Stores `bytes` for inode `ino` on `copies` of `servers`; with
-/// `safety`, each copy is on its server's disk first.  Fewer copies than
-/// asked is an error, and the copies made are destroyed.
+/// A file's new version as changes: the version they were made over (its
+/// replicas, none for a new file, and its size) and the changes, which
+/// leave the file `size` bytes long.
+#[derive(Debug, Clone, Copy)]
+pub struct Changes<'a> {
+    pub base: &'a [Capability],
+    pub base_size: u64,
+    pub overlay: &'a [OverlayEntry],
+    pub size: u64,
+}
+
+impl Changes<'_> {
+    /// The file's `len` bytes at `offset` with the changes made, where no
+    /// byte of the base shows (a write's).
+    fn window(&self, offset: u64, len: usize) -> Vec<u8> {
+        overlaid_window(&[], offset, len, self.overlay, self.size)
+    }
+}
+
+/// Stores the version `changes` make for inode `ino` as `copies`
+/// replicas: each replica of the base edited, then, for as many as are
+/// missing, the base copied to one of `servers` (in an order that starts
+/// at a place moving with the inode, so versions spread) and edited; with
+/// `safety`, each is on its server's disk first.  Fewer copies than asked
+/// is an error (every replica failing: [`ClientError::AllReplicas`], so
+/// [`ClientError::is_gone`] tells a base no server holds), and the copies
+/// made are destroyed.
 pub fn store(
     files: &mut FileClient,
     servers: &[Capability],
     copies: usize,
     ino: Ino,
-    bytes: &[u8],
+    changes: &Changes<'_>,
     safety: bool,
 ) -> Result<Vec<Capability>, ClientError> {
     if servers.is_empty() {
@@ -23,28 +58,161 @@ pub fn store(
             "no file servers are configured for file contents".into(),
         ));
     }
-    let n = servers.len();
-    let mut content = Vec::new();
+    let base = if changes.base.is_empty() {
+        Changes {
+            base_size: 0,
+            ..*changes
+        }
+    } else {
+        *changes
+    };
+    let mut plan = pieces(base.base_size, base.overlay, base.size);
+    if plan.is_empty() {
+        // The same bytes, as a new version all the same.
+        plan.push(Piece::Write { offset: 0, len: 0 });
+    }
+    let mut made: Vec<Capability> = Vec::new();
     let mut errors = Vec::new();
+    for replica in base.base {
+        if made.len() == copies {
+            break;
+        }
+        match edited(files, *replica, false, &plan, &base, safety) {
+            Ok(c) => made.push(c),
+            Err(e) => errors.push(e),
+        }
+    }
+    let n = servers.len();
     for k in 0..n {
-        if content.len() == copies {
+        if made.len() == copies {
             break;
         }
         let server = servers[(ino as usize + k) % n];
-        match files.create(&server, bytes, safety) {
-            Ok(c) => content.push(c),
-            Err(e) => errors.push(e.to_string()),
+        if made.iter().any(|c| c.port() == server.port()) {
+            continue;
+        }
+        let result = if base.base.is_empty() {
+            new_file(files, &server, &plan, &base, safety)
+        } else {
+            files
+                .copy_uncommitted(base.base, base.base_size, &server)
+                .and_then(|copy| edited(files, copy, true, &plan, &base, safety))
+        };
+        match result {
+            Ok(c) => made.push(c),
+            Err(e) => errors.push(e),
         }
     }
-    if content.len() < copies {
-        for c in &content {
-            let _ = files.destroy(c);
-        }
-        return Err(ClientError::Local(format!(
+    if made.len() == copies {
+        return Ok(made);
+    }
+    for c in &made {
+        let _ = files.destroy(c);
+    }
+    Err(if made.is_empty() {
+        ClientError::AllReplicas(errors)
+    } else {
+        let why: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        ClientError::Local(format!(
             "{} of {copies} copies of a file's contents stored: {}",
-            content.len(),
-            errors.join("; ")
-        )));
+            made.len(),
+            why.join("; ")
+        ))
+    })
+}
+
+/// `plan` applied to `file` (a committed version, which gives a new file
+/// at the first edit; or an uncommitted file of our `own`, edited in
+/// place), then committed.  On failure the file made is destroyed.
+fn edited(
+    files: &mut FileClient,
+    file: Capability,
+    own: bool,
+    plan: &[Piece],
+    changes: &Changes<'_>,
+    safety: bool,
+) -> Result<Capability, ClientError> {
+    let mut at = file;
+    let mut made = None;
+    let result = (|| {
+        for piece in plan {
+            at = files.edit(&at, edit(piece, changes), false, false)?;
+            made = Some(at);
+        }
+        files.commit(&at, safety)
+    })();
+    match result {
+        Ok(()) => Ok(at),
+        Err(e) => {
+            if let Some(m) = made.filter(|m| *m != file) {
+                let _ = files.destroy(&m);
+            }
+            if own {
+                let _ = files.destroy(&file);
+            }
+            Err(e)
+        }
     }
-    Ok(content)
+}
+
+/// The file service's edit for one piece of a plan.
+fn edit(piece: &Piece, changes: &Changes<'_>) -> Edit {
+    match *piece {
+        Piece::Cut { at } => Edit::Delete {
+            offset: at,
+            len: changes.base_size - at,
+        },
+        Piece::Write { offset, .. } => Edit::Write {
+            offset,
+            data: piece.bytes(changes.overlay, changes.size),
+        },
+        Piece::Hole { offset, len } => Edit::Hole { offset, len },
+    }
+}
+
+/// A new file on `server`: streamed from the changes when they hold
+/// every byte (no hole), else an empty file with the plan's pieces.
+fn new_file(
+    files: &mut FileClient,
+    server: &Capability,
+    plan: &[Piece],
+    changes: &Changes<'_>,
+    safety: bool,
+) -> Result<Capability, ClientError> {
+    if !plan.iter().any(|p| matches!(p, Piece::Hole { .. })) {
+        if changes.size < shoal_filesvc::client::CHUNK as u64 {
+            // In one request, without a stream's chunk buffer.
+            let bytes = changes.window(0, changes.size as usize);
+            return files.create(server, &bytes, safety);
+        }
+        let bytes = Window {
+            changes,
+            at: 0,
+            end: changes.size,
+        };
+        return files
+            .create_from(&[*server], bytes, safety, |_| {})
+            .map(|mut c| c.remove(0));
+    }
+    let empty = files.create_uncommitted(server)?;
+    edited(files, empty, true, plan, changes, safety)
+}
+
+/// The changes' bytes `[at, end)` as a stream, a window at a time.
+struct Window<'a> {
+    changes: &'a Changes<'a>,
+    at: u64,
+    end: u64,
+}
+
+impl Read for Window<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = ((self.end - self.at) as usize)
+            .min(buf.len())
+            .min(PIECE_MAX);
+        let w = self.changes.window(self.at, n);
+        buf[..w.len()].copy_from_slice(&w);
+        self.at += w.len() as u64;
+        Ok(w.len())
+    }
 }

@@ -20,6 +20,7 @@ use shoal_fs::op::{Failure, Grant, LockHow, Op, Reply};
 use shoal_fs::tokens::{Level, OpenId, Want};
 use shoal_fs::update::{Answer, UpdateOp};
 use shoal_fssvc::FsClient;
+use shoal_fssvc::store::Changes;
 use shoal_rpc::Context;
 
 use crate::callbacks::{Kernel, Work};
@@ -523,16 +524,16 @@ impl Conn {
         }
     }
 
-    /// Stores a file's bytes on the file servers the hello named
+    /// Stores a file's new version on the file servers the hello named
     /// (`shoal_fssvc::store`).
     pub(crate) fn store(
         &self,
         ino: Ino,
-        bytes: &[u8],
+        changes: &Changes<'_>,
         safety: bool,
     ) -> Result<Vec<Capability>, Failure> {
         let (servers, copies) = self.servers.lock().clone();
-        self.with_files(|f| shoal_fssvc::store::store(f, &servers, copies, ino, bytes, safety))
+        self.with_files(|f| shoal_fssvc::store::store(f, &servers, copies, ino, changes, safety))
     }
 
     /// Asks the callbacks thread to write `ino` back (every dirty file

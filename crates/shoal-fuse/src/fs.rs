@@ -29,11 +29,11 @@ use std::time::{Duration, SystemTime};
 use fuser::{
     Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
     LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
-    TimeOrNow, WriteFlags,
+    ReplyEmpty, ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
-use shoal_fs::model::{Attr, FsError, Identity, Ino, Kind, Time};
+use shoal_fs::model::{Attr, FILE_SIZE_MAX, FsError, Identity, Ino, Kind, Time};
 use shoal_fs::op::{Failure, Op, Reply};
 use shoal_fs::tokens::{OpenId, Want};
 use shoal_fs::update::{Answer, SetAttr, UpdateOp};
@@ -45,6 +45,7 @@ use shoal_fs::cache::{Content, FOREVER, Open as CacheUse};
 pub(crate) mod attr;
 mod lock;
 mod open;
+mod sparse;
 mod who;
 mod xattr;
 
@@ -342,6 +343,9 @@ impl Filesystem for ShoalFs {
     ) {
         // A truncation of a file this mount holds `Write` on is one more
         // dirty change.
+        if size.is_some_and(|s| s > FILE_SIZE_MAX) {
+            return reply.error(Errno::EFBIG);
+        }
         let truncated = match (size, mode, uid, gid, atime) {
             (Some(size), None, None, None, None) => {
                 let when = (now(mtime), self.conn.lease.now());
@@ -363,6 +367,7 @@ impl Filesystem for ShoalFs {
             atime: time_set(atime),
             mtime: time_set(mtime),
             by_handle: fh.is_some(),
+            grow: false,
         };
         // A private inode's mode, owner or times (not a dirty file's
         // mtime, which its write-back sets) change in the private copy.
@@ -671,6 +676,9 @@ impl Filesystem for ShoalFs {
             return reply.error(errno(e));
         }
         let append = self.handles.lock().get(&fh.0).is_some_and(|h| h.append);
+        if !append && offset.saturating_add(data.len() as u64) > FILE_SIZE_MAX {
+            return reply.error(Errno::EFBIG);
+        }
         // Under `Write`, the bytes stay here until written back.
         let when = (now(None), self.conn.lease.now());
         let cached = (self.conn.cache.lock())
@@ -700,6 +708,37 @@ impl Filesystem for ShoalFs {
             Ok(Reply::Updated(Err(e))) => reply.error(Errno::from_i32(e.errno())),
             Ok(other) => reply.error(errno(shoal_fssvc::client::unexpected(&other))),
             Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn lseek(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        match self.seek(req, ino.0, offset, whence) {
+            Ok(at) => reply.offset(at),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        match self.allocate(req, ino.0, offset, length, mode) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
         }
     }
 

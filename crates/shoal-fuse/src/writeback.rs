@@ -1,6 +1,7 @@
 //! Writing a file's dirty changes back (`docs/fs.md`, "Delayed write"):
-//! its bytes (the content version's, with the changes made) stored as a
-//! new file on `copies` file servers, then one `Commit` naming the
+//! the changes stored as a new version on `copies` file servers (edits of
+//! the version they were made over, `shoal_fssvc::store`), then one
+//! `Commit` naming the
 //! version the changes were made over.  The primary makes it the file's
 //! next version, or refuses it if the file changed meanwhile (possible
 //! only after this mount lost its token): then the file's bytes as this
@@ -11,14 +12,12 @@
 
 use std::sync::Arc;
 
-use shoal_bullet::op::Edit;
 use shoal_cap::Capability;
-use shoal_fs::edits::{Piece, pieces};
 use shoal_fs::model::{Attr, FsError, Identity, Ino, Kind, ROOT, Time};
 use shoal_fs::op::{Failure, Op, Reply};
-use shoal_fs::tree::overlaid;
 use shoal_fs::update::{Answer, UpdateOp};
 use shoal_fssvc::FsClient;
+use shoal_fssvc::store::Changes;
 
 use crate::conn::Conn;
 use shoal_fs::cache::FlushJob;
@@ -40,111 +39,45 @@ pub(crate) fn write_back(
     let Some(job) = conn.cache.lock().flush_job(ino) else {
         return Ok(());
     };
-    // As edits of the version the changes were made over, when there is
-    // one; whole when its replicas cannot be edited (a server away, or a
-    // file made of too many pieces).
-    let content = match edited(conn, &job, safety) {
-        Some(Ok(content)) => Ok(content),
-        Some(Err(e)) => {
-            tracing::debug!("file {ino}: written back whole, since editing failed ({e})");
-            whole(conn, via, ino, &job, safety)
-        }
-        None => whole(conn, via, ino, &job, safety),
+    // As edits of each replica of the version the changes were made
+    // over, or copies of it, or a new file (`shoal_fssvc::store`).
+    let changes = Changes {
+        base: &job.content,
+        base_size: job.base_size,
+        overlay: &job.changes,
+        size: job.size,
     };
-    match content {
+    match conn.store(ino, &changes, safety) {
         Ok(content) => commit(conn, via, ino, &job, content),
-        // The file went (its last name and open): nothing to keep.
-        Err(Failure::Fs(FsError::NotFound)) => Ok(()),
+        // A version's content goes when a newer version replaced it: if
+        // the file moved on (after this mount lost its token), the changes
+        // can never be written back, and are kept over nothing; so they
+        // are if no file server holds the version any more.  Otherwise the
+        // file servers failed: try again.
+        Err(e) if !job.content.is_empty() => match attr_now(conn, via, ino) {
+            Ok(Some(attr)) if attr.version != job.version || e == Failure::Fs(FsError::Io) => {
+                let over_nothing = Changes {
+                    base: &[],
+                    base_size: 0,
+                    ..changes
+                };
+                let content = conn.store(ino, &over_nothing, false)?;
+                let why = if attr.version != job.version {
+                    "its version is gone"
+                } else {
+                    "no file server holds its version"
+                };
+                Err(lose(conn, ino, &job, content, why))
+            }
+            // The file went (its last name and open): nothing to keep.
+            Ok(None) => {
+                conn.cache.lock().discard(ino);
+                Ok(())
+            }
+            _ => Err(e),
+        },
         Err(e) => Err(e),
     }
-}
-
-/// The changes as edits of each replica of the version they were made
-/// over: only the pieces that changed cross the network, and the file
-/// servers share every unchanged extent.  `None` if there is no version
-/// to edit, or nothing to change in it.
-fn edited(conn: &Conn, job: &FlushJob, safety: bool) -> Option<Result<Vec<Capability>, Failure>> {
-    if job.content.is_empty() {
-        return None;
-    }
-    let plan = pieces(job.base_size, &job.changes, job.size);
-    if plan.is_empty() {
-        return None;
-    }
-    // The one cut, if any, comes first, from the base's length.
-    let edits: Vec<Edit> = plan
-        .into_iter()
-        .map(|p| match p {
-            Piece::Cut { at } => Edit::Delete {
-                offset: at,
-                len: job.base_size - at,
-            },
-            Piece::Write { offset, data } => Edit::Write { offset, data },
-        })
-        .collect();
-    let mut made = Vec::new();
-    let mut edit_all = || -> Result<(), Failure> {
-        for base in &job.content {
-            let mut file = *base;
-            for (i, edit) in edits.iter().enumerate() {
-                file = conn.with_files(|f| f.edit(&file, edit.clone(), false, false))?;
-                if i == 0 {
-                    made.push(file);
-                }
-            }
-            conn.with_files(|f| f.commit(&file, safety))?;
-        }
-        Ok(())
-    };
-    Some(match edit_all() {
-        Ok(()) => Ok(made),
-        Err(e) => {
-            destroy(conn, &made);
-            Err(e)
-        }
-    })
-}
-
-/// The file's bytes with the changes made, stored whole as a new version
-/// (`NotFound`, its changes dropped, if the file went).
-fn whole(
-    conn: &Arc<Conn>,
-    via: &mut FsClient,
-    ino: Ino,
-    job: &FlushJob,
-    safety: bool,
-) -> Result<Vec<Capability>, Failure> {
-    let base = if job.content.is_empty() {
-        Vec::new()
-    } else {
-        match conn.with_files(|f| f.read_all(&job.content)) {
-            Ok(base) => base,
-            // A version's content goes when a newer version replaced it:
-            // if the file moved on (after this mount lost its token), the
-            // changes can never be written back, and are kept over
-            // nothing; so they are if no file server holds the version
-            // any more.  Otherwise the file servers failed: try again.
-            Err(e) => match attr_now(conn, via, ino) {
-                Ok(Some(attr)) if attr.version != job.version || e == Failure::Fs(FsError::Io) => {
-                    let bytes = overlaid(Vec::new(), &job.changes, job.size);
-                    let content = conn.store(ino, &bytes, false)?;
-                    let why = if attr.version != job.version {
-                        "its version is gone"
-                    } else {
-                        "no file server holds its version"
-                    };
-                    return Err(lose(conn, ino, job, content, why));
-                }
-                Ok(None) => {
-                    conn.cache.lock().discard(ino);
-                    return Err(Failure::Fs(FsError::NotFound));
-                }
-                _ => return Err(e),
-            },
-        }
-    };
-    let bytes = overlaid(base, &job.changes, job.size);
-    conn.store(ino, &bytes, safety)
 }
 
 /// Commits `content`, the file with `job`'s changes, as its next version.

@@ -504,6 +504,19 @@ fn attributes_and_their_permissions() {
         .is_ok()
     );
     assert_eq!((t.attr(f).size, t.attr(f).version), (3, v + 1));
+    // A growth (fallocate) never cuts: only a larger size is set.
+    let grow = |size| {
+        set(SetAttr {
+            size: Some(size),
+            by_handle: true,
+            grow: true,
+            ..Default::default()
+        })
+    };
+    assert!(t.run(&bob(), grow(2)).is_ok());
+    assert_eq!((t.attr(f).size, t.attr(f).version), (3, v + 1));
+    assert!(t.run(&bob(), grow(1 << 40)).is_ok());
+    assert_eq!((t.attr(f).size, t.attr(f).version), (1 << 40, v + 2));
     assert!(
         t.run(
             &root(),
