@@ -116,6 +116,7 @@ mod tests {
             gid,
             rdev: 0,
             size: 0,
+            held: 0,
             atime: Time::default(),
             mtime: Time::default(),
             ctime: Time::default(),

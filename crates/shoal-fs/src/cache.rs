@@ -123,8 +123,9 @@ pub struct Dirty {
     pub version: u64,
     pub content: Vec<Capability>,
     pub changes: Vec<OverlayEntry>,
-    /// The content version's size.
+    /// The content version's size, and the bytes of data it holds.
     pub base_size: u64,
+    pub base_held: u64,
     pub size: u64,
     pub mtime: Time,
     /// When the oldest change was made, on the shell's clock (µs).
@@ -139,8 +140,9 @@ pub struct FlushJob {
     pub version: u64,
     pub content: Vec<Capability>,
     pub changes: Vec<OverlayEntry>,
-    /// The content version's size.
+    /// The content version's size, and the bytes of data it holds.
     pub base_size: u64,
+    pub base_held: u64,
     pub size: u64,
     pub mtime: Time,
 }
@@ -535,12 +537,14 @@ impl Cache {
         }
         let version = h.version;
         let content = h.content.clone().unwrap_or_default();
-        let base = self.attrs.get(&ino)?.size;
+        let base = self.attrs.get(&ino)?;
+        let (base, base_held) = (base.size, base.held);
         let d = self.dirty.entry(ino).or_insert_with(|| Dirty {
             version,
             content,
             changes: Vec::new(),
             base_size: base,
+            base_held,
             size: base,
             mtime: now,
             since: at,
@@ -631,6 +635,7 @@ impl Cache {
             content: d.content.clone(),
             changes: d.changes.clone(),
             base_size: d.base_size,
+            base_held: d.base_held,
             size: d.size,
             mtime: d.mtime,
         })
@@ -645,6 +650,7 @@ impl Cache {
             d.version = attr.version;
             d.content = content.clone();
             d.base_size = job.size;
+            d.base_held = attr.held;
             for c in &mut d.changes {
                 c.version = attr.version;
             }
@@ -886,6 +892,8 @@ fn patch_dirty(dirty: &HashMap<Ino, Dirty>, attr: &mut Attr) {
         && d.version == attr.version
     {
         attr.size = d.size;
+        // At most: a write over data the file holds counts again.
+        attr.held = (attr.held + d.bytes).min(d.size);
         attr.mtime = d.mtime;
         attr.ctime = attr.ctime.max(d.mtime);
     }

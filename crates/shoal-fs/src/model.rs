@@ -112,6 +112,9 @@ pub struct Attr {
     pub gid: u32,
     pub rdev: u32,
     pub size: u64,
+    /// The bytes of data a regular file holds, its holes not counted
+    /// (at most its size; what `st_blocks` reports): 0 for other kinds.
+    pub held: u64,
     pub atime: Time,
     pub mtime: Time,
     pub ctime: Time,

@@ -184,6 +184,7 @@ impl Tree {
                 gid: 0,
                 rdev: 0,
                 size: 0,
+                held: 0,
                 atime: now,
                 mtime: now,
                 ctime: now,
@@ -405,9 +406,10 @@ impl Tree {
                 base,
                 content,
                 size,
+                held,
                 mtime,
                 flush,
-            } => self.commit(now, *ino, *base, content, *size, *mtime, *flush),
+            } => self.commit(now, *ino, *base, content, (*size, *held), *mtime, *flush),
             UpdateOp::Overlay { ino, offset, data } => self.overlay(who, now, *ino, *offset, data),
             UpdateOp::SetXattr {
                 ino,
@@ -585,6 +587,7 @@ impl Tree {
             } else {
                 0
             },
+            held: 0,
             atime: now,
             mtime: now,
             ctime: now,
@@ -870,6 +873,7 @@ impl Tree {
         }
         if let Some(size) = set.size.filter(|s| !set.grow || *s > i.attr.size) {
             i.attr.size = size;
+            i.attr.held = i.attr.held.min(size);
             i.attr.version += 1;
             i.attr.mtime = now;
             if let Body::File { overlay, .. } = &mut i.body {
@@ -900,7 +904,7 @@ impl Tree {
         ino: Ino,
         base: u64,
         new: &[Capability],
-        size: u64,
+        (size, held): (u64, u64),
         mtime: Time,
         flush: bool,
     ) -> Result<Answer, FsError> {
@@ -927,6 +931,7 @@ impl Tree {
                 return Err(FsError::FileTooBig);
             }
             i.attr.size = size;
+            i.attr.held = held.min(size);
             i.attr.mtime = mtime;
             i.attr.ctime = now;
             i.attr.version += 1;
@@ -968,6 +973,7 @@ impl Tree {
             },
         });
         i.attr.size = i.attr.size.max(end);
+        i.attr.held = (i.attr.held + data.len() as u64).min(i.attr.size);
         i.attr.perm = access::after_write(&i.attr, who);
         i.attr.mtime = now;
         i.attr.ctime = now;

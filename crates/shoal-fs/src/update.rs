@@ -115,6 +115,8 @@ pub enum UpdateOp {
         base: u64,
         content: Vec<Capability>,
         size: u64,
+        /// The bytes of data the version holds (`Attr::held`).
+        held: u64,
         mtime: Time,
         flush: bool,
     },
@@ -390,6 +392,7 @@ impl UpdateOp {
                 base,
                 content,
                 size,
+                held,
                 mtime,
                 flush,
             } => {
@@ -398,6 +401,7 @@ impl UpdateOp {
                 w.u64(*base);
                 caps32(w, content);
                 w.u64(*size);
+                w.u64(*held);
                 time(w, *mtime);
                 w.u8(u8::from(*flush));
             }
@@ -497,6 +501,7 @@ impl UpdateOp {
                 base: r.u64()?,
                 content: read_caps32(r)?,
                 size: r.u64()?,
+                held: r.u64()?,
                 mtime: read_time(r)?,
                 flush: flag(r)?,
             },
@@ -647,6 +652,7 @@ pub(crate) fn write_attr(w: &mut Writer, a: &Attr) {
     w.u32(a.gid);
     w.u32(a.rdev);
     w.u64(a.size);
+    w.u64(a.held);
     time(w, a.atime);
     time(w, a.mtime);
     time(w, a.ctime);
@@ -663,6 +669,7 @@ pub(crate) fn read_attr(r: &mut Reader) -> Result<Attr, DecodeError> {
         gid: r.u32()?,
         rdev: r.u32()?,
         size: r.u64()?,
+        held: r.u64()?,
         atime: read_time(r)?,
         mtime: read_time(r)?,
         ctime: read_time(r)?,
@@ -823,6 +830,7 @@ mod tests {
                 base: 4,
                 content: vec![],
                 size: 10,
+                held: 7,
                 mtime: Time::new(1, 2),
                 flush: false,
             },
@@ -929,6 +937,7 @@ mod tests {
             gid: 2,
             rdev: 0,
             size: 99,
+            held: 0,
             atime: Time::new(1, 1),
             mtime: Time::new(2, 2),
             ctime: Time::new(3, 3),

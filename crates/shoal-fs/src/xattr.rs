@@ -150,6 +150,7 @@ mod tests {
                 gid: 100,
                 rdev: 0,
                 size: 0,
+                held: 0,
                 atime: t,
                 mtime: t,
                 ctime: t,

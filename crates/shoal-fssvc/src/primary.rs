@@ -444,7 +444,7 @@ impl Primary {
             return Ok(());
         };
         let (base, overlay, size) = Self::file_body(r, ino)?;
-        let content = self.with_files(|f| {
+        let version = self.with_files(|f| {
             let base_size = if base.is_empty() {
                 0
             } else {
@@ -453,6 +453,8 @@ impl Primary {
             let changes = Changes {
                 base: &base,
                 base_size,
+                // At least what the base holds below every truncation.
+                base_held: attr.held,
                 overlay: &overlay,
                 size,
             };
@@ -464,8 +466,9 @@ impl Primary {
             UpdateOp::Commit {
                 ino,
                 base: attr.version,
-                content,
+                content: version.content,
                 size: attr.size,
+                held: version.held,
                 mtime: attr.mtime,
                 flush: true,
             },

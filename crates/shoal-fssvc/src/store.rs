@@ -14,19 +14,28 @@ use std::io::Read;
 use shoal_bullet::op::Edit;
 use shoal_cap::Capability;
 use shoal_filesvc::{ClientError, FileClient};
-use shoal_fs::edits::{PIECE_MAX, Piece, pieces};
+use shoal_fs::edits::{Layout, PIECE_MAX, Piece, pieces};
 use shoal_fs::model::Ino;
 use shoal_fs::tree::{OverlayEntry, overlaid_window};
 
 /// A file's new version as changes: the version they were made over (its
-/// replicas, none for a new file, and its size) and the changes, which
-/// leave the file `size` bytes long.
+/// replicas, none for a new file, its size and the bytes of data it
+/// holds) and the changes, which leave the file `size` bytes long.
 #[derive(Debug, Clone, Copy)]
 pub struct Changes<'a> {
     pub base: &'a [Capability],
     pub base_size: u64,
+    pub base_held: u64,
     pub overlay: &'a [OverlayEntry],
     pub size: u64,
+}
+
+/// A version stored: its replicas, and the bytes of data it holds
+/// (`Attr::held`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Version {
+    pub content: Vec<Capability>,
+    pub held: u64,
 }
 
 impl Changes<'_> {
@@ -52,7 +61,7 @@ pub fn store(
     ino: Ino,
     changes: &Changes<'_>,
     safety: bool,
-) -> Result<Vec<Capability>, ClientError> {
+) -> Result<Version, ClientError> {
     if servers.is_empty() {
         return Err(ClientError::Local(
             "no file servers are configured for file contents".into(),
@@ -61,6 +70,7 @@ pub fn store(
     let base = if changes.base.is_empty() {
         Changes {
             base_size: 0,
+            base_held: 0,
             ..*changes
         }
     } else {
@@ -104,7 +114,11 @@ pub fn store(
         }
     }
     if made.len() == copies {
-        return Ok(made);
+        let held = held(files, &made, &base);
+        return Ok(Version {
+            content: made,
+            held,
+        });
     }
     for c in &made {
         let _ = files.destroy(c);
@@ -119,6 +133,36 @@ pub fn store(
             why.join("; ")
         ))
     })
+}
+
+/// The bytes of data a version made by `changes` holds: at most the
+/// base's that still show and the ranges written; asked of a file server
+/// only when that says the file has holes (a dense file costs no
+/// message), and that bound if it cannot answer.
+fn held(files: &mut FileClient, made: &[Capability], changes: &Changes<'_>) -> u64 {
+    let layout = Layout::of(changes.base_size, changes.overlay, changes.size);
+    let written: u64 = layout.written.iter().map(|(s, e)| e - s).sum();
+    let bound = (changes.base_held.min(layout.keep) + written).min(changes.size);
+    if bound >= changes.size || made.is_empty() {
+        return bound;
+    }
+    let mut held = 0;
+    let mut from = 0;
+    loop {
+        match files.map(made, from) {
+            Ok(ranges) => {
+                held += ranges.iter().map(|(s, e)| e - s).sum::<u64>();
+                match ranges.last() {
+                    Some(&(_, end)) if ranges.len() == shoal_bullet::model::MAX_MAP => from = end,
+                    _ => return held,
+                }
+            }
+            Err(e) => {
+                tracing::debug!("mapping a version just stored: {e}");
+                return bound;
+            }
+        }
+    }
 }
 
 /// `plan` applied to `file` (a committed version, which gives a new file

@@ -20,7 +20,7 @@ use shoal_fs::op::{Failure, Grant, LockHow, Op, Reply};
 use shoal_fs::tokens::{Level, OpenId, Want};
 use shoal_fs::update::{Answer, UpdateOp};
 use shoal_fssvc::FsClient;
-use shoal_fssvc::store::Changes;
+use shoal_fssvc::store::{Changes, Version};
 use shoal_rpc::Context;
 
 use crate::callbacks::{Kernel, Work};
@@ -531,7 +531,7 @@ impl Conn {
         ino: Ino,
         changes: &Changes<'_>,
         safety: bool,
-    ) -> Result<Vec<Capability>, Failure> {
+    ) -> Result<Version, Failure> {
         let (servers, copies) = self.servers.lock().clone();
         self.with_files(|f| shoal_fssvc::store::store(f, &servers, copies, ino, changes, safety))
     }

@@ -17,7 +17,7 @@ use shoal_fs::model::{Attr, FsError, Identity, Ino, Kind, ROOT, Time};
 use shoal_fs::op::{Failure, Op, Reply};
 use shoal_fs::update::{Answer, UpdateOp};
 use shoal_fssvc::FsClient;
-use shoal_fssvc::store::Changes;
+use shoal_fssvc::store::{Changes, Version};
 
 use crate::conn::Conn;
 use shoal_fs::cache::FlushJob;
@@ -44,11 +44,12 @@ pub(crate) fn write_back(
     let changes = Changes {
         base: &job.content,
         base_size: job.base_size,
+        base_held: job.base_held,
         overlay: &job.changes,
         size: job.size,
     };
     match conn.store(ino, &changes, safety) {
-        Ok(content) => commit(conn, via, ino, &job, content),
+        Ok(version) => commit(conn, via, ino, &job, version),
         // A version's content goes when a newer version replaced it: if
         // the file moved on (after this mount lost its token), the changes
         // can never be written back, and are kept over nothing; so they
@@ -59,15 +60,16 @@ pub(crate) fn write_back(
                 let over_nothing = Changes {
                     base: &[],
                     base_size: 0,
+                    base_held: 0,
                     ..changes
                 };
-                let content = conn.store(ino, &over_nothing, false)?;
+                let version = conn.store(ino, &over_nothing, false)?;
                 let why = if attr.version != job.version {
                     "its version is gone"
                 } else {
                     "no file server holds its version"
                 };
-                Err(lose(conn, ino, &job, content, why))
+                Err(lose(conn, ino, &job, version, why))
             }
             // The file went (its last name and open): nothing to keep.
             Ok(None) => {
@@ -80,19 +82,22 @@ pub(crate) fn write_back(
     }
 }
 
-/// Commits `content`, the file with `job`'s changes, as its next version.
+/// Commits `version`, the file with `job`'s changes, as its next version.
 fn commit(
     conn: &Arc<Conn>,
     via: &mut FsClient,
     ino: Ino,
     job: &FlushJob,
-    content: Vec<Capability>,
+    version: Version,
 ) -> Result<(), Failure> {
+    let Version { content, held } = version;
+    let lost = |content| Version { content, held };
     let op = UpdateOp::Commit {
         ino,
         base: job.version,
         content: content.clone(),
         size: job.size,
+        held,
         mtime: job.mtime,
         flush: false,
     };
@@ -125,14 +130,14 @@ fn commit(
                         .flushed(job, &attr, content, conn.lease.now());
                     Ok(())
                 }
-                Some(_) => Err(lose(conn, ino, job, content, &e.to_string())),
+                Some(_) => Err(lose(conn, ino, job, lost(content), &e.to_string())),
                 None => {
                     gone(conn, ino, &content);
                     Ok(())
                 }
             }
         }
-        Ok(Reply::Updated(Err(e))) => Err(lose(conn, ino, job, content, &e.to_string())),
+        Ok(Reply::Updated(Err(e))) => Err(lose(conn, ino, job, lost(content), &e.to_string())),
         Ok(other) => {
             destroy(conn, &content);
             Err(shoal_fssvc::client::unexpected(&other))
@@ -166,18 +171,12 @@ fn attr_now(conn: &Conn, via: &mut FsClient, ino: Ino) -> Result<Option<Attr>, F
 
 /// Changes that can never be written back (`why`): the file changed
 /// elsewhere after this mount lost its token.  The bytes its programs
-/// wrote, stored as `content`, are kept aside, root's alone, and the
+/// wrote, stored as `version`, are kept aside, root's alone, and the
 /// error for the `fsync` that asked.  Kept on a thread of its own, not
 /// this one, which answers recalls: names are made through the session's
 /// shared client, which a FUSE thread may hold while it waits for a
 /// recall's answer.
-fn lose(
-    conn: &Arc<Conn>,
-    ino: Ino,
-    job: &FlushJob,
-    content: Vec<Capability>,
-    why: &str,
-) -> Failure {
+fn lose(conn: &Arc<Conn>, ino: Ino, job: &FlushJob, version: Version, why: &str) -> Failure {
     tracing::error!(
         "file {ino}: {} changes not written back ({why}): the file changed \
          elsewhere after this mount lost its token",
@@ -192,7 +191,7 @@ fn lose(
     let kept = std::thread::Builder::new()
         .name("fs-lost".into())
         .spawn(
-            move || match keep_lost(&keeper, ino, &content, size, mtime) {
+            move || match keep_lost(&keeper, ino, &version, size, mtime) {
                 Ok(name) => tracing::error!(
                     "file {ino}: its bytes as this mount had them are kept as /{LOST}/{name}"
                 ),
@@ -200,7 +199,7 @@ fn lose(
                     tracing::error!(
                         "file {ino}: keeping its bytes in /{LOST} failed ({k}): they are lost"
                     );
-                    destroy(&keeper, &content);
+                    destroy(&keeper, &version.content);
                 }
             },
         );
@@ -221,7 +220,7 @@ const LOST: &str = ".lost";
 fn keep_lost(
     conn: &Conn,
     ino: Ino,
-    content: &[Capability],
+    version: &Version,
     size: u64,
     mtime: Time,
 ) -> Result<String, Failure> {
@@ -262,8 +261,9 @@ fn keep_lost(
     let op = UpdateOp::Commit {
         ino: attr.ino,
         base: attr.version,
-        content: content.to_vec(),
+        content: version.content.clone(),
         size,
+        held: version.held,
         mtime,
         flush: false,
     };

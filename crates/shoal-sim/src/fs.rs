@@ -660,6 +660,8 @@ impl FsSim {
                     base,
                     content,
                     size,
+                    // The simulator's contents are whole: all data.
+                    held: size,
                     mtime,
                     flush: false,
                 });
@@ -702,6 +704,7 @@ impl FsSim {
             base: attr.version,
             content,
             size: attr.size,
+            held: attr.size,
             mtime: attr.mtime,
             flush: true,
         });

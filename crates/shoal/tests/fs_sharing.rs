@@ -5,6 +5,8 @@
 use std::process::Stdio;
 
 mod common;
+#[path = "fs_sharing/sparse.rs"]
+mod sparse;
 
 use common::{TestCluster, shoal};
 use shoal_cluster::{Cluster, Mode};
@@ -44,7 +46,8 @@ fn at_once(c: &Cluster, nodes: &[&str], script: &str) -> Vec<std::process::Outpu
 }
 
 /// Three nodes sharing names and files at once, on one cluster: creates
-/// of one name, appends to one log, overwrites of one file's blocks.
+/// of one name, appends to one log, overwrites of one file's blocks; and
+/// a sparse file of 1 TiB that several nodes write, read and copy.
 #[test]
 fn nodes_sharing_names_and_files_lose_nothing() {
     let t = TestCluster::up("sa", 64, 3, Mode::Netns);
@@ -54,6 +57,7 @@ fn nodes_sharing_names_and_files_lose_nothing() {
     creating_one_name_at_once_all_open_it(c);
     appending_to_one_log_at_once_keeps_every_line(c);
     overwriting_blocks_at_once_leaves_a_serial_order(c);
+    sparse::a_terabyte_sparse_file_costs_what_it_holds(c);
 }
 
 /// Each node's output is empty and its script succeeded.

@@ -11,6 +11,7 @@ fn attr(ino: Ino, kind: Kind, version: u64) -> Attr {
         gid: 0,
         rdev: 0,
         size: 10,
+        held: 0,
         atime: Time::new(0, 0),
         mtime: Time::new(0, 0),
         ctime: Time::new(0, 0),

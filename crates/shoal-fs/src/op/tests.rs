@@ -13,6 +13,7 @@ fn attr() -> Attr {
         gid: 2,
         rdev: 0,
         size: 99,
+        held: 0,
         atime: Time::new(1, 1),
         mtime: Time::new(2, 2),
         ctime: Time::new(3, 3),

@@ -517,6 +517,7 @@ fn attributes_and_their_permissions() {
     assert_eq!((t.attr(f).size, t.attr(f).version), (3, v + 1));
     assert!(t.run(&bob(), grow(1 << 40)).is_ok());
     assert_eq!((t.attr(f).size, t.attr(f).version), (1 << 40, v + 2));
+    assert!(t.attr(f).held <= 3, "a growth holds nothing more");
     assert!(
         t.run(
             &root(),
@@ -561,11 +562,12 @@ fn commits_and_overlays_make_versions() {
         base,
         content: vec![],
         size: 10,
+        held: 20,
         mtime: Time::new(50, 0),
         flush,
     };
     assert!(
-        matches!(t.run(&alice(), commit(0, false)), Ok(Answer::Committed { attr, .. }) if attr.version == 1 && attr.size == 10)
+        matches!(t.run(&alice(), commit(0, false)), Ok(Answer::Committed { attr, .. }) if attr.version == 1 && attr.size == 10 && attr.held == 10)
     );
     // A write-back from a stale version is refused.
     assert!(matches!(
@@ -583,6 +585,8 @@ fn commits_and_overlays_make_versions() {
     assert!(
         matches!(t.run(&bob(), append(b"de")), Ok(Answer::Written { offset: 13, attr }) if attr.size == 15 && attr.version == 3)
     );
+    // What a file holds counts its writes, never more than its size.
+    assert_eq!(t.attr(f).held, 15);
     // While an overlay is pending, a client's write-back is refused.
     assert!(matches!(
         t.run(&alice(), commit(3, false)),

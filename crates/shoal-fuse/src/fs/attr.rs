@@ -55,7 +55,8 @@ pub(super) fn file_attr(a: &Attr) -> FileAttr {
     FileAttr {
         ino: INodeNo(a.ino),
         size: a.size,
-        blocks: a.size.div_ceil(512),
+        // What it holds: a sparse file's holes take no blocks.
+        blocks: if a.kind == Kind::File { a.held } else { a.size }.div_ceil(512),
         atime: system_time(a.atime),
         mtime: system_time(a.mtime),
         ctime: system_time(a.ctime),
@@ -83,6 +84,7 @@ pub(super) fn absent() -> Attr {
         gid: 0,
         rdev: 0,
         size: 0,
+        held: 0,
         atime: zero,
         mtime: zero,
         ctime: zero,
