@@ -6,7 +6,8 @@
 //! of a committed file makes a new file that shares the unchanged extents.
 //! This crate holds the store ([`store`]) over a small disk interface
 //! ([`disk`]), its free-space manager ([`alloc`]), the metadata formats
-//! ([`meta`]) and the wire format ([`op`]); the server, replication and
+//! ([`meta`]), the wire format ([`op`]) and the object manager's pass
+//! ([`manage`]); the server, replication and
 //! the client library are `shoal-filesvc`'s.  `docs/files.md` describes
 //! the guarantees and draws the formats byte by byte.
 
@@ -14,6 +15,7 @@
 
 pub mod alloc;
 pub mod disk;
+pub mod manage;
 pub mod meta;
 pub mod model;
 pub mod op;

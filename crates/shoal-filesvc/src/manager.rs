@@ -26,8 +26,7 @@
 //! Servers age only when a pass asks, at most once per their gap: a file
 //! something names is never destroyed while passes cannot touch it.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
-
+use shoal_bullet::manage::{Ask, Heard, Listing, Pass};
 use shoal_bullet::op::AdminOp;
 use shoal_bullet::{Answer, FileError};
 use shoal_cap::{Capability, PutPort, Rights};
@@ -262,48 +261,15 @@ pub fn choose_servers(
     Ok(live.into_iter().take(k).map(|l| l.2).collect())
 }
 
-/// What a pass found and did.
-#[derive(Debug, Default, Clone)]
-pub struct PassReport {
-    pub directories: u64,
-    pub files: u64,
-    pub replicas_touched: u64,
-    pub replicas_missing: u64,
-    pub replicas_recreated: u64,
-    pub replicas_corrupt: u64,
-    pub servers_unreachable: Vec<String>,
-    /// Each registered file system's tree: contents touched and missing.
-    pub trees: Vec<(String, u64, u64)>,
-    /// Servers that ran an ageing pass (others ran one too lately, or the
-    /// pass did not age: see `problems`).
-    pub servers_aged: u64,
-    pub destroyed_by_age: u64,
-    /// Files that could not be brought back to k replicas, and why.
-    pub problems: Vec<String>,
-}
-
-/// Options of a pass.
-#[derive(Debug, Clone)]
-pub struct PassOptions {
-    /// Replicas each file should have.
-    pub k: usize,
-    /// Read every replica in full (the servers verify checksums).
-    pub verify: bool,
-    /// Ask every server for an ageing pass afterwards.
-    pub age: bool,
-}
+pub use shoal_bullet::manage::{PassOptions, PassReport};
 
 /// Has file system `name` touch the contents its tree holds: how many
 /// its file servers had and had not.
 pub type TouchTree<'a> = dyn FnMut(&str) -> Result<(u64, u64), String> + 'a;
 
-struct Row {
-    dir: Capability,
-    name: String,
-    caps: Vec<Capability>,
-}
-
-/// One pass of the object manager from `root`.
+/// One pass of the object manager from `root`: the pass's core
+/// (`shoal_bullet::manage::Pass`) driven against the directory service,
+/// the file servers and the file systems.
 pub fn pass(
     dir: &mut DirClient,
     files: &mut FileClient,
@@ -311,203 +277,92 @@ pub fn pass(
     opts: &PassOptions,
     touch_tree: &mut TouchTree,
 ) -> Result<PassReport, String> {
-    let mut report = PassReport::default();
-    // Whether everything named was touched: only then may servers age.
-    let mut complete = true;
-    let servers = servers(dir, root)?;
-    let by_port: BTreeMap<PutPort, (String, Capability)> = servers
-        .iter()
-        .map(|(n, c)| (c.port(), (n.clone(), *c)))
-        .collect();
-    // 1. Walk the graph, collecting the rows that name files.
-    let mut rows: Vec<Row> = Vec::new();
-    let mut seen: HashSet<u64> = HashSet::new();
-    let mut queue = VecDeque::from([*root]);
-    seen.insert(root.object().get());
-    while let Some(d) = queue.pop_front() {
-        report.directories += 1;
-        let names: Vec<String> = match dir.list(&d) {
-            Ok(l) => l.rows.into_iter().map(|r| r.0).collect(),
-            Err(e) => {
-                report
-                    .problems
-                    .push(format!("a directory could not be listed: {e}"));
-                complete = false;
-                continue;
-            }
-        };
-        for part in names.chunks(shoal_dir::model::MAX_BATCH) {
-            let refs: Vec<&str> = part.iter().map(String::as_str).collect();
-            let found = dir.lookup_many(&d, &refs).map_err(dir_err)?;
-            for (name, r) in part.iter().zip(found) {
-                let Ok(caps) = r else { continue };
-                for c in &caps {
-                    if c.port() == root.port() && seen.insert(c.object().get()) {
-                        queue.push_back(*c);
-                    }
-                }
-                let file_caps: Vec<Capability> = caps
-                    .iter()
-                    .filter(|c| by_port.contains_key(&c.port()) && c.object().get() != 0)
-                    .copied()
-                    .collect();
-                if !file_caps.is_empty() && file_caps.len() == caps.len() {
-                    rows.push(Row {
-                        dir: d,
-                        name: name.clone(),
-                        caps: file_caps,
-                    });
-                }
-            }
-        }
-    }
-    report.files = rows.len() as u64;
-    // 2. Touch, one batch per server.
-    let mut alive: BTreeMap<(PutPort, u64), bool> = BTreeMap::new();
-    let mut per_server: BTreeMap<PutPort, Vec<Capability>> = BTreeMap::new();
-    for r in &rows {
-        for c in &r.caps {
-            per_server.entry(c.port()).or_default().push(*c);
-        }
-    }
-    for (port, caps) in &per_server {
-        match files.touch(caps) {
-            Ok(flags) => {
-                for (c, ok) in caps.iter().zip(flags) {
-                    alive.insert((*port, c.object().get()), ok);
-                    if ok {
-                        report.replicas_touched += 1;
-                    } else {
-                        report.replicas_missing += 1;
-                    }
-                }
-            }
-            Err(_) => report.servers_unreachable.push(by_port[port].0.clone()),
-        }
-    }
-    // Servers that answer, for new replicas.
-    let reachable: Vec<(String, Capability)> = servers
-        .iter()
-        .filter(|(n, _)| !report.servers_unreachable.contains(n))
-        .cloned()
-        .collect();
-    // 3. Repair.
-    for r in rows {
-        let mut live: Vec<Capability> = r
-            .caps
-            .iter()
-            .filter(|c| alive.get(&(c.port(), c.object().get())) == Some(&true))
-            .copied()
-            .collect();
-        if opts.verify {
-            let mut good = Vec::new();
-            for c in live {
-                match files.call(&c, &shoal_bullet::Op::Verify { file: c }) {
-                    Ok(_) => good.push(c),
-                    Err(ClientError::File(FileError::Corrupt(_))) => {
-                        report.replicas_corrupt += 1;
-                        let _ = files.destroy(&c);
-                    }
-                    Err(_) => good.push(c),
-                }
-            }
-            live = good;
-        }
-        if live.len() >= opts.k && live.len() == r.caps.len() {
-            continue;
-        }
-        if live.is_empty() {
-            report
-                .problems
-                .push(format!("{}: no replica is reachable or intact", r.name));
-            continue;
-        }
-        let used: HashSet<PutPort> = r.caps.iter().map(|c| c.port()).collect();
-        let want = opts.k.saturating_sub(live.len());
-        let targets: Vec<&(String, Capability)> = reachable
-            .iter()
-            .filter(|(_, c)| !used.contains(&c.port()))
-            .take(want)
-            .collect();
-        let mut new_set = live.clone();
-        if want > 0 {
-            if targets.len() < want {
-                report.problems.push(format!(
-                    "{}: {} replicas alive, {} wanted, and only {} other servers answer",
-                    r.name,
-                    live.len(),
-                    opts.k,
-                    targets.len()
-                ));
-            }
-            if !targets.is_empty() {
-                // Streamed from the live replicas (with failover), chunk by
-                // chunk: a copy of any size in bounded memory; a file with
-                // holes copied by its data ranges, so its holes stay holes.
-                let to: Vec<Capability> = targets.iter().map(|t| t.1).collect();
-                let copied = match files.stat(&live) {
-                    Ok((st, _)) => match files.has_holes(&live, st.size) {
-                        Ok(true) => sparse_copies(files, &live, st.size, &to),
-                        Ok(false) => files
-                            .reader(&live)
-                            .and_then(|source| files.create_from(&to, source, true, |_| {})),
-                        Err(e) => Err(e),
-                    },
-                    Err(e) => Err(e),
-                };
-                match copied {
-                    Ok(caps) => {
-                        report.replicas_recreated += caps.len() as u64;
-                        new_set.extend(caps);
-                    }
-                    Err(e) => {
-                        report
-                            .problems
-                            .push(format!("{}: copy failed: {e}", r.name));
-                        continue;
-                    }
-                }
-            }
-        }
-        if new_set != r.caps
-            && let Err(e) = dir.replace(&r.dir, &r.name, &r.caps, &new_set)
-        {
-            report.problems.push(format!(
-                "{}: entry changed meanwhile ({e}); will retry next pass",
-                r.name
-            ));
-        }
-    }
-    // 4. The trees' contents.
-    for name in trees(dir, root)? {
-        match touch_tree(&name) {
-            Ok((touched, missing)) => report.trees.push((name, touched, missing)),
-            Err(e) => {
-                report.problems.push(format!(
-                    "file system {name}: its tree's contents could not be touched ({e})"
-                ));
-                complete = false;
-            }
-        }
-    }
-    // 5. Age, if nothing named went untouched.
-    if opts.age && !complete {
-        report
-            .problems
-            .push("no ageing this pass: not everything named was touched".into());
-    } else if opts.age {
-        for (name, cap) in &reachable {
-            match files.admin(cap, AdminOp::Age) {
+    let mut pass = Pass::new(*root, servers(dir, root)?, opts.clone());
+    loop {
+        let heard = match pass.ask() {
+            Ask::Done(report) => return Ok(report),
+            Ask::List { dir: d } => Heard::Listed(list(dir, &d)),
+            Ask::Touch { files: caps } => Heard::Touched(files.touch(&caps).map_err(line)),
+            Ask::Verify { file } => Heard::Verified(
+                match files.call(&file, &shoal_bullet::Op::Verify { file }) {
+                    Err(ClientError::File(FileError::Corrupt(_))) => Ok(false),
+                    Err(e) => Err(e.to_string()),
+                    Ok(_) => Ok(true),
+                },
+            ),
+            Ask::Destroy { file } => Heard::Done(files.destroy(&file).map_err(line)),
+            Ask::Copy { from, to } => Heard::Copied(copies(files, &from, &to).map_err(line)),
+            Ask::Replace {
+                dir: d,
+                name,
+                old,
+                new,
+            } => Heard::Done(
+                dir.replace(&d, &name, &old, &new)
+                    .map_err(|e| e.to_string()),
+            ),
+            Ask::Trees => Heard::Trees(trees(dir, root)),
+            Ask::TouchTree { name } => Heard::TreeTouched(touch_tree(&name)),
+            Ask::Age { server } => Heard::Aged(match files.admin(&server, AdminOp::Age) {
                 Ok(Answer::Report { figures, .. }) => {
                     let figure = |n: &str| figures.iter().find(|f| f.0 == n).map_or(0, |f| f.1);
-                    report.servers_aged += figure("aged");
-                    report.destroyed_by_age += figure("destroyed");
+                    Ok((figure("aged") != 0, figure("destroyed")))
                 }
-                _ => report.servers_unreachable.push(name.clone()),
+                Ok(other) => Err(format!("a file server answered an ageing with {other:?}")),
+                Err(e) => Err(e.to_string()),
+            }),
+        };
+        pass.heard(heard);
+    }
+}
+
+fn line(e: ClientError) -> String {
+    e.to_string()
+}
+
+/// Every name in directory `d` and what each names.
+fn list(
+    dir: &mut DirClient,
+    d: &Capability,
+) -> Result<Listing, String> {
+    let names: Vec<String> = dir
+        .list(d)
+        .map_err(|e| e.to_string())?
+        .rows
+        .into_iter()
+        .map(|r| r.0)
+        .collect();
+    let mut out = Vec::with_capacity(names.len());
+    for part in names.chunks(shoal_dir::model::MAX_BATCH) {
+        let refs: Vec<&str> = part.iter().map(String::as_str).collect();
+        let found = dir.lookup_many(d, &refs).map_err(dir_err)?;
+        for (name, r) in part.iter().zip(found) {
+            match r {
+                Ok(caps) => out.push((name.clone(), Ok(caps))),
+                // Removed since the listing: nothing to touch.
+                Err(DirError::NotFound(_)) => {}
+                Err(e) => out.push((name.clone(), Err(e.to_string()))),
             }
         }
     }
-    Ok(report)
+    Ok(out)
+}
+
+/// Copies of the file of replicas `from` on each of `to`: streamed from
+/// the live replicas (with failover), chunk by chunk, a copy of any size
+/// in bounded memory; a file with holes copied by its data ranges, so its
+/// holes stay holes.
+fn copies(
+    files: &mut FileClient,
+    from: &[Capability],
+    to: &[Capability],
+) -> Result<Vec<Capability>, ClientError> {
+    let (st, _) = files.stat(from)?;
+    if files.has_holes(from, st.size)? {
+        return sparse_copies(files, from, st.size, to);
+    }
+    let source = files.reader(from)?;
+    files.create_from(to, source, true, |_| {})
 }
 
 /// Committed copies, holes kept, of a file of `size` bytes on each of
