@@ -44,6 +44,17 @@ impl World {
         }
     }
 
+    /// A world whose root names directory 9 as `sub`.
+    fn with_subdir() -> World {
+        let mut w = World::new();
+        w.dirs.insert(9, Vec::new());
+        w.dirs
+            .get_mut(&1)
+            .unwrap()
+            .push(("sub".into(), vec![cap(1, 9)]));
+        w
+    }
+
     fn servers() -> Vec<(String, Capability)> {
         (2..=4).map(|p| (format!("fs{p}"), cap(p, 0))).collect()
     }
@@ -165,12 +176,7 @@ fn port_of(server: &Capability) -> u8 {
 
 #[test]
 fn a_complete_pass_touches_everything_named_then_ages_every_server() {
-    let mut w = World::new();
-    w.dirs.insert(9, Vec::new());
-    w.dirs
-        .get_mut(&1)
-        .unwrap()
-        .push(("sub".into(), vec![cap(1, 9)]));
+    let mut w = World::with_subdir();
     let a = w.file(1, "a", &[2, 3]);
     let b = w.file(9, "b", &[3, 4]);
     let r = w.pass(2);
@@ -183,12 +189,7 @@ fn a_complete_pass_touches_everything_named_then_ages_every_server() {
 
 #[test]
 fn nothing_ages_when_a_directory_or_a_tree_could_not_be_touched() {
-    let mut w = World::new();
-    w.dirs.insert(9, Vec::new());
-    w.dirs
-        .get_mut(&1)
-        .unwrap()
-        .push(("sub".into(), vec![cap(1, 9)]));
+    let mut w = World::with_subdir();
     w.file(9, "b", &[3, 4]);
     w.unlistable = true;
     let r = w.pass(2);
