@@ -328,11 +328,7 @@ impl Pass {
         self.report.problems.push(p);
     }
 
-    fn listed(
-        &mut self,
-        dir: Capability,
-        listed: Result<Listing, String>,
-    ) {
+    fn listed(&mut self, dir: Capability, listed: Result<Listing, String>) {
         let entries = match listed {
             Ok(entries) => entries,
             Err(e) => {

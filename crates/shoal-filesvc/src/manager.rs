@@ -321,10 +321,7 @@ fn line(e: ClientError) -> String {
 }
 
 /// Every name in directory `d` and what each names.
-fn list(
-    dir: &mut DirClient,
-    d: &Capability,
-) -> Result<Listing, String> {
+fn list(dir: &mut DirClient, d: &Capability) -> Result<Listing, String> {
     let names: Vec<String> = dir
         .list(d)
         .map_err(|e| e.to_string())?

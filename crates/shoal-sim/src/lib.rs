@@ -39,6 +39,7 @@ pub mod fs;
 pub mod fs_private;
 mod group;
 pub mod linearize;
+pub mod manage;
 mod net;
 mod seal;
 mod sim;
@@ -49,6 +50,7 @@ pub use dir::{DirReport, DirSim, DirSimConfig};
 pub use fs::{FsReport, FsSim, FsSimConfig};
 pub use fs_private::{PrivateReport, PrivateSim, PrivateSimConfig};
 pub use group::{GroupReport, GroupSim, GroupSimConfig};
+pub use manage::{ManageReport, ManageSim, ManageSimConfig};
 pub use net::Faults;
 pub use sim::{Outcome, Report, Sim, SimConfig};
 
