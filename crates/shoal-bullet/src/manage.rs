@@ -160,8 +160,9 @@ pub struct Pass {
     rows: VecDeque<Row>,
     /// Every file capability some entry names, by server.
     named: BTreeMap<PutPort, Vec<Capability>>,
-    /// The server being touched.
+    /// The server being touched, and those touched (or tried).
     touching: Option<PutPort>,
+    touched: BTreeSet<PutPort>,
     alive: BTreeSet<(PutPort, u64)>,
     unreachable: BTreeSet<PutPort>,
     repair: Option<Repair>,
@@ -189,6 +190,7 @@ impl Pass {
             rows: VecDeque::new(),
             named: BTreeMap::new(),
             touching: None,
+            touched: BTreeSet::new(),
             alive: BTreeSet::new(),
             unreachable: BTreeSet::new(),
             repair: None,
@@ -220,7 +222,7 @@ impl Pass {
                             files: self.named[&port].clone(),
                         };
                     }
-                    match self.named.keys().find(|p| !self.touched(**p)) {
+                    match self.named.keys().find(|p| !self.touched.contains(*p)) {
                         Some(port) => self.touching = Some(*port),
                         None => self.phase = Phase::Repair,
                     }
@@ -281,8 +283,7 @@ impl Pass {
                         self.report.servers_unreachable.push(name);
                     }
                 }
-                // A server touched is marked so, whatever it answered.
-                self.alive.insert((port, 0));
+                self.touched.insert(port);
             }
             (Phase::Repair, heard) => self.repair_heard(heard),
             (Phase::Trees, Heard::Trees(names)) => match names {
@@ -317,11 +318,6 @@ impl Pass {
             }
             (phase, heard) => panic!("{heard:?} heard in phase {phase:?}"),
         }
-    }
-
-    /// Whether server `port` was touched this pass.
-    fn touched(&self, port: PutPort) -> bool {
-        self.alive.contains(&(port, 0))
     }
 
     fn problem(&mut self, p: String) {

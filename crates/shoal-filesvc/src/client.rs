@@ -803,6 +803,13 @@ pub struct FileReader {
     pos: usize,
 }
 
+impl FileReader {
+    /// The size of the file read.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+}
+
 impl Read for FileReader {
     fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
         while self.pos == self.buf.len() {

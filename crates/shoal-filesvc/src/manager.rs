@@ -354,11 +354,11 @@ fn copies(
     from: &[Capability],
     to: &[Capability],
 ) -> Result<Vec<Capability>, ClientError> {
-    let (st, _) = files.stat(from)?;
-    if files.has_holes(from, st.size)? {
-        return sparse_copies(files, from, st.size, to);
-    }
     let source = files.reader(from)?;
+    let size = source.size();
+    if files.has_holes(from, size)? {
+        return sparse_copies(files, from, size, to);
+    }
     files.create_from(to, source, true, |_| {})
 }
 
