@@ -39,6 +39,7 @@ pub mod edits;
 pub mod locks;
 pub mod model;
 pub mod op;
+pub mod primary;
 pub mod private;
 pub mod replica;
 pub mod tokens;

@@ -100,7 +100,7 @@ impl MetaReplica {
                 .map(|i| peer_port(&cluster, &name, i))
                 .collect(),
         };
-        let primary = Arc::new(primary::Primary::new(&ctx, &cfg));
+        let primary = Arc::new(primary::Primary::new(&ctx, &cfg, ports.service.put_port()));
         let replica = Replica::start(ctx, cfg.replica, ports, primary.clone())?;
         let timer = {
             let (p, shared) = (primary.clone(), replica.shared().clone());

@@ -1,10 +1,14 @@
 //! The shared file system's consistency protocol (`docs/fs.md`): a
-//! primary running the real [`Tree`] and [`Tokens`], and mounts running
+//! primary running the real [`Tree`] and the soft state and decisions
+//! the metadata service ships ([`shoal_fs::primary`]), and mounts running
 //! the cache and table of opens the FUSE mount ships
 //! ([`shoal_fs::cache`], driven as the mount drives them: `fs/mount.rs`),
-//! exchanging requests, answers and callbacks through a network that
-//! delays (and so reorders) every message; contents live on a file store
-//! as the file servers keep them.  Programs open, read, write, append,
+//! exchanging the real requests and replies ([`shoal_fs::op`]) through a
+//! network that delays (and so reorders) every message; callbacks reach
+//! each mount on the answer to its parked `Events` request, as they do
+//! the mount; contents live on a file store as the file servers keep
+//! them.  A tick is 100 ms of the lease clock: a lease is 100 ticks, and
+//! a crashed mount's session ends when its lease runs out.  Programs open, read, write, append,
 //! close and `fsync` files at random while the mounts' callbacks threads
 //! write back and answer recalls, and mounts crash.
 //!
@@ -25,25 +29,30 @@
 //!   thread's work done.
 //!
 //! Files exist from the start (no names change) and the primary does
-//! not crash; its soft state is the shell's copy, as `fs_private.rs`'s.
+//! not crash (so its grace period, which is for the clients of a primary
+//! before it, is cut to nothing).
 
 mod mount;
+mod primary;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use shoal_cap::{Capability, GetPort, ObjectId, ObjectSecret, Rights};
-use shoal_fs::model::{Attr, Identity, Ino, Kind, ROOT, Time};
-use shoal_fs::op::Grant;
-use shoal_fs::tokens::{ClientId, Decision, Level, OpenId, Tokens, Want};
-use shoal_fs::tree::{Body, overlaid};
-use shoal_fs::update::{Answer, Update, UpdateOp};
-use shoal_fs::{Applied, Tree};
+use shoal_cap::PutPort;
+use shoal_fs::model::{Identity, Ino, Kind, ROOT};
+use shoal_fs::op::{self, Op};
+use shoal_fs::primary::{Config, Soft};
+use shoal_fs::tokens::{ClientId, Level, OpenId};
+use shoal_fs::update::{Answer, UpdateOp};
 use shoal_proto::Time as Tick;
 
 use crate::timeline::Timeline;
 use mount::{Mount, ToMount};
+use primary::World;
+
+/// The lease clock's µs in a tick.
+const TICK_US: u64 = 100_000;
 
 /// What a run does.
 #[derive(Debug, Clone)]
@@ -95,77 +104,47 @@ pub struct FsReport {
     pub violations: Vec<String>,
 }
 
+/// What a mount asked, to make sense of the answer.
 #[derive(Debug, Clone)]
-enum ToPrimary {
+enum Asked {
+    Hello,
+    Events,
     Open {
         ino: Ino,
-        want: Want,
-        have: Vec<(OpenId, bool)>,
         id: OpenId,
+        write: bool,
         append: bool,
+        have: Vec<(OpenId, bool)>,
     },
+    /// A close a program waits for (`program`), or one the mount makes
+    /// of opens it learned were its own.
     Close {
-        ino: Ino,
-        id: OpenId,
+        program: bool,
     },
     Read {
         ino: Ino,
     },
+    /// A write through the primary (the `n`th record of an append, or 0).
     Write {
         ino: Ino,
-        offset: Option<u64>,
         data: Vec<u8>,
         n: u64,
     },
     Commit {
         ino: Ino,
-        base: u64,
-        content: Vec<Capability>,
-        size: u64,
-        mtime: Time,
     },
-    Return {
-        ino: Ino,
-        grant: u64,
-        kept: Level,
-        opens: Vec<(OpenId, bool)>,
-    },
+    Return,
 }
 
 #[derive(Debug, Clone)]
 enum Msg {
-    ToPrimary(ToPrimary),
+    ToPrimary(Asked, op::Request),
     ToMount(ToMount),
 }
 
-/// The file servers: contents by object number (every version a file
-/// ever had is kept: a write-back's base is read after its commit).
-#[derive(Default)]
-struct Store {
-    objects: HashMap<u64, Vec<u8>>,
-    next: u64,
-}
-
-impl Store {
-    fn put(&mut self, bytes: Vec<u8>) -> Capability {
-        self.next += 1;
-        self.objects.insert(self.next, bytes);
-        Capability::mint(
-            GetPort::from_bytes([1; 16]).put_port(),
-            ObjectId::new(self.next),
-            Rights::ALL,
-            &ObjectSecret::from_bytes([2; 32]),
-        )
-    }
-
-    fn read(&self, content: &[Capability]) -> Vec<u8> {
-        content
-            .first()
-            .and_then(|c| self.objects.get(&c.object().get()))
-            .cloned()
-            .unwrap_or_default()
-    }
-}
+/// Whom an answer of the primary goes to: the mount's slot, its session
+/// then, and what it asked.
+type To = (usize, ClientId, Asked);
 
 /// One seeded run.
 pub struct FsSim {
@@ -174,12 +153,15 @@ pub struct FsSim {
     now: u64,
     /// Messages in flight: (mount slot, the mount's session then, body).
     wire: Timeline<(usize, ClientId, Msg)>,
-    tree: Tree,
-    tokens: Tokens,
-    store: Store,
+    /// Messages in flight other than `Events` and their answers (which
+    /// are always under way).
+    in_flight: usize,
+    /// The replicas' tree and the file servers, as the primary sees them.
+    world: World,
+    /// The primary's soft state, as the metadata service runs it.
+    soft: Soft<To>,
     files: Vec<Ino>,
     logs: BTreeSet<Ino>,
-    parked: Vec<(usize, ClientId, ToPrimary)>,
     mounts: Vec<Mount>,
     next_id: ClientId,
     /// Records appended by sessions that crashed: how many each had
@@ -190,59 +172,66 @@ pub struct FsSim {
     model: HashMap<Ino, Vec<u8>>,
     /// Files `fsync`ed and not written since: their bytes then.
     synced: HashMap<Ino, Vec<u8>>,
-    update_seq: u64,
     report: FsReport,
     trace: Vec<String>,
 }
 
 impl FsSim {
     pub fn new(seed: u64, cfg: FsSimConfig) -> FsSim {
+        let soft = Soft::new(Config {
+            port: PutPort::from_bytes([3; 16]),
+            servers: Vec::new(),
+            copies: 1,
+            allow_root: true,
+            grace_us: 0,
+        });
         let mut sim = FsSim {
             rng: ChaCha8Rng::seed_from_u64(seed),
             now: 0,
             wire: Timeline::new(),
-            tree: Tree::new([0; 16], Time::new(0, 0)),
-            tokens: Tokens::new(),
-            store: Store::default(),
+            in_flight: 0,
+            world: World::new(),
+            soft,
             files: Vec::new(),
             logs: BTreeSet::new(),
-            parked: Vec::new(),
             mounts: Vec::new(),
             next_id: 1,
             crashed: BTreeMap::new(),
             model: HashMap::new(),
             synced: HashMap::new(),
-            update_seq: 0,
             report: FsReport::default(),
             trace: Vec::new(),
             cfg,
         };
-        let Ok(Answer::Range { first, .. }) = sim.next_update(UpdateOp::Range { count: 64 }) else {
+        let Ok(Answer::Range { first, .. }) = sim.world.set_up(UpdateOp::Range { count: 64 })
+        else {
             unreachable!("a fresh tree hands out numbers")
         };
         for i in 0..sim.cfg.files + sim.cfg.logs {
             let ino = first + i as u64;
-            sim.next_update(UpdateOp::Create {
-                parent: ROOT,
-                name: format!("f{i}").into_bytes(),
-                kind: Kind::File,
-                perm: 0o666,
-                rdev: 0,
-                ino,
-                secret: [1; 16],
-                target: Vec::new(),
-                excl: true,
-            })
-            .expect("set-up update");
+            sim.world
+                .set_up(UpdateOp::Create {
+                    parent: ROOT,
+                    name: format!("f{i}").into_bytes(),
+                    kind: Kind::File,
+                    perm: 0o666,
+                    rdev: 0,
+                    ino,
+                    secret: [1; 16],
+                    target: Vec::new(),
+                    excl: true,
+                })
+                .expect("set-up update");
             sim.files.push(ino);
             if i >= sim.cfg.files {
                 sim.logs.insert(ino);
             }
         }
-        for _ in 0..sim.cfg.clients {
+        sim.soft.start(1, 1, 0);
+        for slot in 0..sim.cfg.clients {
             let id = sim.fresh_id();
-            sim.tokens.hello(0, id);
             sim.mounts.push(Mount::new(id));
+            sim.hello(slot);
         }
         sim
     }
@@ -252,8 +241,9 @@ impl FsSim {
         &self.trace
     }
 
+    /// A new session number (odd, as the metadata service's are).
     fn fresh_id(&mut self) -> ClientId {
-        self.next_id += 1;
+        self.next_id += 2;
         self.next_id
     }
 
@@ -271,13 +261,29 @@ impl FsSim {
     }
 
     fn send(&mut self, slot: usize, id: ClientId, body: Msg) {
+        let events = matches!(
+            body,
+            Msg::ToPrimary(Asked::Events, _) | Msg::ToMount(ToMount::Events(_))
+        );
+        if !events {
+            self.in_flight += 1;
+        }
         let delay = self.rng.random_range(1..=self.cfg.delay_max);
         self.wire.at(Tick(self.now + delay), (slot, id, body));
     }
 
-    fn send_primary(&mut self, slot: usize, m: ToPrimary) {
-        let id = self.mounts[slot].id;
-        self.send(slot, id, Msg::ToPrimary(m));
+    /// A request of mount `slot` to the primary, numbered in its session.
+    fn send_primary(&mut self, slot: usize, asked: Asked, op: Op) {
+        let m = &mut self.mounts[slot];
+        m.seq += 1;
+        let req = op::Request {
+            session: m.id,
+            seq: m.seq,
+            who: Identity::root(),
+            op,
+        };
+        let id = m.id;
+        self.send(slot, id, Msg::ToPrimary(asked, req));
     }
 
     fn send_mount(&mut self, slot: usize, id: ClientId, m: ToMount) {
@@ -287,27 +293,21 @@ impl FsSim {
     /// The file's bytes at the primary: its content version's with the
     /// overlay made.
     fn contents(&self, ino: Ino) -> Vec<u8> {
-        let i = self.tree.get(ino).expect("a file");
-        match &i.body {
-            Body::File { content, overlay } => {
-                overlaid(self.store.read(content), overlay, i.attr.size)
-            }
-            _ => unreachable!("only files"),
-        }
+        self.world.contents(ino)
     }
 
     /// The file as its `Write` holder reads it (its dirty changes made),
     /// else as the primary has it.
     fn holder_view(&self, ino: Ino) -> Vec<u8> {
         for m in &self.mounts {
-            if self.tokens.level(m.id, ino) == Level::Write
+            if self.soft.tokens().level(m.id, ino) == Level::Write
                 && let Some(c) = m.cache.content(ino)
                 && let Some(b) = m.cache.finish_read(
                     ino,
                     c.version,
                     0,
                     mount::READ_MAX,
-                    &self.store.read(&c.content),
+                    &self.world.store.read(&c.content),
                 )
             {
                 return b;
@@ -342,6 +342,7 @@ impl FsSim {
         while self.now < self.cfg.ticks {
             self.now += 1;
             self.deliver_due();
+            self.primary_tick();
             for slot in 0..self.mounts.len() {
                 let recalling = matches!(
                     self.mounts[slot].doing,
@@ -367,6 +368,7 @@ impl FsSim {
         while self.now < until && !self.settled() {
             self.now += 1;
             self.deliver_due();
+            self.primary_tick();
             for slot in 0..self.mounts.len() {
                 self.callbacks_thread(slot);
             }
@@ -393,10 +395,11 @@ impl FsSim {
         std::mem::take(&mut self.report)
     }
 
-    /// Nothing in flight, parked, or waiting to be written back.
+    /// Nothing in flight (`Events` aside), waiting at the primary, or
+    /// waiting to be written back.
     fn settled(&self) -> bool {
-        self.wire.is_empty()
-            && self.parked.is_empty()
+        self.in_flight == 0
+            && !self.soft.is_waiting()
             && self
                 .mounts
                 .iter()
@@ -461,19 +464,64 @@ impl FsSim {
 
     fn deliver_due(&mut self) {
         while let Some((slot, id, body)) = self.wire.due(Tick(self.now)) {
+            if !matches!(
+                body,
+                Msg::ToPrimary(Asked::Events, _) | Msg::ToMount(ToMount::Events(_))
+            ) {
+                self.in_flight -= 1;
+            }
+            // A crashed mount's requests under way die with it, and its
+            // answers find nobody.
+            if self.mounts[slot].id != id {
+                continue;
+            }
             match body {
-                Msg::ToPrimary(m) => {
-                    if self.tokens.knows(id) {
-                        self.primary(slot, id, m);
-                    }
+                Msg::ToPrimary(asked, req) => {
+                    let now = self.now * TICK_US;
+                    self.soft
+                        .request(&mut self.world, now, (slot, id, asked), req);
+                    self.answer();
                 }
-                Msg::ToMount(m) => {
-                    if self.mounts[slot].id == id {
-                        self.mount(slot, m);
-                    }
-                }
+                Msg::ToMount(m) => self.mount(slot, m),
             }
         }
+    }
+
+    /// The primary's timers.
+    fn primary_tick(&mut self) {
+        self.soft.tick(&mut self.world, self.now * TICK_US);
+        self.answer();
+    }
+
+    /// Mount `slot` (new, or restarted by its node) says hello, and parks
+    /// its first `Events` request.
+    fn hello(&mut self, slot: usize) {
+        let m = &mut self.mounts[slot];
+        m.seq += 1;
+        let (id, seq) = (m.id, m.seq);
+        let hello = op::Request {
+            session: id,
+            seq,
+            who: Identity::root(),
+            op: Op::Hello {
+                instance: [0; 16],
+                node: format!("node{slot}").into_bytes(),
+            },
+        };
+        self.soft.request(
+            &mut self.world,
+            self.now * TICK_US,
+            (slot, id, Asked::Hello),
+            hello,
+        );
+        self.answer();
+        self.send_primary(
+            slot,
+            Asked::Events,
+            Op::Events {
+                confirm: Vec::new(),
+            },
+        );
     }
 
     fn crash(&mut self, slot: usize) {
@@ -481,15 +529,12 @@ impl FsSim {
         let old = self.mounts[slot].id;
         self.log(format!("mount {slot} (session {old}) crashes"));
         self.crashed.insert(old, self.mounts[slot].appended);
-        // Its changes not written back are gone with it.
+        // Its changes not written back are gone with it; its tokens stay
+        // until its lease runs out.
         let lost = self.mounts[slot].cache.all_dirty();
-        // Its node restarts it: the old session ends at once.
-        self.tokens.expire(self.now, Some(old));
         let id = self.fresh_id();
-        self.tokens.hello(self.now, id);
         self.mounts[slot] = Mount::new(id);
-        self.flush_callbacks();
-        self.retry_parked();
+        self.hello(slot);
         for ino in lost {
             let b = self.holder_view(ino);
             self.model.insert(ino, b);
@@ -500,233 +545,6 @@ impl FsSim {
             self.report.fsyncs_checked += 1;
             if self.contents(ino) != b {
                 self.violation(format!("file {ino} lost bytes it was fsynced with"));
-            }
-        }
-    }
-
-    fn next_update(&mut self, op: UpdateOp) -> Result<Answer, shoal_fs::FsError> {
-        self.update_seq += 1;
-        let u = Update {
-            session: 1,
-            seq: self.update_seq,
-            who: Identity::root(),
-            now: Time::new(self.update_seq as i64, 0),
-            op,
-        };
-        match self.tree.apply(&u) {
-            Applied::New(r) | Applied::Duplicate(r) => r,
-        }
-    }
-
-    fn attr(&self, ino: Ino) -> Attr {
-        self.tree.get(ino).expect("a file").attr
-    }
-
-    /// The primary's handling of a request, as `shoal-fssvc`'s: a request
-    /// that must wait for recalls is parked and tried again after each
-    /// answer to one.
-    fn primary(&mut self, slot: usize, id: ClientId, m: ToPrimary) {
-        match m {
-            ToPrimary::Open {
-                ino,
-                want,
-                have,
-                id: open,
-                append,
-            } => match self.tokens.request(id, ino, want, &have, Some(open)) {
-                Decision::Wait { recalled } => {
-                    self.log(format!(
-                        "mount {slot}'s open of {ino} ({want:?}) waits for {recalled:?}"
-                    ));
-                    let m = ToPrimary::Open {
-                        ino,
-                        want,
-                        have,
-                        id: open,
-                        append,
-                    };
-                    self.parked.push((slot, id, m));
-                }
-                Decision::NoSession => {}
-                Decision::Grant {
-                    level,
-                    uncached,
-                    grant,
-                } => {
-                    if uncached {
-                        self.report.uncached_opens += 1;
-                    } else if level != Level::None {
-                        self.flush_overlay(ino);
-                    }
-                    let i = self.tree.get(ino).expect("a file");
-                    let content = match &i.body {
-                        Body::File { content, .. } if !uncached => content.clone(),
-                        _ => Vec::new(),
-                    };
-                    let attr = i.attr;
-                    self.log(format!(
-                        "mount {slot} opens {ino} ({want:?}): {level:?} uncached={uncached} grant {grant} at version {}",
-                        attr.version
-                    ));
-                    let grant = Grant {
-                        level,
-                        grant,
-                        uncached,
-                    };
-                    let write = want == Want::OpenWrite;
-                    let msg = ToMount::Opened {
-                        ino,
-                        id: open,
-                        write,
-                        append,
-                        have,
-                        attr,
-                        grant,
-                        content,
-                    };
-                    self.send_mount(slot, id, msg);
-                }
-            },
-            ToPrimary::Close { ino, id: open } => {
-                self.tokens.close(id, ino, open);
-                self.send_mount(slot, id, ToMount::Done);
-                self.retry_parked();
-            }
-            ToPrimary::Read { ino } => {
-                let bytes = self.contents(ino);
-                self.check_read(slot, ino, &bytes, "the primary");
-                self.send_mount(slot, id, ToMount::Data);
-            }
-            ToPrimary::Write {
-                ino,
-                offset,
-                data,
-                n,
-            } => match self.tokens.write_through(id, ino) {
-                Decision::Wait { .. } => {
-                    let m = ToPrimary::Write {
-                        ino,
-                        offset,
-                        data,
-                        n,
-                    };
-                    self.parked.push((slot, id, m));
-                }
-                Decision::NoSession => {}
-                Decision::Grant { .. } => {
-                    let r = self.next_update(UpdateOp::Overlay {
-                        ino,
-                        offset,
-                        data: data.clone(),
-                    });
-                    if let Ok(Answer::Written { offset, .. }) = r {
-                        self.made(ino, offset, &data);
-                    }
-                    self.log(format!(
-                        "mount {slot} writes {ino} through the primary at {offset:?}: {r:?}"
-                    ));
-                    if r.is_err() {
-                        self.violation(format!("a write through to {ino} was refused: {r:?}"));
-                    }
-                    self.synced.remove(&ino);
-                    self.send_mount(slot, id, ToMount::Written { ino, n });
-                }
-            },
-            ToPrimary::Commit {
-                ino,
-                base,
-                content,
-                size,
-                mtime,
-            } => {
-                // The holder of `Write` has nobody to recall; anyone
-                // else's commit waits for the others' tokens.
-                if self.tokens.level(id, ino) != Level::Write
-                    && let Decision::Wait { .. } = self.tokens.exclusive(id, ino)
-                {
-                    let m = ToPrimary::Commit {
-                        ino,
-                        base,
-                        content,
-                        size,
-                        mtime,
-                    };
-                    self.parked.push((slot, id, m));
-                    self.flush_callbacks();
-                    return;
-                }
-                let r = self.next_update(UpdateOp::Commit {
-                    ino,
-                    base,
-                    content,
-                    size,
-                    // The simulator's contents are whole: all data.
-                    held: size,
-                    mtime,
-                    flush: false,
-                });
-                self.log(format!(
-                    "mount {slot} commits {ino} over version {base}: {r:?}"
-                ));
-                let msg = match r {
-                    Ok(Answer::Committed { attr, .. }) => ToMount::Committed { attr },
-                    _ => ToMount::Refused {
-                        attr: Some(self.attr(ino)),
-                    },
-                };
-                self.synced.remove(&ino);
-                self.send_mount(slot, id, msg);
-            }
-            ToPrimary::Return {
-                ino,
-                grant,
-                kept,
-                opens,
-            } => {
-                self.tokens.returned(id, ino, grant, kept, &opens);
-                self.retry_parked();
-            }
-        }
-        self.flush_callbacks();
-    }
-
-    /// Before a file is cached again, the primary stores the overlay of
-    /// its write-shared time as a new content version.
-    fn flush_overlay(&mut self, ino: Ino) {
-        let i = self.tree.get(ino).expect("a file");
-        if !matches!(&i.body, Body::File { overlay, .. } if !overlay.is_empty()) {
-            return;
-        }
-        let attr = i.attr;
-        let content = vec![self.store.put(self.contents(ino))];
-        let r = self.next_update(UpdateOp::Commit {
-            ino,
-            base: attr.version,
-            content,
-            size: attr.size,
-            held: attr.size,
-            mtime: attr.mtime,
-            flush: true,
-        });
-        if r.is_err() {
-            self.violation(format!("the overlay of {ino} could not be flushed: {r:?}"));
-        }
-    }
-
-    fn retry_parked(&mut self) {
-        let parked = std::mem::take(&mut self.parked);
-        for (slot, id, m) in parked {
-            if self.tokens.knows(id) && self.mounts[slot].id == id {
-                self.primary(slot, id, m);
-            }
-        }
-    }
-
-    fn flush_callbacks(&mut self) {
-        while let Some((to, cb)) = self.tokens.poll_callback() {
-            if let Some(slot) = self.mounts.iter().position(|c| c.id == to) {
-                self.log(format!("callback to mount {slot}: {cb:?}"));
-                self.send_mount(slot, to, ToMount::Callback(cb));
             }
         }
     }

@@ -16,7 +16,10 @@ use shoal_fs::op::Grant;
 use shoal_fs::tokens::{Callback, ClientId, Level, OpenId, Want};
 use shoal_fs::tree::overlaid;
 
-use super::{FsSim, ToPrimary};
+use shoal_fs::op::Op;
+use shoal_fs::update::UpdateOp;
+
+use super::{Asked, FsSim};
 
 /// What a program waits for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,11 +92,14 @@ pub(super) enum ToMount {
         attr: Option<Attr>,
     },
     Done,
-    Callback(Callback),
+    /// The answer to the mount's parked `Events` request.
+    Events(Vec<Callback>),
 }
 
 pub(super) struct Mount {
     pub id: ClientId,
+    /// The session's last request number.
+    pub seq: u64,
     pub cache: Cache,
     pub opens: OpenTable,
     pub busy: Option<Busy>,
@@ -108,6 +114,7 @@ impl Mount {
     pub(super) fn new(id: ClientId) -> Mount {
         Mount {
             id,
+            seq: 0,
             cache: Cache::default(),
             opens: OpenTable::default(),
             busy: None,
@@ -181,29 +188,39 @@ impl FsSim {
         } else {
             Want::OpenRead
         };
-        self.send_primary(
-            slot,
-            ToPrimary::Open {
-                ino,
-                want,
-                have,
-                id,
-                append,
-            },
-        );
+        let asked = Asked::Open {
+            ino,
+            id,
+            write,
+            append,
+            have: have.clone(),
+        };
+        let op = Op::Open {
+            ino,
+            want,
+            have,
+            id,
+            cached: None,
+        };
+        self.send_primary(slot, asked, op);
     }
 
     fn read(&mut self, slot: usize, ino: Ino) {
         let m = &self.mounts[slot];
         if let Some(c) = m.cache.content(ino) {
-            let base = self.store.read(&c.content);
+            let base = self.world.store.read(&c.content);
             if let Some(bytes) = m.cache.finish_read(ino, c.version, 0, READ_MAX, &base) {
                 self.check_read(slot, ino, &bytes, "its cache");
                 return;
             }
         }
         self.mounts[slot].busy = Some(Busy::Read);
-        self.send_primary(slot, ToPrimary::Read { ino });
+        let op = Op::Read {
+            ino,
+            offset: 0,
+            len: READ_MAX as u32,
+        };
+        self.send_primary(slot, Asked::Read { ino }, op);
     }
 
     /// A write of `data` (the `n`th record of an append, or 0).
@@ -223,15 +240,17 @@ impl FsSim {
             return;
         }
         m.busy = Some(Busy::Write);
-        self.send_primary(
-            slot,
-            ToPrimary::Write {
-                ino: h.ino,
-                offset,
-                data,
-                n,
-            },
-        );
+        let asked = Asked::Write {
+            ino: h.ino,
+            data: data.clone(),
+            n,
+        };
+        let op = Op::Write {
+            ino: h.ino,
+            offset,
+            data,
+        };
+        self.send_primary(slot, asked, op);
     }
 
     fn close(&mut self, slot: usize, h: Handle) {
@@ -239,13 +258,11 @@ impl FsSim {
         m.handles.retain(|x| x.open != h.open);
         if m.opens.forget(h.ino, h.open) {
             m.busy = Some(Busy::Close);
-            self.send_primary(
-                slot,
-                ToPrimary::Close {
-                    ino: h.ino,
-                    id: h.open,
-                },
-            );
+            let op = Op::Close {
+                ino: h.ino,
+                id: h.open,
+            };
+            self.send_primary(slot, Asked::Close { program: true }, op);
         }
     }
 
@@ -275,18 +292,19 @@ impl FsSim {
         let Some(job) = self.mounts[slot].cache.flush_job(ino) else {
             return self.written_back(slot, ino, then);
         };
-        let base = self.store.read(&job.content);
-        let content = vec![self.store.put(overlaid(base, &job.changes, job.size))];
-        self.send_primary(
-            slot,
-            ToPrimary::Commit {
-                ino,
-                base: job.version,
-                content: content.clone(),
-                size: job.size,
-                mtime: job.mtime,
-            },
-        );
+        let base = self.world.store.read(&job.content);
+        let content = vec![self.world.store.put(overlaid(base, &job.changes, job.size))];
+        let op = UpdateOp::Commit {
+            ino,
+            base: job.version,
+            content: content.clone(),
+            size: job.size,
+            // The simulator's contents are whole: all data.
+            held: job.size,
+            mtime: job.mtime,
+            flush: false,
+        };
+        self.send_primary(slot, Asked::Commit { ino }, Op::Change { op });
         self.mounts[slot].doing = Some(Doing {
             ino,
             job,
@@ -330,15 +348,13 @@ impl FsSim {
             "mount {slot} answers the recall of {ino} (grant {grant}): keeps {:?}, opens {opens:?}",
             r.to
         ));
-        self.send_primary(
-            slot,
-            ToPrimary::Return {
-                ino,
-                grant: r.grant,
-                kept: r.to,
-                opens,
-            },
-        );
+        let op = Op::Return {
+            ino,
+            grant: r.grant,
+            kept: r.to,
+            opens,
+        };
+        self.send_primary(slot, Asked::Return, op);
     }
 
     /// Recalls waiting for a grant just seen go to the callbacks thread.
@@ -364,7 +380,8 @@ impl FsSim {
                 let m = &mut self.mounts[slot];
                 if grant.uncached {
                     for old in m.opens.learned(ino, &have) {
-                        self.send_primary(slot, ToPrimary::Close { ino, id: old });
+                        let op = Op::Close { ino, id: old };
+                        self.send_primary(slot, Asked::Close { program: false }, op);
                     }
                 }
                 let m = &mut self.mounts[slot];
@@ -425,19 +442,33 @@ impl FsSim {
                 }
                 self.written_back(slot, d.ino, d.then);
             }
-            ToMount::Callback(Callback::Recall { ino, to, grant }) => {
+            ToMount::Events(list) => {
+                for cb in list {
+                    self.callback(slot, cb);
+                }
+                let op = Op::Events {
+                    confirm: Vec::new(),
+                };
+                self.send_primary(slot, Asked::Events, op);
+            }
+        }
+    }
+
+    /// A callback, as the mount's events thread takes it.
+    fn callback(&mut self, slot: usize, cb: Callback) {
+        self.log(format!("callback to mount {slot}: {cb:?}"));
+        match cb {
+            Callback::Recall { ino, to, grant } => {
                 self.report.recalls += 1;
                 let m = &mut self.mounts[slot];
                 if let Some((ino, to, grant)) = m.cache.recall(ino, to, grant) {
                     m.work.push_back(Work::Recall { ino, to, grant });
                 }
             }
-            ToMount::Callback(Callback::StopCaching { ino, grant }) => {
+            Callback::StopCaching { ino, grant } => {
                 self.mounts[slot].cache.stop_caching(ino, grant);
             }
-            ToMount::Callback(
-                Callback::Notice { .. } | Callback::Orphan { .. } | Callback::Unlocked { .. },
-            ) => {}
+            Callback::Notice { .. } | Callback::Orphan { .. } | Callback::Unlocked { .. } => {}
         }
     }
 }

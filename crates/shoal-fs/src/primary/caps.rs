@@ -10,42 +10,51 @@
 //! `Read` first, and so writes its changes back (the request waits with
 //! the others that wait for recalls).
 
+use crate::model::{FsError, Identity, Ino, Kind};
+use crate::op::{Failure, Grant, Op, Reply};
+use crate::tokens::Level;
+use crate::xattr;
 use shoal_cap::{Capability, Rights};
-use shoal_fs::model::{FsError, Identity, Ino, Kind};
-use shoal_fs::op::{Failure, Grant, Op, Reply};
-use shoal_fs::tokens::Level;
-use shoal_fs::xattr;
 
-use super::{Outcome, Primary, Rep, Soft, fs};
+use super::decide::read_window;
+use super::{Outcome, Shell, Soft, fs};
 
-impl Primary {
+impl<H> Soft<H> {
     /// `GetXattr` and `ListXattr` for a mount's caller `who`.
-    pub(super) fn xattr(&self, r: &Rep, who: &Identity, op: &Op) -> Result<Reply, Failure> {
-        let port = r.port();
-        r.read(|m| {
-            let inode = |ino: &Ino| m.tree.get(*ino).ok_or(FsError::NotFound);
-            match op {
-                Op::GetXattr { ino, name } if name == xattr::CAP => {
-                    let cap = xattr::mint(port, inode(ino)?, who)?;
-                    Ok(Reply::Data(cap.to_string().into_bytes()))
+    pub(super) fn xattr(
+        &self,
+        shell: &impl Shell,
+        who: &Identity,
+        op: &Op,
+    ) -> Result<Reply, Failure> {
+        let port = self.cfg.port;
+        shell
+            .read(|t| {
+                let inode = |ino: &Ino| t.get(*ino).ok_or(FsError::NotFound);
+                match op {
+                    Op::GetXattr { ino, name } if name == xattr::CAP => {
+                        let cap = xattr::mint(port, inode(ino)?, who)?;
+                        Ok(Reply::Data(cap.to_string().into_bytes()))
+                    }
+                    Op::GetXattr { ino, name } => {
+                        xattr::get(inode(ino)?, who, name).map(Reply::Data)
+                    }
+                    Op::ListXattr { ino } => xattr::list(inode(ino)?, who).map(Reply::Data),
+                    _ => unreachable!("only the xattr requests come here"),
                 }
-                Op::GetXattr { ino, name } => xattr::get(inode(ino)?, who, name).map(Reply::Data),
-                Op::ListXattr { ino } => xattr::list(inode(ino)?, who).map(Reply::Data),
-                _ => unreachable!("only the xattr requests come here"),
-            }
-        })
-        .map_err(fs)
+            })
+            .map_err(fs)
     }
 
     /// A request by capability: checked against the inode's secret, and
     /// made with the capability's rights whoever calls.
-    pub(super) fn by_capability(&self, r: &Rep, soft: &mut Soft, op: &Op) -> Outcome {
+    pub(super) fn by_capability(&mut self, shell: &mut impl Shell, op: &Op) -> Outcome {
         let (cap, need) = match op {
             Op::CapStat { cap } => (cap, Rights::NONE),
             Op::CapRead { cap, .. } => (cap, Rights::READ),
             _ => unreachable!("only requests by capability come here"),
         };
-        let attr = match Self::checked(r, cap, need) {
+        let attr = match self.checked(shell, cap, need) {
             Ok(attr) => attr,
             Err(e) => return Outcome::Reply(Err(fs(e))),
         };
@@ -66,13 +75,10 @@ impl Primary {
                         FsError::Invalid("only a regular file has contents")
                     })));
                 }
-                if !soft.tokens.writers_flushed(attr.ino) {
+                if !self.tokens.writers_flushed(attr.ino) {
                     return Outcome::Wait;
                 }
-                Outcome::Reply(
-                    self.read_window(r, attr.ino, *offset, *len)
-                        .map(Reply::Data),
-                )
+                Outcome::Reply(read_window(shell, attr.ino, *offset, *len).map(Reply::Data))
             }
             _ => unreachable!("matched above"),
         }
@@ -80,12 +86,17 @@ impl Primary {
 
     /// The attributes of the inode `cap` names, if it is genuine, was
     /// made by this service and holds `need`.
-    fn checked(r: &Rep, cap: &Capability, need: Rights) -> Result<shoal_fs::Attr, FsError> {
-        if cap.port() != r.port() {
+    fn checked(
+        &self,
+        shell: &impl Shell,
+        cap: &Capability,
+        need: Rights,
+    ) -> Result<crate::model::Attr, FsError> {
+        if cap.port() != self.cfg.port {
             return Err(FsError::Access);
         }
-        r.read(|m| {
-            let inode = m.tree.get(cap.object().get()).ok_or(FsError::Access)?;
+        shell.read(|t| {
+            let inode = t.get(cap.object().get()).ok_or(FsError::Access)?;
             xattr::verify(cap, inode, need)?;
             Ok(inode.attr)
         })

@@ -14,30 +14,30 @@
 //! out (the push is how the pusher answers it).  The pusher gets `Write`
 //! on every inode the push made.
 
-use shoal_fs::op::{self, Failure, Grant, Reply};
-use shoal_fs::private::check_push;
-use shoal_fs::tokens::{Level, Want};
-use shoal_fs::update::{Answer, Pushed, Update, UpdateOp};
+use crate::op::{self, Failure, Grant, Reply};
+use crate::private::check_push;
+use crate::tokens::{Level, Want};
+use crate::update::{Answer, Pushed, Update, UpdateOp};
 
-use super::{Outcome, Primary, Rep, Soft, fs, granted, order_for_client, wall};
+use super::decide::granted;
+use super::{Outcome, Shell, Soft, fs};
 
-impl Primary {
+impl<H> Soft<H> {
     pub(super) fn push(
-        &self,
-        r: &Rep,
-        soft: &mut Soft,
+        &mut self,
+        shell: &mut impl Shell,
         req: &op::Request,
         ops: &[Pushed],
     ) -> Outcome {
         let client = req.session;
-        if !soft.tokens.knows(client) {
+        if !self.tokens.knows(client) {
             return Outcome::Reply(Err(Failure::NoSession));
         }
         // A push applied already (its answer lost, with the primary that
         // gave it) is answered again as it was, whatever its pusher holds
         // now: a directory it removed could not be reclaimed.
-        let applied = r.read(|m| m.tree.recorded(client & !1, req.seq).is_some());
-        let holds = |ino| applied || soft.tokens.level(client, ino) == Level::Write;
+        let applied = shell.read(|t| t.recorded(client & !1, req.seq).is_some());
+        let holds = |ino| applied || self.tokens.level(client, ino) == Level::Write;
         // Each change is made as its maker, squashed as a request's caller
         // is: a push is no way round root squash.
         let ops: Vec<Pushed> = ops
@@ -59,10 +59,10 @@ impl Primary {
             session: client & !1,
             seq: req.seq,
             who: req.who.clone(),
-            now: wall(),
+            now: shell.wall(),
             op: UpdateOp::Push { ops },
         };
-        let results = match order_for_client(r, &update) {
+        let results = match shell.order(&update) {
             Ok(Ok(Answer::Pushed(results))) => results,
             Ok(Ok(other)) => {
                 return Outcome::Reply(Err(Failure::Unavailable(format!(
@@ -79,12 +79,12 @@ impl Primary {
                 gone: Some(ino), ..
             }) = res
             {
-                soft.tokens.forget(*ino);
+                self.tokens.forget(*ino);
             }
         }
-        let attrs: Vec<_> = r.read(|m| {
+        let attrs: Vec<_> = shell.read(|t| {
             made.iter()
-                .filter_map(|ino| m.tree.get(*ino).map(|i| i.attr))
+                .filter_map(|ino| t.get(*ino).map(|i| i.attr))
                 .collect()
         });
         let made = attrs
@@ -92,8 +92,8 @@ impl Primary {
             .filter_map(|attr| {
                 // Answered again, a push gives the grants it gave: its
                 // first answer may be the one the mount sees.
-                if applied && soft.tokens.level(client, attr.ino) == Level::Write {
-                    let grant = soft.tokens.grant_of(client, attr.ino);
+                if applied && self.tokens.level(client, attr.ino) == Level::Write {
+                    let grant = self.tokens.grant_of(client, attr.ino);
                     return Some((
                         attr,
                         Grant {
@@ -103,7 +103,7 @@ impl Primary {
                         },
                     ));
                 }
-                let d = soft
+                let d = self
                     .tokens
                     .request(client, attr.ino, Want::Change, &[], None);
                 granted(&d).map(|g| (attr, g))

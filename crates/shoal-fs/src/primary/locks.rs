@@ -6,16 +6,16 @@
 //! period only reclaims are taken; other lock requests wait for its end,
 //! so no lock is given that an old holder is about to reclaim.
 
-use shoal_fs::locks::{Lock, Owner, Refused};
-use shoal_fs::model::{FsError, Ino};
-use shoal_fs::op::{Conflict, Failure, LockHow, Op, Reply};
-use shoal_fs::tokens::{Callback, ClientId};
+use crate::locks::{Lock, Owner, Refused};
+use crate::model::{FsError, Ino};
+use crate::op::{Conflict, Failure, LockHow, Op, Reply};
+use crate::tokens::{Callback, ClientId};
 
-use super::{Outcome, Primary, Rep, Soft, fs};
+use super::{Outcome, Shell, Soft, fs};
 
-impl Primary {
+impl<H> Soft<H> {
     /// A `Lock` request of `client`.
-    pub(super) fn lock(&self, r: &Rep, soft: &mut Soft, client: ClientId, op: &Op) -> Outcome {
+    pub(super) fn lock(&mut self, shell: &mut impl Shell, client: ClientId, op: &Op) -> Outcome {
         let Op::Lock {
             ino,
             owner,
@@ -29,7 +29,7 @@ impl Primary {
         else {
             unreachable!("only lock requests come here")
         };
-        let in_grace = soft.tokens.in_grace();
+        let in_grace = self.tokens.in_grace();
         if in_grace && how != LockHow::Reclaim {
             return Outcome::Wait;
         }
@@ -38,7 +38,7 @@ impl Primary {
                 "a lock is reclaimed only in a new primary's grace period",
             ))));
         }
-        if r.read(|m| m.tree.get(ino).is_none()) {
+        if shell.read(|t| t.get(ino).is_none()) {
             return Outcome::Reply(Err(fs(FsError::NotFound)));
         }
         let owner = Owner { client, owner };
@@ -46,8 +46,8 @@ impl Primary {
             if how == LockHow::Test {
                 return Outcome::Reply(Err(fs(FsError::Invalid("a test of no lock"))));
             }
-            let woken = soft.locks.unlock(ino, owner, style, start, end);
-            Self::unlocked(soft, ino, woken);
+            let woken = self.locks.unlock(ino, owner, style, start, end);
+            self.unlocked(ino, woken);
             return Outcome::Reply(Ok(Reply::Locked(None)));
         };
         let want = Lock {
@@ -61,11 +61,11 @@ impl Primary {
         let result = match how {
             LockHow::Test => {
                 return Outcome::Reply(Ok(Reply::Locked(
-                    soft.locks.conflict(ino, &want).map(conflict),
+                    self.locks.conflict(ino, &want).map(conflict),
                 )));
             }
-            LockHow::Try | LockHow::Reclaim => soft.locks.lock(ino, want, false),
-            LockHow::Wait => soft.locks.lock(ino, want, true),
+            LockHow::Try | LockHow::Reclaim => self.locks.lock(ino, want, false),
+            LockHow::Wait => self.locks.lock(ino, want, true),
         };
         Outcome::Reply(match result {
             Ok(()) => Ok(Reply::Locked(None)),
@@ -82,9 +82,9 @@ impl Primary {
     }
 
     /// Locks on `ino` were released: the clients waiting on it are told.
-    fn unlocked(soft: &mut Soft, ino: Ino, woken: Vec<ClientId>) {
+    fn unlocked(&mut self, ino: Ino, woken: Vec<ClientId>) {
         for c in woken {
-            soft.queued
+            self.queued
                 .entry(c)
                 .or_default()
                 .push(Callback::Unlocked { ino });
@@ -92,9 +92,9 @@ impl Primary {
     }
 
     /// A client's lease ended: its locks go, and their waiters are told.
-    pub(super) fn release_locks(soft: &mut Soft, client: ClientId) {
-        for (ino, c) in soft.locks.release_client(client) {
-            Self::unlocked(soft, ino, vec![c]);
+    pub(super) fn release_locks(&mut self, client: ClientId) {
+        for (ino, c) in self.locks.release_client(client) {
+            self.unlocked(ino, vec![c]);
         }
     }
 }
