@@ -19,6 +19,11 @@
 //!   changes it has not pushed yet (made again by the replicas);
 //! - [`tokens`]: the primary's soft state: who may cache what, the opens it
 //!   knows, write-shared files, recalls, change notices and leases;
+//! - [`primary`]: the primary's decisions over that state: each request
+//!   answered at once or held until its recalls are answered, parked
+//!   `Events`, the grace period, over a shell for the tree's order and
+//!   the file servers (the metadata service and the simulator each have
+//!   one);
 //! - [`locks`]: advisory locks (`fcntl` and `flock`), cluster-wide: the
 //!   table the primary keeps and who waits on it;
 //! - [`cache`]: a mount's cache: the tokens it holds, what the kernel may
@@ -29,7 +34,8 @@
 //!   content version, for the file service's `edit`.
 //!
 //! **Architecture invariant:** no sockets, files, clocks or randomness
-//! (times and secrets travel in the updates); decoders never panic.
+//! (times and secrets travel in the updates, or come from the shell);
+//! decoders never panic.
 
 #![forbid(unsafe_code)]
 

@@ -305,11 +305,14 @@ pub enum Reply {
     /// What the tree answered a `Change` of names (or a `CreateOpen`),
     /// with the attributes of the directories whose names it changed, as
     /// the change left them, and the grant of a `CreateOpen`'s open (if it
-    /// was made).
+    /// was made).  A directory made for a mount comes with `Write` on it
+    /// (`opened`) and the capability secret the primary drew for it
+    /// (`secret`), so the mount's private copy holds what the replicas do.
     Changed {
         result: Result<Answer, FsError>,
         dirs: Vec<Attr>,
         opened: Option<Grant>,
+        secret: Option<[u8; 16]>,
     },
     /// What the tree answered each change of a `Push`, and the inodes it
     /// made (as the push left them), each granted to the pusher.

@@ -200,6 +200,11 @@ impl<H> Soft<H> {
         self.instance != 0
     }
 
+    /// Whether a new primary's grace period is under way.
+    pub fn in_grace(&self) -> bool {
+        self.grace_until.is_some()
+    }
+
     /// Whether anything waits: requests for recalls, or changes for
     /// their notices.
     pub fn is_waiting(&self) -> bool {

@@ -134,6 +134,7 @@ impl Mount {
                 result: Ok(a),
                 dirs,
                 opened: None,
+                ..
             }) => {
                 assert!(!dirs.is_empty(), "a change of names names its directories");
                 a

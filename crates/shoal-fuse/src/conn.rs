@@ -280,15 +280,15 @@ impl Conn {
 
     /// A change to the tree; its answer, or the tree's refusal.
     pub(crate) fn change(&self, who: &Identity, op: UpdateOp) -> Result<Answer, Failure> {
-        self.changed(who, Op::Change { op })
-            .map(|(answer, _)| answer)
+        self.changed(who, Op::Change { op }).map(|c| c.answer)
     }
 
-    /// Sends a change (or a create-and-open): its answer and the grant of
-    /// its open, if any.  The directories whose names it changed get the
+    /// Sends a change (or a create-and-open): its answer, the grant of
+    /// its open (or of the directory it made), if any, and that
+    /// directory's secret.  The directories whose names it changed get the
     /// attributes it left them, which this mount may then give the kernel
     /// without asking while it holds them ([`Cache::dirs_changed`]).
-    fn changed(&self, who: &Identity, op: Op) -> Result<(Answer, Option<Grant>), Failure> {
+    fn changed(&self, who: &Identity, op: Op) -> Result<Changed, Failure> {
         let names = match &op {
             Op::Change { op } | Op::CreateOpen { op, .. } => {
                 // Whatever it touches must be the primary's to change.
@@ -330,14 +330,23 @@ impl Conn {
         let answer = self.call(who, op);
         count();
         match answer? {
-            Reply::Updated(result) => Ok((result.map_err(Failure::Fs)?, None)),
+            Reply::Updated(result) => Ok(Changed {
+                answer: result.map_err(Failure::Fs)?,
+                grant: None,
+                secret: None,
+            }),
             Reply::Changed {
                 result,
                 dirs,
                 opened,
+                secret,
             } => {
                 self.cache.lock().dirs_changed(&dirs, &expected);
-                Ok((result.map_err(Failure::Fs)?, opened))
+                Ok(Changed {
+                    answer: result.map_err(Failure::Fs)?,
+                    grant: opened,
+                    secret,
+                })
             }
             other => Err(shoal_fssvc::client::unexpected(&other)),
         }
@@ -356,8 +365,15 @@ impl Conn {
     ) -> Result<(Attr, Option<Grant>), Failure> {
         let op = Op::CreateOpen { op, id, want };
         match self.changed(who, op)? {
-            (Answer::Entry { attr, .. }, grant) => Ok((attr, grant)),
-            (other, _) => Err(Failure::Unavailable(format!("unexpected answer {other:?}"))),
+            Changed {
+                answer: Answer::Entry { attr, .. },
+                grant,
+                ..
+            } => Ok((attr, grant)),
+            other => Err(Failure::Unavailable(format!(
+                "unexpected answer {:?}",
+                other.answer
+            ))),
         }
     }
 
@@ -396,18 +412,15 @@ impl Conn {
         target: &[u8],
     ) -> Result<Attr, Failure> {
         let op = self.create_op(parent, name, kind, target)?;
-        let secret = match &op {
-            UpdateOp::Create { secret, .. } => *secret,
-            _ => unreachable!("a create"),
-        };
         let op = match self.private_change(who, op)? {
             Routed::Local(answer) => return entry(answer.map_err(Failure::Fs)?),
             Routed::Shared(op) => op,
         };
-        let (answer, grant) = self.changed(who, Op::Change { op })?;
-        let attr = entry(answer)?;
-        // A directory made comes with `Write` on it: private.
-        if let Some(grant) = grant
+        let made = self.changed(who, Op::Change { op })?;
+        let attr = entry(made.answer)?;
+        // A directory made comes with `Write` on it, and the secret the
+        // primary drew for it: private.
+        if let (Some(grant), Some(secret)) = (made.grant, made.secret)
             && attr.kind == Kind::Dir
             && grant.level == Level::Write
         {
@@ -659,4 +672,14 @@ impl<'a> Names<'a> {
             _ => Names::default(),
         }
     }
+}
+
+/// What the primary answered a change.
+pub(crate) struct Changed {
+    pub answer: Answer,
+    /// The grant of a create-and-open's open, or `Write` on a directory
+    /// made.
+    pub grant: Option<Grant>,
+    /// The capability secret of a directory made, held with `Write`.
+    pub secret: Option<[u8; 16]>,
 }

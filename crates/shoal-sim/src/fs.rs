@@ -49,7 +49,7 @@ use shoal_proto::Time as Tick;
 
 use crate::timeline::Timeline;
 use mount::{Mount, ToMount};
-use primary::World;
+pub(crate) use primary::World;
 
 /// The lease clock's µs in a tick.
 const TICK_US: u64 = 100_000;

@@ -1,14 +1,18 @@
 //! Private directories (`docs/fs.md`, "Private directories") over a
 //! network that delays and reorders every message: clients running the
-//! real [`Private`] copy make directories at a primary running the real
-//! [`Tree`], [`Tokens`] and push rule ([`check_push`]), change names in
-//! them without a message, push on a timer, look at each other's
-//! directories (a recall: the holder pushes, ends its privacy, then
-//! answers) and crash.  The primary crashes too: its tree (the replicas'
-//! state) stays, its tokens go, and what was in flight to or from it is
-//! lost; the new primary is in its grace period until every client has
-//! reclaimed `Write` on the inodes of its copy the primary knows (as a
-//! mount does), and the clients then send again what was unanswered.
+//! real [`Private`] copy make directories at a primary running the soft
+//! state and decisions the metadata service ships
+//! ([`shoal_fs::primary`], over the real [`shoal_fs::Tree`]), with the
+//! real requests and replies: they change names in their directories
+//! without a message, push on a timer, look at each other's directories
+//! (a recall, carried on the answer to the client's parked `Events`: the
+//! holder pushes, ends its privacy, then answers) and crash.  The primary
+//! crashes too: its tree (the replicas' state) stays, its soft state
+//! goes, and what was in flight to or from it is lost; the new primary is
+//! in its grace period for a lease, in which every client says hello
+//! again and reclaims `Write` on the inodes of its copy the primary knows
+//! (as a mount does), and sends again what was unanswered.  A tick is
+//! 100 ms of the lease clock: a lease and a grace period are 100 ticks.
 //!
 //! The checks:
 //! - **a push makes the copy**: when a push is answered, every inode of
@@ -24,14 +28,20 @@ use std::collections::HashMap;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use shoal_cap::PutPort;
 use shoal_fs::model::{Attr, FsError, Identity, Ino, Kind, ROOT, Time};
-use shoal_fs::private::{Private, check_push};
-use shoal_fs::tokens::{Callback, ClientId, Decision, Level, Tokens, Want};
-use shoal_fs::update::{Answer, Pushed, Update, UpdateOp};
-use shoal_fs::{Applied, Tree};
+use shoal_fs::op::{self, Failure, Op, Reply};
+use shoal_fs::primary::{Config, GRACE_US, Soft};
+use shoal_fs::private::Private;
+use shoal_fs::tokens::{Callback, ClientId, Level};
+use shoal_fs::update::{Answer, Pushed, UpdateOp};
 use shoal_proto::Time as Tick;
 
+use crate::fs::World;
 use crate::timeline::Timeline;
+
+/// The lease clock's µs in a tick.
+const TICK_US: u64 = 100_000;
 
 /// What a run does.
 #[derive(Debug, Clone)]
@@ -74,30 +84,16 @@ pub struct PrivateReport {
     pub violations: Vec<String>,
 }
 
+/// What a client asked, to make sense of the answer.
 #[derive(Debug, Clone)]
-enum ToPrimary {
-    Mkdir {
-        seq: u64,
-        name: Vec<u8>,
-        ino: Ino,
-        secret: [u8; 16],
-    },
-    /// After a primary change: a hello, and `Write` on these inodes.
-    Reclaim {
-        inos: Vec<Ino>,
-    },
-    Push {
-        seq: u64,
-        ops: Vec<Pushed>,
-    },
-    Look {
-        dir: Ino,
-    },
-    Returned {
-        ino: Ino,
-        grant: u64,
-        kept: Level,
-    },
+enum Asked {
+    Hello,
+    Events,
+    Mkdir,
+    Reclaim { ino: Ino },
+    Push { seq: u64 },
+    Look { dir: Ino },
+    Return,
 }
 
 #[derive(Debug, Clone)]
@@ -112,10 +108,11 @@ enum ToClient {
         results: Vec<Result<Answer, FsError>>,
         made: Vec<(Ino, u64)>,
     },
-    /// The primary changed: reclaim.
+    /// The primary changed: say hello and reclaim.
     NewPrimary,
     Reclaimed {
-        grants: Vec<(Ino, u64)>,
+        ino: Ino,
+        grant: u64,
     },
     /// A push refused (its request number).
     Refused(u64, FsError),
@@ -125,8 +122,16 @@ enum ToClient {
         dir: Ino,
         grant: u64,
     },
-    Callback(Callback),
+    Events(Vec<Callback>),
 }
+
+/// Whom an answer of the primary goes to: the client's slot, its session
+/// then, and what it asked.
+type To = (usize, ClientId, Asked);
+
+/// A message: a request to the primary (and what it asked), or one to a
+/// client.
+type Msg = Result<(Asked, op::Request), ToClient>;
 
 struct Client {
     id: ClientId,
@@ -145,6 +150,8 @@ struct Client {
     push_seq: u64,
     next_ino: Ino,
     made_dirs: u64,
+    /// Notices carried out, to confirm with the next `Events` request.
+    confirm: Vec<u64>,
 }
 
 /// One seeded run.
@@ -153,21 +160,17 @@ pub struct PrivateSim {
     cfg: PrivateSimConfig,
     now: u64,
     /// Messages in flight: (client slot, the client's id then, body).
-    wire: Timeline<(usize, ClientId, Result<ToPrimary, ToClient>)>,
-    tree: Tree,
-    tokens: Tokens,
-    /// Looks waiting for recalls: (client slot, its id, directory).
-    parked: Vec<(usize, ClientId, Ino)>,
+    wire: Timeline<(usize, ClientId, Msg)>,
+    /// Messages in flight other than `Events` and their answers.
+    in_flight: usize,
+    /// The replicas' tree.
+    world: World,
+    /// The primary's soft state, as the metadata service runs it.
+    soft: Soft<To>,
     clients: Vec<Client>,
     next_id: ClientId,
-    update_seq: u64,
     /// The primary's incarnation.
     epoch: u32,
-    /// During a grace period: when it ends at the latest, the clients
-    /// that reclaimed, and the requests held until it ends.
-    grace_until: Option<u64>,
-    reclaimed: Vec<ClientId>,
-    held: Vec<(usize, ClientId, ToPrimary)>,
     report: PrivateReport,
     trace: Vec<String>,
 }
@@ -180,23 +183,29 @@ impl PrivateSim {
             rng: ChaCha8Rng::seed_from_u64(seed),
             now: 0,
             wire: Timeline::new(),
-            tree: Tree::new([0; 16], Time::new(0, 0)),
-            tokens: Tokens::new(),
-            parked: Vec::new(),
+            in_flight: 0,
+            world: World::new(),
+            soft: Soft::new(Config {
+                port: PutPort::from_bytes([3; 16]),
+                servers: Vec::new(),
+                copies: 1,
+                allow_root: true,
+                // The first primary has nobody to wait for.
+                grace_us: 0,
+            }),
             clients: Vec::new(),
             next_id: 1,
-            update_seq: 0,
-            epoch: 0,
-            grace_until: None,
-            reclaimed: Vec::new(),
-            held: Vec::new(),
+            epoch: 1,
             report: PrivateReport::default(),
             trace: Vec::new(),
             cfg,
         };
-        for _ in 0..sim.cfg.clients {
+        sim.soft.start(1, 1, 0);
+        sim.primary_tick();
+        for slot in 0..sim.cfg.clients {
             let c = sim.new_client();
             sim.clients.push(c);
+            sim.hello(slot);
         }
         sim
     }
@@ -205,8 +214,7 @@ impl PrivateSim {
         // Odd session numbers, as a mount's are.
         self.next_id += 2;
         let id = self.next_id;
-        self.tokens.hello(self.now, id);
-        let first = match self.order(0, 0, &Identity::root(), UpdateOp::Range { count: RANGE }) {
+        let first = match self.world.set_up(UpdateOp::Range { count: RANGE }) {
             Ok(Answer::Range { first, .. }) => first,
             other => unreachable!("a range: {other:?}"),
         };
@@ -222,6 +230,7 @@ impl PrivateSim {
             push_seq: 0,
             next_ino: first,
             made_dirs: 0,
+            confirm: Vec::new(),
         }
     }
 
@@ -247,40 +256,57 @@ impl PrivateSim {
         Time::new(self.now as i64, 0)
     }
 
-    /// An update the replicas order, in exactly-once session `session`.
-    fn order(
-        &mut self,
-        session: u64,
-        seq: u64,
-        who: &Identity,
-        op: UpdateOp,
-    ) -> Result<Answer, FsError> {
-        let (session, seq) = if session == 0 {
-            self.update_seq += 1;
-            (0, self.update_seq)
-        } else {
-            (session, seq)
-        };
-        let u = Update {
-            session,
-            seq,
-            who: who.clone(),
-            now: self.clock(),
-            op,
-        };
-        match self.tree.apply(&u) {
-            Applied::New(r) | Applied::Duplicate(r) => r,
+    fn send(&mut self, slot: usize, id: ClientId, body: Msg) {
+        if !matches!(body, Ok((Asked::Events, _)) | Err(ToClient::Events(_))) {
+            self.in_flight += 1;
         }
-    }
-
-    fn send(&mut self, slot: usize, id: ClientId, body: Result<ToPrimary, ToClient>) {
         let delay = self.rng.random_range(1..=self.cfg.delay_max);
         self.wire.at(Tick(self.now + delay), (slot, id, body));
     }
 
-    fn send_primary(&mut self, slot: usize, m: ToPrimary) {
+    /// A request of client `slot`, numbered `seq` in its session (the
+    /// changes' exactly-once numbers; 0 for the rest).
+    fn send_primary(&mut self, slot: usize, asked: Asked, seq: u64, op: Op) {
         let id = self.clients[slot].id;
-        self.send(slot, id, Ok(m));
+        let req = op::Request {
+            session: id,
+            seq,
+            who: Identity::root(),
+            op,
+        };
+        self.send(slot, id, Ok((asked, req)));
+    }
+
+    /// Client `slot` parks its next `Events` request, confirming the
+    /// notices it carried out.
+    fn events(&mut self, slot: usize) {
+        let confirm = std::mem::take(&mut self.clients[slot].confirm);
+        self.send_primary(slot, Asked::Events, 0, Op::Events { confirm });
+    }
+
+    /// Client `slot` (new, restarted, or told of a new primary) says
+    /// hello at once, and parks its `Events` request.
+    fn hello(&mut self, slot: usize) {
+        let id = self.clients[slot].id;
+        let hello = op::Request {
+            session: id,
+            seq: 0,
+            who: Identity::root(),
+            op: Op::Hello {
+                instance: [0; 16],
+                node: format!("node{slot}").into_bytes(),
+            },
+        };
+        let now = self.now * TICK_US;
+        self.soft
+            .request(&mut self.world, now, (slot, id, Asked::Hello), hello);
+        self.answer();
+        self.events(slot);
+    }
+
+    fn primary_tick(&mut self) {
+        self.soft.tick(&mut self.world, self.now * TICK_US);
+        self.answer();
     }
 
     pub fn run(&mut self) -> PrivateReport {
@@ -289,7 +315,7 @@ impl PrivateSim {
         }
         let until = self.now + 3000;
         while self.now < until
-            && (!self.wire.is_empty() || !self.parked.is_empty() || self.grace_until.is_some())
+            && (self.in_flight > 0 || self.soft.is_waiting() || self.soft.in_grace())
         {
             self.step(false);
         }
@@ -306,9 +332,7 @@ impl PrivateSim {
         if busy && self.rng.random_bool(self.cfg.primary_crash_chance) {
             self.primary_crash();
         }
-        if self.grace_until.is_some_and(|t| t <= self.now) {
-            self.end_grace();
-        }
+        self.primary_tick();
         self.deliver_due();
         for slot in 0..self.clients.len() {
             if busy && self.rng.random_bool(self.cfg.crash_chance) {
@@ -329,47 +353,36 @@ impl PrivateSim {
         self.report.crashes += 1;
         let old = self.clients[slot].id;
         self.log(format!("client {slot} (session {old}) crashes"));
-        self.tokens.expire(self.now, Some(old));
+        // Its node restarts it with a new session; the old one's tokens
+        // stay until its lease runs out.
         self.clients[slot] = self.new_client();
-        // A new session has nothing to reclaim.
-        self.reclaimed.push(self.clients[slot].id);
-        self.flush_callbacks();
-        self.retry_parked();
+        self.hello(slot);
     }
 
     /// The primary crashes and another replica takes over: the tree stays,
-    /// the tokens go, every message to or from the old one is lost, and
-    /// the clients are told (as a mount learns it from its session).
+    /// the soft state goes, every message to or from the old one is lost,
+    /// and the clients are told (as a mount learns it from its session).
     fn primary_crash(&mut self) {
         self.report.primary_crashes += 1;
         self.epoch += 1;
         self.log(format!("the primary crashes (epoch {})", self.epoch));
-        self.tokens = Tokens::after_change(self.epoch);
+        self.soft.stop();
+        let _lost = self.soft.answers();
         self.wire.clear();
-        self.parked.clear();
-        self.held.clear();
-        self.reclaimed.clear();
-        self.grace_until = Some(self.now + 4 * self.cfg.delay_max + 10);
+        self.in_flight = 0;
+        self.soft = Soft::new(Config {
+            port: PutPort::from_bytes([3; 16]),
+            servers: Vec::new(),
+            copies: 1,
+            allow_root: true,
+            grace_us: GRACE_US,
+        });
+        self.soft
+            .start(self.epoch as u64, self.epoch, self.now * TICK_US);
         for slot in 0..self.clients.len() {
             let id = self.clients[slot].id;
             self.send(slot, id, Err(ToClient::NewPrimary));
         }
-    }
-
-    /// The grace period ends (every client reclaimed, or its time is up):
-    /// the requests held meanwhile are decided.
-    fn end_grace(&mut self) {
-        if self.grace_until.take().is_none() {
-            return;
-        }
-        self.log("the grace period ends".into());
-        self.tokens.end_grace();
-        for (slot, id, m) in std::mem::take(&mut self.held) {
-            if self.tokens.knows(id) {
-                self.primary(slot, id, m);
-            }
-        }
-        self.retry_parked();
     }
 
     fn start_op(&mut self, slot: usize) {
@@ -391,20 +404,13 @@ impl PrivateSim {
                 c.next_ino += 1;
                 let seq = c.made_dirs;
                 c.making.push((seq, name.clone(), ino));
-                self.send_primary(
-                    slot,
-                    ToPrimary::Mkdir {
-                        seq,
-                        name,
-                        ino,
-                        secret: [3; 16],
-                    },
-                );
+                self.mkdir(slot, seq, name, ino);
             }
             1 if c.looking.is_none() => {
                 // Any directory at the primary, another client's private
                 // ones included.
                 let all: Vec<Ino> = self
+                    .world
                     .tree
                     .inodes()
                     .filter(|i| i.attr.kind == Kind::Dir && i.attr.ino != ROOT && i.attr.nlink > 0)
@@ -417,7 +423,7 @@ impl PrivateSim {
                 self.clients[slot].looking = Some(dir);
                 self.report.looks += 1;
                 self.log(format!("client {slot} looks at {dir}"));
-                self.send_primary(slot, ToPrimary::Look { dir });
+                self.send_primary(slot, Asked::Look { dir }, 0, Op::ReadDir { ino: dir });
             }
             _ if !dirs.is_empty() && c.pushing.is_none() => {
                 let dir = dirs[self.rng.random_range(0..dirs.len())];
@@ -476,183 +482,118 @@ impl PrivateSim {
         let seq = c.push_seq;
         c.pushing = Some(seq);
         self.log(format!("client {slot} pushes {} changes", ops.len()));
-        self.send_primary(slot, ToPrimary::Push { seq, ops });
+        self.send_primary(slot, Asked::Push { seq }, seq, push(ops));
+    }
+
+    /// A directory made at the primary, as request `seq` of the
+    /// session (sent again at a new primary, it is answered as it was).
+    fn mkdir(&mut self, slot: usize, seq: u64, name: Vec<u8>, ino: Ino) {
+        let op = UpdateOp::Create {
+            parent: ROOT,
+            name,
+            kind: Kind::Dir,
+            perm: 0o755,
+            rdev: 0,
+            ino,
+            // The primary draws the secret.
+            secret: [3; 16],
+            target: Vec::new(),
+            excl: true,
+        };
+        self.send_primary(slot, Asked::Mkdir, seq, Op::Change { op });
     }
 
     fn deliver_due(&mut self) {
         while let Some((slot, id, body)) = self.wire.due(Tick(self.now)) {
-            match body {
-                // A crashed client's reclaim would hold its tokens until
-                // its lease ran out; leases do not run out in this model,
-                // so the reclaim is lost with the client.
-                Ok(ToPrimary::Reclaim { inos }) => {
-                    if self.clients[slot].id == id {
-                        self.reclaim(slot, id, inos);
-                    }
-                }
-                Ok(m) if self.tokens.in_grace() => {
-                    if self.tokens.knows(id) {
-                        self.held.push((slot, id, m));
-                    }
-                }
-                Ok(m) => {
-                    if self.tokens.knows(id) {
-                        self.primary(slot, id, m);
-                    }
-                }
-                Err(m) => {
-                    if self.clients[slot].id == id {
-                        self.client(slot, m);
-                    }
-                }
+            if !matches!(body, Ok((Asked::Events, _)) | Err(ToClient::Events(_))) {
+                self.in_flight -= 1;
             }
-        }
-    }
-
-    /// A client's hello and reclaims at a new primary.
-    fn reclaim(&mut self, slot: usize, id: ClientId, inos: Vec<Ino>) {
-        self.tokens.hello(self.now, id);
-        let mut grants = Vec::new();
-        for ino in inos {
-            // Made since the last push, which did not reach the old
-            // primary: nothing to reclaim (the push makes it).
-            if self.tree.get(ino).is_none() {
+            // A crashed client's requests under way die with it, and its
+            // answers find nobody.
+            if self.clients[slot].id != id {
                 continue;
             }
-            self.report.reclaims += 1;
-            match self
-                .tokens
-                .reclaim(self.now, id, ino, Level::Write, true, &[])
-            {
-                Ok(g) => grants.push((ino, g)),
-                Err(e) => {
-                    self.violation(format!("client {slot}'s reclaim of {ino} refused: {e:?}"))
+            match body {
+                Ok((asked, req)) => {
+                    let now = self.now * TICK_US;
+                    self.soft
+                        .request(&mut self.world, now, (slot, id, asked), req);
+                    self.answer();
                 }
+                Err(m) => self.client(slot, m),
             }
-        }
-        if !self.reclaimed.contains(&id) {
-            self.reclaimed.push(id);
-        }
-        self.send(slot, id, Err(ToClient::Reclaimed { grants }));
-        if self.grace_until.is_some() && self.clients.iter().all(|c| self.reclaimed.contains(&c.id))
-        {
-            self.end_grace();
         }
     }
 
-    fn primary(&mut self, slot: usize, id: ClientId, m: ToPrimary) {
-        match m {
-            ToPrimary::Reclaim { inos } => self.reclaim(slot, id, inos),
-            ToPrimary::Mkdir {
-                seq,
-                name,
-                ino,
-                secret,
-            } => {
-                let op = UpdateOp::Create {
-                    parent: ROOT,
-                    name,
-                    kind: Kind::Dir,
-                    perm: 0o755,
-                    rdev: 0,
-                    ino,
-                    secret,
-                    target: Vec::new(),
-                    excl: true,
-                };
-                // Exactly once in the client's session: sent again at a new
-                // primary, it is answered as it was.
-                if let Ok(Answer::Entry { attr, .. }) = self.order(id, seq, &Identity::root(), op) {
-                    let grant = match self.tokens.request(id, ino, Want::Change, &[], None) {
-                        Decision::Grant {
-                            level: Level::Write,
-                            grant,
-                            ..
-                        } => Some(grant),
-                        _ => None,
-                    };
-                    self.send(
-                        slot,
-                        id,
-                        Err(ToClient::Made {
-                            attr,
-                            secret,
-                            grant,
-                        }),
-                    );
-                }
+    /// Sends the primary's answers on to the clients, checking looks as
+    /// they are answered.
+    fn answer(&mut self) {
+        for ((slot, id, asked), reply) in self.soft.answers() {
+            if self.clients[slot].id != id {
+                continue;
             }
-            ToPrimary::Push { seq, ops } => {
-                // Applied already (its answer lost with the old primary):
-                // answered again as it was.
-                let applied = self.tree.recorded(id & !1, seq).is_some();
-                let made = match check_push(&ops, |ino| {
-                    applied || self.tokens.level(id, ino) == Level::Write
-                }) {
-                    Ok(made) => made,
-                    Err(e) => return self.send(slot, id, Err(ToClient::Refused(seq, e))),
-                };
-                let results =
-                    match self.order(id & !1, seq, &Identity::root(), UpdateOp::Push { ops }) {
-                        Ok(Answer::Pushed(results)) => results,
-                        other => {
-                            let e = other.err().unwrap_or(FsError::Io);
-                            return self.send(slot, id, Err(ToClient::Refused(seq, e)));
-                        }
-                    };
-                for r in &results {
-                    if let Ok(Answer::Removed {
-                        gone: Some(ino), ..
-                    }) = r
-                    {
-                        self.tokens.forget(*ino);
+            let msg = match (asked, reply) {
+                (Asked::Hello | Asked::Return, Ok(_)) => continue,
+                // Sent to a new primary before the client said hello to
+                // it: sent again once it has (`NewPrimary`).
+                (_, Err(Failure::NoSession)) => continue,
+                (Asked::Events, Ok(Reply::Events(list))) => ToClient::Events(list),
+                (
+                    Asked::Mkdir,
+                    Ok(Reply::Changed {
+                        result: Ok(Answer::Entry { attr, .. }),
+                        opened,
+                        secret,
+                        ..
+                    }),
+                ) => ToClient::Made {
+                    attr,
+                    secret: secret.unwrap_or_default(),
+                    grant: opened
+                        .filter(|g| g.level == Level::Write && secret.is_some())
+                        .map(|g| g.grant),
+                },
+                (Asked::Push { seq }, Ok(Reply::Pushed { results, made })) => ToClient::Pushed {
+                    seq,
+                    results,
+                    made: made.into_iter().map(|(a, g)| (a.ino, g.grant)).collect(),
+                },
+                (Asked::Push { seq }, Err(Failure::Fs(e))) => ToClient::Refused(seq, e),
+                (Asked::Reclaim { ino }, Ok(Reply::Entry { grant, .. })) => {
+                    if grant.level != Level::Write {
+                        self.violation(format!("client {slot}'s reclaim of {ino} refused"));
+                    }
+                    ToClient::Reclaimed {
+                        ino,
+                        grant: grant.grant,
                     }
                 }
-                let grants = made
-                    .iter()
-                    .filter(|ino| self.tree.get(**ino).is_some())
-                    .filter_map(|ino| {
-                        // Answered again, a push gives the grants it gave.
-                        if applied && self.tokens.level(id, *ino) == Level::Write {
-                            return Some((*ino, self.tokens.grant_of(id, *ino)));
-                        }
-                        match self.tokens.request(id, *ino, Want::Change, &[], None) {
-                            Decision::Grant { grant, .. } => Some((*ino, grant)),
-                            _ => None,
-                        }
-                    })
-                    .collect();
-                self.send(
-                    slot,
-                    id,
-                    Err(ToClient::Pushed {
-                        seq,
-                        results,
-                        made: grants,
-                    }),
-                );
-            }
-            ToPrimary::Look { dir } => match self.tokens.request(id, dir, Want::Look, &[], None) {
-                Decision::Wait { recalled } => {
-                    self.log(format!(
-                        "client {slot}'s look at {dir} waits for {recalled:?}"
-                    ));
-                    self.parked.push((slot, id, dir));
-                    self.flush_callbacks();
+                // Made since the last push, which did not reach the old
+                // primary: nothing to reclaim (the push makes it).
+                (Asked::Reclaim { .. }, Err(Failure::Fs(FsError::NotFound))) => continue,
+                (Asked::Look { dir }, Ok(Reply::Entries { grant, .. })) => {
+                    self.looked(slot, dir);
+                    ToClient::Looked {
+                        dir,
+                        grant: grant.grant,
+                    }
                 }
-                Decision::NoSession => {}
-                Decision::Grant { grant, .. } => self.looked(slot, id, dir, grant),
-            },
-            ToPrimary::Returned { ino, grant, kept } => {
-                self.tokens.returned(id, ino, grant, kept, &[]);
-                self.retry_parked();
-            }
+                // Removed while the look waited for its holder's push.
+                (Asked::Look { dir }, Err(Failure::Fs(FsError::NotFound))) => {
+                    ToClient::Looked { dir, grant: 0 }
+                }
+                (asked, reply) => {
+                    self.violation(format!("client {slot}'s {asked:?} was answered {reply:?}"));
+                    continue;
+                }
+            };
+            self.send(slot, id, Err(msg));
         }
     }
 
     /// A look answered: nobody else may still hold the directory in its
     /// copy.
-    fn looked(&mut self, slot: usize, id: ClientId, dir: Ino, grant: u64) {
+    fn looked(&mut self, slot: usize, dir: Ino) {
         for (other, c) in self.clients.iter().enumerate() {
             if other != slot && c.core.holds(dir) {
                 let v = format!(
@@ -660,30 +601,6 @@ impl PrivateSim {
                 );
                 self.violation(v);
                 break;
-            }
-        }
-        self.send(slot, id, Err(ToClient::Looked { dir, grant }));
-    }
-
-    fn retry_parked(&mut self) {
-        for (slot, id, dir) in std::mem::take(&mut self.parked) {
-            if !self.tokens.knows(id) {
-                continue;
-            }
-            match self.tokens.request(id, dir, Want::Look, &[], None) {
-                Decision::Wait { .. } => self.parked.push((slot, id, dir)),
-                Decision::NoSession => {}
-                Decision::Grant { grant, .. } => self.looked(slot, id, dir, grant),
-            }
-        }
-        self.flush_callbacks();
-    }
-
-    fn flush_callbacks(&mut self) {
-        while let Some((to, cb)) = self.tokens.poll_callback() {
-            if let Some(slot) = self.clients.iter().position(|c| c.id == to) {
-                self.log(format!("callback to client {slot}: {cb:?}"));
-                self.send(slot, to, Err(ToClient::Callback(cb)));
             }
         }
     }
@@ -767,47 +684,60 @@ impl PrivateSim {
                 *s = (*s).max(grant);
                 self.carry_out(slot);
             }
-            ToClient::Callback(Callback::Recall { ino, to, grant }) => {
-                self.report.recalls += 1;
-                self.clients[slot].recalls.push((ino, to, grant));
+            ToClient::Events(list) => {
+                for cb in list {
+                    self.log(format!("callback to client {slot}: {cb:?}"));
+                    match cb {
+                        Callback::Recall { ino, to, grant } => {
+                            self.report.recalls += 1;
+                            self.clients[slot].recalls.push((ino, to, grant));
+                        }
+                        // The client caches no names of others: a notice
+                        // is carried out at once.
+                        Callback::Notice { id, .. } => self.clients[slot].confirm.push(id),
+                        _ => {}
+                    }
+                }
                 self.carry_out(slot);
+                self.events(slot);
             }
-            ToClient::Callback(_) => {}
             ToClient::NewPrimary => {
-                // As a mount does: `Write` on every inode of the copy the
-                // primary knows (those made since the last push come with
-                // it); recalls of the old primary's grants are void.
-                let c = &mut self.clients[slot];
-                c.recalls.clear();
-                let inos: Vec<Ino> = c.core.known().into_iter().map(|(ino, _)| ino).collect();
-                self.log(format!("client {slot} reclaims {inos:?}"));
-                self.send_primary(slot, ToPrimary::Reclaim { inos });
+                // As a mount does: hello, and `Write` on every inode of
+                // the copy the primary knows (those made since the last
+                // push come with it); recalls of the old primary's grants
+                // are void.  Everything unanswered goes again, to wait
+                // out the grace period.
+                self.clients[slot].recalls.clear();
+                self.hello(slot);
+                let known = self.clients[slot].core.known();
+                self.log(format!("client {slot} reclaims {known:?}"));
+                for (ino, version) in known {
+                    self.report.reclaims += 1;
+                    let op = Op::Reclaim {
+                        ino,
+                        level: Level::Write,
+                        version: Some(version),
+                        opens: Vec::new(),
+                    };
+                    self.send_primary(slot, Asked::Reclaim { ino }, 0, op);
+                }
+                let c = &self.clients[slot];
+                let making = c.making.clone();
+                let looking = c.looking;
+                let pushing = c.pushing.map(|seq| (seq, c.core.to_push()));
+                for (seq, name, ino) in making {
+                    self.mkdir(slot, seq, name, ino);
+                }
+                if let Some(dir) = looking {
+                    self.send_primary(slot, Asked::Look { dir }, 0, Op::ReadDir { ino: dir });
+                }
+                if let Some((seq, ops)) = pushing {
+                    self.send_primary(slot, Asked::Push { seq }, seq, push(ops));
+                }
             }
-            ToClient::Reclaimed { grants } => {
-                // Everything unanswered goes again.
-                let c = &mut self.clients[slot];
-                for (ino, g) in grants {
-                    let s = c.seen.entry(ino).or_default();
-                    *s = (*s).max(g);
-                }
-                let again: Vec<ToPrimary> = c
-                    .making
-                    .iter()
-                    .map(|(seq, name, ino)| ToPrimary::Mkdir {
-                        seq: *seq,
-                        name: name.clone(),
-                        ino: *ino,
-                        secret: [3; 16],
-                    })
-                    .chain(c.looking.map(|dir| ToPrimary::Look { dir }))
-                    .chain(c.pushing.map(|seq| ToPrimary::Push {
-                        seq,
-                        ops: c.core.to_push(),
-                    }))
-                    .collect();
-                for m in again {
-                    self.send_primary(slot, m);
-                }
+            ToClient::Reclaimed { ino, grant } => {
+                let s = self.clients[slot].seen.entry(ino).or_default();
+                *s = (*s).max(grant);
             }
         }
     }
@@ -848,14 +778,13 @@ impl PrivateSim {
             self.log(format!(
                 "client {slot} answers the recall of {ino} (grant {grant})"
             ));
-            self.send_primary(
-                slot,
-                ToPrimary::Returned {
-                    ino,
-                    grant,
-                    kept: to,
-                },
-            );
+            let op = Op::Return {
+                ino,
+                grant,
+                kept: to,
+                opens: Vec::new(),
+            };
+            self.send_primary(slot, Asked::Return, 0, op);
         }
     }
 
@@ -867,7 +796,7 @@ impl PrivateSim {
             if i.attr.nlink == 0 {
                 continue;
             }
-            if self.tree.get(i.attr.ino) != Some(i) {
+            if self.world.tree.get(i.attr.ino) != Some(i) {
                 wrong = Some(i.attr.ino);
                 break;
             }
@@ -876,8 +805,15 @@ impl PrivateSim {
             self.violation(format!(
                 "after client {slot}'s push, inode {ino} differs: copy {:?}, primary {:?}",
                 self.clients[slot].core.get(ino).map(|i| i.attr),
-                self.tree.get(ino).map(|i| i.attr)
+                self.world.tree.get(ino).map(|i| i.attr)
             ));
         }
+    }
+}
+
+/// A push of `ops`.
+fn push(ops: Vec<Pushed>) -> Op {
+    Op::Change {
+        op: UpdateOp::Push { ops },
     }
 }

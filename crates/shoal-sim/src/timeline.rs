@@ -51,11 +51,6 @@ impl<E> Timeline<E> {
         self.next(now).map(|(_, ev)| ev)
     }
 
-    /// Whether nothing is scheduled.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.queue.is_empty()
-    }
-
     /// Drops everything scheduled.
     pub(crate) fn clear(&mut self) {
         self.queue.clear();

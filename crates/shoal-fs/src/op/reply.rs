@@ -162,6 +162,7 @@ pub fn encode_reply(reply: &Result<Reply, Failure>) -> Vec<u8> {
             result,
             dirs,
             opened,
+            secret,
         } => {
             w.u8(13);
             write_result(w, result);
@@ -170,6 +171,7 @@ pub fn encode_reply(reply: &Result<Reply, Failure>) -> Vec<u8> {
                 write_attr(w, a);
             }
             opt(w, *opened, |w, g| grant(w, &g));
+            opt(w, *secret, |w, s| w.raw(&s));
         }
         Reply::Pushed { results, made } => {
             w.u8(14);
@@ -275,6 +277,7 @@ pub fn decode_reply(bytes: &[u8]) -> Result<Result<Reply, Failure>, DecodeError>
                     (0..n).map(|_| read_attr(r)).collect::<Result<_, _>>()?
                 },
                 opened: read_opt(r, read_grant)?,
+                secret: read_opt(r, |r| r.array())?,
             },
             14 => Reply::Pushed {
                 results: {

@@ -203,11 +203,13 @@ fn sample_replies() -> Vec<Result<Reply, Failure>> {
             }),
             dirs: vec![attr(), attr()],
             opened: Some(grant),
+            secret: Some([7; 16]),
         }),
         Ok(Reply::Changed {
             result: Err(FsError::Exists),
             dirs: Vec::new(),
             opened: None,
+            secret: None,
         }),
         Ok(Reply::Pushed {
             results: vec![Ok(Answer::Attr(attr())), Err(FsError::NotFound)],

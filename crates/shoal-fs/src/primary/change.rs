@@ -115,6 +115,16 @@ impl<H> Soft<H> {
             let opened = asked.and_then(|(ino, want, id)| {
                 granted(&self.tokens.request(req.session, ino, want, &[], id))
             });
+            // As the tree holds it (a create answered again holds the
+            // first one's).
+            let secret = match (&result, opened) {
+                (Ok(Answer::Entry { attr, .. }), Some(g))
+                    if attr.kind == Kind::Dir && g.level == Level::Write =>
+                {
+                    shell.read(|t| t.get(attr.ino).map(|i| i.secret))
+                }
+                _ => None,
+            };
             let mut dirs: Vec<Ino> = p.names.iter().map(|(d, _)| *d).collect();
             dirs.sort_unstable();
             dirs.dedup();
@@ -127,6 +137,7 @@ impl<H> Soft<H> {
                 result,
                 dirs,
                 opened,
+                secret,
             })
         };
         if notices.is_empty() {

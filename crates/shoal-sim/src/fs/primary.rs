@@ -1,7 +1,8 @@
-//! The primary in the file system scenario: the soft state and decisions
-//! the metadata service ships ([`shoal_fs::primary`]), over a [`World`]
-//! standing for the replicas' tree and the file servers, and what its
-//! answers tell each mount.
+//! The primary in the file system scenarios: the soft state and
+//! decisions the metadata service ships ([`shoal_fs::primary`]), over a
+//! [`World`] standing for the replicas' tree and the file servers (the
+//! private directories' scenario runs on it too), and what its answers
+//! tell each mount.
 
 use std::collections::HashMap;
 
@@ -19,13 +20,13 @@ use super::{Asked, FsSim};
 /// The file servers: contents by object number (every version a file
 /// ever had is kept: a write-back's base is read after its commit).
 #[derive(Default)]
-pub(super) struct Store {
+pub(crate) struct Store {
     objects: HashMap<u64, Vec<u8>>,
     next: u64,
 }
 
 impl Store {
-    pub(super) fn put(&mut self, bytes: Vec<u8>) -> Capability {
+    pub(crate) fn put(&mut self, bytes: Vec<u8>) -> Capability {
         self.next += 1;
         self.objects.insert(self.next, bytes);
         Capability::mint(
@@ -36,7 +37,7 @@ impl Store {
         )
     }
 
-    pub(super) fn read(&self, content: &[Capability]) -> Vec<u8> {
+    pub(crate) fn read(&self, content: &[Capability]) -> Vec<u8> {
         content
             .first()
             .and_then(|c| self.objects.get(&c.object().get()))
@@ -45,9 +46,10 @@ impl Store {
     }
 }
 
-/// The replicas' tree (one replica: the primary never crashes here, and
-/// every update it orders is durable at once) and the file servers.
-pub(super) struct World {
+/// The replicas' tree (the state every replica holds alike, which a
+/// primary's crash leaves as it was; every update ordered is durable at
+/// once) and the file servers.
+pub(crate) struct World {
     pub tree: Tree,
     pub store: Store,
     /// Updates made: the wall clock's seconds, and the set-up's numbers.
@@ -55,7 +57,7 @@ pub(super) struct World {
 }
 
 impl World {
-    pub(super) fn new() -> World {
+    pub(crate) fn new() -> World {
         World {
             tree: Tree::new([0; 16], Time::new(0, 0)),
             store: Store::default(),
@@ -64,7 +66,7 @@ impl World {
     }
 
     /// An update of the run's set-up.
-    pub(super) fn set_up(&mut self, op: UpdateOp) -> Result<Answer, FsError> {
+    pub(crate) fn set_up(&mut self, op: UpdateOp) -> Result<Answer, FsError> {
         self.clock += 1;
         let u = Update {
             session: 1,
