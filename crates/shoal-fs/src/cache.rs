@@ -509,6 +509,15 @@ impl Cache {
         Some(attr)
     }
 
+    /// A setting of a dirty file's modification time under `Write`
+    /// (`utimensat`): one more dirty change (a truncation to its size,
+    /// which changes no byte), whose write-back sets it; the attributes
+    /// then, or `None` if the file is not dirty here.
+    pub fn touch(&mut self, ino: Ino, when: (Time, u64)) -> Option<Attr> {
+        let size = self.dirty.get(&ino)?.size;
+        self.truncate(ino, size, when)
+    }
+
     /// A growth to `size` under `Write` (`fallocate`): a truncation
     /// upwards if the file is shorter, nothing if not; the attributes
     /// then, or `None` without the token.

@@ -323,6 +323,27 @@ impl Private {
         })
     }
 
+    /// A write-back of private file `ino` was committed at the primary
+    /// (`op`, an `UpdateOp::Commit` the primary applied at `now`): the
+    /// copy applies it too, so that it shows the file as the replicas
+    /// hold it (size, version, content, times).  Not a pending change:
+    /// the primary has it already.  Whether the copy took it.
+    pub fn committed(&mut self, now: Time, op: &UpdateOp) -> bool {
+        let UpdateOp::Commit { ino, .. } = op else {
+            return false;
+        };
+        if self.tree.get(*ino).is_none() {
+            return false;
+        }
+        let took = self.tree.change(&Identity::root(), now, op).is_ok();
+        if let (true, Some(v)) = (took, self.named.get_mut(ino)) {
+            // A change named it after the push: the primary's version is
+            // the committed one.
+            *v += 1;
+        }
+        took
+    }
+
     /// The last open of private inode `ino` closed: if it has no name
     /// left it goes (and, made since the last push, leaves no trace in
     /// the pending list).  Whether it went.

@@ -16,7 +16,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use shoal_cap::Capability;
 use shoal_filesvc::FileClient;
 use shoal_fs::model::{Attr, FsError, Identity, Ino, Kind};
-use shoal_fs::op::{Failure, Grant, LockHow, Op, Reply};
+use shoal_fs::op::{Failure, Grant, LockHow, Op, Reply, StatFs};
 use shoal_fs::tokens::{Level, OpenId, Want};
 use shoal_fs::update::{Answer, UpdateOp};
 use shoal_fssvc::FsClient;
@@ -68,7 +68,13 @@ pub(crate) struct Conn {
     /// When the lease was last renewed.
     pub(crate) lease: LeaseClock,
     pub(crate) tuning: crate::Tuning,
+    /// The primary's last `statfs` figures and when they came: kept a
+    /// second (`STATFS_KEPT`).
+    statfs: Mutex<Option<(Instant, StatFs)>>,
 }
+
+/// How long the mount answers `statfs` with the figures it has.
+const STATFS_KEPT: Duration = Duration::from_secs(1);
 
 /// When the mount's lease was last renewed, as the mount sees it: the
 /// moment it *sent* the last request the primary answered that renews it
@@ -134,7 +140,26 @@ impl Conn {
             hellos: AtomicU64::new(0),
             lease: LeaseClock::new(),
             tuning,
+            statfs: Mutex::new(None),
         })
+    }
+
+    /// The file system's figures: the primary's, asked at most once a
+    /// second (`docs/fs.md`, "Messages per operation").
+    pub(crate) fn statfs(&self, who: &Identity) -> Result<StatFs, Failure> {
+        if let Some((at, s)) = *self.statfs.lock()
+            && at.elapsed() < STATFS_KEPT
+        {
+            return Ok(s);
+        }
+        let asked = Instant::now();
+        match self.call(who, Op::StatFs)? {
+            Reply::StatFs(s) => {
+                *self.statfs.lock() = Some((asked, s));
+                Ok(s)
+            }
+            other => Err(shoal_fssvc::client::unexpected(&other)),
+        }
     }
 
     /// The session's number (it stays the same through hellos).

@@ -359,6 +359,22 @@ impl Filesystem for ShoalFs {
                 None => reply.attr(&NONE, &file_attr(&attr)),
             };
         }
+        // So is a setting of a dirty file's modification time (its
+        // write-back sets it); what else is set goes on as any change.
+        let mut mtime = mtime;
+        if size.is_none() && mtime.is_some() {
+            let when = (now(mtime), self.conn.lease.now());
+            let touched = self.conn.cache.lock().touch(ino.0, when);
+            if let Some(attr) = touched {
+                mtime = None;
+                if mode.is_none() && uid.is_none() && gid.is_none() && atime.is_none() {
+                    return match self.conn.private_attr(ino.0) {
+                        Some(attr) => reply.attr(&FOREVER, &file_attr(&attr)),
+                        None => reply.attr(&NONE, &file_attr(&attr)),
+                    };
+                }
+            }
+        }
         let set = SetAttr {
             perm: mode.map(|m| (m & 0o7777) as u16),
             uid,
@@ -781,10 +797,11 @@ impl Filesystem for ShoalFs {
         // Dirty changes are written back with the safety flag (on the file
         // servers' disks) and committed; writes through the primary are
         // durable when they return (the metadata service's durability).
-        // A private file's name is pushed first.
+        // A private file's name is pushed first (its directories stay
+        // private).
         let synced = self
             .conn
-            .unprivate(&[ino.0])
+            .publish(&[ino.0])
             .and_then(|()| self.conn.flush(Some(ino.0), true));
         answer_empty(reply, synced);
     }
@@ -858,7 +875,7 @@ impl Filesystem for ShoalFs {
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let listed = self
             .conn
-            .unprivate(&[ino.0])
+            .publish(&[ino.0])
             .and_then(|()| self.conn.call(&self.who(req), Op::ListXattr { ino: ino.0 }));
         xattr::answer(reply, size, listed);
     }
@@ -915,8 +932,8 @@ impl Filesystem for ShoalFs {
     }
 
     fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        match self.conn.call(&self.who(req), Op::StatFs) {
-            Ok(Reply::StatFs(s)) => reply.statfs(
+        match self.conn.statfs(&self.who(req)) {
+            Ok(s) => reply.statfs(
                 s.blocks,
                 s.blocks_free,
                 s.blocks_free,
@@ -926,7 +943,6 @@ impl Filesystem for ShoalFs {
                 shoal_fs::model::NAME_MAX as u32,
                 s.block_size,
             ),
-            Ok(other) => reply.error(errno(shoal_fssvc::client::unexpected(&other))),
             Err(e) => reply.error(errno(e)),
         }
     }

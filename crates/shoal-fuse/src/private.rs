@@ -5,13 +5,16 @@
 //! state machine) without a message, and go to the primary as one push:
 //!
 //! - before another mount's look at any of them is answered (the recall
-//!   of a private inode's token), and before anything the copy cannot do
-//!   touches one (a rename or link out of them, extended attributes,
-//!   locks, `fsync`, a write-back): then nothing is private any more, and
-//!   the mount holds the inodes as any others, under the `Write` tokens
-//!   the push brought;
-//! - when the oldest pending change is as old as the write-back window,
-//!   and at `fsync` of a private directory (they stay private);
+//!   of a private inode's token), and before a change the copy cannot
+//!   make touches one (a rename or link out of them, a change of
+//!   extended attributes): then nothing is private any more, and the
+//!   mount holds the inodes as any others, under the `Write` tokens the
+//!   push brought;
+//! - before a request the primary answers for a private inode it must
+//!   know (a lock, a read of extended attributes, a file's write-back or
+//!   `fsync`), when the oldest pending change is as old as the
+//!   write-back window, and at `fsync` of a private directory: they stay
+//!   private (a file's committed write-back is applied to the copy too);
 //! - at unmount.
 //!
 //! A temporary file made and removed between two pushes never reaches
@@ -298,17 +301,37 @@ impl Conn {
 
     /// Ends the privacy of everything if any of `inos` is private, or
     /// named by a pending change (removed from the copy, not yet at the
-    /// primary) (its
-    /// pending changes pushed first), so a request the private copy
-    /// cannot answer goes to the primary.
+    /// primary), its pending changes pushed first: a change the private
+    /// copy cannot make goes to the primary.
     pub(crate) fn unprivate(&self, inos: &[Ino]) -> Result<(), Failure> {
+        self.before_primary(inos, true)
+    }
+
+    /// Pushes the pending changes if any of `inos` is private or named by
+    /// one, so that the primary knows them before a request about them
+    /// goes there (a lock, a write-back, an `fsync`, a read of extended
+    /// attributes); the directories stay private.
+    pub(crate) fn publish(&self, inos: &[Ino]) -> Result<(), Failure> {
+        self.before_primary(inos, false)
+    }
+
+    fn before_primary(&self, inos: &[Ino], dissolve: bool) -> Result<(), Failure> {
         self.pushing(|| {
             let mut s = self.privates.state.lock();
-            if inos.iter().any(|i| s.core.mentions(*i)) {
-                self.dissolve(&mut s)?;
+            if !inos.iter().any(|i| s.core.mentions(*i)) {
+                Ok(())
+            } else if dissolve {
+                self.dissolve(&mut s)
+            } else {
+                self.push_locked(&mut s)
             }
-            Ok(())
         })
+    }
+
+    /// The primary committed `op`, a write-back of a private file, at
+    /// `at`: the copy shows what it made (`Private::committed`).
+    pub(crate) fn private_committed(&self, op: &UpdateOp, at: shoal_fs::model::Time) {
+        self.privates.state.lock().core.committed(at, op);
     }
 
     /// The session ended: its tokens, and so the private directories, are

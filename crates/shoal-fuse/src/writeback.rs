@@ -34,8 +34,9 @@ pub(crate) fn write_back(
     if !conn.cache.lock().is_dirty(ino) {
         return Ok(());
     }
-    // A private file's name must reach the primary before its bytes.
-    conn.unprivate(&[ino])?;
+    // A private file's name must reach the primary before its bytes (its
+    // directories stay private).
+    conn.publish(&[ino])?;
     let Some(job) = conn.cache.lock().flush_job(ino) else {
         return Ok(());
     };
@@ -101,8 +102,10 @@ fn commit(
         mtime: job.mtime,
         flush: false,
     };
+    let made = op.clone();
     match via.call(&Identity::root(), Op::Change { op }) {
         Ok(Reply::Updated(Ok(Answer::Committed { attr, old }))) => {
+            conn.private_committed(&made, attr.ctime);
             conn.cache
                 .lock()
                 .flushed(job, &attr, content, conn.lease.now());
@@ -125,6 +128,7 @@ fn commit(
         Ok(Reply::Updated(Err(e))) if conn.cache.lock().holds_write(ino) => {
             match attr_now(conn, via, ino)? {
                 Some(attr) if attr.version == job.version + 1 => {
+                    conn.private_committed(&made, attr.ctime);
                     conn.cache
                         .lock()
                         .flushed(job, &attr, content, conn.lease.now());

@@ -113,8 +113,9 @@ fn take(conn: &Conn, a: &Asked, mode: Option<Mode>, how: LockHow) -> Result<bool
 impl ShoalFs {
     /// `F_GETLK`: the lock in the way, or `F_UNLCK`.
     pub(super) fn get_lock(&self, a: Asked, reply: ReplyLock) {
-        // Locks are the primary's.
-        if let Err(e) = self.conn.unprivate(&[a.ino]) {
+        // Locks are the primary's (a private file's name is pushed
+        // first; its directories stay private).
+        if let Err(e) = self.conn.publish(&[a.ino]) {
             return reply.error(errno(e));
         }
         let mode = match a.mode() {
@@ -137,7 +138,7 @@ impl ShoalFs {
 
     /// `F_SETLK` and `F_SETLKW`.
     pub(super) fn set_lock(&self, a: Asked, sleep: bool, reply: ReplyEmpty) {
-        if let Err(e) = self.conn.unprivate(&[a.ino]) {
+        if let Err(e) = self.conn.publish(&[a.ino]) {
             return reply.error(errno(e));
         }
         let mode = match a.mode() {

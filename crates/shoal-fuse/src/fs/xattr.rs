@@ -36,8 +36,9 @@ impl ShoalFs {
         if !kept_namespace(name) {
             return Err(Failure::Fs(FsError::NoData));
         }
-        // Extended attributes are the primary's.
-        self.conn.unprivate(&[ino])?;
+        // Extended attributes are the primary's (a private inode's name is
+        // pushed first).
+        self.conn.publish(&[ino])?;
         if name == CONTENT {
             return self.content_caps(req, ino).map(Reply::Data);
         }
