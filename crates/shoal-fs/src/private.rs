@@ -327,21 +327,19 @@ impl Private {
     /// (`op`, an `UpdateOp::Commit` the primary applied at `now`): the
     /// copy applies it too, so that it shows the file as the replicas
     /// hold it (size, version, content, times).  Not a pending change:
-    /// the primary has it already.  Whether the copy took it.
-    pub fn committed(&mut self, now: Time, op: &UpdateOp) -> bool {
+    /// the primary has it already.
+    pub fn committed(&mut self, now: Time, op: &UpdateOp) {
         let UpdateOp::Commit { ino, .. } = op else {
-            return false;
+            return;
         };
-        if self.tree.get(*ino).is_none() {
-            return false;
+        if self.tree.get(*ino).is_none() || self.tree.change(&Identity::root(), now, op).is_err() {
+            return;
         }
-        let took = self.tree.change(&Identity::root(), now, op).is_ok();
-        if let (true, Some(v)) = (took, self.named.get_mut(ino)) {
-            // A change named it after the push: the primary's version is
-            // the committed one.
-            *v += 1;
+        // A change named it after the push: the primary's version is now
+        // the committed one.
+        if let (Some(v), Some(i)) = (self.named.get_mut(ino), self.tree.get(*ino)) {
+            *v = i.attr.version;
         }
-        took
     }
 
     /// The last open of private inode `ino` closed: if it has no name
