@@ -77,12 +77,23 @@ impl std::ops::Deref for Numbered {
 /// they name by number ([`numbered`]) is one they make or one the client
 /// holds `Write` on (`holds_write`).  Nobody else can then hold a token
 /// on any of them.  The inodes they make, in order of number.
+///
+/// A push may also carry a client's commit of a file's write-back
+/// (`UpdateOp::Commit`, not the primary's own flush of an overlay) of a
+/// file it makes or holds `Write` on, so that an `fsync` of a file in a
+/// private directory costs one request: the file's name and its bytes
+/// reach the primary in one ordered update.
 pub fn check_push(ops: &[Pushed], holds_write: impl Fn(Ino) -> bool) -> Result<Vec<Ino>, FsError> {
     let mut made = BTreeSet::new();
     for p in ops {
-        let named = numbered(&p.op).ok_or(FsError::Invalid(
-            "a push carries changes of names and attributes only",
-        ))?;
+        let named = match &p.op {
+            UpdateOp::Commit {
+                ino, flush: false, ..
+            } => Numbered::one(*ino),
+            op => numbered(op).ok_or(FsError::Invalid(
+                "a push carries changes of names and attributes, and commits, only",
+            ))?,
+        };
         if let UpdateOp::Create { ino, .. } = &p.op {
             made.insert(*ino);
         }

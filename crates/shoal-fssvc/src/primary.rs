@@ -135,7 +135,14 @@ impl Shell for World<'_> {
                 overlay: flush.overlay,
                 size: flush.size,
             };
-            let v = crate::store::store(f, &p.file_servers, p.copies, ino, &changes, true)?;
+            let v = crate::store::store(
+                std::slice::from_mut(f),
+                &p.file_servers,
+                p.copies,
+                ino,
+                &changes,
+                true,
+            )?;
             Ok((v.content, v.held))
         })
     }

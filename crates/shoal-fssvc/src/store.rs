@@ -50,12 +50,15 @@ impl Changes<'_> {
 /// replicas: each replica of the base edited, then, for as many as are
 /// missing, the base copied to one of `servers` (in an order that starts
 /// at a place moving with the inode, so versions spread) and edited; with
-/// `safety`, each is on its server's disk first.  Fewer copies than asked
-/// is an error (every replica failing: [`ClientError::AllReplicas`], so
-/// [`ClientError::is_gone`] tells a base no server holds), and the copies
-/// made are destroyed.
+/// `safety`, each is on its server's disk first.  The first `copies` are
+/// made at once, one thread and one of `files` each (as many as there
+/// are clients: an `fsync` costs one round of parallel writes); those
+/// that failed are made again elsewhere one after another.  Fewer copies
+/// than asked is an error (every replica failing:
+/// [`ClientError::AllReplicas`], so [`ClientError::is_gone`] tells a base
+/// no server holds), and the copies made are destroyed.
 pub fn store(
-    files: &mut FileClient,
+    files: &mut [FileClient],
     servers: &[Capability],
     copies: usize,
     ino: Ino,
@@ -66,6 +69,9 @@ pub fn store(
         return Err(ClientError::Local(
             "no file servers are configured for file contents".into(),
         ));
+    }
+    if files.is_empty() {
+        return Err(ClientError::Local("no file service client".into()));
     }
     let base = if changes.base.is_empty() {
         Changes {
@@ -81,47 +87,61 @@ pub fn store(
         // The same bytes, as a new version all the same.
         plan.push(Piece::Write { offset: 0, len: 0 });
     }
+    // Every way of making a copy, in the order they are tried: the base's
+    // replicas edited, then the servers in turn.
+    let n = servers.len();
+    let mut ways: Vec<Way> = base.base.iter().map(|r| Way::Edit(*r)).collect();
+    ways.extend((0..n).map(|k| Way::On(servers[(ino as usize + k) % n])));
+    let mut ways = ways.into_iter();
     let mut made: Vec<Capability> = Vec::new();
     let mut errors = Vec::new();
-    for replica in base.base {
-        if made.len() == copies {
+    let run = |f: &mut FileClient, way: Way| match way {
+        Way::Edit(replica) => edited(f, replica, false, &plan, &base, safety),
+        Way::On(server) if base.base.is_empty() => new_file(f, &server, &plan, &base, safety),
+        Way::On(server) => f
+            .copy_uncommitted(base.base, base.base_size, &server)
+            .and_then(|copy| edited(f, copy, true, &plan, &base, safety)),
+    };
+    // The first round at once: the first `copies` ways on distinct
+    // servers.
+    let mut first: Vec<Way> = Vec::new();
+    for way in ways.by_ref() {
+        if first.len() == copies {
             break;
         }
-        match edited(files, *replica, false, &plan, &base, safety) {
+        if !first.iter().any(|w| w.port() == way.port()) {
+            first.push(way);
+        }
+    }
+    let results = at_once(files, &first, &run);
+    for r in results {
+        match r {
             Ok(c) => made.push(c),
             Err(e) => errors.push(e),
         }
     }
-    let n = servers.len();
-    for k in 0..n {
+    // The rest one after another, on servers not holding a copy yet.
+    for way in ways {
         if made.len() == copies {
             break;
         }
-        let server = servers[(ino as usize + k) % n];
-        if made.iter().any(|c| c.port() == server.port()) {
+        if made.iter().any(|c| c.port() == way.port()) || first.contains(&way) {
             continue;
         }
-        let result = if base.base.is_empty() {
-            new_file(files, &server, &plan, &base, safety)
-        } else {
-            files
-                .copy_uncommitted(base.base, base.base_size, &server)
-                .and_then(|copy| edited(files, copy, true, &plan, &base, safety))
-        };
-        match result {
+        match run(&mut files[0], way) {
             Ok(c) => made.push(c),
             Err(e) => errors.push(e),
         }
     }
     if made.len() == copies {
-        let held = held(files, &made, &base);
+        let held = held(&mut files[0], &made, &base);
         return Ok(Version {
             content: made,
             held,
         });
     }
     for c in &made {
-        let _ = files.destroy(c);
+        let _ = files[0].destroy(c);
     }
     Err(if made.is_empty() {
         ClientError::AllReplicas(errors)
@@ -133,6 +153,68 @@ pub fn store(
             why.join("; ")
         ))
     })
+}
+
+/// One way of making a copy of a new version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Way {
+    /// A replica of the base, edited.
+    Edit(Capability),
+    /// A new file on this server (the base copied there first, if any).
+    On(Capability),
+}
+
+impl Way {
+    fn port(&self) -> shoal_cap::PutPort {
+        match self {
+            Way::Edit(c) | Way::On(c) => c.port(),
+        }
+    }
+}
+
+/// `ways` carried out at once, one thread and one of `files` each (the
+/// last on this thread); with fewer clients than ways, a client carries
+/// out several in turn.  Their results, in order.
+fn at_once<T: Send>(
+    files: &mut [FileClient],
+    ways: &[Way],
+    run: &(impl Fn(&mut FileClient, Way) -> Result<T, ClientError> + Sync),
+) -> Vec<Result<T, ClientError>> {
+    let lanes = files.len().min(ways.len()).max(1);
+    if lanes == 1 {
+        return ways.iter().map(|w| run(&mut files[0], *w)).collect();
+    }
+    let mut out: Vec<Option<Result<T, ClientError>>> = (0..ways.len()).map(|_| None).collect();
+    std::thread::scope(|s| {
+        let mut lanes_out = Vec::new();
+        let (here, others) = files[..lanes].split_last_mut().expect("lanes");
+        for (lane, f) in others.iter_mut().enumerate() {
+            let mine: Vec<(usize, Way)> = ways
+                .iter()
+                .enumerate()
+                .filter(|(k, _)| k % lanes == lane)
+                .map(|(k, w)| (k, *w))
+                .collect();
+            lanes_out.push(s.spawn(move || {
+                mine.into_iter()
+                    .map(|(k, w)| (k, run(f, w)))
+                    .collect::<Vec<_>>()
+            }));
+        }
+        for (k, w) in ways
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| k % lanes == lanes - 1)
+        {
+            out[k] = Some(run(here, *w));
+        }
+        for lane in lanes_out {
+            for (k, r) in lane.join().expect("a store lane panicked") {
+                out[k] = Some(r);
+            }
+        }
+    });
+    out.into_iter().map(|r| r.expect("every way run")).collect()
 }
 
 /// The bytes of data a version made by `changes` holds: at most the

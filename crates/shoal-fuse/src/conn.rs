@@ -7,6 +7,7 @@
 //! notifier, and the queue of callbacks to carry out (`callbacks`).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
@@ -33,6 +34,10 @@ use shoal_fs::cache::{Cache, Open, Stamp};
 /// without a message: one range lasts a long while).
 const RANGE: u32 = 1 << 16;
 
+/// The most copies of a write-back stored at once, each by a thread of
+/// its own.
+const STORE_LANES: usize = 4;
+
 /// How long an `fsync` (or anything else waiting for a write-back)
 /// waits before it fails with `EIO`.
 const FLUSH_WAIT: Duration = Duration::from_secs(120);
@@ -53,6 +58,9 @@ pub(crate) struct Conn {
     /// File service clients for reads of cached files, one per thread
     /// reading at a time.
     files: Mutex<Vec<FileClient>>,
+    /// The write-backs in flight, and the clients of those made on the
+    /// thread that asks.
+    pub(crate) write_backs: crate::writeback::WriteBacks,
     /// The file servers contents are written to, and how many copies.
     servers: Mutex<(Vec<Capability>, usize)>,
     /// Inode numbers handed to this mount and not yet used: next, end.
@@ -132,6 +140,7 @@ impl Conn {
             kernel: Kernel::default(),
             work: Mutex::new(None),
             files: Mutex::new(Vec::new()),
+            write_backs: Default::default(),
             servers: Mutex::new((hello.servers, hello.copies)),
             range: Mutex::new((0, 0)),
             opens: Mutex::new(OpenTable::default()),
@@ -571,12 +580,32 @@ impl Conn {
         safety: bool,
     ) -> Result<Version, Failure> {
         let (servers, copies) = self.servers.lock().clone();
-        self.with_files(|f| shoal_fssvc::store::store(f, &servers, copies, ino, changes, safety))
+        // A client for each copy (up to `STORE_LANES`), so that they are
+        // written at once.
+        let lanes = copies.clamp(1, STORE_LANES);
+        let mut clients = Vec::with_capacity(lanes);
+        while clients.len() < lanes {
+            let taken = self.files.lock().pop();
+            clients.push(match taken {
+                Some(c) => c,
+                None => FileClient::new(&self.ctx)
+                    .map_err(|e| Failure::Unavailable(format!("file client: {e}")))?,
+            });
+        }
+        let stored =
+            shoal_fssvc::store::store(&mut clients, &servers, copies, ino, changes, safety)
+                .map_err(shoal_fssvc::files_failure);
+        self.files.lock().extend(clients);
+        stored
     }
 
-    /// Asks the callbacks thread to write `ino` back (every dirty file
-    /// with `None`) and waits for it.
-    pub(crate) fn flush(&self, ino: Option<Ino>, safety: bool) -> Result<(), Failure> {
+    /// Writes `ino` back on this thread (`writeback::write_back_here`), or
+    /// asks the callbacks thread to write every dirty file back (`None`)
+    /// and waits for it.
+    pub(crate) fn flush(self: &Arc<Self>, ino: Option<Ino>, safety: bool) -> Result<(), Failure> {
+        if let Some(ino) = ino {
+            return crate::writeback::write_back_here(self, ino, safety);
+        }
         let (tx, rx) = std::sync::mpsc::channel();
         self.post(Work::Flush {
             ino,

@@ -797,12 +797,12 @@ impl Filesystem for ShoalFs {
         // Dirty changes are written back with the safety flag (on the file
         // servers' disks) and committed; writes through the primary are
         // durable when they return (the metadata service's durability).
-        // A private file's name is pushed first (its directories stay
-        // private).
+        // A private file's name is pushed with its commit, or after it if
+        // the file is clean (its directories stay private).
         let synced = self
             .conn
-            .publish(&[ino.0])
-            .and_then(|()| self.conn.flush(Some(ino.0), true));
+            .flush(Some(ino.0), true)
+            .and_then(|()| self.conn.publish(&[ino.0]));
         answer_empty(reply, synced);
     }
 

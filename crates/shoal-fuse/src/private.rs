@@ -34,7 +34,7 @@ use shoal_fs::model::{Attr, FsError, Identity, Ino, Kind};
 use shoal_fs::op::{Failure, Grant, Op, Reply};
 use shoal_fs::private::{Private, numbered};
 use shoal_fs::tokens::OpenId;
-use shoal_fs::update::{Answer, UpdateOp};
+use shoal_fs::update::{Answer, Pushed, UpdateOp};
 use shoal_fssvc::FsClient;
 
 use crate::conn::Conn;
@@ -79,6 +79,12 @@ fn clock(conn: &Conn) -> u64 {
 }
 
 impl Conn {
+    /// Whether `ino` is private, or named by a pending change: anything
+    /// sent to the primary about it must follow the push.
+    pub(crate) fn private_mentions(&self, ino: Ino) -> bool {
+        self.privates.state.lock().core.mentions(ino)
+    }
+
     /// Whether `ino` is private.
     pub(crate) fn is_private(&self, ino: Ino) -> bool {
         self.privates.state.lock().core.holds(ino)
@@ -376,11 +382,48 @@ impl Conn {
     }
 
     fn push_locked(&self, s: &mut State) -> Result<(), Failure> {
-        let ops = s.core.to_push();
-        if ops.is_empty() {
-            return Ok(());
-        }
+        self.push_with(s, None).map(|_| ())
+    }
+
+    /// Pushes the pending changes and then `commit` (a write-back of
+    /// private file `ino`, its bytes stored already) in the same request:
+    /// the file's name and its bytes reach the primary in one ordered
+    /// update, as `fsync` asks (`docs/fs.md`, "Messages per operation").
+    /// `None` if nothing about the file is private any more: its commit
+    /// goes on its own.  Otherwise the commit's result.
+    pub(crate) fn push_commit(
+        &self,
+        ino: Ino,
+        commit: &UpdateOp,
+    ) -> Result<Option<Result<Answer, FsError>>, Failure> {
+        self.pushing(|| {
+            let mut s = self.privates.state.lock();
+            if !s.core.mentions(ino) {
+                return Ok(None);
+            }
+            let now = crate::fs::attr::time_of(std::time::SystemTime::now());
+            let commit = Pushed {
+                who: Identity::root(),
+                now,
+                op: commit.clone(),
+            };
+            self.push_with(&mut s, Some(commit))
+        })
+    }
+
+    /// Pushes the pending changes, and `commit` after them: its result.
+    fn push_with(
+        &self,
+        s: &mut State,
+        commit: Option<Pushed>,
+    ) -> Result<Option<Result<Answer, FsError>>, Failure> {
+        let mut ops = s.core.to_push();
         let n = ops.len();
+        let committing = commit.is_some();
+        ops.extend(commit);
+        if ops.is_empty() {
+            return Ok(None);
+        }
         if s.pusher.is_none() {
             s.pusher = Some(FsClient::for_session(
                 &self.ctx,
@@ -393,7 +436,8 @@ impl Conn {
             op: UpdateOp::Push { ops },
         };
         match pusher.call(&Identity::root(), push) {
-            Ok(Reply::Pushed { results, made }) => {
+            Ok(Reply::Pushed { mut results, made }) => {
+                let committed = if committing { results.pop() } else { None };
                 let refused = results.iter().filter(|r| r.is_err()).count();
                 s.core.pushed();
                 for (attr, grant) in &made {
@@ -411,7 +455,7 @@ impl Conn {
                     });
                 }
                 tracing::debug!("pushed {n} changes, {} inodes made", made.len());
-                Ok(())
+                Ok(committed)
             }
             Ok(other) => Err(shoal_fssvc::client::unexpected(&other)),
             Err(e @ Failure::Fs(FsError::Stale(_))) => {

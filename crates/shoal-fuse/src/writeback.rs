@@ -7,10 +7,16 @@
 //! only after this mount lost its token): then the file's bytes as this
 //! mount had them are kept as `/.lost/NODE-INO-SECS`, root's alone, the
 //! loss is logged, and the `fsync` that asked, or else the file's next
-//! one, fails with `EIO`.  Done only by the mount's callbacks thread, one
-//! file at a time, so a recall's answer follows the write-back it needs.
+//! one, fails with `EIO`.  Done by the mount's callbacks thread (for a
+//! recall, and when the write-back window ends) and by the thread that
+//! asks (`fsync`, a file over the dirty limit), files in parallel, each
+//! by one thread at a time ([`WriteBacks`]): a recall's answer follows
+//! the write-back it needs.
 
 use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
+use rustc_hash::FxHashSet;
 
 use shoal_cap::Capability;
 use shoal_fs::model::{Attr, FsError, Identity, Ino, Kind, ROOT, Time};
@@ -22,6 +28,74 @@ use shoal_fssvc::store::{Changes, Version};
 use crate::conn::Conn;
 use shoal_fs::cache::FlushJob;
 
+/// The write-backs in flight, and the session's clients for those made on
+/// the thread that asks for them (an `fsync`): files are written back in
+/// parallel, each one by one thread at a time, so that a recall's
+/// write-back follows the one in flight, and two never commit over the
+/// same version.
+#[derive(Default)]
+pub(crate) struct WriteBacks {
+    busy: Mutex<FxHashSet<Ino>>,
+    done: Condvar,
+    /// Clients of the mount's session, one per thread writing back at a
+    /// time (a commit needs no exactly-once record: any of the session's
+    /// callers may send it).
+    clients: Mutex<Vec<FsClient>>,
+}
+
+/// A file's turn to be written back; the next waits until it is dropped.
+struct Turn<'a> {
+    of: &'a WriteBacks,
+    ino: Ino,
+}
+
+impl WriteBacks {
+    fn turn(&self, ino: Ino) -> Turn<'_> {
+        let mut busy = self.busy.lock();
+        while busy.contains(&ino) {
+            self.done.wait(&mut busy);
+        }
+        busy.insert(ino);
+        Turn { of: self, ino }
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.of.busy.lock().remove(&self.ino);
+        self.of.done.notify_all();
+    }
+}
+
+/// Writes `ino`'s dirty changes back on this thread, through a client of
+/// the session's own; with `safety`, the bytes are on the file servers'
+/// disks before the commit.  Changes lost at this write-back or an earlier
+/// one are reported once, here.
+pub(crate) fn write_back_here(conn: &Arc<Conn>, ino: Ino, safety: bool) -> Result<(), Failure> {
+    let mut tries = 0;
+    let written = loop {
+        let seen = conn.hellos();
+        let taken = conn.write_backs.clients.lock().pop();
+        let mut via = match taken {
+            Some(c) => c,
+            None => FsClient::for_session(&conn.ctx, &conn.name, conn.session())?,
+        };
+        let written = write_back(conn, &mut via, ino, safety);
+        conn.write_backs.clients.lock().push(via);
+        match written {
+            Err(Failure::NoSession) if tries < 5 => {
+                tries += 1;
+                conn.recover(seen)?;
+            }
+            written => break written,
+        }
+    };
+    if conn.cache.lock().take_lost(ino) {
+        return Err(Failure::Fs(FsError::Io));
+    }
+    written
+}
+
 /// Writes `ino`'s dirty changes back through `via` (a client of the
 /// mount's session); with `safety`, the bytes are on the file servers'
 /// disks before the commit.
@@ -31,12 +105,14 @@ pub(crate) fn write_back(
     ino: Ino,
     safety: bool,
 ) -> Result<(), Failure> {
+    let _turn = conn.write_backs.turn(ino);
     if !conn.cache.lock().is_dirty(ino) {
         return Ok(());
     }
     // A private file's name must reach the primary before its bytes (its
-    // directories stay private).
-    conn.publish(&[ino])?;
+    // directories stay private): its commit is pushed after the pending
+    // changes, in the same request.
+    let private = conn.private_mentions(ino);
     let Some(job) = conn.cache.lock().flush_job(ino) else {
         return Ok(());
     };
@@ -50,46 +126,50 @@ pub(crate) fn write_back(
         size: job.size,
     };
     match conn.store(ino, &changes, safety) {
-        Ok(version) => commit(conn, via, ino, &job, version),
+        Ok(version) => commit(conn, via, ino, &job, version, private),
         // A version's content goes when a newer version replaced it: if
         // the file moved on (after this mount lost its token), the changes
         // can never be written back, and are kept over nothing; so they
         // are if no file server holds the version any more.  Otherwise the
         // file servers failed: try again.
-        Err(e) if !job.content.is_empty() => match attr_now(conn, via, ino) {
-            Ok(Some(attr)) if attr.version != job.version || e == Failure::Fs(FsError::Io) => {
-                let over_nothing = Changes {
-                    base: &[],
-                    base_size: 0,
-                    base_held: 0,
-                    ..changes
-                };
-                let version = conn.store(ino, &over_nothing, false)?;
-                let why = if attr.version != job.version {
-                    "its version is gone"
-                } else {
-                    "no file server holds its version"
-                };
-                Err(lose(conn, ino, &job, version, why))
+        Err(e) if !job.content.is_empty() => {
+            match conn.publish(&[ino]).and_then(|()| attr_now(conn, via, ino)) {
+                Ok(Some(attr)) if attr.version != job.version || e == Failure::Fs(FsError::Io) => {
+                    let over_nothing = Changes {
+                        base: &[],
+                        base_size: 0,
+                        base_held: 0,
+                        ..changes
+                    };
+                    let version = conn.store(ino, &over_nothing, false)?;
+                    let why = if attr.version != job.version {
+                        "its version is gone"
+                    } else {
+                        "no file server holds its version"
+                    };
+                    Err(lose(conn, ino, &job, version, why))
+                }
+                // The file went (its last name and open): nothing to keep.
+                Ok(None) => {
+                    conn.cache.lock().discard(ino);
+                    Ok(())
+                }
+                _ => Err(e),
             }
-            // The file went (its last name and open): nothing to keep.
-            Ok(None) => {
-                conn.cache.lock().discard(ino);
-                Ok(())
-            }
-            _ => Err(e),
-        },
+        }
         Err(e) => Err(e),
     }
 }
 
-/// Commits `version`, the file with `job`'s changes, as its next version.
+/// Commits `version`, the file with `job`'s changes, as its next version:
+/// pushed with the pending changes if the file is `private`.
 fn commit(
     conn: &Arc<Conn>,
     via: &mut FsClient,
     ino: Ino,
     job: &FlushJob,
     version: Version,
+    private: bool,
 ) -> Result<(), Failure> {
     let Version { content, held } = version;
     let lost = |content| Version { content, held };
@@ -103,7 +183,19 @@ fn commit(
         flush: false,
     };
     let made = op.clone();
-    match via.call(&Identity::root(), Op::Change { op }) {
+    // Pushed, the commit is answered as one sent on its own would be (a
+    // failed push may have been made with its answer lost: the content
+    // stays, as below).
+    let pushed = if private {
+        conn.push_commit(ino, &op)?
+    } else {
+        None
+    };
+    let answer = match pushed {
+        Some(result) => Ok(Reply::Updated(result)),
+        None => via.call(&Identity::root(), Op::Change { op }),
+    };
+    match answer {
         Ok(Reply::Updated(Ok(Answer::Committed { attr, old }))) => {
             conn.private_committed(&made, attr.ctime);
             conn.cache
@@ -187,9 +279,13 @@ fn lose(conn: &Arc<Conn>, ino: Ino, job: &FlushJob, version: Version, why: &str)
         job.changes.len()
     );
     conn.cache.lock().lose(ino);
-    // The kernel may hold attributes patched with them (this is the
-    // callbacks thread, which sends the invalidations).
-    conn.kernel.inval(vec![(ino, 0, 0)], Vec::new());
+    // The kernel may hold attributes patched with them: the callbacks
+    // thread invalidates them (this may be a FUSE thread, in the middle
+    // of the kernel's request).
+    conn.post(crate::callbacks::Work::Inval {
+        inodes: vec![(ino, 0, 0)],
+        names: Vec::new(),
+    });
     let keeper = conn.clone();
     let (size, mtime) = (job.size, job.mtime);
     let kept = std::thread::Builder::new()

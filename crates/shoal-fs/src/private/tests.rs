@@ -426,3 +426,76 @@ fn a_new_primary_is_asked_for_every_inode_a_push_may_name() {
     assert!(!known.contains(&sub.ino));
     assert!(known.contains(&new.ino));
 }
+
+/// A file made in a private directory and written: the push that brings
+/// its name carries its commit too (an `fsync`), and the copy, told of
+/// the commit, shows the file as the primary holds it.
+#[test]
+fn a_push_carries_the_commit_of_a_file_it_makes() {
+    let mut w = World::new();
+    let op = w.create_op(w.d, b"f", Kind::File, 0o644);
+    let Ok(Answer::Entry { attr, .. }) = w.local(&alice(), op) else {
+        panic!()
+    };
+    let commit = UpdateOp::Commit {
+        ino: attr.ino,
+        base: attr.version,
+        content: Vec::new(),
+        size: 10,
+        held: 10,
+        mtime: Time::new(w.clock, 9),
+        flush: false,
+    };
+    let mut ops = w.client.to_push();
+    let now = w.now();
+    ops.push(Pushed {
+        who: Identity::root(),
+        now,
+        op: commit.clone(),
+    });
+    let d = w.d;
+    assert_eq!(check_push(&ops, |i| i == d), Ok(vec![attr.ino]));
+    let results = match w.apply(&Identity::root(), UpdateOp::Push { ops }) {
+        Ok(Answer::Pushed(results)) => results,
+        other => panic!("{other:?}"),
+    };
+    let Some(Ok(Answer::Committed {
+        attr: committed, ..
+    })) = results.last()
+    else {
+        panic!("{results:?}")
+    };
+    assert_eq!((committed.version, committed.size), (attr.version + 1, 10));
+    assert_eq!(committed.ctime, now);
+    w.client.pushed();
+    w.client.committed(committed.ctime, &commit);
+    w.agree();
+}
+
+/// A push's commit is a client's write-back of a file it makes or holds
+/// `Write` on; the primary's own flush of an overlay is no client's.
+#[test]
+fn a_push_commits_only_what_its_client_holds() {
+    let commit = |ino, flush| Pushed {
+        who: Identity::root(),
+        now: Time::new(1, 0),
+        op: UpdateOp::Commit {
+            ino,
+            base: 0,
+            content: Vec::new(),
+            size: 0,
+            held: 0,
+            mtime: Time::new(1, 0),
+            flush,
+        },
+    };
+    assert!(check_push(&[commit(7, false)], |i| i == 7).is_ok());
+    assert!(matches!(
+        check_push(&[commit(7, false)], |i| i == 8),
+        Err(FsError::Stale(_))
+    ));
+    assert!(matches!(
+        check_push(&[commit(7, true)], |_| true),
+        Err(FsError::Invalid(_))
+    ));
+}
