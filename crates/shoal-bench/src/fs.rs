@@ -39,6 +39,10 @@
 //!    on shoal also with `shoal make -jN` (N: the cluster's cores), whose
 //!    recipes run on every node, all writing to the shared tree (Sprite's
 //!    pmake setting).
+//! 6. the workloads (`workload`): `dbench` with 1 and 4 clients, untar of
+//!    a 5,000-file tree, `git status`, `git log -p`, `find` and `rm -rf` on
+//!    shoal, bindfs, the disk, tmpfs and sshfs, and on shoal from two
+//!    nodes at once.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
@@ -54,6 +58,8 @@ use crate::agent::{Agent, ClusterGuard, arg, num, serve_commands};
 use crate::dir::DataDir;
 use crate::sshd::{Sshd, SshfsMount};
 use crate::stats::percentile_us;
+
+mod workload;
 
 /// Flags of `shoal bench fs`.
 #[derive(Args, Debug, Clone)]
@@ -142,7 +148,9 @@ pub fn agent(command: AgentCommand) -> Result<(), String> {
                     fs::create_dir_all(p).map_err(io("make", p))?;
                     Ok(json!({}))
                 }
-                other => Err(format!("unknown command {other}")),
+                other => {
+                    workload::command(w).unwrap_or_else(|| Err(format!("unknown command {other}")))
+                }
             });
             Ok(())
         }
@@ -552,6 +560,19 @@ fn measure(c: &Cluster, quick: bool) -> Result<Map<String, Value>, String> {
     for t in &targets {
         a.call(&format!("remove {}", t.dir.display()))?;
     }
+    let places = targets
+        .iter()
+        .filter(|t| !t.names_only)
+        .map(|t| workload::Place {
+            name: t.name,
+            dir: t.dir.clone(),
+        })
+        .collect();
+    let dirs = workload::Dirs {
+        work: &work.0,
+        shared: &targets[0].dir,
+    };
+    workload::measure(c, (&mut a, &mut b), dirs, places, quick, &mut m)?;
     drop(sshfs);
     drop(nulls);
     ratios(&mut m);
@@ -628,6 +649,7 @@ fn disk_type(path: &str) -> String {
 
 /// The ratios the targets are stated in.
 fn ratios(m: &mut Map<String, Value>) {
+    workload::ratios(m);
     let get = |m: &Map<String, Value>, k: &str| m.get(k).and_then(Value::as_f64);
     // Against tmpfs, and against the floor of FUSE here (the null file
     // system).
@@ -704,5 +726,5 @@ fn table(m: &Map<String, Value>) -> String {
         f("sshfs_visibility_ms"),
         f("sshfs_visibility_stale"),
     );
-    t
+    t + &workload::table(m)
 }
