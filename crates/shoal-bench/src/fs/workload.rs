@@ -17,7 +17,9 @@
 //! operation (`/proc`'s counts of their processes), and the same work on
 //! two nodes at once: n1 and n2 each in a directory of its own (`dbench`
 //! with 4 clients, untar), and both in one (untar into one directory,
-//! `git status` in one clone, `find` over one tree).
+//! `git status` in one clone, `find` over one tree); and, as the floor of
+//! that, the same two at once on the disk (both "nodes" share this
+//! machine's two cores and its disk).
 //!
 //! The null FUSE file system holds no bytes, so runs none of this: its
 //! floor is in the sections before.  A twin that cannot run a program
@@ -452,7 +454,12 @@ pub(super) fn measure(
             }
         }
     }
-    two_nodes(a, b, shared, &tar, &repo, secs, m)
+    let disk = places
+        .iter()
+        .find(|p| p.name == "ext4")
+        .map(|p| p.dir.clone())
+        .ok_or("no place on the disk")?;
+    two_nodes((a, b), (shared, &disk), (&tar, &repo), secs, m)
 }
 
 /// One step of a workload on file system `name`: its answer.  On shoal
@@ -485,21 +492,16 @@ fn phase(
     }
 }
 
-/// The same work on n1 and n2 at once, in /shoal: each in a directory of
-/// its own, then both in one.
+/// The same work on n1 and n2 at once: in /shoal each in a directory of
+/// its own, and then both in one; each in its own on the disk too, the
+/// floor (both "nodes" share this machine's cores and disk).
 fn two_nodes(
-    a: &mut Agent,
-    b: &mut Agent,
-    shared: &Path,
-    tar: &Path,
-    repo: &Path,
+    (a, b): (&mut Agent, &mut Agent),
+    (shared, disk): (&Path, &Path),
+    (tar, repo): (&Path, &Path),
     secs: usize,
     m: &mut Map<String, Value>,
 ) -> Result<(), String> {
-    let d = shared.join("two");
-    let d = d.display();
-    eprintln!("bench: workloads on shoal from n1 and n2 at once in {d}");
-    a.call(&format!("clean {d}"))?;
     let both =
         |a: &mut Agent, b: &mut Agent, la: &str, lb: &str| -> Result<(Value, Value), String> {
             a.write(la)?;
@@ -508,43 +510,56 @@ fn two_nodes(
             let vb = b.answer();
             Ok((va?, vb?))
         };
-    let (x, y) = both(
-        a,
-        b,
-        &format!("dbench {d}/n1 4 {secs}"),
-        &format!("dbench {d}/n2 4 {secs}"),
-    )?;
-    let slower = x["mb_s"]
-        .as_f64()
-        .unwrap_or(0.0)
-        .min(y["mb_s"].as_f64().unwrap_or(0.0));
-    m.insert("dbench4_two_mb_s_fs".into(), json!(slower));
     let s = |v: &Value| v["s"].as_f64().unwrap_or(f64::NAN);
-    let (x, y) = both(
-        a,
-        b,
-        &format!("untar {} {d}/n1/src", tar.display()),
-        &format!("untar {} {d}/n2/src", tar.display()),
-    )?;
-    m.insert("untar_two_s_fs".into(), json!(s(&x).max(s(&y))));
-    let (x, y) = both(
-        a,
-        b,
-        &format!("untar {} {d}/one a-", tar.display()),
-        &format!("untar {} {d}/one b-", tar.display()),
-    )?;
-    m.insert("untar_one_dir_s_fs".into(), json!(s(&x).max(s(&y))));
-    a.call(&format!("clone {} {d}/repo", repo.display()))?;
-    let (x, y) = both(
-        a,
-        b,
-        &format!("status {d}/repo"),
-        &format!("status {d}/repo"),
-    )?;
-    m.insert("git_status_one_dir_s_fs".into(), json!(s(&x).max(s(&y))));
-    let (x, y) = both(a, b, &format!("find {d}/one"), &format!("find {d}/one"))?;
-    m.insert("find_one_dir_s_fs".into(), json!(s(&x).max(s(&y))));
-    a.call(&format!("remove {d}"))?;
+    let mb_s = |v: &Value| v["mb_s"].as_f64().unwrap_or(0.0);
+    for (name, dir) in [("fs", shared), ("ext4", disk)] {
+        let d = dir.join("two");
+        let d = d.display();
+        eprintln!(
+            "bench: workloads on {name} from n1 and n2 at once in {d}, each in its own directory"
+        );
+        a.call(&format!("clean {d}"))?;
+        let (x, y) = both(
+            a,
+            b,
+            &format!("dbench {d}/n1 4 {secs}"),
+            &format!("dbench {d}/n2 4 {secs}"),
+        )?;
+        m.insert(
+            format!("dbench4_two_mb_s_{name}"),
+            json!(mb_s(&x).min(mb_s(&y))),
+        );
+        let (x, y) = both(
+            a,
+            b,
+            &format!("untar {} {d}/n1/src", tar.display()),
+            &format!("untar {} {d}/n2/src", tar.display()),
+        )?;
+        m.insert(format!("untar_two_s_{name}"), json!(s(&x).max(s(&y))));
+        if name != "fs" {
+            a.call(&format!("remove {}", dir.display()))?;
+            continue;
+        }
+        eprintln!("bench: workloads on shoal from n1 and n2 at once in {d}/one");
+        let (x, y) = both(
+            a,
+            b,
+            &format!("untar {} {d}/one a-", tar.display()),
+            &format!("untar {} {d}/one b-", tar.display()),
+        )?;
+        m.insert("untar_one_dir_s_fs".into(), json!(s(&x).max(s(&y))));
+        a.call(&format!("clone {} {d}/repo", repo.display()))?;
+        let (x, y) = both(
+            a,
+            b,
+            &format!("status {d}/repo"),
+            &format!("status {d}/repo"),
+        )?;
+        m.insert("git_status_one_dir_s_fs".into(), json!(s(&x).max(s(&y))));
+        let (x, y) = both(a, b, &format!("find {d}/one"), &format!("find {d}/one"))?;
+        m.insert("find_one_dir_s_fs".into(), json!(s(&x).max(s(&y))));
+        a.call(&format!("remove {}", dir.display()))?;
+    }
     Ok(())
 }
 
@@ -574,10 +589,18 @@ pub(super) fn ratios(m: &mut Map<String, Value>) {
     }
     let (four, one) = (get(m, "dbench4_mb_s_fs"), get(m, "dbench1_mb_s_fs"));
     put(m, "dbench4_vs_dbench1_fs".into(), four, one);
-    let (two, alone) = (get(m, "dbench4_two_mb_s_fs"), get(m, "dbench4_mb_s_fs"));
-    put(m, "dbench4_two_vs_one_fs".into(), two, alone);
-    let (alone, two) = (get(m, "untar_s_fs"), get(m, "untar_two_s_fs"));
-    put(m, "untar_two_vs_one_fs".into(), alone, two);
+    for name in ["fs", "ext4"] {
+        let (two, alone) = (
+            get(m, &format!("dbench4_two_mb_s_{name}")),
+            get(m, &format!("dbench4_mb_s_{name}")),
+        );
+        put(m, format!("dbench4_two_vs_one_{name}"), two, alone);
+        let (alone, two) = (
+            get(m, &format!("untar_s_{name}")),
+            get(m, &format!("untar_two_s_{name}")),
+        );
+        put(m, format!("untar_two_vs_one_{name}"), alone, two);
+    }
     for (_, op) in DBENCH_OPS {
         let (a, b) = (
             get(m, &format!("dbench4_{op}_ms_fs")),
@@ -641,9 +664,18 @@ pub(super) fn table(m: &Map<String, Value>) -> String {
         row(what, key, target);
     }
     t += &format!(
-        "| two nodes, each its own directory: dbench 4 clients (MB/s, the slower) · untar (s) | {} · {} | | | | | each ≥ 0.8 × one node alone |\n",
+        "| two nodes, each its own directory: dbench 4 clients (MB/s, the slower) · untar (s) | {} · {} | | {} · {} | | | each ≥ 0.8 × one node alone |\n",
         f("dbench4_two_mb_s_fs"),
         f("untar_two_s_fs"),
+        f("dbench4_two_mb_s_ext4"),
+        f("untar_two_s_ext4"),
+    );
+    t += &format!(
+        "| two nodes, each its own directory, over one node alone: dbench · untar | {} · {} | | {} · {} | | | ≥ 0.8 |\n",
+        f("dbench4_two_vs_one_fs"),
+        f("untar_two_vs_one_fs"),
+        f("dbench4_two_vs_one_ext4"),
+        f("untar_two_vs_one_ext4"),
     );
     t += &format!(
         "| two nodes in one directory: untar · git status · find (s) | {} · {} · {} | | | | | |\n",
