@@ -287,16 +287,11 @@ impl Conn {
             self.private_rehold(&fresh);
         }
         for (ino, lock) in self.locks.held() {
-            let op = Op::Lock {
-                ino,
-                owner: lock.owner.owner,
-                style: lock.style,
-                mode: Some(lock.mode),
-                start: lock.start,
-                end: lock.end,
-                pid: lock.pid,
-                how: LockHow::Reclaim,
-            };
+            // A private inode's locks are the mount's own.
+            if self.is_private(ino) {
+                continue;
+            }
+            let op = crate::locks::asking(ino, &lock, LockHow::Reclaim);
             match c.call(&Identity::root(), op) {
                 Ok(Reply::Locked(None)) => {}
                 Ok(_) | Err(Failure::Fs(_)) => {

@@ -1,6 +1,8 @@
 //! What the mount knows of its programs' advisory locks (`docs/fs.md`,
 //! "Locks"): the `fcntl` locks the primary gave them (reclaimed at a new
-//! primary), the lock owners that took locks through each open file (whose
+//! primary), and those it gave them itself on private inodes, which no
+//! other mount can lock (handed to the primary when the privacy ends),
+//! the lock owners that took locks through each open file (whose
 //! locks go when it is closed: the mount asks the kernel for no flush at
 //! close, so the release is when it learns of it), and, per inode, a count
 //! of the primary's `Unlocked` callbacks that a program waiting for a lock
@@ -11,8 +13,37 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
-use shoal_fs::locks::{Lock, Locks, Mode, Owner, Style};
+use shoal_fs::locks::{Lock, Locks, Mode, Owner, Refused, Style};
 use shoal_fs::model::Ino;
+use shoal_fs::op::{LockHow, Op};
+
+/// The request that asks the primary for `lock`, held here, on `ino`
+/// (`how`: a reclaim at a new primary, or a try when a private inode's
+/// locks go to the primary).
+pub(crate) fn asking(ino: Ino, lock: &Lock, how: LockHow) -> Op {
+    Op::Lock {
+        ino,
+        owner: lock.owner.owner,
+        style: lock.style,
+        mode: Some(lock.mode),
+        start: lock.start,
+        end: lock.end,
+        pid: lock.pid,
+        how,
+    }
+}
+
+/// A `fcntl` lock of this mount's lock owner `owner`.
+fn posix(owner: u64, mode: Mode, (start, end, pid): (u64, u64, u32)) -> Lock {
+    Lock {
+        owner: Owner { client: 0, owner },
+        style: Style::Posix,
+        mode,
+        start,
+        end,
+        pid,
+    }
+}
 
 #[derive(Default)]
 pub(crate) struct MountLocks {
@@ -29,6 +60,17 @@ pub(crate) struct MountLocks {
 }
 
 impl MountLocks {
+    /// `owner` took a lock on `ino` through handle `fh`: its locks there
+    /// go when the handle is closed.
+    fn took(&self, fh: u64, ino: Ino, owner: u64) {
+        self.owners
+            .lock()
+            .entry(fh)
+            .or_insert_with(|| (ino, BTreeSet::new()))
+            .1
+            .insert(owner);
+    }
+
     /// The primary took (`mode`) or released (`None`) a lock of `owner`
     /// through handle `fh`.
     pub(crate) fn record(
@@ -46,28 +88,77 @@ impl MountLocks {
                 held.unlock(ino, who, Style::Posix, start, end);
             }
             Some(mode) => {
-                let lock = Lock {
-                    owner: who,
-                    style: Style::Posix,
-                    mode,
-                    start,
-                    end,
-                    pid,
-                };
+                let lock = posix(owner, mode, (start, end, pid));
                 if held.lock(ino, lock, false).is_err() {
                     // Only the primary decides: a lock it gave is held.
                     tracing::warn!(
                         "the mount's record of locks on {ino} disagrees with the primary"
                     );
                 }
-                self.owners
-                    .lock()
-                    .entry(fh)
-                    .or_insert_with(|| (ino, BTreeSet::new()))
-                    .1
-                    .insert(owner);
+                self.took(fh, ino, owner);
             }
         }
+    }
+
+    /// A lock (`mode`) or unlock (`None`) of `owner` through handle `fh`
+    /// on a private inode, which no other mount can hold locks on: decided
+    /// here, as the primary would (`docs/fs.md`, "Locks").  Whether it was
+    /// taken; an unlock always is, and wakes the programs waiting.
+    pub(crate) fn local(
+        &self,
+        fh: u64,
+        ino: Ino,
+        owner: u64,
+        mode: Option<Mode>,
+        (start, end, pid): (u64, u64, u32),
+    ) -> Result<bool, Refused> {
+        let who = Owner { client: 0, owner };
+        let Some(mode) = mode else {
+            self.held.lock().unlock(ino, who, Style::Posix, start, end);
+            self.wake(ino);
+            return Ok(true);
+        };
+        match self
+            .held
+            .lock()
+            .lock(ino, posix(owner, mode, (start, end, pid)), false)
+        {
+            Ok(()) => {}
+            Err(Refused::Conflict(_)) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+        self.took(fh, ino, owner);
+        Ok(true)
+    }
+
+    /// The lock in the way of `owner`'s `mode` lock on `start..=end` of a
+    /// private inode (`F_GETLK`, decided here).
+    pub(crate) fn local_conflict(
+        &self,
+        ino: Ino,
+        owner: u64,
+        mode: Mode,
+        (start, end): (u64, u64),
+    ) -> Option<Lock> {
+        self.held
+            .lock()
+            .conflict(ino, &posix(owner, mode, (start, end, 0)))
+    }
+
+    /// The locks held on `ino` (to hand to the primary when the inode
+    /// stops being private).
+    pub(crate) fn on(&self, ino: Ino) -> Vec<Lock> {
+        self.held.lock().on(ino).to_vec()
+    }
+
+    /// Every lock on `ino` goes (a private inode lost with its session).
+    pub(crate) fn forget(&self, ino: Ino) {
+        let mut held = self.held.lock();
+        for l in held.on(ino).to_vec() {
+            held.unlock(ino, l.owner, l.style, l.start, l.end);
+        }
+        drop(held);
+        self.wake(ino);
     }
 
     /// Handle `fh` closed: the inode and the owners whose locks on it go.

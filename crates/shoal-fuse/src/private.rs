@@ -11,14 +11,16 @@
 //!   mount holds the inodes as any others, under the `Write` tokens the
 //!   push brought;
 //! - before a request the primary answers for a private inode it must
-//!   know (a lock, a read of extended attributes, a file's write-back or
-//!   `fsync`), when the oldest pending change is as old as the
+//!   know (a read of extended attributes, a file's write-back or
+//!   `fsync`, carried in the same push), when the oldest pending change is as old as the
 //!   write-back window, and at `fsync` of a private directory: they stay
 //!   private (a file's committed write-back is applied to the copy too);
 //! - at unmount.
 //!
 //! A temporary file made and removed between two pushes never reaches
-//! the primary at all.
+//! the primary at all.  `fcntl` locks on private inodes are the mount's
+//! to decide (`MountLocks::local`), and go to the primary after the push
+//! that ends the privacy.
 //!
 //! Locks: the private state's lock is taken before the cache's and the
 //! opens', never while waiting for the session's client (pushes have a
@@ -30,8 +32,9 @@
 use std::collections::{HashMap, HashSet};
 
 use parking_lot::Mutex;
+use shoal_fs::locks::{Lock, Mode};
 use shoal_fs::model::{Attr, FsError, Identity, Ino, Kind};
-use shoal_fs::op::{Failure, Grant, Op, Reply};
+use shoal_fs::op::{Failure, Grant, LockHow, Op, Reply};
 use shoal_fs::private::{Private, numbered};
 use shoal_fs::tokens::OpenId;
 use shoal_fs::update::{Answer, Pushed, UpdateOp};
@@ -83,6 +86,43 @@ impl Conn {
     /// sent to the primary about it must follow the push.
     pub(crate) fn private_mentions(&self, ino: Ino) -> bool {
         self.privates.state.lock().core.mentions(ino)
+    }
+
+    /// A lock (`mode`) or unlock (`None`) of `owner` through handle `fh`
+    /// on `ino`, decided here if `ino` is private (no other mount can hold
+    /// locks on it): whether it was taken.  `None` if `ino` is not
+    /// private: the primary decides.
+    pub(crate) fn private_lock(
+        &self,
+        (fh, ino, owner): (u64, Ino, u64),
+        mode: Option<Mode>,
+        range: (u64, u64, u32),
+    ) -> Option<Result<bool, Failure>> {
+        let s = self.privates.state.lock();
+        if !s.core.holds(ino) {
+            return None;
+        }
+        Some(
+            self.locks
+                .local(fh, ino, owner, mode, range)
+                .map_err(|_| Failure::Fs(FsError::Invalid("an empty or backward lock range"))),
+        )
+    }
+
+    /// The lock in the way of `owner`'s `mode` lock on `range` of `ino`,
+    /// decided here if `ino` is private; `None` if it is not.
+    pub(crate) fn private_lock_test(
+        &self,
+        ino: Ino,
+        owner: u64,
+        mode: Mode,
+        range: (u64, u64),
+    ) -> Option<Option<Lock>> {
+        let s = self.privates.state.lock();
+        if !s.core.holds(ino) {
+            return None;
+        }
+        Some(self.locks.local_conflict(ino, owner, mode, range))
     }
 
     /// Whether `ino` is private.
@@ -352,8 +392,12 @@ impl Conn {
         let fresh = s.core.fresh();
         let (inodes, lost) = s.core.dissolve();
         // What the kernel keeps of them goes (the primary may never have
-        // heard of them, or may hold them otherwise by now).
+        // heard of them, or may hold them otherwise by now), and so do
+        // the locks this mount gave on them.
         let inodes: Vec<Ino> = inodes.iter().map(|i| i.attr.ino).collect();
+        for ino in &inodes {
+            self.locks.forget(*ino);
+        }
         let names = self.cache.lock().forget_held(&inodes);
         if !inodes.is_empty() {
             self.post(crate::callbacks::Work::Inval {
@@ -378,6 +422,37 @@ impl Conn {
         self.push_locked(s)?;
         let (inodes, _) = s.core.dissolve();
         tracing::debug!("{} private inodes are shared now", inodes.len());
+        let inodes: Vec<Ino> = inodes.iter().map(|i| i.attr.ino).collect();
+        self.hand_over_locks(s, &inodes)
+    }
+
+    /// The locks this mount gave its programs on `inodes`, private until
+    /// now, go to the primary, which decides from now on: before the
+    /// privacy's end is answered (a recall), so no other mount can take a
+    /// lock in their way.  Through the pushes' own client (the private
+    /// state's lock is held).  A lock the primary refuses (none can be in
+    /// its way) is lost, and logged.
+    fn hand_over_locks(&self, s: &mut State, inodes: &[Ino]) -> Result<(), Failure> {
+        for &ino in inodes {
+            let locks = self.locks.on(ino);
+            if locks.is_empty() {
+                continue;
+            }
+            let pusher = self.pusher(s)?;
+            for lock in locks {
+                let op = crate::locks::asking(ino, &lock, LockHow::Try);
+                match pusher.call(&Identity::root(), op) {
+                    Ok(Reply::Locked(None)) => {}
+                    other => {
+                        tracing::warn!(
+                            "a lock on inode {ino} of process {} is lost: the primary would not take it from the private copy ({other:?})",
+                            lock.pid
+                        );
+                        self.locks.lost(ino, &lock);
+                    }
+                }
+            }
+        }
         Ok(())
     }
 
@@ -411,6 +486,18 @@ impl Conn {
         })
     }
 
+    /// The pushes' own client of the session, made at the first use.
+    fn pusher<'a>(&self, s: &'a mut State) -> Result<&'a mut FsClient, Failure> {
+        if s.pusher.is_none() {
+            s.pusher = Some(FsClient::for_session(
+                &self.ctx,
+                &self.name,
+                self.session(),
+            )?);
+        }
+        Ok(s.pusher.as_mut().expect("made"))
+    }
+
     /// Pushes the pending changes, and `commit` after them: its result.
     fn push_with(
         &self,
@@ -424,14 +511,7 @@ impl Conn {
         if ops.is_empty() {
             return Ok(None);
         }
-        if s.pusher.is_none() {
-            s.pusher = Some(FsClient::for_session(
-                &self.ctx,
-                &self.name,
-                self.session(),
-            )?);
-        }
-        let pusher = s.pusher.as_mut().expect("made");
+        let pusher = self.pusher(s)?;
         let push = Op::Change {
             op: UpdateOp::Push { ops },
         };
@@ -448,9 +528,10 @@ impl Conn {
                     // keeps of the private inodes goes.
                     tracing::warn!("{refused} of {n} pushed changes were refused");
                     let (inodes, _) = s.core.dissolve();
-                    let inodes = inodes.iter().map(|i| (i.attr.ino, 0, 0)).collect();
+                    let inodes: Vec<Ino> = inodes.iter().map(|i| i.attr.ino).collect();
+                    self.hand_over_locks(s, &inodes)?;
                     self.post(crate::callbacks::Work::Inval {
-                        inodes,
+                        inodes: inodes.iter().map(|i| (*i, 0, 0)).collect(),
                         names: Vec::new(),
                     });
                 }

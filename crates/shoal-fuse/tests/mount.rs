@@ -684,6 +684,72 @@ fn fcntl_locks_hold_across_mounts() {
     server.stop().unwrap();
 }
 
+/// Whether another process (Python's `lockf`, an `fcntl` lock) could take
+/// a write lock on all of `path` without waiting.
+fn another_process_locks(path: &Path) -> bool {
+    let status = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import fcntl, sys\nf = open(sys.argv[1], 'r+')\nfcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)",
+        ])
+        .arg(path)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("python3");
+    status.success()
+}
+
+/// `fcntl` locks on a file in a directory a mount made (private) are the
+/// mount's to decide: they keep its node's other processes out without a
+/// message to the primary, and go to the primary, still held, when another
+/// mount looks at the file, before that look is answered.
+#[test]
+fn fcntl_locks_on_a_private_file_go_to_the_primary_when_another_mount_looks() {
+    let Setup {
+        nodes: _nodes,
+        server,
+        service,
+        pa,
+        pb,
+        a,
+        b,
+    } = Setup::up("fs-plock-test");
+    let rw = |p: &Path| OpenOptions::new().read(true).write(true).open(p).unwrap();
+    let (w, r, un) = (libc::F_WRLCK, libc::F_RDLCK, libc::F_UNLCK);
+    fs::create_dir(pa.join("mine")).unwrap();
+    let path = pa.join("mine/locked");
+    fs::write(&path, [7u8; 100]).unwrap();
+    let fa = rw(&path);
+    lock(&fa, w, 10, 20, false).unwrap();
+    assert_eq!(lock_in_the_way(&fa, r, 0, 0).0, un, "a process's own lock");
+    assert!(
+        !another_process_locks(&path),
+        "a's lock keeps a's node's other processes out"
+    );
+    lock(&fa, un, 10, 20, false).unwrap();
+    assert!(another_process_locks(&path), "released");
+    lock(&fa, w, 0, 0, false).unwrap();
+
+    // b opens the file: the privacy ends, and a's lock is the primary's.
+    let fb = rw(&pb.join("mine/locked"));
+    assert_eq!(lock(&fb, w, 50, 1, false), Err(libc::EAGAIN));
+    let (typ, start, len, _) = lock_in_the_way(&fb, r, 0, 0);
+    assert_eq!((typ, start, len), (w, 0, 0));
+    lock(&fa, un, 0, 0, false).unwrap();
+    lock(&fb, w, 50, 1, false).unwrap();
+    // b's lock, kept by the primary now, keeps a's node out too.
+    assert_eq!(lock(&fa, w, 0, 0, false), Err(libc::EAGAIN));
+    drop(fa);
+    drop(fb);
+
+    a.stop().unwrap();
+    b.stop().unwrap();
+    for r in service {
+        r.stop();
+    }
+    server.stop().unwrap();
+}
+
 /// The file system's inode count as statfs(2) reports it (`stat -f`).
 fn statfs_files(p: &Path) -> u64 {
     let out = std::process::Command::new("stat")

@@ -1,6 +1,8 @@
 //! `fcntl` locks through the mount: every lock, unlock and test is one
 //! call to the primary, which keeps them for the whole cluster
-//! (`docs/fs.md`, "Locks").  A lock that must wait (`F_SETLKW`) is taken
+//! (`docs/fs.md`, "Locks"), but on a private inode, which no other mount
+//! can lock: the mount decides those itself, and hands them to the
+//! primary when the privacy ends.  A lock that must wait (`F_SETLKW`) is taken
 //! over by a thread of its own, so the two FUSE threads never wait: it
 //! tries again each time the primary says locks on the inode were
 //! released, and at least once a second, until it has the lock, the
@@ -100,8 +102,15 @@ fn call(conn: &Conn, op: Op) -> Result<Option<Conflict>, Failure> {
     }
 }
 
-/// Tries for `a`'s lock (`how`), recording it if taken.
+/// Tries for `a`'s lock (`how`), recording it if taken: decided by the
+/// mount on a private inode, else by the primary (a private file's name
+/// pushed first; its directories stay private).
 fn take(conn: &Conn, a: &Asked, mode: Option<Mode>, how: LockHow) -> Result<bool, Failure> {
+    if let Some(taken) = conn.private_lock((a.fh, a.ino, a.owner), mode, (a.start, a.end(), a.pid))
+    {
+        return taken;
+    }
+    conn.publish(&[a.ino])?;
     let taken = call(conn, a.op(mode, how))?.is_none();
     if taken {
         conn.locks
@@ -113,24 +122,33 @@ fn take(conn: &Conn, a: &Asked, mode: Option<Mode>, how: LockHow) -> Result<bool
 impl ShoalFs {
     /// `F_GETLK`: the lock in the way, or `F_UNLCK`.
     pub(super) fn get_lock(&self, a: Asked, reply: ReplyLock) {
-        // Locks are the primary's (a private file's name is pushed
-        // first; its directories stay private).
-        if let Err(e) = self.conn.publish(&[a.ino]) {
-            return reply.error(errno(e));
-        }
         let mode = match a.mode() {
             Ok(Some(m)) => m,
             Ok(None) => return reply.error(Errno::EINVAL),
             Err(e) => return reply.error(e),
         };
-        match call(&self.conn, a.op(Some(mode), LockHow::Test)) {
+        // A private inode's locks are the mount's; others are the
+        // primary's (a private file's name is pushed first; its
+        // directories stay private).
+        let found = match self
+            .conn
+            .private_lock_test(a.ino, a.owner, mode, (a.start, a.end()))
+        {
+            Some(local) => Ok(local.map(|l| (l.mode, l.start, l.end, l.pid))),
+            None => self
+                .conn
+                .publish(&[a.ino])
+                .and_then(|()| call(&self.conn, a.op(Some(mode), LockHow::Test)))
+                .map(|c| c.map(|c| (c.mode, c.start, c.end, c.pid))),
+        };
+        match found {
             Ok(None) => reply.locked(a.start, a.end, libc::F_UNLCK, 0),
-            Ok(Some(c)) => {
-                let typ = match c.mode {
+            Ok(Some((mode, start, end, pid))) => {
+                let typ = match mode {
                     Mode::Read => libc::F_RDLCK,
                     Mode::Write => libc::F_WRLCK,
                 };
-                reply.locked(c.start, c.end.min(KERNEL_EOF), typ, c.pid)
+                reply.locked(start, end.min(KERNEL_EOF), typ, pid)
             }
             Err(e) => reply.error(errno(e)),
         }
@@ -138,9 +156,6 @@ impl ShoalFs {
 
     /// `F_SETLK` and `F_SETLKW`.
     pub(super) fn set_lock(&self, a: Asked, sleep: bool, reply: ReplyEmpty) {
-        if let Err(e) = self.conn.publish(&[a.ino]) {
-            return reply.error(errno(e));
-        }
         let mode = match a.mode() {
             Ok(m) => m,
             Err(e) => return reply.error(e),
