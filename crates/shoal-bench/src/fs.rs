@@ -341,19 +341,24 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// The primary's count of requests (`shoal fs status` on n1).
-fn primary_requests(c: &Cluster) -> Result<u64, String> {
+/// What `shoal fs status` on n1 says (n1's metadata replica).
+fn fs_status(c: &Cluster) -> Result<Value, String> {
     let out = c
         .command("n1", crate::shoal_exe()?)?
         .args(["fs", "status"])
         .output()
         .map_err(|e| e.to_string())?;
-    let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| {
+    serde_json::from_slice(&out.stdout).map_err(|e| {
         format!(
             "shoal fs status: {e}: {}",
             String::from_utf8_lossy(&out.stderr)
         )
-    })?;
+    })
+}
+
+/// The primary's count of requests (`shoal fs status` on n1).
+fn primary_requests(c: &Cluster) -> Result<u64, String> {
+    let v = fs_status(c)?;
     v["requests"]
         .as_u64()
         .ok_or_else(|| format!("shoal fs status has no request count: {v}"))

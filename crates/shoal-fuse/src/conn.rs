@@ -580,12 +580,13 @@ impl Conn {
         let lanes = copies.clamp(1, STORE_LANES);
         let mut clients = Vec::with_capacity(lanes);
         while clients.len() < lanes {
-            let taken = self.files.lock().pop();
-            clients.push(match taken {
-                Some(c) => c,
-                None => FileClient::new(&self.ctx)
-                    .map_err(|e| Failure::Unavailable(format!("file client: {e}")))?,
-            });
+            match self.file_client() {
+                Ok(c) => clients.push(c),
+                Err(e) => {
+                    self.files.lock().extend(clients);
+                    return Err(e);
+                }
+            }
         }
         let stored =
             shoal_fssvc::store::store(&mut clients, &servers, copies, ino, changes, safety)
@@ -663,15 +664,21 @@ impl Conn {
         &self,
         f: impl FnOnce(&mut FileClient) -> Result<T, shoal_filesvc::ClientError>,
     ) -> Result<T, Failure> {
-        let taken = self.files.lock().pop();
-        let mut client = match taken {
-            Some(c) => c,
-            None => FileClient::new(&self.ctx)
-                .map_err(|e| Failure::Unavailable(format!("file client: {e}")))?,
-        };
+        let mut client = self.file_client()?;
         let out = f(&mut client).map_err(shoal_fssvc::files_failure);
         self.files.lock().push(client);
         out
+    }
+
+    /// A file service client from the pool, or a new one; the caller
+    /// puts it back.
+    fn file_client(&self) -> Result<FileClient, Failure> {
+        let taken = self.files.lock().pop();
+        match taken {
+            Some(c) => Ok(c),
+            None => FileClient::new(&self.ctx)
+                .map_err(|e| Failure::Unavailable(format!("file client: {e}"))),
+        }
     }
 }
 

@@ -310,13 +310,7 @@ fn cpu_s(pid: u32) -> f64 {
 
 /// The processes of the metadata primary and of n1's mount.
 fn shoal_processes(c: &Cluster) -> Result<(u32, u32), String> {
-    let out = c
-        .command("n1", crate::shoal_exe()?)?
-        .args(["fs", "status"])
-        .output()
-        .map_err(|e| e.to_string())?;
-    let v: Value =
-        serde_json::from_slice(&out.stdout).map_err(|e| format!("shoal fs status: {e}"))?;
+    let v = super::fs_status(c)?;
     let replica = v["replica"]
         .as_u64()
         .ok_or("shoal fs status names no replica")?;
