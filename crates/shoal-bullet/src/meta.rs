@@ -1,5 +1,5 @@
 //! The metadata formats: a snapshot of every committed file and extent,
-//! followed by a log of records (commit, destroy, move), in one of two
+//! followed by a log of records (commit, destroy, move, bytes), in one of two
 //! metadata files.  `docs/files.md` draws them byte by byte.
 //!
 //! File = `header | snapshot body | records...`.
@@ -76,6 +76,11 @@ pub enum Record {
     Destroy { object: u64 },
     /// Compaction moved an extent.
     Move { extent: u64, off: u64 },
+    /// The bytes of an extent that the next commit record introduces,
+    /// written with it so that a flush of small commits needs no sync of
+    /// the data disk: recovery writes them where the extent lies if they
+    /// are not there (`crate::store`, crash rule 1).
+    Bytes { extent: u64, data: Vec<u8> },
 }
 
 fn w_extent(w: &mut Writer<'_>, e: &ExtentRec) {
@@ -246,6 +251,11 @@ impl Record {
                 w.u64(*extent);
                 w.u64(*off);
             }
+            Record::Bytes { extent, data } => {
+                w.u8(4);
+                w.u64(*extent);
+                w.bytes32(data);
+            }
         }
         let mut buf = Vec::with_capacity(RECORD_HEAD + body.len());
         buf.extend_from_slice(&(body.len() as u32).to_le_bytes());
@@ -274,6 +284,10 @@ impl Record {
             3 => Record::Move {
                 extent: r.u64()?,
                 off: r.u64()?,
+            },
+            4 => Record::Bytes {
+                extent: r.u64()?,
+                data: r.bytes32()?.to_vec(),
             },
             _ => return Err(bad("metadata record", "unknown kind")),
         };
@@ -345,6 +359,10 @@ mod tests {
                 extents: vec![],
             },
             Record::Move { extent: 1, off: 40 },
+            Record::Bytes {
+                extent: 2,
+                data: b"late".to_vec(),
+            },
             Record::Destroy { object: 5 },
         ];
         (snap, recs)
@@ -367,7 +385,7 @@ mod tests {
         // the replay before it; any flipped bit of the snapshot is caught.
         assert!(Record::replay(&file, 8, start).0.is_empty());
         let cut = file.len() - 3;
-        assert_eq!(Record::replay(&file[..cut], 7, start).0.len(), 2);
+        assert_eq!(Record::replay(&file[..cut], 7, start).0.len(), 3);
         for i in 0..start {
             let mut bad = file.clone();
             bad[i] ^= 1;

@@ -15,8 +15,12 @@
 //!
 //! **Crash rules.**
 //! 1. Data before metadata: a flush syncs the data disk, then writes and
-//!    syncs the records that name the new extents.  A commit with the
-//!    safety flag returns only after such a flush covered it.
+//!    syncs the records that name the new extents; or, when those extents
+//!    are small, writes their bytes in records before the ones naming
+//!    them and syncs the metadata alone (one sync, not two), and recovery
+//!    writes such bytes where their extent lies if a crash lost them
+//!    there.  A commit with the safety flag returns only after such a
+//!    flush covered it.
 //! 2. No reuse before forgetting: space of an extent that a record ever
 //!    named goes back to the allocator only once the record that dropped
 //!    it (destroy, move) is durable, so no crash can bring back a file
@@ -51,6 +55,10 @@ use crate::op::{AdminOp, Answer, Edit, FLAG_COMMIT, FLAG_SAFETY, Op, OpData, Sta
 mod read;
 mod upkeep;
 mod write;
+
+/// A flush whose commits introduce at most this many bytes of extents
+/// writes them into its records and syncs the metadata disk alone.
+const INLINE_BYTES: u64 = 128 << 10;
 
 /// Tunables of a store.
 #[derive(Debug, Clone)]
@@ -557,7 +565,7 @@ impl<D: Disk> Store<D> {
                     bad_file(file) || extents.iter().any(bad_extent)
                 }
                 Record::Move { off, .. } => *off >= LIMIT,
-                Record::Destroy { .. } => false,
+                Record::Destroy { .. } | Record::Bytes { .. } => false,
             };
             if bad {
                 return Err(inconsistent());
@@ -587,8 +595,13 @@ impl<D: Disk> Store<D> {
             next_object = next_object.max(f.object + 1);
             files.insert(f.object, f);
         }
+        // Bytes of extents written with the records, by extent.
+        let mut written: HashMap<u64, Vec<u8>> = HashMap::new();
         for r in records {
             match r {
+                Record::Bytes { extent, data } => {
+                    written.insert(extent, data);
+                }
                 Record::Commit { file, extents: new } => {
                     for e in &new {
                         add_extent(&mut extents, e);
@@ -625,6 +638,23 @@ impl<D: Disk> Store<D> {
             }
         }
         extents.retain(|_, e| e.refs > 0);
+        // Rule 1: a live extent whose bytes the log holds gets them back
+        // if a crash lost them on the data disk (its space is its own: no
+        // other extent was written there since).  The checkpoint below
+        // syncs them.
+        for (id, data) in written {
+            let Some(e) = extents.get(&id) else { continue };
+            if data.len() != e.len as usize || *blake3::hash(&data).as_bytes() != e.hash {
+                return Err(OpenError::Inconsistent(format!(
+                    "the bytes logged for extent {id} are not the extent's"
+                )));
+            }
+            let mut now = vec![0u8; data.len()];
+            disks.data.read_at(&mut now, e.off)?;
+            if now != data {
+                disks.data.write_at(&data, e.off)?;
+            }
+        }
         // Numbers handed out since the last durable record (uncommitted
         // files, commits not yet flushed) are not known: each start takes
         // the next era of object numbers, made durable by the checkpoint

@@ -38,15 +38,20 @@ impl<D: Disk> Store<D> {
                 g.active,
             )
         };
+        // Rule 1: the new extents are durable before the records naming
+        // them, by a sync of the data disk, or (small commits) by their
+        // bytes in the records themselves, one sync in all.
+        let inline = self.with_bytes(&records);
         let mut buf = Vec::new();
-        for r in &records {
+        for r in inline.as_ref().unwrap_or(&records) {
             let at = tail + buf.len() as u64;
             buf.extend(r.encode(generation, at));
         }
-        let written = self
-            .disks
-            .data
-            .sync()
+        let data_synced = match inline {
+            Some(_) => Ok(()),
+            None => self.disks.data.sync(),
+        };
+        let written = data_synced
             .and_then(|_| self.disks.meta[active].write_at(&buf, tail))
             .and_then(|_| self.disks.meta[active].sync());
         let mut g = self.inner.lock();
@@ -64,6 +69,42 @@ impl<D: Disk> Store<D> {
             self.checkpoint_locked()?;
         }
         Ok(())
+    }
+
+    /// `records` with each commit's new extents' bytes before it, if
+    /// they are few ([`INLINE_BYTES`] in all), no record moves an extent,
+    /// and each reads back as its checksum says; else `None` (the data
+    /// disk is synced instead).  Compaction, the only mover of extents,
+    /// holds `flushing` too, so the offsets stay true while they are read.
+    fn with_bytes(&self, records: &[Record]) -> Option<Vec<Record>> {
+        let mut total = 0u64;
+        for r in records {
+            match r {
+                Record::Commit { extents, .. } => {
+                    total += extents.iter().map(|e| e.len as u64).sum::<u64>();
+                }
+                Record::Move { .. } => return None,
+                Record::Destroy { .. } | Record::Bytes { .. } => {}
+            }
+        }
+        if total > INLINE_BYTES {
+            return None;
+        }
+        let mut out = Vec::with_capacity(records.len());
+        for r in records {
+            if let Record::Commit { extents, .. } = r {
+                for e in extents {
+                    let mut data = vec![0u8; e.len as usize];
+                    self.disks.data.read_at(&mut data, e.off).ok()?;
+                    if *blake3::hash(&data).as_bytes() != e.hash {
+                        return None;
+                    }
+                    out.push(Record::Bytes { extent: e.id, data });
+                }
+            }
+            out.push(r.clone());
+        }
+        Some(out)
     }
 
     /// Writes a new snapshot into the other metadata file (the caller
