@@ -73,8 +73,14 @@ pub fn store(
     if files.is_empty() {
         return Err(ClientError::Local("no file service client".into()));
     }
-    let base = if changes.base.is_empty() {
+    // A version of which no byte shows (truncated to nothing, then
+    // written) shares nothing with its base: it is made as a new file, in
+    // one request to each server.
+    let shows = changes.base_size > 0
+        && Layout::of(changes.base_size, changes.overlay, changes.size).keep > 0;
+    let base = if changes.base.is_empty() || !shows {
         Changes {
+            base: &[],
             base_size: 0,
             base_held: 0,
             ..*changes
@@ -261,11 +267,17 @@ fn edited(
     let mut at = file;
     let mut made = None;
     let result = (|| {
-        for piece in plan {
+        let Some((last, rest)) = plan.split_last() else {
+            return files.commit(&at, safety);
+        };
+        for piece in rest {
             at = files.edit(&at, edit(piece, changes), false, false)?;
             made = Some(at);
         }
-        files.commit(&at, safety)
+        // The last edit commits, in the same request.
+        at = files.edit(&at, edit(last, changes), true, safety)?;
+        made = Some(at);
+        Ok(())
     })();
     match result {
         Ok(()) => Ok(at),

@@ -30,6 +30,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use fuser::{INodeNo, Notifier};
+use shoal_cap::Capability;
 use shoal_fs::model::{FsError, Identity, Ino};
 use shoal_fs::op::{Failure, Op, Reply};
 use shoal_fs::tokens::{Callback, LEASE_US, Level};
@@ -122,6 +123,12 @@ pub(crate) enum Work {
     Inval {
         inodes: Vec<(Ino, i64, i64)>,
         names: Vec<(Ino, Vec<u8>)>,
+    },
+    /// Versions no name or open refers to any more (replaced by a
+    /// write-back), destroyed off the path of the `fsync` or close that
+    /// replaced them; one missed is collected by the file servers' ageing.
+    Destroy {
+        content: Vec<Capability>,
     },
 }
 
@@ -326,6 +333,7 @@ fn work(mut answerer: FsClient, conn: &Arc<Conn>, rx: &Receiver<Work>, stop: &At
                 Work::Inval { inodes, names } => {
                     conn.kernel.inval(inodes, names);
                 }
+                Work::Destroy { content } => crate::writeback::destroy(conn, &content),
             }
             next = rx.try_recv().ok();
         }

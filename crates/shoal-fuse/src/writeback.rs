@@ -25,6 +25,7 @@ use shoal_fs::update::{Answer, UpdateOp};
 use shoal_fssvc::FsClient;
 use shoal_fssvc::store::{Changes, Version};
 
+use crate::callbacks::Work;
 use crate::conn::Conn;
 use shoal_fs::cache::FlushJob;
 
@@ -203,7 +204,9 @@ fn commit(
                 .flushed(job, &attr, content, conn.lease.now());
             // Nobody else held the file while this mount wrote it: the
             // replaced version is no one's.
-            destroy(conn, &old);
+            if !old.is_empty() {
+                conn.post(Work::Destroy { content: old });
+            }
             Ok(())
         }
         // The file went (its last name and open): nothing to keep.
@@ -371,7 +374,7 @@ fn keep_lost(
     Ok(name)
 }
 
-fn destroy(conn: &Conn, content: &[Capability]) {
+pub(crate) fn destroy(conn: &Conn, content: &[Capability]) {
     for c in content {
         if let Err(e) = conn.with_files(|f| f.destroy(c)) {
             tracing::debug!("destroying a replaced version: {e}");
