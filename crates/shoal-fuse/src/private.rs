@@ -30,6 +30,7 @@
 //! client crash loses them.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 use shoal_fs::locks::{Lock, Mode};
@@ -46,7 +47,23 @@ use crate::conn::Conn;
 #[derive(Default)]
 pub(crate) struct Privates {
     state: Mutex<State>,
+    /// Write-backs of private files waiting to be pushed: whoever pushes
+    /// next carries every one (a group commit), so concurrent `fsync`s
+    /// share one request instead of queueing for one each.
+    commits: Mutex<Vec<Queued>>,
 }
+
+/// A write-back's commit waiting for a push, and where its result goes.
+struct Queued {
+    ino: Ino,
+    commit: Pushed,
+    result: Arc<Mutex<Option<Committed>>>,
+}
+
+/// What a push made of a queued commit: its answer, `None` if nothing
+/// about the file was private any more (it goes on its own), or why the
+/// push failed.
+type Committed = Result<Option<Result<Answer, FsError>>, Failure>;
 
 #[derive(Default)]
 struct State {
@@ -457,7 +474,7 @@ impl Conn {
     }
 
     fn push_locked(&self, s: &mut State) -> Result<(), Failure> {
-        self.push_with(s, None).map(|_| ())
+        self.push_with(s, Vec::new()).map(|_| ())
     }
 
     /// Pushes the pending changes and then `commit` (a write-back of
@@ -465,25 +482,85 @@ impl Conn {
     /// the file's name and its bytes reach the primary in one ordered
     /// update, as `fsync` asks (`docs/fs.md`, "Messages per operation").
     /// `None` if nothing about the file is private any more: its commit
-    /// goes on its own.  Otherwise the commit's result.
+    /// goes on its own.  Otherwise the commit's result.  Commits queued
+    /// while another push was on its way go together in the next one.
     pub(crate) fn push_commit(
         &self,
         ino: Ino,
         commit: &UpdateOp,
     ) -> Result<Option<Result<Answer, FsError>>, Failure> {
-        self.pushing(|| {
+        let mut tries = 0;
+        loop {
+            let seen = self.hellos();
+            let result = Arc::new(Mutex::new(None));
+            self.privates.commits.lock().push(Queued {
+                ino,
+                commit: Pushed {
+                    who: Identity::root(),
+                    now: crate::fs::attr::time_of(std::time::SystemTime::now()),
+                    op: commit.clone(),
+                },
+                result: result.clone(),
+            });
             let mut s = self.privates.state.lock();
-            if !s.core.mentions(ino) {
-                return Ok(None);
-            }
-            let now = crate::fs::attr::time_of(std::time::SystemTime::now());
-            let commit = Pushed {
-                who: Identity::root(),
-                now,
-                op: commit.clone(),
+            // Pushed by the push before this one, while this thread
+            // waited for it?  Else this thread pushes every commit queued.
+            let taken = result.lock().take();
+            let committed = match taken {
+                Some(r) => r,
+                None => {
+                    self.push_queued(&mut s);
+                    result.lock().take().expect("a queued commit's result")
+                }
             };
-            self.push_with(&mut s, Some(commit))
-        })
+            drop(s);
+            match committed {
+                Err(Failure::NoSession) if tries < 5 => {
+                    tries += 1;
+                    self.recover(seen)?;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Pushes the pending changes and, after them, every queued commit of
+    /// a file still private or named by a pending change (the others are
+    /// answered `None`), in one request; each queued write-back gets its
+    /// own result.
+    fn push_queued(&self, s: &mut State) {
+        let queued = std::mem::take(&mut *self.privates.commits.lock());
+        let (mentioned, alone): (Vec<Queued>, Vec<Queued>) =
+            queued.into_iter().partition(|q| s.core.mentions(q.ino));
+        for q in alone {
+            *q.result.lock() = Some(Ok(None));
+        }
+        if mentioned.is_empty() {
+            return;
+        }
+        let commits = mentioned.iter().map(|q| q.commit.clone()).collect();
+        match self.push_with(s, commits) {
+            Ok(results) if results.len() != mentioned.len() => {
+                let e = Failure::Unavailable(format!(
+                    "a push of {} commits was answered with {} results",
+                    mentioned.len(),
+                    results.len()
+                ));
+                for q in &mentioned {
+                    *q.result.lock() = Some(Err(e.clone()));
+                }
+            }
+            Ok(results) => {
+                for (q, r) in mentioned.iter().zip(results) {
+                    *q.result.lock() = Some(Ok(Some(r)));
+                }
+            }
+            Err(e) => {
+                for q in &mentioned {
+                    *q.result.lock() = Some(Err(e.clone()));
+                }
+            }
+        }
     }
 
     /// The pushes' own client of the session, made at the first use.
@@ -498,18 +575,18 @@ impl Conn {
         Ok(s.pusher.as_mut().expect("made"))
     }
 
-    /// Pushes the pending changes, and `commit` after them: its result.
+    /// Pushes the pending changes, and `commits` after them: their
+    /// results.
     fn push_with(
         &self,
         s: &mut State,
-        commit: Option<Pushed>,
-    ) -> Result<Option<Result<Answer, FsError>>, Failure> {
+        commits: Vec<Pushed>,
+    ) -> Result<Vec<Result<Answer, FsError>>, Failure> {
         let mut ops = s.core.to_push();
         let n = ops.len();
-        let committing = commit.is_some();
-        ops.extend(commit);
+        ops.extend(commits);
         if ops.is_empty() {
-            return Ok(None);
+            return Ok(Vec::new());
         }
         let pusher = self.pusher(s)?;
         let push = Op::Change {
@@ -517,7 +594,7 @@ impl Conn {
         };
         match pusher.call(&Identity::root(), push) {
             Ok(Reply::Pushed { mut results, made }) => {
-                let committed = if committing { results.pop() } else { None };
+                let committed = results.split_off(n.min(results.len()));
                 let refused = results.iter().filter(|r| r.is_err()).count();
                 s.core.pushed();
                 for (attr, grant) in &made {
