@@ -253,7 +253,7 @@ fn bulk(dir: &Path, mib: usize, reads: usize) -> Result<Value, String> {
     write()?;
     fs::remove_file(&p).map_err(io("unlink", &p))?;
     let write_mib_s = write()?;
-    let read_all = |buf: &mut Vec<u8>| -> Result<Duration, String> {
+    let read_all = |buf: &mut [u8]| -> Result<Duration, String> {
         let mut f = File::open(&p).map_err(io("open", &p))?;
         let t = Instant::now();
         let mut total = 0usize;
@@ -269,7 +269,7 @@ fn bulk(dir: &Path, mib: usize, reads: usize) -> Result<Value, String> {
         }
         Ok(took)
     };
-    let mut buf = vec![0u8; 1 << 20];
+    let mut buf = crate::PageBuf::new(1 << 20);
     read_all(&mut buf)?;
     // One cached pass takes a few tens of milliseconds, which a shared
     // VM's hiccups can stretch by a third: the median of five.
@@ -284,7 +284,7 @@ fn bulk(dir: &Path, mib: usize, reads: usize) -> Result<Value, String> {
         .map_err(io("open", &p))?;
     let blocks = (mib << 20) / 4096;
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut page = vec![0u8; 4096];
+    let mut page = crate::PageBuf::new(4096);
     let mut off = 0;
     let t = Instant::now();
     for _ in 0..reads {
@@ -298,7 +298,7 @@ fn bulk(dir: &Path, mib: usize, reads: usize) -> Result<Value, String> {
     }
     let randread_us = t.elapsed().as_secs_f64() * 1e6 / reads as f64;
     let at = off % (1 << 20);
-    if page != chunk[at..at + 4096] {
+    if *page != chunk[at..at + 4096] {
         return Err(format!(
             "{}: the page at {off} is not what was written",
             p.display()

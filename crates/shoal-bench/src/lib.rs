@@ -67,7 +67,6 @@ pub fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-/// Says which CPU a benchmark runs on, first thing.
 /// Sets the CPUs thread `tid` may run on (0: the calling thread); threads
 /// it starts later inherit them.
 pub(crate) fn set_affinity(tid: i32, cpus: &[usize]) -> std::io::Result<()> {
@@ -85,6 +84,7 @@ pub(crate) fn set_affinity(tid: i32, cpus: &[usize]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Says which CPU a benchmark runs on, first thing.
 pub(crate) fn announce_cpu() {
     eprintln!(
         "bench: CPU {} ({} cores)",
@@ -127,4 +127,37 @@ pub fn shoal_exe() -> Result<std::path::PathBuf, String> {
 /// that run on the cluster's nodes.
 pub(crate) fn bench_exe() -> Result<std::path::PathBuf, String> {
     std::env::current_exe().map_err(|e| format!("cannot find shoal-bench itself: {e}"))
+}
+
+/// A zeroed buffer of `len` bytes starting on a page boundary, for
+/// timed reads.  A copy into a destination 16 bytes past a cache line
+/// runs at a quarter of the speed on some AMD cores, and a 1 MiB `Vec`
+/// from glibc's `mmap` starts just there: the figure would then time
+/// where the allocator put the buffer, not the file system (`dd` and
+/// `cp` read into page-aligned buffers too).
+pub(crate) struct PageBuf {
+    raw: Vec<u8>,
+    at: usize,
+    len: usize,
+}
+
+impl PageBuf {
+    pub(crate) fn new(len: usize) -> PageBuf {
+        let raw = vec![0u8; len + 4096];
+        let at = raw.as_ptr().align_offset(4096);
+        PageBuf { raw, at, len }
+    }
+}
+
+impl std::ops::Deref for PageBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.raw[self.at..self.at + self.len]
+    }
+}
+
+impl std::ops::DerefMut for PageBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.raw[self.at..self.at + self.len]
+    }
 }

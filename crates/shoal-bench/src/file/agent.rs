@@ -416,7 +416,7 @@ impl ClientAgent {
         let (on_main, on_small) = (big[0], big[1]);
         let path = self.work.join("local").join("read");
         write_synced(&path, &expected)?;
-        let mut buf = vec![0u8; 1 << 20];
+        let mut buf = crate::PageBuf::new(1 << 20);
         let cached = self.cached.as_mut().ok_or("run `open` first")?;
         // Warm-up: fills the client cache, the server's extent cache, the
         // page cache; reads the small-cache server's copy once.
