@@ -480,6 +480,15 @@ impl Filesystem for ShoalFs {
             noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
             open_victim: false,
         };
+        // A private directory moved to another parent: the kernel's
+        // listing of it (`opendir`) names its old parent as `..`, and the
+        // kernel drops it only for changes of the directory's own names.
+        let moved_dir = (parent != newparent)
+            .then(|| self.conn.private_lookup(parent.0, name.as_bytes()))
+            .flatten()
+            .and_then(Result::ok)
+            .filter(|a| a.kind == Kind::Dir)
+            .map(|a| a.ino);
         let changed = self.conn.route(&self.who(req), op);
         if changed.is_ok() {
             // The kernel moves its entry, timeout and all.
@@ -487,6 +496,9 @@ impl Filesystem for ShoalFs {
                 .cache
                 .lock()
                 .kernel_has(newparent.0, newname.as_bytes());
+            if let Some(dir) = moved_dir {
+                self.conn.kernel.inval(vec![(dir, 0, 0)], Vec::new());
+            }
         }
         answer_empty(reply, changed);
     }
@@ -822,6 +834,20 @@ impl Filesystem for ShoalFs {
             Ok(())
         };
         answer_empty(reply, synced);
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // A private directory's listing is the kernel's to keep, across
+        // opens: every change to its names comes through this kernel,
+        // which then drops the listing itself, and the privacy's end
+        // leaves a token whose recall, or a lost session, invalidates it
+        // as it does the names.  Any other listing is asked for anew.
+        let keep = if self.conn.is_private(ino.0) {
+            FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        };
+        reply.opened(FileHandle(0), keep);
     }
 
     fn readdir(

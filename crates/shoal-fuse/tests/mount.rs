@@ -223,6 +223,43 @@ fn two_mounts_share_one_tree() {
 
 /// Requests the primary handled, leases' renewals aside.
 /// How many requests of these kinds the primary has served.
+/// The names in directory `dir`, sorted (without `.` and `..`).
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+fn ino(p: &Path) -> u64 {
+    fs::metadata(p).unwrap().ino()
+}
+
+/// The inode number directory `dir`'s listing gives its `..`.
+fn dot_dot(dir: &Path) -> u64 {
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+    // SAFETY: `path` is a valid C string; the stream is closed below and
+    // each entry is read before the next `readdir`.
+    unsafe {
+        let d = libc::opendir(path.as_ptr());
+        assert!(!d.is_null(), "opendir {}", dir.display());
+        let mut up = None;
+        loop {
+            let e = libc::readdir(d);
+            if e.is_null() {
+                break;
+            }
+            if std::ffi::CStr::from_ptr((*e).d_name.as_ptr()).to_bytes() == b".." {
+                up = Some((*e).d_ino);
+            }
+        }
+        libc::closedir(d);
+        up.expect("a listing has `..`")
+    }
+}
+
 fn kinds(service: &[MetaReplica], names: &[&str]) -> u64 {
     let status = service[primary_of(service)].status();
     names
@@ -372,9 +409,24 @@ fn caches_follow_tokens() {
         fs::write(&p, [i as u8; 4096]).unwrap();
         assert!(fs::metadata(pa.join("t")).unwrap().is_dir());
         assert_eq!(fs::read(&p).unwrap(), [i as u8; 4096]);
+        // The kernel keeps a private directory's listing across opens,
+        // and drops it at each change of its names.
+        assert_eq!(listing(&pa.join("t")), [format!("tmp{i}")]);
+        assert_eq!(listing(&pa.join("t")), [format!("tmp{i}")]);
         fs::remove_file(&p).unwrap();
         assert!(fs::metadata(pa.join("t")).unwrap().is_dir());
+        assert!(listing(&pa.join("t")).is_empty());
     }
+    // A directory moved to another parent lists its new parent as `..`,
+    // though its own listing was kept.
+    fs::create_dir_all(pa.join("t/from/inner")).unwrap();
+    fs::create_dir(pa.join("t/to")).unwrap();
+    assert_eq!(dot_dot(&pa.join("t/from/inner")), ino(&pa.join("t/from")));
+    fs::rename(pa.join("t/from/inner"), pa.join("t/to/inner")).unwrap();
+    assert_eq!(dot_dot(&pa.join("t/to/inner")), ino(&pa.join("t/to")));
+    fs::remove_dir(pa.join("t/to/inner")).unwrap();
+    fs::remove_dir(pa.join("t/to")).unwrap();
+    fs::remove_dir(pa.join("t/from")).unwrap();
     fs::create_dir_all(pa.join("t/sub/deeper")).unwrap();
     fs::write(pa.join("t/sub/deeper/kept"), b"kept").unwrap();
     fs::write(pa.join("t/same"), b"same").unwrap();
@@ -410,6 +462,13 @@ fn caches_follow_tokens() {
         Some(inodes + 4),
         "the temporary files reached the primary"
     );
+    // Shared now: the listing this mount kept while the directory was
+    // private shows what the other mount changes in it.
+    assert_eq!(listing(&pa.join("t")), ["moved", "sub"]);
+    fs::write(pb.join("t/from-b"), b"b").unwrap();
+    assert_eq!(listing(&pa.join("t")), ["from-b", "moved", "sub"]);
+    fs::remove_file(pb.join("t/from-b")).unwrap();
+    assert_eq!(listing(&pa.join("t")), ["moved", "sub"]);
 
     // In a directory another mount made (and so shared): a temporary file
     // costs a lookup, a create that opens it, and an unlink that makes
