@@ -221,8 +221,6 @@ fn two_mounts_share_one_tree() {
     server.stop().unwrap();
 }
 
-/// Requests the primary handled, leases' renewals aside.
-/// How many requests of these kinds the primary has served.
 /// The names in directory `dir`, sorted (without `.` and `..`).
 fn listing(dir: &Path) -> Vec<String> {
     let mut names: Vec<_> = fs::read_dir(dir)
@@ -260,6 +258,7 @@ fn dot_dot(dir: &Path) -> u64 {
     }
 }
 
+/// How many requests of these kinds the primary has served.
 fn kinds(service: &[MetaReplica], names: &[&str]) -> u64 {
     let status = service[primary_of(service)].status();
     names
@@ -283,6 +282,7 @@ fn settled(service: &[MetaReplica]) -> u64 {
     }
 }
 
+/// Requests the primary handled, leases' renewals aside.
 fn requests(service: &[MetaReplica]) -> u64 {
     service[primary_of(service)].status()["requests"]
         .as_u64()
