@@ -58,7 +58,9 @@ fuzz_target!(|data: &[u8]| {
         uid: 0,
         system: false,
     };
-    registry.register(port, endpoint);
+    registry
+        .register(port, endpoint)
+        .expect("an empty registry takes a first port");
     let server_config = ServerConfig {
         frag_bytes: 256,
         window: 4,
