@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 
 use crate::model::{Attr, FsError, Identity, Ino, Kind, Time};
 use crate::tree::{Body, Inode, Tree};
@@ -113,6 +113,10 @@ const SPACING: u64 = 1 << 16;
 #[derive(Debug, Clone)]
 struct Pending {
     change: Pushed,
+    /// When it was made (the caller's clock).
+    clock: u64,
+    /// The versions of the inodes it names that the copy had before it.
+    versions: Vec<(Ino, u64)>,
     /// The inodes it needs to exist: made, named, moved, removed or
     /// changed by it.
     inos: Vec<Ino>,
@@ -136,14 +140,18 @@ pub struct Private {
     /// change names in it: a cancelled inode's changes are found without
     /// a look at the others.
     by_ino: FxHashMap<Ino, BTreeSet<u64>>,
-    /// Inodes made since the last push: the primary does not know them.
-    fresh: FxHashSet<Ino>,
+    /// Inodes made since the last push, with the position of the change
+    /// that made each: the primary does not know them.
+    fresh: FxHashMap<Ino, u64>,
     /// Inodes the primary knows that a pending change named, with their
     /// versions then (the primary's still): one the copy has removed since
     /// must be held at a new primary as much as one it keeps.
     named: FxHashMap<Ino, u64>,
     /// When the oldest pending change was made (the caller's clock).
     since: Option<u64>,
+    /// The changes at positions below this are in a push on its way
+    /// ([`Private::start_push`]): nothing takes them out.
+    sent: Option<u64>,
 }
 
 impl Default for Private {
@@ -159,9 +167,10 @@ impl Private {
             pending: BTreeMap::new(),
             next: 0,
             by_ino: FxHashMap::default(),
-            fresh: FxHashSet::default(),
+            fresh: FxHashMap::default(),
             named: FxHashMap::default(),
             since: None,
+            sent: None,
         }
     }
 
@@ -185,7 +194,12 @@ impl Private {
 
     /// Whether `ino` was made since the last push.
     pub fn is_fresh(&self, ino: Ino) -> bool {
-        self.fresh.contains(&ino)
+        self.fresh.contains_key(&ino)
+    }
+
+    /// Whether the change at position `at` is in a push on its way.
+    fn is_sent(&self, at: u64) -> bool {
+        self.sent.is_some_and(|upto| at < upto)
     }
 
     /// How many changes wait for a push.
@@ -262,13 +276,18 @@ impl Private {
         let versions: Vec<(Ino, u64)> = inos
             .iter()
             .chain(&dirs)
-            .filter(|ino| !self.fresh.contains(ino))
             .filter_map(|ino| self.tree.get(*ino).map(|i| (*ino, i.attr.version)))
             .collect();
         let answer = self.tree.change(who, now, &op)?;
-        for (ino, version) in versions {
-            self.named.entry(ino).or_insert(version);
+        for (ino, version) in &versions {
+            if !self.fresh.contains_key(ino) {
+                self.named.entry(*ino).or_insert(*version);
+            }
         }
+        // Spaced, so that the settings of directories' times that take a
+        // cancelled change's place fit in after it.
+        let at = self.next;
+        self.next += SPACING;
         if let (
             UpdateOp::Create { .. },
             Answer::Entry {
@@ -277,12 +296,8 @@ impl Private {
             },
         ) = (&op, &answer)
         {
-            self.fresh.insert(attr.ino);
+            self.fresh.insert(attr.ino, at);
         }
-        // Spaced, so that the settings of directories' times that take a
-        // cancelled change's place fit in after it.
-        let at = self.next;
-        self.next += SPACING;
         self.insert(
             at,
             Pending {
@@ -291,6 +306,8 @@ impl Private {
                     now,
                     op,
                 },
+                clock,
+                versions,
                 inos,
                 dirs,
                 fix: false,
@@ -347,9 +364,22 @@ impl Private {
             return;
         }
         // A change named it after the push: the primary's version is now
-        // the committed one.
-        if let (Some(v), Some(i)) = (self.named.get_mut(ino), self.tree.get(*ino)) {
-            *v = i.attr.version;
+        // the committed one, for every change not yet pushed too (each
+        // reaches the primary after the commit).
+        let Some(version) = self.tree.get(*ino).map(|i| i.attr.version) else {
+            return;
+        };
+        if let Some(v) = self.named.get_mut(ino) {
+            *v = version;
+        }
+        for at in self.by_ino.get(ino).into_iter().flatten() {
+            if let Some(p) = self.pending.get_mut(at) {
+                for (i, v) in &mut p.versions {
+                    if i == ino {
+                        *v = version;
+                    }
+                }
+            }
         }
     }
 
@@ -393,7 +423,9 @@ impl Private {
     /// the primary heard of it, if those changes touch nothing else; the
     /// times of the directories they changed are set in their place.
     fn cancel(&mut self, ino: Ino) {
-        if !self.fresh.contains(&ino) {
+        if self.fresh.get(&ino).is_none_or(|at| self.is_sent(*at)) {
+            // Never made, or made by a push on its way: the primary hears
+            // of it, and so of its end.
             return;
         }
         let touching: Vec<u64> = self
@@ -403,7 +435,7 @@ impl Private {
             .unwrap_or_default();
         if touching
             .iter()
-            .any(|at| self.pending[at].inos.iter().any(|i| *i != ino))
+            .any(|at| self.is_sent(*at) || self.pending[at].inos.iter().any(|i| *i != ino))
         {
             // Another inode's fate hangs on one of them (a rename over
             // it, say): everything goes to the primary.
@@ -413,7 +445,7 @@ impl Private {
         // Where each directory's times were last set by a change taken
         // out: a setting of them takes that change's place.  (A file's
         // changes touch one directory or two: lists, not maps.)
-        let mut last: Vec<(Ino, u64, Time)> = Vec::new();
+        let mut last: Vec<(Ino, u64, Time, u64)> = Vec::new();
         for at in touching {
             let p = self.remove(at).expect("pending");
             for d in p.dirs {
@@ -421,18 +453,18 @@ impl Private {
                     continue;
                 }
                 match last.iter_mut().find(|(dir, ..)| *dir == d) {
-                    Some(l) => *l = (d, at, p.change.now),
-                    None => last.push((d, at, p.change.now)),
+                    Some(l) => *l = (d, at, p.change.now, p.clock),
+                    None => last.push((d, at, p.change.now, p.clock)),
                 }
             }
         }
         last.sort_unstable_by_key(|(dir, ..)| *dir);
         // Settings that take one change's place go one after another.
         let mut taken: Vec<u64> = Vec::new();
-        for (dir, at, now) in last {
+        for (dir, at, now, clock) in last {
             let k = taken.iter().filter(|t| **t == at).count() as u64;
             taken.push(at);
-            self.fix_times(dir, at + k, now);
+            self.fix_times(dir, at + k, (now, clock));
         }
         if self.pending.is_empty() {
             self.since = None;
@@ -440,13 +472,15 @@ impl Private {
     }
 
     /// Sets `dir`'s times to `now` (as a change of its names at `now` left
-    /// them) at position `at`, in place of such a setting just before.
-    fn fix_times(&mut self, dir: Ino, at: u64, now: Time) {
+    /// them) at position `at`, in place of such a setting just before
+    /// (unless that one is on its way); `clock`: when the change it takes
+    /// the place of was made.
+    fn fix_times(&mut self, dir: Ino, at: u64, (now, clock): (Time, u64)) {
         let before = self
             .pending
             .range(..at)
             .next_back()
-            .filter(|(_, p)| p.fix && p.inos == [dir])
+            .filter(|(k, p)| !self.is_sent(**k) && p.fix && p.inos == [dir])
             .map(|(k, _)| *k);
         if let Some(k) = before {
             self.remove(k);
@@ -465,6 +499,8 @@ impl Private {
                         },
                     },
                 },
+                clock,
+                versions: Vec::new(),
                 inos: vec![dir],
                 dirs: Vec::new(),
                 fix: true,
@@ -484,14 +520,57 @@ impl Private {
         self.pending.values().map(|p| p.change.clone()).collect()
     }
 
-    /// The push of [`Private::to_push`] was applied: the primary knows
-    /// every inode made so far.
+    /// The pending changes, for a push that goes while changes go on
+    /// being made: those made from now on wait for the next push, and
+    /// none of these is taken out (a temporary file one of them made is
+    /// the primary's to remove) until [`Private::pushed`] or
+    /// [`Private::push_failed`].
+    pub fn start_push(&mut self) -> Vec<Pushed> {
+        self.sent = Some(self.next);
+        self.to_push()
+    }
+
+    /// The changes of the push on its way, as [`Private::start_push`]
+    /// gave them (to send again, at a new primary); none without one.
+    pub fn on_its_way(&self) -> Vec<Pushed> {
+        let upto = self.sent.unwrap_or(0);
+        (self.pending.range(..upto))
+            .map(|(_, p)| p.change.clone())
+            .collect()
+    }
+
+    /// Whether a push is on its way.
+    pub fn is_pushing(&self) -> bool {
+        self.sent.is_some()
+    }
+
+    /// The push was applied: of [`Private::start_push`]'s changes if one
+    /// started, else of [`Private::to_push`]'s (all of them).  The primary
+    /// knows every inode they made; changes made since wait.
     pub fn pushed(&mut self) {
-        self.pending.clear();
-        self.by_ino.clear();
-        self.fresh.clear();
+        let upto = self.sent.take().unwrap_or(u64::MAX);
+        let gone: Vec<u64> = self.pending.range(..upto).map(|(at, _)| *at).collect();
+        for at in gone {
+            self.remove(at);
+        }
+        self.fresh.retain(|_, at| *at >= upto);
+        // The primary's versions now are those the changes still to come
+        // found.
         self.named.clear();
-        self.since = None;
+        for p in self.pending.values() {
+            for (ino, version) in &p.versions {
+                if !self.fresh.contains_key(ino) {
+                    self.named.entry(*ino).or_insert(*version);
+                }
+            }
+        }
+        self.since = self.pending.values().map(|p| p.clock).min();
+    }
+
+    /// The push on its way failed: its changes are pending as before, to
+    /// go with the next.
+    pub fn push_failed(&mut self) {
+        self.sent = None;
     }
 
     /// What a client reclaims `Write` on at a new primary, with the version
@@ -519,7 +598,7 @@ impl Private {
     /// The inodes made since the last push (whose data cannot be written
     /// back before they are pushed).
     pub fn fresh(&self) -> Vec<Ino> {
-        self.fresh.iter().copied().collect()
+        self.fresh.keys().copied().collect()
     }
 
     /// Nothing is private any more (after a push, or when the client's

@@ -22,10 +22,15 @@
 //! to decide (`MountLocks::local`), and go to the primary after the push
 //! that ends the privacy.
 //!
-//! Locks: the private state's lock is taken before the cache's and the
-//! opens', never while waiting for the session's client (pushes have a
-//! client of their own), so a push can answer a recall while another
-//! thread's request waits at the primary.  A session that ended takes
+//! Locks: the pushes' client is taken before the private state's, and
+//! that before the cache's and the opens'.  A push holds its client for
+//! its round trip, so pushes go one at a time and in order, but not the
+//! private state: changes go on being made in the copy meanwhile, and go
+//! with the next push (`Private::start_push`).  The end of the privacy
+//! pushes the rest again with the state held, so that nothing made
+//! meanwhile is left out.  Nothing here waits for the session's client,
+//! so a push can answer a recall while another thread's request waits at
+//! the primary.  A session that ended takes
 //! the private state with it: changes not yet pushed are lost, as a
 //! client crash loses them.
 
@@ -47,6 +52,9 @@ use crate::conn::Conn;
 #[derive(Default)]
 pub(crate) struct Privates {
     state: Mutex<State>,
+    /// The pushes' own client of the session, made at the first use, and
+    /// held for each push's round trip.
+    pusher: Mutex<Option<FsClient>>,
     /// Write-backs of private files waiting to be pushed: whoever pushes
     /// next carries every one (a group commit), so concurrent `fsync`s
     /// share one request instead of queueing for one each.
@@ -68,8 +76,10 @@ type Committed = Result<Option<Result<Answer, FsError>>, Failure>;
 #[derive(Default)]
 struct State {
     core: Private,
-    pusher: Option<FsClient>,
 }
+
+/// The pushes' client, held.
+type Pusher<'a> = parking_lot::MutexGuard<'a, Option<FsClient>>;
 
 /// Where a change goes.
 pub(crate) enum Routed {
@@ -222,12 +232,14 @@ impl Conn {
             // primary's yet).
             let names = matches!(op, UpdateOp::Unlink { .. } | UpdateOp::Rename { .. });
             if names && inos.iter().any(|d| s.core.names_in(*d)) {
-                self.dissolve(&mut s)?;
+                drop(s);
+                self.dissolve(&mut self.privates.pusher.lock())?;
             }
             return Ok(Routed::Shared(op));
         }
         if private < inos.len() {
-            self.dissolve(&mut s)?;
+            drop(s);
+            self.dissolve(&mut self.privates.pusher.lock())?;
             return Ok(Routed::Shared(op));
         }
         let op = self.with_opens(&s.core, op);
@@ -312,7 +324,10 @@ impl Conn {
 
     /// Pushes the pending changes; the directories stay private.
     pub(crate) fn push(&self) -> Result<(), Failure> {
-        self.pushing(|| self.push_locked(&mut self.privates.state.lock()))
+        self.pushing(|| {
+            self.push_with(&mut self.privates.pusher.lock(), Vec::new())
+                .map(drop)
+        })
     }
 
     /// Runs `f`, which may push, again after the session was started
@@ -379,14 +394,22 @@ impl Conn {
     }
 
     fn before_primary(&self, inos: &[Ino], dissolve: bool) -> Result<(), Failure> {
+        let mentioned = || {
+            let s = self.privates.state.lock();
+            inos.iter().any(|i| s.core.mentions(*i))
+        };
         self.pushing(|| {
-            let mut s = self.privates.state.lock();
-            if !inos.iter().any(|i| s.core.mentions(*i)) {
+            if !mentioned() {
+                return Ok(());
+            }
+            // After the push on its way, if any.
+            let mut p = self.privates.pusher.lock();
+            if !mentioned() {
                 Ok(())
             } else if dissolve {
-                self.dissolve(&mut s)
+                self.dissolve(&mut p)
             } else {
-                self.push_locked(&mut s)
+                self.push_with(&mut p, Vec::new()).map(drop)
             }
         })
     }
@@ -435,12 +458,17 @@ impl Conn {
         }
     }
 
-    fn dissolve(&self, s: &mut State) -> Result<(), Failure> {
-        self.push_locked(s)?;
+    /// Ends the privacy of everything: the pending changes go while
+    /// changes go on, then those made meanwhile with the private state
+    /// held, and then nothing is private.
+    fn dissolve(&self, p: &mut Pusher<'_>) -> Result<(), Failure> {
+        self.push_with(p, Vec::new())?;
+        let mut s = self.privates.state.lock();
+        self.push_held(p, &mut s, Vec::new())?;
         let (inodes, _) = s.core.dissolve();
         tracing::debug!("{} private inodes are shared now", inodes.len());
         let inodes: Vec<Ino> = inodes.iter().map(|i| i.attr.ino).collect();
-        self.hand_over_locks(s, &inodes)
+        self.hand_over_locks(p, &inodes)
     }
 
     /// The locks this mount gave its programs on `inodes`, private until
@@ -449,13 +477,13 @@ impl Conn {
     /// lock in their way.  Through the pushes' own client (the private
     /// state's lock is held).  A lock the primary refuses (none can be in
     /// its way) is lost, and logged.
-    fn hand_over_locks(&self, s: &mut State, inodes: &[Ino]) -> Result<(), Failure> {
+    fn hand_over_locks(&self, p: &mut Pusher<'_>, inodes: &[Ino]) -> Result<(), Failure> {
         for &ino in inodes {
             let locks = self.locks.on(ino);
             if locks.is_empty() {
                 continue;
             }
-            let pusher = self.pusher(s)?;
+            let pusher = self.pusher(p)?;
             for lock in locks {
                 let op = crate::locks::asking(ino, &lock, LockHow::Try);
                 match pusher.call(&Identity::root(), op) {
@@ -471,10 +499,6 @@ impl Conn {
             }
         }
         Ok(())
-    }
-
-    fn push_locked(&self, s: &mut State) -> Result<(), Failure> {
-        self.push_with(s, Vec::new()).map(|_| ())
     }
 
     /// Pushes the pending changes and then `commit` (a write-back of
@@ -502,18 +526,18 @@ impl Conn {
                 },
                 result: result.clone(),
             });
-            let mut s = self.privates.state.lock();
+            let mut p = self.privates.pusher.lock();
             // Pushed by the push before this one, while this thread
             // waited for it?  Else this thread pushes every commit queued.
             let taken = result.lock().take();
             let committed = match taken {
                 Some(r) => r,
                 None => {
-                    self.push_queued(&mut s);
+                    self.push_queued(&mut p);
                     result.lock().take().expect("a queued commit's result")
                 }
             };
-            drop(s);
+            drop(p);
             match committed {
                 Err(Failure::NoSession) if tries < 5 => {
                     tries += 1;
@@ -528,10 +552,12 @@ impl Conn {
     /// a file still private or named by a pending change (the others are
     /// answered `None`), in one request; each queued write-back gets its
     /// own result.
-    fn push_queued(&self, s: &mut State) {
+    fn push_queued(&self, p: &mut Pusher<'_>) {
         let queued = std::mem::take(&mut *self.privates.commits.lock());
-        let (mentioned, alone): (Vec<Queued>, Vec<Queued>) =
-            queued.into_iter().partition(|q| s.core.mentions(q.ino));
+        let (mentioned, alone): (Vec<Queued>, Vec<Queued>) = {
+            let s = self.privates.state.lock();
+            queued.into_iter().partition(|q| s.core.mentions(q.ino))
+        };
         for q in alone {
             *q.result.lock() = Some(Ok(None));
         }
@@ -539,7 +565,7 @@ impl Conn {
             return;
         }
         let commits = mentioned.iter().map(|q| q.commit.clone()).collect();
-        match self.push_with(s, commits) {
+        match self.push_with(p, commits) {
             Ok(results) if results.len() != mentioned.len() => {
                 let e = Failure::Unavailable(format!(
                     "a push of {} commits was answered with {} results",
@@ -564,35 +590,58 @@ impl Conn {
     }
 
     /// The pushes' own client of the session, made at the first use.
-    fn pusher<'a>(&self, s: &'a mut State) -> Result<&'a mut FsClient, Failure> {
-        if s.pusher.is_none() {
-            s.pusher = Some(FsClient::for_session(
+    fn pusher<'a>(&self, p: &'a mut Pusher<'_>) -> Result<&'a mut FsClient, Failure> {
+        if p.is_none() {
+            **p = Some(FsClient::for_session(
                 &self.ctx,
                 &self.name,
                 self.session(),
             )?);
         }
-        Ok(s.pusher.as_mut().expect("made"))
+        Ok(p.as_mut().expect("made"))
     }
 
     /// Pushes the pending changes, and `commits` after them: their
-    /// results.
+    /// results.  The private state is not held on the way: changes made
+    /// meanwhile go with the next push.
     fn push_with(
         &self,
+        p: &mut Pusher<'_>,
+        commits: Vec<Pushed>,
+    ) -> Result<Vec<Result<Answer, FsError>>, Failure> {
+        let pusher = self.pusher(p)?;
+        let Some((push, n)) = start(&mut self.privates.state.lock(), commits) else {
+            return Ok(Vec::new());
+        };
+        let reply = pusher.call(&Identity::root(), push);
+        self.pushed(p, &mut self.privates.state.lock(), n, reply)
+    }
+
+    /// [`Conn::push_with`] with the private state held throughout.
+    fn push_held(
+        &self,
+        p: &mut Pusher<'_>,
         s: &mut State,
         commits: Vec<Pushed>,
     ) -> Result<Vec<Result<Answer, FsError>>, Failure> {
-        let mut ops = s.core.to_push();
-        let n = ops.len();
-        ops.extend(commits);
-        if ops.is_empty() {
+        let pusher = self.pusher(p)?;
+        let Some((push, n)) = start(s, commits) else {
             return Ok(Vec::new());
-        }
-        let pusher = self.pusher(s)?;
-        let push = Op::Change {
-            op: UpdateOp::Push { ops },
         };
-        match pusher.call(&Identity::root(), push) {
+        let reply = pusher.call(&Identity::root(), push);
+        self.pushed(p, s, n, reply)
+    }
+
+    /// A push's answer (`n` pending changes, then the commits): the
+    /// commits' results.
+    fn pushed(
+        &self,
+        p: &mut Pusher<'_>,
+        s: &mut State,
+        n: usize,
+        reply: Result<Reply, Failure>,
+    ) -> Result<Vec<Result<Answer, FsError>>, Failure> {
+        match reply {
             Ok(Reply::Pushed { mut results, made }) => {
                 let committed = results.split_off(n.min(results.len()));
                 let refused = results.iter().filter(|r| r.is_err()).count();
@@ -602,11 +651,18 @@ impl Conn {
                 }
                 if refused > 0 {
                     // The copy and the replicas differ: what the kernel
-                    // keeps of the private inodes goes.
+                    // keeps of the private inodes goes, and the changes
+                    // made since the push started with them.
                     tracing::warn!("{refused} of {n} pushed changes were refused");
-                    let (inodes, _) = s.core.dissolve();
+                    let (inodes, lost) = s.core.dissolve();
+                    if !lost.is_empty() {
+                        tracing::warn!(
+                            "{} changes in private directories made since are lost with them",
+                            lost.len()
+                        );
+                    }
                     let inodes: Vec<Ino> = inodes.iter().map(|i| i.attr.ino).collect();
-                    self.hand_over_locks(s, &inodes)?;
+                    self.hand_over_locks(p, &inodes)?;
                     self.post(crate::callbacks::Work::Inval {
                         inodes: inodes.iter().map(|i| (*i, 0, 0)).collect(),
                         names: Vec::new(),
@@ -615,15 +671,41 @@ impl Conn {
                 tracing::debug!("pushed {n} changes, {} inodes made", made.len());
                 Ok(committed)
             }
-            Ok(other) => Err(shoal_fssvc::client::unexpected(&other)),
+            Ok(other) => {
+                s.core.push_failed();
+                Err(shoal_fssvc::client::unexpected(&other))
+            }
             Err(e @ Failure::Fs(FsError::Stale(_))) => {
                 // The tokens went with the session: the primary will not
                 // take the changes.
                 tracing::warn!("pushing {n} changes: {e}");
+                s.core.push_failed();
                 self.lose_locked(s);
                 Err(Failure::Fs(FsError::Io))
             }
-            Err(e) => Err(e),
+            Err(e) => {
+                s.core.push_failed();
+                Err(e)
+            }
         }
     }
+}
+
+/// The request of a push of the pending changes and then `commits`, and
+/// how many of its changes were pending; `None` if there is nothing to
+/// push.
+fn start(s: &mut State, commits: Vec<Pushed>) -> Option<(Op, usize)> {
+    let mut ops = s.core.start_push();
+    let n = ops.len();
+    ops.extend(commits);
+    if ops.is_empty() {
+        s.core.push_failed();
+        return None;
+    }
+    Some((
+        Op::Change {
+            op: UpdateOp::Push { ops },
+        },
+        n,
+    ))
 }

@@ -4,7 +4,8 @@
 //! state and decisions the metadata service ships
 //! ([`shoal_fs::primary`], over the real [`shoal_fs::Tree`]), with the
 //! real requests and replies: they change names in their directories
-//! without a message, push on a timer, look at each other's directories
+//! without a message, push on a timer (and go on changing them while a
+//! push is on its way, as a mount does), look at each other's directories
 //! (a recall, carried on the answer to the client's parked `Events`: the
 //! holder pushes, ends its privacy, then answers) and crash.  The primary
 //! crashes too: its tree (the replicas' state) stays, its soft state
@@ -17,7 +18,7 @@
 //! The checks:
 //! - **a push makes the copy**: when a push is answered, every inode of
 //!   the pusher's copy with a name is, at the primary, exactly as the copy
-//!   shows it (attributes, secret, body);
+//!   showed it when the push started (attributes, secret, body);
 //! - **no look at a private directory**: a look is answered only when no
 //!   other live client holds the directory in its copy (its unpushed
 //!   changes would be missing from the answer);
@@ -78,6 +79,8 @@ pub struct PrivateReport {
     pub looks: usize,
     pub recalls: usize,
     pub local_changes: usize,
+    /// Of those, the changes made while a push was on its way.
+    pub changes_while_pushing: usize,
     pub crashes: usize,
     pub primary_crashes: usize,
     pub reclaims: usize,
@@ -140,7 +143,14 @@ struct Client {
     seen: HashMap<Ino, u64>,
     /// Recalls waiting: for their grant, or for the push under way.
     recalls: Vec<(Ino, Level, u64)>,
+    /// The push on its way, and the copy as it was when the push started
+    /// (changes go on being made meanwhile, as a mount's do).
     pushing: Option<u64>,
+    pushed_from: Option<Box<Private>>,
+    /// Pushes made for recalls since the last end of the privacy: the
+    /// second is made with the private state held, as a mount makes it,
+    /// so no change comes while it is on its way.
+    ending: u8,
     /// The highest grant whose recall was answered, by inode.
     answered: HashMap<Ino, u64>,
     /// The directory a look is out for.
@@ -224,6 +234,8 @@ impl PrivateSim {
             seen: HashMap::new(),
             recalls: Vec::new(),
             pushing: None,
+            pushed_from: None,
+            ending: 0,
             answered: HashMap::new(),
             looking: None,
             making: Vec::new(),
@@ -425,7 +437,7 @@ impl PrivateSim {
                 self.log(format!("client {slot} looks at {dir}"));
                 self.send_primary(slot, Asked::Look { dir }, 0, Op::ReadDir { ino: dir });
             }
-            _ if !dirs.is_empty() && c.pushing.is_none() => {
+            _ if !dirs.is_empty() && c.ending < 2 => {
                 let dir = dirs[self.rng.random_range(0..dirs.len())];
                 let name = format!("n{}", self.rng.random_range(0..4)).into_bytes();
                 let to = dirs[self.rng.random_range(0..dirs.len())];
@@ -464,6 +476,7 @@ impl PrivateSim {
                 };
                 if c.core.change(&Identity::root(), now, op, clock).is_ok() {
                     self.report.local_changes += 1;
+                    self.report.changes_while_pushing += usize::from(c.pushing.is_some());
                 }
             }
             _ => {}
@@ -474,13 +487,15 @@ impl PrivateSim {
     /// would use the same number).
     fn push(&mut self, slot: usize) {
         let c = &mut self.clients[slot];
-        let ops = c.core.to_push();
+        let ops = c.core.start_push();
         if ops.is_empty() {
+            c.core.push_failed();
             return;
         }
         c.push_seq += 1;
         let seq = c.push_seq;
         c.pushing = Some(seq);
+        c.pushed_from = Some(Box::new(c.core.clone()));
         self.log(format!("client {slot} pushes {} changes", ops.len()));
         self.send_primary(slot, Asked::Push { seq }, seq, push(ops));
     }
@@ -658,6 +673,7 @@ impl PrivateSim {
                 let c = &mut self.clients[slot];
                 c.core.pushed();
                 c.pushing = None;
+                c.pushed_from = None;
                 for (ino, g) in made {
                     let s = c.seen.entry(ino).or_default();
                     *s = (*s).max(g);
@@ -671,6 +687,8 @@ impl PrivateSim {
                 self.violation(format!("client {slot}'s push refused: {e}"));
                 let c = &mut self.clients[slot];
                 c.pushing = None;
+                c.pushed_from = None;
+                c.ending = 0;
                 c.core.dissolve();
                 self.carry_out(slot);
             }
@@ -724,7 +742,7 @@ impl PrivateSim {
                 let c = &self.clients[slot];
                 let making = c.making.clone();
                 let looking = c.looking;
-                let pushing = c.pushing.map(|seq| (seq, c.core.to_push()));
+                let pushing = c.pushing.map(|seq| (seq, c.core.on_its_way()));
                 for (seq, name, ino) in making {
                     self.mkdir(slot, seq, name, ino);
                 }
@@ -763,9 +781,11 @@ impl PrivateSim {
             .any(|(ino, _, _)| self.clients[slot].core.mentions(*ino))
         {
             if self.clients[slot].core.pending_len() > 0 {
+                self.clients[slot].ending += 1;
                 return self.push(slot);
             }
             self.log(format!("client {slot} ends its privacy"));
+            self.clients[slot].ending = 0;
             self.clients[slot].core.dissolve();
         }
         let c = &mut self.clients[slot];
@@ -792,7 +812,9 @@ impl PrivateSim {
     /// as the copy shows it.
     fn agree(&mut self, slot: usize) {
         let mut wrong = None;
-        for i in self.clients[slot].core.inodes() {
+        let c = &self.clients[slot];
+        let copy = c.pushed_from.as_deref().unwrap_or(&c.core);
+        for i in copy.inodes() {
             if i.attr.nlink == 0 {
                 continue;
             }
@@ -802,9 +824,11 @@ impl PrivateSim {
             }
         }
         if let Some(ino) = wrong {
+            let c = &self.clients[slot];
+            let copy = c.pushed_from.as_deref().unwrap_or(&c.core);
             self.violation(format!(
                 "after client {slot}'s push, inode {ino} differs: copy {:?}, primary {:?}",
-                self.clients[slot].core.get(ino).map(|i| i.attr),
+                copy.get(ino).map(|i| i.attr),
                 self.world.tree.get(ino).map(|i| i.attr)
             ));
         }

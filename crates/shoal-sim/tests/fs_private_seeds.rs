@@ -1,5 +1,6 @@
 //! Private directories over many seeds: a push brings the primary to the
-//! pusher's copy, no look is answered while another client still holds
+//! pusher's copy as it was when the push started (changes go on while it
+//! is on its way), no look is answered while another client still holds
 //! the directory in its copy, no push by a live client is refused, and
 //! every look is answered, with clients and the primary crashing (a new
 //! primary's grace period, in which clients reclaim).  `SHOAL_SIM_SEEDS=N` runs more seeds;
@@ -11,7 +12,7 @@ use shoal_sim::{PrivateSim, PrivateSimConfig, seeds};
 fn fs_private() {
     let mut failed = Vec::new();
     let (mut pushes, mut looks, mut recalls, mut changes, mut crashes) = (0, 0, 0, 0, 0);
-    let (mut primary_crashes, mut reclaims) = (0, 0);
+    let (mut primary_crashes, mut reclaims, mut while_pushing) = (0, 0, 0);
     for seed in seeds() {
         let mut sim = PrivateSim::new(seed, PrivateSimConfig::default());
         let report = sim.run();
@@ -22,6 +23,7 @@ fn fs_private() {
         crashes += report.crashes;
         primary_crashes += report.primary_crashes;
         reclaims += report.reclaims;
+        while_pushing += report.changes_while_pushing;
         if !report.violations.is_empty() {
             if std::env::var_os("SHOAL_SIM_TRACE").is_some() {
                 for l in sim.trace() {
@@ -32,13 +34,14 @@ fn fs_private() {
         }
     }
     eprintln!(
-        "fs_private: {changes} changes in private directories, {pushes} pushes checked, {looks} looks, {recalls} recalls, {crashes} client crashes, {primary_crashes} primary crashes, {reclaims} reclaims"
+        "fs_private: {changes} changes in private directories ({while_pushing} while a push was on its way), {pushes} pushes checked, {looks} looks, {recalls} recalls, {crashes} client crashes, {primary_crashes} primary crashes, {reclaims} reclaims"
     );
     assert!(
         pushes > 0
             && looks > 0
             && recalls > 0
             && changes > 0
+            && while_pushing > 0
             && primary_crashes > 0
             && reclaims > 0,
         "fs_private: the run exercised too little"

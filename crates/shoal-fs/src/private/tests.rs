@@ -27,6 +27,8 @@ struct World {
     opens: HashMap<Ino, u32>,
     tmp: Ino,
     d: Ino,
+    /// A push on its way: its changes, and the copy when it started.
+    flying: Option<(Vec<Pushed>, Box<Private>)>,
 }
 
 impl World {
@@ -40,6 +42,7 @@ impl World {
             opens: HashMap::new(),
             tmp: 0,
             d: 0,
+            flying: None,
         };
         match w.apply(&Identity::root(), UpdateOp::Range { count: 100_000 }) {
             Ok(Answer::Range { first, .. }) => w.next = first,
@@ -104,7 +107,43 @@ impl World {
     }
 
     fn push(&mut self) {
+        self.land();
         let ops = self.client.to_push();
+        self.push_ops(ops);
+        self.client.pushed();
+    }
+
+    /// A push starts, and changes go on being made while it is on its way.
+    fn start_push(&mut self) {
+        if self.flying.is_none() {
+            let ops = self.client.start_push();
+            self.flying = Some((ops, Box::new(self.client.clone())));
+        }
+    }
+
+    /// The push on its way reaches the primary: which then shows every
+    /// inode as the copy did when the push started.
+    fn land(&mut self) {
+        let Some((ops, then)) = self.flying.take() else {
+            return;
+        };
+        assert_eq!(ops, self.client.on_its_way());
+        self.push_ops(ops);
+        self.client.pushed();
+        assert!(!self.client.is_pushing());
+        for i in then.tree.inodes() {
+            if i.attr.nlink > 0 {
+                assert_eq!(
+                    self.primary.get(i.attr.ino),
+                    Some(i),
+                    "inode {}",
+                    i.attr.ino
+                );
+            }
+        }
+    }
+
+    fn push_ops(&mut self, ops: Vec<Pushed>) {
         if ops.is_empty() {
             return;
         }
@@ -118,7 +157,6 @@ impl World {
             }
             other => panic!("{other:?}"),
         }
-        self.client.pushed();
     }
 
     /// The client's copy says what the primary says of every inode with a
@@ -161,6 +199,8 @@ enum Step {
     Open(u8, u8),
     Close(u8, u8),
     Push,
+    StartPush,
+    Land,
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -179,6 +219,8 @@ fn step() -> impl Strategy<Value = Step> {
         2 => (n.clone(), any::<u8>()).prop_map(|(a, d)| Step::Open(a, d)),
         2 => (n.clone(), any::<u8>()).prop_map(|(a, d)| Step::Close(a, d)),
         1 => Just(Step::Push),
+        1 => Just(Step::StartPush),
+        1 => Just(Step::Land),
     ]
 }
 
@@ -278,6 +320,8 @@ impl World {
                 }
             }
             Step::Push => self.push(),
+            Step::StartPush => self.start_push(),
+            Step::Land => self.land(),
         }
     }
 }
