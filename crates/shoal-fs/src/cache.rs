@@ -131,6 +131,9 @@ pub struct Dirty {
     /// When the oldest change was made, on the shell's clock (µs).
     pub since: u64,
     pub bytes: u64,
+    /// The leading changes a write-back under way took
+    /// ([`Cache::flush_job`]): none of them is changed in place.
+    pub frozen: usize,
 }
 
 /// A write-back to make: the changes so far over
@@ -558,17 +561,36 @@ impl Cache {
             mtime: now,
             since: at,
             bytes: 0,
+            frozen: 0,
         });
         if d.version != version {
             return None;
         }
         let (change, size, at) = make(d.size);
-        if let OverlayChange::Write { data, .. } = &change {
-            d.bytes += data.len() as u64;
-            self.dirty_bytes += data.len() as u64;
-            self.written += data.len() as u64;
+        let open = d.changes.len() > d.frozen;
+        let merged = match (&change, d.changes.last_mut()) {
+            (OverlayChange::Write { offset, data }, Some(last)) if open => {
+                self.written += data.len() as u64;
+                merge_write(&mut last.change, *offset, data)
+            }
+            (OverlayChange::Write { data, .. }, _) => {
+                self.written += data.len() as u64;
+                None
+            }
+            _ => None,
+        };
+        match (merged, &change) {
+            (Some(grew), _) => {
+                d.bytes += grew;
+                self.dirty_bytes += grew;
+            }
+            (None, OverlayChange::Write { data, .. }) => {
+                d.bytes += data.len() as u64;
+                self.dirty_bytes += data.len() as u64;
+                d.changes.push(OverlayEntry { version, change });
+            }
+            (None, _) => d.changes.push(OverlayEntry { version, change }),
         }
-        d.changes.push(OverlayEntry { version, change });
         d.size = size;
         d.mtime = now;
         Some(at)
@@ -636,9 +658,11 @@ impl Cache {
         }
     }
 
-    /// What writing `ino` back means now, if it has dirty changes.
-    pub fn flush_job(&self, ino: Ino) -> Option<FlushJob> {
-        let d = self.dirty.get(&ino)?;
+    /// What writing `ino` back means now, if it has dirty changes.  Its
+    /// changes are not changed in place until it is [`Cache::flushed`].
+    pub fn flush_job(&mut self, ino: Ino) -> Option<FlushJob> {
+        let d = self.dirty.get_mut(&ino)?;
+        d.frozen = d.changes.len();
         Some(FlushJob {
             version: d.version,
             content: d.content.clone(),
@@ -655,7 +679,9 @@ impl Cache {
     /// wait from `at` (the shell's clock).
     pub fn flushed(&mut self, job: &FlushJob, attr: &Attr, content: Vec<Capability>, at: u64) {
         if let Some(d) = self.dirty.get_mut(&attr.ino) {
-            d.changes.drain(..job.changes.len().min(d.changes.len()));
+            let done = job.changes.len().min(d.changes.len());
+            d.changes.drain(..done);
+            d.frozen = d.frozen.saturating_sub(done);
             d.version = attr.version;
             d.content = content.clone();
             d.base_size = job.size;
@@ -893,6 +919,40 @@ pub enum Open {
     Direct,
     /// Through the page cache; `keep`: the pages it has are current.
     Cached { keep: bool },
+}
+
+/// Writes `data` at `offset` into `last`, the latest change of a file, if
+/// that is a write whose bytes `data`'s overlap: the one change then makes
+/// what the two made one after the other.  How many bytes it grew by, or
+/// `None` if it is not such a write.  (Writes that only follow one
+/// another stay apart: merging them would copy a growing buffer at each,
+/// and a read of them copies each byte once already.)
+fn merge_write(last: &mut OverlayChange, offset: u64, data: &[u8]) -> Option<u64> {
+    let OverlayChange::Write {
+        offset: lo,
+        data: bytes,
+    } = last
+    else {
+        return None;
+    };
+    let (end, new_end) = (*lo + bytes.len() as u64, offset + data.len() as u64);
+    if offset >= end || new_end <= *lo {
+        return None;
+    }
+    let before = bytes.len() as u64;
+    let (from, to) = ((*lo).min(offset), end.max(new_end));
+    if from < *lo {
+        let mut grown = vec![0u8; (to - from) as usize];
+        let at = (*lo - from) as usize;
+        grown[at..at + bytes.len()].copy_from_slice(bytes);
+        *bytes = grown;
+        *lo = from;
+    } else if to > end {
+        bytes.resize((to - from) as usize, 0);
+    }
+    let at = (offset - from) as usize;
+    bytes[at..at + data.len()].copy_from_slice(data);
+    Some(bytes.len() as u64 - before)
 }
 
 /// `attr` with the dirty changes made over its version.

@@ -228,3 +228,109 @@ fn an_answer_older_than_the_version_seen_keeps_the_newer_content() {
     assert!(c.holds_write(7), "the later grant holds");
     assert_eq!(c.attr(7).unwrap().version, 5);
 }
+
+#[test]
+fn a_write_over_the_last_one_is_kept_in_it() {
+    let mut c = Cache::default();
+    let t = Time::new(5, 0);
+    c.opened(&attr(7, Kind::File, 1), &grant(Level::Write, 1), Vec::new());
+    // Over the last write, inside it, across its start and past its end:
+    // one change; right after it, or apart: one more.
+    for (at, bytes) in [
+        (2, &b"cdef"[..]),
+        (3, b"D"),
+        (0, b"abC"),
+        (5, b"FGH"),
+        (8, b"ij"),
+        (12, b"z"),
+    ] {
+        c.write(7, Some(at), bytes, (t, 0)).unwrap();
+    }
+    assert_eq!(c.dirty_bytes(), 11, "each byte of the first four held once");
+    let job = c.flush_job(7).unwrap();
+    assert_eq!(job.changes.len(), 3);
+    assert_eq!(c.finish_read(7, 1, 0, 13, b"").unwrap(), b"abCDeFGHij\0\0z");
+    // A write-back under way keeps its changes as it took them.
+    c.write(7, Some(12), b"!", (t, 0)).unwrap();
+    assert_eq!(c.dirty[&7].changes.len(), 4);
+    let mut committed = attr(7, Kind::File, 2);
+    committed.size = 13;
+    c.flushed(&job, &committed, Vec::new(), 0);
+    assert_eq!(c.dirty_bytes(), 1);
+    // What is left after it takes writes over it again.
+    c.write(7, Some(12), b"?", (t, 0)).unwrap();
+    assert_eq!(c.dirty_bytes(), 1);
+}
+
+/// Commits write-back `j`, which took the file as `bytes`: they are the
+/// base of what is left.
+fn commit(c: &mut Cache, (j, bytes): (FlushJob, Vec<u8>), base: &mut Vec<u8>, version: &mut u64) {
+    *version += 1;
+    let mut committed = attr(7, Kind::File, *version);
+    committed.size = j.size;
+    c.flushed(&j, &committed, Vec::new(), 0);
+    *base = bytes;
+}
+
+proptest::proptest! {
+    /// However writes and truncations come, with write-backs taken and
+    /// finished between them (writes going on while one is under way), a
+    /// read shows what they made one after the other, over the bytes of
+    /// the version last committed, and the dirty bytes count what the
+    /// changes hold.
+    #[test]
+    fn kept_changes_read_as_made(
+        steps in proptest::collection::vec(
+            (0u8..6, 0u64..40, proptest::collection::vec(proptest::prelude::any::<u8>(), 0..12)),
+            1..40,
+        )
+    ) {
+        let mut c = Cache::default();
+        let t = Time::new(5, 0);
+        let mut a = attr(7, Kind::File, 1);
+        a.size = 0;
+        c.opened(&a, &grant(Level::Write, 1), Vec::new());
+        let mut model: Vec<u8> = Vec::new();
+        let mut version = 1;
+        // The committed version's bytes, and the file as a write-back
+        // under way took it.
+        let mut base: Vec<u8> = Vec::new();
+        let mut job: Option<(FlushJob, Vec<u8>)> = None;
+        for (what, at, bytes) in steps {
+            match what {
+                0..=2 => {
+                    c.write(7, Some(at), &bytes, (t, 0)).unwrap();
+                    let end = at as usize + bytes.len();
+                    if model.len() < end {
+                        model.resize(end, 0);
+                    }
+                    model[at as usize..end].copy_from_slice(&bytes);
+                }
+                3 => {
+                    c.truncate(7, at, (t, 0)).unwrap();
+                    model.resize(at as usize, 0);
+                }
+                4 if job.is_none() => job = c.flush_job(7).map(|j| (j, model.clone())),
+                _ => {
+                    if let Some(j) = job.take() {
+                        commit(&mut c, j, &mut base, &mut version);
+                    }
+                }
+            }
+            if c.is_dirty(7) {
+                let got = c.finish_read(7, version, 0, 64, &base).unwrap();
+                proptest::prop_assert_eq!(&got, &model);
+            }
+        }
+        if let Some(j) = job.take() {
+            commit(&mut c, j, &mut base, &mut version);
+        }
+        let held: u64 = c.dirty.get(&7).map_or(0, |d| {
+            d.changes.iter().map(|e| match &e.change {
+                OverlayChange::Write { data, .. } => data.len() as u64,
+                OverlayChange::Truncate { .. } => 0,
+            }).sum()
+        });
+        proptest::prop_assert_eq!(c.dirty_bytes(), held);
+    }
+}
