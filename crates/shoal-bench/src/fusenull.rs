@@ -7,12 +7,15 @@
 //! (`shoal_fuse::kernel`: io_uring workers per CPU, `default_permissions`,
 //! locks through the mount, direct writes for opens that only write), and
 //! answers as that mount answers from its private directories: names,
-//! absent names and attributes kept by the kernel for a day, opens for
-//! writing only without the page cache.  Its threads yield their CPU as
-//! the node's mount's do (`SCHED_IDLE`, in a session of their own).  So
-//! the kernel sends it the same requests for the same program, and what
-//! a temporary file or a create costs on it is what the kernel, FUSE and
-//! the scheduler cost before any file system does any work.
+//! absent names and attributes kept by the kernel for a day, listings and
+//! pages kept across opens, opens for writing only without the page
+//! cache, `fcntl` locks granted by the mount with no message, a question
+//! for an extended attribute answered "none", each `fsync` a round trip.
+//! Its threads yield their CPU as the node's mount's do (`SCHED_IDLE`, in
+//! a session of their own).  So the kernel sends it the same requests for
+//! the same program, and what a temporary file, a create or a `dbench`
+//! run costs on it is what the kernel, FUSE and the scheduler cost before
+//! any file system does any work.
 //!
 //! Stripped ([`Bare`]), it leaves out what the shoal mount cannot: the
 //! kernel's permission checks (without them it would let any user through
@@ -31,8 +34,9 @@ use std::time::{Duration, SystemTime};
 
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyWrite, ReplyXattr, Request,
+    TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 
@@ -167,14 +171,57 @@ impl NullFs {
         t.nodes.remove(&ino);
         Ok(())
     }
+
+    /// Moves `name` of `parent` to `to` in `into`, replacing what is there
+    /// as `rename` does (an empty directory by a directory, a file by a
+    /// file; with `RENAME_NOREPLACE`, nothing).
+    fn rename(
+        &self,
+        (parent, name): (INodeNo, &OsStr),
+        (into, to): (INodeNo, &OsStr),
+        flags: RenameFlags,
+    ) -> Result<(), Errno> {
+        let mut t = self.table.lock();
+        let names = |t: &Table, dir: u64| t.nodes.get(&dir).and_then(|n| n.names.clone());
+        let from = names(&t, parent.0).ok_or(Errno::ENOTDIR)?;
+        let &ino = from.get(name.as_bytes()).ok_or(Errno::ENOENT)?;
+        let dest = names(&t, into.0).ok_or(Errno::ENOTDIR)?;
+        if let Some(&old) = dest.get(to.as_bytes()) {
+            if old == ino {
+                return Ok(());
+            }
+            if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+                return Err(Errno::EEXIST);
+            }
+            match (&t.nodes[&old].names, &t.nodes[&ino].names) {
+                (Some(n), Some(_)) if !n.is_empty() => return Err(Errno::ENOTEMPTY),
+                (Some(_), None) => return Err(Errno::EISDIR),
+                (None, Some(_)) => return Err(Errno::ENOTDIR),
+                _ => {}
+            }
+            t.nodes.remove(&old);
+        } else if !flags.is_empty() && flags != RenameFlags::RENAME_NOREPLACE {
+            return Err(Errno::EINVAL);
+        }
+        for (dir, change) in [(parent.0, None), (into.0, Some(ino))] {
+            let n = t.nodes.get_mut(&dir).and_then(|n| n.names.as_mut());
+            let n = n.expect("a directory");
+            match change {
+                None => n.remove(name.as_bytes()),
+                Some(ino) => n.insert(to.as_bytes().to_vec(), ino),
+            };
+        }
+        Ok(())
+    }
 }
 
-/// The mount's rule: an open for writing only skips the page cache.
+/// The mount's rule: an open for writing only skips the page cache; any
+/// other keeps the pages of earlier opens (this kernel made them all).
 fn open_flags(flags: i32) -> FopenFlags {
     if flags & libc::O_ACCMODE == libc::O_WRONLY {
         FopenFlags::FOPEN_DIRECT_IO
     } else {
-        FopenFlags::empty()
+        FopenFlags::FOPEN_KEEP_CACHE
     }
 }
 
@@ -346,6 +393,87 @@ impl Filesystem for NullFs {
         reply.ok()
     }
 
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        match NullFs::rename(self, (parent, name), (newparent, newname), flags) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _d: bool, reply: ReplyEmpty) {
+        reply.ok()
+    }
+
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: ReplyXattr,
+    ) {
+        reply.error(Errno::ENODATA)
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if size == 0 {
+            reply.size(0)
+        } else {
+            reply.data(&[])
+        }
+    }
+
+    /// Every lock is granted, with no table: the floor of a lock the mount
+    /// decides itself.
+    fn getlk(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        _typ: i32,
+        pid: u32,
+        reply: ReplyLock,
+    ) {
+        reply.locked(start, end, libc::F_UNLCK, pid)
+    }
+
+    fn setlk(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        _start: u64,
+        _end: u64,
+        _typ: i32,
+        _pid: u32,
+        _sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok()
+    }
+
+    /// Listings kept by the kernel across opens, dropped at each change of
+    /// the names: as the mount answers for a private directory.
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        reply.opened(
+            FileHandle(0),
+            FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+        )
+    }
+
     fn readdir(
         &self,
         _req: &Request,
@@ -444,6 +572,43 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, ["f"]);
+        // What dbench asks besides: renames (over a file, not over a full
+        // directory), locks, fsync, extended attributes.
+        let g = d.join("g");
+        fs::write(&g, b"").unwrap();
+        fs::rename(&g, &f).unwrap();
+        assert_eq!(fs::metadata(&f).unwrap().len(), 0);
+        fs::rename(&f, &g).unwrap();
+        let names: Vec<_> = fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["g"], "the kernel's kept listing follows renames");
+        fs::rename(&g, &f).unwrap();
+        let full = at.join("full");
+        fs::create_dir(&full).unwrap();
+        fs::write(full.join("x"), b"").unwrap();
+        assert_eq!(
+            fs::rename(at.join("d"), &full).unwrap_err().raw_os_error(),
+            Some(libc::ENOTEMPTY)
+        );
+        fs::remove_file(full.join("x")).unwrap();
+        fs::remove_dir(&full).unwrap();
+        let file = OpenOptions::new().read(true).write(true).open(&f).unwrap();
+        let lock = libc::flock {
+            l_type: libc::F_WRLCK as i16,
+            l_whence: libc::SEEK_SET as i16,
+            l_start: 0,
+            l_len: 0,
+            l_pid: 0,
+        };
+        use std::os::fd::AsRawFd;
+        // SAFETY: a valid descriptor and a valid lock description.
+        let locked = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &lock) };
+        assert_eq!(locked, 0);
+        file.sync_all().unwrap();
+        assert_eq!(xattr_get(&f), Some(libc::ENODATA));
+        drop(file);
         assert_eq!(
             fs::remove_dir(&d).unwrap_err().kind(),
             ErrorKind::DirectoryNotEmpty
@@ -452,5 +617,21 @@ mod tests {
         assert_eq!(fs::metadata(&f).unwrap_err().kind(), ErrorKind::NotFound);
         fs::remove_dir(&d).unwrap();
         session.umount_and_join().unwrap();
+    }
+
+    /// The error of `getxattr(path, "user.x")`, if it failed.
+    fn xattr_get(path: &Path) -> Option<i32> {
+        let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+        let mut buf = [0u8; 16];
+        // SAFETY: NUL-terminated strings and a buffer of the length given.
+        let n = unsafe {
+            libc::getxattr(
+                c.as_ptr(),
+                c"user.x".as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        (n < 0).then(|| std::io::Error::last_os_error().raw_os_error().unwrap())
     }
 }
