@@ -181,6 +181,11 @@ impl ServerCore {
         self.records.len()
     }
 
+    /// Whether a request is part-way in: more of its fragments are due.
+    pub fn is_assembling(&self) -> bool {
+        self.assembling_bytes > 0
+    }
+
     /// The next datagram to send.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.transmits.pop_front()

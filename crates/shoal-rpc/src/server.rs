@@ -84,11 +84,16 @@ impl Request {
 }
 
 /// What the reading thread owns: the receive buffer, the socket's
-/// timeout setting and how long to poll before sleeping.
+/// timeout setting and how long to poll before sleeping, for a new
+/// request (`window`) and for the rest of one part-way in (`parts`).
+/// The two are learned apart: a request's fragments come back to back,
+/// requests may come a millisecond apart, and one window learning from
+/// both would poll between requests for the fragments' sake.
 struct Reader {
     buf: Vec<u8>,
     timeout: socket::Timeout,
     window: Window,
+    parts: Window,
 }
 
 struct Shared {
@@ -234,6 +239,7 @@ impl Server {
                     buf: vec![0; MAX_DATAGRAM],
                     timeout: socket::Timeout::default(),
                     window: Window::from_setting(config.server_spin, DEFAULT_SPIN),
+                    parts: Window::from_setting(config.server_spin, DEFAULT_SPIN),
                 }),
                 reader_window_us: AtomicU64::new(DEFAULT_SPIN.as_micros() as u64),
                 link: Mutex::new(Some(link)),
@@ -300,19 +306,33 @@ impl Server {
             buf,
             timeout,
             window,
+            parts,
         } = reader;
         // The latest receive timed out: the endpoint is quiet, and the
         // next wait sleeps without polling first.
         let mut quiet = false;
         loop {
             // Another reader may have queued a request meanwhile.
-            if let Some(d) = shared.core.lock().poll_request() {
-                return Ok(Some(d));
-            }
+            let assembling = {
+                let mut core = shared.core.lock();
+                if let Some(d) = core.poll_request() {
+                    return Ok(Some(d));
+                }
+                core.is_assembling()
+            };
             if shared.closed.load(Ordering::Acquire) {
                 return Err(Error::Closed);
             }
-            let spin = if quiet { Duration::ZERO } else { window.get() };
+            let learning = if assembling {
+                &mut *parts
+            } else {
+                &mut *window
+            };
+            let spin = if quiet {
+                Duration::ZERO
+            } else {
+                learning.get()
+            };
             let waiting = clock::now();
             let received = match socket::spin_recv(&shared.socket, buf, spin) {
                 Ok(Some(got)) => Ok(got),
@@ -331,8 +351,8 @@ impl Server {
             let now = clock::now();
             quiet = matches!(&received, Err(e) if socket::is_timeout(e));
             match &received {
-                Ok(_) => window.saw(now.saturating_since(waiting)),
-                Err(_) => window.saw_nothing(),
+                Ok(_) => learning.saw(now.saturating_since(waiting)),
+                Err(_) => learning.saw_nothing(),
             }
             shared
                 .reader_window_us
