@@ -96,6 +96,10 @@ pub enum AgentCommand {
         /// Answer `FLUSH` "not implemented" (the kernel stops sending it).
         #[arg(long)]
         no_flush: bool,
+        /// At each `fsync`, do the least disk work a shoal `fsync` does
+        /// here, in logs in this directory (`fusenull::ShoalDisk`).
+        #[arg(long)]
+        shoal_disk: Option<PathBuf>,
     },
 }
 
@@ -158,12 +162,14 @@ pub fn agent(command: AgentCommand) -> Result<(), String> {
             at,
             no_permissions,
             no_flush,
+            shoal_disk,
         } => crate::fusenull::serve(
             &at,
             crate::fusenull::Bare {
                 no_permissions,
                 no_flush,
             },
+            shoal_disk.as_deref(),
         ),
     }
 }
@@ -429,13 +435,17 @@ fn measure(c: &Cluster, quick: bool) -> Result<Map<String, Value>, String> {
         SshfsMount::start(c, "n2", &sshd, &served, &work.0.join("n2"))?,
     ];
     // The null FUSE file system on n1, mounted as n1's shoal mount is,
-    // and stripped of what the shoal mount cannot give up.
+    // stripped of what the shoal mount cannot give up, and (for dbench
+    // only) doing at each fsync the disk work a shoal fsync does.
     let null_at = work.0.join("null");
     let bare_at = work.0.join("bare");
+    let null_disk_at = work.0.join("null-disk");
+    let logs = work.0.join("null-disk-logs").display().to_string();
     let mut nulls = Vec::new();
     for (at, flags) in [
         (&null_at, &[][..]),
         (&bare_at, &["--no-permissions", "--no-flush"][..]),
+        (&null_disk_at, &["--shoal-disk", &logs][..]),
     ] {
         fs::create_dir_all(at).map_err(io("make", at))?;
         let path = at.display().to_string();
@@ -565,9 +575,9 @@ fn measure(c: &Cluster, quick: bool) -> Result<Map<String, Value>, String> {
     for t in &targets {
         a.call(&format!("remove {}", t.dir.display()))?;
     }
-    // The workloads: every file system that keeps bytes, and the null one
-    // for `dbench` (whose figures it needs no bytes for).
-    let places = targets
+    // The workloads: every file system that keeps bytes, and the null
+    // ones for `dbench` (whose figures they need no bytes for).
+    let mut places: Vec<workload::Place> = targets
         .iter()
         .filter(|t| !t.names_only || t.name == "null")
         .map(|t| workload::Place {
@@ -575,6 +585,10 @@ fn measure(c: &Cluster, quick: bool) -> Result<Map<String, Value>, String> {
             dir: t.dir.clone(),
         })
         .collect();
+    places.push(workload::Place {
+        name: "null_disk",
+        dir: null_disk_at.join(&run),
+    });
     let dirs = workload::Dirs {
         work: &work.0,
         shared: &targets[0].dir,

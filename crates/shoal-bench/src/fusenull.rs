@@ -17,6 +17,11 @@
 //! run costs on it is what the kernel, FUSE and the scheduler cost before
 //! any file system does any work.
 //!
+//! Given a directory on the disk ([`ShoalDisk`]), each `fsync` also does
+//! the least disk work a shoal `fsync` does on this machine, so that what
+//! `dbench` makes of it is the ceiling of any FUSE file system keeping
+//! shoal's promise of `fsync` here.
+//!
 //! Stripped ([`Bare`]), it leaves out what the shoal mount cannot: the
 //! kernel's permission checks (without them it would let any user through
 //! a directory whose names the kernel cached) and `FLUSH` (answered
@@ -28,6 +33,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
+use std::fs::File;
+use std::io::{Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -49,6 +56,8 @@ struct Node {
     attr: FileAttr,
     /// A directory's names.
     names: Option<BTreeMap<Vec<u8>, u64>>,
+    /// Bytes written since the last `fsync`.
+    dirty: u64,
 }
 
 struct Table {
@@ -69,6 +78,69 @@ pub struct Bare {
 pub struct NullFs {
     table: Mutex<Table>,
     bare: Bare,
+    disk: Option<ShoalDisk>,
+}
+
+/// The least disk work of one `fsync` on shoal here, which the null file
+/// system's own `fsync` does when it has one: the bytes written to the
+/// file since its last `fsync` appended to two logs and synced at once
+/// (the copies on k = 2 file servers, each making a small write durable
+/// with its commit record, one sync), then 512 bytes appended to two more
+/// and synced at once (the group entry at r + 1 = 2 replicas).  The
+/// cluster's nodes share this machine's one disk, as these logs do.
+pub struct ShoalDisk {
+    logs: [File; 4],
+}
+
+/// A log is cut back to nothing past this many bytes.
+const LOG_WRAP: u64 = 256 << 20;
+
+impl ShoalDisk {
+    /// Four logs in `dir` (made if need be).
+    pub fn open(dir: &Path) -> std::io::Result<ShoalDisk> {
+        std::fs::create_dir_all(dir)?;
+        let log = |i: usize| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .read(true)
+                .write(true)
+                .open(dir.join(format!("log-{i}")))
+        };
+        Ok(ShoalDisk {
+            logs: [log(0)?, log(1)?, log(2)?, log(3)?],
+        })
+    }
+
+    /// One `fsync` of a file with `dirty` bytes written since the last.
+    fn sync(&self, dirty: u64) -> std::io::Result<()> {
+        let [a, b, c, d] = &self.logs;
+        if dirty > 0 {
+            pair((a, b), &vec![0x5a; dirty as usize])?;
+        }
+        pair((c, d), &[0x5a; 512])
+    }
+}
+
+/// `bytes` appended to both logs and synced, at once.
+fn pair((a, b): (&File, &File), bytes: &[u8]) -> std::io::Result<()> {
+    let append = |mut f: &File| -> std::io::Result<()> {
+        let end = f.seek(SeekFrom::End(0))?;
+        if end > LOG_WRAP {
+            f.set_len(0)?;
+        }
+        f.write_all(bytes)?;
+        f.sync_data()
+    };
+    std::thread::scope(|s| {
+        let there = s.spawn(|| append(b));
+        let here = append(a);
+        here.and(
+            there
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("panicked"))),
+        )
+    })
 }
 
 fn attr(ino: u64, kind: FileType, perm: u16, uid: u32, gid: u32) -> FileAttr {
@@ -101,7 +173,7 @@ fn absent() -> FileAttr {
 
 impl NullFs {
     /// An empty tree whose root belongs to the calling process's user.
-    pub fn new(bare: Bare) -> NullFs {
+    pub fn new(bare: Bare, disk: Option<ShoalDisk>) -> NullFs {
         // SAFETY: getuid and getgid have no preconditions.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         let mut nodes = HashMap::new();
@@ -110,6 +182,7 @@ impl NullFs {
             Node {
                 attr: attr(ROOT, FileType::Directory, 0o755, uid, gid),
                 names: Some(BTreeMap::new()),
+                dirty: 0,
             },
         );
         NullFs {
@@ -118,6 +191,7 @@ impl NullFs {
                 next: ROOT + 1,
             }),
             bare,
+            disk,
         }
     }
 
@@ -146,7 +220,14 @@ impl NullFs {
         t.next += 1;
         let a = attr(ino, kind, (perm & 0o7777) as u16, req.uid(), req.gid());
         let names = (kind == FileType::Directory).then(BTreeMap::new);
-        t.nodes.insert(ino, Node { attr: a, names });
+        t.nodes.insert(
+            ino,
+            Node {
+                attr: a,
+                names,
+                dirty: 0,
+            },
+        );
         Ok(a)
     }
 
@@ -375,6 +456,7 @@ impl Filesystem for NullFs {
             return reply.error(Errno::ENOENT);
         };
         n.attr.size = n.attr.size.max(offset + data.len() as u64);
+        n.dirty += data.len() as u64;
         n.attr.mtime = SystemTime::now();
         reply.written(data.len() as u32)
     }
@@ -409,8 +491,20 @@ impl Filesystem for NullFs {
         }
     }
 
-    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _d: bool, reply: ReplyEmpty) {
-        reply.ok()
+    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _d: bool, reply: ReplyEmpty) {
+        let Some(disk) = &self.disk else {
+            return reply.ok();
+        };
+        let dirty = self
+            .table
+            .lock()
+            .nodes
+            .get_mut(&ino.0)
+            .map_or(0, |n| std::mem::take(&mut n.dirty));
+        match disk.sync(dirty) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))),
+        }
     }
 
     fn getxattr(
@@ -498,7 +592,10 @@ impl Filesystem for NullFs {
 
 /// Mounts a null file system at `at` and serves it until standard input
 /// closes (the agent's way of being stopped), then unmounts.
-pub fn serve(at: &Path, bare: Bare) -> Result<(), String> {
+pub fn serve(at: &Path, bare: Bare, disk: Option<&Path>) -> Result<(), String> {
+    let disk = disk
+        .map(|d| ShoalDisk::open(d).map_err(|e| format!("{}: {e}", d.display())))
+        .transpose()?;
     // A session, and so a scheduling group, of its own, with every thread
     // started below under SCHED_IDLE: as a node's mount runs.
     // SAFETY: setsid and sched_setscheduler on this process have no
@@ -514,7 +611,7 @@ pub fn serve(at: &Path, bare: Bare) -> Result<(), String> {
             .mount_options
             .retain(|o| !matches!(o, fuser::MountOption::DefaultPermissions));
     }
-    let session = fuser::Session::new(NullFs::new(bare), at, &config)
+    let session = fuser::Session::new(NullFs::new(bare, disk), at, &config)
         .map_err(|e| format!("cannot mount the null file system at {}: {e}", at.display()))?;
     let uring = session.uses_uring();
     let session = session
@@ -544,7 +641,7 @@ mod tests {
     fn the_null_file_system_keeps_names_and_sizes() {
         let dir = tempfile::tempdir().unwrap();
         let config = shoal_fuse::kernel::session_config("shoal-bench:null-test", false);
-        let session = fuser::Session::new(NullFs::new(Bare::default()), dir.path(), &config)
+        let session = fuser::Session::new(NullFs::new(Bare::default(), None), dir.path(), &config)
             .expect("mount a null file system (needs /dev/fuse and root)")
             .spawn()
             .unwrap();
@@ -617,6 +714,23 @@ mod tests {
         assert_eq!(fs::metadata(&f).unwrap_err().kind(), ErrorKind::NotFound);
         fs::remove_dir(&d).unwrap();
         session.umount_and_join().unwrap();
+    }
+
+    /// A shoal `fsync`'s disk work: the file's new bytes on two logs,
+    /// then a group entry's 512 on two more; a clean file's, the entry's
+    /// alone.
+    #[test]
+    fn an_fsync_does_the_disk_work_of_a_shoal_fsync() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = ShoalDisk::open(dir.path()).unwrap();
+        disk.sync(5000).unwrap();
+        disk.sync(0).unwrap();
+        let len = |i: usize| {
+            fs::metadata(dir.path().join(format!("log-{i}")))
+                .unwrap()
+                .len()
+        };
+        assert_eq!([len(0), len(1), len(2), len(3)], [5000, 5000, 1024, 1024]);
     }
 
     /// The error of `getxattr(path, "user.x")`, if it failed.
