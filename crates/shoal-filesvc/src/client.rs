@@ -110,6 +110,19 @@ impl ClientError {
 
 use crate::cache::{Cache, create_private, seal_cached_copy};
 
+/// A copy of a file's new version made by one request
+/// ([`FileClient::begin`]).
+#[derive(Debug, Clone)]
+pub enum OneCopy<'a> {
+    /// A new file of `data` on `server` (less than a [`CHUNK`]).
+    Create { server: Capability, data: &'a [u8] },
+    /// `file` edited once.
+    Edit {
+        file: Capability,
+        edit: Edit<&'a [u8]>,
+    },
+}
+
 /// A client of the file servers.
 pub struct FileClient {
     ctx: Context,
@@ -458,6 +471,55 @@ impl FileClient {
                 edit,
             },
         )
+    }
+
+    /// Sends the one request that makes `copy` (committed; with `safety`,
+    /// on the server's disk when answered), without waiting for its
+    /// answer ([`FileClient::finish`] does): one thread may so have a
+    /// copy under way at each of several servers, a client each.  A file
+    /// made this way is not kept in the client's cache.
+    pub fn begin(&mut self, copy: OneCopy<'_>, safety: bool) -> Result<(), ClientError> {
+        let flags = FLAG_COMMIT | if safety { FLAG_SAFETY } else { 0 };
+        let (cap, op) = match copy {
+            OneCopy::Create { server, data } => (
+                server,
+                Op::Create {
+                    server,
+                    flags,
+                    data,
+                },
+            ),
+            OneCopy::Edit { file, edit } => (file, Op::Edit { file, flags, edit }),
+        };
+        let data = match &op {
+            Op::Create { data, .. }
+            | Op::Edit {
+                edit: Edit::Write { data, .. } | Edit::Insert { data, .. },
+                ..
+            } => data.len(),
+            _ => 0,
+        };
+        let mut body = shoal_rpc::buffer(data + 128);
+        op.encode_into(&mut body);
+        let opts = CallOptions {
+            deadline: Some(self.deadline),
+            cancel: None,
+        };
+        self.rpc
+            .start(&cap.port(), bytes::Bytes::from(body), &opts)
+            .map_err(|e| ClientError::Unreachable(e.to_string()))
+    }
+
+    /// The file [`FileClient::begin`] made.
+    pub fn finish(&mut self) -> Result<Capability, ClientError> {
+        let reply = self
+            .rpc
+            .finish()
+            .map_err(|e| ClientError::Unreachable(e.to_string()))?;
+        match answer(reply)? {
+            Answer::Cap(c) => Ok(c),
+            a => Err(unexpected(a)),
+        }
     }
 
     /// Commits an uncommitted file.

@@ -18,5 +18,5 @@ pub mod server;
 mod sparse;
 
 pub use cache::Cache;
-pub use client::{ClientError, FileClient, FileReader};
+pub use client::{ClientError, FileClient, FileReader, OneCopy};
 pub use server::{FileServer, ServerConfig};

@@ -13,7 +13,7 @@ use std::io::Read;
 
 use shoal_bullet::op::Edit;
 use shoal_cap::Capability;
-use shoal_filesvc::{ClientError, FileClient};
+use shoal_filesvc::{ClientError, FileClient, OneCopy};
 use shoal_fs::edits::{Layout, PIECE_MAX, Piece, pieces};
 use shoal_fs::model::Ino;
 use shoal_fs::tree::{OverlayEntry, overlaid_window};
@@ -51,8 +51,10 @@ impl Changes<'_> {
 /// missing, the base copied to one of `servers` (in an order that starts
 /// at a place moving with the inode, so versions spread) and edited; with
 /// `safety`, each is on its server's disk first.  The first `copies` are
-/// made at once, one thread and one of `files` each (as many as there
-/// are clients: an `fsync` costs one round of parallel writes); those
+/// made at once, one of `files` each (an `fsync` costs one round of
+/// parallel writes): from this thread when each is one request (a request
+/// at every server before any answer is waited for), else a thread each
+/// (as many as there are clients); those
 /// that failed are made again elsewhere one after another.  Fewer copies
 /// than asked is an error (every replica failing:
 /// [`ClientError::AllReplicas`], so [`ClientError::is_gone`] tells a base
@@ -119,7 +121,12 @@ pub fn store(
             first.push(way);
         }
     }
-    let results = at_once(files, &first, &run);
+    let results = match one_request_each(&first, &plan, &base) {
+        Some(request) if files.len() >= first.len() => {
+            begun_at_once(files, &first, &request, safety)
+        }
+        _ => at_once(files, &first, &run),
+    };
     for r in results {
         match r {
             Ok(c) => made.push(c),
@@ -175,6 +182,86 @@ impl Way {
         match self {
             Way::Edit(c) | Way::On(c) => c.port(),
         }
+    }
+}
+
+/// The bytes of the one request that makes each of `ways`' copies, if
+/// each is made by one (the common `fsync`: a new small file, or one edit
+/// of each replica of the base).
+enum OneRequest {
+    Create(Vec<u8>),
+    Edit(Edit),
+}
+
+fn one_request_each(ways: &[Way], plan: &[Piece], changes: &Changes<'_>) -> Option<OneRequest> {
+    if ways.iter().all(|w| matches!(w, Way::Edit(_))) {
+        return match plan {
+            [only] => Some(OneRequest::Edit(edit(only, changes))),
+            _ => None,
+        };
+    }
+    let small = changes.size < shoal_filesvc::client::CHUNK as u64;
+    let whole = !plan.iter().any(|p| matches!(p, Piece::Hole { .. }));
+    (changes.base.is_empty() && small && whole && ways.iter().all(|w| matches!(w, Way::On(_))))
+        .then(|| OneRequest::Create(changes.window(0, changes.size as usize)))
+}
+
+/// `ways` made by `request` (committed; with `safety`, on the servers'
+/// disks), sent to every server before any answer is waited for, from
+/// this thread, a client of `files` each (as many as `ways`): no thread
+/// is started, and no answer waits for one.
+fn begun_at_once(
+    files: &mut [FileClient],
+    ways: &[Way],
+    request: &OneRequest,
+    safety: bool,
+) -> Vec<Result<Capability, ClientError>> {
+    let begun: Vec<Result<(), ClientError>> = files
+        .iter_mut()
+        .zip(ways)
+        .map(|(f, way)| {
+            f.begin(
+                match (way, request) {
+                    (Way::On(server), OneRequest::Create(data)) => OneCopy::Create {
+                        server: *server,
+                        data,
+                    },
+                    (Way::Edit(file), OneRequest::Edit(e)) => OneCopy::Edit {
+                        file: *file,
+                        edit: borrowed(e),
+                    },
+                    _ => unreachable!("one_request_each matched the ways"),
+                },
+                safety,
+            )
+        })
+        .collect();
+    files
+        .iter_mut()
+        .zip(begun)
+        .map(|(f, begun)| begun.and_then(|()| f.finish()))
+        .collect()
+}
+
+/// An edit with its data borrowed.
+fn borrowed(e: &Edit) -> Edit<&[u8]> {
+    match e {
+        Edit::Write { offset, data } => Edit::Write {
+            offset: *offset,
+            data,
+        },
+        Edit::Insert { offset, data } => Edit::Insert {
+            offset: *offset,
+            data,
+        },
+        Edit::Delete { offset, len } => Edit::Delete {
+            offset: *offset,
+            len: *len,
+        },
+        Edit::Hole { offset, len } => Edit::Hole {
+            offset: *offset,
+            len: *len,
+        },
     }
 }
 

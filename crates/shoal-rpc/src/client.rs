@@ -63,6 +63,17 @@ pub struct CallOptions {
 /// Longest a cancellable call sleeps before it looks at its token.
 const CANCEL_POLL: Duration = Duration::from_millis(20);
 
+/// A call started and not yet finished.
+struct Call {
+    /// Whether the request went in one fragment (its round trip then
+    /// teaches the spin policy, if the reply does too).
+    small: bool,
+    /// A large request's buffer, recycled once the core is done with it.
+    keep: Option<Bytes>,
+    started: Time,
+    cancel: Option<CancelToken>,
+}
+
 /// A client endpoint.
 pub struct Client {
     config: Arc<ContextConfig>,
@@ -77,6 +88,9 @@ pub struct Client {
     spin: SpinPolicy,
     /// The latest clock read of the call under way.
     last: Time,
+    /// The call under way, between [`Client::start`] and
+    /// [`Client::finish`].
+    call: Option<Call>,
     buf: Vec<u8>,
     /// Where sealed datagrams are built.
     out: Vec<u8>,
@@ -114,6 +128,7 @@ impl Client {
             timeout: socket::Timeout::default(),
             spin,
             last: clock::now(),
+            call: None,
             buf: vec![0; MAX_DATAGRAM],
             out: Vec::with_capacity(MAX_DATAGRAM),
         })
@@ -131,39 +146,72 @@ impl Client {
         request: impl Into<Bytes>,
         options: &CallOptions,
     ) -> Result<Vec<u8>, Error> {
+        self.start(port, request, options)?;
+        self.finish()
+    }
+
+    /// Sends `request` to a server of `port` (as much of it as may go
+    /// before an acknowledgement) and returns: [`Client::finish`] waits
+    /// for the reply.  So one thread may have a call under way at each of
+    /// several servers at once, a client each, with no thread of its own
+    /// for any.  A call already under way is abandoned.
+    pub fn start(
+        &mut self,
+        port: &PutPort,
+        request: impl Into<Bytes>,
+        options: &CallOptions,
+    ) -> Result<(), Error> {
+        if self.call.take().is_some() {
+            self.core.cancel();
+            let _ = self.core.poll_outcome();
+        }
         let deadline = options.deadline.unwrap_or(self.config.deadline);
         let request = request.into();
         let small = request.len() <= self.config.frag_bytes;
-        // Kept to recycle the buffer once the core is done with it.
-        let keep = (!small).then(|| request.clone());
         let started = clock::now();
         self.last = started;
+        self.call = Some(Call {
+            small,
+            keep: (!small).then(|| request.clone()),
+            started,
+            cancel: options.cancel.clone(),
+        });
         self.core.start(started, *port, request, started + deadline);
+        self.flush().map_err(|e| {
+            self.call = None;
+            self.abandon(e)
+        })
+    }
+
+    /// The reply to the call [`Client::start`]ed.
+    pub fn finish(&mut self) -> Result<Vec<u8>, Error> {
+        let Some(call) = self.call.take() else {
+            return Err(Error::Io(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "no call was started",
+            )));
+        };
         loop {
             if let Err(e) = self.flush() {
                 return Err(self.abandon(e));
             }
             if let Some(outcome) = self.core.poll_outcome() {
                 if let Ok(reply) = &outcome
-                    && small
+                    && call.small
                     && reply.len() <= self.config.frag_bytes
                 {
-                    self.spin.record(self.last.saturating_since(started));
+                    self.spin.record(self.last.saturating_since(call.started));
                 }
-                if let Some(k) = keep {
+                if let Some(k) = call.keep {
                     shoal_proto::pool::give_bytes(k);
                 }
                 return outcome.map_err(Error::from);
             }
-            if options
-                .cancel
-                .as_ref()
-                .is_some_and(CancelToken::is_cancelled)
-            {
+            if call.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
                 self.core.cancel();
                 continue;
             }
-            if let Err(e) = self.wait(options.cancel.is_some()) {
+            if let Err(e) = self.wait(call.cancel.is_some()) {
                 return Err(self.abandon(e));
             }
         }
