@@ -228,7 +228,7 @@ fn begun_at_once(
                     },
                     (Way::Edit(file), OneRequest::Edit(e)) => OneCopy::Edit {
                         file: *file,
-                        edit: borrowed(e),
+                        edit: e.as_ref(),
                     },
                     _ => unreachable!("one_request_each matched the ways"),
                 },
@@ -241,28 +241,6 @@ fn begun_at_once(
         .zip(begun)
         .map(|(f, begun)| begun.and_then(|()| f.finish()))
         .collect()
-}
-
-/// An edit with its data borrowed.
-fn borrowed(e: &Edit) -> Edit<&[u8]> {
-    match e {
-        Edit::Write { offset, data } => Edit::Write {
-            offset: *offset,
-            data,
-        },
-        Edit::Insert { offset, data } => Edit::Insert {
-            offset: *offset,
-            data,
-        },
-        Edit::Delete { offset, len } => Edit::Delete {
-            offset: *offset,
-            len: *len,
-        },
-        Edit::Hole { offset, len } => Edit::Hole {
-            offset: *offset,
-            len: *len,
-        },
-    }
 }
 
 /// `ways` carried out at once, one thread and one of `files` each (the
