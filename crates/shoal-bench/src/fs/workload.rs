@@ -705,8 +705,20 @@ pub(super) fn ratios(m: &mut Map<String, Value>) {
             put(m, format!("dbench{clients}_{twin}_vs_ext4"), null, ext4);
         }
     }
-    let (four, one) = (get(m, "dbench4_mb_s_fs"), get(m, "dbench1_mb_s_fs"));
-    put(m, "dbench4_vs_dbench1_fs".into(), four, one);
+    // How each scales from one client to four on this machine's cores.
+    for name in [
+        "fs",
+        "bindfs",
+        LOCKS_TWIN,
+        NULL_TWIN,
+        NULL_DISK_TWIN,
+        "ext4",
+        "tmpfs",
+    ] {
+        let four = get(m, &format!("dbench4_mb_s_{name}"));
+        let one = get(m, &format!("dbench1_mb_s_{name}"));
+        put(m, format!("dbench4_vs_dbench1_{name}"), four, one);
+    }
     for name in ["fs", "ext4"] {
         let (two, alone) = (
             get(m, &format!("dbench4_two_mb_s_{name}")),
@@ -770,6 +782,7 @@ pub(super) fn table(m: &Map<String, Value>) -> String {
         "dbench4_mb_s",
         "≥ 1.0 × bindfs, ≥ 0.25 × ext4, ≥ 1.5 × 1 client",
     );
+    row("dbench, 4 clients over 1", "dbench4_vs_dbench1", "≥ 1.5");
     for (op, key) in DBENCH_OPS {
         let target = match *key {
             "flush" => "≤ 1.5 × bindfs, ≤ 2 × ext4",
