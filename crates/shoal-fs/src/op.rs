@@ -174,6 +174,10 @@ pub enum Op {
     TouchContents {
         after: Ino,
     },
+    /// Every change answered so far on the primary's disk (`Done`): the
+    /// end of an `fsync`, whose changes were answered once r + 1 replicas
+    /// held them in memory.  A node's root only.
+    Sync,
 }
 
 /// Most files a `TouchContents` touches.
@@ -238,6 +242,7 @@ impl Op {
             Op::CapRead { .. } => "capread",
             Op::Lock { .. } => "lock",
             Op::TouchContents { .. } => "touch_contents",
+            Op::Sync => "sync",
         }
     }
 }
@@ -551,6 +556,7 @@ impl Request {
             }
             Op::StatFs => w.u8(13),
             Op::Status => w.u8(14),
+            Op::Sync => w.u8(24),
             Op::Reclaim {
                 ino,
                 level: l,
@@ -687,6 +693,7 @@ impl Request {
             }
             13 => Op::StatFs,
             14 => Op::Status,
+            24 => Op::Sync,
             17 => Op::GetXattr {
                 ino: r.u64()?,
                 name: r.str16()?.to_vec(),

@@ -269,6 +269,14 @@ impl Handler<FsReplica> for Primary {
         if request.caller().uid != 0 && !req.op.by_capability() {
             return answer(&Err(Failure::Fs(FsError::Perm)));
         }
+        // The end of an fsync: what was answered goes to this replica's
+        // disk (it was answered once r + 1 replicas held it in memory), so
+        // that losing every replica at once loses none of it; the group
+        // re-forms from the replica with the most.
+        if matches!(req.op, Op::Sync) {
+            let synced = r.sync_applied().map(|()| Reply::Done);
+            return answer(&synced.map_err(|e| Failure::Unavailable(e.0)));
+        }
         // Touching is file server I/O: made without the soft state's lock.
         if let Op::TouchContents { after } = req.op {
             return answer(&self.touch_contents(r, after));

@@ -807,14 +807,15 @@ impl Filesystem for ShoalFs {
         reply: ReplyEmpty,
     ) {
         // Dirty changes are written back with the safety flag (on the file
-        // servers' disks) and committed; writes through the primary are
-        // durable when they return (the metadata service's durability).
-        // A private file's name is pushed with its commit, or after it if
-        // the file is clean (its directories stay private).
+        // servers' disks) and committed; a private file's name is pushed
+        // with its commit, or after it if the file is clean (its
+        // directories stay private).  Then what the primary answered, held
+        // by r + 1 replicas in memory, goes to its disk.
         let synced = self
             .conn
             .flush(Some(ino.0), true)
-            .and_then(|()| self.conn.publish(&[ino.0]));
+            .and_then(|()| self.conn.publish(&[ino.0]))
+            .and_then(|()| crate::writeback::sync_primary(&self.conn));
         answer_empty(reply, synced);
     }
 
@@ -826,13 +827,14 @@ impl Filesystem for ShoalFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        // A directory's names are durable at the primary once changed
-        // there; a private directory's are pushed.
-        let synced = if self.conn.is_private(ino.0) {
+        // A private directory's names are pushed; then what the primary
+        // answered goes to its disk.
+        let pushed = if self.conn.is_private(ino.0) {
             self.conn.push()
         } else {
             Ok(())
         };
+        let synced = pushed.and_then(|()| crate::writeback::sync_primary(&self.conn));
         answer_empty(reply, synced);
     }
 

@@ -97,6 +97,24 @@ pub(crate) fn write_back_here(conn: &Arc<Conn>, ino: Ino, safety: bool) -> Resul
     written
 }
 
+/// Makes every change the primary answered so far durable on its disk
+/// (`Op::Sync`), through a client of the write-backs' pool: the end of an
+/// `fsync`, whose write-back and push were answered once r + 1 metadata
+/// replicas held them in memory.
+pub(crate) fn sync_primary(conn: &Arc<Conn>) -> Result<(), Failure> {
+    let taken = conn.write_backs.clients.lock().pop();
+    let mut via = match taken {
+        Some(c) => c,
+        None => FsClient::for_session(&conn.ctx, &conn.name, conn.session())?,
+    };
+    let synced = via.call(&Identity::root(), Op::Sync);
+    conn.write_backs.clients.lock().push(via);
+    match synced? {
+        Reply::Done => Ok(()),
+        other => Err(shoal_fssvc::client::unexpected(&other)),
+    }
+}
+
 /// Writes `ino`'s dirty changes back through `via` (a client of the
 /// mount's session); with `safety`, the bytes are on the file servers'
 /// disks before the commit.

@@ -304,7 +304,7 @@ impl<M: Machine> Replica<M> {
     pub fn stop(mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.stop_serving();
-        let _ = self.shared.flush(true);
+        let _ = self.shared.flush(u64::MAX);
         if let Some(g) = self.shared.group.write().take() {
             g.leave();
         }
@@ -597,21 +597,24 @@ impl<M: Machine> Replicated<M> {
 
     // ---- the log --------------------------------------------------------
 
-    /// Writes what the log buffer holds; with `sync`, to disk.  Returns the
-    /// index the disk holds.
-    fn flush(&self, sync: bool) -> std::io::Result<u64> {
+    /// Writes what the log buffer holds and syncs it, unless the disk
+    /// already holds index `through`.  Returns the index the disk holds.
+    fn flush(&self, through: u64) -> std::io::Result<u64> {
         let mut d = self.durable.lock();
+        if d.index >= through {
+            // A sync that ended while this one waited for the lock covered
+            // it: concurrent callers share one sync.
+            return Ok(d.index);
+        }
         let (bytes, last) = {
             let mut rs = self.rs.write();
             let mark = self.cfg.durability.marks();
             (rs.take_log(mark), rs.logged_index())
         };
         if let Some(bytes) = bytes {
-            d.store.append(&bytes, sync)?;
+            d.store.append(&bytes, true)?;
         }
-        if sync {
-            d.index = d.index.max(last);
-        }
+        d.index = d.index.max(last);
         drop(d);
         self.durable_cv.notify_all();
         Ok(last)
@@ -622,7 +625,7 @@ impl<M: Machine> Replicated<M> {
         if self.durable.lock().index >= index {
             return Ok(());
         }
-        self.flush(true)
+        self.flush(index)
             .map_err(|e| Unavailable(format!("log write failed: {e}")))?;
         Ok(())
     }
@@ -639,7 +642,7 @@ impl<M: Machine> Replicated<M> {
                 }
                 Durability::Replicated => std::thread::sleep(self.cfg.flush_interval),
             }
-            if let Err(e) = self.flush(true) {
+            if let Err(e) = self.flush(u64::MAX) {
                 tracing::error!("log flush failed: {e}");
             }
             if self.durable.lock().store.log_len() > self.cfg.snapshot_bytes
@@ -775,6 +778,14 @@ impl<M: Machine> Replicated<M> {
             return Ok(());
         }
         self.make_durable(index)
+    }
+
+    /// Returns once every update this replica applied is in its log on
+    /// disk, whatever the durability mode: for an answer that must
+    /// survive the loss of every replica at once (a file system's
+    /// `fsync`).  Concurrent callers share a sync.
+    pub fn sync_applied(&self) -> Result<(), Unavailable> {
+        self.make_durable(self.index())
     }
 
     /// Only a serving replica answers about the state: one whose group got

@@ -94,6 +94,7 @@ fn sample_ops() -> Vec<Op> {
         },
         Op::StatFs,
         Op::Status,
+        Op::Sync,
         Op::Reclaim {
             ino: 7,
             level: Level::Read,

@@ -128,6 +128,7 @@ impl<H> Soft<H> {
         let reply = match &req.op {
             Op::Hello { .. }
             | Op::Status
+            | Op::Sync
             | Op::CapStat { .. }
             | Op::CapRead { .. }
             | Op::TouchContents { .. } => {
