@@ -86,8 +86,10 @@ pub struct NullFs {
 /// file since its last `fsync` appended to two logs and synced at once
 /// (the copies on k = 2 file servers, each making a small write durable
 /// with its commit record, one sync), then 512 bytes appended to two more
-/// and synced at once (the group entry at r + 1 = 2 replicas).  The
-/// cluster's nodes share this machine's one disk, as these logs do.
+/// and synced at once (the metadata's log; shoal's `fsync` syncs one, the
+/// primary's, after the group entry, which two at once on one disk do not
+/// undercut).  The cluster's nodes share this machine's one disk, as these
+/// logs do.
 pub struct ShoalDisk {
     logs: [File; 4],
 }
@@ -263,11 +265,11 @@ impl NullFs {
         flags: RenameFlags,
     ) -> Result<(), Errno> {
         let mut t = self.table.lock();
-        let names = |t: &Table, dir: u64| t.nodes.get(&dir).and_then(|n| n.names.clone());
-        let from = names(&t, parent.0).ok_or(Errno::ENOTDIR)?;
-        let &ino = from.get(name.as_bytes()).ok_or(Errno::ENOENT)?;
-        let dest = names(&t, into.0).ok_or(Errno::ENOTDIR)?;
-        if let Some(&old) = dest.get(to.as_bytes()) {
+        let &ino = names_of(&t, parent.0)?
+            .get(name.as_bytes())
+            .ok_or(Errno::ENOENT)?;
+        let replaced = names_of(&t, into.0)?.get(to.as_bytes()).copied();
+        if let Some(old) = replaced {
             if old == ino {
                 return Ok(());
             }
@@ -294,6 +296,12 @@ impl NullFs {
         }
         Ok(())
     }
+}
+
+/// The names of directory `dir`.
+fn names_of(t: &Table, dir: u64) -> Result<&BTreeMap<Vec<u8>, u64>, Errno> {
+    let names = t.nodes.get(&dir).and_then(|n| n.names.as_ref());
+    names.ok_or(Errno::ENOTDIR)
 }
 
 /// The mount's rule: an open for writing only skips the page cache; any

@@ -132,6 +132,28 @@ pub struct FileClient {
 }
 
 /// A reply decoded (its buffer recycled).
+/// `op` encoded; a request carrying data into a recycled buffer.
+fn encode<D: AsRef<[u8]>>(op: &Op<D>) -> Vec<u8> {
+    let mut body = match op {
+        Op::Create { data, .. }
+        | Op::Edit {
+            edit: Edit::Write { data, .. } | Edit::Insert { data, .. },
+            ..
+        } => shoal_rpc::buffer(data.as_ref().len() + 128),
+        _ => Vec::new(),
+    };
+    op.encode_into(&mut body);
+    body
+}
+
+/// The capability an answer carries.
+fn cap_in(a: Answer) -> Result<Capability, ClientError> {
+    match a {
+        Answer::Cap(c) => Ok(c),
+        a => Err(unexpected(a)),
+    }
+}
+
 fn answer(reply: Vec<u8>) -> Result<Answer, ClientError> {
     let r = op::decode_result(&reply).map_err(|e| ClientError::BadAnswer(e.to_string()))?;
     shoal_rpc::recycle(reply);
@@ -195,28 +217,23 @@ impl FileClient {
         cap: &Capability,
         op: &Op<D>,
     ) -> Result<Vec<u8>, ClientError> {
-        let mut body = match op {
-            Op::Create { data, .. }
-            | Op::Edit {
-                edit: Edit::Write { data, .. } | Edit::Insert { data, .. },
-                ..
-            } => shoal_rpc::buffer(data.as_ref().len() + 128),
-            _ => Vec::new(),
-        };
-        op.encode_into(&mut body);
-        self.send(cap, body.into())
+        self.send(cap, encode(op).into())
     }
 
     /// Sends an encoded request to the server of `cap` within the
     /// deadline; the raw reply.
     fn send(&mut self, cap: &Capability, body: bytes::Bytes) -> Result<Vec<u8>, ClientError> {
-        let opts = CallOptions {
-            deadline: Some(self.deadline),
-            cancel: None,
-        };
+        let opts = self.options();
         self.rpc
             .trans_with(&cap.port(), body, &opts)
             .map_err(|e| ClientError::Unreachable(e.to_string()))
+    }
+
+    fn options(&self) -> CallOptions {
+        CallOptions {
+            deadline: Some(self.deadline),
+            cancel: None,
+        }
     }
 
     fn cap_of<D: AsRef<[u8]>>(
@@ -224,10 +241,7 @@ impl FileClient {
         cap: &Capability,
         op: &Op<D>,
     ) -> Result<Capability, ClientError> {
-        match self.call_any(cap, op)? {
-            Answer::Cap(c) => Ok(c),
-            a => Err(unexpected(a)),
-        }
+        self.call_any(cap, op).and_then(cap_in)
     }
 
     /// Creates a committed file from `data` on the server `server`;
@@ -375,10 +389,7 @@ impl FileClient {
                 let got = self.call_body(s, body.clone());
                 // Back to a buffer (the RPC is done with it: no copy).
                 buf = body.try_into_mut().map_or_else(|b| b.to_vec(), Vec::from);
-                match got.and_then(|a| match a {
-                    Answer::Cap(c) => Ok(c),
-                    a => Err(unexpected(a)),
-                }) {
+                match got.and_then(cap_in) {
                     Ok(c) => caps.push(c),
                     Err(e) => {
                         self.destroy_all(&caps);
@@ -491,22 +502,9 @@ impl FileClient {
             ),
             OneCopy::Edit { file, edit } => (file, Op::Edit { file, flags, edit }),
         };
-        let data = match &op {
-            Op::Create { data, .. }
-            | Op::Edit {
-                edit: Edit::Write { data, .. } | Edit::Insert { data, .. },
-                ..
-            } => data.len(),
-            _ => 0,
-        };
-        let mut body = shoal_rpc::buffer(data + 128);
-        op.encode_into(&mut body);
-        let opts = CallOptions {
-            deadline: Some(self.deadline),
-            cancel: None,
-        };
+        let opts = self.options();
         self.rpc
-            .start(&cap.port(), bytes::Bytes::from(body), &opts)
+            .start(&cap.port(), bytes::Bytes::from(encode(&op)), &opts)
             .map_err(|e| ClientError::Unreachable(e.to_string()))
     }
 
@@ -516,10 +514,7 @@ impl FileClient {
             .rpc
             .finish()
             .map_err(|e| ClientError::Unreachable(e.to_string()))?;
-        match answer(reply)? {
-            Answer::Cap(c) => Ok(c),
-            a => Err(unexpected(a)),
-        }
+        answer(reply).and_then(cap_in)
     }
 
     /// Commits an uncommitted file.

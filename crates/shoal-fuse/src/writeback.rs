@@ -73,24 +73,7 @@ impl Drop for Turn<'_> {
 /// disks before the commit.  Changes lost at this write-back or an earlier
 /// one are reported once, here.
 pub(crate) fn write_back_here(conn: &Arc<Conn>, ino: Ino, safety: bool) -> Result<(), Failure> {
-    let mut tries = 0;
-    let written = loop {
-        let seen = conn.hellos();
-        let taken = conn.write_backs.clients.lock().pop();
-        let mut via = match taken {
-            Some(c) => c,
-            None => FsClient::for_session(&conn.ctx, &conn.name, conn.session())?,
-        };
-        let written = write_back(conn, &mut via, ino, safety);
-        conn.write_backs.clients.lock().push(via);
-        match written {
-            Err(Failure::NoSession) if tries < 5 => {
-                tries += 1;
-                conn.recover(seen)?;
-            }
-            written => break written,
-        }
-    };
+    let written = with_pooled(conn, |via| write_back(conn, via, ino, safety));
     if conn.cache.lock().take_lost(ino) {
         return Err(Failure::Fs(FsError::Io));
     }
@@ -98,20 +81,40 @@ pub(crate) fn write_back_here(conn: &Arc<Conn>, ino: Ino, safety: bool) -> Resul
 }
 
 /// Makes every change the primary answered so far durable on its disk
-/// (`Op::Sync`), through a client of the write-backs' pool: the end of an
-/// `fsync`, whose write-back and push were answered once r + 1 metadata
-/// replicas held them in memory.
+/// (`Op::Sync`): the end of an `fsync`, whose write-back and push were
+/// answered once r + 1 metadata replicas held them in memory.
 pub(crate) fn sync_primary(conn: &Arc<Conn>) -> Result<(), Failure> {
-    let taken = conn.write_backs.clients.lock().pop();
-    let mut via = match taken {
-        Some(c) => c,
-        None => FsClient::for_session(&conn.ctx, &conn.name, conn.session())?,
-    };
-    let synced = via.call(&Identity::root(), Op::Sync);
-    conn.write_backs.clients.lock().push(via);
-    match synced? {
+    match with_pooled(conn, |via| via.call(&Identity::root(), Op::Sync))? {
         Reply::Done => Ok(()),
         other => Err(shoal_fssvc::client::unexpected(&other)),
+    }
+}
+
+/// Runs `f` with a client of the write-backs' pool (one made for the
+/// session if none is free), not holding the session's own client across
+/// a wait for the disks; if the primary forgot the session, starts it
+/// again and runs `f` once more (at most five times).
+fn with_pooled<T>(
+    conn: &Arc<Conn>,
+    mut f: impl FnMut(&mut FsClient) -> Result<T, Failure>,
+) -> Result<T, Failure> {
+    let mut tries = 0;
+    loop {
+        let seen = conn.hellos();
+        let taken = conn.write_backs.clients.lock().pop();
+        let mut via = match taken {
+            Some(c) => c,
+            None => FsClient::for_session(&conn.ctx, &conn.name, conn.session())?,
+        };
+        let done = f(&mut via);
+        conn.write_backs.clients.lock().push(via);
+        match done {
+            Err(Failure::NoSession) if tries < 5 => {
+                tries += 1;
+                conn.recover(seen)?;
+            }
+            done => return done,
+        }
     }
 }
 

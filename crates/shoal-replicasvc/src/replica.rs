@@ -598,13 +598,13 @@ impl<M: Machine> Replicated<M> {
     // ---- the log --------------------------------------------------------
 
     /// Writes what the log buffer holds and syncs it, unless the disk
-    /// already holds index `through`.  Returns the index the disk holds.
-    fn flush(&self, through: u64) -> std::io::Result<u64> {
+    /// already holds index `through`.
+    fn flush(&self, through: u64) -> std::io::Result<()> {
         let mut d = self.durable.lock();
         if d.index >= through {
             // A sync that ended while this one waited for the lock covered
             // it: concurrent callers share one sync.
-            return Ok(d.index);
+            return Ok(());
         }
         let (bytes, last) = {
             let mut rs = self.rs.write();
@@ -617,17 +617,13 @@ impl<M: Machine> Replicated<M> {
         d.index = d.index.max(last);
         drop(d);
         self.durable_cv.notify_all();
-        Ok(last)
+        Ok(())
     }
 
-    /// Returns once the log holds `index` on disk (fsync mode).
+    /// Returns once the log holds `index` on disk.
     fn make_durable(&self, index: u64) -> Result<(), Unavailable> {
-        if self.durable.lock().index >= index {
-            return Ok(());
-        }
         self.flush(index)
-            .map_err(|e| Unavailable(format!("log write failed: {e}")))?;
-        Ok(())
+            .map_err(|e| Unavailable(format!("log write failed: {e}")))
     }
 
     fn flusher(&self) {
