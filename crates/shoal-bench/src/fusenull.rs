@@ -34,8 +34,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
 use std::fs::File;
-use std::io::{Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
@@ -81,21 +81,60 @@ pub struct NullFs {
     disk: Option<ShoalDisk>,
 }
 
-/// The least disk work of one `fsync` on shoal here, which the null file
-/// system's own `fsync` does when it has one: the bytes written to the
-/// file since its last `fsync` appended to two logs and synced at once
-/// (the copies on k = 2 file servers, each making a small write durable
-/// with its commit record, one sync), then 512 bytes appended to two more
-/// and synced at once (the metadata's log; shoal's `fsync` syncs one, the
-/// primary's, after the group entry, which two at once on one disk do not
-/// undercut).  The cluster's nodes share this machine's one disk, as these
-/// logs do.
+/// The least disk work a shoal `fsync` does on this machine, done by
+/// the null file system's own `fsync` when it has one: the bytes written
+/// to the file since its last `fsync` written to two logs and synced at
+/// once (the copies on k = 2 file servers, each making a small write
+/// durable with its commit record, one sync), then 512 bytes written to
+/// two more and synced at once (the metadata's log; shoal's `fsync` syncs
+/// one, the primary's, after the group entry, which two at once on one
+/// disk do not undercut).  Like shoal's logs, each is made ahead of its
+/// records in zeros (as `shoal_replicasvc::store` and
+/// `shoal_bullet::store` do theirs), so a sync writes
+/// the records alone.  The cluster's nodes share this machine's one
+/// disk, as these logs do.
 pub struct ShoalDisk {
-    logs: [File; 4],
+    logs: [Log; 4],
 }
 
-/// A log is cut back to nothing past this many bytes.
+/// A log is written from its start again past this many bytes.
 const LOG_WRAP: u64 = 256 << 20;
+
+/// The step in which a log is made ahead, as shoal's are.
+const AHEAD: u64 = 1 << 20;
+
+/// One log: its file, where the next record goes and how far the file
+/// is made.
+struct Log {
+    file: File,
+    at: Mutex<(u64, u64)>,
+}
+
+impl Log {
+    /// Writes `bytes` at the log's end (made ahead first if need be) and
+    /// syncs them.
+    fn append(&self, bytes: &[u8]) -> std::io::Result<()> {
+        let len = bytes.len() as u64;
+        let at = {
+            let mut g = self.at.lock();
+            let (mut at, made) = *g;
+            if at + len > LOG_WRAP {
+                at = 0;
+            }
+            if at + len > made {
+                let to = (at + len).next_multiple_of(AHEAD);
+                self.file
+                    .write_all_at(&vec![0; (to - made) as usize], made)?;
+                *g = (at + len, to);
+            } else {
+                *g = (at + len, made);
+            }
+            at
+        };
+        self.file.write_all_at(bytes, at)?;
+        self.file.sync_data()
+    }
+}
 
 impl ShoalDisk {
     /// Four logs in `dir` (made if need be).
@@ -108,6 +147,10 @@ impl ShoalDisk {
                 .read(true)
                 .write(true)
                 .open(dir.join(format!("log-{i}")))
+                .map(|file| Log {
+                    file,
+                    at: Mutex::new((0, 0)),
+                })
         };
         Ok(ShoalDisk {
             logs: [log(0)?, log(1)?, log(2)?, log(3)?],
@@ -125,18 +168,10 @@ impl ShoalDisk {
 }
 
 /// `bytes` appended to both logs and synced, at once.
-fn pair((a, b): (&File, &File), bytes: &[u8]) -> std::io::Result<()> {
-    let append = |mut f: &File| -> std::io::Result<()> {
-        let end = f.seek(SeekFrom::End(0))?;
-        if end > LOG_WRAP {
-            f.set_len(0)?;
-        }
-        f.write_all(bytes)?;
-        f.sync_data()
-    };
+fn pair((a, b): (&Log, &Log), bytes: &[u8]) -> std::io::Result<()> {
     std::thread::scope(|s| {
-        let there = s.spawn(|| append(b));
-        let here = append(a);
+        let there = s.spawn(|| b.append(bytes));
+        let here = a.append(bytes);
         here.and(
             there
                 .join()

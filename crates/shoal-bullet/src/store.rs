@@ -60,6 +60,14 @@ mod write;
 /// writes them into its records and syncs the metadata disk alone.
 const INLINE_BYTES: u64 = 128 << 10;
 
+/// The active metadata file grows in steps of this many zero bytes,
+/// written with the records that first need them, so that most flushes
+/// sync records alone and not the file's length or blocks (on ext4 an
+/// append and `fdatasync` take twice the time and CPU of the same write
+/// over zeros on disk).  Zeros end the records as a torn one does, and
+/// recovery cuts them off (rule 4).
+const META_AHEAD: u64 = 1 << 20;
+
 /// Tunables of a store.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
@@ -140,7 +148,10 @@ struct Inner {
     pending_free: Vec<(u64, u64, u64)>,
     active: usize,
     generation: u64,
+    /// Where the active metadata file's next record goes, and its length
+    /// (zeros from `tail` on: [`META_AHEAD`]).
     tail: u64,
+    made: u64,
     rng: rand_chacha::ChaCha8Rng,
     destroyed_by_age: u64,
     /// When the last ageing pass a manager asked for ran.
@@ -727,6 +738,7 @@ impl<D: Disk> Store<D> {
                 active,
                 generation,
                 tail: log_end as u64,
+                made: log_end as u64,
                 rng,
                 destroyed_by_age: 0,
                 aged_us: None,

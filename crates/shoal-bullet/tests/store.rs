@@ -374,6 +374,12 @@ fn recovery_cuts_the_log_after_the_last_valid_record() {
     let (d, s) = fresh(StoreConfig::default());
     let before = (d.1.len().unwrap(), d.2.len().unwrap());
     let cap = s.create(&s.server_cap(), CS, b"kept", 0).unwrap();
+    let valid = match s.stats() {
+        Answer::Report { figures, .. } => {
+            figures.iter().find(|f| f.0 == "meta_log_bytes").unwrap().1
+        }
+        _ => unreachable!(),
+    };
     drop(s);
     // The metadata file the record went to is the one in use.
     let log = if d.1.len().unwrap() != before.0 {
@@ -382,14 +388,23 @@ fn recovery_cuts_the_log_after_the_last_valid_record() {
         assert_ne!(d.2.len().unwrap(), before.1, "the record was written");
         &d.2
     };
-    let valid = log.len().unwrap();
+    // The file was made ahead of the records, in zeros.
+    let made = log.len().unwrap();
+    assert!(made > valid, "{made} bytes made for {valid} of records");
+    let mut past = vec![1u8; (made - valid) as usize];
+    log.read_at(&mut past, valid).unwrap();
+    assert!(past.iter().all(|b| *b == 0), "zeros past the records");
     let mut head = [0u8; 8];
     log.read_at(&mut head, 0).unwrap();
     assert_eq!(&head, MAGIC);
     log.write_at(&[0xAB; 300], valid).unwrap();
     let s = open(&d, StoreConfig::default());
     // (The start's checkpoint then goes to the other file.)
-    assert_eq!(log.len().unwrap(), valid, "garbage past the records is cut");
+    assert_eq!(
+        log.len().unwrap(),
+        valid,
+        "garbage and zeros past the records are cut"
+    );
     assert_eq!(read_all(&s, &cap).unwrap(), b"kept");
 }
 

@@ -8,6 +8,15 @@
 //! generation, 8 bytes little-endian).  Recovery ([`Machine::recover`])
 //! loads the snapshot, replays every log in base order (skipping records
 //! the state already holds), and cuts off a torn tail.
+//!
+//! The newest log is made ahead of its records: its file grows in steps
+//! of [`AHEAD`] zero bytes, written with the records that first need
+//! them, so that a later sync writes records alone and never the file's
+//! length or its blocks (on ext4 an append and `fdatasync` took twice the
+//! time and twice the CPU of the same write over zeros already on disk).
+//! Zeros end a log as a torn record does, so recovery cuts them off with
+//! any torn tail, and a log is cut to its records before the next one
+//! starts (an older log is whole).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -43,6 +52,9 @@ impl DiskStats {
     }
 }
 
+/// The step in which the newest log's file is made ahead of its records.
+pub const AHEAD: u64 = 1 << 20;
+
 /// The open log and where the files live.
 pub struct Store {
     /// The machine's log header for a base.
@@ -50,7 +62,10 @@ pub struct Store {
     dir: PathBuf,
     log: File,
     log_base: u64,
+    /// Where the next record goes.
     log_len: u64,
+    /// The log file's length: zeros from `log_len` on.
+    made: u64,
     pub stats: Arc<DiskStats>,
 }
 
@@ -145,7 +160,11 @@ impl Store {
                     f.sync_all()?;
                 }
                 Some(len) if *len < bytes.len() => {
-                    cut += (bytes.len() - len) as u64;
+                    // Zeros made ahead are no torn tail.
+                    let tail = &bytes[*len..];
+                    if tail.iter().any(|b| *b != 0) {
+                        cut += tail.len() as u64;
+                    }
                     let f = OpenOptions::new().write(true).open(path)?;
                     f.set_len(*len as u64)?;
                     f.sync_all()?;
@@ -177,6 +196,7 @@ impl Store {
                 log,
                 log_base,
                 log_len,
+                made: log_len,
                 stats: Arc::default(),
             },
             Recovered {
@@ -196,8 +216,17 @@ impl Store {
     /// Appends `bytes` to the log; with `sync`, returns once they are on
     /// disk.
     pub fn append(&mut self, bytes: &[u8], sync: bool) -> io::Result<()> {
+        let end = self.log_len + bytes.len() as u64;
+        if end > self.made {
+            // Zeros up to the next step past the records, then the records
+            // over their start: one sync makes both durable.
+            let made = end.next_multiple_of(AHEAD);
+            let zeros = vec![0u8; (made - end) as usize];
+            self.log.write_all_at(&zeros, end)?;
+            self.made = made;
+        }
         self.log.write_all_at(bytes, self.log_len)?;
-        self.log_len += bytes.len() as u64;
+        self.log_len = end;
         self.stats.writes.fetch_add(1, Ordering::Relaxed);
         self.stats
             .bytes
@@ -222,7 +251,14 @@ impl Store {
         if index == self.log_base {
             return Ok(());
         }
-        self.log.sync_data()?;
+        // The log ends at its last record before the next one starts:
+        // recovery wants every older log whole.
+        if self.made > self.log_len {
+            self.log.set_len(self.log_len)?;
+            self.log.sync_all()?;
+        } else {
+            self.log.sync_data()?;
+        }
         let path = log_path(&self.dir, index);
         let mut f = create_private(&path)?;
         let header = (self.header)(index);
@@ -232,6 +268,7 @@ impl Store {
         self.log = f;
         self.log_base = index;
         self.log_len = header.len() as u64;
+        self.made = self.log_len;
         Ok(())
     }
 
@@ -281,5 +318,160 @@ impl Snapshots {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shoal_replica::frame;
+
+    const MAGIC: &[u8; 8] = b"TESTLOG1";
+
+    /// A machine that counts its messages and logs each one.
+    struct Count {
+        index: u64,
+        log: Vec<u8>,
+    }
+
+    impl Machine for Count {
+        type Output = u64;
+        fn index(&self) -> u64 {
+            self.index
+        }
+        fn deliver(&mut self, message: &[u8]) -> Option<u64> {
+            self.index += 1;
+            frame::record(&mut self.log, 1, self.index, message);
+            Some(self.index)
+        }
+        fn take_log(&mut self, _mark: bool) -> Option<Vec<u8>> {
+            Some(std::mem::take(&mut self.log))
+        }
+        fn logged_index(&self) -> u64 {
+            self.index
+        }
+        fn log_header(base: u64) -> Vec<u8> {
+            frame::header(MAGIC, base).to_vec()
+        }
+        fn encode_snapshot(&self) -> Vec<u8> {
+            self.index.to_le_bytes().to_vec()
+        }
+        fn decode_snapshot(bytes: &[u8]) -> Result<Self, String> {
+            let index = u64::from_le_bytes(bytes.try_into().map_err(|_| "short")?);
+            Ok(Count {
+                index,
+                log: Vec::new(),
+            })
+        }
+        fn recover(
+            _port: PutPort,
+            snapshot: Option<&[u8]>,
+            logs: &[(u64, &[u8])],
+        ) -> Result<shoal_replica::Recovery<Self>, String> {
+            let mut state = match snapshot {
+                Some(s) => Count::decode_snapshot(s)?,
+                None => Count {
+                    index: 0,
+                    log: Vec::new(),
+                },
+            };
+            let (mut replayed, mut keep) = (0, Vec::new());
+            let bases: Vec<u64> = logs.iter().map(|l| l.0).collect();
+            for ((_, bytes), plan) in logs.iter().zip(frame::plan(&bases, state.index)) {
+                let Some(older) = plan else {
+                    keep.push(None);
+                    continue;
+                };
+                let f = frame::frames(MAGIC, bytes).ok_or("no header")?;
+                if older && f.valid_len != bytes.len() {
+                    return Err(frame::OLDER_LOG_CORRUPT.into());
+                }
+                for r in &f.records {
+                    if r.index > state.index {
+                        state.index = r.index;
+                        replayed += 1;
+                    }
+                }
+                keep.push(Some(f.valid_len));
+            }
+            Ok(shoal_replica::Recovery {
+                state,
+                replayed,
+                keep,
+            })
+        }
+        fn counts(&self) -> Vec<(&'static str, u64)> {
+            Vec::new()
+        }
+    }
+
+    fn port() -> PutPort {
+        PutPort::from_bytes([7; 16])
+    }
+
+    fn log_files(dir: &Path) -> Vec<(u64, u64)> {
+        logs(dir)
+            .unwrap()
+            .into_iter()
+            .map(|(base, p)| (base, fs::metadata(p).unwrap().len()))
+            .collect()
+    }
+
+    #[test]
+    fn the_log_is_made_ahead_in_zeros_that_recovery_cuts_and_calls_no_tear() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, rec) = Store::open::<Count>(dir.path(), port()).unwrap();
+        let mut m = rec.state;
+        for i in 0..100u8 {
+            m.deliver(&[i; 40]);
+            store
+                .append(&m.take_log(false).unwrap(), i % 10 == 0)
+                .unwrap();
+        }
+        store.sync().unwrap();
+        let written = store.log_len();
+        assert_eq!(
+            log_files(dir.path()),
+            vec![(0, AHEAD)],
+            "one step made ahead"
+        );
+        drop(store);
+
+        let (store, rec) = Store::open::<Count>(dir.path(), port()).unwrap();
+        assert_eq!((rec.state.index, rec.replayed, rec.cut), (100, 100, 0));
+        assert_eq!(store.log_len(), written);
+        assert_eq!(log_files(dir.path()), vec![(0, written)], "zeros cut");
+        drop(store);
+
+        // A torn record past the last whole one is cut, and counted.
+        let path = log_path(dir.path(), 0);
+        let f = OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_all_at(&[0xAB; 30], written).unwrap();
+        f.set_len(AHEAD).unwrap();
+        drop(f);
+        let (_, rec) = Store::open::<Count>(dir.path(), port()).unwrap();
+        assert_eq!((rec.state.index, rec.cut), (100, AHEAD - written));
+    }
+
+    #[test]
+    fn an_older_log_is_whole_when_the_next_one_starts() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, rec) = Store::open::<Count>(dir.path(), port()).unwrap();
+        let mut m = rec.state;
+        for i in 0..10u8 {
+            m.deliver(&[i; 40]);
+            store.append(&m.take_log(false).unwrap(), true).unwrap();
+        }
+        let first = store.log_len();
+        store.rotate(m.index).unwrap();
+        for i in 0..5u8 {
+            m.deliver(&[i; 40]);
+            store.append(&m.take_log(false).unwrap(), true).unwrap();
+        }
+        assert_eq!(log_files(dir.path()), vec![(0, first), (10, AHEAD)]);
+        drop(store);
+        // No snapshot: both logs are replayed, the older one whole.
+        let (_, rec) = Store::open::<Count>(dir.path(), port()).unwrap();
+        assert_eq!((rec.state.index, rec.replayed, rec.cut), (15, 15, 0));
     }
 }

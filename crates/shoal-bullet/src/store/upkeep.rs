@@ -23,7 +23,7 @@ impl<D: Disk> Store<D> {
     }
 
     pub(super) fn flush_locked(&self) -> Result<(), FileError> {
-        let (records, target, generation, tail, active) = {
+        let (records, target, generation, tail, made, active) = {
             let mut g = self.inner.lock();
             if g.log.is_empty() {
                 let a = g.appended;
@@ -35,6 +35,7 @@ impl<D: Disk> Store<D> {
                 g.appended,
                 g.generation,
                 g.tail,
+                g.made,
                 g.active,
             )
         };
@@ -51,6 +52,16 @@ impl<D: Disk> Store<D> {
             Some(_) => Ok(()),
             None => self.disks.data.sync(),
         };
+        let end = tail + buf.len() as u64;
+        // Past the zeros made so far: the next step's zeros go with the
+        // records, made durable by the same sync.
+        let now_made = if end > made {
+            let to = end.next_multiple_of(META_AHEAD);
+            buf.resize((to - tail) as usize, 0);
+            to
+        } else {
+            made
+        };
         let written = data_synced
             .and_then(|_| self.disks.meta[active].write_at(&buf, tail))
             .and_then(|_| self.disks.meta[active].sync());
@@ -61,7 +72,8 @@ impl<D: Disk> Store<D> {
             g.log.extend(later);
             return Err(e.into());
         }
-        g.tail = tail + buf.len() as u64;
+        g.tail = end;
+        g.made = now_made;
         g.release(target);
         let big = g.tail > self.cfg.checkpoint_after;
         drop(g);
@@ -138,6 +150,7 @@ impl<D: Disk> Store<D> {
         g.active = other;
         g.generation = generation;
         g.tail = bytes.len() as u64;
+        g.made = g.tail;
         g.release(target);
         Ok(())
     }
