@@ -158,7 +158,7 @@ impl ShoalDisk {
     }
 
     /// One `fsync` of a file with `dirty` bytes written since the last.
-    fn sync(&self, dirty: u64) -> std::io::Result<()> {
+    pub(crate) fn sync(&self, dirty: u64) -> std::io::Result<()> {
         let [a, b, c, d] = &self.logs;
         if dirty > 0 {
             pair((a, b), &vec![0x5a; dirty as usize])?;
@@ -768,12 +768,15 @@ mod tests {
         let disk = ShoalDisk::open(dir.path()).unwrap();
         disk.sync(5000).unwrap();
         disk.sync(0).unwrap();
-        let len = |i: usize| {
-            fs::metadata(dir.path().join(format!("log-{i}")))
-                .unwrap()
-                .len()
-        };
-        assert_eq!([len(0), len(1), len(2), len(3)], [5000, 5000, 1024, 1024]);
+        let written = disk.logs.each_ref().map(|l| l.at.lock().0);
+        assert_eq!(written, [5000, 5000, 1024, 1024]);
+        // Each log made ahead in zeros, as shoal's are.
+        for (i, n) in written.into_iter().enumerate() {
+            let bytes = fs::read(dir.path().join(format!("log-{i}"))).unwrap();
+            assert_eq!(bytes.len() as u64, AHEAD);
+            assert!(bytes[..n as usize].iter().all(|b| *b == 0x5a));
+            assert!(bytes[n as usize..].iter().all(|b| *b == 0));
+        }
     }
 
     /// The error of `getxattr(path, "user.x")`, if it failed.

@@ -167,7 +167,8 @@ fn timed(cmd: &mut Command) -> Result<Value, String> {
 /// The disk's floor under a `Flush`, `rounds` times in `dir` (on the
 /// disk): the median milliseconds of one `fsync` of a new 64 KiB file,
 /// and of what one `fsync` on shoal waits for here at the least (two
-/// 64 KiB appends synced at once, then two of 512 bytes).
+/// 64 KiB writes synced at once, then two of 512 bytes, into logs made
+/// ahead as shoal's are: [`crate::fusenull::ShoalDisk`]).
 fn syncs(dir: &Path, rounds: usize) -> Result<Value, String> {
     use std::io::Write;
     if rounds == 0 {
@@ -175,26 +176,9 @@ fn syncs(dir: &Path, rounds: usize) -> Result<Value, String> {
     }
     fs::create_dir_all(dir).map_err(|e| format!("make {}: {e}", dir.display()))?;
     let block = vec![0x5a_u8; 64 << 10];
-    let append = |log: &Path, bytes: &[u8]| -> Result<(), String> {
-        let mut f = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .map_err(|e| format!("{}: {e}", log.display()))?;
-        f.write_all(bytes)
-            .and_then(|()| f.sync_data())
-            .map_err(|e| format!("{}: {e}", log.display()))
-    };
-    let pair = |bytes: &[u8]| -> Result<(), String> {
-        std::thread::scope(|s| {
-            let other = s.spawn(|| append(&dir.join("log-b"), bytes));
-            let here = append(&dir.join("log-a"), bytes);
-            let there = other
-                .join()
-                .map_err(|_| "a sync thread panicked".to_string())?;
-            here.and(there)
-        })
-    };
+    // What the null file system's shoal-disk twin does at each fsync.
+    let logs = crate::fusenull::ShoalDisk::open(&dir.join("logs"))
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
     let (mut local, mut replicated) = (Vec::new(), Vec::new());
     for i in 0..rounds {
         let path = dir.join(format!("new-{i}"));
@@ -205,8 +189,8 @@ fn syncs(dir: &Path, rounds: usize) -> Result<Value, String> {
             .map_err(|e| format!("{}: {e}", path.display()))?;
         local.push(t.elapsed().as_secs_f64() * 1e3);
         let t = Instant::now();
-        pair(&block)?;
-        pair(&block[..512])?;
+        logs.sync(block.len() as u64)
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
         replicated.push(t.elapsed().as_secs_f64() * 1e3);
     }
     fs::remove_dir_all(dir).map_err(|e| format!("remove {}: {e}", dir.display()))?;
