@@ -91,9 +91,13 @@ pub enum Op {
         offset: Option<u64>,
         data: Vec<u8>,
     },
-    /// A change to the tree (not `Forget`, which is the primary's).
+    /// A change to the tree (not `Forget`, which is the primary's);
+    /// `durable`, the end of an `fsync`: answered once the primary's log
+    /// holds on its disk every update it applied (as [`Op::Sync`], one
+    /// request fewer).
     Change {
         op: UpdateOp,
+        durable: bool,
     },
     /// A `Create` of a regular file (`excl`) and its first open, `id`, by
     /// the creator (`Changed`, with the open's grant): one message where
@@ -229,7 +233,7 @@ impl Op {
             Op::Close { .. } => "close",
             Op::Read { .. } => "read",
             Op::Write { .. } => "write",
-            Op::Change { op } => op.kind(),
+            Op::Change { op, .. } => op.kind(),
             Op::CreateOpen { .. } => "create_open",
             Op::Return { .. } => "return",
             Op::StatFs => "statfs",
@@ -525,8 +529,8 @@ impl Request {
                 opt(w, *offset, |w, v| w.u64(v));
                 w.bytes32(data);
             }
-            Op::Change { op } => {
-                w.u8(11);
+            Op::Change { op, durable } => {
+                w.u8(if *durable { 25 } else { 11 });
                 op.encode(w);
             }
             Op::CreateOpen { op, id, want: x } => {
@@ -671,8 +675,9 @@ impl Request {
                 offset: read_opt(r, |r| r.u64())?,
                 data: data(r)?,
             },
-            11 => Op::Change {
+            tag @ (11 | 25) => Op::Change {
                 op: UpdateOp::decode(r, false)?,
+                durable: tag == 25,
             },
             22 => Op::CreateOpen {
                 op: UpdateOp::decode(r, false)?,

@@ -51,11 +51,27 @@ pub const GRACE: Duration = Duration::from_micros(GRACE_US);
 pub struct Held {
     server: Arc<Server>,
     request: shoal_rpc::Request,
+    /// A durable change (the end of an `fsync`): answered once the log
+    /// holds every update applied, on this replica's disk.
+    durable: bool,
 }
 
-/// Sends the answers a step of the soft state made.
-fn send(answers: Vec<(Held, Result<Reply, Failure>)>) {
-    for (h, reply) in answers {
+/// Sends the answers a step of the soft state made, each durable one
+/// after a sync of `r`'s log through what it applied (made outside the
+/// soft state's lock, and shared by the answers that wait for it
+/// meanwhile); without the replica (a primary stopping), a durable
+/// change's answer is a failure.
+fn send(r: Option<&Rep>, answers: Vec<(Held, Result<Reply, Failure>)>) {
+    for (h, mut reply) in answers {
+        if h.durable && reply.is_ok() {
+            let synced = match r {
+                Some(r) => r.sync_applied().map_err(|e| e.0),
+                None => Err("the primary stopped".to_string()),
+            };
+            if let Err(e) = synced {
+                reply = Err(Failure::Unavailable(e));
+            }
+        }
         let _ = h.server.putrep(&h.request, op::encode_reply(&reply));
     }
 }
@@ -176,7 +192,7 @@ impl Primary {
             soft.stop();
             soft.answers()
         };
-        send(answers);
+        send(None, answers);
     }
 
     pub(crate) fn is_stopped(&self) -> bool {
@@ -225,7 +241,7 @@ impl Primary {
             }
             soft.answers()
         };
-        send(answers);
+        send(Some(r), answers);
     }
 
     fn with_files<T>(
@@ -286,7 +302,12 @@ impl Handler<FsReplica> for Primary {
                 "the replica stopped serving".into(),
             )));
         };
-        let held = Held { server, request };
+        let durable = matches!(req.op, Op::Change { durable: true, .. });
+        let held = Held {
+            server,
+            request,
+            durable,
+        };
         let answers = {
             let mut soft = self.soft.lock();
             self.fresh(r, &mut soft);
@@ -294,6 +315,6 @@ impl Handler<FsReplica> for Primary {
             soft.request(&mut world, self.now(), held, req);
             soft.answers()
         };
-        send(answers);
+        send(Some(r), answers);
     }
 }

@@ -128,7 +128,7 @@ impl Mount {
     }
 
     fn change(&self, op: UpdateOp) -> Answer {
-        match self.call(Op::Change { op }) {
+        match self.call(Op::Change { op, durable: false }) {
             Ok(Reply::Updated(Ok(a))) => a,
             Ok(Reply::Changed {
                 result: Ok(a),

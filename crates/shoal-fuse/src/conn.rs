@@ -309,7 +309,8 @@ impl Conn {
 
     /// A change to the tree; its answer, or the tree's refusal.
     pub(crate) fn change(&self, who: &Identity, op: UpdateOp) -> Result<Answer, Failure> {
-        self.changed(who, Op::Change { op }).map(|c| c.answer)
+        self.changed(who, Op::Change { op, durable: false })
+            .map(|c| c.answer)
     }
 
     /// Sends a change (or a create-and-open): its answer, the grant of
@@ -319,7 +320,7 @@ impl Conn {
     /// without asking while it holds them ([`Cache::dirs_changed`]).
     fn changed(&self, who: &Identity, op: Op) -> Result<Changed, Failure> {
         let names = match &op {
-            Op::Change { op } | Op::CreateOpen { op, .. } => {
+            Op::Change { op, .. } | Op::CreateOpen { op, .. } => {
                 // Whatever it touches must be the primary's to change.
                 self.unprivate(&crate::private::named(op))?;
                 Names::of(op)
@@ -445,7 +446,7 @@ impl Conn {
             Routed::Local(answer) => return entry(answer.map_err(Failure::Fs)?),
             Routed::Shared(op) => op,
         };
-        let made = self.changed(who, Op::Change { op })?;
+        let made = self.changed(who, Op::Change { op, durable: false })?;
         let attr = entry(made.answer)?;
         // A directory made comes with `Write` on it, and the secret the
         // primary drew for it: private.

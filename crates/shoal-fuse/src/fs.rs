@@ -810,12 +810,15 @@ impl Filesystem for ShoalFs {
         // servers' disks) and committed; a private file's name is pushed
         // with its commit, or after it if the file is clean (its
         // directories stay private).  Then what the primary answered, held
-        // by r + 1 replicas in memory, goes to its disk.
+        // by r + 1 replicas in memory, goes to its disk: with the commit or
+        // push (durable), or by a sync of its own if this thread sent
+        // neither.
+        let before = crate::writeback::durable_answers();
         let synced = self
             .conn
             .flush(Some(ino.0), true)
-            .and_then(|()| self.conn.publish(&[ino.0]))
-            .and_then(|()| crate::writeback::sync_primary(&self.conn));
+            .and_then(|()| self.conn.publish_durable(&[ino.0]))
+            .and_then(|()| crate::writeback::sync_unless_durable(&self.conn, before));
         answer_empty(reply, synced);
     }
 
@@ -828,13 +831,15 @@ impl Filesystem for ShoalFs {
         reply: ReplyEmpty,
     ) {
         // A private directory's names are pushed; then what the primary
-        // answered goes to its disk.
+        // answered goes to its disk (with the push, if one went).
+        let before = crate::writeback::durable_answers();
         let pushed = if self.conn.is_private(ino.0) {
-            self.conn.push()
+            self.conn.push_durable()
         } else {
             Ok(())
         };
-        let synced = pushed.and_then(|()| crate::writeback::sync_primary(&self.conn));
+        let synced =
+            pushed.and_then(|()| crate::writeback::sync_unless_durable(&self.conn, before));
         answer_empty(reply, synced);
     }
 

@@ -65,6 +65,8 @@ pub(crate) struct Privates {
 struct Queued {
     ino: Ino,
     commit: Pushed,
+    /// A write-back of an `fsync`: the push must be durable.
+    durable: bool,
     result: Arc<Mutex<Option<Committed>>>,
 }
 
@@ -324,8 +326,18 @@ impl Conn {
 
     /// Pushes the pending changes; the directories stay private.
     pub(crate) fn push(&self) -> Result<(), Failure> {
+        self.push_as(false)
+    }
+
+    /// [`Conn::push`] as the end of an `fsync`: a push made is durable
+    /// (`crate::writeback::durable_answers` counts it).
+    pub(crate) fn push_durable(&self) -> Result<(), Failure> {
+        self.push_as(true)
+    }
+
+    fn push_as(&self, durable: bool) -> Result<(), Failure> {
         self.pushing(|| {
-            self.push_with(&mut self.privates.pusher.lock(), Vec::new())
+            self.push_with(&mut self.privates.pusher.lock(), Vec::new(), durable)
                 .map(drop)
         })
     }
@@ -382,7 +394,7 @@ impl Conn {
     /// primary), its pending changes pushed first: a change the private
     /// copy cannot make goes to the primary.
     pub(crate) fn unprivate(&self, inos: &[Ino]) -> Result<(), Failure> {
-        self.before_primary(inos, true)
+        self.before_primary(inos, true, false)
     }
 
     /// Pushes the pending changes if any of `inos` is private or named by
@@ -390,10 +402,15 @@ impl Conn {
     /// goes there (a lock, a write-back, an `fsync`, a read of extended
     /// attributes); the directories stay private.
     pub(crate) fn publish(&self, inos: &[Ino]) -> Result<(), Failure> {
-        self.before_primary(inos, false)
+        self.before_primary(inos, false, false)
     }
 
-    fn before_primary(&self, inos: &[Ino], dissolve: bool) -> Result<(), Failure> {
+    /// [`Conn::publish`] as the end of an `fsync`: a push made is durable.
+    pub(crate) fn publish_durable(&self, inos: &[Ino]) -> Result<(), Failure> {
+        self.before_primary(inos, false, true)
+    }
+
+    fn before_primary(&self, inos: &[Ino], dissolve: bool, durable: bool) -> Result<(), Failure> {
         let mentioned = || {
             let s = self.privates.state.lock();
             inos.iter().any(|i| s.core.mentions(*i))
@@ -409,7 +426,7 @@ impl Conn {
             } else if dissolve {
                 self.dissolve(&mut p)
             } else {
-                self.push_with(&mut p, Vec::new()).map(drop)
+                self.push_with(&mut p, Vec::new(), durable).map(drop)
             }
         })
     }
@@ -462,7 +479,7 @@ impl Conn {
     /// changes go on, then those made meanwhile with the private state
     /// held, and then nothing is private.
     fn dissolve(&self, p: &mut Pusher<'_>) -> Result<(), Failure> {
-        self.push_with(p, Vec::new())?;
+        self.push_with(p, Vec::new(), false)?;
         let mut s = self.privates.state.lock();
         self.push_held(p, &mut s, Vec::new())?;
         let (inodes, _) = s.core.dissolve();
@@ -512,6 +529,7 @@ impl Conn {
         &self,
         ino: Ino,
         commit: &UpdateOp,
+        durable: bool,
     ) -> Result<Option<Result<Answer, FsError>>, Failure> {
         let mut tries = 0;
         loop {
@@ -524,6 +542,7 @@ impl Conn {
                     now: crate::fs::attr::time_of(std::time::SystemTime::now()),
                     op: commit.clone(),
                 },
+                durable,
                 result: result.clone(),
             });
             let mut p = self.privates.pusher.lock();
@@ -565,7 +584,8 @@ impl Conn {
             return;
         }
         let commits = mentioned.iter().map(|q| q.commit.clone()).collect();
-        match self.push_with(p, commits) {
+        let durable = mentioned.iter().any(|q| q.durable);
+        match self.push_with(p, commits, durable) {
             Ok(results) if results.len() != mentioned.len() => {
                 let e = Failure::Unavailable(format!(
                     "a push of {} commits was answered with {} results",
@@ -603,17 +623,22 @@ impl Conn {
 
     /// Pushes the pending changes, and `commits` after them: their
     /// results.  The private state is not held on the way: changes made
-    /// meanwhile go with the next push.
+    /// meanwhile go with the next push.  A `durable` push is answered
+    /// once the primary's log holds it on disk.
     fn push_with(
         &self,
         p: &mut Pusher<'_>,
         commits: Vec<Pushed>,
+        durable: bool,
     ) -> Result<Vec<Result<Answer, FsError>>, Failure> {
         let pusher = self.pusher(p)?;
-        let Some((push, n)) = start(&mut self.privates.state.lock(), commits) else {
+        let Some((push, n)) = start(&mut self.privates.state.lock(), commits, durable) else {
             return Ok(Vec::new());
         };
         let reply = pusher.call(&Identity::root(), push);
+        if durable && reply.is_ok() {
+            crate::writeback::answered_durable();
+        }
         self.pushed(p, &mut self.privates.state.lock(), n, reply)
     }
 
@@ -625,7 +650,7 @@ impl Conn {
         commits: Vec<Pushed>,
     ) -> Result<Vec<Result<Answer, FsError>>, Failure> {
         let pusher = self.pusher(p)?;
-        let Some((push, n)) = start(s, commits) else {
+        let Some((push, n)) = start(s, commits, false) else {
             return Ok(Vec::new());
         };
         let reply = pusher.call(&Identity::root(), push);
@@ -691,10 +716,10 @@ impl Conn {
     }
 }
 
-/// The request of a push of the pending changes and then `commits`, and
-/// how many of its changes were pending; `None` if there is nothing to
-/// push.
-fn start(s: &mut State, commits: Vec<Pushed>) -> Option<(Op, usize)> {
+/// The request of a push of the pending changes and then `commits`
+/// (`durable`: answered once on the primary's disk), and how many of its
+/// changes were pending; `None` if there is nothing to push.
+fn start(s: &mut State, commits: Vec<Pushed>, durable: bool) -> Option<(Op, usize)> {
     let mut ops = s.core.start_push();
     let n = ops.len();
     ops.extend(commits);
@@ -705,6 +730,7 @@ fn start(s: &mut State, commits: Vec<Pushed>) -> Option<(Op, usize)> {
     Some((
         Op::Change {
             op: UpdateOp::Push { ops },
+            durable,
         },
         n,
     ))

@@ -80,9 +80,41 @@ pub(crate) fn write_back_here(conn: &Arc<Conn>, ino: Ino, safety: bool) -> Resul
     written
 }
 
+thread_local! {
+    /// Durable changes this thread sent and had answered: each was
+    /// answered once the primary's log held on its disk every update it
+    /// had applied.
+    static DURABLE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many durable changes this thread has had answered: an `fsync`
+/// whose write-back or push was one needs no [`sync_primary`] after it.
+pub(crate) fn durable_answers() -> u64 {
+    DURABLE.get()
+}
+
+/// A durable change sent from this thread was answered.
+pub(crate) fn answered_durable() {
+    DURABLE.set(DURABLE.get() + 1);
+}
+
+/// The end of an `fsync` on this thread, which found `before` durable
+/// answers: a [`sync_primary`] unless it had one since.  (A durable
+/// answer came after the primary applied every update this `fsync`
+/// made: its own commit or push carried them.)
+pub(crate) fn sync_unless_durable(conn: &Arc<Conn>, before: u64) -> Result<(), Failure> {
+    if durable_answers() == before {
+        sync_primary(conn)
+    } else {
+        Ok(())
+    }
+}
+
 /// Makes every change the primary answered so far durable on its disk
-/// (`Op::Sync`): the end of an `fsync`, whose write-back and push were
-/// answered once r + 1 metadata replicas held them in memory.
+/// (`Op::Sync`): the end of an `fsync` that sent no durable change (a
+/// clean file whose names were pushed already, perhaps by a push that
+/// was not), whose updates were answered once r + 1 metadata replicas
+/// held them in memory.
 pub(crate) fn sync_primary(conn: &Arc<Conn>) -> Result<(), Failure> {
     match with_pooled(conn, |via| via.call(&Identity::root(), Op::Sync))? {
         Reply::Done => Ok(()),
@@ -119,8 +151,9 @@ fn with_pooled<T>(
 }
 
 /// Writes `ino`'s dirty changes back through `via` (a client of the
-/// mount's session); with `safety`, the bytes are on the file servers'
-/// disks before the commit.
+/// mount's session); with `safety` (an `fsync`), the bytes are on the
+/// file servers' disks before the commit, and the commit is durable (on
+/// the primary's disk before it is answered).
 pub(crate) fn write_back(
     conn: &Arc<Conn>,
     via: &mut FsClient,
@@ -148,7 +181,7 @@ pub(crate) fn write_back(
         size: job.size,
     };
     match conn.store(ino, &changes, safety) {
-        Ok(version) => commit(conn, via, ino, &job, version, private),
+        Ok(version) => commit(conn, via, ino, &job, version, private, safety),
         // A version's content goes when a newer version replaced it: if
         // the file moved on (after this mount lost its token), the changes
         // can never be written back, and are kept over nothing; so they
@@ -184,7 +217,8 @@ pub(crate) fn write_back(
 }
 
 /// Commits `version`, the file with `job`'s changes, as its next version:
-/// pushed with the pending changes if the file is `private`.
+/// pushed with the pending changes if the file is `private`; `durable`,
+/// answered once the primary's log holds it on disk.
 fn commit(
     conn: &Arc<Conn>,
     via: &mut FsClient,
@@ -192,6 +226,7 @@ fn commit(
     job: &FlushJob,
     version: Version,
     private: bool,
+    durable: bool,
 ) -> Result<(), Failure> {
     let Version { content, held } = version;
     let lost = |content| Version { content, held };
@@ -208,14 +243,27 @@ fn commit(
     // Pushed, the commit is answered as one sent on its own would be (a
     // failed push may have been made with its answer lost: the content
     // stays, as below).
+    // A commit pushed went in a durable push if it is durable: the
+    // push that took it was made for every commit queued.
     let pushed = if private {
-        conn.push_commit(ino, &op)?
+        conn.push_commit(ino, &op, durable)?
     } else {
         None
     };
     let answer = match pushed {
-        Some(result) => Ok(Reply::Updated(result)),
-        None => via.call(&Identity::root(), Op::Change { op }),
+        Some(result) => {
+            if durable {
+                answered_durable();
+            }
+            Ok(Reply::Updated(result))
+        }
+        None => {
+            let answer = via.call(&Identity::root(), Op::Change { op, durable });
+            if durable && answer.is_ok() {
+                answered_durable();
+            }
+            answer
+        }
     };
     match answer {
         Ok(Reply::Updated(Ok(Answer::Committed { attr, old }))) => {

@@ -515,7 +515,7 @@ impl PrivateSim {
             target: Vec::new(),
             excl: true,
         };
-        self.send_primary(slot, Asked::Mkdir, seq, Op::Change { op });
+        self.send_primary(slot, Asked::Mkdir, seq, Op::Change { op, durable: false });
     }
 
     fn deliver_due(&mut self) {
@@ -839,5 +839,6 @@ impl PrivateSim {
 fn push(ops: Vec<Pushed>) -> Op {
     Op::Change {
         op: UpdateOp::Push { ops },
+        durable: false,
     }
 }

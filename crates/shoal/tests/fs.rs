@@ -143,8 +143,11 @@ fn the_tree_is_shared_by_every_node_and_survives_its_servers_crashes() {
 }
 
 /// A file made and `fsync`ed on n2 (`sync FILE`), and a file rewritten and
-/// `fsync`ed, then every metadata replica killed at once, before their
-/// logs' next timed flush: the tree comes back from the logs with both.
+/// `fsync`ed; in a directory n2 made (private to it), a file made and
+/// `fsync`ed (its commit pushed with its name) and a directory made and
+/// its parent `fsync`ed (a push alone); then every metadata replica
+/// killed at once, before their logs' next timed flush: the tree comes
+/// back from the logs with all of them.
 fn every_replica_killed_at_once_keeps_what_was_fsynced(c: &Cluster) {
     let replicas = [("n1", "fs-r0"), ("n2", "fs-r1"), ("n3", "fs-r2")];
     let before: Vec<(i64, u64)> = replicas
@@ -155,7 +158,9 @@ fn every_replica_killed_at_once_keeps_what_was_fsynced(c: &Cluster) {
         c,
         "n2",
         "echo made and synced > /shoal/work/synced && sync /shoal/work/synced \
-         && echo rewritten and synced > /shoal/work/a && sync /shoal/work/a",
+         && echo rewritten and synced > /shoal/work/a && sync /shoal/work/a \
+         && mkdir /shoal/work/n2 && echo private and synced > /shoal/work/n2/f \
+         && sync /shoal/work/n2/f && mkdir /shoal/work/n2/sub && sync /shoal/work/n2",
     );
     for (pid, _) in &before {
         assert!(*pid > 0, "a metadata replica is not running: {before:?}");
@@ -183,4 +188,9 @@ fn every_replica_killed_at_once_keeps_what_was_fsynced(c: &Cluster) {
         until_ok(c, "n3", "cat /shoal/work/a"),
         "rewritten and synced\n"
     );
+    assert_eq!(
+        until_ok(c, "n4", "cat /shoal/work/n2/f"),
+        "private and synced\n"
+    );
+    assert_eq!(until_ok(c, "n3", "ls /shoal/work/n2"), "f\nsub\n");
 }

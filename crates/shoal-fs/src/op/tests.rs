@@ -70,6 +70,11 @@ fn sample_ops() -> Vec<Op> {
                 dir: false,
                 open: false,
             },
+            durable: false,
+        },
+        Op::Change {
+            op: UpdateOp::Push { ops: Vec::new() },
+            durable: true,
         },
         Op::CreateOpen {
             op: UpdateOp::Create {

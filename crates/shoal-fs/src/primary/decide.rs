@@ -243,8 +243,9 @@ impl<H> Soft<H> {
             Op::Change { .. } if self.tokens.in_grace() => return Outcome::Wait,
             Op::Change {
                 op: UpdateOp::Push { ops },
+                ..
             } => return self.push(shell, req, ops),
-            Op::Change { op } => return self.change(shell, req, op.clone(), None),
+            Op::Change { op, .. } => return self.change(shell, req, op.clone(), None),
             Op::CreateOpen { .. } if self.tokens.in_grace() => return Outcome::Wait,
             Op::CreateOpen { op, id, want } => {
                 if !matches!(

@@ -304,7 +304,11 @@ impl FsSim {
             mtime: job.mtime,
             flush: false,
         };
-        self.send_primary(slot, Asked::Commit { ino }, Op::Change { op });
+        self.send_primary(
+            slot,
+            Asked::Commit { ino },
+            Op::Change { op, durable: false },
+        );
         self.mounts[slot].doing = Some(Doing {
             ino,
             job,
