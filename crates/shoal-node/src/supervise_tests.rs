@@ -1,3 +1,8 @@
+//! Tests of the supervisor's restart rules: back-off after crashes at
+//! start, stop by SIGTERM then SIGKILL, restart policies, failed spawns,
+//! and a property that the edge never sees a double start or a stray
+//! signal.
+
 use std::collections::BTreeSet;
 
 use proptest::prelude::*;

@@ -1,3 +1,7 @@
+//! Tests of the client cache: what a token lets the kernel keep, recalls
+//! and the grants they wait for, pages kept per version, dirty data until
+//! write-back, and what a lost session or lease drops.
+
 use super::*;
 use crate::model::Time;
 

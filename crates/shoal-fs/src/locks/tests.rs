@@ -1,3 +1,7 @@
+//! Tests of the lock table: shared and exclusive locks, splits and
+//! merges of one owner's ranges, `flock` beside POSIX locks, a lease's
+//! end, and a property against a byte-by-byte model.
+
 use std::collections::HashMap;
 
 use proptest::prelude::*;

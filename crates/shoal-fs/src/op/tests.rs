@@ -1,3 +1,7 @@
+//! Tests of the metadata protocol's encoding: every request and reply
+//! round-trips, every cut is refused, oversized I/O is refused, and the
+//! decoders never panic.
+
 use proptest::prelude::*;
 
 use super::*;

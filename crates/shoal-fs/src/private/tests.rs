@@ -1,3 +1,8 @@
+//! Tests of private directories: a push brings the primary to the
+//! client's state (a property over random steps), temporary files,
+//! what is made here and what goes to the primary, and commits carried
+//! in pushes.
+
 use std::collections::HashMap;
 
 use proptest::prelude::*;

@@ -1,3 +1,7 @@
+//! Tests of the tokens: sharing, sequential and concurrent write
+//! sharing, recalls, directories owned alone, leases, and Sprite's
+//! consistency rule as a property over random actions.
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use proptest::prelude::*;

@@ -1,3 +1,9 @@
+//! Tests of the tree: names, links, permissions (sticky and set-group-id
+//! directories), rename's rules, attributes, inode numbers, and
+//! properties over random operations (link counts and shape stay
+//! consistent, snapshots round-trip) and over file windows built from
+//! overlays.
+
 use proptest::prelude::*;
 
 use super::*;
