@@ -121,14 +121,15 @@ impl Log {
             if at + len > LOG_WRAP {
                 at = 0;
             }
-            if at + len > made {
+            let made = if at + len > made {
                 let to = (at + len).next_multiple_of(AHEAD);
                 self.file
                     .write_all_at(&vec![0; (to - made) as usize], made)?;
-                *g = (at + len, to);
+                to
             } else {
-                *g = (at + len, made);
-            }
+                made
+            };
+            *g = (at + len, made);
             at
         };
         self.file.write_all_at(bytes, at)?;

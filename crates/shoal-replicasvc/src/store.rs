@@ -417,17 +417,23 @@ mod tests {
             .collect()
     }
 
+    /// `n` messages of 40 bytes delivered to `m` and appended, every
+    /// `sync_every`-th synced.
+    fn deliver(store: &mut Store, m: &mut Count, n: u8, sync_every: u8) {
+        for i in 0..n {
+            m.deliver(&[i; 40]);
+            store
+                .append(&m.take_log(false).unwrap(), i % sync_every == 0)
+                .unwrap();
+        }
+    }
+
     #[test]
     fn the_log_is_made_ahead_in_zeros_that_recovery_cuts_and_calls_no_tear() {
         let dir = tempfile::tempdir().unwrap();
         let (mut store, rec) = Store::open::<Count>(dir.path(), port()).unwrap();
         let mut m = rec.state;
-        for i in 0..100u8 {
-            m.deliver(&[i; 40]);
-            store
-                .append(&m.take_log(false).unwrap(), i % 10 == 0)
-                .unwrap();
-        }
+        deliver(&mut store, &mut m, 100, 10);
         store.sync().unwrap();
         let written = store.log_len();
         assert_eq!(
@@ -458,16 +464,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (mut store, rec) = Store::open::<Count>(dir.path(), port()).unwrap();
         let mut m = rec.state;
-        for i in 0..10u8 {
-            m.deliver(&[i; 40]);
-            store.append(&m.take_log(false).unwrap(), true).unwrap();
-        }
+        deliver(&mut store, &mut m, 10, 1);
         let first = store.log_len();
         store.rotate(m.index).unwrap();
-        for i in 0..5u8 {
-            m.deliver(&[i; 40]);
-            store.append(&m.take_log(false).unwrap(), true).unwrap();
-        }
+        deliver(&mut store, &mut m, 5, 1);
         assert_eq!(log_files(dir.path()), vec![(0, first), (10, AHEAD)]);
         drop(store);
         // No snapshot: both logs are replayed, the older one whole.
