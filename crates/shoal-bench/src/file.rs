@@ -50,10 +50,10 @@ use std::time::{Duration, Instant};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 use shoal_bullet::op::{AdminOp, Answer, Edit};
+use shoal_bulletsvc::{Cache, FileClient, manager};
 use shoal_cap::Capability;
 use shoal_cluster::Cluster;
 use shoal_dirsvc::DirClient;
-use shoal_filesvc::{Cache, FileClient, manager};
 use shoal_rpc::Context;
 
 use crate::agent::{Agent, ClusterGuard};
@@ -245,8 +245,8 @@ fn measure(
         .to_string();
     // The root capability is a secret: written as the user's own is.
     let config = data.0.join("config");
-    shoal_rpc::private::dir(&config, true)?;
-    shoal_rpc::private::write(&config.join("root"), format!("{root}\n").as_bytes())?;
+    shoal_rpc::secrets::dir(&config, true)?;
+    shoal_rpc::secrets::write(&config.join("root"), format!("{root}\n").as_bytes())?;
     eprintln!(
         "bench: starting file servers {} (extent cache {} MiB) and {} ({} MiB) on n2",
         MAIN.0, MAIN.1, SMALL.0, SMALL.1

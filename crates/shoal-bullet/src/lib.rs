@@ -8,7 +8,7 @@
 //! ([`disk`]), its free-space manager ([`alloc`]), the metadata formats
 //! ([`meta`]), the wire format ([`op`]) and the object manager's pass
 //! ([`manage`]); the server, replication and
-//! the client library are `shoal-filesvc`'s.  `docs/files.md` describes
+//! the client library are `shoal-bulletsvc`'s.  `docs/files.md` describes
 //! the guarantees and draws the formats byte by byte.
 
 #![deny(unsafe_code)]

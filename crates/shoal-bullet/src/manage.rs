@@ -2,7 +2,7 @@
 //! state machine without I/O: [`Pass::ask`] says what to ask of the
 //! directory service, the file servers or a file system, and
 //! [`Pass::heard`] takes the answer, until [`Ask::Done`] gives the
-//! report.  The manager's process (`shoal_filesvc::manager::pass`) and the
+//! report.  The manager's process (`shoal_bulletsvc::manager::pass`) and the
 //! simulator drive this same code.
 //!
 //! A pass walks every directory reachable from the root, touches every

@@ -181,7 +181,7 @@ impl Cluster {
         let dir = std::fs::canonicalize(&spec.dir).map_err(|e| e.to_string())?;
         let key = ClusterKey::random();
         let key_file = dir.join("cluster.key");
-        shoal_rpc::private::write(&key_file, format!("{}\n", key.to_hex()).as_bytes())?;
+        shoal_rpc::secrets::write(&key_file, format!("{}\n", key.to_hex()).as_bytes())?;
         // The cluster's own admin key admits every node.
         let admin = shoal_node::identity::Admin::create(&dir.join("admin"))?;
         let bridge = (spec.mode == Mode::Netns).then(|| format!("shb-{}", spec.name));
@@ -198,10 +198,10 @@ impl Cluster {
             let node_dir = dir.join(&name);
             let state_dir = node_dir.join("state");
             owned_dir(&node_dir)?;
-            shoal_rpc::private::dir(&state_dir, false)?;
+            shoal_rpc::secrets::dir(&state_dir, false)?;
             let public = shoal_node::identity::static_public_key(&state_dir)?;
             let cert = admin.admit(&name, public, shoal_node::identity::CERT_DAYS)?;
-            shoal_rpc::private::write(
+            shoal_rpc::secrets::write(
                 &state_dir.join(shoal_node::identity::NODE_CERT),
                 format!("{}\n", hex::encode(cert)).as_bytes(),
             )?;
@@ -301,7 +301,7 @@ impl Cluster {
         })?;
         let file: ClusterFile =
             toml::from_str(&text).map_err(|e| format!("{}: {}", path.display(), e.message()))?;
-        let key_bytes = shoal_rpc::private::read(&file.key_file)?;
+        let key_bytes = shoal_rpc::secrets::read(&file.key_file)?;
         let key = String::from_utf8_lossy(&key_bytes)
             .parse()
             .map_err(|e: String| format!("{}: {e}", file.key_file.display()))?;

@@ -115,7 +115,7 @@ impl Cluster {
         let config = self.admin_config();
         let started = Instant::now();
         if !config.join("root").exists() {
-            shoal_rpc::private::dir(&config, false)?;
+            shoal_rpc::secrets::dir(&config, false)?;
             self.until_ok(&nodes[0], &["init"], started, "the directory to serve")?;
         }
         progress(&format!(

@@ -30,7 +30,7 @@ pub use client::FsClient;
 /// file server holds any more (every replica missing or corrupt) are an
 /// input/output error, said in the log, at once; anything else (a server
 /// that does not answer) may pass, and is tried again.
-pub fn files_failure(e: shoal_filesvc::ClientError) -> shoal_fs::op::Failure {
+pub fn files_failure(e: shoal_bulletsvc::ClientError) -> shoal_fs::op::Failure {
     use shoal_fs::op::Failure;
     if e.is_gone() {
         tracing::error!("a file's contents are on no file server: {e}");

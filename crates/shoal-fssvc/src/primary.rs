@@ -22,8 +22,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::Mutex;
+use shoal_bulletsvc::FileClient;
 use shoal_cap::{Capability, PutPort};
-use shoal_filesvc::FileClient;
 use shoal_fs::model::{FsError, Ino, Time};
 use shoal_fs::op::{self, Failure, Op, Reply};
 use shoal_fs::primary::{Config, EVENTS_HOLD_US, Flush, GRACE_US, Shell, Soft};
@@ -246,7 +246,7 @@ impl Primary {
 
     fn with_files<T>(
         &self,
-        f: impl FnOnce(&mut FileClient) -> Result<T, shoal_filesvc::ClientError>,
+        f: impl FnOnce(&mut FileClient) -> Result<T, shoal_bulletsvc::ClientError>,
     ) -> Result<T, Failure> {
         let mut files = self.files.lock();
         if files.is_none() {

@@ -12,8 +12,8 @@
 use std::io::Read;
 
 use shoal_bullet::op::Edit;
+use shoal_bulletsvc::{ClientError, FileClient, OneCopy};
 use shoal_cap::Capability;
-use shoal_filesvc::{ClientError, FileClient, OneCopy};
 use shoal_fs::edits::{Layout, PIECE_MAX, Piece, pieces};
 use shoal_fs::model::Ino;
 use shoal_fs::tree::{OverlayEntry, overlaid_window};
@@ -200,7 +200,7 @@ fn one_request_each(ways: &[Way], plan: &[Piece], changes: &Changes<'_>) -> Opti
             _ => None,
         };
     }
-    let small = changes.size < shoal_filesvc::client::CHUNK as u64;
+    let small = changes.size < shoal_bulletsvc::client::CHUNK as u64;
     let whole = !plan.iter().any(|p| matches!(p, Piece::Hole { .. }));
     (changes.base.is_empty() && small && whole && ways.iter().all(|w| matches!(w, Way::On(_))))
         .then(|| OneRequest::Create(changes.window(0, changes.size as usize)))
@@ -383,7 +383,7 @@ fn new_file(
     safety: bool,
 ) -> Result<Capability, ClientError> {
     if !plan.iter().any(|p| matches!(p, Piece::Hole { .. })) {
-        if changes.size < shoal_filesvc::client::CHUNK as u64 {
+        if changes.size < shoal_bulletsvc::client::CHUNK as u64 {
             // In one request, without a stream's chunk buffer.
             let bytes = changes.window(0, changes.size as usize);
             return files.create(server, &bytes, safety);

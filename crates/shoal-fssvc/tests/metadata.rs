@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use shoal_filesvc::{FileClient, FileServer, ServerConfig};
+use shoal_bulletsvc::{FileClient, FileServer, ServerConfig};
 use shoal_fs::model::{Identity, Ino, Kind, ROOT};
 use shoal_fs::op::{Failure, Op, Reply};
 use shoal_fs::tokens::{Callback, Level, Want};

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use rustc_hash::{FxHashMap, FxHashSet};
+use shoal_bulletsvc::FileClient;
 use shoal_cap::Capability;
-use shoal_filesvc::FileClient;
 use shoal_fs::model::{Attr, FsError, Identity, Ino, Kind};
 use shoal_fs::op::{Failure, Grant, LockHow, Op, Reply, StatFs};
 use shoal_fs::tokens::{Level, OpenId, Want};
@@ -663,7 +663,7 @@ impl Conn {
     /// A file service client for a while.
     pub(crate) fn with_files<T>(
         &self,
-        f: impl FnOnce(&mut FileClient) -> Result<T, shoal_filesvc::ClientError>,
+        f: impl FnOnce(&mut FileClient) -> Result<T, shoal_bulletsvc::ClientError>,
     ) -> Result<T, Failure> {
         let mut client = self.file_client()?;
         let out = f(&mut client).map_err(shoal_fssvc::files_failure);

@@ -637,7 +637,7 @@ fn extended_attributes_and_capabilities() {
         .map(|l| l.parse().unwrap())
         .collect();
     assert_eq!(caps.len(), 1, "one copy is configured");
-    let mut files = shoal_filesvc::FileClient::new(&nodes.ctx[2]).unwrap();
+    let mut files = shoal_bulletsvc::FileClient::new(&nodes.ctx[2]).unwrap();
     assert_eq!(files.read_all(&caps).unwrap(), b"two!");
 
     a.stop().unwrap();
@@ -934,7 +934,7 @@ fn writes_through_write_only_opens_stay_coherent() {
 }
 
 /// The requests `server` has received, administration aside.
-fn file_server_requests(server: &shoal_filesvc::FileServer) -> u64 {
+fn file_server_requests(server: &shoal_bulletsvc::FileServer) -> u64 {
     match server.store().stats() {
         shoal_bullet::Answer::Report { figures, .. } => {
             figures

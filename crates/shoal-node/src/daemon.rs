@@ -225,7 +225,7 @@ impl Daemon {
         let key = match &config.key_file {
             Some(path) => {
                 let bytes =
-                    shoal_rpc::private::read(path).map_err(|e| format!("cluster key: {e}"))?;
+                    shoal_rpc::secrets::read(path).map_err(|e| format!("cluster key: {e}"))?;
                 let text = String::from_utf8_lossy(&bytes);
                 Some(ClusterKey::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?)
             }

@@ -84,7 +84,7 @@ pub(crate) fn first_number(state_dir: &std::path::Path) -> Result<(u64, u64), St
 /// used: the end of the reservation.
 fn reserve(state_dir: &std::path::Path, from: u64) -> Result<u64, String> {
     let end = from + NUMBERS_BLOCK;
-    shoal_rpc::private::write(&state_dir.join(NUMBERS_FILE), format!("{end}\n").as_bytes())?;
+    shoal_rpc::secrets::write(&state_dir.join(NUMBERS_FILE), format!("{end}\n").as_bytes())?;
     Ok(end)
 }
 

@@ -17,7 +17,7 @@
 
 use std::path::{Path, PathBuf};
 
-use shoal_rpc::private;
+use shoal_rpc::secrets;
 use shoal_session::handshake::static_public;
 use shoal_session::{
     AdminKey, AdminPublic, ClusterId, NodeCert, NodeIdentity, RevocationList, ServiceEntry,
@@ -45,15 +45,15 @@ pub fn wall() -> u64 {
 
 /// The node's static private key, made (0600) on first use.
 pub fn static_key(state_dir: &Path) -> Result<[u8; 32], String> {
-    private::dir(state_dir, true)?;
+    secrets::dir(state_dir, true)?;
     let path = state_dir.join(NODE_KEY);
     if path.exists() {
-        let text = private::read(&path)?;
+        let text = secrets::read(&path)?;
         return parse_hex32(&String::from_utf8_lossy(&text))
             .ok_or_else(|| format!("{} is corrupt: expected 64 hex digits", path.display()));
     }
     let key: [u8; 32] = rand::random();
-    private::write(&path, format!("{}\n", hex::encode(key)).as_bytes())?;
+    secrets::write(&path, format!("{}\n", hex::encode(key)).as_bytes())?;
     Ok(key)
 }
 
@@ -127,7 +127,7 @@ pub fn load(
 /// Stores a newer revocation list in `state_dir` (after the caller
 /// verified it).
 pub fn store_revoked(state_dir: &Path, bytes: &[u8]) -> Result<(), String> {
-    private::write(
+    secrets::write(
         &state_dir.join(REVOKED),
         format!("{}\n", hex::encode(bytes)).as_bytes(),
     )
@@ -144,7 +144,7 @@ impl Admin {
     /// Makes a new admin key and cluster id in `dir` (private).  Refuses a
     /// directory that already holds an admin key.
     pub fn create(dir: &Path) -> Result<Admin, String> {
-        private::dir(dir, false)?;
+        secrets::dir(dir, false)?;
         let key_path = dir.join("admin.key");
         if key_path.exists() {
             return Err(format!(
@@ -154,11 +154,11 @@ impl Admin {
         }
         let key = AdminKey::from_seed(rand::random());
         let cluster = ClusterId(rand::random());
-        private::write(
+        secrets::write(
             &key_path,
             format!("{}\n", hex::encode(key.seed())).as_bytes(),
         )?;
-        private::write(
+        secrets::write(
             &dir.join("cluster.id"),
             format!("{}\n", cluster.to_hex()).as_bytes(),
         )?;
@@ -171,7 +171,7 @@ impl Admin {
 
     /// Opens the admin key in `dir`.
     pub fn open(dir: &Path) -> Result<Admin, String> {
-        private::dir(dir, false)?;
+        secrets::dir(dir, false)?;
         let key_path = dir.join("admin.key");
         if !key_path.exists() {
             return Err(format!(
@@ -179,10 +179,10 @@ impl Admin {
                 dir.display()
             ));
         }
-        let seed = parse_hex32(&String::from_utf8_lossy(&private::read(&key_path)?))
+        let seed = parse_hex32(&String::from_utf8_lossy(&secrets::read(&key_path)?))
             .ok_or_else(|| format!("{} is corrupt", key_path.display()))?;
         let id_path = dir.join("cluster.id");
-        let cluster = ClusterId::from_hex(&String::from_utf8_lossy(&private::read(&id_path)?))
+        let cluster = ClusterId::from_hex(&String::from_utf8_lossy(&secrets::read(&id_path)?))
             .map_err(|e| format!("{}: {e}", id_path.display()))?;
         Ok(Admin {
             dir: dir.to_path_buf(),
@@ -238,7 +238,7 @@ impl Admin {
         let log = self.dir.join("admitted");
         let mut text = std::fs::read_to_string(&log).unwrap_or_default();
         text.push_str(&format!("{serial} {name} {hex_key}\n"));
-        private::write(&log, text.as_bytes())?;
+        secrets::write(&log, text.as_bytes())?;
         Ok(cert)
     }
 
@@ -265,7 +265,7 @@ impl Admin {
         let bytes = list
             .sign(self.cluster, &self.key)
             .map_err(|e| e.to_string())?;
-        private::write(&path, format!("{}\n", hex::encode(&bytes)).as_bytes())?;
+        secrets::write(&path, format!("{}\n", hex::encode(&bytes)).as_bytes())?;
         Ok(bytes)
     }
 
@@ -315,7 +315,7 @@ impl Admin {
         let bytes = map
             .sign(self.cluster, &self.key)
             .map_err(|e| format!("cannot sign the service map: {e}"))?;
-        private::write(&path, format!("{}\n", hex::encode(&bytes)).as_bytes())?;
+        secrets::write(&path, format!("{}\n", hex::encode(&bytes)).as_bytes())?;
         Ok(bytes)
     }
 

@@ -15,7 +15,7 @@ pub const MAX_ANSWER: usize = 256 * 1024;
 
 /// Makes the logs' directory, private to the daemon's user.
 pub fn private_dir(dir: &Path) -> Result<(), String> {
-    shoal_rpc::private::dir(dir, true)
+    shoal_rpc::secrets::dir(dir, true)
 }
 
 /// One service's log.

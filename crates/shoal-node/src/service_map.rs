@@ -82,7 +82,7 @@ pub(crate) fn take(shared: &Shared, bytes: &[u8]) -> Result<(), String> {
             map.version
         ));
     }
-    shoal_rpc::private::write(
+    shoal_rpc::secrets::write(
         &shared.config.state_dir.join(SERVICE_MAP),
         format!("{}\n", hex::encode(bytes)).as_bytes(),
     )?;

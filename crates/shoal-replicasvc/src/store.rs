@@ -123,7 +123,7 @@ impl Store {
     /// from its snapshot and logs.
     pub fn open<M: Machine>(dir: &Path, port: PutPort) -> io::Result<(Store, Recovered<M>)> {
         // Snapshots and logs hold every object's secret.
-        shoal_rpc::private::dir(dir, true).map_err(io::Error::other)?;
+        shoal_rpc::secrets::dir(dir, true).map_err(io::Error::other)?;
         let snapshot = match fs::read(dir.join("snapshot")) {
             Ok(bytes) => Some(bytes),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,

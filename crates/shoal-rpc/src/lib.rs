@@ -47,7 +47,7 @@ pub mod group_keys;
 mod group_seal;
 mod keys;
 pub mod link;
-pub mod private;
+pub mod secrets;
 pub mod served_by;
 mod server;
 pub mod service;

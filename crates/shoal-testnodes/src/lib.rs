@@ -35,7 +35,7 @@ impl Nodes {
     pub fn up(n: usize) -> Nodes {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let key_file = dir.path().join("cluster.key");
-        shoal_rpc::private::write(
+        shoal_rpc::secrets::write(
             &key_file,
             format!("{}\n", ClusterKey::random().to_hex()).as_bytes(),
         )

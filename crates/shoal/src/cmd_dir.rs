@@ -240,7 +240,7 @@ pub fn load_root(common: &Common) -> Result<Capability, Failure> {
         )));
     }
     // An all-rights capability: only its owner may read it.
-    let bytes = shoal_rpc::private::read(&path).map_err(Failure::failed)?;
+    let bytes = shoal_rpc::secrets::read(&path).map_err(Failure::failed)?;
     String::from_utf8_lossy(&bytes)
         .trim()
         .parse()

@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use clap::{Args, Subcommand};
 use shoal_bullet::op::AdminOp;
 use shoal_bullet::{Answer, StoreConfig};
+use shoal_bulletsvc::manager::{self, PassOptions};
+use shoal_bulletsvc::{Cache, ClientError, FileClient, FileServer, ServerConfig};
 use shoal_cap::Capability;
-use shoal_filesvc::manager::{self, PassOptions};
-use shoal_filesvc::{Cache, ClientError, FileClient, FileServer, ServerConfig};
 
 use crate::Failure;
 use crate::cmd_dir::{Common, Session, attach, client_failure, until_signalled};
@@ -181,7 +181,7 @@ fn file_client(ctx: &shoal_rpc::Context) -> Result<FileClient, Failure> {
             .map(|c| c.join("shoal/files")),
     };
     let dir = match dir {
-        Some(d) => match shoal_rpc::private::dir(&d, true) {
+        Some(d) => match shoal_rpc::secrets::dir(&d, true) {
             Ok(()) => Some(d),
             Err(e) => {
                 eprintln!("shoal: not caching files: {e}");

@@ -326,7 +326,7 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
     }
     let mut s = Session::open(&args.common)?;
     let file_servers = if args.file_servers.is_empty() {
-        shoal_filesvc::manager::servers(&mut s.dir, &s.root)
+        shoal_bulletsvc::manager::servers(&mut s.dir, &s.root)
             .map_err(|e| Failure::failed(format!("cannot list the file servers: {e}")))?
             .into_iter()
             .map(|(_, cap)| cap)
@@ -338,12 +338,12 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
     // no directory names, before they age anything.
     let cluster = attach()?.config().cluster;
     let port = shoal_fssvc::service_port(&cluster, &args.service).put_port();
-    shoal_filesvc::manager::register_tree(&mut s.dir, &s.root, &args.service, port).map_err(
+    shoal_bulletsvc::manager::register_tree(&mut s.dir, &s.root, &args.service, port).map_err(
         |e| {
             Failure::failed(format!(
                 "cannot register file system {} under {}: {e}",
                 args.service,
-                shoal_filesvc::manager::TREES_DIR
+                shoal_bulletsvc::manager::TREES_DIR
             ))
         },
     )?;

@@ -61,8 +61,8 @@ fn refuse_existing(force: bool) -> Result<PathBuf, Failure> {
 }
 
 fn save(path: &std::path::Path, root: &Capability) -> Result<(), Failure> {
-    shoal_rpc::private::dir(&config_dir(), true)
-        .and_then(|()| shoal_rpc::private::write(path, format!("{root}\n").as_bytes()))
+    shoal_rpc::secrets::dir(&config_dir(), true)
+        .and_then(|()| shoal_rpc::secrets::write(path, format!("{root}\n").as_bytes()))
         .map_err(Failure::failed)
 }
 
@@ -164,11 +164,11 @@ fn for_user(name: &str, force: bool) -> Result<(), Failure> {
         .create_dir(&["owner", "group", "other"])
         .map_err(client_failure)?;
     let all = [Rights::ALL, Rights::ALL, Rights::ALL];
-    match shoal_filesvc::manager::servers_for_users(&mut dir, &admin) {
+    match shoal_bulletsvc::manager::servers_for_users(&mut dir, &admin) {
         Ok(servers) => dir
             .append(
                 &root,
-                shoal_filesvc::manager::SERVERS_DIR,
+                shoal_bulletsvc::manager::SERVERS_DIR,
                 &[servers],
                 Some(&all),
             )

@@ -73,11 +73,11 @@ pub fn join(args: JoinArgs) -> Result<(), Failure> {
     file.state_dir = Some(state_dir.clone());
     let config = NodeConfig::resolve(file.clone()).map_err(Failure::usage)?;
     // The node's key is made here if `shoal node key` did not make it.
-    shoal_rpc::private::dir(&state_dir, false)?;
+    shoal_rpc::secrets::dir(&state_dir, false)?;
     shoal_node::identity::static_public_key(&state_dir)?;
     let cert_text = format!("{}\n", hex::encode(&cert));
     let staged = state_dir.join("node.cert.new");
-    shoal_rpc::private::write(&staged, cert_text.as_bytes())?;
+    shoal_rpc::secrets::write(&staged, cert_text.as_bytes())?;
     let checked = shoal_node::identity::load(
         &config.name,
         &state_dir,

@@ -6,7 +6,7 @@
 use std::fs;
 use std::time::{Duration, Instant};
 
-use shoal_filesvc::{FileServer, ServerConfig};
+use shoal_bulletsvc::{FileServer, ServerConfig};
 use shoal_fssvc::{FsConfig, MetaReplica};
 use shoal_fuse::{Mount, Tuning};
 use shoal_replicasvc::Durability;

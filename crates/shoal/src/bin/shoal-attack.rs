@@ -150,7 +150,7 @@ fn destroy_content(socket: &std::path::Path, path: &std::path::Path) -> Result<b
         })
         .collect::<Result<Vec<_>, _>>()?;
     let ctx = shoal_rpc::Context::attach(socket).map_err(|e| e.to_string())?;
-    let mut files = shoal_filesvc::FileClient::new(&ctx).map_err(|e| e.to_string())?;
+    let mut files = shoal_bulletsvc::FileClient::new(&ctx).map_err(|e| e.to_string())?;
     let mut destroyed = false;
     for cap in &caps {
         match files.destroy(cap) {

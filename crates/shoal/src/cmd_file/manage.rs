@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use shoal_bullet::Answer;
 use shoal_bullet::op::AdminOp;
-use shoal_filesvc::FileClient;
-use shoal_filesvc::manager::{self, PassOptions, PassReport};
+use shoal_bulletsvc::FileClient;
+use shoal_bulletsvc::manager::{self, PassOptions, PassReport};
 use shoal_rpc::Context;
 
 use super::{file_client, open_all};

@@ -18,9 +18,9 @@ pub struct FileDisk {
 impl FileDisk {
     /// Opens `path`, creating it 0600 (its directory synced) if missing;
     /// an existing file must be this user's and private
-    /// (`shoal_rpc::private`): the store's files hold its secrets.
+    /// (`shoal_rpc::secrets`): the store's files hold its secrets.
     pub fn open(path: &Path) -> io::Result<FileDisk> {
-        let file = shoal_rpc::private::create_or_open(path).map_err(io::Error::other)?;
+        let file = shoal_rpc::secrets::create_or_open(path).map_err(io::Error::other)?;
         Ok(FileDisk {
             file,
             syncs: Default::default(),

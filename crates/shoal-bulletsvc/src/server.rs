@@ -47,7 +47,7 @@ impl Default for ServerConfig {
 /// formatting it if the directory holds none.
 pub fn open_store(dir: &Path, cfg: StoreConfig) -> Result<Store<FileDisk>, String> {
     // The metadata holds the server's get-port and every file's secret.
-    shoal_rpc::private::dir(dir, true)?;
+    shoal_rpc::secrets::dir(dir, true)?;
     let f = |n: &str| FileDisk::open(&dir.join(n)).map_err(|e| e.to_string());
     let disks = Disks {
         data: f("data")?,

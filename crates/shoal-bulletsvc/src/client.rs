@@ -1,7 +1,7 @@
 //! The client library.
 //!
 //! ```no_run
-//! use shoal_filesvc::{FileClient, manager};
+//! use shoal_bulletsvc::{FileClient, manager};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let ctx = shoal_rpc::Context::from_env()?;
 //! // File servers are registered under fileservers/ of a root directory
