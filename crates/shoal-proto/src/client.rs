@@ -2,7 +2,7 @@
 //! program that wants several in flight opens several endpoints, as an
 //! Amoeba thread does one `trans` at a time).
 //!
-//! A transaction runs through four states:
+//! A transaction runs through five states:
 //!
 //! ```text
 //!   Locating ──Here──▶ Sending ──Working──▶ Waiting
@@ -58,8 +58,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use shoal_cap::PutPort;
 use shoal_wire::{
-    Ack, AckDir, ClientId, Endpoint, Fate, Instance, Locate, NodeId, Nonce, Packet, ReplyStatus,
-    Request, Seq, TxnId, WireError, decode_plain, encode_plain,
+    Ack, AckDir, ClientId, Endpoint, Fate, Here, Instance, Locate, NodeId, Nonce, NotHere, Packet,
+    Reply, ReplyStatus, Request, Seq, TxnId, WireError, decode_plain, encode_plain,
 };
 
 use crate::body::{Added, Incoming, Outgoing, is_whole};
@@ -355,9 +355,10 @@ impl ClientCore {
         self.stats.count_unopened(replayed);
     }
 
-    /// A packet arrived from `from`.
+    /// A packet arrived from `from`: each kind to its handler, which says
+    /// whether the packet belonged to the transaction under way.
     fn on_packet(&mut self, now: Time, from: SocketAddr, packet: Packet<'_>) {
-        let Some(txn) = self.txn.as_mut() else {
+        let Some(txn) = self.txn.as_ref() else {
             self.stats.dropped_stale += 1;
             return;
         };
@@ -365,15 +366,40 @@ impl ClientCore {
             client: self.id,
             seq: txn.seq,
         };
-        let from_target = txn.target.is_some_and(|t| t.endpoint.addr == from);
-        let instance = txn.target.map(|t| t.endpoint.instance);
-        match packet {
-            Packet::Here(h)
-                if txn.state == State::Locating
-                    && h.nonce == txn.nonce
-                    && h.port == txn.port
-                    && !h.endpoints.is_empty() =>
-            {
+        // Only the target may answer for the transaction, and only the
+        // instance of it the request went to.
+        let target = txn
+            .target
+            .filter(|t| t.endpoint.addr == from)
+            .map(|t| t.endpoint.instance);
+        let ours = |txn_id: TxnId, instance: Instance| txn_id == this && target == Some(instance);
+        let taken = match packet {
+            Packet::Here(h) => self.on_here(now, h),
+            Packet::Working(w) => ours(w.txn, w.instance) && self.on_working(now),
+            Packet::Ack(a) => {
+                ours(a.txn, a.instance) && a.dir == AckDir::Request && self.on_ack(now, a)
+            }
+            Packet::Reply(r) => ours(r.txn, r.instance) && self.on_reply(now, r),
+            Packet::NotHere(n) => ours(n.txn, n.wanted) && self.on_not_here(now, n),
+            _ => false,
+        };
+        if !taken {
+            self.stats.dropped_stale += 1;
+        }
+    }
+
+    /// A node's answer to a locate: where the port is served (while
+    /// locating), or whether the target's instance still runs (while
+    /// verifying).
+    fn on_here(&mut self, now: Time, h: Here) -> bool {
+        let Some(txn) = self.txn.as_ref() else {
+            return false;
+        };
+        if h.nonce != txn.nonce || h.port != txn.port {
+            return false;
+        }
+        match txn.state {
+            State::Locating if !h.endpoints.is_empty() => {
                 let mut located: Vec<Located> = h
                     .endpoints
                     .iter()
@@ -388,22 +414,12 @@ impl ClientCore {
                 self.cache.insert(h.port, located);
                 self.choose_target(now);
             }
-            Packet::Here(h)
-                if txn.state == State::Locating
-                    && h.nonce == txn.nonce
-                    && h.port == txn.port
-                    && self.aims.get(&h.port).is_some_and(|a| a.0 == h.node) =>
-            {
+            State::Locating if self.aims.get(&h.port).is_some_and(|a| a.0 == h.node) => {
                 // The advised node serves the port no more: ask them all.
                 self.aims.remove(&h.port);
                 self.begin_locate(now, State::Locating);
             }
-            Packet::Here(h)
-                if txn.state == State::Verifying
-                    && h.nonce == txn.nonce
-                    && h.port == txn.port
-                    && txn.target.is_some_and(|t| t.node == h.node) =>
-            {
+            State::Verifying if txn.target.is_some_and(|t| t.node == h.node) => {
                 if h.fate == Fate::Drained {
                     self.choose_target(now);
                 } else {
@@ -411,107 +427,129 @@ impl ClientCore {
                     self.finish(Err(TransError::ServerRestarted { port }));
                 }
             }
-            Packet::Working(w) if from_target && w.txn == this && Some(w.instance) == instance => {
-                txn.heard = Some(now);
-                if txn.state == State::Sending {
-                    txn.state = State::Waiting;
-                }
-                // The server is alive and at work: the next probe waits the
-                // interval as it has grown (up to `rto_max`), so a long call
-                // costs a few datagrams a second, not one every
-                // `rto_initial`.
-                txn.timer = now + txn.rto;
-            }
-            Packet::Ack(a)
-                if from_target
-                    && a.txn == this
-                    && a.dir == AckDir::Request
-                    && Some(a.instance) == instance =>
-            {
-                txn.heard = Some(now);
-                if txn.state == State::Sending {
-                    let (send, progress) = txn.request.on_ack(a.base, a.mask);
-                    if progress {
-                        txn.rto = self.config.rto_initial;
-                    }
-                    txn.timer = now + txn.rto;
-                    for idx in send {
-                        self.send_fragment(idx);
-                    }
-                }
-            }
-            Packet::Reply(r) if from_target && r.txn == this && Some(r.instance) == instance => {
-                txn.heard = Some(now);
-                match r.status {
-                    ReplyStatus::Ok => {}
-                    ReplyStatus::Busy => {
-                        let port = txn.port;
-                        return self.finish(Err(TransError::Busy { port }));
-                    }
-                    ReplyStatus::TooLarge => {
-                        let (port, bytes) = (txn.port, txn.body.len() as u64);
-                        return self.finish(Err(TransError::TooLarge { port, bytes }));
-                    }
-                }
-                if txn.reply.is_none()
-                    && is_whole(r.frag, r.total_len, r.payload)
-                    && r.total_len <= self.config.max_reply_bytes
-                {
-                    // The common case, a reply in one datagram: no
-                    // reassembly.
-                    return self.finish(Ok(r.payload.to_vec()));
-                }
-                if txn.reply.is_none() {
-                    match Incoming::new(r.total_len, r.frag.count, self.config.max_reply_bytes) {
-                        Some(inc) => txn.reply = Some(inc),
-                        None => {
-                            let (port, bytes) = (txn.port, r.total_len);
-                            return self.finish(Err(TransError::ReplyTooLarge { port, bytes }));
-                        }
-                    }
-                }
-                txn.state = State::Receiving;
-                let reply = txn.reply.as_mut().expect("set above");
-                let added = reply.add(r.frag, r.total_len, r.payload);
-                match added {
-                    Added::Invalid => {
-                        self.stats.dropped_malformed += 1;
-                        return;
-                    }
-                    Added::Duplicate => self.stats.duplicates += 1,
-                    Added::New | Added::Refill => txn.rto = self.config.rto_initial,
-                }
-                txn.timer = now + txn.rto;
-                if reply.is_complete() {
-                    if reply.count() > 1 {
-                        // Final acknowledgement: the server may free the reply.
-                        self.send_reply_ack();
-                    }
-                    let txn = self.txn.as_mut().expect("in a transaction");
-                    let body = txn.reply.take().expect("complete").into_body();
-                    return self.finish(Ok(body));
-                }
-                if reply.wants_ack(added, r.frag.index, self.config.window) {
-                    self.send_reply_ack();
-                }
-            }
-            Packet::NotHere(n)
-                if from_target
-                    && n.txn == this
-                    && Some(n.wanted) == instance
-                    && !matches!(txn.state, State::Locating | State::Verifying) =>
-            {
-                if n.actual == n.wanted {
-                    // The instance itself refused: it is draining and never
-                    // ran this request.
-                    self.drop_target();
-                    self.choose_target(now);
-                } else {
-                    self.target_gone(now);
-                }
-            }
-            _ => self.stats.dropped_stale += 1,
+            _ => return false,
         }
+        true
+    }
+
+    /// The target is alive and at work on the request.
+    fn on_working(&mut self, now: Time) -> bool {
+        let Some(txn) = self.txn.as_mut() else {
+            return false;
+        };
+        txn.heard = Some(now);
+        if txn.state == State::Sending {
+            txn.state = State::Waiting;
+        }
+        // The next probe waits the interval as it has grown (up to
+        // `rto_max`), so a long call costs a few datagrams a second, not
+        // one every `rto_initial`.
+        txn.timer = now + txn.rto;
+        true
+    }
+
+    /// The target acknowledged fragments of the request.
+    fn on_ack(&mut self, now: Time, a: Ack) -> bool {
+        let Some(txn) = self.txn.as_mut() else {
+            return false;
+        };
+        txn.heard = Some(now);
+        if txn.state == State::Sending {
+            let (send, progress) = txn.request.on_ack(a.base, a.mask);
+            if progress {
+                txn.rto = self.config.rto_initial;
+            }
+            txn.timer = now + txn.rto;
+            for idx in send {
+                self.send_fragment(idx);
+            }
+        }
+        true
+    }
+
+    /// A fragment of the reply (or a refusal in its status).
+    fn on_reply(&mut self, now: Time, r: Reply<'_>) -> bool {
+        let Some(txn) = self.txn.as_mut() else {
+            return false;
+        };
+        txn.heard = Some(now);
+        match r.status {
+            ReplyStatus::Ok => {}
+            ReplyStatus::Busy => {
+                let port = txn.port;
+                self.finish(Err(TransError::Busy { port }));
+                return true;
+            }
+            ReplyStatus::TooLarge => {
+                let (port, bytes) = (txn.port, txn.body.len() as u64);
+                self.finish(Err(TransError::TooLarge { port, bytes }));
+                return true;
+            }
+        }
+        if txn.reply.is_none()
+            && is_whole(r.frag, r.total_len, r.payload)
+            && r.total_len <= self.config.max_reply_bytes
+        {
+            // The common case, a reply in one datagram: no reassembly.
+            self.finish(Ok(r.payload.to_vec()));
+            return true;
+        }
+        if txn.reply.is_none() {
+            match Incoming::new(r.total_len, r.frag.count, self.config.max_reply_bytes) {
+                Some(inc) => txn.reply = Some(inc),
+                None => {
+                    let (port, bytes) = (txn.port, r.total_len);
+                    self.finish(Err(TransError::ReplyTooLarge { port, bytes }));
+                    return true;
+                }
+            }
+        }
+        txn.state = State::Receiving;
+        let reply = txn.reply.as_mut().expect("set above");
+        let added = reply.add(r.frag, r.total_len, r.payload);
+        match added {
+            Added::Invalid => {
+                self.stats.dropped_malformed += 1;
+                return true;
+            }
+            Added::Duplicate => self.stats.duplicates += 1,
+            Added::New | Added::Refill => txn.rto = self.config.rto_initial,
+        }
+        txn.timer = now + txn.rto;
+        if reply.is_complete() {
+            if reply.count() > 1 {
+                // Final acknowledgement: the server may free the reply.
+                self.send_reply_ack();
+            }
+            let txn = self.txn.as_mut().expect("in a transaction");
+            let body = txn.reply.take().expect("complete").into_body();
+            self.finish(Ok(body));
+            return true;
+        }
+        if reply.wants_ack(added, r.frag.index, self.config.window) {
+            self.send_reply_ack();
+        }
+        true
+    }
+
+    /// The target's node says the instance the request went to is not
+    /// (or no longer) there.
+    fn on_not_here(&mut self, now: Time, n: NotHere) -> bool {
+        let Some(txn) = self.txn.as_ref() else {
+            return false;
+        };
+        if matches!(txn.state, State::Locating | State::Verifying) {
+            return false;
+        }
+        if n.actual == n.wanted {
+            // The instance itself refused: it is draining and never ran
+            // this request.
+            self.drop_target();
+            self.choose_target(now);
+        } else {
+            self.target_gone(now);
+        }
+        true
     }
 
     /// The network reported `addr` unreachable (ICMP port unreachable: no
@@ -738,293 +776,4 @@ impl ClientCore {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{Caller, Registry, ServerConfig, ServerCore};
-    use shoal_cap::GetPort;
-
-    /// A reply in fragments, with the server's datagrams delivered out of
-    /// order and some twice: the body still comes out whole.
-    #[test]
-    fn reordered_and_repeated_fragments_make_the_same_reply() {
-        proptest::proptest!(|(len in 0usize..2000, frag in 1usize..300, order in proptest::collection::vec(0usize..8, 0..64))| {
-            let body: Vec<u8> = (0..len).map(|i| (i * 7 % 253) as u8).collect();
-            proptest::prop_assert_eq!(exchange(&body, frag, &order), body);
-        });
-    }
-
-    /// A port served on two nodes: a call goes where the first locate
-    /// answer points; after `aim`, to the advised endpoint, located at its
-    /// node alone; an advised node that no longer serves the port, or does
-    /// not answer, sends the client back to locating everywhere.
-    #[test]
-    fn aim_moves_calls_to_the_advised_endpoint_as_its_node_confirms() {
-        let port = GetPort::from_bytes([4; 16]).put_port();
-        let endpoint = |i: u64| Endpoint {
-            addr: SocketAddr::from(([10, 0, 0, i as u8], 9000)),
-            instance: Instance(i),
-            uid: 0,
-            system: false,
-        };
-        let mut nodes: Vec<(NodeId, Registry, bool)> = (1..=3u64)
-            .map(|n| (NodeId(n), Registry::new(NodeId(n)), true))
-            .collect();
-        nodes[0].1.register(port, endpoint(1)).unwrap();
-        nodes[1].1.register(port, endpoint(2)).unwrap();
-        let mut servers: Vec<ServerCore> = (1..=2u64)
-            .map(|i| ServerCore::new(port, Instance(i), ServerConfig::default()))
-            .collect();
-        let mut client = ClientCore::new(ClientId(5), ClientConfig::default());
-        let mut now = Time(0);
-        let mut call = |client: &mut ClientCore, nodes: &[(NodeId, Registry, bool)]| {
-            client.start(now, port, Bytes::new(), now + Duration::from_secs(60));
-            let mut asked = Vec::new();
-            loop {
-                now = now + Duration::from_millis(1);
-                while let Some(t) = client.poll_transmit() {
-                    let dest = t.dest;
-                    let bytes = t.into_plain();
-                    match (dest, decode_plain(&bytes)) {
-                        (Dest::Nodes | Dest::Node(_), Ok(Packet::Locate(l))) => {
-                            asked.push(dest);
-                            for (id, reg, answers) in nodes {
-                                let wanted = dest == Dest::Nodes || dest == Dest::Node(*id);
-                                if let (true, true, Some(here)) =
-                                    (wanted, *answers, reg.handle_locate(&l))
-                                {
-                                    let mut plain = Vec::new();
-                                    encode_plain(&Packet::Here(here), &mut plain);
-                                    client.handle_datagram(
-                                        now,
-                                        SocketAddr::from(([10, 9, 9, id.0 as u8], 7700)),
-                                        &plain,
-                                    );
-                                }
-                            }
-                        }
-                        (Dest::Addr(a), _) => {
-                            // Endpoint i listens at 10.0.0.i.
-                            let who = u64::from(a.ip().to_string().ends_with(".2")) + 1;
-                            let s = &mut servers[who as usize - 1];
-                            let caller = Caller {
-                                node: NodeId(9),
-                                uid: 0,
-                                client: ClientId(5),
-                            };
-                            s.handle_datagram(
-                                now,
-                                "10.0.0.9:9000".parse().unwrap(),
-                                caller,
-                                1,
-                                &bytes,
-                            );
-                            while let Some(req) = s.poll_request() {
-                                s.reply(now, req.caller, req.txn, who.to_le_bytes().to_vec());
-                            }
-                            let out: Vec<Vec<u8>> = std::iter::from_fn(|| s.poll_transmit())
-                                .map(Transmit::into_plain)
-                                .collect();
-                            for d in out {
-                                client.handle_datagram(now, a, &d);
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                if let Some(r) = client.poll_outcome() {
-                    let body = r.unwrap();
-                    return (u64::from_le_bytes(body[..8].try_into().unwrap()), asked);
-                }
-                if client.poll_timeout().is_some_and(|t| t <= now) {
-                    client.handle_timeout(now);
-                }
-            }
-        };
-        let (first, asked) = call(&mut client, &nodes);
-        assert_eq!(
-            (first, asked),
-            (1, vec![Dest::Nodes]),
-            "the first answer (node 1's)"
-        );
-        client.aim(port, NodeId(2), Instance(2));
-        let (second, asked) = call(&mut client, &nodes);
-        assert_eq!(
-            (second, asked),
-            (2, vec![Dest::Node(NodeId(2))]),
-            "located at node 2 alone"
-        );
-        assert_eq!(call(&mut client, &nodes), (2, vec![]), "and cached there");
-        // Advised to node 3, which serves nothing of the port.
-        client.aim(port, NodeId(3), Instance(3));
-        let (third, asked) = call(&mut client, &nodes);
-        assert_eq!(
-            (third, asked),
-            (1, vec![Dest::Node(NodeId(3)), Dest::Nodes])
-        );
-        // Advised to node 2, which does not answer.
-        nodes[1].2 = false;
-        client.aim(port, NodeId(2), Instance(2));
-        let (fourth, asked) = call(&mut client, &nodes);
-        assert_eq!(
-            (fourth, asked),
-            (1, vec![Dest::Node(NodeId(2)), Dest::Nodes])
-        );
-        // Node 2 answers again.
-        nodes[1].2 = true;
-        client.aim(port, NodeId(2), Instance(2));
-        assert_eq!(call(&mut client, &nodes), (2, vec![Dest::Node(NodeId(2))]));
-        // Advised to the endpoint in use: nothing changes.
-        client.aim(port, NodeId(2), Instance(2));
-        assert_eq!(call(&mut client, &nodes), (2, vec![]));
-        // Node 2's answer cached its endpoints alone: advised to node 1's,
-        // the client asks node 1.
-        client.aim(port, NodeId(1), Instance(1));
-        assert_eq!(call(&mut client, &nodes), (1, vec![Dest::Node(NodeId(1))]));
-    }
-
-    /// A reply opened with one server's key but naming another server is
-    /// dropped: a server this client has a channel with cannot answer in
-    /// the name of the one the call went to.  The real server's reply is
-    /// still taken.
-    #[test]
-    fn a_server_cannot_answer_for_another() {
-        let port = GetPort::from_bytes([8; 16]).put_port();
-        let server_addr: SocketAddr = "10.0.0.2:9000".parse().unwrap();
-        let node_addr: SocketAddr = "10.0.0.2:7700".parse().unwrap();
-        let mut registry = Registry::new(NodeId(1));
-        let (target, other) = (Instance(77), Instance(78));
-        let endpoint = Endpoint {
-            addr: server_addr,
-            instance: target,
-            uid: 1000,
-            system: false,
-        };
-        registry.register(port, endpoint).unwrap();
-        let mut client = ClientCore::new(ClientId(5), ClientConfig::default());
-        let now = Time(0);
-        let txn = client.start(now, port, Bytes::new(), now + Duration::from_secs(60));
-        while let Some(t) = client.poll_transmit() {
-            if let Ok(Packet::Locate(l)) = decode_plain(&t.into_plain())
-                && let Some(here) = registry.handle_locate(&l)
-            {
-                let mut plain = Vec::new();
-                encode_plain(&Packet::Here(here), &mut plain);
-                client.handle_datagram(now, node_addr, &plain);
-            }
-        }
-        let mut reply = Vec::new();
-        encode_plain(
-            &Packet::Reply(shoal_wire::Reply {
-                txn,
-                instance: target,
-                status: ReplyStatus::Ok,
-                frag: shoal_wire::Frag { index: 0, count: 1 },
-                total_len: 2,
-                payload: b"ok",
-            }),
-            &mut reply,
-        );
-        client.handle_sealed(now, server_addr, other, &reply);
-        assert!(client.poll_outcome().is_none(), "taken from another server");
-        assert_eq!(client.stats().dropped_malformed, 1);
-        client.handle_sealed(now, server_addr, target, &reply);
-        assert_eq!(client.poll_outcome(), Some(Ok(b"ok".to_vec())));
-    }
-
-    /// One call carrying `reply` back in fragments of `frag` bytes; `order`
-    /// shuffles (and duplicates) the server's datagrams.
-    fn exchange(reply: &[u8], frag: usize, order: &[usize]) -> Vec<u8> {
-        let port = GetPort::from_bytes([9; 16]).put_port();
-        let server_addr: SocketAddr = "10.0.0.2:9000".parse().unwrap();
-        let client_addr: SocketAddr = "10.0.0.1:9000".parse().unwrap();
-        let node_addr: SocketAddr = "10.0.0.2:7700".parse().unwrap();
-        let mut registry = Registry::new(NodeId(1));
-        let instance = Instance(77);
-        registry
-            .register(
-                port,
-                Endpoint {
-                    addr: server_addr,
-                    instance,
-                    uid: 1000,
-                    system: false,
-                },
-            )
-            .unwrap();
-        let config = ServerConfig {
-            frag_bytes: frag,
-            window: 8,
-            ..ServerConfig::default()
-        };
-        let mut server = ServerCore::new(port, instance, config);
-        let config = ClientConfig {
-            frag_bytes: frag,
-            window: 8,
-            ..ClientConfig::default()
-        };
-        let mut client = ClientCore::new(ClientId(5), config);
-        let caller = Caller {
-            node: NodeId(2),
-            uid: 1000,
-            client: ClientId(5),
-        };
-        let mut now = Time(0);
-        client.start(
-            now,
-            port,
-            Bytes::from_static(b"ask"),
-            now + Duration::from_secs(60),
-        );
-        let mut turn = 0;
-        loop {
-            now = now + Duration::from_millis(1);
-            while let Some(t) = client.poll_transmit() {
-                let dest = t.dest;
-                let bytes = t.into_plain();
-                match dest {
-                    Dest::Nodes | Dest::Node(_) => {
-                        if let Ok(Packet::Locate(l)) = decode_plain(&bytes)
-                            && let Some(here) = registry.handle_locate(&l)
-                        {
-                            let mut plain = Vec::new();
-                            encode_plain(&Packet::Here(here), &mut plain);
-                            client.handle_datagram(now, node_addr, &plain);
-                        }
-                    }
-                    Dest::Addr(_) => server.handle_datagram(now, client_addr, caller, 1, &bytes),
-                }
-            }
-            while let Some(req) = server.poll_request() {
-                server.reply(now, req.caller, req.txn, reply.to_vec());
-            }
-            let mut out: Vec<Vec<u8>> = std::iter::from_fn(|| server.poll_transmit())
-                .map(Transmit::into_plain)
-                .collect();
-            // Reorder: each datagram moves back by up to `order[turn]`
-            // places, and one in three turns repeats the first.
-            for i in 0..out.len() {
-                let back = order.get(turn + i).copied().unwrap_or(0).min(i);
-                out[i - back..=i].rotate_right(1);
-            }
-            if turn % 3 == 1
-                && let Some(first) = out.first().cloned()
-            {
-                out.push(first);
-            }
-            turn += 1;
-            for d in out {
-                client.handle_datagram(now, server_addr, &d);
-            }
-            if let Some(r) = client.poll_outcome() {
-                return r.unwrap();
-            }
-            if client.poll_timeout().is_some_and(|t| t <= now) {
-                client.handle_timeout(now);
-            }
-            if server.poll_timeout() <= now {
-                server.handle_timeout(now);
-            }
-            assert!(turn < 10_000, "the call did not finish");
-        }
-    }
-}
+mod tests;
