@@ -77,6 +77,19 @@ pub enum AgentCommand {
     /// answer line each on standard output; exits when standard input
     /// closes.
     Client,
+    /// A replica of the two-phase-commit baseline ([`twopc`]), serving
+    /// until SIGTERM or SIGINT.
+    Twopc {
+        /// This replica's number: 0 or 1.
+        #[arg(long)]
+        replica: usize,
+        /// Service name.
+        #[arg(long)]
+        service: String,
+        /// Data directory (snapshot, log and intention).
+        #[arg(long)]
+        data: PathBuf,
+    },
 }
 
 /// The services: (label, service name, variant, durability, replicas).
@@ -94,6 +107,7 @@ const UPDATE_THREADS: usize = 4;
 const TMP_PAIRS: usize = 50;
 
 pub(crate) mod agent;
+pub mod twopc;
 pub use agent::agent;
 
 // ----- the driver ------------------------------------------------------------
@@ -186,19 +200,21 @@ pub(crate) fn start_dir_service(
         let log = data.join(format!("{service}-r{i}.log"));
         let out = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
         let err = out.try_clone().map_err(|e| e.to_string())?;
-        let child = cluster
-            .command(&node, shoal)?
-            .args([
-                "dir",
-                "serve",
-                "--variant",
-                variant,
-                "--durability",
-                durability,
-            ])
-            .args(["--replica", &i.to_string(), "--replicas", &n.to_string()])
-            .args(["--service", service])
-            .args(extra)
+        let mut command = if variant == "rpc2pc" {
+            // The baseline is a benchmark peer: shoal-bench's agent runs it.
+            let mut c = cluster.command(&node, &crate::bench_exe()?)?;
+            c.args(["agent", "dir", "twopc", "--replica", &i.to_string()])
+                .args(["--service", service]);
+            c
+        } else {
+            let mut c = cluster.command(&node, shoal)?;
+            c.args(["dir", "serve", "--durability", durability])
+                .args(["--replica", &i.to_string(), "--replicas", &n.to_string()])
+                .args(["--service", service])
+                .args(extra);
+            c
+        };
+        let child = command
             .arg("--data")
             .arg(&dir)
             .env("SHOAL_LOG", "info")

@@ -4,16 +4,15 @@
 //! machine and formats).  Replicas ([`replica`]) form a process group and
 //! apply every write in the group's total order (Kaashoek et al.'s group
 //! variant), on the replica shell `shoal-replicasvc` with a durable,
-//! coalescing log ([`store`]); [`twopc`] is the
-//! paper's two-replica RPC baseline with two-phase commit.  Programs use
-//! [`DirClient`].  `docs/directory.md` describes the guarantees and the
+//! coalescing log ([`store`]).  Programs use [`DirClient`].  (The
+//! paper's two-replica RPC baseline with two-phase commit is a benchmark
+//! peer: `shoal_bench::dir::twopc`.)  `docs/directory.md` describes the guarantees and the
 //! on-disk formats.
 
 #![deny(unsafe_code)]
 
 pub mod client;
 pub mod replica;
-pub mod twopc;
 pub mod workload;
 pub mod writes_at;
 

@@ -13,7 +13,6 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use shoal_cap::{Capability, Rights};
 use shoal_dir::DirError;
-use shoal_dirsvc::twopc::{TwoPc, TwoPcConfig};
 use shoal_dirsvc::{ClientError, DirClient, Durability, Replica};
 use shoal_rpc::Context;
 
@@ -123,22 +122,8 @@ pub struct Common {
     pub any_replica: bool,
 }
 
-/// How the replicas of a directory service keep their copies alike.
-#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Variant {
-    /// Writes ordered through a process group (2 or more replicas).
-    Group,
-    /// Two replicas and two-phase commit by RPC, with intentions on disk
-    /// (the 1992 paper's baseline; --replicas 2; --durability, -r and
-    /// --flush-ms do not apply).
-    Rpc2pc,
-}
-
 #[derive(Args)]
 pub struct ServeArgs {
-    /// group or rpc2pc.
-    #[arg(long, value_enum, default_value = "group")]
-    variant: Variant,
     /// Service name (a cluster can run several directory services).
     #[arg(long, default_value = shoal_dirsvc::DEFAULT_SERVICE)]
     service: String,
@@ -501,9 +486,6 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
         ));
     }
     r.check()?;
-    if args.variant == Variant::Rpc2pc {
-        return serve_rpc2pc(args);
-    }
     let ctx = attach()?;
     let mut cfg = shoal_dirsvc::replica::config(r.replica, r.replicas, r.data.clone());
     cfg.service = args.service.clone();
@@ -521,36 +503,6 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
         (
             "in the replica group: serving",
             "out of the replica group: not serving",
-        ),
-    )?;
-    replica.stop();
-    Ok(())
-}
-
-/// `shoal dir serve --variant rpc2pc`.
-fn serve_rpc2pc(args: ServeArgs) -> Result<(), Failure> {
-    let r = args.replica;
-    if r.replicas != 2 {
-        return Err(Failure::failed(
-            "the rpc2pc variant has exactly 2 replicas: pass --replicas 2",
-        ));
-    }
-    let ctx = attach()?;
-    let mut cfg = TwoPcConfig::new(r.replica, r.data);
-    cfg.service = args.service;
-    cfg.snapshot_bytes = r.snapshot_bytes;
-    cfg.threads = r.threads;
-    let replica = TwoPc::start(ctx, cfg).map_err(|e| Failure::failed(e.to_string()))?;
-    eprintln!(
-        "directory replica {} of 2 serving {} (rpc2pc: two-phase commit, intentions on disk)",
-        r.replica,
-        replica.port()
-    );
-    until_signalled(
-        || replica.is_serving(),
-        (
-            "in step with the peer (or alone): serving",
-            "catching up with the peer: not serving",
         ),
     )?;
     replica.stop();

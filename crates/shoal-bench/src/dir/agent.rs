@@ -7,7 +7,50 @@ use super::*;
 pub fn agent(command: AgentCommand) -> Result<(), String> {
     match command {
         AgentCommand::Client => client_agent(),
+        AgentCommand::Twopc {
+            replica,
+            service,
+            data,
+        } => twopc_agent(replica, service, data),
     }
+}
+
+/// Runs replica `replica` of the two-phase-commit baseline until SIGTERM
+/// or SIGINT, then stops it in order.
+fn twopc_agent(replica: usize, service: String, data: PathBuf) -> Result<(), String> {
+    // SAFETY: a signal set on the stack, filled by sigemptyset/sigaddset
+    // before use; blocked here, before any thread starts, so every thread
+    // the replica starts inherits the mask and the signal waits for
+    // `sigwait` below.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SHOAL_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+    let ctx = Context::from_env().map_err(|e| e.to_string())?;
+    let mut cfg = twopc::TwoPcConfig::new(replica, data);
+    cfg.service = service;
+    let r = twopc::TwoPc::start(ctx, cfg).map_err(|e| e.to_string())?;
+    eprintln!(
+        "directory replica {replica} of 2 serving {} (rpc2pc: two-phase commit, intentions on disk)",
+        r.port()
+    );
+    let mut sig = 0;
+    // SAFETY: `set` is initialised above and `sig` is a valid out-pointer.
+    unsafe { libc::sigwait(&set, &mut sig) };
+    r.stop();
+    Ok(())
 }
 
 /// The replica every measuring client is first located at: not the

@@ -1,5 +1,6 @@
-//! The RPC variant (two replicas, two-phase commit) on two in-process
-//! node daemons on loopback: writes at either replica reach both, writes
+//! The directory's two-phase-commit baseline (two replicas; moved here
+//! from `shoal-dirsvc` with the baseline) on two in-process node daemons
+//! on loopback: writes at either replica reach both, writes
 //! at both at once are ordered alike, a stopped replica's peer goes on
 //! alone and the restarted replica copies its state, and both recover
 //! from their disks after both stopped.
@@ -7,10 +8,10 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use shoal_bench::dir::twopc::{TwoPc, TwoPcConfig};
 use shoal_cap::Capability;
 use shoal_dir::{Answer, DirError, Op, Request, Response};
 use shoal_dirsvc::DirClient;
-use shoal_dirsvc::twopc::{TwoPc, TwoPcConfig};
 use shoal_rpc::Context;
 
 const SERVICE: &str = "twopc-test";
