@@ -1,12 +1,16 @@
-//! `cargo xtask demo` and `cargo xtask test`: the two commands of the
-//! README.  Each first installs what it needs from Debian's packages (when
-//! run as root on a machine that lacks them), so both work on a fresh
-//! Debian machine that has only the Rust toolchain.
+//! shoal's own tasks (`cargo xtask --help` lists them): `demo` and `test`,
+//! the two commands of the README, and `sim`, `bench`, `fuzz`, `posix` and
+//! `dist`.  Each first installs what it needs from Debian's packages (when
+//! run as root on a machine that lacks them), so all work on a fresh
+//! Debian machine that has only the Rust toolchain.  The tidy tests
+//! (`tidy.rs`) run with the workspace's own, under `cargo test`.
 
 mod bench;
 mod demo;
 mod dist;
 mod posix;
+#[cfg(test)]
+mod tidy;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -211,8 +215,8 @@ fn test(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// `cargo xtask sim`: every simulation scenario (RPC and group) over many
-/// seeds, in release mode.  A failure prints the seed and how to replay it.
+/// `cargo xtask sim`: every simulation scenario (`shoal-sim`'s tests) over
+/// many seeds, in release mode.  A failure prints the seed and how to replay it.
 fn sim(args: &[String]) -> Result<(), String> {
     let mut seeds = "20000".to_string();
     let mut filter: Option<String> = None;

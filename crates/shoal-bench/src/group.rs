@@ -47,7 +47,7 @@ use bytes::Bytes;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 use shoal_cluster::{Cluster, Mode};
-use shoal_rpc::group::{Group, GroupOptions};
+use shoal_groupsvc::{Group, GroupOptions};
 use shoal_rpc::{Context, GetPort, PutPort, Server};
 
 use crate::agent::{Agent, ClusterGuard, say};
@@ -298,7 +298,7 @@ impl AgentState {
             }
             "inspect" => {
                 let m = self.member(arg(1)?)?;
-                let list = shoal_rpc::group::inspect(&self.ctx, &m.group.port())
+                let list = shoal_groupsvc::inspect(&self.ctx, &m.group.port())
                     .map_err(|e| e.to_string())?;
                 Ok(json!({ "members": list }))
             }

@@ -1,6 +1,6 @@
 //! One replica of a replicated service, group variant.
 //!
-//! Replicas form a process group (`shoal_rpc::group`) with resilience r.
+//! Replicas form a process group (`shoal_groupsvc`) with resilience r.
 //! A write arrives by RPC at any replica, whose handler sends it to the
 //! group ([`Replicated::order`]); every replica applies the group's
 //! messages in order to its [`Machine`] and logs them; the replica that
@@ -33,8 +33,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, RwLock};
 use shoal_cap::PutPort;
+use shoal_groupsvc::{Delivery, Group, GroupError};
 use shoal_replica::{Durability, Machine, Phase, STUCK_AFTER_US, group_tag};
-use shoal_rpc::group::{Delivery, Group, GroupError};
 use shoal_rpc::{Context, Server, Service};
 
 use crate::store::{DiskStats, Store};

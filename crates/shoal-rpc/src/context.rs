@@ -102,7 +102,7 @@ pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 impl ContextConfig {
     /// One request to the local node on the context's link; its refusal
     /// as an error.
-    pub(crate) fn call_node(&self, request: &LinkRequest) -> Result<LinkResponse, Error> {
+    pub fn call_node(&self, request: &LinkRequest) -> Result<LinkResponse, Error> {
         let Some(link) = &self.link else {
             return Err(Error::Node(
                 "this needs a link to the local node (attach with Context::from_env)".into(),

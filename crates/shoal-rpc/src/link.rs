@@ -19,7 +19,7 @@
 //! drain period is over.
 //!
 //! A group's keys do not come from the node: members hand them to each
-//! other over endpoint channels (`group_keys`).  No answer carries a key shared with other users or nodes, so the socket
+//! other over endpoint channels (`shoal_groupsvc::keys`).  No answer carries a key shared with other users or nodes, so the socket
 //! is open to every local user.
 
 use std::io::{BufRead, BufReader, Write};

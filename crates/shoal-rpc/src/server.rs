@@ -414,7 +414,7 @@ impl Server {
     /// Stops serving at once, without a drain: withdraws the port from
     /// locate (by closing the registration's link) and makes
     /// [`Server::getreq`] fail with [`Error::Closed`] within its poll.
-    pub(crate) fn close(&self) {
+    pub fn close(&self) {
         self.shared.closed.store(true, Ordering::Release);
         drop(self.shared.link.lock().take());
     }

@@ -34,7 +34,7 @@ pub fn bind(addr: SocketAddr) -> io::Result<UdpSocket> {
 }
 
 /// SO_RCVBUFFORCE/SO_SNDBUFFORCE: allowed to root, beyond the sysctl caps.
-pub(crate) fn set_force(socket: &Socket, bytes: usize) -> io::Result<()> {
+pub fn set_force(socket: &Socket, bytes: usize) -> io::Result<()> {
     let value = bytes as libc::c_int;
     for opt in [libc::SO_RCVBUFFORCE, libc::SO_SNDBUFFORCE] {
         // SAFETY: a valid fd and a pointer to a c_int of the right size.

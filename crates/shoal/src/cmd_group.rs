@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use parking_lot::Mutex;
-use shoal_rpc::group::{Delivery, Group, GroupError, GroupOptions};
+use shoal_groupsvc::{Delivery, Group, GroupError, GroupOptions};
 use shoal_rpc::{Context, PutPort};
 
 use crate::Failure;
@@ -178,7 +178,7 @@ pub fn run(command: GroupCommand) -> Result<(), Failure> {
         }
         GroupCommand::Info { port, json } => {
             let ctx = attach()?;
-            let answers = shoal_rpc::group::inspect(&ctx, &port).map_err(group_failure)?;
+            let answers = shoal_groupsvc::inspect(&ctx, &port).map_err(group_failure)?;
             if json {
                 println!(
                     "{}",

@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use shoal_cap::PutPort;
+use shoal_groupsvc::{Group, GroupOptions, Status};
 use shoal_replica::{Formation, Machine, PeerStatus, Phase, Stuck, behind, decide, when_stuck};
-use shoal_rpc::group::{Group, GroupOptions, Status};
 use shoal_rpc::{CallOptions, Server};
 
 use super::Replicated;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use shoal_group::{GroupDest, Status};
 
 use super::{Inner, Shared};
-use crate::{clock, socket};
+use shoal_rpc::{clock, socket};
 
 impl Shared {
     /// Sends what the core queued and collects completed sends.

@@ -5,9 +5,9 @@
 //!
 //! ```no_run
 //! use shoal_rpc::Context;
-//! use shoal_rpc::group::{Delivery, Group, GroupOptions};
+//! use shoal_groupsvc::{Delivery, Group, GroupOptions};
 //!
-//! # fn main() -> Result<(), shoal_rpc::group::GroupError> {
+//! # fn main() -> Result<(), shoal_groupsvc::GroupError> {
 //! let ctx = Context::from_env()?;
 //! let group = Group::create(&ctx, GroupOptions { resilience: 1, ..Default::default() })?;
 //! println!("join with {}", group.port());          // give this to the others
@@ -35,8 +35,14 @@
 //! when one enters.  A member that nobody waits on (not the sequencer, not
 //! an acknowledger) takes its datagrams in 1 ms batches.
 //!
+//! The rest of the crate: `keys.rs`, each member's key service (the
+//! group's keys by epoch, a new epoch at every membership change and on a
+//! timer, catch-up of a member that missed one); `seal.rs`, each datagram
+//! sealed under its sender's key; `find.rs`, finding members and
+//! admitting joiners; `member_io.rs`, the member's sockets and threads.
+//!
 //! **Architecture invariant:** an I/O shell; every protocol decision is in
-//! `shoal-group`.
+//! `shoal-group` (the key protocol's, for now, are in `keys.rs`).
 
 use std::collections::HashMap;
 use std::io;
@@ -53,24 +59,28 @@ use shoal_group::{Event, GroupConfig, GroupCore, MemberEntry, MemberId};
 pub use shoal_group::{GroupInfo, SendError, Status};
 use shoal_wire::{ClusterKey, MAX_DATAGRAM, Nonce};
 
-use crate::clock;
-use crate::context::{Context, DEFAULT_SPIN};
-pub use crate::group_find::{Found, inspect, locate};
-use crate::group_find::{admitted, register};
-use crate::group_keys::{Behind, KeyHost, KeyService, Keys, SharedKeys};
-use crate::group_seal::GroupSeal;
-use crate::link::Link;
-use crate::socket;
-use crate::spin::Window;
+pub use crate::find::{Found, inspect, locate};
+use crate::find::{admitted, register};
+use crate::keys::{Behind, KeyHost, KeyService, Keys, SharedKeys};
+use crate::seal::GroupSeal;
+use shoal_rpc::clock;
+use shoal_rpc::link::Link;
+use shoal_rpc::socket;
+use shoal_rpc::spin::Window;
+use shoal_rpc::{Context, DEFAULT_SPIN};
 
+mod find;
+pub mod keys;
 mod member_io;
+mod seal;
+
 use member_io::Active;
 
 /// Why a group call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum GroupError {
     #[error(transparent)]
-    Rpc(#[from] crate::Error),
+    Rpc(#[from] shoal_rpc::Error),
     #[error(
         "no member of group {0} answered (is the group running? was it created on this cluster?)"
     )]
@@ -158,7 +168,7 @@ pub struct GroupOptions {
     pub port: Option<PutPort>,
     /// A new group admits anyone who knows its port, not only programs of
     /// its creator's uid ([`Group::create`] only; see
-    /// [`crate::group_seal::is_open`]).
+    /// [`crate::seal::is_open`]).
     pub open: bool,
     /// Members only on the nodes the service map names as the servers of
     /// this system port (a replicated system service's own: see
@@ -333,7 +343,7 @@ impl Group {
     pub fn create(ctx: &Context, opts: GroupOptions) -> Result<Group, GroupError> {
         let group = opts
             .port
-            .unwrap_or_else(|| crate::group_seal::new_group_port(opts.open));
+            .unwrap_or_else(|| crate::seal::new_group_port(opts.open));
         let (socket, mcast, me) = open_sockets(ctx, &group, &opts)?;
         let cfg = core_config(ctx, &opts);
         let keys = Keys::new(me.id);
@@ -423,7 +433,7 @@ impl Group {
         let seal = GroupSeal::new(keys.epoch, keys.key, &group, core.id());
         core.set_key_epoch(keys.epoch);
         let id = core.id();
-        let key_state: SharedKeys = crate::group_keys::shared(keys);
+        let key_state: SharedKeys = crate::keys::shared(keys);
         let shared = Arc::new(Shared {
             core: Mutex::new(Inner {
                 seal,
@@ -459,7 +469,7 @@ impl Group {
                 key_state,
                 shared.clone() as Arc<dyn KeyHost>,
                 opts.members_serve
-                    .map(|port| crate::served_by::ServedBy::new(ctx, port)),
+                    .map(|port| shoal_rpc::served_by::ServedBy::new(ctx, port)),
             )?),
             None => None,
         };

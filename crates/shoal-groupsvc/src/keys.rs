@@ -33,9 +33,9 @@ use parking_lot::Mutex;
 use shoal_cap::{GetPort, PutPort};
 use shoal_wire::MemberId;
 
-use crate::client::CallOptions;
-use crate::context::Context;
-use crate::group_seal::is_open;
+use crate::seal::is_open;
+use shoal_rpc::CallOptions;
+use shoal_rpc::Context;
 
 /// How often a sequencer draws a new key when the membership is steady:
 /// the longest a member on a revoked node, or one that can no longer be
@@ -84,7 +84,7 @@ impl Keys {
     pub fn new(me: MemberId) -> Keys {
         Keys {
             master: rand::random(),
-            epoch: crate::group_seal::new_epoch(0),
+            epoch: crate::seal::new_epoch(0),
             key: rand::random(),
             members: vec![me.0],
         }
@@ -334,7 +334,10 @@ fn subtle_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
 
 /// A client for `group`'s key services: for an owned group, it believes
 /// only those of this program's uid.
-pub(crate) fn key_client(ctx: &Context, group: &PutPort) -> Result<crate::Client, crate::Error> {
+pub(crate) fn key_client(
+    ctx: &Context,
+    group: &PutPort,
+) -> Result<shoal_rpc::Client, shoal_rpc::Error> {
     let mut client = ctx.client()?;
     if !is_open(group) {
         client.only_uid(Some(ctx.config().uid));
@@ -353,7 +356,7 @@ fn call_options() -> CallOptions {
 /// Asks member `member` of `group` for the group's keys (as a joiner, to
 /// inspect the group, or to catch up), through a [`key_client`].
 pub(crate) fn admit(
-    client: &mut crate::Client,
+    client: &mut shoal_rpc::Client,
     group: &PutPort,
     member: MemberId,
 ) -> Result<Keys, String> {
@@ -374,7 +377,7 @@ pub(crate) fn admit(
 /// The sequencer's side of a rekey: hands `keys` (the next epoch) to each
 /// of its members but itself.  One that does not take it cannot read the
 /// group from the switch on, falls silent and is expelled, or catches up.
-pub(crate) fn push(client: &mut crate::Client, group: &PutPort, me: MemberId, keys: &Keys) {
+pub(crate) fn push(client: &mut shoal_rpc::Client, group: &PutPort, me: MemberId, keys: &Keys) {
     let request = encode_request(&KeyRequest::Rekey {
         epoch: keys.epoch,
         key: keys.key,
@@ -406,7 +409,7 @@ pub(crate) trait KeyHost: Send + Sync + 'static {
     /// Opens epoch `epoch` from now on; with `send`, sends in it too.
     fn take(&self, epoch: u32, key: [u8; 32], send: bool);
     /// Opens epoch `epoch`, not the group's own, for a while (see
-    /// [`crate::group_seal::GroupSeal::add_extra`]).
+    /// [`crate::seal::GroupSeal::add_extra`]).
     fn take_extra(&self, epoch: u32, key: [u8; 32]);
     /// When a datagram came in an epoch this member does not hold.
     fn behind(&self) -> Option<Behind>;
@@ -426,7 +429,7 @@ pub(crate) struct Behind {
 /// A member's key service: its server, a thread answering it, and a
 /// thread that rekeys while the member is the sequencer.
 pub(crate) struct KeyService {
-    server: crate::Server,
+    server: shoal_rpc::Server,
     stop: Arc<std::sync::atomic::AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
@@ -438,8 +441,8 @@ impl KeyService {
         me: MemberId,
         state: SharedKeys,
         host: Arc<dyn KeyHost>,
-        served_by: Option<crate::served_by::ServedBy>,
-    ) -> Result<KeyService, crate::Error> {
+        served_by: Option<shoal_rpc::served_by::ServedBy>,
+    ) -> Result<KeyService, shoal_rpc::Error> {
         use std::sync::atomic::{AtomicBool, Ordering};
         let server = ctx.serve(key_port(&group, me))?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -512,7 +515,7 @@ impl KeyService {
 /// changed since the last or [`REKEY_EVERY`] has passed, hands it to every
 /// other member, and sends in it.
 fn rekey_if_due(
-    client: &mut crate::Client,
+    client: &mut shoal_rpc::Client,
     group: &PutPort,
     state: &SharedKeys,
     host: &dyn KeyHost,
@@ -528,7 +531,7 @@ fn rekey_if_due(
         }
         Keys {
             master: s.keys.master,
-            epoch: crate::group_seal::new_epoch(s.keys.epoch),
+            epoch: crate::seal::new_epoch(s.keys.epoch),
             key: rand::random(),
             members,
         }
@@ -552,7 +555,7 @@ const CATCH_UP_EVERY: Duration = Duration::from_millis(500);
 /// is out).
 fn catch_up(
     ctx: &Context,
-    client: &mut crate::Client,
+    client: &mut shoal_rpc::Client,
     group: &PutPort,
     state: &SharedKeys,
     host: &dyn KeyHost,
@@ -578,7 +581,7 @@ fn catch_up(
     if ask_for(client, group, state, host, want, sequencer, &ask) {
         return;
     }
-    let Ok(found) = crate::group_find::locate(ctx, group) else {
+    let Ok(found) = crate::find::locate(ctx, group) else {
         return;
     };
     let uid = ctx.config().uid;
@@ -592,7 +595,7 @@ fn catch_up(
 
 /// Asks `ask` in turn for epoch `want`; true once one gave it.
 fn ask_for(
-    client: &mut crate::Client,
+    client: &mut shoal_rpc::Client,
     group: &PutPort,
     state: &SharedKeys,
     host: &dyn KeyHost,
@@ -654,7 +657,7 @@ mod tests {
 
     #[test]
     fn a_member_takes_a_new_key_only_under_the_master_and_from_its_uid_if_owned() {
-        let owned = crate::group_seal::new_group_port(false);
+        let owned = crate::seal::new_group_port(false);
         let keys = Keys::new(MemberId(1));
         let state = shared(keys.clone());
         let mut took = Vec::new();
@@ -712,7 +715,7 @@ mod tests {
             (1, vec![1, 2], 1, 3)
         );
         // An open group admits any uid.
-        let open = crate::group_seal::new_group_port(true);
+        let open = crate::seal::new_group_port(true);
         assert!(admits(&open, 1000, 0) && admits(&open, 0, 1001) && !admits(&owned, 0, 1000));
     }
 }

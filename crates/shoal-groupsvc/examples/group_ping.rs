@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant};
 
+use shoal_groupsvc::{Group, GroupOptions};
 use shoal_rpc::Context;
-use shoal_rpc::group::{Group, GroupOptions};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

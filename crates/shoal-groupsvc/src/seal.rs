@@ -6,8 +6,8 @@
 //!
 //! A group's keys are random: the creator draws the first, and the
 //! sequencer a new one whenever the membership changes and every
-//! [`crate::group_keys::REKEY_EVERY`], handing it to each member over an
-//! endpoint channel (`group_keys`).  Each member seals with
+//! [`crate::keys::REKEY_EVERY`], handing it to each member over an
+//! endpoint channel (`keys`).  Each member seals with
 //! `member_key(epoch key, its member id)`; member ids are drawn afresh by
 //! every member that joins, so its counters start at zero.  A member
 //! opens the epochs it holds (the current one, and those before for a

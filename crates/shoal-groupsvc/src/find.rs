@@ -10,12 +10,12 @@ use shoal_cap::PutPort;
 use shoal_group::{MemberEntry, MemberId};
 use shoal_wire::{ClusterKey, Instance, MAX_DATAGRAM, Nonce, Packet};
 
-use crate::context::Context;
-use crate::group::{GroupError, locate_port};
-use crate::group_keys::Keys;
-use crate::group_seal::GroupSeal;
-use crate::link::{Link, LinkRequest, LinkResponse};
-use crate::socket;
+use crate::keys::Keys;
+use crate::seal::GroupSeal;
+use crate::{GroupError, locate_port};
+use shoal_rpc::Context;
+use shoal_rpc::link::{Link, LinkRequest, LinkResponse};
+use shoal_rpc::socket;
 
 /// Registers this member under the group's locate port with the local
 /// node, as instance `me.id` (so a joiner learns the member's id, and so
@@ -37,7 +37,7 @@ pub(crate) fn register(
     match answer {
         LinkResponse::Registered { .. } => Ok(Some(link)),
         other => {
-            Err(crate::Error::Node(format!("unexpected answer to register: {other:?}")).into())
+            Err(shoal_rpc::Error::Node(format!("unexpected answer to register: {other:?}")).into())
         }
     }
 }
@@ -58,7 +58,7 @@ pub fn locate(ctx: &Context, group: &PutPort) -> Result<Vec<Found>, GroupError> 
     let config = ctx.config();
     let client = match config.call_node(&LinkRequest::Client)? {
         LinkResponse::Client { id, .. } => id,
-        _ => return Err(crate::Error::Node("unexpected answer to client".into()).into()),
+        _ => return Err(shoal_rpc::Error::Node("unexpected answer to client".into()).into()),
     };
     let mut found: Vec<Found> = Vec::new();
     for round in 0..4 {
@@ -105,7 +105,7 @@ pub(crate) fn admitted(
     let uid = ctx.config().uid;
     let members: Vec<Found> = found
         .into_iter()
-        .filter(|f| crate::group_keys::admits(group, f.uid, uid))
+        .filter(|f| crate::keys::admits(group, f.uid, uid))
         .collect();
     if members.is_empty() {
         return Err(GroupError::NotAdmitted(
@@ -113,10 +113,10 @@ pub(crate) fn admitted(
             "its members run as another uid, and a group admits only programs of its creator's uid unless created --open".into(),
         ));
     }
-    let mut client = crate::group_keys::key_client(ctx, group)?;
+    let mut client = crate::keys::key_client(ctx, group)?;
     let mut why = String::new();
     for f in &members {
-        match crate::group_keys::admit(&mut client, group, f.member) {
+        match crate::keys::admit(&mut client, group, f.member) {
             Ok(keys) => return Ok((keys, members.iter().map(|f| f.addr).collect())),
             Err(e) => why = e,
         }
