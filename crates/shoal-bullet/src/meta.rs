@@ -12,7 +12,7 @@
 //! generation or a torn one never verifies, and replay stops at the first
 //! record that does not.
 
-use shoal_dir::codec::{DecodeError, Reader, Writer, bad};
+use shoal_cap::codec::{DecodeError, Reader, Writer, bad};
 
 /// First bytes of a metadata file.
 pub const MAGIC: &[u8; 8] = b"SHOALBM1";

@@ -8,7 +8,7 @@
 //! data is on disk).
 
 use shoal_cap::Capability;
-use shoal_dir::codec::{DecodeError, Reader, Writer, bad};
+use shoal_cap::codec::{DecodeError, Reader, Writer, bad};
 
 use crate::model::{FileError, MAX_CHUNK, MAX_MAP, MAX_TOUCH};
 

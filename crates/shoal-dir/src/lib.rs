@@ -23,7 +23,6 @@
 
 #![forbid(unsafe_code)]
 
-pub use shoal_cap::codec;
 pub mod history;
 pub mod log;
 pub mod model;
@@ -31,7 +30,7 @@ pub mod op;
 pub mod replica;
 pub mod state;
 
-pub use codec::DecodeError;
 pub use model::{DirError, Row};
 pub use op::{Answer, Expect, InstallItem, Op, Request, Response};
+pub use shoal_cap::codec::DecodeError;
 pub use state::{Applied, DirState, Directory};

@@ -230,7 +230,7 @@ pub fn recover(
         None => crate::DirState::new(port),
     };
     if state.port() != port {
-        return Err(crate::codec::bad(
+        return Err(shoal_cap::codec::bad(
             "directory snapshot",
             "it belongs to another directory service",
         ));
@@ -246,13 +246,19 @@ pub fn recover(
         };
         let Some(parsed) = parse(bytes) else {
             if older {
-                return Err(crate::codec::bad("directory log", frame::OLDER_LOG_CORRUPT));
+                return Err(shoal_cap::codec::bad(
+                    "directory log",
+                    frame::OLDER_LOG_CORRUPT,
+                ));
             }
             keep.push(Some(0));
             continue;
         };
         if older && parsed.valid_len < bytes.len() {
-            return Err(crate::codec::bad("directory log", frame::OLDER_LOG_CORRUPT));
+            return Err(shoal_cap::codec::bad(
+                "directory log",
+                frame::OLDER_LOG_CORRUPT,
+            ));
         }
         for rec in parsed.records {
             match rec {

@@ -13,8 +13,8 @@
 
 use shoal_cap::{Capability, Rights};
 
-use crate::codec::{DecodeError, Reader, Writer, bad};
 use crate::model::{DirError, MAX_BATCH, MAX_CAPS, MAX_COLUMNS};
+use shoal_cap::codec::{DecodeError, Reader, Writer, bad};
 
 /// What a row must look like for an install item to apply.
 #[derive(Debug, Clone, PartialEq, Eq)]

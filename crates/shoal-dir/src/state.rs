@@ -11,9 +11,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use shoal_cap::{CapError, Capability, ObjectId, ObjectSecret, PutPort, Rights};
 
-use crate::codec::{DecodeError, Reader, Writer, bad};
 use crate::model::*;
 use crate::op::{Answer, Expect, InstallItem, Op, Request, Response};
+use shoal_cap::codec::{DecodeError, Reader, Writer, bad};
 
 /// Most client sessions kept; the least recently used is forgotten first.
 pub const MAX_SESSIONS: usize = 65_536;
