@@ -25,7 +25,7 @@ use shoal_proto::{Dest, Membership, MembershipConfig, Registry, Stats, Time};
 use shoal_rpc::{Context, Server};
 use shoal_session::table::{Config as SessionConfig, Output as SessionOutput};
 use shoal_session::{Algorithm, Sessions};
-use shoal_wire::{ClusterKey, MAX_DATAGRAM, NodeId, Owner, Packet, decode, decode_plain};
+use shoal_wire::{ClusterKey, MAX_DATAGRAM, NodeId, NodeMsg, Owner, Packet, decode, decode_plain};
 
 use crate::config::NodeConfig;
 use crate::load::Sampler;
@@ -514,7 +514,7 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
         // What to seal for other nodes: heartbeats, revocation news; and
         // revocation lists and service maps peers sent.
         let mut heartbeats: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
-        let mut lists: Vec<(u8, Vec<u8>)> = Vec::new();
+        let mut lists: Vec<(NodeMsg, Vec<u8>)> = Vec::new();
         {
             let mut state = shared.state.lock();
             if received.is_ok() {
@@ -558,10 +558,7 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
             state.membership.handle_timeout(now);
             while let Some(t) = state.membership.poll_transmit() {
                 if let Dest::Addr(addr) = t.dest {
-                    let mut m = Vec::with_capacity(1 + t.bytes.len());
-                    m.push(MSG_PACKET);
-                    m.extend_from_slice(&t.bytes);
-                    heartbeats.push((addr, m));
+                    heartbeats.push((addr, NodeMsg::Packet.with(&t.bytes)));
                 }
             }
             if shared.announce.swap(false, Ordering::AcqRel)
@@ -598,7 +595,7 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
             seal(shared, now, &replies, false, &mut out, &mut Vec::new());
         }
         for (kind, signed) in lists {
-            let taken = if kind == MSG_SERVICE_MAP {
+            let taken = if kind == NodeMsg::ServiceMap {
                 crate::service_map::take(shared, &signed)
             } else {
                 crate::revocation::take(shared, &signed)
@@ -613,19 +610,6 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
         }
     }
 }
-
-/// What nodes say to each other inside a session: the first byte says
-/// which.
-const MSG_PACKET: u8 = 0;
-/// "My revocation list has this version" (u64).
-const MSG_REVOCATIONS: u8 = 1;
-/// A signed revocation list, for a peer whose version is older.
-const MSG_REVOCATION_LIST: u8 = 2;
-// 3 and 4: `crate::locate`.
-/// "My service map has this version" (u64).
-const MSG_SERVICES: u8 = 5;
-/// A signed service map, for a peer whose version is older.
-const MSG_SERVICE_MAP: u8 = 6;
 
 /// The node at the other end of a session, as its certificate says.
 struct Peer {
@@ -653,36 +637,36 @@ fn hear(
     peer: &Peer,
     plaintext: &[u8],
     replies: &mut Vec<(SocketAddr, Vec<u8>)>,
-    lists: &mut Vec<(u8, Vec<u8>)>,
+    lists: &mut Vec<(NodeMsg, Vec<u8>)>,
 ) {
     let addr = peer.addr;
-    match plaintext.split_first() {
-        Some((&MSG_PACKET, packet)) => hear_packet(shared, state, now, peer, packet),
-        Some((&MSG_REVOCATIONS, version)) if version.len() == 8 => {
+    match NodeMsg::split(plaintext) {
+        Some((NodeMsg::Packet, packet)) => hear_packet(shared, state, now, peer, packet),
+        Some((NodeMsg::Revocations, version)) if version.len() == 8 => {
             let ours = shared.revocations.lock().clone();
-            let reply = signed_news(version, ours, MSG_REVOCATION_LIST, || {
+            let reply = signed_news(version, ours, NodeMsg::RevocationList, || {
                 revocation_version(shared)
             });
             replies.extend(reply.map(|m| (addr, m)));
         }
-        Some((&MSG_SERVICES, version)) if version.len() == 8 => {
+        Some((NodeMsg::Services, version)) if version.len() == 8 => {
             let ours = (shared.service_map.lock().as_ref()).map(|h| (h.version, h.bytes.clone()));
-            let reply = signed_news(version, ours, MSG_SERVICE_MAP, || {
+            let reply = signed_news(version, ours, NodeMsg::ServiceMap, || {
                 service_map_version(shared)
             });
             replies.extend(reply.map(|m| (addr, m)));
         }
         // Taken once the state lock is released (they write a file).
-        Some((&kind @ (MSG_REVOCATION_LIST | MSG_SERVICE_MAP), signed)) => {
+        Some((kind @ (NodeMsg::RevocationList | NodeMsg::ServiceMap), signed)) => {
             lists.push((kind, signed.to_vec()))
         }
-        Some((&crate::locate::MSG_LOCATE, plain)) => {
+        Some((NodeMsg::Locate, plain)) => {
             state.stats.locates += 1;
             if let Some(answer) = crate::locate::answer(&state.registry, plain) {
                 replies.push((addr, answer));
             }
         }
-        Some((&crate::locate::MSG_HERE, plain)) => {
+        Some((NodeMsg::Here, plain)) => {
             if !crate::locate::heard(shared, peer.node, addr, plain) {
                 state.stats.dropped_stale += 1;
             }
@@ -698,17 +682,13 @@ fn hear(
 fn signed_news(
     theirs: &[u8],
     ours: Option<(u64, Vec<u8>)>,
-    record: u8,
+    record: NodeMsg,
     mine: impl FnOnce() -> Vec<u8>,
 ) -> Option<Vec<u8>> {
     let theirs = u64::from_le_bytes(theirs.try_into().expect("8 bytes"));
     let held = ours.as_ref().map_or(0, |(v, _)| *v);
     match ours {
-        Some((version, bytes)) if theirs < version => {
-            let mut m = vec![record];
-            m.extend_from_slice(&bytes);
-            Some(m)
-        }
+        Some((version, bytes)) if theirs < version => Some(record.with(&bytes)),
         _ => (theirs > held).then(mine),
     }
 }
@@ -716,16 +696,12 @@ fn signed_news(
 /// The message telling a peer which revocation list this node holds.
 fn revocation_version(shared: &Shared) -> Vec<u8> {
     let version = shared.revocations.lock().as_ref().map_or(0, |(v, _)| *v);
-    let mut m = vec![MSG_REVOCATIONS];
-    m.extend_from_slice(&version.to_le_bytes());
-    m
+    NodeMsg::Revocations.with(&version.to_le_bytes())
 }
 
 /// The message telling a peer which service map this node holds.
 fn service_map_version(shared: &Shared) -> Vec<u8> {
-    let mut m = vec![MSG_SERVICES];
-    m.extend_from_slice(&crate::service_map::version(shared).to_le_bytes());
-    m
+    NodeMsg::Services.with(&crate::service_map::version(shared).to_le_bytes())
 }
 
 /// A packet a node sealed in its session.

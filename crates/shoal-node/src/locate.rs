@@ -3,8 +3,8 @@
 //!
 //! A program's client asks its own node over the link where a port is
 //! served.  The node answers from its registry and asks the other nodes in
-//! their node sessions (one `MSG_LOCATE` each, or one to the node named);
-//! each answers with a `MSG_HERE` listing its endpoints, and speaks only
+//! their node sessions (one `NodeMsg::Locate` each, or one to the node named);
+//! each answers with a `NodeMsg::Here` listing its endpoints, and speaks only
 //! for itself.  The node hands the client, with each endpoint, the key of
 //! the channel from this client to it:
 //!
@@ -27,14 +27,11 @@ use shoal_rpc::link::{Answer, Found, Grant, LinkResponse};
 use shoal_session::Root;
 use shoal_session::kdf::{channel_key, server_secret};
 use shoal_session::table::Output;
-use shoal_wire::{ClientId, Here, Instance, Locate, NodeId, Packet, decode_plain, encode_plain};
+use shoal_wire::{
+    ClientId, Here, Instance, Locate, NodeId, NodeMsg, Packet, decode_plain, encode_plain,
+};
 
 use crate::daemon::{Shared, now};
-
-/// In a node session: "who here serves this?" (a plaintext `Locate`).
-pub(crate) const MSG_LOCATE: u8 = 3;
-/// In a node session: the answer (a plaintext `Here`).
-pub(crate) const MSG_HERE: u8 = 4;
 
 /// A client's key is handed out for this much less than its session has
 /// left, so it is replaced while the server's side still opens it.
@@ -98,11 +95,9 @@ pub(crate) fn locate(
             }
             pending.insert(nonce, (uid, Vec::new()));
         }
-        let mut message = vec![MSG_LOCATE];
         let mut plain = Vec::new();
         encode_plain(&Packet::Locate(locate), &mut plain);
-        message.extend_from_slice(&plain);
-        send(shared, &targets, &message);
+        send(shared, &targets, &NodeMsg::Locate.with(&plain));
         let until = Instant::now() + wait;
         let mut pending = shared.locating.lock();
         loop {
@@ -289,9 +284,7 @@ pub(crate) fn answer(registry: &shoal_proto::Registry, plain: &[u8]) -> Option<V
     let here = registry.handle_locate(&l)?;
     let mut plain = Vec::new();
     encode_plain(&Packet::Here(here), &mut plain);
-    let mut message = vec![MSG_HERE];
-    message.extend_from_slice(&plain);
-    Some(message)
+    Some(NodeMsg::Here.with(&plain))
 }
 
 /// A peer's answer to one of this node's locates: kept if a locate waits

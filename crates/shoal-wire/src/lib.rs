@@ -4,7 +4,8 @@
 //! ([`Packet`]).  RPC, locate and heartbeats cross the network as
 //! *plaintexts* ([`encode_plain`], [`decode_plain`]) sealed in endpoint
 //! channels and node sessions by `shoal-session`, which authenticates
-//! them before they are parsed.  Group datagrams (until groups have keys
+//! them before they are parsed; inside a node session a [`NodeMsg`] tag
+//! says what each plaintext is.  Group datagrams (until groups have keys
 //! of their own) start with a 20-byte header instead:
 //!
 //! ```text
@@ -31,6 +32,7 @@ pub mod group;
 mod ids;
 mod key;
 mod load;
+mod node;
 mod packet;
 
 pub use codec::{
@@ -39,6 +41,7 @@ pub use codec::{
 pub use ids::{ClientId, Instance, MemberId, NodeId, Nonce, Seq, TxnId};
 pub use key::ClusterKey;
 pub use load::{DecodeLoadError, LOAD_LEN, Load, Owner};
+pub use node::NodeMsg;
 pub use packet::{
     Ack, AckDir, Endpoint, Fate, Frag, Heartbeat, Here, Locate, MAX_HERE_ENDPOINTS, MAX_MEMBERS,
     MAX_NAME_BYTES, Member, NotHere, Packet, Reply, ReplyStatus, Request, Working,
