@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use shoal_node::service::NodeRequest;
+use shoal_nodesvc::service::NodeRequest;
 use shoal_rpc::link::LinkRequest;
 
 fuzz_target!(|data: &[u8]| {

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use shoal_node::{NodeConfig, NodeConfigFile};
+use shoal_nodesvc::{NodeConfig, NodeConfigFile};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

@@ -43,7 +43,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use shoal_node::{NodeConfigFile, NodeRequest, NodeStatus};
+use shoal_nodesvc::{NodeConfigFile, NodeRequest, NodeStatus};
 use shoal_rpc::{Context, ContextConfig};
 use shoal_wire::ClusterKey;
 
@@ -183,7 +183,7 @@ impl Cluster {
         let key_file = dir.join("cluster.key");
         shoal_rpc::secrets::write(&key_file, format!("{}\n", key.to_hex()).as_bytes())?;
         // The cluster's own admin key admits every node.
-        let admin = shoal_node::identity::Admin::create(&dir.join("admin"))?;
+        let admin = shoal_nodesvc::identity::Admin::create(&dir.join("admin"))?;
         let bridge = (spec.mode == Mode::Netns).then(|| format!("shb-{}", spec.name));
         if let Some(bridge) = &bridge {
             progress(&format!(
@@ -199,10 +199,10 @@ impl Cluster {
             let state_dir = node_dir.join("state");
             owned_dir(&node_dir)?;
             shoal_rpc::secrets::dir(&state_dir, false)?;
-            let public = shoal_node::identity::static_public_key(&state_dir)?;
-            let cert = admin.admit(&name, public, shoal_node::identity::CERT_DAYS)?;
+            let public = shoal_nodesvc::identity::static_public_key(&state_dir)?;
+            let cert = admin.admit(&name, public, shoal_nodesvc::identity::CERT_DAYS)?;
             shoal_rpc::secrets::write(
-                &state_dir.join(shoal_node::identity::NODE_CERT),
+                &state_dir.join(shoal_nodesvc::identity::NODE_CERT),
                 format!("{}\n", hex::encode(cert)).as_bytes(),
             )?;
             let (addr, bind, broadcast, netns, metrics) = match spec.mode {
@@ -257,10 +257,10 @@ impl Cluster {
                 // The nodes share this machine's console and load.
                 owner_detect: Some(false),
                 // Root on one node is root on all: they are one machine.
-                remote_root: Some(shoal_node::RemoteRoot::Allow),
+                remote_root: Some(shoal_nodesvc::RemoteRoot::Allow),
                 socket_group: None,
                 // Tests and benchmarks start servers by hand, as root.
-                system_ports: Some(shoal_node::SystemPorts::Root),
+                system_ports: Some(shoal_nodesvc::SystemPorts::Root),
                 services: None,
             };
             let text = toml::to_string(&config).map_err(|e| e.to_string())?;
@@ -520,7 +520,7 @@ impl Cluster {
         name: &str,
         deadline: Duration,
     ) -> Result<NodeStatus, String> {
-        shoal_node::ask(ctx, name, &NodeRequest::Status, deadline)
+        shoal_nodesvc::ask(ctx, name, &NodeRequest::Status, deadline)
     }
 
     /// Waits until every node answers and sees every other alive.

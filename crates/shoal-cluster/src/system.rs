@@ -23,7 +23,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use shoal_node::{NodeConfigFile, ServiceConfig};
+use shoal_nodesvc::{NodeConfigFile, ServiceConfig};
 
 use crate::Cluster;
 
@@ -206,7 +206,7 @@ impl Cluster {
                 map.push((format!("{peer} {i}"), vec![on(i)]));
             }
         }
-        let admin = shoal_node::identity::Admin::open(&self.dir.join("admin"))?;
+        let admin = shoal_nodesvc::identity::Admin::open(&self.dir.join("admin"))?;
         let bytes = hex::encode(admin.services(&map)?);
         let version = shoal_session::ServiceMap::verify(
             &hex::decode(&bytes).expect("hex"),

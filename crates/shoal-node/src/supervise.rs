@@ -3,7 +3,8 @@
 //! without I/O. The edge forks and execs on [`Action::Spawn`], signals on
 //! [`Action::Signal`], and reports back what happened: [`Supervisor::spawned`],
 //! [`Supervisor::spawn_failed`] and [`Supervisor::exited`]. Time is the
-//! caller's monotonic clock, so the simulator can drive it.
+//! caller's monotonic clock, so the simulator can drive it
+//! (`crates/shoal-sim/src/supervise.rs`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -351,5 +352,4 @@ impl Supervisor {
 }
 
 #[cfg(test)]
-#[path = "supervise_tests.rs"]
 mod tests;

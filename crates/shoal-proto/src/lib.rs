@@ -7,7 +7,7 @@
 //! for the application).  No core reads a clock, opens a socket or draws
 //! randomness: time is an argument ([`Time`]), identifiers are given at
 //! construction.  The same code therefore runs inside the node daemon and
-//! the RPC library (`shoal-rpc`, `shoal-node`) and inside the deterministic
+//! the RPC library (`shoal-rpc`, `shoal-nodesvc`) and inside the deterministic
 //! simulator (`shoal-sim`), where a seed fixes every event.
 //!
 //! ```text

@@ -43,6 +43,7 @@ pub mod manage;
 mod net;
 mod seal;
 mod sim;
+pub mod supervise;
 mod timeline;
 
 pub use bullet::{BulletReport, BulletSim, BulletSimConfig};
@@ -53,6 +54,7 @@ pub use group::{GroupReport, GroupSim, GroupSimConfig};
 pub use manage::{ManageReport, ManageSim, ManageSimConfig};
 pub use net::Faults;
 pub use sim::{Outcome, Report, Sim, SimConfig};
+pub use supervise::{SuperviseReport, SuperviseSim, SuperviseSimConfig};
 
 /// The seeds a test runs: `SHOAL_SIM_SEED=S` alone, else `0..N` with
 /// `N` from `SHOAL_SIM_SEEDS` (default 64).

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use shoal_node::{Daemon, NodeConfig};
+use shoal_nodesvc::{Daemon, NodeConfig};
 use shoal_rpc::Context;
 use shoal_wire::ClusterKey;
 
@@ -43,14 +43,15 @@ impl Nodes {
         let addrs: Vec<SocketAddr> = (0..n)
             .map(|_| SocketAddr::from(([127, 0, 0, 1], free_port())))
             .collect();
-        let admin =
-            shoal_node::identity::Admin::create(&dir.path().join("admin")).expect("an admin key");
+        let admin = shoal_nodesvc::identity::Admin::create(&dir.path().join("admin"))
+            .expect("an admin key");
         let mut daemons = Vec::new();
         let mut ctx = Vec::new();
         for i in 0..n {
             let name = format!("n{}", i + 1);
             let state_dir = dir.path().join(&name);
-            let public = shoal_node::identity::static_public_key(&state_dir).expect("a node key");
+            let public =
+                shoal_nodesvc::identity::static_public_key(&state_dir).expect("a node key");
             let cert = admin.admit(&name, public, 1).expect("a certificate");
             let cert_file = state_dir.join("node.cert");
             std::fs::write(&cert_file, hex::encode(cert)).expect("write the certificate");
@@ -69,9 +70,9 @@ impl Nodes {
                 metrics: None,
                 frag_bytes: 60_000,
                 owner_detect: false,
-                remote_root: shoal_node::RemoteRoot::Allow,
+                remote_root: shoal_nodesvc::RemoteRoot::Allow,
                 socket_group: None,
-                system_ports: shoal_node::SystemPorts::Root,
+                system_ports: shoal_nodesvc::SystemPorts::Root,
                 services: Vec::new(),
             };
             let socket = config.socket.clone();

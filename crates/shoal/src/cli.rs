@@ -243,7 +243,7 @@ fn bench(args: BenchArgs) -> Result<(), Failure> {
 }
 
 fn run_node(args: NodeArgs) -> Result<(), Failure> {
-    use shoal_node::{NodeConfig, NodeConfigFile};
+    use shoal_nodesvc::{NodeConfig, NodeConfigFile};
     if let Some(NodeCommand::Owner { state }) = args.command {
         let ctx = shoal_rpc::Context::from_env()
             .map_err(|e| Failure::unreachable(format!("no node to tell: {e}")))?;
@@ -303,7 +303,7 @@ fn run_node(args: NodeArgs) -> Result<(), Failure> {
         };
         println!(
             "{}",
-            hex::encode(shoal_node::identity::static_public_key(&dir)?)
+            hex::encode(shoal_nodesvc::identity::static_public_key(&dir)?)
         );
         return Ok(());
     }
@@ -339,10 +339,10 @@ fn run_node(args: NodeArgs) -> Result<(), Failure> {
     };
     let config = NodeConfig::resolve(file.merge(flags))?;
     let path = args.config.clone();
-    shoal_node::run(config, move || match &path {
+    shoal_nodesvc::run(config, move || match &path {
         Some(path) => {
             let services = NodeConfigFile::load(path)?.services.unwrap_or_default();
-            shoal_node::check_services(&services)?;
+            shoal_nodesvc::check_services(&services)?;
             Ok(services)
         }
         None => Ok(Vec::new()),

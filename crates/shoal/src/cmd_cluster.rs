@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use shoal_cluster::{Cluster, Mode, Spec};
-use shoal_node::identity::Admin;
+use shoal_nodesvc::identity::Admin;
 
 use crate::Failure;
 
@@ -107,7 +107,7 @@ pub enum ClusterCommand {
         /// The node's static public key, 64 hex digits.
         key: String,
         /// Days the certificate is valid.
-        #[arg(long, default_value_t = shoal_node::identity::CERT_DAYS)]
+        #[arg(long, default_value_t = shoal_nodesvc::identity::CERT_DAYS)]
         days: u64,
         /// The node's address (IP:PORT): with --seed, print the whole
         /// `shoal node join` command to run on it instead of the

@@ -91,7 +91,7 @@ fn fresh(force: bool) -> Result<(), Failure> {
 /// This user's login name (or uid).
 fn whoami() -> String {
     // SAFETY: getuid cannot fail.
-    shoal_node::account::user_name(unsafe { libc::getuid() })
+    shoal_nodesvc::account::user_name(unsafe { libc::getuid() })
 }
 
 /// Saves a given root, once the directory service has listed it.
@@ -127,7 +127,7 @@ fn for_user(name: &str, force: bool) -> Result<(), Failure> {
             "only root makes roots for other users; run `shoal init` for your own",
         ));
     }
-    let who = shoal_node::account::by_name(name)
+    let who = shoal_nodesvc::account::by_name(name)
         .ok_or_else(|| Failure::usage(format!("no user named {name}")))?;
     let admin = crate::cmd_dir::load_root(&crate::cmd_dir::Common::default())?;
     let ctx = attach()?;
@@ -192,7 +192,7 @@ fn for_user(name: &str, force: bool) -> Result<(), Failure> {
 
 /// Saves `root` as the user's, by running `shoal init --set -` as them.
 fn save_as(
-    who: &shoal_node::account::Passwd,
+    who: &shoal_nodesvc::account::Passwd,
     root: &Capability,
     force: bool,
 ) -> Result<(), Failure> {

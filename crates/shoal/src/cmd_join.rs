@@ -9,7 +9,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use shoal_node::{NodeConfig, NodeConfigFile};
+use shoal_nodesvc::{NodeConfig, NodeConfigFile};
 
 use crate::Failure;
 
@@ -74,17 +74,17 @@ pub fn join(args: JoinArgs) -> Result<(), Failure> {
     let config = NodeConfig::resolve(file.clone()).map_err(Failure::usage)?;
     // The node's key is made here if `shoal node key` did not make it.
     shoal_rpc::secrets::dir(&state_dir, false)?;
-    shoal_node::identity::static_public_key(&state_dir)?;
+    shoal_nodesvc::identity::static_public_key(&state_dir)?;
     let cert_text = format!("{}\n", hex::encode(&cert));
     let staged = state_dir.join("node.cert.new");
     shoal_rpc::secrets::write(&staged, cert_text.as_bytes())?;
-    let checked = shoal_node::identity::load(
+    let checked = shoal_nodesvc::identity::load(
         &config.name,
         &state_dir,
         &staged,
         config.cluster,
         config.admin,
-        shoal_node::identity::wall(),
+        shoal_nodesvc::identity::wall(),
     );
     if let Err(e) = checked {
         let _ = std::fs::remove_file(&staged);

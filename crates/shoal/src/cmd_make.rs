@@ -31,8 +31,8 @@ use std::time::Duration;
 
 use clap::Args;
 use parking_lot::Mutex;
-use shoal_node::NodeStatus;
-use shoal_node::fdpass::{self, frame};
+use shoal_nodesvc::NodeStatus;
+use shoal_nodesvc::fdpass::{self, frame};
 use shoal_pool::ProcId;
 use shoal_pool::exec::{Ended, ExecReply, ExecRequest, LineEnded, StartSpec};
 use shoal_rpc::{Client, Context, HomeLink};
@@ -498,7 +498,7 @@ impl Lines {
     /// both; any other goes to make, which passes it on to its lines'
     /// shells and ends as it would.
     fn follow_signals(self: &Arc<Self>, make: libc::pid_t) -> Result<(), Failure> {
-        let mut wanted = shoal_node::settings::FORWARDED.to_vec();
+        let mut wanted = shoal_nodesvc::settings::FORWARDED.to_vec();
         wanted.extend([libc::SIGTSTP, libc::SIGCONT]);
         let mut signals = signal_hook::iterator::Signals::new(wanted)
             .map_err(|e| Failure::failed(format!("cannot handle signals: {e}")))?;

@@ -8,7 +8,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use clap::Args;
-use shoal_node::{MemberStatus, NodeRequest, NodeStatus, ProcAnswer, RunningProc, ask};
+use shoal_nodesvc::{MemberStatus, NodeRequest, NodeStatus, ProcAnswer, RunningProc, ask};
 use shoal_pool::ProcId;
 use shoal_rpc::Context;
 use shoal_rpc::link::ProcEnd;
@@ -119,7 +119,7 @@ pub fn ps(args: PsArgs) -> Result<(), Failure> {
             id: readable(&p.id, Some(&home)),
             home,
             node: p.node,
-            user: shoal_node::account::user_name(p.uid),
+            user: shoal_nodesvc::account::user_name(p.uid),
             state,
             cpu_s: here.as_ref().map(|r| r.cpu_s),
             rss_kib: here.as_ref().map(|r| r.rss_kib),

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use clap::Args;
 use parking_lot::Mutex;
-use shoal_node::settings::{FORWARDED, end_as};
+use shoal_nodesvc::settings::{FORWARDED, end_as};
 use shoal_pool::ProcId;
 use shoal_pool::exec::{Ended, ExecReply, ExecRequest, StartSpec, WinSize};
 use shoal_rpc::link::ProcEnd;
@@ -470,7 +470,7 @@ fn start_helpers(ctx: &Context, shared: &Arc<Shared>) -> Result<(), String> {
 }
 
 pub fn exec_port(ctx: &Context, node: &str) -> PutPort {
-    shoal_node::exec::exec_port(&ctx.config().cluster, node).put_port()
+    shoal_nodesvc::exec::exec_port(&ctx.config().cluster, node).put_port()
 }
 
 /// What the program runs with: this process's own settings.
@@ -478,7 +478,7 @@ fn start_spec(args: &RunArgs) -> Result<StartSpec, String> {
     let tty = args
         .tty
         .then(|| Terminal::size().unwrap_or(WinSize { rows: 24, cols: 80 }));
-    shoal_node::settings::start_spec(args.command.clone(), tty)
+    shoal_nodesvc::settings::start_spec(args.command.clone(), tty)
 }
 
 pub fn signal(id: ProcId, signal: i32) -> ExecRequest {

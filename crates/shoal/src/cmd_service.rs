@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
-use shoal_node::{NodeRequest, ServiceAction, ServiceAnswer, ServiceStatus, ask};
+use shoal_nodesvc::{NodeRequest, ServiceAction, ServiceAnswer, ServiceStatus, ask};
 use shoal_rpc::Context;
 
 use crate::Failure;
@@ -102,7 +102,7 @@ struct Row {
 fn ls(args: LsArgs) -> Result<(), Failure> {
     let (ctx, name) = crate::cmd_status::attach(args.target.dir, args.target.node)?;
     let nodes = if args.all {
-        let status: shoal_node::NodeStatus = ask(&ctx, &name, &NodeRequest::Status, DEADLINE)
+        let status: shoal_nodesvc::NodeStatus = ask(&ctx, &name, &NodeRequest::Status, DEADLINE)
             .map_err(|e| Failure::unreachable(format!("{name} is unreachable: {e}")))?;
         let mut names: Vec<String> = status
             .members

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 use shoal_cluster::Cluster;
-use shoal_node::NodeStatus;
+use shoal_nodesvc::NodeStatus;
 
 use crate::Failure;
 
@@ -35,7 +35,7 @@ pub fn run(args: StatusArgs) -> Result<(), Failure> {
     let deadline = Duration::from_millis(args.deadline_ms);
     let (ctx, name) = attach(args.dir, args.node)?;
     let status: NodeStatus =
-        shoal_node::ask(&ctx, &name, &shoal_node::NodeRequest::Status, deadline)
+        shoal_nodesvc::ask(&ctx, &name, &shoal_nodesvc::NodeRequest::Status, deadline)
             .map_err(|e| Failure::unreachable(format!("{name} is unreachable: {e}")))?;
     if args.json {
         println!(

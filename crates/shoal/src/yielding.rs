@@ -39,7 +39,7 @@ pub fn may_yield() -> Result<(), String> {
     let me = std::process::id();
     let mut procs = Vec::new();
     // state ppid pgrp session tty_nr ...
-    shoal_node::procfs::each_process(|pid, f| {
+    shoal_nodesvc::procfs::each_process(|pid, f| {
         let field = |i: usize| f[i].parse::<i64>().ok();
         if let (Ok(pid), Some(ppid), Some(session), Some(tty)) =
             (u32::try_from(pid), field(1), field(3), field(4))
@@ -125,7 +125,7 @@ fn cpu_cgroup_is_root(cgroups: &str, controllers: impl Fn(&str) -> String) -> Re
 }
 
 /// What `/proc/PID/stat` says of a process's place among sessions
-/// (`shoal_node::procfs::each_process`).
+/// (`shoal_nodesvc::procfs::each_process`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Stat {
     pid: u32,

@@ -79,7 +79,7 @@ fn a_link_whose_process_ended_cannot_pass_for_the_service_that_took_its_pid() {
     // is told to hand out the pid three forks on; tried until it does.
     let mark = format!("shoal-m8-{:016x}", rand::random::<u64>());
     let mut holder =
-        shoal_node::ServiceConfig::new("holder", &["sh", "-c", &format!("sleep 600; : {mark}")]);
+        shoal_nodesvc::ServiceConfig::new("holder", &["sh", "-c", &format!("sleep 600; : {mark}")]);
     holder.system = true;
     let mut took = false;
     for _ in 0..40 {

@@ -681,7 +681,7 @@ fn a_revoked_node_is_cut_off_and_the_list_spreads() {
     let c = t.get();
     let ctx = c.context();
     c.wait_ready(Duration::from_secs(10), &mut |_| {}).unwrap();
-    let admin = shoal_node::identity::Admin::open(&c.dir().join("admin")).unwrap();
+    let admin = shoal_nodesvc::identity::Admin::open(&c.dir().join("admin")).unwrap();
     let list = hex::encode(admin.revoke("n3").unwrap());
     let revoke = |node: &str| {
         c.command(node, common::shoal())
@@ -709,7 +709,7 @@ fn a_revoked_node_is_cut_off_and_the_list_spreads() {
         let n2 = c.status(&ctx, "n2", Duration::from_secs(2)).unwrap();
         let n1 = c.status(&ctx, "n1", Duration::from_secs(2)).unwrap();
         let sees_n3 =
-            |s: &shoal_node::NodeStatus| s.members.iter().any(|m| m.name == "n3" && m.alive);
+            |s: &shoal_nodesvc::NodeStatus| s.members.iter().any(|m| m.name == "n3" && m.alive);
         let sees_each_other = n1.members.iter().any(|m| m.name == "n2" && m.alive)
             && n2.members.iter().any(|m| m.name == "n1" && m.alive);
         if n2.revocations == 1 && !sees_n3(&n1) && !sees_n3(&n2) && sees_each_other {

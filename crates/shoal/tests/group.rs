@@ -636,7 +636,7 @@ fn the_group_key_moves_on_without_leavers_and_revoked_nodes() {
     let second = one_epoch(c, &port, 3, Some(first));
 
     // n3 is revoked: its member is left behind by the next key.
-    let admin = shoal_node::identity::Admin::open(&c.dir().join("admin")).unwrap();
+    let admin = shoal_nodesvc::identity::Admin::open(&c.dir().join("admin")).unwrap();
     let list = hex::encode(admin.revoke("n3").unwrap());
     let out = c
         .command("n1", shoal())

@@ -16,7 +16,7 @@ mod common;
 
 use common::{TestCluster, shoal};
 use shoal_cluster::{Cluster, Mode};
-use shoal_node::NodeConfigFile;
+use shoal_nodesvc::NodeConfigFile;
 
 /// One installed host: its install root, its daemon.
 struct Host {
@@ -283,7 +283,7 @@ fn the_package_installs_on_three_hosts_that_form_a_cluster() {
     // ExecReload: SIGHUP), seen from n1.
     let config = hosts[1].path("/etc/shoal/node.toml");
     let mut file = NodeConfigFile::load(&config).unwrap();
-    file.services = Some(vec![shoal_node::ServiceConfig::new(
+    file.services = Some(vec![shoal_nodesvc::ServiceConfig::new(
         "sleeper",
         &["sleep", "1000"],
     )]);

@@ -385,7 +385,7 @@ fn only_services_configured_system_serve_system_ports() {
     common::open_path_to(data.path());
     let shoal = shoal();
     let replica = |i: u32, system: bool| {
-        let mut s = shoal_node::ServiceConfig::new(
+        let mut s = shoal_nodesvc::ServiceConfig::new(
             &format!("dir-r{i}"),
             &[
                 shoal.to_str().unwrap(),
@@ -405,7 +405,7 @@ fn only_services_configured_system_serve_system_ports() {
         s
     };
     let node = c.node("n1").unwrap();
-    let mut config = shoal_node::NodeConfigFile::load(&node.config).unwrap();
+    let mut config = shoal_nodesvc::NodeConfigFile::load(&node.config).unwrap();
     config.system_ports = None;
     config.remote_root = None;
     config.services = Some(vec![replica(0, true), replica(1, false)]);

@@ -854,11 +854,11 @@ fn may_control(shared: &Shared, caller: shoal_rpc::Caller) -> Result<(), String>
     })
 }
 
-fn command_of(action: ServiceAction) -> crate::supervise::Command {
+fn command_of(action: ServiceAction) -> shoal_node::supervise::Command {
     match action {
-        ServiceAction::Start => crate::supervise::Command::Start,
-        ServiceAction::Stop => crate::supervise::Command::Stop,
-        ServiceAction::Restart => crate::supervise::Command::Restart,
+        ServiceAction::Start => shoal_node::supervise::Command::Start,
+        ServiceAction::Stop => shoal_node::supervise::Command::Stop,
+        ServiceAction::Restart => shoal_node::supervise::Command::Restart,
     }
 }
 

@@ -1,5 +1,5 @@
 //! The supervisor's edge (`docs/services.md`): it does what
-//! [`crate::supervise::Supervisor`] says with real processes.
+//! [`shoal_node::supervise::Supervisor`] says with real processes.
 //!
 //! - The `supervise` thread ticks the core (back-offs ending, stop
 //!   timeouts expiring) and performs its actions: a spawn goes through
@@ -28,7 +28,7 @@ use crate::config::ServiceConfig;
 use crate::service::ServiceStatus;
 use crate::service_log::Log;
 use crate::spawn::{Change, Io, Spawned, Spawner};
-use crate::supervise::{Action, Command, Exit, Sig, State, Supervisor};
+use shoal_node::supervise::{Action, Command, Exit, Sig, State, Supervisor};
 
 /// Longest the `supervise` thread sleeps before it looks at the stop flag.
 const POLL: Duration = Duration::from_millis(200);

@@ -92,7 +92,7 @@ pub struct ServiceConfig {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
     #[serde(default)]
-    pub restart: crate::supervise::Restart,
+    pub restart: shoal_node::supervise::Restart,
     /// Seconds between SIGTERM and SIGKILL when it is stopped.
     #[serde(default = "default_stop_timeout")]
     pub stop_timeout_s: u64,
@@ -134,8 +134,8 @@ impl ServiceConfig {
     }
 
     /// The supervisor's policy for it.
-    pub fn policy(&self) -> crate::supervise::Policy {
-        crate::supervise::Policy {
+    pub fn policy(&self) -> shoal_node::supervise::Policy {
+        shoal_node::supervise::Policy {
             restart: self.restart,
             stop_timeout: std::time::Duration::from_secs(self.stop_timeout_s),
         }
@@ -406,7 +406,10 @@ mod tests {
         .unwrap();
         let services = file.services.unwrap();
         assert_eq!(services.len(), 2);
-        assert_eq!(services[0].restart, crate::supervise::Restart::OnFailure);
+        assert_eq!(
+            services[0].restart,
+            shoal_node::supervise::Restart::OnFailure
+        );
         assert!(services[0].system && !services[1].system);
         assert_eq!(services[1].stop_timeout_s, 10);
         check_services(&services).unwrap();
