@@ -4,11 +4,14 @@
 //! (`shoal-sim`) with simulated ones.
 //!
 //! - [`supervise`]: when to start a node's services, when to signal them,
-//!   and how long to wait after a crash.
+//!   and how long to wait after a crash;
+//! - [`gossip`]: what nodes tell each other of the signed records they
+//!   hold (the revocation list, the service map), and when.
 //!
 //! **Architecture invariant:** no processes, files, sockets or clocks:
 //! time comes in as arguments.
 
 #![forbid(unsafe_code)]
 
+pub mod gossip;
 pub mod supervise;

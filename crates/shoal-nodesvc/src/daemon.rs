@@ -21,6 +21,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
+use shoal_node::gossip;
 use shoal_proto::{Dest, Membership, MembershipConfig, Registry, Stats, Time};
 use shoal_rpc::{Context, Server};
 use shoal_session::table::{Config as SessionConfig, Output as SessionOutput};
@@ -40,8 +41,6 @@ const POLL: Duration = Duration::from_millis(50);
 const LOAD_EVERY: Duration = Duration::from_millis(500);
 /// Threads serving the exec service (a write to a full pipe holds one).
 const EXEC_THREADS: usize = 4;
-/// How often each peer is told this node's revocation list version.
-const ANNOUNCE_EVERY: Duration = Duration::from_secs(5);
 /// Threads serving the node service (a `wait` holds one up to 2 s).
 const SERVICE_THREADS: usize = 4;
 
@@ -465,7 +464,7 @@ pub fn run(
 
 fn net_loop(shared: &Shared, socket: &UdpSocket) {
     let mut buf = vec![0u8; MAX_DATAGRAM];
-    let mut last_announce: Option<Time> = None;
+    let mut announcer = gossip::Announcer::new();
     while !shared.stop.load(Ordering::Acquire) {
         let timeout = {
             let state = shared.state.lock();
@@ -561,10 +560,10 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
                     heartbeats.push((addr, NodeMsg::Packet.with(&t.bytes)));
                 }
             }
-            if shared.announce.swap(false, Ordering::AcqRel)
-                || last_announce.is_none_or(|t| now.saturating_since(t) >= ANNOUNCE_EVERY)
-            {
-                last_announce = Some(now);
+            if shared.announce.swap(false, Ordering::AcqRel) {
+                announcer.soon();
+            }
+            if announcer.poll(Duration::from_micros(now.as_micros())) {
                 let news = [revocation_version(shared), service_map_version(shared)];
                 for member in state.membership.view(now).iter().skip(1) {
                     for m in &news {
@@ -676,9 +675,8 @@ fn hear(
 }
 
 /// The answer to a peer that holds version `theirs` (8 bytes) of a
-/// signed record of which this node holds `ours`: the record (tagged
-/// `record`) if theirs is older, this node's version (`mine`) if ours is,
-/// which brings theirs; nothing if they are the same.
+/// signed record of which this node holds `ours` (`gossip::answer`): the
+/// record (tagged `record`), or this node's version (`mine`), or nothing.
 fn signed_news(
     theirs: &[u8],
     ours: Option<(u64, Vec<u8>)>,
@@ -686,10 +684,9 @@ fn signed_news(
     mine: impl FnOnce() -> Vec<u8>,
 ) -> Option<Vec<u8>> {
     let theirs = u64::from_le_bytes(theirs.try_into().expect("8 bytes"));
-    let held = ours.as_ref().map_or(0, |(v, _)| *v);
-    match ours {
-        Some((version, bytes)) if theirs < version => Some(record.with(&bytes)),
-        _ => (theirs > held).then(mine),
+    match gossip::answer(theirs, ours.as_ref().map(|(v, b)| (*v, &b[..])))? {
+        gossip::Answer::Record(bytes) => Some(record.with(bytes)),
+        gossip::Answer::OurVersion => Some(mine()),
     }
 }
 

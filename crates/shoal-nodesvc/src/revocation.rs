@@ -23,7 +23,7 @@ pub(crate) fn take(shared: &Shared, bytes: &[u8]) -> Result<(), String> {
     // Lock order: `revocations`, then `sessions`.
     let mut held = shared.revocations.lock();
     let version = held.as_ref().map_or(0, |(v, _)| *v);
-    if list.version <= version {
+    if !shoal_node::gossip::newer(Some(version), list.version) {
         return Err(format!(
             "this node holds revocation list version {version} already (given {})",
             list.version

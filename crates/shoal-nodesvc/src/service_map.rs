@@ -76,7 +76,7 @@ pub(crate) fn take(shared: &Shared, bytes: &[u8]) -> Result<(), String> {
         .map_err(|e| format!("not a service map of this cluster: {e}"))?;
     let mut held = shared.service_map.lock();
     let version = held.as_ref().map_or(0, |h| h.version);
-    if map.version <= version {
+    if !shoal_node::gossip::newer(Some(version), map.version) {
         return Err(format!(
             "this node holds service map version {version} already (given {})",
             map.version

@@ -37,6 +37,7 @@ pub mod bullet;
 pub mod dir;
 pub mod fs;
 pub mod fs_private;
+pub mod gossip;
 mod group;
 pub mod linearize;
 pub mod manage;
@@ -50,6 +51,7 @@ pub use bullet::{BulletReport, BulletSim, BulletSimConfig};
 pub use dir::{DirReport, DirSim, DirSimConfig};
 pub use fs::{FsReport, FsSim, FsSimConfig};
 pub use fs_private::{PrivateReport, PrivateSim, PrivateSimConfig};
+pub use gossip::{GossipReport, GossipSim, GossipSimConfig};
 pub use group::{GroupReport, GroupSim, GroupSimConfig};
 pub use manage::{ManageReport, ManageSim, ManageSimConfig};
 pub use net::Faults;
@@ -85,4 +87,48 @@ pub fn seeds_and(regressions: &[u64]) -> Vec<u64> {
         );
     }
     all
+}
+
+/// What one seed's run gives [`check_seeds`]: counters to add up over the
+/// seeds, and the promises it saw broken.
+pub struct SeedRun {
+    pub counts: Vec<(&'static str, u64)>,
+    pub violations: Vec<String>,
+}
+
+/// Runs `run` for every seed, prints the counters' sums, and fails if any
+/// counter stayed at zero over all the seeds (the scenario checked
+/// nothing) or if a seed broke a promise, naming the first such seed and
+/// how to replay it.
+pub fn check_seeds(name: &str, seeds: Vec<u64>, mut run: impl FnMut(u64) -> SeedRun) {
+    let n = seeds.len();
+    let mut totals: Vec<(&'static str, u64)> = Vec::new();
+    let mut failed = Vec::new();
+    for seed in seeds {
+        let r = run(seed);
+        for (what, count) in r.counts {
+            match totals.iter_mut().find(|t| t.0 == what) {
+                Some(t) => t.1 += count,
+                None => totals.push((what, count)),
+            }
+        }
+        if !r.violations.is_empty() {
+            failed.push((seed, r.violations));
+        }
+    }
+    let sums: Vec<String> = totals.iter().map(|(w, c)| format!("{c} {w}")).collect();
+    let sums = sums.join(", ");
+    eprintln!("{name}: {n} seeds, {sums}");
+    assert!(
+        totals.iter().all(|t| t.1 > 0),
+        "{name}: the run checked nothing ({sums})"
+    );
+    assert!(
+        failed.is_empty(),
+        "{name}: {} seeds failed; first: seed {} {:?} (replay: SHOAL_SIM_SEED={})",
+        failed.len(),
+        failed[0].0,
+        failed[0].1,
+        failed[0].0
+    );
 }

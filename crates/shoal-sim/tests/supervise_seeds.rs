@@ -6,39 +6,22 @@
 //! stop.  `SHOAL_SIM_SEEDS=N` runs more seeds; `SHOAL_SIM_SEED=S` replays
 //! one.
 
-use shoal_sim::{SuperviseSim, SuperviseSimConfig, seeds};
+use shoal_sim::{SeedRun, SuperviseSim, SuperviseSimConfig, check_seeds, seeds};
 
 fn run(name: &str, cfg: SuperviseSimConfig) {
-    let mut failed = Vec::new();
-    let (mut spawns, mut crashes, mut backoffs, mut kills, mut commands) = (0, 0, 0, 0, 0);
-    let all = seeds();
-    let n = all.len();
-    for seed in all {
-        let report = SuperviseSim::new(seed, cfg.clone()).run();
-        spawns += report.spawns;
-        crashes += report.crashes;
-        backoffs += report.backoffs;
-        kills += report.kills;
-        commands += report.commands;
-        if !report.violations.is_empty() {
-            failed.push((seed, report.violations));
+    check_seeds(name, seeds(), |seed| {
+        let r = SuperviseSim::new(seed, cfg.clone()).run();
+        SeedRun {
+            counts: vec![
+                ("spawns", r.spawns),
+                ("crashes", r.crashes),
+                ("back-offs", r.backoffs),
+                ("SIGKILLs", r.kills),
+                ("commands", r.commands),
+            ],
+            violations: r.violations,
         }
-    }
-    eprintln!(
-        "{name}: {n} seeds, {spawns} spawns, {crashes} crashes, {backoffs} back-offs, {kills} SIGKILLs, {commands} commands"
-    );
-    assert!(
-        spawns > 0 && crashes > 0 && backoffs > 0 && kills > 0 && commands > 0,
-        "{name}: the run checked nothing"
-    );
-    assert!(
-        failed.is_empty(),
-        "{name}: {} seeds failed; first: seed {} {:?} (replay: SHOAL_SIM_SEED={})",
-        failed.len(),
-        failed[0].0,
-        failed[0].1,
-        failed[0].0
-    );
+    });
 }
 
 #[test]
