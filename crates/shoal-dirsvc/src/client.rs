@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 use shoal_cap::{Capability, PutPort, Rights};
 use shoal_dir::op::FLAG_LINEARIZABLE;
 use shoal_dir::{Answer, DirError, Expect, InstallItem, Op, Request, Response};
-use shoal_rpc::{CallOptions, Client, Context};
+use shoal_replicasvc::client::{self, Tries, Verdict};
+use shoal_rpc::{Client, Context};
 
 /// Why a directory call failed.
 #[derive(Debug, thiserror::Error)]
@@ -137,40 +138,46 @@ impl DirClient {
             op,
         };
         let body = req.encode();
-        let deadline = Instant::now() + self.retry_for;
+        let tries = Tries {
+            patience: self.retry_for,
+            each: Duration::from_secs(5),
+            each_within_patience: true,
+            pause: Duration::from_millis(20),
+        };
+        let (seen, aimed) = (&mut self.seen, &mut self.aimed);
         let mut behind: Option<(u64, u64)> = None;
-        let mut last = String::new();
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                if let Some((have, want)) = behind {
-                    return Err(DirError::Behind { have, want }.into());
-                }
-                return Err(ClientError::Unreachable(last));
-            }
-            let opts = CallOptions {
-                deadline: Some(left.min(Duration::from_secs(5))),
-                cancel: None,
-            };
-            match self.rpc.trans_with(&self.port, body.clone(), &opts) {
+        let outcome = client::call(&mut self.rpc, &self.port, &body, &tries, |_, sent| {
+            let why = match sent {
+                Err(e) => e.to_string(),
                 Ok(reply) => {
-                    let r = Response::decode(&reply)
-                        .map_err(|e| ClientError::BadAnswer(e.to_string()))?;
+                    let r = match Response::decode(&reply) {
+                        Ok(r) => r,
+                        Err(e) => return Verdict::Done(Err(ClientError::BadAnswer(e.to_string()))),
+                    };
                     match r.result {
-                        Err(DirError::Behind { have, want }) => behind = Some((have, want)),
-                        Err(e) if e.is_retryable() => last = e.to_string(),
+                        Err(DirError::Behind { have, want }) => {
+                            behind = Some((have, want));
+                            format!("replica behind: has {have}, needs {want}")
+                        }
+                        Err(e) if e.is_retryable() => e.to_string(),
                         other => {
-                            self.seen = self.seen.max(r.index);
-                            return other.map_err(ClientError::from);
+                            *seen = (*seen).max(r.index);
+                            return Verdict::Done(other.map_err(ClientError::from));
                         }
                     }
                 }
-                Err(e) => last = e.to_string(),
-            }
+            };
             // Try another replica.
-            self.rpc.forget(&self.port);
-            self.aimed = None;
-            std::thread::sleep(Duration::from_millis(20));
+            *aimed = None;
+            Verdict::Again {
+                why,
+                elsewhere: true,
+            }
+        });
+        match (outcome, behind) {
+            (Ok(result), _) => result,
+            (Err(_), Some((have, want))) => Err(DirError::Behind { have, want }.into()),
+            (Err(last), None) => Err(ClientError::Unreachable(last.unwrap_or_default())),
         }
     }
 

@@ -3,13 +3,14 @@
 //! exactly-once, and calls aimed at the primary (the replica whose status
 //! says it takes the writes), followed when the primary moves.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use shoal_cap::{Capability, PutPort};
 use shoal_fs::model::{Attr, Identity};
 use shoal_fs::op::{self, Failure, Op, Reply};
+use shoal_replicasvc::client::{self, Tries, Verdict};
 use shoal_replicasvc::writes_at::Endpoint;
-use shoal_rpc::{CallOptions, Client, Context};
+use shoal_rpc::{Client, Context};
 
 /// How long a call keeps trying through primary changes and lost
 /// answers before it reports the service unavailable.
@@ -148,59 +149,44 @@ impl FsClient {
             op,
         }
         .encode();
-        let opts = CallOptions {
-            deadline: Some(if events {
+        let tries = Tries {
+            patience,
+            each: if events {
                 crate::primary::EVENTS_HOLD + Duration::from_secs(3)
             } else {
                 Duration::from_secs(5)
-            }),
-            cancel: None,
+            },
+            each_within_patience: false,
+            pause: Duration::from_millis(50),
         };
-        let until = Instant::now() + patience;
-        let mut last = String::from("no answer");
-        while Instant::now() < until {
-            match self.rpc.trans_with(&self.port, bytes.clone(), &opts) {
-                Ok(reply) => match op::decode_reply(&reply) {
-                    Ok(Err(Failure::NotPrimary)) => {
-                        last = "no replica is the primary".into();
-                        self.follow();
-                    }
-                    Ok(Err(Failure::Unavailable(why))) => last = why,
-                    // A caller by capability has no session to lose: a
-                    // new primary dropped its waiting request; ask again.
-                    Ok(Err(Failure::NoSession)) if self.session == 0 => {
-                        last = "the primary changed".into();
-                    }
-                    Ok(answer) => return answer,
-                    Err(e) => return Err(Failure::Unavailable(format!("bad reply: {e}"))),
-                },
-                Err(e) => last = e.to_string(),
+        let (port, session) = (self.port, self.session);
+        let again = |why: String| Verdict::Again {
+            why,
+            elsewhere: false,
+        };
+        let outcome = client::call(&mut self.rpc, &port, &bytes, &tries, |rpc, sent| {
+            let reply = match sent {
+                Ok(reply) => reply,
+                Err(e) => return again(e.to_string()),
+            };
+            match op::decode_reply(&reply) {
+                Ok(Err(Failure::NotPrimary)) => {
+                    follow(rpc, &port);
+                    again("no replica is the primary".into())
+                }
+                Ok(Err(Failure::Unavailable(why))) => again(why),
+                // A caller by capability has no session to lose: a new
+                // primary dropped its waiting request; ask again.
+                Ok(Err(Failure::NoSession)) if session == 0 => again("the primary changed".into()),
+                Ok(answer) => Verdict::Done(answer),
+                Err(e) => Verdict::Done(Err(Failure::Unavailable(format!("bad reply: {e}")))),
             }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Err(Failure::Unavailable(last))
-    }
-
-    /// Asks a replica where the primary is and aims calls there.
-    fn follow(&mut self) -> Option<Endpoint> {
-        let req = op::Request {
-            session: 0,
-            seq: 0,
-            who: Identity::root(),
-            op: Op::Status,
-        };
-        let opts = CallOptions {
-            deadline: Some(Duration::from_secs(1)),
-            cancel: None,
-        };
-        let reply = self.rpc.trans_with(&self.port, req.encode(), &opts).ok()?;
-        let Ok(Ok(Reply::Status(s))) = op::decode_reply(&reply) else {
-            return None;
-        };
-        let v: serde_json::Value = serde_json::from_str(&s).ok()?;
-        let at = Endpoint::from_json(&v["writes_at"])?;
-        self.rpc.aim(&self.port, at.node, at.instance);
-        Some(at)
+        });
+        outcome.unwrap_or_else(|last| {
+            Err(Failure::Unavailable(
+                last.unwrap_or_else(|| "no answer".into()),
+            ))
+        })
     }
 
     /// Has the primary touch every content version its tree holds, a
@@ -246,4 +232,22 @@ fn nobody() -> Identity {
 /// A reply of the wrong kind.
 pub fn unexpected(reply: &Reply) -> Failure {
     Failure::Unavailable(format!("unexpected reply {reply:?}"))
+}
+
+/// Asks a replica where the primary is and aims `rpc`'s calls to `port`
+/// there (`shoal_replicasvc::writes_at::follow`, with the metadata
+/// service's status request).
+fn follow(rpc: &mut Client, port: &PutPort) -> Option<Endpoint> {
+    let req = op::Request {
+        session: 0,
+        seq: 0,
+        who: Identity::root(),
+        op: Op::Status,
+    };
+    shoal_replicasvc::writes_at::follow(rpc, port, req.encode(), |reply| {
+        match op::decode_reply(reply) {
+            Ok(Ok(Reply::Status(s))) => Some(s),
+            _ => None,
+        }
+    })
 }

@@ -8,10 +8,12 @@
 //! requests.  [`replica`] forms, joins and re-forms the group and applies
 //! its messages; [`store`] keeps the snapshot and logs; [`writes_at`] says
 //! which replica takes writes best; [`serving`] starts and drains the
-//! client-facing server.
+//! client-facing server; [`client`] is the clients' half, a request sent
+//! again until its answer is final.
 
 #![deny(unsafe_code)]
 
+pub mod client;
 pub mod replica;
 pub mod serving;
 pub mod store;

@@ -15,7 +15,10 @@
 //! hand-over on the latency path); a background thread applies deliveries
 //! when no request is waiting; a flusher writes the log (at once in the
 //! `fsync` mode, every flush interval in the `replicated` mode) and takes
-//! snapshots; a control thread forms, joins and re-forms the group.
+//! snapshots; a control thread forms, joins and re-forms the group; a
+//! peer thread (`SERVICE-peer`) answers the other replicas' questions on
+//! the peer port (`serve_peers`: its status, for forming and for
+//! `writes_at`).
 //!
 //! Forming: a replica that is not in the group asks its peers.  If one is
 //! in a group, it joins (and gets the state by state transfer).  If none
@@ -149,6 +152,9 @@ pub struct Replicated<M: Machine> {
     applying: Mutex<Applying>,
     applied_cv: Condvar,
     results: Mutex<HashMap<u64, M::Output>>,
+    /// Held by the one thread reading the group's deliveries (a request
+    /// thread waiting for its own write, or the background applier); only
+    /// ever `try_lock`ed, so it waits for nothing and adds no lock order.
     recv: Mutex<()>,
     group: RwLock<Option<Arc<Group>>>,
     phase: Mutex<Phase>,

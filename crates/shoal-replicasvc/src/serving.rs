@@ -1,4 +1,4 @@
-//! The client-facing endpoint of a replica (either variant): a server on
+//! The client-facing endpoint of a replica: a server on
 //! the service's port and the threads that take its requests, started
 //! while the replica may answer and stopped (drained) when it may not.
 

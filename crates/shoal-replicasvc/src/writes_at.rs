@@ -7,12 +7,17 @@
 //! sequencer).  So every replica says, in its status, where the writes
 //! go: its own client endpoint if it is the sequencer's, else the
 //! endpoint its peers' statuses give for the sequencer's member.  A
-//! client (the directory's `DirClient`) asks once in a while and aims its calls there;
+//! client (the directory's `DirClient`, the file system's `FsClient`) asks
+//! once in a while ([`follow`]) and aims its calls there;
 //! the RPC layer uses the advised endpoint only as that endpoint's node
 //! confirms it serves the port, so a replica can steer a client to no one
 //! but another server of the same service.
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
+use shoal_cap::PutPort;
+use shoal_rpc::{CallOptions, Client};
 use shoal_wire::{Instance, NodeId};
 
 /// A replica's client endpoint: the node it runs on and its server's
@@ -61,6 +66,29 @@ pub fn choose(sequencer: &str, me: (&str, Option<Endpoint>), peers: &[Value]) ->
         .iter()
         .filter(|p| p["member"].as_str() == Some(sequencer))
         .find_map(|p| Endpoint::from_json(&p["endpoint"]))
+}
+
+/// Asks the replica `rpc` reaches for `port` where the service's writes
+/// go and aims `rpc`'s calls to `port` there: `status_request` is the
+/// service's own status request, `status_text` finds the status's JSON in
+/// its answer.  Returns the endpoint, or `None` if the replica does not
+/// say (one between groups, or not a group replica) or does not answer
+/// within a second.
+pub fn follow(
+    rpc: &mut Client,
+    port: &PutPort,
+    status_request: Vec<u8>,
+    status_text: impl FnOnce(&[u8]) -> Option<String>,
+) -> Option<Endpoint> {
+    let opts = CallOptions {
+        deadline: Some(Duration::from_secs(1)),
+        cancel: None,
+    };
+    let reply = rpc.trans_with(port, status_request, &opts).ok()?;
+    let v = serde_json::from_str::<Value>(&status_text(&reply)?).ok()?;
+    let at = Endpoint::from_json(&v["writes_at"])?;
+    rpc.aim(port, at.node, at.instance);
+    Some(at)
 }
 
 #[cfg(test)]
