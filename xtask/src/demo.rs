@@ -1,5 +1,11 @@
-//! `cargo xtask demo`: a 4-node cluster brought up with one command, and
-//! each part of shoal shown at work on it, every step checked.
+//! `cargo xtask demo`: a 4-node cluster brought up with one command
+//! (`shoal cluster up`), and each part of shoal shown at work on it, every
+//! step checked: RPC, a group, the directory service through a replica's
+//! SIGKILL and its restart by the node daemon, a file read on another node
+//! after a file server's SIGKILL and restart, the pool and `shoal make`,
+//! and the shared file system (a file written on one node read on
+//! another, `shoal run` and `shoal make` working in /shoal, a file
+//! server's SIGKILL).
 
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -5,7 +5,9 @@
 //! - Every source file opens with a `//!` note saying what it is for.
 //! - No source file is over [`LINES_MAX`] lines.
 //! - `docs/ARCHITECTURE.md`, the map, has a `### \`PATH\`` section for
-//!   every crate of the workspace (and the fuzz crate), and everything it
+//!   every crate of the workspace (and the fuzz crate), in dependency
+//!   order (a crate after every crate it names in its `Cargo.toml`), and
+//!   everything it
 //!   names in backticks exists: crates and programs by name, files by
 //!   path. A file inside a crate's section is named from that crate's
 //!   `src/` or from the crate's directory (`tests/fs.rs`); anywhere, a
@@ -112,6 +114,7 @@ fn check_map(root: &Path, text: &str) -> Vec<String> {
     let names = names(root, &crates);
     let mut wrong = Vec::new();
     let mut sections = BTreeSet::new();
+    let mut order = Vec::new();
     let mut here: Option<String> = None;
     let mut fenced = false;
     for (n, line) in text.lines().enumerate() {
@@ -130,6 +133,7 @@ fn check_map(root: &Path, text: &str) -> Vec<String> {
                     wrong.push(format!("line {at}: section `{path}` is no crate"));
                 }
                 sections.insert(path.to_string());
+                order.push(path.to_string());
                 here = Some(path.to_string());
             }
             continue;
@@ -145,7 +149,47 @@ fn check_map(root: &Path, text: &str) -> Vec<String> {
             wrong.push(format!("no section for the crate `{c}`"));
         }
     }
+    wrong.extend(check_order(root, &order));
     wrong
+}
+
+/// Whether the sections (crate directories, in the map's order) come
+/// after every workspace crate each depends on.
+fn check_order(root: &Path, order: &[String]) -> Vec<String> {
+    let dir_of = |name: &str| {
+        order
+            .iter()
+            .find(|d| package_name(root, d).as_deref() == Some(name))
+            .cloned()
+    };
+    let mut wrong = Vec::new();
+    for (i, dir) in order.iter().enumerate() {
+        let text = std::fs::read_to_string(root.join(dir).join("Cargo.toml")).unwrap_or_default();
+        for line in text.lines() {
+            let Some(dep) = line.split(['.', ' ', '=']).next() else {
+                continue;
+            };
+            if !dep.starts_with("shoal")
+                || !line.contains("workspace = true") && !line.contains("path =")
+            {
+                continue;
+            }
+            if let Some(d) = dir_of(dep)
+                && order.iter().position(|o| *o == d) > Some(i)
+            {
+                wrong.push(format!("`{dir}` comes before `{d}`, which it depends on"));
+            }
+        }
+    }
+    wrong
+}
+
+/// The package name in `dir/Cargo.toml`.
+fn package_name(root: &Path, dir: &str) -> Option<String> {
+    let text = std::fs::read_to_string(root.join(dir).join("Cargo.toml")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("name = "))
+        .map(|v| v.trim_matches('"').to_string())
 }
 
 /// Whether `word`, backticked in the map (in the section of crate `here`),
@@ -258,5 +302,26 @@ mod tests {
                 .any(|w| w.contains("no section for the crate `crates/shoal-rpc`"))
         );
         assert!(!wrong.iter().any(|w| w.contains("capability.rs")));
+    }
+
+    #[test]
+    fn the_order_check_finds_a_crate_before_its_dependency() {
+        let root = root();
+        let order = [
+            "crates/shoal-wire".to_string(),
+            "crates/shoal-cap".to_string(),
+        ];
+        let wrong = check_order(&root, &order);
+        assert!(
+            wrong
+                .iter()
+                .any(|w| w.contains("`crates/shoal-wire` comes before `crates/shoal-cap`")),
+            "{wrong:?}"
+        );
+        let right = [
+            "crates/shoal-cap".to_string(),
+            "crates/shoal-wire".to_string(),
+        ];
+        assert!(check_order(&root, &right).is_empty());
     }
 }

@@ -1,7 +1,23 @@
 //! [`GroupCore`]: one member of one group.  This file holds the state, the
-//! dispatch of datagrams, the sending side and in-order delivery; the
-//! sequencer's duties are in `sequencer.rs`, recovery in `recovery.rs`,
-//! joining, leaving and state transfer in `join.rs`.
+//! dispatch of datagrams and the sending side; receiving and in-order
+//! delivery are in `stream.rs`, the sequencer's duties in `sequencer.rs`,
+//! recovery in `recovery.rs`, joining, leaving and state transfer in
+//! `join.rs`.
+//!
+//! A member's states ([`Status`]):
+//!
+//! ```text
+//!             join()                       state transfer complete
+//!   ┌────────────────────▶ Joining ─────────────────────────────┐
+//!   │                         │ timeout                         ▼
+//! create() ───────────────────┼─────────────────────────────▶ Normal ◀──────┐
+//!                             ▼                (member, or     │  ▲         │ install of a
+//!                            Out ◀── expelled ─ sequencer) ────┤  │ install │ later incarnation
+//!                             ▲                                ▼  │         │
+//!                             └──────── not in the new view ─ Recovering ───┘
+//!                                                     (coordinating, or voted)
+//!   leave() ──▶ (leave ordered, lingers until every member holds it) ──▶ Left
+//! ```
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;

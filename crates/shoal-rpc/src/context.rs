@@ -1,5 +1,6 @@
 //! A program's membership of a cluster: its link to the local node (which
-//! locates servers and hands out the keys of its channels and groups), and
+//! locates servers and hands out the keys of its endpoint channels; a
+//! group's keys come from its members, `shoal_groupsvc::keys`), and
 //! how to reach the nodes.  A program holds no key shared with other users
 //! or nodes.
 

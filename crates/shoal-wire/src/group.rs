@@ -2,22 +2,21 @@
 //!
 //! Every group datagram starts, after the common header, with the group's
 //! put-port, the sender's incarnation of the group (`inc`, which changes at
-//! each reset) and the sender's member id.  The bodies:
+//! each reset) and the sender's member id.  The bodies, who sends each to
+//! whom, and what it carries:
 //!
-//! - [`Data`]: one fragment of a member's message, to the sequencer (PB) or
-//!   to every member (BB).
-//! - [`Order`]: one fragment of a sequenced entry, from the sequencer to
-//!   every member; or, for a BB message, a body-less *accept*.
-//! - [`GAck`]: how far a member holds the stream without a gap; status
-//!   reply, resilience acknowledgement and heartbeat in one.
-//! - [`Nack`]: "I miss entries from here": retransmission request.
-//! - [`Sync`]: the sequencer's heartbeat: next sequence number, commit and
-//!   stable points, and optionally "tell me your state".
-//! - [`Join`], [`StateReq`], [`State`]: joining and state transfer.
-//! - [`Invite`], [`Vote`], [`Fetch`], [`Reject`]: recovery (reset).
-//! - [`NotMember`]: "you are not in this incarnation": the addressee was
-//!   expelled and must join again.
-//! - [`InfoReq`], [`Info`]: inspection from outside the group.
+//! | message | from → to | carries |
+//! |---|---|---|
+//! | `Data` | member → sequencer (PB), member → all (BB) | one fragment of a message, its number, how far the sender holds the stream |
+//! | `Order` | sequencer → all | one fragment of an entry (or, for BB, a body-less accept), its sequence number, flags tentative/accept/retransmit/fetched, the commit and stable points |
+//! | `GAck` | member → sequencer; acknowledger → all (its ack of another member's tentative entry) | how far it holds the stream: resilience acknowledgement, status, heartbeat |
+//! | `Nack` | member → sequencer | the range it misses |
+//! | `Sync` | sequencer → all | heartbeat: last assigned, commit and stable points, "tell me your state" |
+//! | `Join`, `StateReq`, `State` | joiner → any member (forwarded to the sequencer); member → joiner | joining and state transfer (the state carries the group's parameters, incarnation, sequencer, membership and per-sender message numbers) |
+//! | `Invite`, `Vote`, `Fetch`, `Reject` | coordinator ⇄ members | reset: ballot, last normal incarnation, hold and commit points; entries fetched from the best voter |
+//! | `NotMember` | member → outsider | "you are not in this incarnation: join again" |
+//! | `Leave` | member → sequencer | ask to leave |
+//! | `InfoReq`, `Info` | anyone ⇄ member | `shoal group info` |
 
 use std::net::SocketAddr;
 

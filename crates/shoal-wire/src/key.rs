@@ -1,7 +1,9 @@
-//! The cluster key: every node and program of one cluster holds it, and
-//! every datagram carries a MAC made with it.
+//! The key of the group header's MAC: a group's master secret, which its
+//! members hold (the type is named for the cluster-wide key it once was;
+//! the daemon still reads an old cluster key file, only to count datagrams
+//! MACed with it).
 //!
-//! Two MACs, each under its own key derived from the cluster key: small
+//! Two MACs, each under its own key derived from the secret: small
 //! datagrams (the common case: requests and replies of small RPCs, acks,
 //! locate) use SipHash-2-4 with a 128-bit tag, a PRF built for short
 //! inputs, at a few tens of nanoseconds; large ones use keyed BLAKE3,

@@ -5,8 +5,10 @@
 //! *plaintexts* ([`encode_plain`], [`decode_plain`]) sealed in endpoint
 //! channels and node sessions by `shoal-session`, which authenticates
 //! them before they are parsed; inside a node session a [`NodeMsg`] tag
-//! says what each plaintext is.  Group datagrams (until groups have keys
-//! of their own) start with a 20-byte header instead:
+//! says what each plaintext is.  Group datagrams start with a 20-byte
+//! header instead (and the group shell then seals each whole under its
+//! sender's key, so the MAC below is redundant, kept until the format
+//! drops it):
 //!
 //! ```text
 //!  0      2     3     4                              20
@@ -16,9 +18,9 @@
 //! ```
 //!
 //! The MAC covers bytes `0..4` and `20..` under a key derived from the
-//! cluster key (SipHash-2-4-128 up to 1 KiB, keyed BLAKE3 truncated to 128
+//! group's master secret, a [`ClusterKey`] (SipHash-2-4-128 up to 1 KiB, keyed BLAKE3 truncated to 128
 //! bits above; see [`ClusterKey::mac`]): a datagram from outside the
-//! cluster, or one changed in flight, is dropped before any field is
+//! group, or one changed in flight, is dropped before any field is
 //! parsed.  The body
 //! is a fixed little-endian layout per kind ([`Packet`]); variable parts
 //! (payloads, lists) are bounded, so a decoder never allocates more than the
