@@ -10,11 +10,6 @@ use crate::model::DirError;
 use crate::op::{Answer, Op, Request, Response};
 use crate::state::{Applied, DirState};
 
-pub use shoal_replica::{
-    Durability, Formation, PeerStatus, Phase, STUCK_AFTER_US, Stuck, behind, decide, group_tag,
-    when_stuck,
-};
-
 /// A group message: `origin u64 | encoded request` (the origin tells the
 /// replica that sent it which answers are its own).
 pub fn encode_entry(origin: u64, req: &Request) -> Vec<u8> {

@@ -21,7 +21,7 @@ use shoal_dir::{DirError, Op, Request, Response};
 use shoal_replicasvc::{Handler, Ports, Replicated, Unavailable};
 use shoal_rpc::{Context, Server};
 
-pub use shoal_dir::replica::Durability;
+pub use shoal_replicasvc::Durability;
 
 /// How a replica runs (`service` is the directory service's name; its
 /// ports derive from it and the cluster id).

@@ -357,6 +357,80 @@ pub fn behind(my_index: u64, unapplied: u64, peers: &[(usize, Option<PeerStatus>
     })
 }
 
+/// How long a joiner waits for its state transfer before it leaves the
+/// group and forms (joins) again.
+pub const JOIN_WAIT_US: u64 = 15_000_000;
+
+/// Where a replica stands, for [`control`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Standing {
+    /// Its number among the replicas.
+    pub me: usize,
+    pub phase: Phase,
+    /// Writes it has applied, and the group messages its member holds and
+    /// has not applied yet.
+    pub index: u64,
+    pub unapplied: u64,
+    /// The generation of the group it is in, or was last in.
+    pub generation: u64,
+    /// Its group's [`group_tag`] (0: none), and whether that group works.
+    pub group: u64,
+    pub group_works: bool,
+    /// How long it has been joining (in [`Phase::Joining`]).
+    pub joining_for_us: u64,
+}
+
+/// Why a replica leaves its group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    /// A replica outside the group has applied more writes ([`behind`]).
+    Behind,
+    /// No state transfer came within [`JOIN_WAIT_US`].
+    NoStateTransfer,
+    /// Its group cannot reset and another replica goes on ([`when_stuck`]).
+    AnotherGoesOn,
+}
+
+/// What a replica's control loop does next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Control {
+    /// Go on as it is.
+    Stay,
+    /// Leave the group, to form or join again.
+    Leave(Why),
+    /// Reset the group with the members it reaches ([`Stuck::Reset`]).
+    Reset,
+    /// Its stuck group works again and holds the most: serve.
+    Serve,
+    /// Outside a group: join, create or wait ([`decide`]).
+    Form(Formation),
+}
+
+/// One turn of a replica's control loop, the replica shell's and the
+/// simulator's alike: what the replica does, given where it stands and
+/// its peers' answers (which a joiner does not need).  A member leaves a
+/// group that is [`behind`]; a joiner leaves once it has waited
+/// [`JOIN_WAIT_US`] for its state; a stuck replica does what
+/// [`when_stuck`] says; a replica outside a group does what [`decide`]
+/// says.
+pub fn control(s: &Standing, peers: &[(usize, Option<PeerStatus>)]) -> Control {
+    match s.phase {
+        Phase::Member if behind(s.index, s.unapplied, peers) => Control::Leave(Why::Behind),
+        Phase::Member => Control::Stay,
+        Phase::Joining if s.joining_for_us > JOIN_WAIT_US => Control::Leave(Why::NoStateTransfer),
+        Phase::Joining => Control::Stay,
+        Phase::Stuck => {
+            match when_stuck(s.me, s.index, s.unapplied, s.group, s.group_works, peers) {
+                Stuck::Reset => Control::Reset,
+                Stuck::Serve => Control::Serve,
+                Stuck::Leave => Control::Leave(Why::AnotherGoesOn),
+                Stuck::Wait => Control::Stay,
+            }
+        }
+        Phase::Forming => Control::Form(decide(s.me, s.index, s.generation, peers)),
+    }
+}
+
 /// How long a member's group may be in a reset before the replica reports
 /// itself stuck (so replicas outside do not wait to join it).
 pub const STUCK_AFTER_US: u64 = 1_000_000;
@@ -372,6 +446,65 @@ mod tests {
             index,
             group: generation,
         })
+    }
+
+    #[test]
+    fn one_turn_of_the_control_loop_per_phase() {
+        let me = |phase, index, unapplied, joining_for_us| Standing {
+            me: 0,
+            phase,
+            index,
+            unapplied,
+            generation: 1,
+            group: 1,
+            group_works: true,
+            joining_for_us,
+        };
+        let ahead = [(1, st(Phase::Forming, 1, 9)), (2, st(Phase::Member, 1, 5))];
+        // A member leaves a group a replica outside has overtaken, unless
+        // what it holds unapplied would take it as far.
+        let m = me(Phase::Member, 5, 0, 0);
+        assert_eq!(control(&m, &ahead), Control::Leave(Why::Behind));
+        assert_eq!(control(&me(Phase::Member, 5, 4, 0), &ahead), Control::Stay);
+        // A joiner waits for its state, then leaves; it asks no one.
+        assert_eq!(
+            control(&me(Phase::Joining, 0, 0, JOIN_WAIT_US), &[]),
+            Control::Stay
+        );
+        assert_eq!(
+            control(&me(Phase::Joining, 0, 0, JOIN_WAIT_US + 1), &[]),
+            Control::Leave(Why::NoStateTransfer)
+        );
+        // Stuck: the rule of `when_stuck`.
+        let stuck = Standing {
+            group_works: false,
+            ..me(Phase::Stuck, 5, 0, 0)
+        };
+        assert_eq!(control(&stuck, &[(1, None)]), Control::Stay);
+        assert_eq!(
+            control(&stuck, &[(1, st(Phase::Forming, 1, 2))]),
+            Control::Reset
+        );
+        assert_eq!(
+            control(&stuck, &[(1, st(Phase::Member, 3, 2))]),
+            Control::Leave(Why::AnotherGoesOn)
+        );
+        let works = Standing {
+            group_works: true,
+            ..stuck
+        };
+        assert_eq!(
+            control(&works, &[(1, st(Phase::Forming, 1, 2))]),
+            Control::Serve
+        );
+        // Outside a group: the forming rule.
+        assert_eq!(
+            control(
+                &me(Phase::Forming, 2, 0, 0),
+                &[(1, st(Phase::Member, 3, 2))]
+            ),
+            Control::Form(Formation::Join(3))
+        );
     }
 
     #[test]

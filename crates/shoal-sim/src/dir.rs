@@ -30,13 +30,14 @@ use rand_chacha::ChaCha8Rng;
 use shoal_cap::{Capability, GetPort, PutPort};
 use shoal_dir::log;
 use shoal_dir::op::FLAG_LINEARIZABLE;
-use shoal_dir::replica::{
-    Durability, Formation, PeerStatus, Phase, ReplicaState, STUCK_AFTER_US, Stuck, behind, decide,
-    encode_entry, group_tag, when_stuck,
-};
+use shoal_dir::replica::{ReplicaState, encode_entry};
 use shoal_dir::{Answer, DirError, DirState, Op, Request, Response};
 use shoal_group::{Event, GroupConfig, GroupCore, GroupDest, MemberEntry, MemberId, Status};
 use shoal_proto::Time;
+use shoal_replica::{
+    Control, Durability, Formation, PeerStatus, Phase, STUCK_AFTER_US, Standing, Why, control,
+    group_tag,
+};
 use shoal_wire::ClusterKey;
 
 use crate::linearize::{self, CheckResult, Model, Operation};

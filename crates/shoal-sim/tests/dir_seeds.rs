@@ -3,7 +3,7 @@
 //! installs), replica agreement and liveness.  `SHOAL_SIM_SEEDS=N` runs more
 //! seeds; `SHOAL_SIM_SEED=S SHOAL_SIM_TRACE=1` replays one with a trace.
 
-use shoal_dir::replica::Durability;
+use shoal_replica::Durability;
 use shoal_sim::{DirSim, DirSimConfig, Faults, seeds_and};
 
 /// Runs `name` over the seeds, and over `regressions` (seeds that once

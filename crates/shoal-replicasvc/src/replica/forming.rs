@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use shoal_cap::PutPort;
 use shoal_groupsvc::{Group, GroupOptions, Status};
-use shoal_replica::{Formation, Machine, PeerStatus, Phase, Stuck, behind, decide, when_stuck};
+use shoal_replica::{Control, Formation, Machine, PeerStatus, Phase, Standing, Why, control};
 use shoal_rpc::{CallOptions, Server};
 
 use super::Replicated;
@@ -138,7 +138,27 @@ impl<M: Machine> Replicated<M> {
         self.new_epoch();
     }
 
-    /// Forms, joins and re-forms the group; starts and stops serving.
+    /// Where this replica stands, for `shoal_replica::control`.
+    fn standing(&self, phase: Phase, joined_at: Instant) -> Standing {
+        Standing {
+            me: self.cfg.replica,
+            phase,
+            index: self.index(),
+            unapplied: self.unapplied(),
+            generation: self.generation.load(Ordering::SeqCst),
+            group: self.group_tag(),
+            group_works: self
+                .group
+                .read()
+                .as_ref()
+                .is_some_and(|g| g.status() == Status::Normal),
+            joining_for_us: joined_at.elapsed().as_micros() as u64,
+        }
+    }
+
+    /// Forms, joins and re-forms the group; starts and stops serving.  Each
+    /// turn's decision is `shoal_replica::control`, as in the simulator;
+    /// what is here is the I/O around it.
     pub(super) fn control(self: &Arc<Self>) {
         let mut joined_at = Instant::now();
         // Peers are asked at once on joining (where writes go), then every
@@ -180,7 +200,8 @@ impl<M: Machine> Replicated<M> {
                         peers = answers.iter().map(|(_, j)| j.clone()).collect();
                         let statuses: Vec<_> =
                             answers.iter().map(|(i, j)| (*i, peer_status(j))).collect();
-                        if behind(self.index(), self.unapplied(), &statuses) {
+                        let standing = self.standing(phase, joined_at);
+                        if control(&standing, &statuses) == Control::Leave(Why::Behind) {
                             tracing::warn!(
                                 "a replica outside the group has applied more writes: dissolving the group to re-form from it"
                             );
@@ -190,28 +211,18 @@ impl<M: Machine> Replicated<M> {
                     std::thread::sleep(Duration::from_millis(50));
                 }
                 Phase::Joining => {
-                    if joined_at.elapsed() > Duration::from_secs(15) {
+                    let standing = self.standing(phase, joined_at);
+                    if control(&standing, &[]) == Control::Leave(Why::NoStateTransfer) {
                         tracing::warn!("no state transfer within 15 s; joining again");
                         self.leave_group();
                     }
                     std::thread::sleep(Duration::from_millis(10));
                 }
                 Phase::Stuck => {
-                    let works = self
-                        .group
-                        .read()
-                        .as_ref()
-                        .is_some_and(|g| g.status() == Status::Normal);
+                    let standing = self.standing(phase, joined_at);
                     let peers = self.ask_peers();
-                    match when_stuck(
-                        self.cfg.replica,
-                        self.index(),
-                        self.unapplied(),
-                        self.group_tag(),
-                        works,
-                        &peers,
-                    ) {
-                        Stuck::Reset => {
+                    match control(&standing, &peers) {
+                        Control::Reset => {
                             tracing::warn!(
                                 "the group cannot reset and no replica is in a working group: resetting with the members this replica reaches"
                             );
@@ -220,32 +231,33 @@ impl<M: Machine> Replicated<M> {
                             }
                             std::thread::sleep(Duration::from_millis(500));
                         }
-                        Stuck::Serve => {
+                        Control::Serve => {
                             tracing::info!(
                                 "the group works again and holds the most writes: serving"
                             );
                             *self.phase.lock() = Phase::Member;
                         }
-                        Stuck::Leave => {
+                        Control::Leave(_) => {
                             tracing::warn!(
                                 "the group cannot reset and another replica goes on: joining it"
                             );
                             self.leave_group();
                         }
-                        Stuck::Wait => std::thread::sleep(Duration::from_millis(200)),
+                        Control::Stay | Control::Form(_) => {
+                            std::thread::sleep(Duration::from_millis(200))
+                        }
                     }
                 }
                 Phase::Forming => {
                     self.stop_serving();
                     let answers = self.ask_peers_ports();
                     let peers: Vec<_> = answers.iter().map(|(i, s, _)| (*i, *s)).collect();
-                    let index = self.index();
-                    match decide(
-                        self.cfg.replica,
-                        index,
-                        self.generation.load(Ordering::SeqCst),
-                        &peers,
-                    ) {
+                    let standing = self.standing(phase, joined_at);
+                    let index = standing.index;
+                    let Control::Form(formation) = control(&standing, &peers) else {
+                        continue;
+                    };
+                    match formation {
                         Formation::Join(generation) => {
                             let Some(port) = answers.iter().find_map(|(_, s, p)| {
                                 s.filter(|s| s.phase == Phase::Member && s.generation == generation)

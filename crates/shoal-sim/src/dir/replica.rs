@@ -136,49 +136,49 @@ impl DirSim {
     }
 
     pub(super) fn form(&mut self, r: usize) {
-        match self.reps[r].phase {
-            Phase::Member => {
-                let peers = self.ask_peers(r);
-                let held = self.held_unapplied(r);
-                if behind(self.reps[r].rs.state.index(), held, &peers) {
-                    self.lose_group(r, "a replica outside the group has applied more");
+        // A joiner asks no one; every other phase asks its peers first.
+        let phase = self.reps[r].phase;
+        let peers = if phase == Phase::Joining {
+            Vec::new()
+        } else {
+            self.ask_peers(r)
+        };
+        let standing = Standing {
+            me: r,
+            phase,
+            index: self.reps[r].rs.state.index(),
+            unapplied: self.held_unapplied(r),
+            generation: self.reps[r].generation,
+            group: self.tag(r),
+            group_works: self.reps[r]
+                .core
+                .as_ref()
+                .is_some_and(|c| c.status() == Status::Normal),
+            joining_for_us: self.now.0.saturating_sub(self.reps[r].joined_at.0),
+        };
+        // The same turn of the control loop as the replica shell's.
+        match control(&standing, &peers) {
+            Control::Stay => {}
+            Control::Leave(Why::Behind) => {
+                self.lose_group(r, "a replica outside the group has applied more")
+            }
+            Control::Leave(Why::NoStateTransfer) => self.lose_group(r, "no state transfer"),
+            Control::Leave(Why::AnotherGoesOn) => {
+                self.lose_group(r, "stuck, and another replica goes on")
+            }
+            Control::Reset => {
+                self.log(|| format!("r{r} stuck: resets with whoever it reaches"));
+                let now = self.now;
+                if let Some(core) = self.reps[r].core.as_mut() {
+                    core.reset(now, Some(1));
                 }
             }
-            Phase::Joining => {
-                if self.now.0 > self.reps[r].joined_at.0 + 15_000_000 {
-                    self.lose_group(r, "no state transfer");
-                }
+            Control::Serve => {
+                self.log(|| format!("r{r} stuck: its group works again and holds the most"));
+                self.reps[r].phase = Phase::Member;
             }
-            Phase::Stuck => {
-                let peers = self.ask_peers(r);
-                let works = self.reps[r]
-                    .core
-                    .as_ref()
-                    .is_some_and(|c| c.status() == Status::Normal);
-                let tag = self.tag(r);
-                let held = self.held_unapplied(r);
-                match when_stuck(r, self.reps[r].rs.state.index(), held, tag, works, &peers) {
-                    Stuck::Reset => {
-                        self.log(|| format!("r{r} stuck: resets with whoever it reaches"));
-                        let now = self.now;
-                        if let Some(core) = self.reps[r].core.as_mut() {
-                            core.reset(now, Some(1));
-                        }
-                    }
-                    Stuck::Serve => {
-                        self.log(|| {
-                            format!("r{r} stuck: its group works again and holds the most")
-                        });
-                        self.reps[r].phase = Phase::Member;
-                    }
-                    Stuck::Leave => self.lose_group(r, "stuck, and another replica goes on"),
-                    Stuck::Wait => {}
-                }
-            }
-            Phase::Forming => {
-                let peers = self.ask_peers(r);
-                let index = self.reps[r].rs.state.index();
-                let decision = decide(r, index, self.reps[r].generation, &peers);
+            Control::Form(decision) => {
+                let index = standing.index;
                 let cfg = self.group_config();
                 let id = MemberId(self.rng.random_range(1..u64::MAX));
                 let me = MemberEntry {
