@@ -158,11 +158,13 @@ fn serve(
     stream: UnixStream,
     (peer, _pidfd): (Peer, Option<std::os::fd::OwnedFd>),
 ) {
-    // Client ids given to this link: keys are derived for these only.
-    let mut clients: std::collections::VecDeque<ClientId> = Default::default();
-    let mut registered: Vec<(PutPort, Instance)> = Vec::new();
-    // Processes this link spawned that have not ended yet.
-    let mut spawned: Vec<ProcId> = Vec::new();
+    let mut link = Link {
+        shared: &shared,
+        peer,
+        clients: Default::default(),
+        registered: Vec::new(),
+        spawned: Vec::new(),
+    };
     let mut writer = match stream.try_clone() {
         Ok(w) => w,
         Err(_) => return close(&shared, peer.uid),
@@ -177,14 +179,7 @@ fn serve(
             Ok(_) => {}
         }
         let response = match serde_json::from_str::<LinkRequest>(&line) {
-            Ok(request) => handle(
-                &shared,
-                peer,
-                request,
-                &mut registered,
-                &mut spawned,
-                &mut clients,
-            ),
+            Ok(request) => link.handle(request),
             Err(e) => LinkResponse::Error {
                 message: format!("bad link request: {e}"),
             },
@@ -197,6 +192,11 @@ fn serve(
     }
     // The program is gone: so are its endpoints, and the processes it
     // watched are hung up on.
+    let Link {
+        registered,
+        spawned,
+        ..
+    } = link;
     if !spawned.is_empty() {
         crate::home::hang_up(&shared, &spawned);
     }
@@ -210,151 +210,211 @@ fn serve(
     close(&shared, peer.uid);
 }
 
-fn handle(
-    shared: &Shared,
+/// One program's link: who it is, and what it holds.  Each request kind
+/// has a handler of its own.
+struct Link<'a> {
+    shared: &'a Shared,
     peer: Peer,
-    request: LinkRequest,
-    registered: &mut Vec<(PutPort, Instance)>,
-    spawned: &mut Vec<ProcId>,
-    clients: &mut std::collections::VecDeque<ClientId>,
-) -> LinkResponse {
-    let error = |message: String| LinkResponse::Error { message };
-    let client_of = |text: &str, clients: &std::collections::VecDeque<ClientId>| {
+    /// Client ids given to this link: keys are derived for these only.
+    clients: std::collections::VecDeque<ClientId>,
+    registered: Vec<(PutPort, Instance)>,
+    /// Processes this link spawned that have not ended yet.
+    spawned: Vec<ProcId>,
+}
+
+fn error(message: String) -> LinkResponse {
+    LinkResponse::Error { message }
+}
+
+impl Link<'_> {
+    fn handle(&mut self, request: LinkRequest) -> LinkResponse {
+        match request {
+            LinkRequest::Client => self.client(),
+            LinkRequest::Locate {
+                client,
+                port,
+                instance,
+                node,
+                wait_ms,
+                all,
+            } => self.locate(&client, &port, &instance, &node, wait_ms, all),
+            LinkRequest::Channel {
+                client,
+                node,
+                port,
+                instance,
+            } => self.channel(&client, &node, &port, &instance),
+            LinkRequest::ServerKey { instance, index } => self.server_key(&instance, index),
+            LinkRequest::Hello => self.hello(),
+            LinkRequest::Spawn {
+                command,
+                on,
+                mem_mib,
+                allow_owner_active,
+            } => self.spawn(&command, on.as_deref(), mem_mib, allow_owner_active),
+            LinkRequest::Respawn {
+                id,
+                lost,
+                mem_mib,
+                allow_owner_active,
+            } => self.respawn(&id, &lost, mem_mib, allow_owner_active),
+            LinkRequest::Ended { id, end } => self.ended(&id, end),
+            LinkRequest::Revocations { list } => self.revocations(&list),
+            LinkRequest::Services { map } => self.services(&map),
+            LinkRequest::Servers { port } => self.servers(&port),
+            LinkRequest::Owner { active } => self.owner(active),
+            LinkRequest::Register {
+                get_port,
+                addr,
+                instance,
+            } => self.register(&get_port, addr, &instance),
+            LinkRequest::RegisterSystem {
+                put_port,
+                addr,
+                instance,
+            } => self.register_system(&put_port, addr, &instance),
+            LinkRequest::Drain { instance } => self.drain(&instance),
+            LinkRequest::Drained { instance } => self.drained(&instance),
+        }
+    }
+
+    /// A client id of this link's, from its hex text.
+    fn client_of(&self, text: &str) -> Result<ClientId, String> {
         u64::from_str_radix(text, 16)
             .ok()
             .map(ClientId)
-            .filter(|c| clients.contains(c))
+            .filter(|c| self.clients.contains(c))
             .ok_or_else(|| format!("no client {text} on this link"))
-    };
-    match request {
-        LinkRequest::Client => {
-            if clients.len() >= MAX_CLIENTS {
-                clients.pop_front();
-            }
-            let id = ClientId::random();
-            clients.push_back(id);
-            LinkResponse::Client {
-                id: format!("{:016x}", id.0),
-                uid: peer.uid,
-            }
+    }
+
+    fn client(&mut self) -> LinkResponse {
+        if self.clients.len() >= MAX_CLIENTS {
+            self.clients.pop_front();
         }
-        LinkRequest::Locate {
-            client,
+        let id = ClientId::random();
+        self.clients.push_back(id);
+        LinkResponse::Client {
+            id: format!("{:016x}", id.0),
+            uid: self.peer.uid,
+        }
+    }
+
+    fn locate(
+        &self,
+        client: &str,
+        port: &str,
+        instance: &str,
+        node: &str,
+        wait_ms: u32,
+        all: bool,
+    ) -> LinkResponse {
+        let client = match self.client_of(client) {
+            Ok(c) => c,
+            Err(e) => return error(e),
+        };
+        let (Ok(port), Ok(instance), Ok(node)) = (
+            PutPort::from_str(port),
+            u64::from_str_radix(instance, 16),
+            u64::from_str_radix(node, 16),
+        ) else {
+            return error("locate: port, instance and node are hex".into());
+        };
+        let locate = shoal_wire::Locate {
+            nonce: shoal_wire::Nonce::random(),
             port,
-            instance,
-            node,
-            wait_ms,
-            all,
-        } => {
-            let client = match client_of(&client, clients) {
-                Ok(c) => c,
-                Err(e) => return error(e),
-            };
-            let (Ok(port), Ok(instance), Ok(node)) = (
-                PutPort::from_str(&port),
-                u64::from_str_radix(&instance, 16),
-                u64::from_str_radix(&node, 16),
-            ) else {
-                return error("locate: port, instance and node are hex".into());
-            };
-            let locate = shoal_wire::Locate {
-                nonce: shoal_wire::Nonce::random(),
-                port,
-                instance: Instance(instance),
-                node: shoal_wire::NodeId(node),
-            };
-            let wait = std::time::Duration::from_millis(wait_ms.min(5_000) as u64);
-            match crate::locate::locate(shared, peer.uid, client, locate, wait, all) {
-                Ok(answers) => LinkResponse::Located { answers },
-                Err(e) => error(e),
-            }
+            instance: Instance(instance),
+            node: shoal_wire::NodeId(node),
+        };
+        let wait = std::time::Duration::from_millis(wait_ms.min(5_000) as u64);
+        match crate::locate::locate(self.shared, self.peer.uid, client, locate, wait, all) {
+            Ok(answers) => LinkResponse::Located { answers },
+            Err(e) => error(e),
         }
-        LinkRequest::Channel {
-            client,
-            node,
-            port,
-            instance,
-        } => {
-            let client = match client_of(&client, clients) {
-                Ok(c) => c,
-                Err(e) => return error(e),
-            };
-            let (Ok(node), Ok(port), Some(instance)) = (
-                u64::from_str_radix(&node, 16),
-                PutPort::from_str(&port),
-                parse_instance(&instance),
-            ) else {
-                return error("channel: node, port and instance are hex".into());
-            };
-            let node = shoal_wire::NodeId(node);
-            match crate::locate::channel(shared, peer.uid, client, node, port, instance) {
-                Ok(grant) => LinkResponse::Channel(grant),
-                Err(e) => error(e),
-            }
+    }
+
+    fn channel(&self, client: &str, node: &str, port: &str, instance: &str) -> LinkResponse {
+        let client = match self.client_of(client) {
+            Ok(c) => c,
+            Err(e) => return error(e),
+        };
+        let (Ok(node), Ok(port), Some(instance)) = (
+            u64::from_str_radix(node, 16),
+            PutPort::from_str(port),
+            parse_instance(instance),
+        ) else {
+            return error("channel: node, port and instance are hex".into());
+        };
+        let node = shoal_wire::NodeId(node);
+        match crate::locate::channel(self.shared, self.peer.uid, client, node, port, instance) {
+            Ok(grant) => LinkResponse::Channel(grant),
+            Err(e) => error(e),
         }
-        LinkRequest::ServerKey { instance, index } => {
-            let Some(instance) = parse_instance(&instance) else {
-                return error("instance must be 16 hex digits, not zero".into());
-            };
-            // The secret of the port this link registered the instance
-            // for, and of no other (`docs/security.md`).
-            let Some(&(port, _)) = registered.iter().find(|r| r.1 == instance) else {
-                return error("no such endpoint registered on this link".into());
-            };
-            crate::locate::server_key(shared, port, instance, index)
-        }
-        LinkRequest::Hello => {
-            let locate = match shared.config.broadcast {
-                Some(b) => vec![b],
-                None => {
-                    let state = shared.state.lock();
-                    let mut addrs = vec![shared.config.addr];
-                    addrs.extend(
-                        state
-                            .membership
-                            .view(crate::daemon::now())
-                            .into_iter()
-                            .skip(1)
-                            .map(|m| m.addr),
-                    );
-                    for s in &shared.config.seeds {
-                        if !addrs.contains(s) {
-                            addrs.push(*s);
-                        }
+    }
+
+    fn server_key(&self, instance: &str, index: u32) -> LinkResponse {
+        let Some(instance) = parse_instance(instance) else {
+            return error("instance must be 16 hex digits, not zero".into());
+        };
+        // The secret of the port this link registered the instance for,
+        // and of no other (`docs/security.md`).
+        let Some(&(port, _)) = self.registered.iter().find(|r| r.1 == instance) else {
+            return error("no such endpoint registered on this link".into());
+        };
+        crate::locate::server_key(self.shared, port, instance, index)
+    }
+
+    fn hello(&self) -> LinkResponse {
+        let shared = self.shared;
+        let locate = match shared.config.broadcast {
+            Some(b) => vec![b],
+            None => {
+                let state = shared.state.lock();
+                let mut addrs = vec![shared.config.addr];
+                addrs.extend(
+                    state
+                        .membership
+                        .view(crate::daemon::now())
+                        .into_iter()
+                        .skip(1)
+                        .map(|m| m.addr),
+                );
+                for s in &shared.config.seeds {
+                    if !addrs.contains(s) {
+                        addrs.push(*s);
                     }
-                    addrs
                 }
-            };
-            LinkResponse::Hello(Hello {
-                uid: peer.uid,
-                cluster: shared.identity.trust.cluster.to_hex(),
-                node: shared.node.to_string(),
-                name: shared.config.name.clone(),
-                node_addr: shared.config.addr,
-                locate,
-                frag_bytes: shared.config.frag_bytes,
-            })
+                addrs
+            }
+        };
+        LinkResponse::Hello(Hello {
+            uid: self.peer.uid,
+            cluster: shared.identity.trust.cluster.to_hex(),
+            node: shared.node.to_string(),
+            name: shared.config.name.clone(),
+            node_addr: shared.config.addr,
+            locate,
+            frag_bytes: shared.config.frag_bytes,
+        })
+    }
+
+    fn spawn(
+        &mut self,
+        command: &str,
+        on: Option<&str>,
+        mem_mib: u32,
+        allow_owner_active: bool,
+    ) -> LinkResponse {
+        if self.spawned.len() >= MAX_SPAWNED_PER_LINK {
+            return error(format!(
+                "this link has {MAX_SPAWNED_PER_LINK} processes that have not ended; \
+                 open another link to start more"
+            ));
         }
-        LinkRequest::Spawn { .. } if spawned.len() >= MAX_SPAWNED_PER_LINK => error(format!(
-            "this link has {MAX_SPAWNED_PER_LINK} processes that have not ended; \
-             open another link to start more"
-        )),
-        LinkRequest::Spawn {
-            command,
-            on,
-            mem_mib,
-            allow_owner_active,
-        } => match crate::home::spawn(
-            shared,
-            peer,
-            &command,
-            on.as_deref(),
-            mem_mib,
-            allow_owner_active,
-        ) {
+        let (shared, peer) = (self.shared, self.peer);
+        match crate::home::spawn(shared, peer, command, on, mem_mib, allow_owner_active) {
             Ok((id, node)) => match crate::home::grant(shared, peer, id, &node) {
                 Ok(grant) => {
-                    spawned.push(id);
+                    self.spawned.push(id);
                     LinkResponse::Spawned {
                         id: id.to_string(),
                         node,
@@ -367,121 +427,144 @@ fn handle(
                 }
             },
             Err(e) => error(e),
-        },
-        LinkRequest::Respawn {
-            id,
-            lost,
-            mem_mib,
-            allow_owner_active,
-        } => match spawned_id(&id, spawned) {
-            Some(id) => {
-                match crate::home::respawn(shared, id, &lost, mem_mib, allow_owner_active)
-                    .and_then(|node| Ok((crate::home::grant(shared, peer, id, &node)?, node)))
-                {
-                    Ok((grant, node)) => LinkResponse::Spawned {
-                        id: id.to_string(),
-                        node,
-                        grant,
-                    },
-                    Err(e) => error(e),
-                }
-            }
-            None => error(format!("no process {id} spawned on this link")),
-        },
-        LinkRequest::Ended { id, end } => match spawned_id(&id, spawned) {
-            Some(id) => {
-                crate::home::ended(shared, id, end);
-                spawned.retain(|&s| s != id);
-                LinkResponse::Ok
-            }
-            None => error(format!("no process {id} spawned on this link")),
-        },
-        LinkRequest::Revocations { .. } if peer.uid != 0 => {
-            error("only root may hand this node a revocation list".into())
         }
-        LinkRequest::Revocations { list } => match hex::decode(list.trim()) {
+    }
+
+    fn respawn(
+        &self,
+        id: &str,
+        lost: &str,
+        mem_mib: u32,
+        allow_owner_active: bool,
+    ) -> LinkResponse {
+        let (shared, peer) = (self.shared, self.peer);
+        let Some(id) = spawned_id(id, &self.spawned) else {
+            return error(format!("no process {id} spawned on this link"));
+        };
+        match crate::home::respawn(shared, id, lost, mem_mib, allow_owner_active)
+            .and_then(|node| Ok((crate::home::grant(shared, peer, id, &node)?, node)))
+        {
+            Ok((grant, node)) => LinkResponse::Spawned {
+                id: id.to_string(),
+                node,
+                grant,
+            },
+            Err(e) => error(e),
+        }
+    }
+
+    fn ended(&mut self, id: &str, end: shoal_rpc::link::ProcEnd) -> LinkResponse {
+        let Some(id) = spawned_id(id, &self.spawned) else {
+            return error(format!("no process {id} spawned on this link"));
+        };
+        crate::home::ended(self.shared, id, end);
+        self.spawned.retain(|&s| s != id);
+        LinkResponse::Ok
+    }
+
+    fn revocations(&self, list: &str) -> LinkResponse {
+        if self.peer.uid != 0 {
+            return error("only root may hand this node a revocation list".into());
+        }
+        match hex::decode(list.trim()) {
             Err(_) => error("a revocation list is hex, as `shoal cluster revoke` prints it".into()),
-            Ok(bytes) => match crate::revocation::take(shared, &bytes) {
+            Ok(bytes) => match crate::revocation::take(self.shared, &bytes) {
                 Ok(()) => LinkResponse::Ok,
                 Err(e) => error(e),
             },
-        },
-        // (Or the daemon's own user, where it does not run as root.)
-        // SAFETY: geteuid cannot fail.
-        LinkRequest::Services { .. } if peer.uid != 0 && peer.uid != unsafe { libc::geteuid() } => {
-            error("only root may hand this node a service map".into())
         }
-        LinkRequest::Services { map } => match hex::decode(map.trim()) {
+    }
+
+    fn services(&self, map: &str) -> LinkResponse {
+        // Root (or the daemon's own user, where it does not run as root).
+        // SAFETY: geteuid cannot fail.
+        if self.peer.uid != 0 && self.peer.uid != unsafe { libc::geteuid() } {
+            return error("only root may hand this node a service map".into());
+        }
+        match hex::decode(map.trim()) {
             Err(_) => error("a service map is hex, as `shoal cluster services` prints it".into()),
-            Ok(bytes) => match crate::service_map::take(shared, &bytes) {
+            Ok(bytes) => match crate::service_map::take(self.shared, &bytes) {
                 Ok(()) => LinkResponse::Ok,
                 Err(e) => error(e),
             },
-        },
-        LinkRequest::Servers { port } => match PutPort::from_str(&port) {
+        }
+    }
+
+    fn servers(&self, port: &str) -> LinkResponse {
+        match PutPort::from_str(port) {
             Ok(port) => LinkResponse::Servers {
-                nodes: crate::service_map::servers(shared, &port)
+                nodes: crate::service_map::servers(self.shared, &port)
                     .map(|nodes| nodes.iter().map(|n| n.to_string()).collect()),
             },
             Err(_) => error("port must be 32 hex characters".into()),
-        },
-        LinkRequest::Owner { .. } if peer.uid != 0 => {
-            error("only root may say whether this machine's owner is using it".into())
         }
-        LinkRequest::Owner { active } => {
-            let owner = active.map(|a| {
-                if a {
-                    shoal_wire::Owner::Active
-                } else {
-                    shoal_wire::Owner::Idle
-                }
-            });
-            let mut load = shared.load.lock();
-            match load.sampler.set_owner(owner) {
-                Ok(()) => {
-                    // The next heartbeats say so at once.
-                    load.at = None;
-                    LinkResponse::Ok
-                }
-                Err(e) => error(e),
+    }
+
+    fn owner(&self, active: Option<bool>) -> LinkResponse {
+        if self.peer.uid != 0 {
+            return error("only root may say whether this machine's owner is using it".into());
+        }
+        let owner = active.map(|a| {
+            if a {
+                shoal_wire::Owner::Active
+            } else {
+                shoal_wire::Owner::Idle
             }
+        });
+        let mut load = self.shared.load.lock();
+        match load.sampler.set_owner(owner) {
+            Ok(()) => {
+                // The next heartbeats say so at once.
+                load.at = None;
+                LinkResponse::Ok
+            }
+            Err(e) => error(e),
         }
-        LinkRequest::Register {
-            get_port,
-            addr,
-            instance,
-        } => match GetPort::from_str(&get_port) {
+    }
+
+    fn register(
+        &mut self,
+        get_port: &str,
+        addr: std::net::SocketAddr,
+        instance: &str,
+    ) -> LinkResponse {
+        match GetPort::from_str(get_port) {
             // The F-box: the node, not the program, turns get into put.
             Ok(get) => register(
-                shared,
-                peer,
+                self.shared,
+                self.peer,
                 get.put_port(),
                 addr,
-                &instance,
+                instance,
                 false,
-                registered,
+                &mut self.registered,
             ),
             Err(_) => error("get_port must be 32 hex characters".into()),
-        },
-        LinkRequest::RegisterSystem { .. } if !may_serve_system(shared, &peer) => {
+        }
+    }
+
+    fn register_system(
+        &mut self,
+        put_port: &str,
+        addr: std::net::SocketAddr,
+        instance: &str,
+    ) -> LinkResponse {
+        let shared = self.shared;
+        if !may_serve_system(shared, &self.peer) {
             shared
                 .refused_system
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            error(format!(
+            return error(format!(
                 "only the node's daemon and the services its configuration marks system = true \
                  may serve a system service here{}",
-                if peer.uid == 0 {
+                if self.peer.uid == 0 {
                     " (run it as a [[service]] with system = true)"
                 } else {
                     ""
                 }
-            ))
+            ));
         }
-        LinkRequest::RegisterSystem {
-            put_port,
-            addr,
-            instance,
-        } => match PutPort::from_str(&put_port) {
+        match PutPort::from_str(put_port) {
             Ok(port) => match crate::service_map::servers(shared, &port) {
                 Some(nodes) if !nodes.contains(&shared.node) => {
                     shared
@@ -496,32 +579,42 @@ fn handle(
                             .join(", ")
                     ))
                 }
-                _ => register(shared, peer, port, addr, &instance, true, registered),
+                _ => register(
+                    shared,
+                    self.peer,
+                    port,
+                    addr,
+                    instance,
+                    true,
+                    &mut self.registered,
+                ),
             },
             Err(_) => error("put_port must be 32 hex characters".into()),
-        },
-        LinkRequest::Drain { instance } => {
-            let Some(instance) = parse_instance(&instance) else {
-                return error("instance must be 16 hex digits, not zero".into());
-            };
-            let Some(&(port, _)) = registered.iter().find(|r| r.1 == instance) else {
-                return error("no such endpoint registered on this link".into());
-            };
-            shared.state.lock().registry.deregister(port, instance);
-            tracing::info!(%port, %instance, "server endpoint draining");
-            LinkResponse::Ok
         }
-        LinkRequest::Drained { instance } => {
-            let Some(instance) = parse_instance(&instance) else {
-                return error("instance must be 16 hex digits, not zero".into());
-            };
-            let Some(i) = registered.iter().position(|r| r.1 == instance) else {
-                return error("no such endpoint registered on this link".into());
-            };
-            registered.remove(i);
-            shared.state.lock().registry.drained(instance);
-            LinkResponse::Ok
-        }
+    }
+
+    fn drain(&self, instance: &str) -> LinkResponse {
+        let Some(instance) = parse_instance(instance) else {
+            return error("instance must be 16 hex digits, not zero".into());
+        };
+        let Some(&(port, _)) = self.registered.iter().find(|r| r.1 == instance) else {
+            return error("no such endpoint registered on this link".into());
+        };
+        self.shared.state.lock().registry.deregister(port, instance);
+        tracing::info!(%port, %instance, "server endpoint draining");
+        LinkResponse::Ok
+    }
+
+    fn drained(&mut self, instance: &str) -> LinkResponse {
+        let Some(instance) = parse_instance(instance) else {
+            return error("instance must be 16 hex digits, not zero".into());
+        };
+        let Some(i) = self.registered.iter().position(|r| r.1 == instance) else {
+            return error("no such endpoint registered on this link".into());
+        };
+        self.registered.remove(i);
+        self.shared.state.lock().registry.drained(instance);
+        LinkResponse::Ok
     }
 }
 

@@ -2,9 +2,9 @@
 //! tokens.
 
 use crate::access::{self, R, W, X};
-use crate::model::{Attr, FsError, Ino, Kind, ROOT};
+use crate::model::{Attr, FsError, Identity, Ino, Kind, ROOT};
 use crate::op::{self, DirEntry, Failure, Grant, Op, Reply, StatFs};
-use crate::tokens::{ClientId, Decision, LEASE_US, Level, Want};
+use crate::tokens::{ClientId, Decision, LEASE_US, Level, OpenId, Want};
 use crate::tree::{Body, OverlayEntry, overlaid_window};
 use crate::update::UpdateOp;
 use shoal_cap::Capability;
@@ -105,20 +105,7 @@ impl<H> Soft<H> {
         let client = req.session;
         let now = self.now;
         if let Op::Hello { node, .. } = &req.op {
-            self.tokens.hello(now, client);
-            tracing::info!(
-                "client {client:016x} on {} said hello",
-                String::from_utf8_lossy(node)
-            );
-            let root = shell.read(|t| t.get(ROOT).map(|i| i.attr));
-            return Outcome::Reply(root.map_or(Err(fs(FsError::Io)), |root| {
-                Ok(Reply::Hello {
-                    lease_ms: (LEASE_US / 1000) as u32,
-                    root,
-                    servers: self.cfg.servers.clone(),
-                    copies: self.cfg.copies.max(1).min(u8::MAX as usize) as u8,
-                })
-            }));
+            return self.hello(shell, client, node);
         }
         if !self.tokens.knows(client) {
             return Outcome::Reply(Err(Failure::NoSession));
@@ -168,36 +155,7 @@ impl<H> Soft<H> {
                 Some(attr) => return self.look(client, attr),
                 None => Err(fs(FsError::NotFound)),
             },
-            Op::ReadDir { ino } => {
-                let listed = shell.read(|t| {
-                    let dir = t.get(*ino).ok_or(FsError::NotFound)?;
-                    access::check(&dir.attr, who, R)?;
-                    let entries = t.entries(*ino)?;
-                    Ok::<_, FsError>(
-                        entries
-                            .iter()
-                            .filter_map(|(name, i)| {
-                                Some(DirEntry {
-                                    name: name.clone(),
-                                    ino: *i,
-                                    kind: t.get(*i)?.attr.kind,
-                                })
-                            })
-                            .collect::<Vec<_>>(),
-                    )
-                });
-                match listed {
-                    Ok(entries) => match self.tokens.request(client, *ino, Want::Look, &[], None) {
-                        Decision::Wait { .. } => return Outcome::Wait,
-                        Decision::NoSession => Err(Failure::NoSession),
-                        d => Ok(Reply::Entries {
-                            entries,
-                            grant: granted(&d).expect("a grant"),
-                        }),
-                    },
-                    Err(e) => Err(fs(e)),
-                }
-            }
+            Op::ReadDir { ino } => return self.read_dir(shell, client, who, *ino),
             Op::ReadLink { ino } => shell.read(|t| match t.get(*ino).map(|i| &i.body) {
                 Some(Body::Symlink { target }) => Ok(Reply::Target(target.clone())),
                 Some(_) => Err(fs(FsError::Invalid("not a symbolic link"))),
@@ -247,22 +205,7 @@ impl<H> Soft<H> {
             } => return self.push(shell, req, ops),
             Op::Change { op, .. } => return self.change(shell, req, op.clone(), None),
             Op::CreateOpen { .. } if self.tokens.in_grace() => return Outcome::Wait,
-            Op::CreateOpen { op, id, want } => {
-                if !matches!(
-                    op,
-                    UpdateOp::Create {
-                        kind: Kind::File,
-                        excl: true,
-                        ..
-                    }
-                ) || !matches!(want, Want::OpenRead | Want::OpenWrite)
-                {
-                    return Outcome::Reply(Err(fs(FsError::Invalid(
-                        "create-and-open makes a new regular file",
-                    ))));
-                }
-                return self.change(shell, req, op.clone(), Some((*id, *want)));
-            }
+            Op::CreateOpen { op, id, want } => return self.create_open(shell, req, op, *id, *want),
             Op::Return {
                 ino,
                 grant,
@@ -279,48 +222,128 @@ impl<H> Soft<H> {
                 level,
                 version,
                 opens,
-            } => {
-                let Some(attr) = shell.read(|t| t.get(*ino).map(|i| i.attr)) else {
-                    // The inode went (its last name and open are gone):
-                    // nothing to reclaim.
-                    return Outcome::Reply(Err(fs(FsError::NotFound)));
-                };
-                let current = *version == Some(attr.version);
-                let now = self.now;
-                let grant = match self
-                    .tokens
-                    .reclaim(now, client, *ino, *level, current, opens)
-                {
-                    Ok(grant) => Grant {
-                        level: if grant == 0 { Level::None } else { *level },
-                        grant,
-                        uncached: false,
-                    },
-                    Err(refused) => {
-                        tracing::debug!("client {client:016x}'s reclaim of {ino}: {refused:?}");
-                        Grant {
-                            level: Level::None,
-                            grant: 0,
-                            uncached: false,
-                        }
-                    }
-                };
-                Ok(Reply::Entry { attr, grant })
-            }
-            Op::StatFs => {
-                let inodes = shell.read(|t| t.inode_count() as u64);
-                // The file servers' space is not yet gathered here: the
-                // figures say how many inodes there are, and no limit.
-                Ok(Reply::StatFs(StatFs {
-                    block_size: 4096,
-                    blocks: 1 << 32,
-                    blocks_free: 1 << 32,
-                    files: inodes + (1 << 32),
-                    files_free: 1 << 32,
-                }))
-            }
+            } => return self.reclaim(shell, client, *ino, *level, *version, opens),
+            Op::StatFs => Ok(stat_fs(shell)),
         };
         Outcome::Reply(reply)
+    }
+
+    /// A client's hello: its session starts (or starts again), and it
+    /// learns the root, the file servers and how many copies to store.
+    fn hello(&mut self, shell: &mut impl Shell, client: ClientId, node: &[u8]) -> Outcome {
+        self.tokens.hello(self.now, client);
+        tracing::info!(
+            "client {client:016x} on {} said hello",
+            String::from_utf8_lossy(node)
+        );
+        let root = shell.read(|t| t.get(ROOT).map(|i| i.attr));
+        Outcome::Reply(root.map_or(Err(fs(FsError::Io)), |root| {
+            Ok(Reply::Hello {
+                lease_ms: (LEASE_US / 1000) as u32,
+                root,
+                servers: self.cfg.servers.clone(),
+                copies: self.cfg.copies.max(1).min(u8::MAX as usize) as u8,
+            })
+        }))
+    }
+
+    /// A directory's entries, with `Read` on it if nothing conflicts.
+    fn read_dir(
+        &mut self,
+        shell: &mut impl Shell,
+        client: ClientId,
+        who: &Identity,
+        ino: Ino,
+    ) -> Outcome {
+        let listed = shell.read(|t| {
+            let dir = t.get(ino).ok_or(FsError::NotFound)?;
+            access::check(&dir.attr, who, R)?;
+            let entries = t.entries(ino)?;
+            Ok::<_, FsError>(
+                entries
+                    .iter()
+                    .filter_map(|(name, i)| {
+                        Some(DirEntry {
+                            name: name.clone(),
+                            ino: *i,
+                            kind: t.get(*i)?.attr.kind,
+                        })
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        });
+        Outcome::Reply(match listed {
+            Ok(entries) => match self.tokens.request(client, ino, Want::Look, &[], None) {
+                Decision::Wait { .. } => return Outcome::Wait,
+                Decision::NoSession => Err(Failure::NoSession),
+                d => Ok(Reply::Entries {
+                    entries,
+                    grant: granted(&d).expect("a grant"),
+                }),
+            },
+            Err(e) => Err(fs(e)),
+        })
+    }
+
+    /// A new regular file made and opened in one request.
+    fn create_open(
+        &mut self,
+        shell: &mut impl Shell,
+        req: &op::Request,
+        op: &UpdateOp,
+        id: OpenId,
+        want: Want,
+    ) -> Outcome {
+        if !matches!(
+            op,
+            UpdateOp::Create {
+                kind: Kind::File,
+                excl: true,
+                ..
+            }
+        ) || !matches!(want, Want::OpenRead | Want::OpenWrite)
+        {
+            return Outcome::Reply(Err(fs(FsError::Invalid(
+                "create-and-open makes a new regular file",
+            ))));
+        }
+        self.change(shell, req, op.clone(), Some((id, want)))
+    }
+
+    /// A client's reclaim of a token (and its opens) from an earlier
+    /// primary, in the grace period.
+    fn reclaim(
+        &mut self,
+        shell: &mut impl Shell,
+        client: ClientId,
+        ino: Ino,
+        level: Level,
+        version: Option<u64>,
+        opens: &[(OpenId, bool)],
+    ) -> Outcome {
+        let Some(attr) = shell.read(|t| t.get(ino).map(|i| i.attr)) else {
+            // The inode went (its last name and open are gone): nothing to
+            // reclaim.
+            return Outcome::Reply(Err(fs(FsError::NotFound)));
+        };
+        let current = version == Some(attr.version);
+        let now = self.now;
+        let grant = match self.tokens.reclaim(now, client, ino, level, current, opens) {
+            Ok(grant) => Grant {
+                level: if grant == 0 { Level::None } else { level },
+                grant,
+                uncached: false,
+            },
+            Err(refused) => {
+                tracing::debug!("client {client:016x}'s reclaim of {ino}: {refused:?}");
+                Grant {
+                    level: Level::None,
+                    grant: 0,
+                    uncached: false,
+                }
+            }
+        };
+        Outcome::Reply(Ok(Reply::Entry { attr, grant }))
     }
 
     /// A lookup or getattr found `attr`: it comes with `Read` if nothing
@@ -383,4 +406,17 @@ impl<H> Soft<H> {
             None => Err(fs(FsError::NotFound)),
         }))
     }
+}
+
+/// The file system's figures for `statfs`: how many inodes there are, and
+/// no limit (the file servers' space is not gathered here yet).
+fn stat_fs(shell: &mut impl Shell) -> Reply {
+    let inodes = shell.read(|t| t.inode_count() as u64);
+    Reply::StatFs(StatFs {
+        block_size: 4096,
+        blocks: 1 << 32,
+        blocks_free: 1 << 32,
+        files: inodes + (1 << 32),
+        files_free: 1 << 32,
+    })
 }
