@@ -991,6 +991,9 @@ impl<D: Disk> Store<D> {
                 }
             }
         }
+        // In one order (the map's is not), so the space freed is reused
+        // alike on every run of a seed.
+        dead.sort_unstable();
         for &obj in &dead {
             g.destroy(obj);
         }

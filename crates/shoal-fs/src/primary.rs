@@ -27,7 +27,7 @@ mod decide;
 mod locks;
 mod push;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use shoal_cap::{Capability, PutPort};
 
@@ -146,9 +146,9 @@ pub struct Soft<H> {
     /// The advisory locks the clients' programs hold, and who waits.
     locks: Locks,
     /// Callbacks for each client, until its `Events` request takes them.
-    queued: HashMap<ClientId, Vec<Callback>>,
+    queued: BTreeMap<ClientId, Vec<Callback>>,
     /// Each client's parked `Events` request, and when it came.
-    events: HashMap<ClientId, (H, u64)>,
+    events: BTreeMap<ClientId, (H, u64)>,
     /// Requests waiting for recalls.
     waiting: Vec<(H, op::Request)>,
     /// Changes made, waiting for their notices' confirmations.
@@ -173,8 +173,8 @@ impl<H> Soft<H> {
             now: 0,
             tokens: Tokens::new(),
             locks: Locks::new(),
-            queued: HashMap::new(),
-            events: HashMap::new(),
+            queued: BTreeMap::new(),
+            events: BTreeMap::new(),
             waiting: Vec::new(),
             noticing: Vec::new(),
             own_seq: 0,
@@ -250,7 +250,7 @@ impl<H> Soft<H> {
 
     /// Answers every held request (the state they wait on is gone).
     fn drop_held(&mut self, why: &Result<Reply, Failure>) {
-        for (_, (h, _)) in self.events.drain() {
+        for (_, (h, _)) in std::mem::take(&mut self.events) {
             self.out.push((h, why.clone()));
         }
         for (h, _) in self.waiting.drain(..) {

@@ -206,7 +206,9 @@ struct Notice {
 #[derive(Default)]
 pub struct Tokens {
     clients: HashMap<ClientId, Client>,
-    inodes: HashMap<Ino, InodeState>,
+    /// Ordered, so what is done to every inode (a grace period's end, a
+    /// client's loss) is done in one order, and the simulator replays it.
+    inodes: BTreeMap<Ino, InodeState>,
     notices: HashMap<u64, Notice>,
     next_notice: u64,
     next_grant: u64,

@@ -35,7 +35,7 @@
 mod mount;
 mod primary;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -169,9 +169,9 @@ pub struct FsSim {
     crashed: BTreeMap<ClientId, u64>,
     /// Each file's bytes as the programs were told they wrote them, in the
     /// order they were told (a crashed mount's unwritten changes go).
-    model: HashMap<Ino, Vec<u8>>,
+    model: BTreeMap<Ino, Vec<u8>>,
     /// Files `fsync`ed and not written since: their bytes then.
-    synced: HashMap<Ino, Vec<u8>>,
+    synced: BTreeMap<Ino, Vec<u8>>,
     report: FsReport,
     trace: Vec<String>,
 }
@@ -197,8 +197,8 @@ impl FsSim {
             mounts: Vec::new(),
             next_id: 1,
             crashed: BTreeMap::new(),
-            model: HashMap::new(),
-            synced: HashMap::new(),
+            model: BTreeMap::new(),
+            synced: BTreeMap::new(),
             report: FsReport::default(),
             trace: Vec::new(),
             cfg,

@@ -25,7 +25,7 @@
 //! - **no refused push** from a live client, and **no refused reclaim**;
 //! - **liveness**: every look is answered.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -140,7 +140,7 @@ struct Client {
     id: ClientId,
     core: Private,
     /// The highest grant seen, by inode (a recall of a later one waits).
-    seen: HashMap<Ino, u64>,
+    seen: BTreeMap<Ino, u64>,
     /// Recalls waiting: for their grant, or for the push under way.
     recalls: Vec<(Ino, Level, u64)>,
     /// The push on its way, and the copy as it was when the push started
@@ -152,7 +152,7 @@ struct Client {
     /// so no change comes while it is on its way.
     ending: u8,
     /// The highest grant whose recall was answered, by inode.
-    answered: HashMap<Ino, u64>,
+    answered: BTreeMap<Ino, u64>,
     /// The directory a look is out for.
     looking: Option<Ino>,
     /// Directories being made: (request number, name, inode).
@@ -231,12 +231,12 @@ impl PrivateSim {
         Client {
             id,
             core: Private::new(),
-            seen: HashMap::new(),
+            seen: BTreeMap::new(),
             recalls: Vec::new(),
             pushing: None,
             pushed_from: None,
             ending: 0,
-            answered: HashMap::new(),
+            answered: BTreeMap::new(),
             looking: None,
             making: Vec::new(),
             push_seq: 0,

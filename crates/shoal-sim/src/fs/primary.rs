@@ -4,7 +4,7 @@
 //! private directories' scenario runs on it too), and what its answers
 //! tell each mount.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use shoal_cap::{Capability, GetPort, ObjectId, ObjectSecret, Rights};
 use shoal_fs::model::{FsError, Identity, Ino, Time};
@@ -21,7 +21,7 @@ use super::{Asked, FsSim};
 /// ever had is kept: a write-back's base is read after its commit).
 #[derive(Default)]
 pub(crate) struct Store {
-    objects: HashMap<u64, Vec<u8>>,
+    objects: BTreeMap<u64, Vec<u8>>,
     next: u64,
 }
 
