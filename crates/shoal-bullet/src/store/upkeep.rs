@@ -1,9 +1,49 @@
-//! Keeping a store: flushing and checkpointing its metadata, its figures,
-//! `fsck` and compaction (`super`).
+//! Keeping a store: ageing, flushing and checkpointing its metadata, its
+//! figures, `fsck` and compaction (`super`).
 
 use super::*;
 
 impl<D: Disk> Store<D> {
+    /// The ageing pass a manager asks for at `now_us`, after touching what
+    /// it found named: run unless the last one ran less than the gap ago
+    /// (then `None`).  The server never ages on its own: a file something
+    /// names dies only if no pass touched it in `ttl` passes that did.
+    pub fn age_when_due(&self, now_us: u64) -> Option<usize> {
+        {
+            let mut g = self.inner.lock();
+            if g.aged_us
+                .is_some_and(|t| now_us.saturating_sub(t) < self.cfg.age_gap_us)
+            {
+                return None;
+            }
+            g.aged_us = Some(now_us);
+        }
+        Some(self.age())
+    }
+
+    /// One ageing pass: every committed file's time-to-live drops by one;
+    /// files that reach zero are destroyed.  Returns how many were.
+    pub fn age(&self) -> usize {
+        let mut g = self.inner.lock();
+        let mut dead = Vec::new();
+        for (&k, f) in g.files.iter_mut() {
+            if f.committed {
+                f.ttl = f.ttl.saturating_sub(1);
+                if f.ttl == 0 {
+                    dead.push(k);
+                }
+            }
+        }
+        // In one order (the map's is not), so the space freed is reused
+        // alike on every run of a seed.
+        dead.sort_unstable();
+        for &obj in &dead {
+            g.destroy(obj);
+        }
+        g.destroyed_by_age += dead.len() as u64;
+        dead.len()
+    }
+
     /// Makes everything appended so far durable.
     pub fn flush(&self) -> Result<(), FileError> {
         let _f = self.flushing.lock();
