@@ -156,12 +156,12 @@ fn check_map(root: &Path, text: &str) -> Vec<String> {
 /// Whether the sections (crate directories, in the map's order) come
 /// after every workspace crate each depends on.
 fn check_order(root: &Path, order: &[String]) -> Vec<String> {
-    let dir_of = |name: &str| {
-        order
-            .iter()
-            .find(|d| package_name(root, d).as_deref() == Some(name))
-            .cloned()
-    };
+    // Each section's package name and place, read once.
+    let place: std::collections::BTreeMap<String, usize> = order
+        .iter()
+        .enumerate()
+        .filter_map(|(i, d)| Some((package_name(root, d)?, i)))
+        .collect();
     let mut wrong = Vec::new();
     for (i, dir) in order.iter().enumerate() {
         let text = std::fs::read_to_string(root.join(dir).join("Cargo.toml")).unwrap_or_default();
@@ -174,10 +174,13 @@ fn check_order(root: &Path, order: &[String]) -> Vec<String> {
             {
                 continue;
             }
-            if let Some(d) = dir_of(dep)
-                && order.iter().position(|o| *o == d) > Some(i)
+            if let Some(&j) = place.get(dep)
+                && j > i
             {
-                wrong.push(format!("`{dir}` comes before `{d}`, which it depends on"));
+                wrong.push(format!(
+                    "`{dir}` comes before `{}`, which it depends on",
+                    order[j]
+                ));
             }
         }
     }

@@ -27,6 +27,8 @@ use shoal_node::gossip::{ANNOUNCE_EVERY, Announcer, Answer, answer, newer};
 use shoal_session::{AdminKey, ClusterId, RevocationList, ServiceEntry, ServiceMap};
 use shoal_wire::NodeMsg;
 
+use crate::timeline::{Timeline, tick};
+
 /// A scenario's shape.
 #[derive(Debug, Clone)]
 pub struct GossipSimConfig {
@@ -106,8 +108,7 @@ pub struct GossipSim {
     nodes: Vec<Node>,
     /// Cut links (a, b) with a < b, until when.
     cuts: BTreeMap<(usize, usize), Duration>,
-    events: BTreeMap<(Duration, u64), Event>,
-    next_event: u64,
+    events: Timeline<Event>,
     cluster: ClusterId,
     admin: AdminKey,
     /// The newest version issued of each kind, and every record issued.
@@ -139,8 +140,7 @@ impl GossipSim {
             now: Duration::ZERO,
             nodes,
             cuts: BTreeMap::new(),
-            events: BTreeMap::new(),
-            next_event: 0,
+            events: Timeline::new(),
             cluster,
             admin,
             issued: [0, 0],
@@ -197,17 +197,12 @@ impl GossipSim {
     }
 
     fn schedule(&mut self, at: Duration, e: Event) {
-        self.next_event += 1;
-        self.events.insert((at, self.next_event), e);
+        self.events.at(tick(at), e);
     }
 
     fn until(&mut self, end: Duration) {
-        while let Some(entry) = self.events.first_entry() {
-            if entry.key().0 > end {
-                break;
-            }
-            let ((at, _), e) = entry.remove_entry();
-            self.now = at;
+        while let Some((at, e)) = self.events.next(tick(end)) {
+            self.now = Duration::from_micros(at.0);
             self.handle(e);
         }
         self.now = end;

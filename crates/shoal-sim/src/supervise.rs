@@ -31,6 +31,8 @@ use shoal_node::supervise::{
     Supervisor,
 };
 
+use crate::timeline::{Timeline, tick};
+
 /// A scenario's shape.
 #[derive(Debug, Clone)]
 pub struct SuperviseSimConfig {
@@ -121,8 +123,7 @@ pub struct SuperviseSim {
     sup: Supervisor,
     now: Duration,
     models: BTreeMap<String, Model>,
-    events: BTreeMap<(Duration, u64), Event>,
-    next_event: u64,
+    events: Timeline<Event>,
     next_pid: u64,
     /// Faults and commands stop after `cfg.run`.
     calm: bool,
@@ -139,8 +140,7 @@ impl SuperviseSim {
             sup: Supervisor::new(),
             now: Duration::ZERO,
             models: BTreeMap::new(),
-            events: BTreeMap::new(),
-            next_event: 0,
+            events: Timeline::new(),
             next_pid: 1,
             calm: false,
             trace: std::env::var_os("SHOAL_SIM_TRACE").is_some(),
@@ -212,8 +212,7 @@ impl SuperviseSim {
     }
 
     fn schedule(&mut self, at: Duration, e: Event) {
-        self.next_event += 1;
-        self.events.insert((at, self.next_event), e);
+        self.events.at(tick(at), e);
     }
 
     fn schedule_operator(&mut self) {
@@ -225,22 +224,22 @@ impl SuperviseSim {
     /// Runs events and the core's deadlines up to `end`.
     fn until(&mut self, end: Duration) {
         loop {
-            let event = self.events.keys().next().map(|k| k.0);
+            let event = self.events.peek().map(|t| Duration::from_micros(t.0));
             let deadline = self.sup.next_deadline();
-            let Some(at) = [event, deadline].into_iter().flatten().min() else {
+            let at = [event, deadline]
+                .into_iter()
+                .flatten()
+                .min()
+                .filter(|&at| at <= end);
+            let Some(at) = at else {
                 self.now = end;
                 self.check_due(end);
                 return;
             };
-            if at > end {
-                self.now = end;
-                self.check_due(end);
-                return;
-            }
             self.check_due(at);
             self.now = at;
             if event == Some(at) {
-                let (_, e) = self.events.pop_first().expect("an event");
+                let (_, e) = self.events.next(tick(at)).expect("an event");
                 self.handle(e);
             } else {
                 let actions = self.sup.tick(at);

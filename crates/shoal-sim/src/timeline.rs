@@ -1,10 +1,12 @@
 //! The event queue of the simulations (the group's and directory's
-//! events, the file system scenarios' messages in flight): events by
+//! events, the file system scenarios' messages in flight, the supervisor's
+//! and the gossip's events): events by
 //! virtual time, ties in the order they were scheduled, so a seed replays
 //! exactly.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::time::Duration;
 
 use shoal_proto::Time;
 
@@ -32,22 +34,24 @@ impl<E> Timeline<E> {
         self.queue.push(Reverse((t, self.counter, idx)));
     }
 
-    /// The next event due no later than `end`, with its time.
+    /// When the next event is due.
+    pub(crate) fn peek(&self) -> Option<Time> {
+        self.queue.peek().map(|Reverse((t, _, _))| *t)
+    }
+
+    /// The next event due no later than `end`, with its time; later ones
+    /// stay queued.
     pub(crate) fn next(&mut self, end: Time) -> Option<(Time, E)> {
-        let Reverse((t, _, idx)) = self.queue.pop()?;
-        if t > end {
+        if self.peek()? > end {
             return None;
         }
+        let Reverse((t, _, idx)) = self.queue.pop()?;
         let ev = self.events[idx].take().expect("each event runs once");
         Some((t, ev))
     }
 
     /// The next event due by `now`, leaving later ones queued.
     pub(crate) fn due(&mut self, now: Time) -> Option<E> {
-        let Reverse((t, _, _)) = self.queue.peek()?;
-        if *t > now {
-            return None;
-        }
         self.next(now).map(|(_, ev)| ev)
     }
 
@@ -56,4 +60,10 @@ impl<E> Timeline<E> {
         self.queue.clear();
         self.events.clear();
     }
+}
+
+/// The queue's time for a point on a scenario's clock kept as a
+/// `Duration` since its start (the supervisor's and the gossip's).
+pub(crate) fn tick(at: Duration) -> Time {
+    Time(at.as_micros() as u64)
 }
