@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use shoal_groupsvc::keys::{decode_reply, decode_request, encode_reply, encode_request};
+use shoal_group::keys::{decode_reply, decode_request, encode_reply, encode_request};
 use shoal_wire::group::{
     decode_member, decode_members, decode_state, decode_view, encode_member, encode_members,
     encode_state, encode_view,

@@ -316,6 +316,15 @@ impl GroupCore {
     pub fn incarnation(&self) -> u64 {
         self.inc
     }
+    /// Which membership this member holds: its incarnation and the entry
+    /// that last changed the members (a join and a leave between two
+    /// looks change it, though the list is the same again).
+    pub fn membership(&self) -> crate::keys::Membership {
+        crate::keys::Membership {
+            incarnation: self.inc,
+            entry: self.members_seq,
+        }
+    }
     pub fn sequencer(&self) -> MemberId {
         self.sequencer
     }

@@ -31,6 +31,10 @@
 //!   that holds it back is expelled), each member's log by twice that, each
 //!   sender's in-flight messages by a window.
 //!
+//! - A group's datagrams are sealed under keys its members hand each
+//!   other (`keys.rs`: who gets the next epoch's key, and when; `seal.rs`:
+//!   each datagram sealed and opened in the epochs a member holds).
+//!
 //! The guarantees and how they are tested: `docs/group.md`.
 
 mod assembly;
@@ -38,7 +42,9 @@ mod config;
 mod core;
 mod event;
 mod join;
+pub mod keys;
 mod recovery;
+pub mod seal;
 mod sequencer;
 mod stream;
 

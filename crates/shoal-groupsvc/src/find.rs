@@ -10,9 +10,9 @@ use shoal_cap::PutPort;
 use shoal_group::{MemberEntry, MemberId};
 use shoal_wire::{ClusterKey, Instance, MAX_DATAGRAM, Nonce, Packet};
 
-use crate::keys::Keys;
-use crate::seal::GroupSeal;
 use crate::{GroupError, locate_port};
+use shoal_group::keys::Keys;
+use shoal_group::seal::GroupSeal;
 use shoal_rpc::Context;
 use shoal_rpc::link::{Link, LinkRequest, LinkResponse};
 use shoal_rpc::socket;
@@ -105,7 +105,7 @@ pub(crate) fn admitted(
     let uid = ctx.config().uid;
     let members: Vec<Found> = found
         .into_iter()
-        .filter(|f| crate::keys::admits(group, f.uid, uid))
+        .filter(|f| shoal_group::keys::admits(group, f.uid, uid))
         .collect();
     if members.is_empty() {
         return Err(GroupError::NotAdmitted(
@@ -162,7 +162,7 @@ pub fn inspect(ctx: &Context, group: &PutPort) -> Result<Vec<serde_json::Value>,
             socket.set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
             match socket.recv_from(&mut buf) {
                 Ok((len, from)) => {
-                    let Some(range) = seal.open(&mut buf[..len]) else {
+                    let Some(range) = seal.open(shoal_rpc::clock::now(), &mut buf[..len]) else {
                         continue;
                     };
                     if let Ok(Packet::Group(p)) = shoal_wire::decode(&buf[range], key)

@@ -35,14 +35,14 @@
 //! when one enters.  A member that nobody waits on (not the sequencer, not
 //! an acknowledger) takes its datagrams in 1 ms batches.
 //!
-//! The rest of the crate: `keys.rs`, each member's key service (the
-//! group's keys by epoch, a new epoch at every membership change and on a
-//! timer, catch-up of a member that missed one); `seal.rs`, each datagram
-//! sealed under its sender's key; `find.rs`, finding members and
-//! admitting joiners; `member_io.rs`, the member's sockets and threads.
+//! The rest of the crate: `keys.rs`, each member's key service (its
+//! server and threads; what they decide is `shoal_group::keys`, and each
+//! datagram is sealed by `shoal_group::seal`); `find.rs`, finding members
+//! and admitting joiners; `member_io.rs`, the member's sockets and
+//! threads.
 //!
 //! **Architecture invariant:** an I/O shell; every protocol decision is in
-//! `shoal-group` (the key protocol's, for now, are in `keys.rs`).
+//! `shoal-group`.
 
 use std::collections::HashMap;
 use std::io;
@@ -61,8 +61,9 @@ use shoal_wire::{ClusterKey, MAX_DATAGRAM, Nonce};
 
 pub use crate::find::{Found, inspect, locate};
 use crate::find::{admitted, register};
-use crate::keys::{Behind, KeyHost, KeyService, Keys, SharedKeys};
-use crate::seal::GroupSeal;
+use crate::keys::{Behind, KeyHost, KeyService, Sequencing, SharedKeys};
+use shoal_group::keys::{KeyCore, Keys};
+use shoal_group::seal::GroupSeal;
 use shoal_rpc::clock;
 use shoal_rpc::link::Link;
 use shoal_rpc::socket;
@@ -72,7 +73,6 @@ use shoal_rpc::{Context, DEFAULT_SPIN};
 mod find;
 pub mod keys;
 mod member_io;
-mod seal;
 
 use member_io::Active;
 
@@ -168,7 +168,7 @@ pub struct GroupOptions {
     pub port: Option<PutPort>,
     /// A new group admits anyone who knows its port, not only programs of
     /// its creator's uid ([`Group::create`] only; see
-    /// [`crate::seal::is_open`]).
+    /// [`shoal_group::keys::is_open`]).
     pub open: bool,
     /// Members only on the nodes the service map names as the servers of
     /// this system port (a replicated system service's own: see
@@ -343,10 +343,10 @@ impl Group {
     pub fn create(ctx: &Context, opts: GroupOptions) -> Result<Group, GroupError> {
         let group = opts
             .port
-            .unwrap_or_else(|| crate::seal::new_group_port(opts.open));
+            .unwrap_or_else(|| crate::keys::new_group_port(opts.open));
         let (socket, mcast, me) = open_sockets(ctx, &group, &opts)?;
         let cfg = core_config(ctx, &opts);
-        let keys = Keys::new(me.id);
+        let keys = crate::keys::new_keys(me.id);
         let core = GroupCore::create(
             clock::now(),
             ClusterKey::from_bytes(keys.master),
@@ -433,7 +433,7 @@ impl Group {
         let seal = GroupSeal::new(keys.epoch, keys.key, &group, core.id());
         core.set_key_epoch(keys.epoch);
         let id = core.id();
-        let key_state: SharedKeys = crate::keys::shared(keys);
+        let key_state: SharedKeys = Arc::new(parking_lot::Mutex::new(KeyCore::new(keys)));
         let shared = Arc::new(Shared {
             core: Mutex::new(Inner {
                 seal,
@@ -719,7 +719,7 @@ impl Drop for Group {
 }
 
 impl KeyHost for Shared {
-    fn sequencing(&self) -> Option<(MemberId, Vec<u64>)> {
+    fn sequencing(&self) -> Option<Sequencing> {
         let inner = self.core.lock();
         let core = &inner.core;
         if core.status() != Status::Normal || !core.is_sequencer() {
@@ -727,18 +727,22 @@ impl KeyHost for Shared {
         }
         let mut members: Vec<u64> = core.members().iter().map(|m| m.id.0).collect();
         members.sort_unstable();
-        Some((core.id(), members))
+        Some(Sequencing {
+            me: core.id(),
+            members,
+            membership: core.membership(),
+        })
     }
 
     fn take(&self, epoch: u32, key: [u8; 32], send: bool) {
         let mut inner = self.core.lock();
-        inner.seal.add(epoch, key, send);
+        inner.seal.add(clock::now(), epoch, key, send);
         let sending = inner.seal.sending();
         inner.core.set_key_epoch(sending);
     }
 
     fn take_extra(&self, epoch: u32, key: [u8; 32]) {
-        self.core.lock().seal.add_extra(epoch, key);
+        self.core.lock().seal.add_extra(clock::now(), epoch, key);
     }
 
     fn behind(&self) -> Option<Behind> {

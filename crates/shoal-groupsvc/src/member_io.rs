@@ -191,7 +191,7 @@ impl Shared {
                     // this host need the loop): skip it unread.
                     continue;
                 }
-                if let Some(plain) = seal.open(&mut rx[..len]) {
+                if let Some(plain) = seal.open(clock::now(), &mut rx[..len]) {
                     core.handle_datagram(clock::now(), from, &rx[plain]);
                     if seal.sending() != core.info_key_epoch() {
                         core.set_key_epoch(seal.sending());

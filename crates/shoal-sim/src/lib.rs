@@ -39,6 +39,7 @@ pub mod fs;
 pub mod fs_private;
 pub mod gossip;
 mod group;
+pub mod group_keys;
 pub mod linearize;
 pub mod manage;
 mod net;
@@ -53,6 +54,7 @@ pub use fs::{FsReport, FsSim, FsSimConfig};
 pub use fs_private::{PrivateReport, PrivateSim, PrivateSimConfig};
 pub use gossip::{GossipReport, GossipSim, GossipSimConfig};
 pub use group::{GroupReport, GroupSim, GroupSimConfig};
+pub use group_keys::{KeysReport, KeysSim, KeysSimConfig};
 pub use manage::{ManageReport, ManageSim, ManageSimConfig};
 pub use net::Faults;
 pub use sim::{Outcome, Report, Sim, SimConfig};
@@ -96,10 +98,10 @@ pub struct SeedRun {
     pub violations: Vec<String>,
 }
 
-/// Runs `run` for every seed, prints the counters' sums, and fails if any
-/// counter stayed at zero over all the seeds (the scenario checked
-/// nothing) or if a seed broke a promise, naming the first such seed and
-/// how to replay it.
+/// Runs `run` for every seed, prints the counters' sums, and fails if a
+/// seed broke a promise, naming the first such seed and how to replay it,
+/// or if any counter stayed at zero over all the seeds (the scenario
+/// checked nothing).
 pub fn check_seeds(name: &str, seeds: Vec<u64>, mut run: impl FnMut(u64) -> SeedRun) {
     let n = seeds.len();
     let mut totals: Vec<(&'static str, u64)> = Vec::new();
@@ -120,15 +122,15 @@ pub fn check_seeds(name: &str, seeds: Vec<u64>, mut run: impl FnMut(u64) -> Seed
     let sums = sums.join(", ");
     eprintln!("{name}: {n} seeds, {sums}");
     assert!(
-        totals.iter().all(|t| t.1 > 0),
-        "{name}: the run checked nothing ({sums})"
-    );
-    assert!(
         failed.is_empty(),
         "{name}: {} seeds failed; first: seed {} {:?} (replay: SHOAL_SIM_SEED={})",
         failed.len(),
         failed[0].0,
         failed[0].1,
         failed[0].0
+    );
+    assert!(
+        totals.iter().all(|t| t.1 > 0),
+        "{name}: the run checked nothing ({sums})"
     );
 }

@@ -71,3 +71,10 @@ fn gossip_replays() {
         GossipSim::new(s, GossipSimConfig::default()).run()
     });
 }
+
+#[test]
+fn group_keys_replays() {
+    replays("group_keys", |s| {
+        KeysSim::new(s, KeysSimConfig::default()).run()
+    });
+}
