@@ -29,7 +29,7 @@ use shoal_proto::Time;
 use shoal_wire::group::{
     Data, EntryKind, GroupBody, GroupHeader, GroupPacket, MemberEntry, ORDER_ACCEPT, Order,
 };
-use shoal_wire::{ClusterKey, Frag, MemberId, Packet, encode};
+use shoal_wire::{Frag, MemberId, Packet, plain};
 
 use crate::assembly::{Assembly, frag_count, frag_range};
 use crate::config::GroupConfig;
@@ -93,7 +93,6 @@ pub(crate) struct Pending {
 /// One member of one group: the whole protocol, without I/O.
 pub struct GroupCore {
     pub(crate) cfg: GroupConfig,
-    pub(crate) key: ClusterKey,
     pub(crate) group: PutPort,
     pub(crate) me: MemberEntry,
     pub(crate) status: Status,
@@ -224,16 +223,9 @@ pub struct GroupInfo {
 }
 
 impl GroupCore {
-    pub(crate) fn blank(
-        now: Time,
-        key: ClusterKey,
-        group: PutPort,
-        me: MemberEntry,
-        cfg: GroupConfig,
-    ) -> Self {
+    pub(crate) fn blank(now: Time, group: PutPort, me: MemberEntry, cfg: GroupConfig) -> Self {
         Self {
             cfg,
-            key,
             group,
             me,
             status: Status::Joining,
@@ -289,14 +281,8 @@ impl GroupCore {
 
     /// Creates a new group with this member as its only member and
     /// sequencer.  The first event is the group's first [`Event::View`].
-    pub fn create(
-        now: Time,
-        key: ClusterKey,
-        group: PutPort,
-        me: MemberEntry,
-        cfg: GroupConfig,
-    ) -> Self {
-        let mut core = Self::blank(now, key, group, me, cfg);
+    pub fn create(now: Time, group: PutPort, me: MemberEntry, cfg: GroupConfig) -> Self {
+        let mut core = Self::blank(now, group, me, cfg);
         core.promised = (1, me.id);
         core.install(now, 1, vec![me], (0, MemberId(0)));
         core
@@ -516,7 +502,7 @@ impl GroupCore {
             // It carries the commit point: a held-back accept is sent.
             s.accept_due = None;
         }
-        let bytes = encode(&Packet::Group(GroupPacket { hdr, body }), &self.key);
+        let bytes = plain(&Packet::Group(GroupPacket { hdr, body }));
         self.stats.datagrams_sent += 1;
         if dest == GroupDest::Members {
             self.stats.broadcasts_sent += 1;
@@ -657,10 +643,11 @@ impl GroupCore {
 
     // ----- input -----------------------------------------------------------
 
-    /// Handles one datagram.  Datagrams that are not group datagrams, name
-    /// another group, or fail the MAC are ignored.
+    /// Handles one datagram's plaintext (the shell opened it: who sent it
+    /// is the seal's business).  Plaintexts that are not group datagrams,
+    /// or name another group, are ignored.
     pub fn handle_datagram(&mut self, now: Time, from: SocketAddr, datagram: &[u8]) {
-        let Ok(Packet::Group(p)) = shoal_wire::decode(datagram, &self.key) else {
+        let Ok(Packet::Group(p)) = shoal_wire::decode_plain(datagram) else {
             return;
         };
         self.handle_packet(now, from, &p, datagram);

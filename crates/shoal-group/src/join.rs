@@ -21,7 +21,7 @@ use shoal_wire::group::{
     EntryKind, GroupBody, GroupHeader, GroupPacket, Join, MemberEntry, State, StateMeta, StateReq,
     decode_member, decode_state, encode_state,
 };
-use shoal_wire::{ClusterKey, Frag, MemberId};
+use shoal_wire::{Frag, MemberId};
 
 use crate::assembly::{Assembly, frag_count, frag_range};
 use crate::config::GroupConfig;
@@ -52,14 +52,13 @@ impl GroupCore {
     /// The first event is [`Event::State`] (or [`Event::JoinFailed`]).
     pub fn join(
         now: Time,
-        key: ClusterKey,
         group: PutPort,
         me: MemberEntry,
         cfg: GroupConfig,
         contacts: Vec<SocketAddr>,
         nonce: u64,
     ) -> Self {
-        let mut core = Self::blank(now, key, group, me, cfg);
+        let mut core = Self::blank(now, group, me, cfg);
         core.status = Status::Joining;
         core.joining = Some(Joining {
             contacts,

@@ -12,7 +12,7 @@ use shoal_cap::PutPort;
 use shoal_group::{Event, GroupConfig, GroupCore, GroupDest, MemberEntry, MemberId, Status};
 use shoal_proto::Time;
 use shoal_wire::group::GroupBody;
-use shoal_wire::{ClusterKey, Packet, decode};
+use shoal_wire::{Packet, decode_plain};
 
 fn addr(i: u64) -> SocketAddr {
     SocketAddr::from(([10, 0, 0, i as u8], 7000))
@@ -23,7 +23,6 @@ struct Net {
     /// Each core's address.
     addrs: Vec<SocketAddr>,
     now: Time,
-    key: ClusterKey,
     /// Datagrams sent so far (a broadcast counts once), and by kind.
     sent: u64,
     kinds: Vec<u8>,
@@ -37,23 +36,15 @@ struct Net {
 impl Net {
     /// A group of `n` members created by member 0, everyone joined.
     fn new(n: usize, cfg: GroupConfig) -> Net {
-        let key = ClusterKey::from_bytes([3; 32]);
         let group = PutPort::from_bytes([9; 16]);
         let me = |i: usize| MemberEntry {
             id: MemberId(i as u64 + 1),
             addr: addr(i as u64 + 1),
         };
         let mut net = Net {
-            cores: vec![GroupCore::create(
-                Time(0),
-                key.clone(),
-                group,
-                me(0),
-                cfg.clone(),
-            )],
+            cores: vec![GroupCore::create(Time(0), group, me(0), cfg.clone())],
             addrs: vec![addr(1)],
             now: Time(0),
-            key: key.clone(),
             sent: 0,
             kinds: Vec::new(),
             deaf: None,
@@ -63,7 +54,6 @@ impl Net {
         for i in 1..n {
             net.cores.push(GroupCore::join(
                 net.now,
-                key.clone(),
                 group,
                 me(i),
                 cfg.clone(),
@@ -89,7 +79,7 @@ impl Net {
                     moved = true;
                     self.sent += 1;
                     let mut is_ack = false;
-                    if let Ok(Packet::Group(p)) = decode(&t.bytes, &self.key) {
+                    if let Ok(Packet::Group(p)) = decode_plain(&t.bytes) {
                         self.kinds.push(t.bytes[3]);
                         is_ack = matches!(p.body, GroupBody::Ack(_));
                     }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use shoal_cap::PutPort;
 use shoal_group::{MemberEntry, MemberId};
-use shoal_wire::{ClusterKey, Instance, MAX_DATAGRAM, Nonce, Packet};
+use shoal_wire::{Instance, MAX_DATAGRAM, Nonce, Packet};
 
 use crate::{GroupError, locate_port};
 use shoal_group::keys::Keys;
@@ -128,22 +128,18 @@ pub(crate) fn admitted(
 pub fn inspect(ctx: &Context, group: &PutPort) -> Result<Vec<serde_json::Value>, GroupError> {
     let (keys, members) = admitted(ctx, group)?;
     let socket = socket::bind(SocketAddr::new(ctx.config().bind_ip, 0))?;
-    let key = &ClusterKey::from_bytes(keys.master);
     let me = MemberId::random();
     let mut seal = GroupSeal::new(keys.epoch, keys.key, group, me);
     let nonce = Nonce::random().0;
-    let plain = shoal_wire::encode(
-        &Packet::Group(shoal_wire::group::GroupPacket {
-            hdr: shoal_wire::group::GroupHeader {
-                group: *group,
-                inc: 0,
-                seqr: MemberId(0),
-                from: me,
-            },
-            body: shoal_wire::group::GroupBody::InfoReq(shoal_wire::group::InfoReq { nonce }),
-        }),
-        key,
-    );
+    let plain = shoal_wire::plain(&Packet::Group(shoal_wire::group::GroupPacket {
+        hdr: shoal_wire::group::GroupHeader {
+            group: *group,
+            inc: 0,
+            seqr: MemberId(0),
+            from: me,
+        },
+        body: shoal_wire::group::GroupBody::InfoReq(shoal_wire::group::InfoReq { nonce }),
+    }));
     let mut answers: HashMap<SocketAddr, serde_json::Value> = HashMap::new();
     let mut ask = Vec::new();
     let mut buf = vec![0u8; MAX_DATAGRAM];
@@ -165,7 +161,7 @@ pub fn inspect(ctx: &Context, group: &PutPort) -> Result<Vec<serde_json::Value>,
                     let Some(range) = seal.open(shoal_rpc::clock::now(), &mut buf[..len]) else {
                         continue;
                     };
-                    if let Ok(Packet::Group(p)) = shoal_wire::decode(&buf[range], key)
+                    if let Ok(Packet::Group(p)) = shoal_wire::decode_plain(&buf[range])
                         && let shoal_wire::group::GroupBody::Info(i) = p.body
                         && i.nonce == nonce
                         && let Ok(v) = serde_json::from_slice(i.json)

@@ -57,7 +57,7 @@ use parking_lot::{Condvar, Mutex};
 use shoal_cap::{GetPort, PutPort};
 use shoal_group::{Event, GroupConfig, GroupCore, MemberEntry, MemberId};
 pub use shoal_group::{GroupInfo, SendError, Status};
-use shoal_wire::{ClusterKey, MAX_DATAGRAM, Nonce};
+use shoal_wire::{MAX_DATAGRAM, Nonce};
 
 pub use crate::find::{Found, inspect, locate};
 use crate::find::{admitted, register};
@@ -347,13 +347,7 @@ impl Group {
         let (socket, mcast, me) = open_sockets(ctx, &group, &opts)?;
         let cfg = core_config(ctx, &opts);
         let keys = crate::keys::new_keys(me.id);
-        let core = GroupCore::create(
-            clock::now(),
-            ClusterKey::from_bytes(keys.master),
-            group,
-            me,
-            cfg,
-        );
+        let core = GroupCore::create(clock::now(), group, me, cfg);
         let link = register(ctx, &group, &me)?;
         Group::start(keys, group, core, (socket, mcast), link, &opts, ctx)
     }
@@ -386,15 +380,7 @@ impl Group {
     ) -> Result<Group, GroupError> {
         let (socket, mcast, me) = open_sockets(ctx, &group, opts)?;
         let cfg = core_config(ctx, opts);
-        let core = GroupCore::join(
-            clock::now(),
-            ClusterKey::from_bytes(keys.master),
-            group,
-            me,
-            cfg,
-            contacts,
-            Nonce::random().0,
-        );
+        let core = GroupCore::join(clock::now(), group, me, cfg, contacts, Nonce::random().0);
         let mut g = Group::start(keys, group, core, (socket, mcast), None, opts, ctx)?;
         // Wait until admitted.
         let deadline = Instant::now() + opts.join_timeout + Duration::from_millis(500);

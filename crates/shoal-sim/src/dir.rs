@@ -38,7 +38,6 @@ use shoal_replica::{
     Control, Durability, Formation, PeerStatus, Phase, STUCK_AFTER_US, Standing, Why, control,
     group_tag,
 };
-use shoal_wire::ClusterKey;
 
 use crate::linearize::{self, CheckResult, Model, Operation};
 use crate::net::Faults;
@@ -275,7 +274,8 @@ struct Cli {
 pub struct DirSim {
     cfg: DirSimConfig,
     rng: ChaCha8Rng,
-    key: ClusterKey,
+    /// The secret each generation's group port is derived from.
+    ports: [u8; 32],
     port: PutPort,
     dir: Capability,
     now: Time,
@@ -293,14 +293,15 @@ const CLIENT_TIMEOUT_US: u64 = 300_000;
 const GIVE_UP_US: u64 = 6_000_000;
 const CATCH_UP_US: u64 = 1_000_000;
 
-fn group_port(key: &ClusterKey, generation: u64) -> PutPort {
-    GetPort::derive(key.as_bytes(), &format!("dirsim group {generation}")).put_port()
+/// Each generation's group port, from the run's secret `ports`.
+fn group_port(ports: &[u8; 32], generation: u64) -> PutPort {
+    GetPort::derive(ports, &format!("dirsim group {generation}")).put_port()
 }
 
 impl DirSim {
     pub fn new(seed: u64, cfg: DirSimConfig) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let key = ClusterKey::from_bytes(rng.random());
+        let ports: [u8; 32] = rng.random();
         let port = GetPort::from_bytes(rng.random()).put_port();
         // Every replica starts from the same snapshot: one directory.
         let mut state = DirState::new(port);
@@ -366,7 +367,7 @@ impl DirSim {
         let mut sim = DirSim {
             cfg,
             rng,
-            key,
+            ports,
             port,
             dir,
             now: Time(0),

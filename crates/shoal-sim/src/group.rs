@@ -30,7 +30,6 @@ use rand_chacha::ChaCha8Rng;
 use shoal_cap::GetPort;
 use shoal_group::{Event, GroupConfig, GroupCore, GroupDest, MemberEntry, MemberId, Status};
 use shoal_proto::Time;
-use shoal_wire::ClusterKey;
 
 use crate::net::Faults;
 use crate::timeline::Timeline;
@@ -155,7 +154,6 @@ struct Proc {
 pub struct GroupSim {
     cfg: GroupSimConfig,
     rng: ChaCha8Rng,
-    key: ClusterKey,
     group: shoal_cap::PutPort,
     now: Time,
     timeline: Timeline<Ev>,
@@ -197,12 +195,10 @@ fn body_for(p: usize, n: u64, len: usize) -> Bytes {
 impl GroupSim {
     pub fn new(seed: u64, cfg: GroupSimConfig) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let key = ClusterKey::from_bytes(rng.random());
         let group = GetPort::from_bytes(rng.random()).put_port();
         let mut sim = Self {
             cfg,
             rng,
-            key,
             group,
             now: Time(0),
             timeline: Timeline::new(),
@@ -264,13 +260,7 @@ impl GroupSim {
             id: self.member_id(),
             addr: self.procs[first].addr,
         };
-        self.procs[first].core = Some(GroupCore::create(
-            self.now,
-            self.key.clone(),
-            self.group,
-            me,
-            cfg,
-        ));
+        self.procs[first].core = Some(GroupCore::create(self.now, self.group, me, cfg));
         self.after(first);
         for _ in 1..self.cfg.members {
             let p = self.new_proc();
@@ -325,15 +315,7 @@ impl GroupSim {
             addr: self.procs[p].addr,
         };
         let nonce = self.rng.random();
-        let core = GroupCore::join(
-            self.now,
-            self.key.clone(),
-            self.group,
-            me,
-            cfg,
-            contacts,
-            nonce,
-        );
+        let core = GroupCore::join(self.now, self.group, me, cfg, contacts, nonce);
         let proc = &mut self.procs[p];
         proc.core = Some(core);
         proc.last = None;

@@ -12,10 +12,17 @@ use crate::key::ClusterKey;
 use crate::packet::*;
 use crate::{HEADER_LEN, MAGIC, MAX_DATAGRAM, VERSION, WireError};
 
-/// Encodes `packet` into a new buffer, MAC included.
+/// Encodes `packet` in the old header form, MAC included (what a node
+/// that still has its cluster's old key counts, and the tests forge).
 pub fn encode(packet: &Packet<'_>, key: &ClusterKey) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN + 64 + payload_len(packet));
-    encode_into(packet, key, &mut out);
+    out.extend_from_slice(&MAGIC);
+    out.push(VERSION);
+    out.push(packet.kind());
+    out.extend_from_slice(&[0u8; 16]);
+    write_body(packet, &mut Writer(&mut out));
+    let mac = key.mac(&out);
+    out[4..HEADER_LEN].copy_from_slice(&mac);
     out
 }
 
@@ -28,24 +35,6 @@ fn payload_len(packet: &Packet<'_>) -> usize {
     }
 }
 
-/// Encodes `packet` into `out` (cleared first), MAC included.
-pub fn encode_into(packet: &Packet<'_>, key: &ClusterKey, out: &mut Vec<u8>) {
-    encode_unsealed(packet, out);
-    seal(out, &[] as &[&[u8]], key);
-}
-
-/// Encodes `packet` into `out` (cleared first) with its MAC field left
-/// zero, for a caller that computes the MAC later with [`seal`] (outside
-/// a lock, say).
-pub fn encode_unsealed(packet: &Packet<'_>, out: &mut Vec<u8>) {
-    out.clear();
-    out.extend_from_slice(&MAGIC);
-    out.push(VERSION);
-    out.push(packet.kind());
-    out.extend_from_slice(&[0u8; 16]);
-    write_body(packet, &mut Writer(out));
-}
-
 /// Encodes `packet` into `out` (cleared first) as a plaintext: its kind
 /// byte and its body, without the header.  This is what an endpoint or
 /// node datagram carries sealed (`shoal_session`), and what the cores
@@ -54,6 +43,13 @@ pub fn encode_plain(packet: &Packet<'_>, out: &mut Vec<u8>) {
     out.clear();
     out.push(packet.kind());
     write_body(packet, &mut Writer(out));
+}
+
+/// [`encode_plain`] into a new buffer.
+pub fn plain(packet: &Packet<'_>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64 + payload_len(packet));
+    encode_plain(packet, &mut out);
+    out
 }
 
 /// Bytes before a request's or reply's payload in its plaintext
@@ -162,14 +158,7 @@ fn write_heartbeat(h: &Heartbeat, w: &mut Writer<'_>) {
     }
 }
 
-/// Writes the MAC of the datagram `head` followed by the pieces of `tail`
-/// (a head from [`encode_unsealed`]) into `head`'s MAC field.
-pub fn seal(head: &mut [u8], tail: &[impl AsRef<[u8]>], key: &ClusterKey) {
-    let mac = key.mac_parts(head, tail);
-    head[4..HEADER_LEN].copy_from_slice(&mac);
-}
-
-/// Checks the MAC of `datagram` and decodes it.
+/// Checks the MAC of `datagram`, in the old header form, and decodes it.
 pub fn decode<'a>(datagram: &'a [u8], key: &ClusterKey) -> Result<Packet<'a>, WireError> {
     if datagram.len() < HEADER_LEN {
         return Err(WireError::Truncated);

@@ -1,7 +1,7 @@
-//! The key of the group header's MAC: a group's master secret, which its
-//! members hold (the type is named for the cluster-wide key it once was;
-//! the daemon still reads an old cluster key file, only to count datagrams
-//! MACed with it).
+//! The cluster key: the one secret every node of a cluster shared before
+//! node sessions, the key of the header form's MAC (`lib.rs`).  Nothing
+//! is sealed under it any more; a node that still has its cluster's old
+//! key file reads it only to count datagrams in the old form.
 //!
 //! Two MACs, each under its own key derived from the secret: small
 //! datagrams (the common case: requests and replies of small RPCs, acks,
@@ -58,31 +58,17 @@ impl ClusterKey {
     /// (the MAC field itself is skipped).  `datagram` must be at least
     /// [`crate::HEADER_LEN`] long.
     pub fn mac(&self, datagram: &[u8]) -> [u8; 16] {
-        self.mac_parts(datagram, &[] as &[&[u8]])
-    }
-
-    /// The MAC of the datagram `head` followed by the pieces of `tail`
-    /// (sent as one datagram by a gathering send): the same as
-    /// [`ClusterKey::mac`] of them all joined.
-    pub fn mac_parts(&self, head: &[u8], tail: &[impl AsRef<[u8]>]) -> [u8; 16] {
-        let len = head.len() + tail.iter().map(|t| t.as_ref().len()).sum::<usize>();
-        if len <= SMALL {
+        if datagram.len() <= SMALL {
             use siphasher::sip128::Hasher128;
             use std::hash::Hasher;
             let mut h = self.small;
-            h.write(&head[..4]);
-            h.write(&head[crate::HEADER_LEN..]);
-            for t in tail {
-                h.write(t.as_ref());
-            }
+            h.write(&datagram[..4]);
+            h.write(&datagram[crate::HEADER_LEN..]);
             return h.finish128().as_bytes();
         }
         let mut hasher = blake3::Hasher::new_keyed(&self.large);
-        hasher.update(&head[..4]);
-        hasher.update(&head[crate::HEADER_LEN..]);
-        for t in tail {
-            hasher.update(t.as_ref());
-        }
+        hasher.update(&datagram[..4]);
+        hasher.update(&datagram[crate::HEADER_LEN..]);
         let hash = hasher.finalize();
         let mut out = [0u8; 16];
         out.copy_from_slice(&hash.as_bytes()[..16]);

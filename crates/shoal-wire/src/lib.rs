@@ -1,14 +1,18 @@
 //! shoal's packet formats.
 //!
 //! A packet is a kind byte and a fixed little-endian body per kind
-//! ([`Packet`]).  RPC, locate and heartbeats cross the network as
-//! *plaintexts* ([`encode_plain`], [`decode_plain`]) sealed in endpoint
-//! channels and node sessions by `shoal-session`, which authenticates
-//! them before they are parsed; inside a node session a [`NodeMsg`] tag
-//! says what each plaintext is.  Group datagrams start with a 20-byte
-//! header instead (and the group shell then seals each whole under its
-//! sender's key, so the MAC below is redundant, kept until the format
-//! drops it):
+//! ([`Packet`]).  Every packet crosses the network as a *plaintext*
+//! ([`encode_plain`], [`decode_plain`]) sealed by an AEAD that
+//! authenticates it before it is parsed: RPC, locate and heartbeats in
+//! endpoint channels and node sessions (`shoal-session`; inside a node
+//! session a [`NodeMsg`] tag says what each plaintext is), group
+//! datagrams under their sender's epoch key (`shoal_group::seal`).
+//! Variable parts (payloads, lists) are bounded, so a decoder never
+//! allocates more than the datagram it was given.
+//!
+//! Before sessions, nodes spoke a 20-byte header form with a MAC under
+//! one key shared by the whole cluster ([`ClusterKey`], [`encode`],
+//! [`decode`]):
 //!
 //! ```text
 //!  0      2     3     4                              20
@@ -17,14 +21,9 @@
 //!  +------+-----+-----+------------------------------+---------------
 //! ```
 //!
-//! The MAC covers bytes `0..4` and `20..` under a key derived from the
-//! group's master secret, a [`ClusterKey`] (SipHash-2-4-128 up to 1 KiB, keyed BLAKE3 truncated to 128
-//! bits above; see [`ClusterKey::mac`]): a datagram from outside the
-//! group, or one changed in flight, is dropped before any field is
-//! parsed.  The body
-//! is a fixed little-endian layout per kind ([`Packet`]); variable parts
-//! (payloads, lists) are bounded, so a decoder never allocates more than the
-//! datagram it was given.
+//! Nothing is sent in it any more; a node that still has its cluster's old
+//! key counts datagrams in it (forged or replayed) and drops them, and the
+//! tests forge them.
 //!
 //! **Architecture invariant:** this crate does no I/O and keeps no state; it
 //! turns bytes into [`Packet`]s and back.
@@ -37,9 +36,7 @@ mod load;
 mod node;
 mod packet;
 
-pub use codec::{
-    decode, decode_plain, encode, encode_into, encode_plain, encode_unsealed, plain_head_len, seal,
-};
+pub use codec::{decode, decode_plain, encode, encode_plain, plain, plain_head_len};
 pub use ids::{ClientId, Instance, MemberId, NodeId, Nonce, Seq, TxnId};
 pub use key::ClusterKey;
 pub use load::{DecodeLoadError, LOAD_LEN, Load, Owner};

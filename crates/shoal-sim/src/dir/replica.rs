@@ -197,8 +197,7 @@ impl DirSim {
                         let nonce = self.rng.random();
                         let core = GroupCore::join(
                             self.now,
-                            self.key.clone(),
-                            group_port(&self.key, g),
+                            group_port(&self.ports, g),
                             me,
                             cfg,
                             contacts,
@@ -215,13 +214,7 @@ impl DirSim {
                     Formation::Create(g) => {
                         self.log(|| format!("r{r} forms generation {g} at index {index}"));
                         self.report.generations = self.report.generations.max(g);
-                        let core = GroupCore::create(
-                            self.now,
-                            self.key.clone(),
-                            group_port(&self.key, g),
-                            me,
-                            cfg,
-                        );
+                        let core = GroupCore::create(self.now, group_port(&self.ports, g), me, cfg);
                         let p = &mut self.reps[r];
                         p.core = Some(core);
                         p.phase = Phase::Member;
