@@ -36,18 +36,11 @@ use crate::agent::{Agent, ClusterGuard, arg, num, serve_commands};
 use crate::dir::DataDir;
 use crate::sshd::{Daemon, SSH_PORT, Sshd, ip_of};
 
+/// Flags of `shoal bench exec`.
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// Write the metrics as JSON to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    /// Fewer samples: a smoke run, not a measurement.
-    #[arg(long)]
-    pub quick: bool,
-    /// Use the existing cluster in this directory (nodes n1 to n4)
-    /// instead of starting a temporary one.
-    #[arg(long)]
-    pub dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub run: crate::RunArgs,
     /// The C sources to build (default: Lua 5.4 from the `lua-src` crate
     /// in Cargo's registry).
     #[arg(long)]
@@ -183,12 +176,13 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
     }
     let tools = Tools::find()?;
     let shoal = crate::shoal_exe()?;
-    let guard = ClusterGuard::open_or_start(args.dir.as_deref(), "exec", (4, "bx", 249), &shoal)?;
-    let metrics = measure(guard.cluster(), &shoal, &tools, &sources, args.quick);
+    let guard =
+        ClusterGuard::open_or_start(args.run.dir.as_deref(), "exec", (4, "bx", 249), &shoal)?;
+    let metrics = measure(guard.cluster(), &shoal, &tools, &sources, args.run.quick);
     drop(guard);
     let metrics = metrics?;
     println!("{}", table(&metrics));
-    crate::write_json(args.json.as_deref(), &metrics, args.quick)?;
+    crate::write_json(args.run.json.as_deref(), &metrics, args.run.quick)?;
     Ok(())
 }
 

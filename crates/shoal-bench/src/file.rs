@@ -47,7 +47,7 @@ use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use clap::{Args, Subcommand};
+use clap::Subcommand;
 use serde_json::{Value, json};
 use shoal_bullet::op::{AdminOp, Answer, Edit};
 use shoal_bulletsvc::{Cache, FileClient, manager};
@@ -63,19 +63,7 @@ use crate::etcd::{Etcd, Kv, find_etcd};
 use crate::stats::percentile_us;
 
 /// Flags of `shoal bench file`.
-#[derive(Args, Debug, Clone)]
-pub struct BenchArgs {
-    /// Write the metrics as JSON to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    /// Fewer samples: a smoke run, not a measurement.
-    #[arg(long)]
-    pub quick: bool,
-    /// Use the existing cluster in this directory (nodes n1, n2, n3)
-    /// instead of starting a temporary one.
-    #[arg(long)]
-    pub dir: Option<PathBuf>,
-}
+pub use crate::RunArgs as BenchArgs;
 
 /// The half of `shoal bench file` that runs on a node.
 #[derive(Subcommand, Debug, Clone)]

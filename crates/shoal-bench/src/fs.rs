@@ -50,7 +50,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use clap::{Args, Subcommand};
+use clap::Subcommand;
 use serde_json::{Map, Value, json};
 use shoal_cluster::Cluster;
 
@@ -62,19 +62,7 @@ use crate::stats::percentile_us;
 mod workload;
 
 /// Flags of `shoal bench fs`.
-#[derive(Args, Debug, Clone)]
-pub struct BenchArgs {
-    /// Write the metrics as JSON to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    /// Sizes and counts divided by ten: a smoke run, not a measurement.
-    #[arg(long)]
-    pub quick: bool,
-    /// Use the existing cluster in this directory (nodes n1 and n2, with
-    /// /shoal mounted) instead of starting a temporary one.
-    #[arg(long)]
-    pub dir: Option<PathBuf>,
-}
+pub use crate::RunArgs as BenchArgs;
 
 /// The half of `shoal bench fs` that runs on a node.
 #[derive(Subcommand, Debug, Clone)]

@@ -36,7 +36,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io::BufRead;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -44,7 +44,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use clap::{Args, Subcommand};
+use clap::Subcommand;
 use serde_json::{Value, json};
 use shoal_cluster::{Cluster, Mode};
 use shoal_groupsvc::{Group, GroupOptions};
@@ -55,19 +55,7 @@ use crate::etcd::{Etcd, Kv, find_etcd};
 use crate::stats::{median, percentile_us};
 
 /// Flags of `shoal bench group`.
-#[derive(Args, Debug, Clone)]
-pub struct BenchArgs {
-    /// Write the metrics as JSON to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    /// Fewer samples, one fail-over: a smoke run, not a measurement.
-    #[arg(long)]
-    pub quick: bool,
-    /// Use the cluster in this directory (nodes n1, n2 and n3) instead of
-    /// starting a temporary one.
-    #[arg(long)]
-    pub dir: Option<PathBuf>,
-}
+pub use crate::RunArgs as BenchArgs;
 
 /// The halves of `shoal bench group` that run on the nodes.
 #[derive(Subcommand, Debug, Clone)]

@@ -93,6 +93,21 @@ pub(crate) fn announce_cpu() {
     );
 }
 
+/// The flags every benchmark that runs on a cluster takes.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Write the metrics as JSON to this file.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+    /// Fewer samples and smaller sizes: a smoke run, not a measurement.
+    #[arg(long)]
+    pub quick: bool,
+    /// Use the existing cluster in this directory (with the nodes the
+    /// benchmark names) instead of starting a temporary one.
+    #[arg(long)]
+    pub dir: Option<std::path::PathBuf>,
+}
+
 /// Writes a benchmark's metrics as `{"metrics": ..., "quick": ...}` to
 /// `path`, if one was given, with the CPU model among the metrics.
 pub(crate) fn write_json(

@@ -23,10 +23,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// RPC latency and throughput against raw UDP, raw TCP and gRPC.
+    /// RPC latency and throughput against raw UDP, raw TCP and gRPC
+    /// (nodes n1 and n2).
     Rpc(shoal_bench::rpc::BenchArgs),
     /// Group communication (r = 0, 1, 2), throughput, datagrams per
-    /// message and fail-over, beside a null RPC and an etcd cluster.
+    /// message and fail-over, beside a null RPC and an etcd cluster
+    /// (nodes n1 to n3).
     Group(shoal_bench::group::BenchArgs),
     /// The directory service after the paper's Figure 2: append-delete on
     /// the RPC variant with two-phase commit and the group variant (fsync
@@ -36,18 +38,20 @@ enum Command {
     /// The file service after the Amoeba–Sprite paper's Table 2:
     /// create-read-destroy cycles (0 B to 100 MiB), 100 MiB reads (client
     /// cache, remote, uncached), a 4 KiB append to a 100 MiB file and the
-    /// tmp-file experiment, beside the local disk and an etcd cluster.
+    /// tmp-file experiment, beside the local disk and an etcd cluster
+    /// (nodes n1 to n3).
     File(shoal_bench::file::BenchArgs),
     /// The processor pool after the Amoeba–Sprite paper's Table 4 and the
     /// Sprite migration paper's Table 5: a null program started locally,
     /// on a named node and on a chosen node against fork+exec and ssh;
     /// 1 GiB through a remote program's stdout; a C build with make,
-    /// shoal make and distcc.
+    /// shoal make and distcc (nodes n1 to n4).
     Exec(shoal_bench::exec::BenchArgs),
     /// The shared file system (/shoal): temporary files, creates, unlinks,
     /// cached stats, re-reads, random reads and writes, beside tmpfs, the
     /// local disk, sshfs and a null FUSE file system (FUSE's floor here);
-    /// visibility after a close on another node.
+    /// visibility after a close on another node (nodes n1 and n2, with
+    /// /shoal mounted).
     Fs(shoal_bench::fs::BenchArgs),
     /// Internal: the halves of a benchmark that run on cluster nodes.
     #[command(hide = true, subcommand)]

@@ -13,12 +13,11 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use clap::{Args, Subcommand};
+use clap::Subcommand;
 use serde::{Deserialize, Serialize};
 use shoal_cap::{Capability, ObjectId, ObjectSecret, PutPort, Rights};
 use shoal_cluster::Cluster;
@@ -30,19 +29,7 @@ use crate::stats::{median, percentile_us};
 use crate::{grpc, tls};
 
 /// Flags of `shoal bench rpc`.
-#[derive(Args, Debug, Clone)]
-pub struct BenchArgs {
-    /// Write the metrics as JSON to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    /// Fewer samples: a smoke run, not a measurement.
-    #[arg(long)]
-    pub quick: bool,
-    /// Use the cluster in this directory (nodes n1 and n2) instead of
-    /// starting a temporary one.
-    #[arg(long)]
-    pub dir: Option<PathBuf>,
-}
+pub use crate::RunArgs as BenchArgs;
 
 /// The halves that run on the nodes.
 #[derive(Subcommand, Debug, Clone)]

@@ -92,45 +92,57 @@ pub fn seeds_and(regressions: &[u64]) -> Vec<u64> {
 }
 
 /// What one seed's run gives [`check_seeds`]: counters to add up over the
-/// seeds, and the promises it saw broken.
+/// seeds, the promises it saw broken, and its trace (if the scenario
+/// keeps one: with `SHOAL_SIM_TRACE` set, printed when the seed failed).
+#[derive(Default)]
 pub struct SeedRun {
+    /// Counters that must not stay at zero over all the seeds.
     pub counts: Vec<(&'static str, u64)>,
+    /// Counters that are only shown.
+    pub also: Vec<(&'static str, u64)>,
     pub violations: Vec<String>,
+    pub trace: Vec<String>,
 }
 
 /// Runs `run` for every seed, prints the counters' sums, and fails if a
 /// seed broke a promise, naming the first such seed and how to replay it,
-/// or if any counter stayed at zero over all the seeds (the scenario
-/// checked nothing).
+/// or if any of the counts that must move stayed at zero over all the
+/// seeds (the scenario checked nothing).
 pub fn check_seeds(name: &str, seeds: Vec<u64>, mut run: impl FnMut(u64) -> SeedRun) {
     let n = seeds.len();
-    let mut totals: Vec<(&'static str, u64)> = Vec::new();
+    let mut totals: Vec<(&'static str, u64, bool)> = Vec::new();
     let mut failed = Vec::new();
     for seed in seeds {
         let r = run(seed);
-        for (what, count) in r.counts {
+        let counts = r.counts.into_iter().map(|(w, c)| (w, c, true));
+        for (what, count, needed) in counts.chain(r.also.into_iter().map(|(w, c)| (w, c, false))) {
             match totals.iter_mut().find(|t| t.0 == what) {
                 Some(t) => t.1 += count,
-                None => totals.push((what, count)),
+                None => totals.push((what, count, needed)),
             }
         }
         if !r.violations.is_empty() {
+            if std::env::var_os("SHOAL_SIM_TRACE").is_some() {
+                for line in &r.trace {
+                    eprintln!("{line}");
+                }
+            }
             failed.push((seed, r.violations));
         }
     }
-    let sums: Vec<String> = totals.iter().map(|(w, c)| format!("{c} {w}")).collect();
+    let sums: Vec<String> = totals.iter().map(|(w, c, _)| format!("{c} {w}")).collect();
     let sums = sums.join(", ");
     eprintln!("{name}: {n} seeds, {sums}");
     assert!(
         failed.is_empty(),
-        "{name}: {} seeds failed; first: seed {} {:?} (replay: SHOAL_SIM_SEED={})",
+        "{name}: {} seeds failed; first: seed {} {:?} (replay: SHOAL_SIM_SEED={} SHOAL_SIM_TRACE=1)",
         failed.len(),
         failed[0].0,
         failed[0].1,
         failed[0].0
     );
     assert!(
-        totals.iter().all(|t| t.1 > 0),
+        totals.iter().all(|t| t.1 > 0 || !t.2),
         "{name}: the run checked nothing ({sums})"
     );
 }

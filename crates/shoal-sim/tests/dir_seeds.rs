@@ -4,7 +4,7 @@
 //! seeds; `SHOAL_SIM_SEED=S SHOAL_SIM_TRACE=1` replays one with a trace.
 
 use shoal_replica::Durability;
-use shoal_sim::{DirSim, DirSimConfig, Faults, seeds_and};
+use shoal_sim::{DirSim, DirSimConfig, Faults, SeedRun, check_seeds, seeds_and};
 
 /// Runs `name` over the seeds, and over `regressions` (seeds that once
 /// failed) every time.
@@ -13,31 +13,19 @@ fn run(name: &str, cfg: DirSimConfig) {
 }
 
 fn run_and(name: &str, cfg: DirSimConfig, regressions: &[u64]) {
-    let mut failed = Vec::new();
-    let (mut ok, mut unknown) = (0, 0);
-    for seed in seeds_and(regressions) {
+    check_seeds(name, seeds_and(regressions), |seed| {
         let mut sim = DirSim::new(seed, cfg.clone());
-        let report = sim.run();
-        ok += report.ops_ok;
-        unknown += report.ops_unknown;
-        if !report.violations.is_empty() {
-            if std::env::var_os("SHOAL_SIM_TRACE").is_some() {
-                for l in sim.trace() {
-                    eprintln!("{l}");
-                }
-            }
-            failed.push((seed, report.violations));
+        let r = sim.run();
+        SeedRun {
+            also: vec![
+                ("operations answered", r.ops_ok as u64),
+                ("with unknown outcome", r.ops_unknown as u64),
+            ],
+            trace: sim.trace().to_vec(),
+            violations: r.violations,
+            ..SeedRun::default()
         }
-    }
-    eprintln!("{name}: {ok} operations answered, {unknown} with unknown outcome");
-    assert!(
-        failed.is_empty(),
-        "{name}: {} seeds failed; first: seed {} {:?} (replay: SHOAL_SIM_SEED={} SHOAL_SIM_TRACE=1)",
-        failed.len(),
-        failed[0].0,
-        failed[0].1,
-        failed[0].0
-    );
+    });
 }
 
 #[test]

@@ -5,46 +5,28 @@
 //! `SHOAL_SIM_SEEDS=N` runs more seeds; `SHOAL_SIM_SEED=S
 //! SHOAL_SIM_TRACE=1` replays one with a trace.
 
-use shoal_sim::{FsSim, FsSimConfig, seeds_and};
+use shoal_sim::{FsSim, FsSimConfig, SeedRun, check_seeds, seeds_and};
 
 /// Runs `cfg` over the seeds and `regressions`, seeds that once failed.
 fn run(name: &str, cfg: FsSimConfig, regressions: &[u64]) {
-    let mut failed = Vec::new();
-    let (mut reads, mut uncached, mut recalls, mut crashes, mut fsyncs) = (0, 0, 0, 0, 0);
-    let mut records = 0;
-    for seed in seeds_and(regressions) {
+    check_seeds(name, seeds_and(regressions), |seed| {
         let mut sim = FsSim::new(seed, cfg.clone());
-        let report = sim.run();
-        reads += report.reads_checked;
-        uncached += report.uncached_opens;
-        recalls += report.recalls;
-        crashes += report.crashes;
-        fsyncs += report.fsyncs_checked;
-        records += report.records_checked;
-        if !report.violations.is_empty() {
-            if std::env::var_os("SHOAL_SIM_TRACE").is_some() {
-                for l in sim.trace() {
-                    eprintln!("{l}");
-                }
-            }
-            failed.push((seed, report.violations));
+        let r = sim.run();
+        SeedRun {
+            counts: vec![
+                ("reads checked", r.reads_checked as u64),
+                ("uncached opens", r.uncached_opens as u64),
+                ("recalls", r.recalls as u64),
+            ],
+            also: vec![
+                ("mount crashes", r.crashes as u64),
+                ("fsyncs checked after crashes", r.fsyncs_checked as u64),
+                ("appended records checked", r.records_checked as u64),
+            ],
+            trace: sim.trace().to_vec(),
+            violations: r.violations,
         }
-    }
-    eprintln!(
-        "{name}: {reads} reads checked, {uncached} uncached opens, {recalls} recalls, {crashes} mount crashes, {fsyncs} fsyncs checked after crashes, {records} appended records checked"
-    );
-    assert!(
-        reads > 0 && uncached > 0 && recalls > 0,
-        "{name}: the run exercised too little"
-    );
-    assert!(
-        failed.is_empty(),
-        "{name}: {} seeds failed; first: seed {} {:?} (replay: SHOAL_SIM_SEED={} SHOAL_SIM_TRACE=1)",
-        failed.len(),
-        failed[0].0,
-        failed[0].1,
-        failed[0].0
-    );
+    });
 }
 
 #[test]

@@ -25,6 +25,7 @@ fn run(name: &str, cfg: KeysSimConfig) {
                 ("pushes dropped", r.pushes_dropped),
             ],
             violations: r.violations,
+            ..SeedRun::default()
         }
     });
 }

@@ -17,6 +17,7 @@ fn run(name: &str, cfg: ManageSimConfig) {
                 ("replicas made again", r.recreated),
             ],
             violations: r.violations,
+            ..SeedRun::default()
         }
     });
 }
