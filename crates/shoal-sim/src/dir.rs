@@ -41,7 +41,7 @@ use shoal_replica::{
 
 use crate::linearize::{self, CheckResult, Model, Operation};
 use crate::net::Faults;
-use crate::timeline::Timeline;
+use crate::timeline::{Timeline, Trace};
 
 mod client;
 mod replica;
@@ -285,8 +285,7 @@ pub struct DirSim {
     faults_on: bool,
     history: Vec<Operation<DirInput, DirOutput>>,
     report: DirReport,
-    trace: Vec<String>,
-    tracing: bool,
+    trace: Trace,
 }
 
 const CLIENT_TIMEOUT_US: u64 = 300_000;
@@ -377,8 +376,7 @@ impl DirSim {
             faults_on: true,
             history: Vec::new(),
             report: DirReport::default(),
-            trace: Vec::new(),
-            tracing: std::env::var_os("SHOAL_SIM_TRACE").is_some(),
+            trace: Trace::from_env(),
         };
         sim.setup();
         sim
@@ -386,7 +384,7 @@ impl DirSim {
 
     /// The event trace (with `SHOAL_SIM_TRACE` set).
     pub fn trace(&self) -> &[String] {
-        &self.trace
+        self.trace.lines()
     }
 
     /// The clients' history.
@@ -439,17 +437,12 @@ impl DirSim {
     }
 
     fn log(&mut self, line: impl FnOnce() -> String) {
-        if self.tracing {
-            let l = line();
-            self.trace.push(format!("{:>10} {l}", self.now.0));
-        }
+        self.trace.line(self.now.0, line);
     }
 
     fn violation(&mut self, what: String) {
-        if self.report.violations.len() < 20 {
-            self.log(|| format!("VIOLATION {what}"));
-            self.report.violations.push(what);
-        }
+        let now = self.now.0;
+        self.trace.violation(now, &mut self.report.violations, what);
     }
 
     fn group_config(&self) -> GroupConfig {
@@ -710,7 +703,7 @@ impl DirSim {
                     "linearizable: the history of {} operations is not linearizable (longest legal prefix {n})",
                     self.history.len()
                 ));
-                if self.tracing {
+                if self.trace.on() {
                     let lines: Vec<String> = self
                         .history
                         .iter()

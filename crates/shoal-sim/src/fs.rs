@@ -47,7 +47,7 @@ use shoal_fs::tokens::{ClientId, Level, OpenId};
 use shoal_fs::update::{Answer, UpdateOp};
 use shoal_proto::Time as Tick;
 
-use crate::timeline::Timeline;
+use crate::timeline::{Timeline, Trace};
 use mount::{Mount, ToMount};
 pub(crate) use primary::World;
 
@@ -173,7 +173,7 @@ pub struct FsSim {
     /// Files `fsync`ed and not written since: their bytes then.
     synced: BTreeMap<Ino, Vec<u8>>,
     report: FsReport,
-    trace: Vec<String>,
+    trace: Trace,
 }
 
 impl FsSim {
@@ -200,7 +200,7 @@ impl FsSim {
             model: BTreeMap::new(),
             synced: BTreeMap::new(),
             report: FsReport::default(),
-            trace: Vec::new(),
+            trace: Trace::from_env(),
             cfg,
         };
         let Ok(Answer::Range { first, .. }) = sim.world.set_up(UpdateOp::Range { count: 64 })
@@ -238,7 +238,7 @@ impl FsSim {
 
     /// The run's trace (with `SHOAL_SIM_TRACE` set, the tests print it).
     pub fn trace(&self) -> &[String] {
-        &self.trace
+        self.trace.lines()
     }
 
     /// A new session number (odd, as the metadata service's are).
@@ -248,16 +248,12 @@ impl FsSim {
     }
 
     fn log(&mut self, line: String) {
-        if self.trace.len() < 100_000 {
-            self.trace.push(format!("{:5} {line}", self.now));
-        }
+        self.trace.line(self.now, || line);
     }
 
     fn violation(&mut self, v: String) {
-        self.log(format!("VIOLATION {v}"));
-        if self.report.violations.len() < 10 {
-            self.report.violations.push(v);
-        }
+        let now = self.now;
+        self.trace.violation(now, &mut self.report.violations, v);
     }
 
     fn send(&mut self, slot: usize, id: ClientId, body: Msg) {

@@ -39,7 +39,7 @@ use shoal_fs::update::{Answer, Pushed, UpdateOp};
 use shoal_proto::Time as Tick;
 
 use crate::fs::World;
-use crate::timeline::Timeline;
+use crate::timeline::{Timeline, Trace};
 
 /// The lease clock's µs in a tick.
 const TICK_US: u64 = 100_000;
@@ -182,7 +182,7 @@ pub struct PrivateSim {
     /// The primary's incarnation.
     epoch: u32,
     report: PrivateReport,
-    trace: Vec<String>,
+    trace: Trace,
 }
 
 const RANGE: u32 = 10_000;
@@ -207,7 +207,7 @@ impl PrivateSim {
             next_id: 1,
             epoch: 1,
             report: PrivateReport::default(),
-            trace: Vec::new(),
+            trace: Trace::from_env(),
             cfg,
         };
         sim.soft.start(1, 1, 0);
@@ -248,20 +248,16 @@ impl PrivateSim {
 
     /// The run's trace (with `SHOAL_SIM_TRACE` set, the tests print it).
     pub fn trace(&self) -> &[String] {
-        &self.trace
+        self.trace.lines()
     }
 
     fn log(&mut self, line: String) {
-        if self.trace.len() < 100_000 {
-            self.trace.push(format!("{:5} {line}", self.now));
-        }
+        self.trace.line(self.now, || line);
     }
 
     fn violation(&mut self, v: String) {
-        self.log(format!("VIOLATION {v}"));
-        if self.report.violations.len() < 10 {
-            self.report.violations.push(v);
-        }
+        let now = self.now;
+        self.trace.violation(now, &mut self.report.violations, v);
     }
 
     fn clock(&self) -> Time {

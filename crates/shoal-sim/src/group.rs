@@ -32,7 +32,7 @@ use shoal_group::{Event, GroupConfig, GroupCore, GroupDest, MemberEntry, MemberI
 use shoal_proto::Time;
 
 use crate::net::Faults;
-use crate::timeline::Timeline;
+use crate::timeline::{Timeline, Trace};
 
 /// Shape of one group simulation.
 #[derive(Debug, Clone)]
@@ -164,8 +164,7 @@ pub struct GroupSim {
     /// Completed sends: (member, msg_id) → body hash.
     sent_ok: BTreeMap<(MemberId, u64), u64>,
     report: GroupReport,
-    trace: Vec<String>,
-    tracing: bool,
+    trace: Trace,
 }
 
 fn mix(a: u64, b: u64) -> u64 {
@@ -207,8 +206,7 @@ impl GroupSim {
             agreed: BTreeMap::new(),
             sent_ok: BTreeMap::new(),
             report: GroupReport::default(),
-            trace: Vec::new(),
-            tracing: std::env::var_os("SHOAL_SIM_TRACE").is_some(),
+            trace: Trace::from_env(),
         };
         sim.setup();
         sim
@@ -330,22 +328,17 @@ impl GroupSim {
     }
 
     fn log(&mut self, line: impl FnOnce() -> String) {
-        if self.tracing {
-            let l = line();
-            self.trace.push(format!("{:>10} {l}", self.now.0));
-        }
+        self.trace.line(self.now.0, line);
     }
 
     fn violation(&mut self, what: String) {
-        if self.report.violations.len() < 20 {
-            self.log(|| format!("VIOLATION {what}"));
-            self.report.violations.push(what);
-        }
+        let now = self.now.0;
+        self.trace.violation(now, &mut self.report.violations, what);
     }
 
     /// The event trace (with `SHOAL_SIM_TRACE` set).
     pub fn trace(&self) -> &[String] {
-        &self.trace
+        self.trace.lines()
     }
 
     /// Runs to the end and checks every promise.

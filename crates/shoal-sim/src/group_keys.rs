@@ -46,7 +46,7 @@ use shoal_group::seal::GroupSeal;
 use shoal_proto::Time;
 use shoal_wire::MemberId;
 
-use crate::timeline::Timeline;
+use crate::timeline::{Timeline, Trace};
 
 /// A scenario's shape.
 #[derive(Debug, Clone)]
@@ -199,7 +199,7 @@ pub struct KeysSim {
     /// the new one.
     changed_at: Option<Time>,
     report: KeysReport,
-    tracing: bool,
+    trace: Trace,
 }
 
 fn at(d: Duration) -> Time {
@@ -248,12 +248,12 @@ impl KeysSim {
             deaf_since: vec![None; cfg.procs + 1],
             changed_at: None,
             report: KeysReport::default(),
-            tracing: std::env::var_os("SHOAL_SIM_TRACE").is_some(),
+            trace: Trace::from_env(),
             cfg,
         }
     }
 
-    pub fn run(mut self) -> KeysReport {
+    pub fn run(&mut self) -> KeysReport {
         // Process 0 creates the group.
         let keys = Keys {
             master: self.rng.random(),
@@ -293,7 +293,7 @@ impl KeysSim {
             self.until(end);
         }
         self.final_checks();
-        self.report
+        self.report.clone()
     }
 
     fn schedule(&mut self, after: Duration, ev: Ev) {
@@ -308,16 +308,20 @@ impl KeysSim {
         self.now = end;
     }
 
-    /// Prints what happens, with `SHOAL_SIM_TRACE` set.
-    fn trace(&self, what: impl FnOnce() -> String) {
-        if self.tracing {
-            eprintln!("{:>12?} {}", Duration::from_micros(self.now.0), what());
-        }
+    fn note(&mut self, what: impl FnOnce() -> String) {
+        self.trace.line(self.now.0, what);
     }
 
     fn violation(&mut self, what: String) {
         let t = Duration::from_micros(self.now.0);
-        self.report.violations.push(format!("t={t:?}: {what}"));
+        let what = format!("t={t:?}: {what}");
+        self.trace
+            .violation(self.now.0, &mut self.report.violations, what);
+    }
+
+    /// The run's trace (with `SHOAL_SIM_TRACE` set).
+    pub fn trace(&self) -> &[String] {
+        self.trace.lines()
     }
 
     fn handle(&mut self, ev: Ev) {
@@ -408,7 +412,7 @@ impl KeysSim {
         self.report.refused += core.refused - refused;
         if let Some((epoch, key)) = take {
             let id = proc.id;
-            self.trace(|| format!("{to} ({id}) takes epoch {epoch} from {from}"));
+            self.note(|| format!("{to} ({id}) takes epoch {epoch} from {from}"));
             let proc = &mut self.procs[to];
             proc.seal
                 .as_mut()
@@ -573,7 +577,7 @@ impl KeysSim {
                 let to = self.members.iter().copied().filter(|m| *m != p).collect();
                 self.report.draws += 1;
                 let (e, m) = (next.epoch, next.members.clone());
-                self.trace(|| format!("{p} draws epoch {e} for {m:?}"));
+                self.note(|| format!("{p} draws epoch {e} for {m:?}"));
                 self.push_next(p, next, membership, to);
                 return;
             }
@@ -586,7 +590,7 @@ impl KeysSim {
             return;
         }
         self.report.catch_ups += 1;
-        self.trace(|| format!("{p} is behind, wants epoch {want}"));
+        self.note(|| format!("{p} is behind, wants epoch {want}"));
         let sequencer = self.sequencer.filter(|s| *s != p);
         let mut ask: Vec<usize> = sequencer.into_iter().collect();
         ask.extend(
@@ -851,7 +855,7 @@ impl KeysSim {
     /// The membership changed: a join or leave entry of the stream.
     fn changed(&mut self) {
         let members = self.members.clone();
-        self.trace(|| format!("members now {members:?}"));
+        self.note(|| format!("members now {members:?}"));
         self.membership.entry += 1;
         self.changed_at.get_or_insert(self.now);
     }

@@ -62,6 +62,59 @@ impl<E> Timeline<E> {
     }
 }
 
+/// A scenario's trace, kept only with `SHOAL_SIM_TRACE` set: its first
+/// 100,000 lines, each with its time.
+pub(crate) struct Trace {
+    lines: Vec<String>,
+    on: bool,
+}
+
+impl Trace {
+    pub(crate) fn from_env() -> Trace {
+        Trace {
+            lines: Vec::new(),
+            on: std::env::var_os("SHOAL_SIM_TRACE").is_some(),
+        }
+    }
+
+    /// Whether lines are kept.
+    pub(crate) fn on(&self) -> bool {
+        self.on
+    }
+
+    pub(crate) fn line(&mut self, now: impl std::fmt::Display, line: impl FnOnce() -> String) {
+        if self.on && self.lines.len() < 100_000 {
+            let l = line();
+            self.lines.push(format!("{now:>10} {l}"));
+        }
+    }
+
+    /// Lines without a time (a history printed after the run).
+    pub(crate) fn extend(&mut self, lines: impl IntoIterator<Item = String>) {
+        if self.on {
+            self.lines.extend(lines);
+        }
+    }
+
+    /// Traces the broken promise `v`, and keeps it in `violations` (the
+    /// first twenty).
+    pub(crate) fn violation(
+        &mut self,
+        now: impl std::fmt::Display,
+        violations: &mut Vec<String>,
+        v: String,
+    ) {
+        if violations.len() < 20 {
+            self.line(now, || format!("VIOLATION {v}"));
+            violations.push(v);
+        }
+    }
+
+    pub(crate) fn lines(&self) -> &[String] {
+        &self.lines
+    }
+}
+
 /// The queue's time for a point on a scenario's clock kept as a
 /// `Duration` since its start (the supervisor's and the gossip's).
 pub(crate) fn tick(at: Duration) -> Time {

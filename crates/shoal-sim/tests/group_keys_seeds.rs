@@ -10,7 +10,8 @@ use shoal_sim::{KeysSim, KeysSimConfig, SeedRun, check_seeds, seeds};
 
 fn run(name: &str, cfg: KeysSimConfig) {
     check_seeds(name, seeds(), |seed| {
-        let r = KeysSim::new(seed, cfg.clone()).run();
+        let mut sim = KeysSim::new(seed, cfg.clone());
+        let r = sim.run();
         SeedRun {
             counts: vec![
                 ("keys drawn", r.draws),
@@ -25,6 +26,7 @@ fn run(name: &str, cfg: KeysSimConfig) {
                 ("pushes dropped", r.pushes_dropped),
             ],
             violations: r.violations,
+            trace: sim.trace().to_vec(),
             ..SeedRun::default()
         }
     });

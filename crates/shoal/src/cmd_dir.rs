@@ -491,22 +491,30 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
     cfg.service = args.service.clone();
     r.apply(&mut cfg);
     let replica = Replica::start(ctx, cfg).map_err(|e| Failure::failed(e.to_string()))?;
+    serve_replica("directory", r, replica.port(), || replica.is_serving())?;
+    replica.stop();
+    Ok(())
+}
+
+/// Says that replica `r` of `what` serves `port`, then waits for SIGTERM
+/// or SIGINT, saying when it joins or leaves its replica group.
+pub fn serve_replica(
+    what: &str,
+    r: &ReplicaArgs,
+    port: impl std::fmt::Display,
+    serving: impl Fn() -> bool,
+) -> Result<(), Failure> {
     eprintln!(
-        "directory replica {} of {} serving {} ({} durability)",
-        r.replica,
-        r.replicas,
-        replica.port(),
-        r.durability
+        "{what} replica {} of {} serving {port} ({} durability)",
+        r.replica, r.replicas, r.durability
     );
     until_signalled(
-        || replica.is_serving(),
+        serving,
         (
             "in the replica group: serving",
             "out of the replica group: not serving",
         ),
-    )?;
-    replica.stop();
-    Ok(())
+    )
 }
 
 /// Waits for SIGTERM or SIGINT, saying when `serving` changes; a second

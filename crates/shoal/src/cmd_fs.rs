@@ -13,7 +13,7 @@ use shoal_cap::Capability;
 use shoal_fssvc::{FsClient, FsConfig, MetaReplica};
 
 use crate::Failure;
-use crate::cmd_dir::{Common, ReplicaArgs, Session, attach, until_signalled};
+use crate::cmd_dir::{Common, ReplicaArgs, Session, attach, serve_replica, until_signalled};
 
 #[derive(Subcommand)]
 pub enum FsCommand {
@@ -361,21 +361,8 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
     cfg.file_servers = file_servers;
     cfg.copies = args.copies;
     let replica = MetaReplica::start(ctx, cfg).map_err(|e| Failure::failed(e.to_string()))?;
-    eprintln!(
-        "file system {} metadata replica {} of {} serving {} ({} durability)",
-        args.service,
-        r.replica,
-        r.replicas,
-        replica.port(),
-        r.durability
-    );
-    until_signalled(
-        || replica.is_serving(),
-        (
-            "in the replica group: serving",
-            "out of the replica group: not serving",
-        ),
-    )?;
+    let what = format!("file system {} metadata", args.service);
+    serve_replica(&what, r, replica.port(), || replica.is_serving())?;
     replica.stop();
     Ok(())
 }

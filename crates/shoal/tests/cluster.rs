@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{TestCluster, fetch_metrics, shoal};
+use common::{TestCluster, fetch_metrics, shoal, shoal_ok};
 use shoal_cluster::{Cluster, Mode};
 use shoal_rpc::{CallOptions, Error, GetPort, TransError};
 
@@ -244,16 +244,10 @@ fn loopback_clusters_locate_by_asking_every_node() {
     let c = t.get();
     let get = GetPort::random();
     let echo = Echo::start(c, "n3", get);
-    let out = c
-        .command("n1", shoal())
-        .unwrap()
-        .args(["rpc", "call", &get.put_port().to_string(), "--data", "hi"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = shoal_ok(
+        c,
+        "n1",
+        &["rpc", "call", &get.put_port().to_string(), "--data", "hi"],
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "hi");
     echo.stop();

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{TestCluster, ok, shoal};
+use common::{TestCluster, ok, shoal, shoal_ok};
 use shoal_cluster::{Cluster, Mode};
 
 /// A `shoal group create|join` process on one node.
@@ -638,17 +638,7 @@ fn the_group_key_moves_on_without_leavers_and_revoked_nodes() {
     // n3 is revoked: its member is left behind by the next key.
     let admin = shoal_nodesvc::identity::Admin::open(&c.dir().join("admin")).unwrap();
     let list = hex::encode(admin.revoke("n3").unwrap());
-    let out = c
-        .command("n1", shoal())
-        .unwrap()
-        .args(["node", "revoke", &list])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    shoal_ok(c, "n1", &["node", "revoke", &list]);
     // Until the list reaches a node (within seconds, in the sessions), n3
     // may still reach it; the promise holds from then on.
     let ctx = c.context();

@@ -402,6 +402,23 @@ pub fn sh(c: &Cluster, node: &str, script: &str) -> std::process::Output {
         .unwrap()
 }
 
+/// `shoal ARGS` on `node`, which must succeed: its output.
+pub fn shoal_ok(c: &Cluster, node: &str, args: &[&str]) -> std::process::Output {
+    let out = c
+        .command(node, shoal())
+        .unwrap()
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "shoal {} on {node}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// [`sh`], which must succeed: its standard output.
 pub fn ok(c: &Cluster, node: &str, script: &str) -> String {
     let out = sh(c, node, script);
