@@ -22,8 +22,12 @@ pub const MAX_REVOKED: usize = 4096;
 
 const CERT_MAGIC: [u8; 4] = *b"SNC1";
 const CERT_CONTEXT: &[u8] = b"shoal 2026 node certificate v1";
-const LIST_MAGIC: [u8; 4] = *b"SRL1";
-const LIST_CONTEXT: &[u8] = b"shoal 2026 revocation list v1";
+/// The revocation list's envelope (`signed.rs`).
+const LIST: crate::signed::Kind = crate::signed::Kind {
+    magic: *b"SRL1",
+    context: b"shoal 2026 revocation list v1",
+    bad_magic: "revocation list magic",
+};
 
 /// A cluster's public identifier: certificates and sessions of one cluster
 /// never verify in another.
@@ -249,18 +253,13 @@ impl RevocationList {
         if serials.len() > MAX_REVOKED {
             return Err(SessionError::Malformed("too many revoked serials"));
         }
-        let mut out = Vec::with_capacity(38 + 8 * serials.len() + SIGNATURE_LEN);
-        out.extend_from_slice(&LIST_MAGIC);
-        out.extend_from_slice(&cluster.0);
-        out.extend_from_slice(&self.version.to_le_bytes());
-        out.extend_from_slice(&self.issued.to_le_bytes());
-        out.extend_from_slice(&(serials.len() as u16).to_le_bytes());
+        let mut body = Vec::with_capacity(2 + 8 * serials.len());
+        body.extend_from_slice(&(serials.len() as u16).to_le_bytes());
         for s in &serials {
-            out.extend_from_slice(&s.to_le_bytes());
+            body.extend_from_slice(&s.to_le_bytes());
         }
-        let sig = admin.sign(LIST_CONTEXT, &out);
-        out.extend_from_slice(&sig);
-        Ok(out)
+        let when = (self.version, self.issued);
+        Ok(crate::signed::sign(&LIST, cluster, when, &body, admin))
     }
 
     /// Decodes an encoded list and checks its signature under `admin` and
@@ -270,26 +269,14 @@ impl RevocationList {
         cluster: ClusterId,
         admin: &AdminPublic,
     ) -> Result<RevocationList, SessionError> {
-        let mut r = Reader(bytes);
-        if r.take(4)? != LIST_MAGIC {
-            return Err(SessionError::Malformed("revocation list magic"));
-        }
-        let listed = ClusterId(r.array()?);
-        let version = r.u64()?;
-        let issued = r.u64()?;
+        let (version, issued, mut r) = crate::signed::open(&LIST, bytes, cluster, admin)?;
         let n = r.u16()? as usize;
         if n > MAX_REVOKED {
             return Err(SessionError::Malformed("too many revoked serials"));
         }
         let raw = r.take(8 * n)?;
-        let signed = bytes.len() - r.0.len();
-        let sig = r.take(SIGNATURE_LEN)?;
         if !r.0.is_empty() {
             return Err(SessionError::Malformed("revocation list length"));
-        }
-        admin.verify(LIST_CONTEXT, &bytes[..signed], sig)?;
-        if listed != cluster {
-            return Err(SessionError::WrongCluster);
         }
         let serials: Vec<u64> = raw
             .chunks_exact(8)

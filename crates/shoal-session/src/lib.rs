@@ -33,6 +33,7 @@ pub mod grant;
 pub mod handshake;
 pub mod kdf;
 pub mod service_map;
+mod signed;
 pub mod table;
 pub mod window;
 mod x25519;

@@ -21,10 +21,14 @@
 //! and checks the signature before it returns anything.
 
 use crate::SessionError;
-use crate::cert::{AdminKey, AdminPublic, ClusterId, Reader, SIGNATURE_LEN};
+use crate::cert::{AdminKey, AdminPublic, ClusterId};
 
-const MAGIC: [u8; 4] = *b"SSM1";
-const CONTEXT: &[u8] = b"shoal 2026 service map v1";
+/// The map's envelope (`signed.rs`).
+const MAP: crate::signed::Kind = crate::signed::Kind {
+    magic: *b"SSM1",
+    context: b"shoal 2026 service map v1",
+    bad_magic: "service map magic",
+};
 
 /// Most services one map names.
 pub const MAX_SERVICES: usize = 256;
@@ -71,10 +75,6 @@ impl ServiceMap {
             return Err(SessionError::Malformed("too many services"));
         }
         let mut out = Vec::new();
-        out.extend_from_slice(&MAGIC);
-        out.extend_from_slice(&cluster.0);
-        out.extend_from_slice(&self.version.to_le_bytes());
-        out.extend_from_slice(&self.issued.to_le_bytes());
         out.extend_from_slice(&(entries.len() as u16).to_le_bytes());
         for e in &mut entries {
             if e.name.is_empty() || e.name.len() > MAX_SERVICE_NAME {
@@ -92,9 +92,8 @@ impl ServiceMap {
                 out.extend_from_slice(&n.to_le_bytes());
             }
         }
-        let sig = admin.sign(CONTEXT, &out);
-        out.extend_from_slice(&sig);
-        Ok(out)
+        let when = (self.version, self.issued);
+        Ok(crate::signed::sign(&MAP, cluster, when, &out, admin))
     }
 
     /// Decodes an encoded map and checks its signature under `admin` and
@@ -104,13 +103,7 @@ impl ServiceMap {
         cluster: ClusterId,
         admin: &AdminPublic,
     ) -> Result<ServiceMap, SessionError> {
-        let mut r = Reader(bytes);
-        if r.take(4)? != MAGIC {
-            return Err(SessionError::Malformed("service map magic"));
-        }
-        let listed = ClusterId(r.array()?);
-        let version = r.u64()?;
-        let issued = r.u64()?;
+        let (version, issued, mut r) = crate::signed::open(&MAP, bytes, cluster, admin)?;
         let n = r.u16()? as usize;
         if n > MAX_SERVICES {
             return Err(SessionError::Malformed("too many services"));
@@ -141,14 +134,8 @@ impl ServiceMap {
             }
             entries.push(ServiceEntry { name, nodes });
         }
-        let signed = bytes.len() - r.0.len();
-        let sig = r.take(SIGNATURE_LEN)?;
         if !r.0.is_empty() {
             return Err(SessionError::Malformed("service map length"));
-        }
-        admin.verify(CONTEXT, &bytes[..signed], sig)?;
-        if listed != cluster {
-            return Err(SessionError::WrongCluster);
         }
         Ok(ServiceMap {
             version,
