@@ -75,6 +75,8 @@ pub(crate) struct Shared {
     pub load: Mutex<Load>,
     /// The programs placed on this node.
     pub exec: Arc<crate::exec::Exec>,
+    /// The nodes' names, to show process ids with (`names.rs`).
+    pub(crate) names: Arc<crate::names::Names>,
     /// The processes this node is the home of (`crate::home`).
     pub procs: Mutex<shoal_pool::ProcTable>,
     /// Where the process numbers reserved on disk end (`crate::home`).
@@ -266,10 +268,12 @@ impl Daemon {
         );
         // Namespaces need root; without it programs run without.
         // SAFETY: geteuid cannot fail.
+        let names = Arc::new(crate::names::Names::new(node, &config.name));
         let exec = Arc::new(crate::exec::Exec::new(
             unsafe { libc::geteuid() } == 0,
             node,
             remote_root,
+            names.clone(),
         )?);
         let (first_number, numbers_reserved) = crate::home::first_number(&config.state_dir)?;
         let services = crate::supervise_io::Services::new(
@@ -312,6 +316,7 @@ impl Daemon {
             stop,
             config,
             exec,
+            names,
             // Small numbers, reserved in blocks on disk: a restarted home
             // does not reuse the ids of its previous incarnation.
             procs: Mutex::new(shoal_pool::ProcTable::new(node, first_number)),
@@ -707,6 +712,7 @@ fn hear_packet(shared: &Shared, state: &mut State, now: Time, peer: &Peer, plain
         // A node speaks only for itself: its name and id are its
         // certificate's.
         Ok(Packet::Heartbeat(h)) if h.name == peer.name && h.node == peer.node => {
+            shared.names.learn(h.node, &h.name);
             state.membership.handle_heartbeat(now, &h)
         }
         Ok(Packet::Heartbeat(h)) => {

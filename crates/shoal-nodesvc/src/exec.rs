@@ -124,6 +124,8 @@ pub struct Exec {
     squashed: Mutex<std::collections::HashSet<ProcId>>,
     /// Requests refused for want of authority.
     refused: std::sync::atomic::AtomicU64,
+    /// The nodes' names, to show process ids with.
+    names: Arc<crate::names::Names>,
 }
 
 /// How often parked reads are checked for the end of their wait.
@@ -132,10 +134,11 @@ const TICK: Duration = Duration::from_millis(50);
 impl Exec {
     /// An exec service; `namespaces` as in [`crate::spawn::Spawner::spawn`].
     /// Forks its spawner: make it while the process is small.
-    pub fn new(
+    pub(crate) fn new(
         namespaces: bool,
         node: shoal_wire::NodeId,
         remote_root: crate::RemoteRoot,
+        names: Arc<crate::names::Names>,
     ) -> Result<Exec, String> {
         Ok(Exec {
             procs: Mutex::default(),
@@ -151,6 +154,7 @@ impl Exec {
             starting: Mutex::default(),
             squashed: Mutex::default(),
             refused: Default::default(),
+            names,
         })
     }
 
@@ -280,19 +284,22 @@ impl Exec {
         };
         if caller.node != id.home {
             return refuse(format!(
-                "process {id} is run for its home {}; node {} may not ask",
-                id.home, caller.node
+                "process {shown} is run for its home {}; node {} may not ask",
+                id.home,
+                caller.node,
+                shown = self.names.show(id)
             ));
         }
         match owner {
             Some(uid) if caller.uid != 0 && caller.uid != uid => {
                 return refuse(format!(
-                    "process {id} is uid {uid}'s; uid {} may not {}",
+                    "process {shown} is uid {uid}'s; uid {} may not {}",
                     caller.uid,
                     match request {
                         ExecRequest::Start { .. } => "start it",
                         _ => "touch it",
-                    }
+                    },
+                    shown = self.names.show(id)
                 ));
             }
             // Unknown processes get their own error later.
@@ -303,18 +310,24 @@ impl Exec {
         };
         let (from, plain) = match grants(grant) {
             Ok(opened) => opened,
-            Err(e) => return refuse(format!("process {id}: its start grant is refused: {e}")),
+            Err(e) => {
+                return refuse(format!(
+                    "process {shown}: its start grant is refused: {e}",
+                    shown = self.names.show(id)
+                ));
+            }
         };
         if from != caller.node {
             return refuse(format!(
-                "process {id}: its start grant is node {from}'s, not its home's"
+                "process {shown}: its start grant is node {from}'s, not its home's",
+                shown = self.names.show(id)
             ));
         }
         let checked = shoal_pool::exec::Grant::decode(&plain)
             .map_err(|e| e.to_string())
             .and_then(|g| g.clamp(id, spec));
         if let Err(e) = checked {
-            return refuse(format!("process {id}: {e}"));
+            return refuse(format!("process {shown}: {e}", shown = self.names.show(id)));
         }
         if spec.uid == 0
             && caller.node != self.node
@@ -363,11 +376,17 @@ impl Exec {
         let mut procs = self.procs.lock();
         let Some(p) = procs.get_mut(&id) else {
             drop(procs);
-            return answer(ExecReply::Error(format!("no process {id} here")));
+            return answer(ExecReply::Error(format!(
+                "no process {shown} here",
+                shown = self.names.show(id)
+            )));
         };
         let Some(input) = &p.input else {
             drop(procs);
-            return answer(ExecReply::Error(format!("the input of {id} is closed")));
+            return answer(ExecReply::Error(format!(
+                "the input of {shown} is closed",
+                shown = self.names.show(id)
+            )));
         };
         let queued = input.try_send(Input {
             data,
@@ -381,7 +400,8 @@ impl Exec {
         match queued {
             Ok(()) => {}
             Err(TrySendError::Full(i)) => (i.answer)(ExecReply::Error(format!(
-                "the input of {id} is busy: {MAX_QUEUED_WRITES} writes wait already"
+                "the input of {shown} is busy: {MAX_QUEUED_WRITES} writes wait already",
+                shown = self.names.show(id)
             ))),
             // The writer ended with the program's input.
             Err(TrySendError::Disconnected(i)) => (i.answer)(ExecReply::Done),
@@ -400,28 +420,46 @@ impl Exec {
             }
             ExecRequest::Resize { id, size } => {
                 if !self.procs.lock().contains_key(&id) {
-                    return ExecReply::Error(format!("no process {id} here"));
+                    return ExecReply::Error(format!(
+                        "no process {shown} here",
+                        shown = self.names.show(id)
+                    ));
                 }
                 let ttys = self.ttys.lock();
                 let Some(tty) = ttys.get(&id) else {
-                    return ExecReply::Error(format!("process {id} has no terminal"));
+                    return ExecReply::Error(format!(
+                        "process {shown} has no terminal",
+                        shown = self.names.show(id)
+                    ));
                 };
                 match crate::spawn::resize(tty, size) {
                     Ok(()) => ExecReply::Done,
-                    Err(e) => ExecReply::Error(format!("cannot resize the terminal of {id}: {e}")),
+                    Err(e) => ExecReply::Error(format!(
+                        "cannot resize the terminal of {shown}: {e}",
+                        shown = self.names.show(id)
+                    )),
                 }
             }
             ExecRequest::Signal { id, signal } => {
                 let procs = self.procs.lock();
                 let Some(p) = procs.get(&id) else {
-                    return ExecReply::Error(format!("no process {id} here"));
+                    return ExecReply::Error(format!(
+                        "no process {shown} here",
+                        shown = self.names.show(id)
+                    ));
                 };
                 // An ended program's group id is free for another's.
                 if p.output.0.lock().ended.is_some() {
-                    return ExecReply::Error(format!("process {id} has ended"));
+                    return ExecReply::Error(format!(
+                        "process {shown} has ended",
+                        shown = self.names.show(id)
+                    ));
                 }
                 let Some(leader) = &p.leader else {
-                    return ExecReply::Error(format!("cannot signal {id}: it has no pidfd"));
+                    return ExecReply::Error(format!(
+                        "cannot signal {shown}: it has no pidfd",
+                        shown = self.names.show(id)
+                    ));
                 };
                 if signal == libc::SIGSTOP {
                     // SIGSTOP cannot be ignored, not even by the watcher
@@ -435,7 +473,10 @@ impl Exec {
                 }
                 match crate::procfs::pidfd_signal(leader, signal, true) {
                     Ok(()) => ExecReply::Done,
-                    Err(e) => ExecReply::Error(format!("cannot signal {id}: {e}")),
+                    Err(e) => ExecReply::Error(format!(
+                        "cannot signal {shown}: {e}",
+                        shown = self.names.show(id)
+                    )),
                 }
             }
         }
@@ -494,7 +535,10 @@ impl Exec {
         for (id, readers) in forgotten {
             self.ttys.lock().remove(&id);
             for p in readers {
-                (p.answer)(ExecReply::Error(format!("process {id} was forgotten")));
+                (p.answer)(ExecReply::Error(format!(
+                    "process {shown} was forgotten",
+                    shown = self.names.show(id)
+                )));
             }
         }
     }
@@ -508,7 +552,10 @@ impl Exec {
             spec.uid
         };
         if self.procs.lock().contains_key(&id) || !self.starting.lock().insert(id) {
-            return Err(format!("process {id} is already running here"));
+            return Err(format!(
+                "process {shown} is already running here",
+                shown = self.names.show(id)
+            ));
         }
         let started = self.start_reserved(id, spec, owner);
         self.starting.lock().remove(&id);
@@ -610,7 +657,12 @@ impl Exec {
                 p.last_read = Instant::now();
                 p.output.clone()
             }
-            None => return answer(ExecReply::Error(format!("no process {id} here"))),
+            None => {
+                return answer(ExecReply::Error(format!(
+                    "no process {shown} here",
+                    shown = self.names.show(id)
+                )));
+            }
         };
         let (lock, cond) = &*output;
         let mut o = lock.lock();
@@ -686,7 +738,8 @@ impl Exec {
             });
             for p in others {
                 (p.answer)(ExecReply::Error(format!(
-                    "no process {id} here: its end was read"
+                    "no process {shown} here: its end was read",
+                    shown = self.names.show(id)
                 )));
             }
         }

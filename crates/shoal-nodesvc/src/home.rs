@@ -138,7 +138,10 @@ pub(crate) fn respawn(
 ) -> Result<String, String> {
     let node = place(shared, mem_mib, allow_owner_active, Some(lost))?;
     if !shared.procs.lock().moved(id, &node) {
-        return Err(format!("process {id} is not running"));
+        return Err(format!(
+            "process {shown} is not running",
+            shown = shared.names.show(id)
+        ));
     }
     Ok(node)
 }
@@ -286,12 +289,12 @@ pub(crate) fn kill(shared: &Shared, id: &str, sig: i32) -> ProcAnswer {
         Some(p) if p.state == ProcState::Running => p.node.clone(),
         Some(_) => {
             return ProcAnswer::Error {
-                message: format!("process {id} has ended"),
+                message: format!("process {shown} has ended", shown = shared.names.show(id)),
             };
         }
         None => {
             return ProcAnswer::Error {
-                message: format!("no process {id}"),
+                message: format!("no process {shown}", shown = shared.names.show(id)),
             };
         }
     };
@@ -312,7 +315,7 @@ pub(crate) fn wait(shared: &Shared, id: &str, wait_ms: u32) -> ProcAnswer {
     loop {
         let Some(p) = procs.get(id) else {
             return ProcAnswer::Error {
-                message: format!("no process {id}"),
+                message: format!("no process {shown}", shown = shared.names.show(id)),
             };
         };
         if let Some(end) = end_of(p.state) {
@@ -344,8 +347,9 @@ pub(crate) fn may(shared: &Shared, caller: shoal_rpc::Caller, id: &str) -> Resul
                 .refused_procs
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             Err(format!(
-                "process {id} is uid {uid}'s; uid {} may not touch it",
-                caller.uid
+                "process {shown} is uid {uid}'s; uid {} may not touch it",
+                caller.uid,
+                shown = shared.names.show(id)
             ))
         }
         _ => Ok(()),
@@ -356,8 +360,9 @@ fn home_id(shared: &Shared, text: &str) -> Result<ProcId, String> {
     let id: ProcId = text.parse().map_err(|e| format!("{e}"))?;
     if id.home != shared.node {
         return Err(format!(
-            "process {id} is not homed on node {}",
-            shared.config.name
+            "process {shown} is not homed on node {}",
+            shared.config.name,
+            shown = shared.names.show(id)
         ));
     }
     Ok(id)

@@ -38,6 +38,7 @@ mod link_server;
 mod load;
 mod locate;
 mod metrics;
+mod names;
 pub mod procfs;
 mod revocation;
 pub mod service;

@@ -5,8 +5,9 @@
 //! random point, so a restarted home does not hand out the ids of its
 //! previous incarnation's processes again).  The text form is
 //! `HOME.SEQ` with the home's node id in hex, e.g.
-//! `00a1b2c3d4e5f607.42`; tools also accept the home's node *name* in
-//! place of the hex id and resolve it through membership.
+//! `00a1b2c3d4e5f607.42`; what people see and type has the home's node
+//! *name* in place of the hex id (`n1.42`, [`ProcId::named`]), which tools
+//! resolve through membership.
 
 use std::fmt;
 use std::str::FromStr;
@@ -30,6 +31,15 @@ impl ProcId {
         b[..8].copy_from_slice(&self.home.0.to_le_bytes());
         b[8..].copy_from_slice(&self.seq.to_le_bytes());
         b
+    }
+
+    /// The form people see, with the home's name for its node id
+    /// (`n1.42`); the hex form if the name is not known.
+    pub fn named(self, home: Option<&str>) -> String {
+        match home {
+            Some(name) => format!("{name}.{}", self.seq),
+            None => self.to_string(),
+        }
     }
 
     /// From the wire form.

@@ -346,7 +346,16 @@ impl Lines {
         self.running.lock().remove(&id);
         match runner.home.ended(&id.to_string(), outcome.end()) {
             Ok(()) => self.runners.lock().push(runner),
-            Err(e) => tracing::warn!("cannot tell the home how {id} ended: {e}"),
+            Err(e) => {
+                let home = self
+                    .ctx
+                    .config()
+                    .node
+                    .as_ref()
+                    .map(|(_, name)| name.as_str());
+                let shown = id.named(home);
+                tracing::warn!("cannot tell the home how {shown} ended: {e}")
+            }
         }
         match outcome {
             Outcome::Ended(ended) => ended,

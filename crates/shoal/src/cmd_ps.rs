@@ -312,8 +312,9 @@ fn resolve(text: &str, members: &[MemberStatus]) -> Result<(ProcId, String), Fai
         .map_err(|e| usage(&e.to_string()))?;
     if !member.alive {
         return Err(Failure::unreachable(format!(
-            "the home {} of {id} is down",
-            member.name
+            "the home {} of {} is down",
+            member.name,
+            id.named(Some(&member.name))
         )));
     }
     Ok((id, member.name.clone()))
@@ -326,17 +327,15 @@ fn usage(message: &str) -> Failure {
     }
 }
 
-/// How a process ended, in words.
 /// A process id as a person types it: its home's name and its number
 /// (`n1.42`), which `kill` and `wait` take as they take the node id's
 /// form.
 fn readable(id: &str, home: Option<&str>) -> String {
-    match (home, id.rsplit_once('.')) {
-        (Some(home), Some((_, seq))) => format!("{home}.{seq}"),
-        _ => id.to_string(),
-    }
+    id.parse::<ProcId>()
+        .map_or_else(|_| id.to_string(), |id| id.named(home))
 }
 
+/// How a process ended, in words.
 fn describe(end: ProcEnd) -> String {
     match end {
         ProcEnd::Exited(c) => format!("exited {c}"),

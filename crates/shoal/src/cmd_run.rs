@@ -181,7 +181,9 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         t.restore();
     }
     if let Err(e) = home.ended(&id.to_string(), outcome.end()) {
-        tracing::warn!("cannot tell the home how {id} ended: {e}");
+        let home = ctx.config().node.as_ref().map(|(_, name)| name.as_str());
+        let shown = id.named(home);
+        tracing::warn!("cannot tell the home how {shown} ended: {e}");
     }
     match outcome {
         Outcome::Ended(ended) => end_as(ended),

@@ -436,13 +436,19 @@ fn the_home_answers_for_its_processes() {
     await_row(c, "n2", &command, "killed by SIGUSR1");
     let out = shoal_on(c, "n3", &["kill", &id]);
     assert_eq!(out.status.code(), Some(1));
+    // The home's error names the process as ps does.
     assert!(
-        text(&out.stderr).contains("has ended"),
+        text(&out.stderr).contains(&format!("process {id} has ended")),
         "{}",
         text(&out.stderr)
     );
     let out = shoal_on(c, "n3", &["wait", "n1.999999"]);
     assert_eq!(out.status.code(), Some(127), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("n1.999999"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = shoal_on(c, "n3", &["kill", "-NOSUCH", &id]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
 

@@ -31,7 +31,7 @@ fn root() -> bool {
 
 /// An exec service as the daemon makes it: namespaces when root.
 fn exec() -> Arc<Exec> {
-    Arc::new(Exec::new(root(), NodeId(1), crate::RemoteRoot::Allow).unwrap())
+    Arc::new(Exec::new(root(), NodeId(1), crate::RemoteRoot::Allow, names()).unwrap())
 }
 
 /// Carries out `request` and waits for its answer.
@@ -153,7 +153,8 @@ fn what_cannot_start_is_refused_with_the_reason() {
             signal: 15,
         },
     ));
-    assert!(e.contains("no process"), "{e}");
+    // Named as ps names it: the home's name, not its node id.
+    assert!(e.contains("no process n1.4 here"), "{e}");
 }
 
 #[test]
@@ -493,7 +494,7 @@ fn starts_are_clamped_to_their_home_s_grant() {
             grant,
         }
     };
-    let exec = Exec::new(false, NodeId(2), crate::RemoteRoot::Squash).unwrap();
+    let exec = Exec::new(false, NodeId(2), crate::RemoteRoot::Squash, names()).unwrap();
 
     let mut r = start(1000, sealed(1, &user));
     exec.authorize(caller(home, 1000), &mut r, &opener).unwrap();
@@ -549,13 +550,13 @@ fn starts_are_clamped_to_their_home_s_grant() {
     };
     let (nobody, nogroup) = crate::account::nobody();
     assert_eq!(as_root(&exec), (nobody, vec![nogroup]));
-    let allowing = Exec::new(false, NodeId(2), crate::RemoteRoot::Allow).unwrap();
+    let allowing = Exec::new(false, NodeId(2), crate::RemoteRoot::Allow, names()).unwrap();
     assert_eq!(as_root(&allowing).0, 0);
 
     // Review 3, L11: a squashed root's program runs as nobody but is its
     // home's root's: a `nobody` of the home may not signal it.
     assert!(root(), "running a program as nobody needs root");
-    let exec = Arc::new(Exec::new(root(), NodeId(2), crate::RemoteRoot::Squash).unwrap());
+    let exec = Arc::new(Exec::new(root(), NodeId(2), crate::RemoteRoot::Squash, names()).unwrap());
     let mut s = self::spec(&["sleep", "30"], "/");
     (s.uid, s.gid, s.groups) = (0, 0, vec![0]);
     let mut r = ExecRequest::Start {
@@ -623,4 +624,12 @@ fn a_start_tells_a_user_nothing_of_places_they_cannot_see() {
     let absent = error("true", &path("nosuch"));
     assert_eq!(there, absent);
     assert!(there.contains("change directory"), "{there}");
+}
+
+/// The names table of a node `n2` that knows `n1` (the homes the tests
+/// use).
+fn names() -> Arc<crate::names::Names> {
+    let names = crate::names::Names::new(NodeId(2), "n2");
+    names.learn(NodeId(1), "n1");
+    Arc::new(names)
 }
