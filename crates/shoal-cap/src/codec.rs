@@ -1,8 +1,12 @@
-//! Little-endian byte codec shared by the services' request, entry, log
-//! and snapshot formats (the directory service's and the file system's),
-//! which carry capabilities.  The reader never panics and never allocates
-//! more than the input could hold: every length is checked against the
-//! bytes left before anything is reserved.
+//! The little-endian byte codec every shoal format is read with: packets
+//! (`shoal-wire`), sealed headers, certificates and signed records
+//! (`shoal-session`), the exec service's and the group keys' messages,
+//! and the services' requests, entries, logs and snapshots, which carry
+//! capabilities.  The reader never panics and never allocates more than
+//! the input could hold: every length is checked against the bytes left
+//! before anything is reserved.  A format with an error type of its own
+//! converts [`DecodeError`] into it ([`DecodeError::is_truncated`],
+//! [`DecodeError::is_trailing`]).
 
 #![allow(missing_docs)] // each method is the field it names
 
@@ -20,6 +24,22 @@ pub struct DecodeError {
 
 pub fn bad(what: &'static str, why: &'static str) -> DecodeError {
     DecodeError { what, why }
+}
+
+/// Why, when the bytes ran out.
+const TRUNCATED: &str = "truncated";
+/// Why, when bytes were left over.
+const TRAILING: &str = "trailing bytes";
+
+impl DecodeError {
+    /// The bytes ran out before the value did.
+    pub fn is_truncated(&self) -> bool {
+        self.why == TRUNCATED
+    }
+    /// Bytes were left after the value.
+    pub fn is_trailing(&self) -> bool {
+        self.why == TRAILING
+    }
 }
 
 /// Appends fields to a buffer.
@@ -90,7 +110,7 @@ impl<'a> Reader<'a> {
     }
     pub fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         if self.buf.len() < n {
-            return Err(bad(self.what, "truncated"));
+            return Err(bad(self.what, TRUNCATED));
         }
         let (head, rest) = self.buf.split_at(n);
         self.buf = rest;
@@ -143,11 +163,23 @@ impl<'a> Reader<'a> {
         }
         Ok(n)
     }
+    /// Everything left.
+    pub fn rest(&mut self) -> &'a [u8] {
+        std::mem::take(&mut self.buf)
+    }
+    /// How many bytes are left.
+    pub fn remaining(&self) -> usize {
+        self.buf.len()
+    }
+    /// A field that is not what it should be.
+    pub fn bad(&self, why: &'static str) -> DecodeError {
+        bad(self.what, why)
+    }
     pub fn end(&self) -> Result<(), DecodeError> {
         if self.buf.is_empty() {
             Ok(())
         } else {
-            Err(bad(self.what, "trailing bytes"))
+            Err(bad(self.what, TRAILING))
         }
     }
 }

@@ -372,51 +372,42 @@ pub fn encode_reply(r: &KeyReply) -> Vec<u8> {
 #[error("malformed group key message: {0}")]
 pub struct KeyDecodeError(&'static str);
 
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], KeyDecodeError> {
-        if self.0.len() < n {
-            return Err(KeyDecodeError("truncated"));
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Ok(head)
-    }
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], KeyDecodeError> {
-        Ok(self.take(N)?.try_into().expect("length taken"))
-    }
-    fn members(&mut self) -> Result<Vec<u64>, KeyDecodeError> {
-        let n = u16::from_le_bytes(self.array()?) as usize;
-        if n > MAX_MEMBERS {
-            return Err(KeyDecodeError("too many members"));
-        }
-        let mut list = Vec::with_capacity(n);
-        for _ in 0..n {
-            list.push(u64::from_le_bytes(self.array()?));
-        }
-        if list.windows(2).any(|w| w[0] >= w[1]) {
-            return Err(KeyDecodeError("members not ascending"));
-        }
-        Ok(list)
-    }
-    fn end(&self) -> Result<(), KeyDecodeError> {
-        if self.0.is_empty() {
-            Ok(())
-        } else {
-            Err(KeyDecodeError("trailing bytes"))
-        }
+impl From<shoal_cap::codec::DecodeError> for KeyDecodeError {
+    fn from(e: shoal_cap::codec::DecodeError) -> KeyDecodeError {
+        KeyDecodeError(e.why)
     }
 }
 
+type Reader<'a> = shoal_cap::codec::Reader<'a>;
+
+fn reader(bytes: &[u8]) -> Reader<'_> {
+    Reader::new(bytes, "group key message")
+}
+
+/// A member list: u16 count, then ascending u64 ids.
+fn members(r: &mut Reader<'_>) -> Result<Vec<u64>, KeyDecodeError> {
+    let n = r.u16()? as usize;
+    if n > MAX_MEMBERS {
+        return Err(KeyDecodeError("too many members"));
+    }
+    let mut list = Vec::with_capacity(r.count(n, 8)?);
+    for _ in 0..n {
+        list.push(r.u64()?);
+    }
+    if list.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(KeyDecodeError("members not ascending"));
+    }
+    Ok(list)
+}
+
 pub fn decode_request(bytes: &[u8]) -> Result<KeyRequest, KeyDecodeError> {
-    let mut r = Reader(bytes);
-    let request = match r.array::<1>()?[0] {
+    let mut r = reader(bytes);
+    let request = match r.u8()? {
         1 => KeyRequest::Admit,
         2 => KeyRequest::Rekey {
-            epoch: u32::from_le_bytes(r.array()?),
+            epoch: r.u32()?,
             key: r.array()?,
-            members: r.members()?,
+            members: members(&mut r)?,
             mac: r.array()?,
         },
         _ => return Err(KeyDecodeError("unknown request")),
@@ -426,18 +417,17 @@ pub fn decode_request(bytes: &[u8]) -> Result<KeyRequest, KeyDecodeError> {
 }
 
 pub fn decode_reply(bytes: &[u8]) -> Result<KeyReply, KeyDecodeError> {
-    let mut r = Reader(bytes);
-    let reply = match r.array::<1>()?[0] {
+    let mut r = reader(bytes);
+    let reply = match r.u8()? {
         0 => KeyReply::Admitted(Keys {
             master: r.array()?,
-            epoch: u32::from_le_bytes(r.array()?),
+            epoch: r.u32()?,
             key: r.array()?,
-            members: r.members()?,
+            members: members(&mut r)?,
         }),
         1 => KeyReply::Taken,
         2 => {
-            let text = std::str::from_utf8(r.0).map_err(|_| KeyDecodeError("not UTF-8"))?;
-            r.0 = &[];
+            let text = std::str::from_utf8(r.rest()).map_err(|_| KeyDecodeError("not UTF-8"))?;
             KeyReply::Refused(text.to_string())
         }
         _ => return Err(KeyDecodeError("unknown reply")),

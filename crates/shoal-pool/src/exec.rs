@@ -161,14 +161,14 @@ impl Grant {
     }
 
     pub fn decode(b: &[u8]) -> Result<Grant, DecodeError> {
-        let mut r = Reader(b);
+        let mut r = reader(b);
         let id = ProcId::from_bytes(r.take(ProcId::LEN)?.try_into().expect("16 bytes"));
         let (uid, gid) = (r.u32()?, r.u32()?);
         let groups = r.groups()?;
         let n = r.limit_count()?;
         let hard = (0..n)
             .map(|_| Ok((r.u32()?, r.u64()?)))
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<_, DecodeError>>()?;
         r.end()?;
         Ok(Grant {
             id,
@@ -288,7 +288,7 @@ impl ExecRequest {
     }
 
     pub fn decode(b: &[u8]) -> Result<ExecRequest, DecodeError> {
-        let mut r = Reader(b);
+        let mut r = reader(b);
         let tag = r.u8()?;
         let id = ProcId::from_bytes(r.take(ProcId::LEN)?.try_into().expect("16 bytes"));
         let req = match tag {
@@ -317,7 +317,7 @@ impl ExecRequest {
                             hard: r.u64()?,
                         })
                     })
-                    .collect::<Result<_, _>>()?;
+                    .collect::<Result<_, DecodeError>>()?;
                 let tty = match r.u8()? {
                     0 => None,
                     1 => Some(r.size()?),
@@ -359,7 +359,7 @@ impl ExecRequest {
                 return Ok(ExecRequest::Write {
                     id,
                     close,
-                    data: r.0.to_vec(),
+                    data: r.rest().to_vec(),
                 });
             }
             4 => ExecRequest::Signal {
@@ -419,10 +419,10 @@ impl ExecReply {
     }
 
     pub fn decode(b: &[u8]) -> Result<ExecReply, DecodeError> {
-        let mut r = Reader(b);
+        let mut r = reader(b);
         let reply = match r.u8()? {
             0 => {
-                return std::str::from_utf8(r.0)
+                return std::str::from_utf8(r.rest())
                     .map(|m| ExecReply::Error(m.to_string()))
                     .map_err(|_| DecodeError("error text is not UTF-8"));
             }
@@ -458,7 +458,7 @@ impl ExecReply {
     /// The reply in place if it is an output; `None` for any other reply
     /// (decode those with [`ExecReply::decode`]).
     pub fn decode_output(b: &[u8]) -> Result<Option<OutputRef<'_>>, DecodeError> {
-        let mut r = Reader(b);
+        let mut r = reader(b);
         if r.u8()? != 2 {
             return Ok(None);
         }
@@ -478,7 +478,7 @@ fn output(mut r: Reader<'_>) -> Result<OutputRef<'_>, DecodeError> {
     let stdout = r.take(n)?;
     Ok(OutputRef {
         stdout,
-        stderr: r.0,
+        stderr: r.rest(),
         stopped,
         ended,
     })
@@ -500,7 +500,7 @@ impl LineEnded {
     }
 
     pub fn decode(b: &[u8]) -> Result<LineEnded, DecodeError> {
-        let mut r = Reader(b);
+        let mut r = reader(b);
         let ended = r.ended()?.ok_or(DecodeError("a line's end"))?;
         r.end()?;
         Ok(LineEnded(ended))
@@ -556,34 +556,29 @@ fn put_strings(w: &mut Vec<u8>, strings: &[String]) {
     }
 }
 
-struct Reader<'a>(&'a [u8]);
+/// The shared reader (`shoal_cap::codec`), with the exec messages' own
+/// fields.
+type Reader<'a> = shoal_cap::codec::Reader<'a>;
 
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
-        if self.0.len() < n {
-            return Err(DecodeError("truncated"));
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Ok(head)
+fn reader(bytes: &[u8]) -> Reader<'_> {
+    Reader::new(bytes, "exec message")
+}
+
+impl From<shoal_cap::codec::DecodeError> for DecodeError {
+    fn from(e: shoal_cap::codec::DecodeError) -> DecodeError {
+        DecodeError(e.why)
     }
+}
 
-    fn u8(&mut self) -> Result<u8, DecodeError> {
-        Ok(self.take(1)?[0])
-    }
+trait Fields {
+    fn ended(&mut self) -> Result<Option<Ended>, DecodeError>;
+    fn size(&mut self) -> Result<WinSize, DecodeError>;
+    fn groups(&mut self) -> Result<Vec<u32>, DecodeError>;
+    fn limit_count(&mut self) -> Result<usize, DecodeError>;
+    fn strings(&mut self) -> Result<Vec<String>, DecodeError>;
+}
 
-    fn u32(&mut self) -> Result<u32, DecodeError> {
-        Ok(u32::from_le_bytes(
-            self.take(4)?.try_into().expect("4 bytes"),
-        ))
-    }
-
-    fn u64(&mut self) -> Result<u64, DecodeError> {
-        Ok(u64::from_le_bytes(
-            self.take(8)?.try_into().expect("8 bytes"),
-        ))
-    }
-
+impl Fields for Reader<'_> {
     fn ended(&mut self) -> Result<Option<Ended>, DecodeError> {
         Ok(match self.u8()? {
             0 => None,
@@ -607,7 +602,7 @@ impl<'a> Reader<'a> {
         if n > MAX_GROUPS {
             return Err(DecodeError("too many groups"));
         }
-        (0..n).map(|_| self.u32()).collect()
+        (0..n).map(|_| Ok(self.u32()?)).collect()
     }
 
     /// A count of resource limits, checked.
@@ -624,7 +619,7 @@ impl<'a> Reader<'a> {
         if n > MAX_STRINGS {
             return Err(DecodeError("too many strings"));
         }
-        let mut out = Vec::with_capacity(n.min(self.0.len() / 4));
+        let mut out = Vec::with_capacity(n.min(self.remaining() / 4));
         for _ in 0..n {
             let len = self.u32()? as usize;
             let s = std::str::from_utf8(self.take(len)?)
@@ -635,14 +630,6 @@ impl<'a> Reader<'a> {
             out.push(s.to_string());
         }
         Ok(out)
-    }
-
-    fn end(&self) -> Result<(), DecodeError> {
-        if self.0.is_empty() {
-            Ok(())
-        } else {
-            Err(DecodeError("trailing bytes"))
-        }
     }
 }
 

@@ -196,7 +196,7 @@ impl NodeCert {
     /// Decodes an encoded certificate and checks its signature under
     /// `admin`.  It checks nothing else: see [`Trust::admit`].
     pub fn verify(bytes: &[u8], admin: &AdminPublic) -> Result<NodeCert, SessionError> {
-        let mut r = Reader(bytes);
+        let mut r = reader(bytes);
         if r.take(4)? != CERT_MAGIC {
             return Err(SessionError::Malformed("certificate magic"));
         }
@@ -207,9 +207,9 @@ impl NodeCert {
         let static_key = r.array()?;
         let n = r.u8()? as usize;
         let name = r.take(n)?;
-        let signed = bytes.len() - r.0.len();
+        let signed = bytes.len() - r.remaining();
         let sig = r.take(SIGNATURE_LEN)?;
-        if !r.0.is_empty() {
+        if r.remaining() != 0 {
             return Err(SessionError::Malformed("certificate length"));
         }
         admin.verify(CERT_CONTEXT, &bytes[..signed], sig)?;
@@ -275,7 +275,7 @@ impl RevocationList {
             return Err(SessionError::Malformed("too many revoked serials"));
         }
         let raw = r.take(8 * n)?;
-        if !r.0.is_empty() {
+        if r.remaining() != 0 {
             return Err(SessionError::Malformed("revocation list length"));
         }
         let serials: Vec<u64> = raw
@@ -330,36 +330,20 @@ impl Trust {
     }
 }
 
-/// A bounds-checked reader over a byte slice.
-pub(crate) struct Reader<'a>(pub(crate) &'a [u8]);
+/// The shared reader (`shoal_cap::codec`).
+pub(crate) type Reader<'a> = shoal_cap::codec::Reader<'a>;
 
-impl<'a> Reader<'a> {
-    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], SessionError> {
-        if self.0.len() < n {
-            return Err(SessionError::Truncated);
+/// A reader of `bytes`, one of the session layer's formats.
+pub(crate) fn reader(bytes: &[u8]) -> Reader<'_> {
+    Reader::new(bytes, "session format")
+}
+
+impl From<shoal_cap::codec::DecodeError> for SessionError {
+    fn from(e: shoal_cap::codec::DecodeError) -> SessionError {
+        if e.is_truncated() {
+            SessionError::Truncated
+        } else {
+            SessionError::Malformed(e.why)
         }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Ok(head)
-    }
-
-    pub(crate) fn array<const N: usize>(&mut self) -> Result<[u8; N], SessionError> {
-        Ok(self.take(N)?.try_into().expect("N bytes"))
-    }
-
-    pub(crate) fn u8(&mut self) -> Result<u8, SessionError> {
-        Ok(self.take(1)?[0])
-    }
-
-    pub(crate) fn u16(&mut self) -> Result<u16, SessionError> {
-        Ok(u16::from_le_bytes(self.array()?))
-    }
-
-    pub(crate) fn u32(&mut self) -> Result<u32, SessionError> {
-        Ok(u32::from_le_bytes(self.array()?))
-    }
-
-    pub(crate) fn u64(&mut self) -> Result<u64, SessionError> {
-        Ok(u64::from_le_bytes(self.array()?))
     }
 }

@@ -9,7 +9,7 @@
 
 use crate::SessionError;
 use crate::aead::{Key, TAG_LEN};
-use crate::cert::Reader;
+use crate::cert::reader;
 
 /// First two bytes of every shoal datagram.
 pub const MAGIC: [u8; 2] = *b"SH";
@@ -181,7 +181,7 @@ impl Header {
     /// authentic until [`open`] succeeds: use it only to find the key.
     pub fn peek(datagram: &[u8]) -> Result<Header, SessionError> {
         let class = class(datagram)?;
-        let mut r = Reader(&datagram[4..]);
+        let mut r = reader(&datagram[4..]);
         let header = match class {
             Class::Node => Header::Node {
                 receiver: r.u32()?,
@@ -202,7 +202,7 @@ impl Header {
             },
             _ => return Err(SessionError::Malformed("not a sealed datagram")),
         };
-        if r.0.len() < TAG_LEN {
+        if r.remaining() < TAG_LEN {
             return Err(SessionError::Truncated);
         }
         Ok(header)

@@ -24,7 +24,7 @@ use snow::types::{Cipher, Dh, Hash, Random};
 
 use crate::SessionError;
 use crate::aead::{Algorithm, Key};
-use crate::cert::{NodeCert, Reader, Trust};
+use crate::cert::{NodeCert, Trust, reader};
 use crate::datagram::{Class, MAGIC, VERSION, class};
 use crate::kdf::SessionSecrets;
 use crate::x25519::Dh25519;
@@ -167,13 +167,13 @@ impl Initiator {
         out: &mut Vec<u8>,
     ) -> Result<Established, SessionError> {
         expect_class(response, Class::Response)?;
-        let mut r = Reader(&response[4..]);
+        let mut r = reader(&response[4..]);
         let remote_index = r.u32()?;
         let receiver = r.u32()?;
         if receiver != self.index || remote_index == 0 {
             return Err(SessionError::UnknownIndex);
         }
-        let hello = read_noise(&mut self.hs, r.0)?;
+        let hello = read_noise(&mut self.hs, r.rest())?;
         let (remote_aes, peer) = check_hello(&self.hs, &hello, trust, now)?;
         out.clear();
         out.extend_from_slice(&MAGIC);
@@ -211,13 +211,13 @@ impl Responder {
             return Err(SessionError::Malformed("index zero"));
         }
         expect_class(initiation, Class::Initiation)?;
-        let mut r = Reader(&initiation[4..]);
+        let mut r = reader(&initiation[4..]);
         let remote_index = r.u32()?;
         if remote_index == 0 {
             return Err(SessionError::Malformed("index zero"));
         }
         let mut hs = build(me, trust, seed, false)?;
-        let payload = read_noise(&mut hs, r.0)?;
+        let payload = read_noise(&mut hs, r.rest())?;
         if !payload.is_empty() {
             return Err(SessionError::Malformed("initiation payload"));
         }
@@ -250,13 +250,13 @@ impl Responder {
         now: u64,
     ) -> Result<Established, SessionError> {
         expect_class(finish, Class::Finish)?;
-        let mut r = Reader(&finish[4..]);
+        let mut r = reader(&finish[4..]);
         let sender = r.u32()?;
         let receiver = r.u32()?;
         if sender != self.remote_index || receiver != self.index {
             return Err(SessionError::UnknownIndex);
         }
-        let hello = read_noise(&mut self.hs, r.0)?;
+        let hello = read_noise(&mut self.hs, r.rest())?;
         let (remote_aes, peer) = check_hello(&self.hs, &hello, trust, now)?;
         let algorithm = Algorithm::choose(self.aes, remote_aes);
         Ok(establish(
@@ -275,9 +275,9 @@ impl Responder {
 pub fn handshake_receiver(datagram: &[u8]) -> Result<u32, SessionError> {
     match class(datagram)? {
         Class::Response | Class::Finish => {
-            let mut r = Reader(&datagram[4..]);
+            let mut r = reader(&datagram[4..]);
             r.u32()?;
-            r.u32()
+            Ok(r.u32()?)
         }
         _ => Err(SessionError::Malformed("not a response or finish")),
     }
@@ -358,7 +358,7 @@ fn hello_bytes(me: &NodeIdentity, aes: bool) -> Vec<u8> {
 
 /// Decodes a hello: (peer has AES, certificate bytes).
 pub fn decode_hello(hello: &[u8]) -> Result<(bool, &[u8]), SessionError> {
-    let mut r = Reader(hello);
+    let mut r = reader(hello);
     let flags = r.u8()?;
     if flags > 1 {
         return Err(SessionError::Malformed("hello flags"));
@@ -368,7 +368,7 @@ pub fn decode_hello(hello: &[u8]) -> Result<(bool, &[u8]), SessionError> {
         return Err(SessionError::Malformed("certificate too long"));
     }
     let cert = r.take(n)?;
-    if !r.0.is_empty() {
+    if r.remaining() != 0 {
         return Err(SessionError::Malformed("hello length"));
     }
     Ok((flags == 1, cert))

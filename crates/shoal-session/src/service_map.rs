@@ -134,7 +134,7 @@ impl ServiceMap {
             }
             entries.push(ServiceEntry { name, nodes });
         }
-        if !r.0.is_empty() {
+        if r.remaining() != 0 {
             return Err(SessionError::Malformed("service map length"));
         }
         Ok(ServiceMap {

@@ -6,7 +6,7 @@
 //! signature checks and it names this cluster.
 
 use crate::SessionError;
-use crate::cert::{AdminKey, AdminPublic, ClusterId, Reader, SIGNATURE_LEN};
+use crate::cert::{AdminKey, AdminPublic, ClusterId, Reader, SIGNATURE_LEN, reader};
 
 /// Bytes before a record's body.
 const HEAD: usize = 4 + 16 + 8 + 8;
@@ -51,7 +51,7 @@ pub(crate) fn open<'a>(
         return Err(SessionError::Truncated);
     }
     let (signed, sig) = bytes.split_at(bytes.len() - SIGNATURE_LEN);
-    let mut r = Reader(signed);
+    let mut r = reader(signed);
     if r.take(4)? != kind.magic {
         return Err(SessionError::Malformed(kind.bad_magic));
     }

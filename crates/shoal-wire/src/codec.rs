@@ -200,7 +200,7 @@ pub fn decode_plain(plain: &[u8]) -> Result<Packet<'_>, WireError> {
 }
 
 fn decode_body(kind: u8, body: &[u8]) -> Result<Packet<'_>, WireError> {
-    let mut r = Reader(body);
+    let mut r = reader(body);
     let packet = match kind {
         1 => Packet::Request(Request {
             txn: r.txn()?,
@@ -263,9 +263,7 @@ fn decode_body(kind: u8, body: &[u8]) -> Result<Packet<'_>, WireError> {
         }
         _ => unreachable!("kind checked above"),
     };
-    if !r.0.is_empty() {
-        return Err(WireError::Oversized);
-    }
+    r.end()?;
     if let Packet::Request(Request { frag, .. }) | Packet::Reply(Reply { frag, .. }) = &packet
         && (frag.count == 0 || frag.index >= frag.count)
     {
@@ -291,7 +289,7 @@ fn decode_here<'a>(r: &mut Reader<'a>) -> Result<Packet<'a>, WireError> {
             addr: r.addr()?,
             instance: Instance(r.u64()?),
             uid: r.u32()?,
-            system: r.bool()?,
+            system: r.flag()?,
         });
     }
     Ok(Packet::Here(Here {
@@ -320,7 +318,7 @@ fn decode_heartbeat<'a>(r: &mut Reader<'a>) -> Result<Packet<'a>, WireError> {
     if n > MAX_MEMBERS {
         return Err(WireError::Malformed("too many members"));
     }
-    let mut members = Vec::with_capacity(n.min(r.0.len() / 15));
+    let mut members = Vec::with_capacity(n.min(r.remaining() / 15));
     for _ in 0..n {
         members.push(Member {
             node: NodeId(r.u64()?),
@@ -390,51 +388,54 @@ impl Writer<'_> {
     }
 }
 
-pub(crate) struct Reader<'a>(pub(crate) &'a [u8]);
+/// The shared reader (`shoal_cap::codec`), with the packets' own fields.
+pub(crate) type Reader<'a> = shoal_cap::codec::Reader<'a>;
 
-impl<'a> Reader<'a> {
-    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
-        if self.0.len() < n {
-            return Err(WireError::Truncated);
+/// A reader of a packet's bytes.
+pub(crate) fn reader(bytes: &[u8]) -> Reader<'_> {
+    Reader::new(bytes, "packet")
+}
+
+impl From<shoal_cap::codec::DecodeError> for WireError {
+    fn from(e: shoal_cap::codec::DecodeError) -> WireError {
+        if e.is_truncated() {
+            WireError::Truncated
+        } else if e.is_trailing() {
+            WireError::Oversized
+        } else {
+            WireError::Malformed(e.why)
         }
-        let (head, tail) = self.0.split_at(n);
-        self.0 = tail;
-        Ok(head)
     }
-    pub(crate) fn array<const N: usize>(&mut self) -> Result<[u8; N], WireError> {
-        Ok(self.take(N)?.try_into().expect("length checked"))
-    }
-    pub(crate) fn u8(&mut self) -> Result<u8, WireError> {
-        Ok(self.take(1)?[0])
-    }
-    pub(crate) fn u16(&mut self) -> Result<u16, WireError> {
-        Ok(u16::from_le_bytes(self.array()?))
-    }
-    pub(crate) fn u32(&mut self) -> Result<u32, WireError> {
-        Ok(u32::from_le_bytes(self.array()?))
-    }
-    pub(crate) fn u64(&mut self) -> Result<u64, WireError> {
-        Ok(u64::from_le_bytes(self.array()?))
-    }
-    pub(crate) fn rest(&mut self) -> &'a [u8] {
-        std::mem::take(&mut self.0)
-    }
-    pub(crate) fn txn(&mut self) -> Result<TxnId, WireError> {
+}
+
+/// The fields of packets, read with the shared reader.
+pub(crate) trait Fields {
+    fn txn(&mut self) -> Result<TxnId, WireError>;
+    fn port(&mut self) -> Result<PutPort, WireError>;
+    fn frag(&mut self) -> Result<Frag, WireError>;
+    fn addr(&mut self) -> Result<SocketAddr, WireError>;
+    fn flag(&mut self) -> Result<bool, WireError>;
+    fn member(&mut self) -> Result<crate::group::MemberEntry, WireError>;
+    fn members(&mut self) -> Result<Vec<crate::group::MemberEntry>, WireError>;
+}
+
+impl Fields for Reader<'_> {
+    fn txn(&mut self) -> Result<TxnId, WireError> {
         Ok(TxnId {
             client: ClientId(self.u64()?),
             seq: Seq(self.u64()?),
         })
     }
-    pub(crate) fn port(&mut self) -> Result<PutPort, WireError> {
+    fn port(&mut self) -> Result<PutPort, WireError> {
         Ok(PutPort::from_bytes(self.array()?))
     }
-    pub(crate) fn frag(&mut self) -> Result<Frag, WireError> {
+    fn frag(&mut self) -> Result<Frag, WireError> {
         Ok(Frag {
             index: self.u32()?,
             count: self.u32()?,
         })
     }
-    pub(crate) fn addr(&mut self) -> Result<SocketAddr, WireError> {
+    fn addr(&mut self) -> Result<SocketAddr, WireError> {
         let ip = match self.u8()? {
             4 => IpAddr::V4(Ipv4Addr::from(self.array::<4>()?)),
             6 => IpAddr::V6(Ipv6Addr::from(self.array::<16>()?)),
@@ -442,38 +443,25 @@ impl<'a> Reader<'a> {
         };
         Ok(SocketAddr::new(ip, self.u16()?))
     }
-}
-
-impl Reader<'_> {
-    pub(crate) fn bool(&mut self) -> Result<bool, WireError> {
+    fn flag(&mut self) -> Result<bool, WireError> {
         match self.u8()? {
             0 => Ok(false),
             1 => Ok(true),
             _ => Err(WireError::Malformed("flag")),
         }
     }
-    pub(crate) fn remaining(&self) -> usize {
-        self.0.len()
-    }
-    pub(crate) fn finish(&self) -> Result<(), WireError> {
-        if self.0.is_empty() {
-            Ok(())
-        } else {
-            Err(WireError::Oversized)
-        }
-    }
-    pub(crate) fn member(&mut self) -> Result<crate::group::MemberEntry, WireError> {
+    fn member(&mut self) -> Result<crate::group::MemberEntry, WireError> {
         Ok(crate::group::MemberEntry {
             id: crate::MemberId(self.u64()?),
             addr: self.addr()?,
         })
     }
-    pub(crate) fn members(&mut self) -> Result<Vec<crate::group::MemberEntry>, WireError> {
+    fn members(&mut self) -> Result<Vec<crate::group::MemberEntry>, WireError> {
         let n = self.u16()? as usize;
         if n > crate::group::MAX_GROUP_MEMBERS {
             return Err(WireError::Malformed("too many members"));
         }
-        let mut list = Vec::with_capacity(n.min(self.0.len() / 15));
+        let mut list = Vec::with_capacity(n.min(self.remaining() / 15));
         for _ in 0..n {
             list.push(self.member()?);
         }

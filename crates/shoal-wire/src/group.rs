@@ -22,7 +22,7 @@ use std::net::SocketAddr;
 
 use shoal_cap::PutPort;
 
-use crate::codec::{Reader, Writer};
+use crate::codec::{Fields, Reader, Writer};
 use crate::packet::Frag;
 use crate::{MemberId, WireError};
 
@@ -386,7 +386,7 @@ pub(crate) fn decode_group<'a>(kind: u8, r: &mut Reader<'a>) -> Result<GroupPack
         0 => GroupBody::Data(Data {
             msg_id: r.u64()?,
             held: r.u64()?,
-            bb: r.bool()?,
+            bb: r.flag()?,
             frag: r.frag()?,
             total_len: r.u64()?,
             payload: r.rest(),
@@ -414,7 +414,7 @@ pub(crate) fn decode_group<'a>(kind: u8, r: &mut Reader<'a>) -> Result<GroupPack
             last: r.u64()?,
             commit: r.u64()?,
             stable: r.u64()?,
-            want_status: r.bool()?,
+            want_status: r.flag()?,
         }),
         5 => GroupBody::Join(Join {
             nonce: r.u64()?,
@@ -487,9 +487,9 @@ pub fn encode_member(m: &MemberEntry, out: &mut Vec<u8>) {
 
 /// Decodes one member; the whole input must be used.
 pub fn decode_member(bytes: &[u8]) -> Result<MemberEntry, WireError> {
-    let mut r = Reader(bytes);
+    let mut r = crate::codec::reader(bytes);
     let m = r.member()?;
-    r.finish()?;
+    r.end()?;
     Ok(m)
 }
 
@@ -506,9 +506,9 @@ pub fn encode_members(members: &[MemberEntry], out: &mut Vec<u8>) {
 
 /// Decodes a member list; the whole input must be used.
 pub fn decode_members(bytes: &[u8]) -> Result<Vec<MemberEntry>, WireError> {
-    let mut r = Reader(bytes);
+    let mut r = crate::codec::reader(bytes);
     let list = r.members()?;
-    r.finish()?;
+    r.end()?;
     Ok(list)
 }
 
@@ -531,11 +531,11 @@ pub fn encode_view(view: &View, out: &mut Vec<u8>) {
 
 /// Decodes a view entry's payload; the whole input must be used.
 pub fn decode_view(bytes: &[u8]) -> Result<View, WireError> {
-    let mut r = Reader(bytes);
+    let mut r = crate::codec::reader(bytes);
     let continues = r.u64()?;
     let continues_seqr = MemberId(r.u64()?);
     let members = r.members()?;
-    r.finish()?;
+    r.end()?;
     Ok(View {
         continues,
         continues_seqr,
@@ -579,7 +579,7 @@ pub fn encode_state(meta: &StateMeta, app: &[u8], out: &mut Vec<u8>) {
 
 /// Splits a state transfer's body into its metadata and application state.
 pub fn decode_state(bytes: &[u8]) -> Result<(StateMeta, &[u8]), WireError> {
-    let mut r = Reader(bytes);
+    let mut r = crate::codec::reader(bytes);
     let members = r.members()?;
     let inc = r.u64()?;
     let sequencer = MemberId(r.u64()?);
