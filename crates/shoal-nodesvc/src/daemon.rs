@@ -352,7 +352,7 @@ impl Daemon {
                 .map_err(|e| format!("cannot start service thread: {e}"))?;
         }
         let exec_server = ctx
-            .serve(crate::exec::exec_port(
+            .serve(shoal_poolsvc::exec_service(
                 &shared.identity.trust.cluster.0,
                 &shared.config.name,
             ))

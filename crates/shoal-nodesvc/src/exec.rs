@@ -23,11 +23,6 @@ use shoal_pool::ProcId;
 use shoal_pool::exec::{Ended, ExecReply, ExecRequest, StartSpec};
 use shoal_rpc::Server;
 
-/// Node `name`'s exec service, a system service of cluster `cluster`.
-pub fn exec_port(cluster: &[u8; 16], name: &str) -> shoal_rpc::Service {
-    shoal_rpc::system_port(cluster, &format!("exec {name}"))
-}
-
 /// Output held per stream before the pipe is left to fill.
 const BUFFER: usize = 4 << 20;
 /// Longest a read waits for output.

@@ -233,7 +233,7 @@ fn signal(shared: &Shared, id: ProcId, node: &str, signal: i32) -> Result<(), St
         .get()
         .ok_or("the node is not serving yet".to_string())?;
     let mut client = ctx.client().map_err(|e| e.to_string())?;
-    let port = crate::exec::exec_port(&shared.identity.trust.cluster.0, node).put_port();
+    let port = shoal_poolsvc::exec_service(&shared.identity.trust.cluster.0, node).put_port();
     let opts = CallOptions {
         deadline: Some(SIGNAL_DEADLINE),
         cancel: None,

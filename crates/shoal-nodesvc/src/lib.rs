@@ -21,10 +21,9 @@
 //! own link, like any server), and exports counters for Prometheus.  For
 //! the processor pool it is a home (it numbers the processes started on
 //! this machine, places them and answers for them: `home`) and an exec
-//! service (it runs the programs homes place here: `exec`).  Two edges
-//! serve programs that start remote ones: `settings` (what a program
-//! started from a process gets of it) and `fdpass` (messages with file
-//! descriptors attached).
+//! service (it runs the programs homes place here: `exec`; the programs
+//! that start them use `shoal-poolsvc`).  `fdpass` carries messages with
+//! file descriptors attached.
 
 pub mod account;
 mod config;
@@ -44,7 +43,6 @@ mod revocation;
 pub mod service;
 mod service_log;
 mod service_map;
-pub mod settings;
 mod spawn;
 mod supervise_io;
 

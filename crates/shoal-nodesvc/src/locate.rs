@@ -150,7 +150,7 @@ fn own_service_of(shared: &Shared, port: &PutPort) -> Option<NodeId> {
     let view = shared.state.lock().membership.view(now());
     view.into_iter()
         .find(|m| {
-            crate::exec::exec_port(cluster, &m.name).put_port() == *port
+            shoal_poolsvc::exec_service(cluster, &m.name).put_port() == *port
                 || crate::service::node_port(cluster, &m.name).put_port() == *port
         })
         .map(|m| m.node)

@@ -38,7 +38,7 @@ use shoal_pool::exec::{Ended, ExecReply, ExecRequest, LineEnded, StartSpec};
 use shoal_rpc::{Client, Context, HomeLink};
 
 use crate::Failure;
-use crate::cmd_run::{self, Outcome, RunArgs, Shared, Sink};
+use shoal_poolsvc::{self as run, Outcome, RunOptions, Shared, Sink};
 
 /// The make shell: a program of its own, next to this one.
 const SHELL_NAME: &str = "shoal-make-shell";
@@ -242,7 +242,7 @@ impl Lines {
                 if let Ok([_, _, stderr]) = stdio {
                     let _ = writeln!(File::from(stderr), "shoal make: cannot run the line: {why}");
                 }
-                let ended = Ended::Exited(i32::from(cmd_run::NOT_STARTED));
+                let ended = Ended::Exited(i32::from(run::NOT_STARTED));
                 let _ = conn.write_all(&frame(&LineEnded(ended).encode()));
             }
         }
@@ -254,7 +254,7 @@ impl Lines {
         let [stdin, stdout, stderr] = stdio;
         let mut stderr = File::from(stderr);
         spec.argv = recipe_command(std::mem::take(&mut spec.argv), &self.shell);
-        let args = RunArgs {
+        let args = RunOptions {
             on: None,
             any: true,
             mem_mib: 0,
@@ -281,7 +281,7 @@ impl Lines {
     fn run_line(
         &self,
         line: &Arc<Line>,
-        args: &RunArgs,
+        args: &RunOptions,
         spec: &StartSpec,
         stdin: OwnedFd,
         stdout: OwnedFd,
@@ -289,14 +289,14 @@ impl Lines {
     ) -> Ended {
         let not_started = |stderr: &mut File, message: String| {
             let _ = writeln!(stderr, "shoal make: {message}");
-            Ended::Exited(i32::from(cmd_run::NOT_STARTED))
+            Ended::Exited(i32::from(run::NOT_STARTED))
         };
         let mut runner = match self.runner() {
             Ok(r) => r,
             Err(e) => return not_started(stderr, e),
         };
         let cancelled = || line.state.lock().cancelled;
-        let (id, node, grant) = match cmd_run::spawn(&mut runner.home, args, "shoal make", &|| {
+        let (id, node, grant) = match run::spawn(&mut runner.home, args, "shoal make", &|| {
             cancelled().is_some()
         }) {
             Ok(spawned) => spawned,
@@ -316,7 +316,7 @@ impl Lines {
             err: stderr.try_clone().ok(),
             closed: false,
         };
-        let outcome = cmd_run::supervise(
+        let outcome = run::supervise(
             &self.ctx,
             &mut runner.home,
             &mut runner.client,
@@ -333,7 +333,7 @@ impl Lines {
                 };
                 let port = *shared.port.lock();
                 for sig in pending {
-                    let _ = cmd_run::call(client, &port, &cmd_run::signal(id, sig));
+                    let _ = run::call(client, &port, &run::signal(id, sig));
                 }
                 match stdin.take() {
                     Some(fd) => self.input(client, &shared, fd, &done),
@@ -362,7 +362,7 @@ impl Lines {
             Outcome::NotStarted(e) => not_started(stderr, format!("{} on {e}", args.command[0])),
             Outcome::Lost(e) => {
                 let _ = writeln!(stderr, "shoal make: {e}");
-                Ended::Exited(i32::from(cmd_run::NODE_LOST))
+                Ended::Exited(i32::from(run::NODE_LOST))
             }
         }
     }
@@ -400,7 +400,7 @@ impl Lines {
             return;
         };
         let port = *shared.port.lock();
-        let _ = cmd_run::call(&mut client, &port, &cmd_run::signal(shared.id, sig));
+        let _ = run::call(&mut client, &port, &run::signal(shared.id, sig));
         self.clients.lock().push(client);
     }
 
@@ -481,7 +481,7 @@ impl Lines {
     ) -> Result<(), String> {
         let mut stdin = File::from(stdin);
         let mut first = Vec::new();
-        if cmd_run::readable(stdin.as_raw_fd(), 0) {
+        if run::readable(stdin.as_raw_fd(), 0) {
             let mut probe = [0u8; 1];
             if let Ok(0) = stdin.read(&mut probe) {
                 let port = *shared.port.lock();
@@ -491,14 +491,14 @@ impl Lines {
                     close: true,
                 };
                 // A node lost meanwhile shows in the line's next read.
-                let _ = cmd_run::call(client, &port, &close);
+                let _ = run::call(client, &port, &close);
                 return Ok(());
             }
             // A byte was read: it goes first.
             first = probe.to_vec();
         }
         let client = self.client()?;
-        cmd_run::copy_input(client, shared.clone(), stdin, first, Some(done.clone()));
+        run::copy_input(client, shared.clone(), stdin, first, Some(done.clone()));
         Ok(())
     }
 
@@ -507,7 +507,7 @@ impl Lines {
     /// both; any other goes to make, which passes it on to its lines'
     /// shells and ends as it would.
     fn follow_signals(self: &Arc<Self>, make: libc::pid_t) -> Result<(), Failure> {
-        let mut wanted = shoal_nodesvc::settings::FORWARDED.to_vec();
+        let mut wanted = shoal_poolsvc::settings::FORWARDED.to_vec();
         wanted.extend([libc::SIGTSTP, libc::SIGCONT]);
         let mut signals = signal_hook::iterator::Signals::new(wanted)
             .map_err(|e| Failure::failed(format!("cannot handle signals: {e}")))?;

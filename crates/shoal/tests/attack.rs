@@ -574,7 +574,7 @@ fn starts_run_only_with_their_home_s_grant_and_no_more() {
     let mut home = ctx.home().unwrap();
     let mut client = ctx.client().unwrap();
     let cluster = ctx.config().cluster;
-    let port = |node: &str| shoal_nodesvc::exec::exec_port(&cluster, node).put_port();
+    let port = |node: &str| shoal_poolsvc::exec_service(&cluster, node).put_port();
     let opts = shoal_rpc::CallOptions {
         deadline: Some(Duration::from_secs(5)),
         cancel: None,

@@ -94,7 +94,7 @@ fn a_node_cannot_answer_for_another_node_s_own_services() {
     let t = TestCluster::up("uk", 55, 3, Mode::Netns);
     let c = t.get();
     let cluster = c.context().config().cluster;
-    let exec_n1 = shoal_nodesvc::exec::exec_port(&cluster, "n1");
+    let exec_n1 = shoal_poolsvc::exec_service(&cluster, "n1");
     let impostor = Witness::serving(c, "n3", exec_n1);
     assert_eq!(served_by(c, "n2", &exec_n1.put_port()), [node_id(c, "n1")]);
     let mark = format!("shoal-h1-{:016x}", rand::random::<u64>());

@@ -29,9 +29,9 @@ use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 
 use shoal_nodesvc::fdpass::{self, frame};
-use shoal_nodesvc::settings::{FORWARDED, end_as};
 use shoal_pool::ProcId;
 use shoal_pool::exec::{Ended, ExecRequest, LineEnded};
+use shoal_poolsvc::settings::{FORWARDED, end_as};
 
 /// The socket of the `shoal make` this line belongs to.
 const SOCKET_ENV: &str = "SHOAL_MAKE_SOCKET";
@@ -61,7 +61,7 @@ fn main() {
     // Signals are read from a signalfd, to be passed on.
     let signals = SignalFd::new(&FORWARDED);
     let spec =
-        shoal_nodesvc::settings::start_spec(args, None).unwrap_or_else(|e| die(NOT_STARTED, &e));
+        shoal_poolsvc::settings::start_spec(args, None).unwrap_or_else(|e| die(NOT_STARTED, &e));
     // The id is the home's to give.
     let unset = ProcId::from_bytes(&[0; ProcId::LEN]);
     // The grant too: `shoal make` gets it from its home.
