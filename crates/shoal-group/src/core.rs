@@ -22,6 +22,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 
+use crate::parts::{Lifecycle, Outbox, Outputs, Pacing, Recovery, Stream, View};
 use bytes::Bytes;
 use rustc_hash::{FxHashMap, FxHashSet};
 use shoal_cap::PutPort;
@@ -31,11 +32,9 @@ use shoal_wire::group::{
 };
 use shoal_wire::{Frag, MemberId, Packet, plain};
 
-use crate::assembly::{Assembly, frag_count, frag_range};
+use crate::assembly::{frag_count, frag_range};
 use crate::config::GroupConfig;
 use crate::event::{Event, SendError};
-use crate::join::Joining;
-use crate::recovery::Coordinator;
 use crate::sequencer::Sequencer;
 
 /// Where a datagram goes.
@@ -90,96 +89,33 @@ pub(crate) struct Pending {
     pub tries: u32,
 }
 
-/// One member of one group: the whole protocol, without I/O.
+/// One member of one group: the whole protocol, without I/O.  Its
+/// state in parts (`parts.rs`), as quinn-proto's `Connection` keeps its
+/// spaces, streams and timers.
 pub struct GroupCore {
     pub(crate) cfg: GroupConfig,
     pub(crate) group: PutPort,
     pub(crate) me: MemberEntry,
     pub(crate) status: Status,
 
-    /// Current incarnation (changes at each reset).
-    pub(crate) inc: u64,
-    /// Last incarnation in which this member was a normal member.
-    pub(crate) last_normal: (u64, MemberId),
-    pub(crate) sequencer: MemberId,
-    /// Membership after entry `members_seq`.
-    pub(crate) members: Vec<MemberEntry>,
-    pub(crate) members_seq: u64,
-    /// Membership before the last membership change (a reset needs a
-    /// quorum of both, since that change may not be committed).
-    pub(crate) prev_members: Vec<MemberEntry>,
-    /// Membership after each recent change: (seq, members), oldest first.
-    pub(crate) snapshots: Vec<(u64, Vec<MemberEntry>)>,
-    /// Highest ballot promised: (incarnation, coordinator).
-    pub(crate) promised: (u64, MemberId),
-
-    /// Entries held, by sequence number (beyond `held` too, out of order).
-    pub(crate) log: BTreeMap<u64, Entry>,
-    pub(crate) log_bytes: usize,
-    /// Every entry up to here is held (or covered by the joined state).
-    pub(crate) held: u64,
-    /// Every entry up to here is committed.
-    pub(crate) commit: u64,
-    /// Every entry up to here is held by every member.
-    pub(crate) stable: u64,
-    /// Every entry up to here was turned into an event.
-    pub(crate) delivered: u64,
-    /// Sequence number of the last event the application polled.
-    pub(crate) app_seq: u64,
-    /// Highest sequence number known to exist.
-    pub(crate) last_known: u64,
-    /// Last message number sequenced per sender, as of `held`.
-    pub(crate) senders: FxHashMap<MemberId, u64>,
-    /// Entry fragments being reassembled, by sequence number.
-    pub(crate) partial: FxHashMap<u64, (Order<'static>, Assembly)>,
-    /// Accepted BB entries whose body has not arrived: seq → header.
-    pub(crate) accepted: BTreeMap<u64, Entry>,
-    /// BB bodies received from their senders, by (sender, msg_id).
-    pub(crate) bb: FxHashMap<(MemberId, u64), Assembly>,
-    pub(crate) bb_done: FxHashMap<(MemberId, u64), Bytes>,
-
-    pub(crate) next_msg: u64,
-    pub(crate) outgoing: VecDeque<Pending>,
-    pub(crate) outgoing_bytes: usize,
+    pub(crate) view: View,
+    pub(crate) stream: Stream,
+    pub(crate) outbox: Outbox,
 
     pub(crate) seq: Option<Sequencer>,
     /// The sequencer is in the middle of ordering an entry.
     pub(crate) ordering: bool,
-    pub(crate) coord: Option<Coordinator>,
-    /// When this member voted in a recovery it does not coordinate.
-    pub(crate) voted_at: Option<Time>,
-    /// When recovery last failed (to retry later).
-    pub(crate) recovery_failed_at: Option<Time>,
-    pub(crate) joining: Option<Joining>,
-    pub(crate) leaving: Option<Time>,
-    /// Our own leave was delivered here (a sequencer lingers after it).
-    pub(crate) left_at: Option<(u64, Time)>,
-    pub(crate) state_out: crate::join::StateOut,
 
-    /// Last datagram from the sequencer (or, as sequencer, last broadcast).
-    pub(crate) heard_seq: Time,
-    pub(crate) last_nack: Option<Time>,
-    pub(crate) last_ack: Time,
-    /// `held` as of the last datagram that told the sequencer, and the
-    /// bytes held since.
-    pub(crate) acked_held: u64,
-    pub(crate) bytes_since_ack: usize,
-    /// How far the sequencer and the other members hold the stream, as
-    /// heard from them, each with the incarnation `(inc, sequencer)` it
-    /// was heard in: a member works out the commit point itself from the
-    /// sequencer's broadcasts and the acks multicast to it
-    /// (`member_commit`).
-    pub(crate) peer_held: FxHashMap<MemberId, (u64, MemberId, u64)>,
-    pub(crate) next_tick: Time,
+    pub(crate) recovery: Recovery,
+    pub(crate) lifecycle: Lifecycle,
+    pub(crate) pacing: Pacing,
+
     pub(crate) now: Time,
     /// Source of the datagram being handled.
     pub(crate) src: SocketAddr,
 
-    pub(crate) transmits: VecDeque<GroupTransmit>,
-    pub(crate) events: VecDeque<Event>,
-    /// Own messages ordered: (msg_id, seq), apart from the event stream so
-    /// a sender learns of them without reading every delivery first.
-    pub(crate) sent: VecDeque<(u64, u64)>,
+    pub(crate) out: Outputs,
+
     pub(crate) stats: GroupStats,
     /// The key epoch the shell seals in, reported by `info` only.
     pub(crate) key_epoch: u32,
@@ -229,51 +165,65 @@ impl GroupCore {
             group,
             me,
             status: Status::Joining,
-            inc: 0,
-            last_normal: (0, MemberId(0)),
-            sequencer: MemberId(0),
-            members: Vec::new(),
-            members_seq: 0,
-            prev_members: Vec::new(),
-            snapshots: Vec::new(),
-            promised: (0, MemberId(0)),
-            log: BTreeMap::new(),
-            log_bytes: 0,
-            held: 0,
-            commit: 0,
-            stable: 0,
-            delivered: 0,
-            app_seq: 0,
-            last_known: 0,
-            senders: FxHashMap::default(),
-            partial: FxHashMap::default(),
-            accepted: BTreeMap::new(),
-            bb: FxHashMap::default(),
-            bb_done: FxHashMap::default(),
-            next_msg: 1,
-            outgoing: VecDeque::new(),
-            outgoing_bytes: 0,
+            view: View {
+                inc: 0,
+                last_normal: (0, MemberId(0)),
+                sequencer: MemberId(0),
+                members: Vec::new(),
+                members_seq: 0,
+                prev_members: Vec::new(),
+                snapshots: Vec::new(),
+                promised: (0, MemberId(0)),
+            },
+            stream: Stream {
+                log: BTreeMap::new(),
+                log_bytes: 0,
+                held: 0,
+                commit: 0,
+                stable: 0,
+                delivered: 0,
+                app_seq: 0,
+                last_known: 0,
+                senders: FxHashMap::default(),
+                partial: FxHashMap::default(),
+                accepted: BTreeMap::new(),
+                bb: FxHashMap::default(),
+                bb_done: FxHashMap::default(),
+                peer_held: FxHashMap::default(),
+            },
+            outbox: Outbox {
+                next_msg: 1,
+                outgoing: VecDeque::new(),
+                outgoing_bytes: 0,
+                sent: VecDeque::new(),
+            },
             seq: None,
             ordering: false,
-            coord: None,
-            voted_at: None,
-            recovery_failed_at: None,
-            joining: None,
-            leaving: None,
-            left_at: None,
-            state_out: Default::default(),
-            heard_seq: now,
-            last_nack: None,
-            last_ack: Time(0),
-            acked_held: 0,
-            bytes_since_ack: 0,
-            peer_held: FxHashMap::default(),
-            next_tick: now,
+            recovery: Recovery {
+                coord: None,
+                voted_at: None,
+                recovery_failed_at: None,
+            },
+            lifecycle: Lifecycle {
+                joining: None,
+                state_out: Default::default(),
+                leaving: None,
+                left_at: None,
+            },
+            pacing: Pacing {
+                heard_seq: now,
+                last_nack: None,
+                last_ack: Time(0),
+                acked_held: 0,
+                bytes_since_ack: 0,
+                next_tick: now,
+            },
             now,
             src: me.addr,
-            transmits: VecDeque::new(),
-            events: VecDeque::new(),
-            sent: VecDeque::new(),
+            out: Outputs {
+                transmits: VecDeque::new(),
+                events: VecDeque::new(),
+            },
             stats: GroupStats::default(),
             key_epoch: 0,
         }
@@ -283,7 +233,7 @@ impl GroupCore {
     /// sequencer.  The first event is the group's first [`Event::View`].
     pub fn create(now: Time, group: PutPort, me: MemberEntry, cfg: GroupConfig) -> Self {
         let mut core = Self::blank(now, group, me, cfg);
-        core.promised = (1, me.id);
+        core.view.promised = (1, me.id);
         core.install(now, 1, vec![me], (0, MemberId(0)));
         core
     }
@@ -300,26 +250,26 @@ impl GroupCore {
         self.status
     }
     pub fn incarnation(&self) -> u64 {
-        self.inc
+        self.view.inc
     }
     /// Which membership this member holds: its incarnation and the entry
     /// that last changed the members (a join and a leave between two
     /// looks change it, though the list is the same again).
     pub fn membership(&self) -> crate::keys::Membership {
         crate::keys::Membership {
-            incarnation: self.inc,
-            entry: self.members_seq,
+            incarnation: self.view.inc,
+            entry: self.view.members_seq,
         }
     }
     pub fn sequencer(&self) -> MemberId {
-        self.sequencer
+        self.view.sequencer
     }
     pub fn is_sequencer(&self) -> bool {
         self.seq.is_some()
     }
     /// Current members (as of the last held membership change).
     pub fn members(&self) -> &[MemberEntry] {
-        &self.members
+        &self.view.members
     }
     pub fn config(&self) -> &GroupConfig {
         &self.cfg
@@ -337,24 +287,24 @@ impl GroupCore {
 
     /// Whether [`GroupCore::poll_event`] has something.
     pub fn has_events(&self) -> bool {
-        !self.events.is_empty()
+        !self.out.events.is_empty()
     }
 
     /// Messages sent and not yet ordered.
     pub fn in_flight(&self) -> usize {
-        self.outgoing.len()
+        self.outbox.outgoing.len()
     }
     /// Highest sequence number delivered.
     pub fn delivered(&self) -> u64 {
-        self.delivered
+        self.stream.delivered
     }
     /// Highest sequence number held, with everything before it.
     pub fn held(&self) -> u64 {
-        self.held
+        self.stream.held
     }
     /// Highest sequence number known committed.
     pub fn committed(&self) -> u64 {
-        self.commit
+        self.stream.commit
     }
 
     /// Records the key epoch the shell sends in, for [`GroupCore::info`].
@@ -371,25 +321,26 @@ impl GroupCore {
         GroupInfo {
             member: self.me.id.to_string(),
             status: self.status,
-            incarnation: self.inc,
-            sequencer: self.sequencer.to_string(),
+            incarnation: self.view.inc,
+            sequencer: self.view.sequencer.to_string(),
             is_sequencer: self.is_sequencer(),
             members: self
+                .view
                 .members
                 .iter()
                 .map(|m| format!("{}@{}", m.id, m.addr))
                 .collect(),
             resilience: self.cfg.resilience,
             large_bytes: self.cfg.large_bytes,
-            held: self.held,
-            committed: self.commit,
-            stable: self.stable,
-            delivered: self.delivered,
-            last_known: self.last_known,
-            history_entries: self.log.len(),
-            history_bytes: self.log_bytes,
+            held: self.stream.held,
+            committed: self.stream.commit,
+            stable: self.stream.stable,
+            delivered: self.stream.delivered,
+            last_known: self.stream.last_known,
+            history_entries: self.stream.log.len(),
+            history_bytes: self.stream.log_bytes,
             history_limit_bytes: self.cfg.history_bytes,
-            in_flight: self.outgoing.len(),
+            in_flight: self.outbox.outgoing.len(),
             key_epoch: self.key_epoch,
             stats: self.stats.clone(),
         }
@@ -398,26 +349,26 @@ impl GroupCore {
     // ----- poll interface --------------------------------------------------
 
     pub fn poll_transmit(&mut self) -> Option<GroupTransmit> {
-        self.transmits.pop_front()
+        self.out.transmits.pop_front()
     }
 
     /// The next of this member's messages known to be ordered and
     /// committed: (message number, sequence number).  It will be delivered
     /// everywhere, even if r members crash.
     pub fn poll_sent(&mut self) -> Option<(u64, u64)> {
-        self.sent.pop_front()
+        self.outbox.sent.pop_front()
     }
 
     /// The next event for the application, in stream order.
     pub fn poll_event(&mut self) -> Option<Event> {
-        let ev = self.events.pop_front()?;
+        let ev = self.out.events.pop_front()?;
         match &ev {
             Event::Message { seq, .. }
             | Event::Joined { seq, .. }
             | Event::Left { seq, .. }
             | Event::View { seq, .. }
             | Event::State { seq, .. } => {
-                self.app_seq = *seq;
+                self.stream.app_seq = *seq;
                 self.purge();
             }
             _ => {}
@@ -430,7 +381,7 @@ impl GroupCore {
             Status::Out | Status::Left => None,
             _ => Some(
                 self.held_accept_due()
-                    .map_or(self.next_tick, |due| due.min(self.next_tick)),
+                    .map_or(self.pacing.next_tick, |due| due.min(self.pacing.next_tick)),
             ),
         }
     }
@@ -444,7 +395,7 @@ impl GroupCore {
         if self.status == Status::Out
             || self.status == Status::Left
             || self.status == Status::Joining
-            || self.leaving.is_some()
+            || self.lifecycle.leaving.is_some()
         {
             return Err(SendError::NotMember);
         }
@@ -453,23 +404,23 @@ impl GroupCore {
                 limit: self.cfg.history_bytes / 2,
             });
         }
-        if self.outgoing.len() >= self.cfg.send_window
-            || (!self.outgoing.is_empty()
-                && self.outgoing_bytes + body.len() > self.cfg.send_window_bytes)
+        if self.outbox.outgoing.len() >= self.cfg.send_window
+            || (!self.outbox.outgoing.is_empty()
+                && self.outbox.outgoing_bytes + body.len() > self.cfg.send_window_bytes)
         {
             return Err(SendError::WindowFull);
         }
-        let msg_id = self.next_msg;
-        self.next_msg += 1;
-        self.outgoing_bytes += body.len();
-        self.outgoing.push_back(Pending {
+        let msg_id = self.outbox.next_msg;
+        self.outbox.next_msg += 1;
+        self.outbox.outgoing_bytes += body.len();
+        self.outbox.outgoing.push_back(Pending {
             msg_id,
             body,
             last_sent: now,
             tries: 0,
         });
         if self.status == Status::Normal {
-            let idx = self.outgoing.len() - 1;
+            let idx = self.outbox.outgoing.len() - 1;
             self.transmit_pending(now, idx, true);
         }
         Ok(msg_id)
@@ -478,9 +429,10 @@ impl GroupCore {
     /// True if [`GroupCore::send`] would accept a message of `len` bytes now.
     pub fn can_send(&self, len: usize) -> bool {
         self.status == Status::Normal
-            && self.leaving.is_none()
-            && self.outgoing.len() < self.cfg.send_window
-            && (self.outgoing.is_empty() || self.outgoing_bytes + len <= self.cfg.send_window_bytes)
+            && self.lifecycle.leaving.is_none()
+            && self.outbox.outgoing.len() < self.cfg.send_window
+            && (self.outbox.outgoing.is_empty()
+                || self.outbox.outgoing_bytes + len <= self.cfg.send_window_bytes)
     }
 
     // ----- encoding helpers ------------------------------------------------
@@ -488,8 +440,8 @@ impl GroupCore {
     pub(crate) fn hdr(&self) -> GroupHeader {
         GroupHeader {
             group: self.group,
-            inc: self.inc,
-            seqr: self.sequencer,
+            inc: self.view.inc,
+            seqr: self.view.sequencer,
             from: self.me.id,
         }
     }
@@ -507,7 +459,7 @@ impl GroupCore {
         if dest == GroupDest::Members {
             self.stats.broadcasts_sent += 1;
         }
-        self.transmits.push_back(GroupTransmit { dest, bytes });
+        self.out.transmits.push_back(GroupTransmit { dest, bytes });
     }
 
     pub(crate) fn send_to(&mut self, member: MemberId, body: GroupBody<'_>) {
@@ -518,27 +470,29 @@ impl GroupCore {
     }
 
     pub(crate) fn broadcast(&mut self, body: GroupBody<'_>) {
-        if self.members.len() > 1 {
+        if self.view.members.len() > 1 {
             let hdr = self.hdr();
             self.emit(GroupDest::Members, hdr, body);
         }
     }
 
     pub(crate) fn addr_of(&self, member: MemberId) -> Option<SocketAddr> {
-        self.members
+        self.view
+            .members
             .iter()
-            .chain(self.prev_members.iter())
+            .chain(self.view.prev_members.iter())
             .find(|m| m.id == member)
             .map(|m| m.addr)
             .or_else(|| {
-                self.coord
+                self.recovery
+                    .coord
                     .as_ref()
                     .and_then(|c| c.addrs.get(&member).copied())
             })
     }
 
     pub(crate) fn is_member(&self, id: MemberId) -> bool {
-        self.members.iter().any(|m| m.id == id)
+        self.view.members.iter().any(|m| m.id == id)
     }
 
     /// Sends fragments of one entry.
@@ -579,8 +533,8 @@ impl GroupCore {
                 msg_id: entry.msg_id,
                 kind: entry.kind,
                 flags,
-                commit: self.commit,
-                stable: self.stable,
+                commit: self.stream.commit,
+                stable: self.stream.stable,
                 frag: Frag { index: i, count },
                 total_len: total as u64,
                 payload,
@@ -592,7 +546,7 @@ impl GroupCore {
     /// Sends (or re-sends) one of this member's pending messages.
     pub(crate) fn transmit_pending(&mut self, now: Time, idx: usize, first: bool) {
         let (msg_id, body) = {
-            let p = &mut self.outgoing[idx];
+            let p = &mut self.outbox.outgoing[idx];
             p.last_sent = now;
             if !first {
                 p.tries += 1;
@@ -607,14 +561,16 @@ impl GroupCore {
         let bb = body.len() >= self.cfg.large_bytes;
         if bb && first {
             // Our own body, for when the accept comes back.
-            self.bb_done.insert((self.me.id, msg_id), body.clone());
+            self.stream
+                .bb_done
+                .insert((self.me.id, msg_id), body.clone());
         }
         // A BB message goes to everyone the first time; retries go to the
         // sequencer only (members that miss it ask the sequencer).
         let dest = if bb && first {
             GroupDest::Members
         } else {
-            match self.addr_of(self.sequencer) {
+            match self.addr_of(self.view.sequencer) {
                 Some(a) => GroupDest::Addr(a),
                 None => return,
             }
@@ -627,7 +583,7 @@ impl GroupCore {
         for i in 0..count {
             let data = Data {
                 msg_id,
-                held: self.held,
+                held: self.stream.held,
                 bb,
                 frag: Frag { index: i, count },
                 total_len: total as u64,
@@ -636,9 +592,9 @@ impl GroupCore {
             let hdr = self.hdr();
             self.emit(dest, hdr, GroupBody::Data(data));
         }
-        self.last_ack = now;
-        self.acked_held = self.held;
-        self.bytes_since_ack = 0;
+        self.pacing.last_ack = now;
+        self.pacing.acked_held = self.stream.held;
+        self.pacing.bytes_since_ack = 0;
     }
 
     // ----- input -----------------------------------------------------------
@@ -685,13 +641,13 @@ impl GroupCore {
             self.joining_packet(now, from, p);
             return;
         }
-        let from_seq = p.hdr.from == self.sequencer && p.hdr.inc == self.inc;
+        let from_seq = p.hdr.from == self.view.sequencer && p.hdr.inc == self.view.inc;
         if from_seq {
-            self.heard_seq = now;
+            self.pacing.heard_seq = now;
         }
         if matches!(p.body, GroupBody::Order(_) | GroupBody::Sync(_))
             && p.hdr.from == p.hdr.seqr
-            && (p.hdr.inc, p.hdr.from) < (self.inc, self.sequencer)
+            && (p.hdr.inc, p.hdr.from) < (self.view.inc, self.view.sequencer)
             && !self.is_member(p.hdr.from)
             && self.status == Status::Normal
         {
@@ -735,12 +691,12 @@ impl GroupCore {
     pub fn handle_timeout(&mut self, now: Time) {
         self.now = now;
         self.seq_accept_due(now);
-        if now < self.next_tick {
+        if now < self.pacing.next_tick {
             return;
         }
-        self.next_tick = now + self.cfg.tick;
-        if let Some((seq, at)) = self.left_at
-            && (self.stable >= seq || now.saturating_since(at) >= self.cfg.dead_after)
+        self.pacing.next_tick = now + self.cfg.tick;
+        if let Some((seq, at)) = self.lifecycle.left_at
+            && (self.stream.stable >= seq || now.saturating_since(at) >= self.cfg.dead_after)
         {
             self.finish_leave();
             return;
@@ -763,6 +719,7 @@ impl GroupCore {
     /// of them); true if one has run out of retries.
     pub(crate) fn retransmit_due(&mut self, now: Time, all: bool) -> bool {
         let due: Vec<u64> = self
+            .outbox
             .outgoing
             .iter()
             .filter(|p| all || now.saturating_since(p.last_sent) >= self.cfg.retransmit)
@@ -771,10 +728,10 @@ impl GroupCore {
         let mut exhausted = false;
         for msg_id in due {
             // Ordering one message may complete others: look it up again.
-            let Some(i) = self.outgoing.iter().position(|p| p.msg_id == msg_id) else {
+            let Some(i) = self.outbox.outgoing.iter().position(|p| p.msg_id == msg_id) else {
                 continue;
             };
-            if self.seq.is_none() && self.outgoing[i].tries >= self.cfg.send_retries {
+            if self.seq.is_none() && self.outbox.outgoing[i].tries >= self.cfg.send_retries {
                 // Out of retries: suspicion if the sequencer is silent
                 // (see `member_tick`); keep trying while it is not.
                 exhausted = true;
@@ -786,19 +743,20 @@ impl GroupCore {
 
     fn member_tick(&mut self, now: Time) {
         let exhausted = self.retransmit_due(now, false);
-        if let Some(since) = self.leaving
+        if let Some(since) = self.lifecycle.leaving
             && now.saturating_since(since) >= self.cfg.retransmit
         {
-            self.leaving = Some(now);
-            self.send_to(self.sequencer, GroupBody::Leave);
+            self.lifecycle.leaving = Some(now);
+            self.send_to(self.view.sequencer, GroupBody::Leave);
         }
         self.check_gap(now, true);
         // A member that only receives still tells the sequencer how far it
         // holds, once per heartbeat while it makes progress: the sequencer
         // purges its history by it, and a member never heard from is
         // expelled.
-        if (self.held > self.acked_held || (self.is_acker() && self.commit < self.held))
-            && now.saturating_since(self.last_ack) >= self.cfg.heartbeat
+        if (self.stream.held > self.pacing.acked_held
+            || (self.is_acker() && self.stream.commit < self.stream.held))
+            && now.saturating_since(self.pacing.last_ack) >= self.cfg.heartbeat
         {
             self.send_ack(now);
         }
@@ -806,6 +764,7 @@ impl GroupCore {
         // suspected; members further down the list wait a little longer so
         // that one of them usually coordinates alone.
         let rank = self
+            .view
             .members
             .iter()
             .position(|m| m.id == self.me.id)
@@ -815,13 +774,13 @@ impl GroupCore {
         // heard but does not order (its history is full) is waiting for a
         // laggard to be expelled.
         let exhausted =
-            exhausted && now.saturating_since(self.heard_seq) >= self.cfg.retransmit * 2;
-        if self.left_at.is_some() {
+            exhausted && now.saturating_since(self.pacing.heard_seq) >= self.cfg.retransmit * 2;
+        if self.lifecycle.left_at.is_some() {
             return;
         }
-        if exhausted || now.saturating_since(self.heard_seq) >= patience {
-            let exclude = if self.is_member(self.sequencer) {
-                [self.sequencer].into_iter().collect()
+        if exhausted || now.saturating_since(self.pacing.heard_seq) >= patience {
+            let exclude = if self.is_member(self.view.sequencer) {
+                [self.view.sequencer].into_iter().collect()
             } else {
                 FxHashSet::default()
             };

@@ -60,7 +60,7 @@ impl GroupCore {
     ) -> Self {
         let mut core = Self::blank(now, group, me, cfg);
         core.status = Status::Joining;
-        core.joining = Some(Joining {
+        core.lifecycle.joining = Some(Joining {
             contacts,
             next_contact: 0,
             nonce,
@@ -73,7 +73,7 @@ impl GroupCore {
     }
 
     fn send_join(&mut self, now: Time) {
-        let Some(j) = self.joining.as_mut() else {
+        let Some(j) = self.lifecycle.joining.as_mut() else {
             return;
         };
         j.last_try = now;
@@ -93,7 +93,7 @@ impl GroupCore {
     /// A member address learned after [`GroupCore::join`] started (for
     /// example from a later locate).
     pub fn add_contact(&mut self, addr: SocketAddr) {
-        if let Some(j) = self.joining.as_mut()
+        if let Some(j) = self.lifecycle.joining.as_mut()
             && !j.contacts.contains(&addr)
         {
             j.contacts.push(addr);
@@ -107,10 +107,10 @@ impl GroupCore {
             // vote counts towards the coordinator's majority, so we keep
             // the promise as members do.
             let b = (i.ballot, p.hdr.from);
-            if b < self.promised {
+            if b < self.view.promised {
                 return;
             }
-            self.promised = b;
+            self.view.promised = b;
             let vote = shoal_wire::group::Vote {
                 ballot: i.ballot,
                 coord: p.hdr.from,
@@ -126,7 +126,7 @@ impl GroupCore {
         let GroupBody::State(s) = &p.body else {
             return;
         };
-        let Some(j) = self.joining.as_mut() else {
+        let Some(j) = self.lifecycle.joining.as_mut() else {
             return;
         };
         match &mut j.state {
@@ -149,6 +149,7 @@ impl GroupCore {
             return;
         }
         let (at_seq, _, asm) = self
+            .lifecycle
             .joining
             .as_mut()
             .expect("joining")
@@ -158,7 +159,7 @@ impl GroupCore {
         let body = asm.finish();
         let Ok((meta, app)) = decode_state(&body) else {
             self.status = Status::Out;
-            self.events.push_back(Event::JoinFailed);
+            self.out.events.push_back(Event::JoinFailed);
             return;
         };
         let app = body.slice_ref(app);
@@ -166,29 +167,29 @@ impl GroupCore {
             // A state from before our join was ordered: wait for another.
             return;
         }
-        self.joining = None;
+        self.lifecycle.joining = None;
         // The group's parameters are the creator's, whatever ours were.
         self.cfg.resilience = meta.resilience as usize;
         self.cfg.large_bytes = meta.large_bytes as usize;
         self.cfg.min_members = (meta.min_members > 0).then_some(meta.min_members as usize);
-        self.inc = meta.inc;
-        self.last_normal = (meta.inc, meta.sequencer);
-        self.sequencer = meta.sequencer;
-        self.promised = self.promised.max((meta.inc, meta.sequencer));
-        self.members = meta.members.clone();
-        self.prev_members = meta.members.clone();
-        self.members_seq = at_seq;
-        self.snapshots = vec![(at_seq, meta.members.clone())];
-        self.senders = meta.senders.iter().copied().collect();
-        self.held = at_seq;
-        self.commit = at_seq;
-        self.delivered = at_seq;
-        self.app_seq = at_seq;
-        self.stable = at_seq;
-        self.last_known = at_seq;
+        self.view.inc = meta.inc;
+        self.view.last_normal = (meta.inc, meta.sequencer);
+        self.view.sequencer = meta.sequencer;
+        self.view.promised = self.view.promised.max((meta.inc, meta.sequencer));
+        self.view.members = meta.members.clone();
+        self.view.prev_members = meta.members.clone();
+        self.view.members_seq = at_seq;
+        self.view.snapshots = vec![(at_seq, meta.members.clone())];
+        self.stream.senders = meta.senders.iter().copied().collect();
+        self.stream.held = at_seq;
+        self.stream.commit = at_seq;
+        self.stream.delivered = at_seq;
+        self.stream.app_seq = at_seq;
+        self.stream.stable = at_seq;
+        self.stream.last_known = at_seq;
         self.status = Status::Normal;
-        self.heard_seq = now;
-        self.events.push_back(Event::State {
+        self.pacing.heard_seq = now;
+        self.out.events.push_back(Event::State {
             seq: at_seq,
             state: app,
             members: meta.members,
@@ -197,13 +198,13 @@ impl GroupCore {
     }
 
     pub(crate) fn joining_tick(&mut self, now: Time) {
-        let Some(j) = self.joining.as_ref() else {
+        let Some(j) = self.lifecycle.joining.as_ref() else {
             return;
         };
         if now.saturating_since(j.started) >= self.cfg.join_timeout {
-            self.joining = None;
+            self.lifecycle.joining = None;
             self.status = Status::Out;
-            self.events.push_back(Event::JoinFailed);
+            self.out.events.push_back(Event::JoinFailed);
             return;
         }
         if now.saturating_since(j.last_try) < self.cfg.retransmit * 4 {
@@ -213,7 +214,7 @@ impl GroupCore {
         match &j.state {
             Some(_) if stalled => {
                 // The member sending our state went away: ask again.
-                self.joining.as_mut().expect("joining").state = None;
+                self.lifecycle.joining.as_mut().expect("joining").state = None;
                 self.send_join(now);
             }
             Some((at, addr, asm)) => {
@@ -225,7 +226,7 @@ impl GroupCore {
                 let addr = *addr;
                 let hdr = self.hdr();
                 self.emit(GroupDest::Addr(addr), hdr, GroupBody::StateReq(req));
-                self.joining.as_mut().expect("joining").last_try = now;
+                self.lifecycle.joining.as_mut().expect("joining").last_try = now;
             }
             None => self.send_join(now),
         }
@@ -237,8 +238,8 @@ impl GroupCore {
         }
         if self.seq.is_none() {
             // Forward to the sequencer unchanged.
-            if let Some(addr) = self.addr_of(self.sequencer) {
-                self.transmits.push_back(crate::core::GroupTransmit {
+            if let Some(addr) = self.addr_of(self.view.sequencer) {
+                self.out.transmits.push_back(crate::core::GroupTransmit {
                     dest: GroupDest::Addr(addr),
                     bytes: raw.to_vec(),
                 });
@@ -269,16 +270,16 @@ impl GroupCore {
     }
 
     fn resend_state(&mut self, joiner: MemberId, from_frag: u32) {
-        if self.state_out.contains_key(&joiner) {
+        if self.lifecycle.state_out.contains_key(&joiner) {
             self.send_state(joiner, from_frag);
         } else if self.seq.is_some()
             && self.is_member(joiner)
             && self
-                .members_at(self.delivered)
+                .members_at(self.stream.delivered)
                 .iter()
                 .any(|m| m.id == joiner)
         {
-            self.events.push_back(Event::StateWanted { joiner });
+            self.out.events.push_back(Event::StateWanted { joiner });
         }
     }
 
@@ -289,7 +290,7 @@ impl GroupCore {
         if self.status != Status::Normal || !self.is_member(joiner) {
             return;
         }
-        let at = self.app_seq;
+        let at = self.stream.app_seq;
         // The state must include the joiner's own join.
         let members = self.members_at(at);
         if !members.iter().any(|m| m.id == joiner) {
@@ -301,7 +302,7 @@ impl GroupCore {
         // deliver its own expulsion and leave while the group counts it
         // a member.  Entries after `at` are still in the log (purging
         // stops at what the application has seen).
-        let changed_later = self.log.range(at + 1..).any(|(_, e)| match e.kind {
+        let changed_later = self.stream.log.range(at + 1..).any(|(_, e)| match e.kind {
             EntryKind::Join => decode_member(&e.body).is_ok_and(|m| m.id == joiner),
             EntryKind::Leave => e.body[..] == joiner.0.to_le_bytes(),
             _ => false,
@@ -310,26 +311,29 @@ impl GroupCore {
             return;
         }
         let meta = StateMeta {
-            inc: self.inc,
-            sequencer: self.sequencer,
+            inc: self.view.inc,
+            sequencer: self.view.sequencer,
             resilience: self.cfg.resilience as u32,
             large_bytes: self.cfg.large_bytes as u64,
             min_members: self.cfg.min_members.unwrap_or(0) as u32,
             members,
-            senders: self.senders.iter().map(|(k, v)| (*k, *v)).collect(),
+            senders: self.stream.senders.iter().map(|(k, v)| (*k, *v)).collect(),
         };
         let mut body = Vec::with_capacity(state.len() + 64);
         encode_state(&meta, state, &mut body);
-        self.state_out.insert(joiner, (at, Bytes::from(body), now));
+        self.lifecycle
+            .state_out
+            .insert(joiner, (at, Bytes::from(body), now));
         // State transfers are kept for a while only.
         let limit = self.cfg.join_timeout;
-        self.state_out
+        self.lifecycle
+            .state_out
             .retain(|_, (_, _, t)| now.saturating_since(*t) < limit);
         self.send_state(joiner, 0);
     }
 
     fn send_state(&mut self, joiner: MemberId, from_frag: u32) {
-        let Some((at, body, _)) = self.state_out.get(&joiner).cloned() else {
+        let Some((at, body, _)) = self.lifecycle.state_out.get(&joiner).cloned() else {
             return;
         };
         let Some(addr) = self.addr_of(joiner) else {
@@ -351,25 +355,25 @@ impl GroupCore {
 
     /// The joiner acknowledged: its state transfer is done.
     pub(crate) fn state_done(&mut self, joiner: MemberId) {
-        self.state_out.remove(&joiner);
+        self.lifecycle.state_out.remove(&joiner);
     }
 
     /// Leaves the group.  Completes with [`Event::LeftGroup`] once the leave
     /// is ordered.
     pub fn leave(&mut self, now: Time) {
         self.now = now;
-        if self.status != Status::Normal || self.leaving.is_some() {
+        if self.status != Status::Normal || self.lifecycle.leaving.is_some() {
             if self.status == Status::Joining || self.status == Status::Recovering {
                 self.status = Status::Left;
-                self.events.push_back(Event::LeftGroup);
+                self.out.events.push_back(Event::LeftGroup);
             }
             return;
         }
-        self.leaving = Some(now);
+        self.lifecycle.leaving = Some(now);
         if self.seq.is_some() {
             self.queue_change(now, Change::Leave(self.me.id));
         } else {
-            self.send_to(self.sequencer, GroupBody::Leave);
+            self.send_to(self.view.sequencer, GroupBody::Leave);
         }
     }
 }

@@ -43,6 +43,7 @@ mod core;
 mod event;
 mod join;
 pub mod keys;
+mod parts;
 mod recovery;
 pub mod seal;
 mod sequencer;

@@ -78,36 +78,37 @@ impl GroupCore {
             // Our leave is in the log: a member coordinates, we vote.
             return;
         }
-        if let Some(c) = self.coord.as_mut() {
+        if let Some(c) = self.recovery.coord.as_mut() {
             c.exclude.extend(exclude);
             if min_override.is_some() {
                 c.min_override = min_override;
             }
             return;
         }
-        let ballot = self.inc.max(self.promised.0) + 1;
-        self.promised = (ballot, self.me.id);
+        let ballot = self.view.inc.max(self.view.promised.0) + 1;
+        self.view.promised = (ballot, self.me.id);
         self.status = Status::Recovering;
         self.seq = None;
-        self.voted_at = None;
-        self.recovery_failed_at = None;
+        self.recovery.voted_at = None;
+        self.recovery.recovery_failed_at = None;
         let own = Vote {
             ballot,
             coord: self.me.id,
-            last_normal: self.last_normal.0,
-            last_normal_seqr: self.last_normal.1,
-            held: self.held,
-            commit: self.commit,
+            last_normal: self.view.last_normal.0,
+            last_normal_seqr: self.view.last_normal.1,
+            held: self.stream.held,
+            commit: self.stream.commit,
         };
         let mut votes = FxHashMap::default();
         votes.insert(self.me.id, own);
         let addrs = self
+            .view
             .members
             .iter()
-            .chain(self.prev_members.iter())
+            .chain(self.view.prev_members.iter())
             .map(|m| (m.id, m.addr))
             .collect();
-        self.coord = Some(Coordinator {
+        self.recovery.coord = Some(Coordinator {
             ballot,
             started: now,
             last_invite: now,
@@ -116,7 +117,7 @@ impl GroupCore {
             exclude,
             min_override,
             fetch: None,
-            best_inc: self.last_normal,
+            best_inc: self.view.last_normal,
             empty: FxHashSet::default(),
         });
         self.invite(now);
@@ -132,13 +133,14 @@ impl GroupCore {
     /// fails, a call after that time starts one.
     pub fn reset(&mut self, now: Time, min_members: Option<usize>) {
         self.now = now;
-        if let Some(c) = self.coord.as_mut() {
+        if let Some(c) = self.recovery.coord.as_mut() {
             c.min_override = min_members;
             self.evaluate(now);
             return;
         }
         if self.status == Status::Recovering {
             if self
+                .recovery
                 .voted_at
                 .is_some_and(|at| now.saturating_since(at) < self.cfg.recovery_timeout)
             {
@@ -150,14 +152,17 @@ impl GroupCore {
     }
 
     fn invite(&mut self, now: Time) {
-        let Some(c) = self.coord.as_mut() else { return };
+        let Some(c) = self.recovery.coord.as_mut() else {
+            return;
+        };
         c.last_invite = now;
         let ballot = c.ballot;
-        let c = self.coord.as_ref().expect("coordinating");
+        let c = self.recovery.coord.as_ref().expect("coordinating");
         // The members before the last change too: it may not be committed,
         // and then their votes count.
         let mut seen = FxHashSet::default();
         let targets: Vec<SocketAddr> = self
+            .view
             .members
             .iter()
             .chain(self.undecided_members())
@@ -183,8 +188,8 @@ impl GroupCore {
     /// The members before the last membership change, if we do not know
     /// that change to be committed.
     fn undecided_members(&self) -> impl Iterator<Item = &shoal_wire::group::MemberEntry> {
-        let undecided = self.members_seq > self.commit;
-        self.prev_members.iter().filter(move |_| undecided)
+        let undecided = self.view.members_seq > self.stream.commit;
+        self.view.prev_members.iter().filter(move |_| undecided)
     }
 
     pub(crate) fn on_invite(&mut self, now: Time, hdr: GroupHeader, ballot: u64, from: SocketAddr) {
@@ -195,35 +200,35 @@ impl GroupCore {
             self.tell_not_member();
             return;
         }
-        if b < self.promised {
+        if b < self.view.promised {
             self.reject(from);
             return;
         }
         // A member that hears its sequencer does not depose it: a member
         // cut off on its own (or deaf) cannot disrupt the group.
         if self.status == Status::Normal
-            && hdr.from != self.sequencer
-            && self.is_member(self.sequencer)
-            && now.saturating_since(self.heard_seq) < self.cfg.suspect_after
+            && hdr.from != self.view.sequencer
+            && self.is_member(self.view.sequencer)
+            && now.saturating_since(self.pacing.heard_seq) < self.cfg.suspect_after
         {
             self.reject(from);
             return;
         }
-        if b > self.promised {
-            self.promised = b;
-            self.coord = None;
+        if b > self.view.promised {
+            self.view.promised = b;
+            self.recovery.coord = None;
             self.seq = None;
             self.status = Status::Recovering;
-            self.voted_at = Some(now);
+            self.recovery.voted_at = Some(now);
         }
-        if self.promised == b && self.coord.is_none() {
+        if self.view.promised == b && self.recovery.coord.is_none() {
             let vote = Vote {
                 ballot,
                 coord: hdr.from,
-                last_normal: self.last_normal.0,
-                last_normal_seqr: self.last_normal.1,
-                held: self.held,
-                commit: self.commit,
+                last_normal: self.view.last_normal.0,
+                last_normal_seqr: self.view.last_normal.1,
+                held: self.stream.held,
+                commit: self.stream.commit,
             };
             let hdr = self.hdr();
             self.emit(
@@ -240,15 +245,17 @@ impl GroupCore {
             crate::core::GroupDest::Addr(to),
             hdr,
             GroupBody::Reject(Reject {
-                ballot: self.promised.0,
-                coord: self.promised.1,
-                sequencer: self.sequencer,
+                ballot: self.view.promised.0,
+                coord: self.view.promised.1,
+                sequencer: self.view.sequencer,
             }),
         );
     }
 
     pub(crate) fn on_vote(&mut self, now: Time, hdr: GroupHeader, v: &Vote, from: SocketAddr) {
-        let Some(c) = self.coord.as_mut() else { return };
+        let Some(c) = self.recovery.coord.as_mut() else {
+            return;
+        };
         if v.ballot != c.ballot || v.coord != self.me.id || c.exclude.contains(&hdr.from) {
             return;
         }
@@ -262,14 +269,14 @@ impl GroupCore {
     }
 
     pub(crate) fn on_reject(&mut self, now: Time, hdr: GroupHeader, r: &Reject, from: SocketAddr) {
-        if (r.ballot, r.coord) > self.promised {
-            self.promised = (r.ballot, r.coord);
-            if self.coord.is_some() {
-                self.coord = None;
-                self.voted_at = Some(now);
+        if (r.ballot, r.coord) > self.view.promised {
+            self.view.promised = (r.ballot, r.coord);
+            if self.recovery.coord.is_some() {
+                self.recovery.coord = None;
+                self.recovery.voted_at = Some(now);
             }
         }
-        if (hdr.inc, hdr.seqr) > (self.inc, self.sequencer) {
+        if (hdr.inc, hdr.seqr) > (self.view.inc, self.view.sequencer) {
             // The group moved on without us: ask its sequencer, which sends
             // us its view entry if we are still a member, or tells us we
             // are not.
@@ -279,36 +286,36 @@ impl GroupCore {
                 crate::core::GroupDest::Addr(to),
                 hdr,
                 GroupBody::Nack(Nack {
-                    held: self.held,
-                    from: self.held + 1,
-                    to: self.held + 1,
+                    held: self.stream.held,
+                    from: self.stream.held + 1,
+                    to: self.stream.held + 1,
                 }),
             );
         }
     }
 
     pub(crate) fn on_fetch(&mut self, _now: Time, hdr: GroupHeader, f: &Fetch, from: SocketAddr) {
-        if self.promised != (f.ballot, hdr.from) {
+        if self.view.promised != (f.ballot, hdr.from) {
             return;
         }
         let start = self.log_start();
-        if f.from < start && f.from <= self.held {
+        if f.from < start && f.from <= self.stream.held {
             let hdr = GroupHeader {
-                inc: self.inc.max(f.ballot),
+                inc: self.view.inc.max(f.ballot),
                 ..self.hdr()
             };
             self.emit(
                 crate::core::GroupDest::Addr(from),
                 hdr,
                 GroupBody::NotMember(shoal_wire::group::NotMember {
-                    sequencer: self.sequencer,
+                    sequencer: self.view.sequencer,
                 }),
             );
             return;
         }
         let mut budget = 4 * self.cfg.frag_bytes.max(64 * 1024);
-        for seq in f.from..=f.to.min(self.held) {
-            let Some(e) = self.log.get(&seq).cloned() else {
+        for seq in f.from..=f.to.min(self.stream.held) {
+            let Some(e) = self.stream.log.get(&seq).cloned() else {
                 continue;
             };
             self.emit_entry(
@@ -326,7 +333,9 @@ impl GroupCore {
     }
 
     pub(crate) fn coord_on_fetched(&mut self, now: Time, hdr: GroupHeader, o: &Order<'_>) {
-        let Some(c) = self.coord.as_ref() else { return };
+        let Some(c) = self.recovery.coord.as_ref() else {
+            return;
+        };
         if hdr.inc != c.ballot || hdr.seqr != self.me.id || c.fetch.is_none() {
             return;
         }
@@ -337,7 +346,9 @@ impl GroupCore {
 
     /// Asks voter `from` for the entries after ours up to `upto`.
     fn send_fetch(&mut self, from: MemberId, upto: u64) {
-        let Some(c) = self.coord.as_ref() else { return };
+        let Some(c) = self.recovery.coord.as_ref() else {
+            return;
+        };
         let ballot = c.ballot;
         let Some(addr) = c.addrs.get(&from).copied() else {
             return;
@@ -348,7 +359,7 @@ impl GroupCore {
             hdr,
             GroupBody::Fetch(Fetch {
                 ballot,
-                from: self.held + 1,
+                from: self.stream.held + 1,
                 to: upto,
             }),
         );
@@ -356,8 +367,11 @@ impl GroupCore {
 
     /// Decides what to do next in a reset this member coordinates.
     pub(crate) fn evaluate(&mut self, now: Time) {
-        let Some(c) = self.coord.as_ref() else { return };
+        let Some(c) = self.recovery.coord.as_ref() else {
+            return;
+        };
         let invited: Vec<MemberId> = self
+            .view
             .members
             .iter()
             .chain(self.undecided_members())
@@ -388,31 +402,32 @@ impl GroupCore {
         let target = c.fetch.map(|(_, upto, _)| (c.best_inc, upto));
         let best_inc = (best.last_normal, best.last_normal_seqr);
         if target.is_none_or(|t| (best_inc, best.held) > t) {
-            if best_inc > self.last_normal {
+            if best_inc > self.view.last_normal {
                 // Our tail may be tentative entries of an abandoned
                 // incarnation: keep only what we know is committed.
-                self.truncate_to(self.commit);
+                self.truncate_to(self.stream.commit);
             }
-            let c = self.coord.as_mut().expect("coordinating");
+            let c = self.recovery.coord.as_mut().expect("coordinating");
             c.best_inc = best_inc;
             c.fetch = Some((best_id, best.held, now));
-            if self.held < best.held {
+            if self.stream.held < best.held {
                 self.send_fetch(best_id, best.held);
             }
         }
-        let c = self.coord.as_ref().expect("coordinating");
+        let c = self.recovery.coord.as_ref().expect("coordinating");
         let (_, upto, _) = c.fetch.expect("set above");
-        if self.held < upto {
+        if self.stream.held < upto {
             // The best voter may have died after it voted: a reset that
             // cannot fetch its log fails like one that lacks votes, and
             // the next attempt (a new ballot) goes without that voter.
             if now.saturating_since(c.started) >= self.cfg.recovery_timeout {
                 let have = self
+                    .view
                     .members
                     .iter()
                     .filter(|m| c.votes.contains_key(&m.id))
                     .count();
-                let need = self.cfg.quorum(self.members.len());
+                let need = self.cfg.quorum(self.view.members.len());
                 self.fail_recovery(now, have, need);
             }
             return;
@@ -420,11 +435,11 @@ impl GroupCore {
         // Quorum against the membership at the end of the log, and the one
         // before its last change (which may not be committed).
         if !self.is_member(self.me.id) {
-            if self.leaving.is_some() {
+            if self.lifecycle.leaving.is_some() {
                 // Our own leave is in the log: let a member coordinate, and
                 // vote when asked.
-                self.coord = None;
-                self.voted_at = Some(now);
+                self.recovery.coord = None;
+                self.recovery.voted_at = Some(now);
             } else {
                 self.expelled();
             }
@@ -441,11 +456,11 @@ impl GroupCore {
             .map(|v| v.commit)
             .max()
             .unwrap_or(0)
-            .max(self.commit);
-        let lists = if self.members_seq <= known_commit {
-            vec![self.members.clone()]
+            .max(self.stream.commit);
+        let lists = if self.view.members_seq <= known_commit {
+            vec![self.view.members.clone()]
         } else {
-            vec![self.members.clone(), self.prev_members.clone()]
+            vec![self.view.members.clone(), self.view.prev_members.clone()]
         };
         for list in &lists {
             // Joiners still waiting for their state hold nothing: they do
@@ -479,6 +494,7 @@ impl GroupCore {
         }
         // Members we learned of from the fetched log are invited too.
         let uninvited: Vec<_> = self
+            .view
             .members
             .iter()
             .filter(|m| {
@@ -490,6 +506,7 @@ impl GroupCore {
             .collect();
         if ok && (uninvited.is_empty() || now.saturating_since(c.started) >= self.cfg.vote_wait) {
             let new_members: Vec<_> = self
+                .view
                 .members
                 .iter()
                 .filter(|m| voters.contains(&m.id))
@@ -509,36 +526,36 @@ impl GroupCore {
     /// The reset this member coordinates failed: it is tried again after
     /// `suspect_after`, or when the application asks.
     fn fail_recovery(&mut self, now: Time, have: usize, need: usize) {
-        self.coord = None;
-        self.recovery_failed_at = Some(now);
-        self.events.push_back(Event::ResetFailed { have, need });
+        self.recovery.coord = None;
+        self.recovery.recovery_failed_at = Some(now);
+        self.out.events.push_back(Event::ResetFailed { have, need });
     }
 
     /// Drops log entries after `keep` (they may be tentative entries of an
     /// abandoned incarnation) and the membership changes they made.
     pub(crate) fn truncate_to(&mut self, keep: u64) {
-        let keep = keep.max(self.delivered);
-        let tail: Vec<u64> = self.log.range(keep + 1..).map(|(s, _)| *s).collect();
+        let keep = keep.max(self.stream.delivered);
+        let tail: Vec<u64> = self.stream.log.range(keep + 1..).map(|(s, _)| *s).collect();
         for seq in tail {
-            let e = self.log.remove(&seq).expect("present");
-            self.log_bytes -= e.body.len();
+            let e = self.stream.log.remove(&seq).expect("present");
+            self.stream.log_bytes -= e.body.len();
             if e.kind == shoal_wire::group::EntryKind::App {
-                let last = self.senders.entry(e.sender).or_insert(0);
+                let last = self.stream.senders.entry(e.sender).or_insert(0);
                 *last = (*last).min(e.msg_id.saturating_sub(1));
             }
         }
-        self.partial.clear();
-        self.accepted.clear();
-        if self.held > keep {
-            self.held = keep;
+        self.stream.partial.clear();
+        self.stream.accepted.clear();
+        if self.stream.held > keep {
+            self.stream.held = keep;
         }
-        self.last_known = self.last_known.min(self.held);
+        self.stream.last_known = self.stream.last_known.min(self.stream.held);
         self.restore_membership(keep);
     }
 
     /// A view entry of a later incarnation: the new sequencer's install.
     pub(crate) fn on_install(&mut self, now: Time, hdr: GroupHeader, o: &Order<'_>) {
-        if (hdr.inc, hdr.from) < self.promised || o.frag.count != 1 {
+        if (hdr.inc, hdr.from) < self.view.promised || o.frag.count != 1 {
             return;
         }
         let Ok(view) = decode_view(o.payload) else {
@@ -549,29 +566,29 @@ impl GroupCore {
             return;
         }
         let end = o.seq - 1;
-        let keep = if self.last_normal == (view.continues, view.continues_seqr) {
-            self.held.min(end)
+        let keep = if self.view.last_normal == (view.continues, view.continues_seqr) {
+            self.stream.held.min(end)
         } else {
-            self.commit.min(end)
+            self.stream.commit.min(end)
         };
         self.truncate_to(keep);
         // Entries beyond the new log's end are not part of it.
-        let beyond: Vec<u64> = self.log.range(end + 1..).map(|(s, _)| *s).collect();
+        let beyond: Vec<u64> = self.stream.log.range(end + 1..).map(|(s, _)| *s).collect();
         for seq in beyond {
-            let e = self.log.remove(&seq).expect("present");
-            self.log_bytes -= e.body.len();
+            let e = self.stream.log.remove(&seq).expect("present");
+            self.stream.log_bytes -= e.body.len();
         }
-        self.inc = hdr.inc;
-        self.last_normal = (hdr.inc, hdr.from);
-        self.sequencer = hdr.from;
-        self.promised = self.promised.max((hdr.inc, hdr.from));
+        self.view.inc = hdr.inc;
+        self.view.last_normal = (hdr.inc, hdr.from);
+        self.view.sequencer = hdr.from;
+        self.view.promised = self.view.promised.max((hdr.inc, hdr.from));
         self.status = Status::Normal;
         self.seq = None;
-        self.coord = None;
-        self.voted_at = None;
-        self.recovery_failed_at = None;
-        self.heard_seq = now;
-        self.last_known = self.last_known.max(o.seq);
+        self.recovery.coord = None;
+        self.recovery.voted_at = None;
+        self.recovery.recovery_failed_at = None;
+        self.pacing.heard_seq = now;
+        self.stream.last_known = self.stream.last_known.max(o.seq);
         let e = crate::core::entry_from_order(o, bytes::Bytes::copy_from_slice(o.payload));
         self.place(o.seq, e);
         self.learn(o.commit, o.stable, o.seq);
@@ -579,35 +596,36 @@ impl GroupCore {
         self.send_ack(now);
         self.check_gap(now, false);
         self.deliver();
-        for p in self.outgoing.iter_mut() {
+        for p in self.outbox.outgoing.iter_mut() {
             p.tries = 0;
         }
         self.retransmit_due(now, true);
     }
 
     pub(crate) fn recovery_tick(&mut self, now: Time) {
-        if let Some(c) = self.coord.as_ref() {
+        if let Some(c) = self.recovery.coord.as_ref() {
             if now.saturating_since(c.last_invite) >= self.cfg.retransmit {
                 self.invite(now);
-                if let Some((id, upto, last)) = self.coord.as_ref().and_then(|c| c.fetch)
-                    && self.held < upto
+                if let Some((id, upto, last)) = self.recovery.coord.as_ref().and_then(|c| c.fetch)
+                    && self.stream.held < upto
                     && now.saturating_since(last) >= self.cfg.retransmit
                 {
-                    self.coord.as_mut().expect("coordinating").fetch = Some((id, upto, now));
+                    self.recovery.coord.as_mut().expect("coordinating").fetch =
+                        Some((id, upto, now));
                     self.send_fetch(id, upto);
                 }
             }
             self.evaluate(now);
             return;
         }
-        if let Some(at) = self.voted_at
+        if let Some(at) = self.recovery.voted_at
             && now.saturating_since(at) >= self.cfg.recovery_timeout
         {
-            self.voted_at = None;
+            self.recovery.voted_at = None;
             self.start_recovery(now, FxHashSet::default(), None);
             return;
         }
-        if let Some(at) = self.recovery_failed_at
+        if let Some(at) = self.recovery.recovery_failed_at
             && now.saturating_since(at) >= self.cfg.suspect_after
         {
             self.start_recovery(now, FxHashSet::default(), None);

@@ -100,7 +100,7 @@ impl GroupCore {
             self.tell_not_member();
             return;
         }
-        if hdr.inc == self.inc && hdr.seqr == self.me.id {
+        if hdr.inc == self.view.inc && hdr.seqr == self.me.id {
             self.seq_on_held(now, hdr, d.held);
         } else if let Some(m) = self.seq.as_mut().and_then(|s| s.members.get_mut(&hdr.from)) {
             m.heard = now;
@@ -150,7 +150,7 @@ impl GroupCore {
         body: Bytes,
         bb: bool,
     ) {
-        let last = self.senders.get(&sender).copied().unwrap_or(0);
+        let last = self.stream.senders.get(&sender).copied().unwrap_or(0);
         if msg_id <= last {
             // Already ordered: tell the sender how far the stream goes, so
             // it asks for what it missed.
@@ -160,16 +160,16 @@ impl GroupCore {
             }
             return;
         }
-        if msg_id != last + 1 || self.left_at.is_some() {
+        if msg_id != last + 1 || self.lifecycle.left_at.is_some() {
             return;
         }
-        if self.log_bytes + body.len() > self.cfg.history_bytes {
+        if self.stream.log_bytes + body.len() > self.cfg.history_bytes {
             let s = self.seq.as_mut().expect("sequencer");
             s.full_since.get_or_insert(now);
             return;
         }
         let entry = Entry {
-            inc: self.inc,
+            inc: self.view.inc,
             sender,
             msg_id,
             kind: EntryKind::App,
@@ -181,14 +181,14 @@ impl GroupCore {
     /// A membership change is ordered but not committed: no other change
     /// is ordered until it is, so that a reset sees at most one.
     pub(crate) fn change_pending(&self) -> bool {
-        self.members_seq > self.commit
+        self.view.members_seq > self.stream.commit
     }
 
     /// Stamps `entry` with the next sequence number and broadcasts it.
     pub(crate) fn seq_order(&mut self, now: Time, entry: Entry, bb: bool) {
         let seq = self.seq.as_ref().expect("sequencer").next;
-        debug_assert_eq!(seq, self.held + 1);
-        let need = self.cfg.acks_needed(self.members.len());
+        debug_assert_eq!(seq, self.stream.held + 1);
+        let need = self.cfg.acks_needed(self.view.members.len());
         let kind = entry.kind;
         // Holding the entry may commit others and deliver them; nothing is
         // ordered in between (see `try_change`).
@@ -196,7 +196,10 @@ impl GroupCore {
         self.place(seq, entry.clone());
         self.after_hold(now);
         self.ordering = false;
-        assert_eq!(self.held, seq, "the sequencer holds every entry it orders");
+        assert_eq!(
+            self.stream.held, seq,
+            "the sequencer holds every entry it orders"
+        );
         if kind == EntryKind::Join
             && let Ok(m) = shoal_wire::group::decode_member(&entry.body)
         {
@@ -211,10 +214,10 @@ impl GroupCore {
             );
             // A state made for an earlier admission of the same member
             // (expelled before it arrived) is not for this one.
-            self.state_out.remove(&m.id);
+            self.lifecycle.state_out.remove(&m.id);
         }
         if need == 0 {
-            self.commit = seq;
+            self.stream.commit = seq;
         }
         let mut flags = if need > 0 { ORDER_TENTATIVE } else { 0 };
         if bb {
@@ -225,7 +228,7 @@ impl GroupCore {
             seq,
             &entry,
             flags,
-            (self.inc, self.sequencer),
+            (self.view.inc, self.view.sequencer),
         );
         if let Some(s) = self.seq.as_mut() {
             s.last_broadcast = now;
@@ -245,7 +248,7 @@ impl GroupCore {
 
     /// A member reported how far it holds the stream.
     pub(crate) fn seq_on_held(&mut self, now: Time, hdr: GroupHeader, held: u64) {
-        let inc = self.inc;
+        let inc = self.view.inc;
         let Some(s) = self.seq.as_mut() else { return };
         let Some(m) = s.members.get_mut(&hdr.from) else {
             if !self.is_member(hdr.from) {
@@ -261,9 +264,9 @@ impl GroupCore {
         // A joiner's first ack replaces the placeholder (its join); its
         // state may be from before the join.
         m.held = if first {
-            held.min(self.held)
+            held.min(self.stream.held)
         } else {
-            m.held.max(held.min(self.held))
+            m.held.max(held.min(self.stream.held))
         };
         m.acked = true;
         if first {
@@ -283,14 +286,15 @@ impl GroupCore {
         let both: Vec<MemberEntry>;
         let voters = if self.change_pending() {
             both = self
+                .view
                 .members
                 .iter()
-                .filter(|m| self.prev_members.iter().any(|p| p.id == m.id))
+                .filter(|m| self.view.prev_members.iter().any(|p| p.id == m.id))
                 .copied()
                 .collect();
             &both
         } else {
-            &self.members
+            &self.view.members
         };
         let need = self.cfg.acks_needed(voters.len());
         let Some(s) = self.seq.as_ref() else { return };
@@ -301,16 +305,17 @@ impl GroupCore {
             .filter(|h| h.acked)
             .map(|h| h.held)
             .collect();
-        let commit = held_by(helds, need, self.held).unwrap_or(self.commit);
+        let commit = held_by(helds, need, self.stream.held).unwrap_or(self.stream.commit);
         let stable = self
+            .view
             .members
             .iter()
             .filter(|m| m.id != self.me.id)
             .map(|m| s.members.get(&m.id).map(|h| h.held).unwrap_or(0))
             .min()
-            .unwrap_or(self.held)
-            .min(self.held);
-        let moved = commit > self.commit;
+            .unwrap_or(self.stream.held)
+            .min(self.stream.held);
+        let moved = commit > self.stream.commit;
         // Only application messages committed: each one's sender knows,
         // either this process (`poll_sent`) or a member that heard the
         // acks, which go to every member when another member sent the
@@ -321,10 +326,14 @@ impl GroupCore {
         // goes at once: members do not count acks across one.
         let held_back = moved
             && !self.cfg.accept_delay.is_zero()
-            && (self.commit + 1..=commit)
-                .all(|q| self.log.get(&q).is_some_and(|e| e.kind == EntryKind::App));
-        self.commit = self.commit.max(commit);
-        self.stable = self.stable.max(stable);
+            && (self.stream.commit + 1..=commit).all(|q| {
+                self.stream
+                    .log
+                    .get(&q)
+                    .is_some_and(|e| e.kind == EntryKind::App)
+            });
+        self.stream.commit = self.stream.commit.max(commit);
+        self.stream.stable = self.stream.stable.max(stable);
         if moved && need > 0 {
             if held_back {
                 let due = now + self.cfg.accept_delay;
@@ -339,7 +348,7 @@ impl GroupCore {
             self.try_change(now);
         }
         self.purge();
-        if self.log_bytes < self.cfg.history_bytes
+        if self.stream.log_bytes < self.cfg.history_bytes
             && let Some(s) = self.seq.as_mut()
         {
             s.full_since = None;
@@ -374,9 +383,9 @@ impl GroupCore {
 
     pub(crate) fn sync_body(&self, want_status: bool) -> GroupBody<'static> {
         GroupBody::Sync(Sync {
-            last: self.held,
-            commit: self.commit,
-            stable: self.stable,
+            last: self.stream.held,
+            commit: self.stream.commit,
+            stable: self.stream.stable,
             want_status,
         })
     }
@@ -400,18 +409,18 @@ impl GroupCore {
         } else {
             from
         };
-        if from < start && from <= self.held {
+        if from < start && from <= self.stream.held {
             // Gone from history: the member must join again for a state.
             self.tell_not_member_at(addr);
             return;
         }
         let mut budget = 4 * self.cfg.frag_bytes.max(64 * 1024);
-        for seq in from..=to.min(self.held) {
-            let Some(e) = self.log.get(&seq).cloned() else {
+        for seq in from..=to.min(self.stream.held) {
+            let Some(e) = self.stream.log.get(&seq).cloned() else {
                 continue;
             };
             let mut flags = ORDER_RETRANSMIT;
-            if seq > self.commit {
+            if seq > self.stream.commit {
                 flags |= ORDER_TENTATIVE;
             }
             self.stats.retransmissions += 1;
@@ -420,7 +429,7 @@ impl GroupCore {
                 seq,
                 &e,
                 flags,
-                (self.inc, self.sequencer),
+                (self.view.inc, self.view.sequencer),
             );
             budget = budget.saturating_sub(e.body.len() + 64);
             if budget == 0 {
@@ -441,8 +450,8 @@ impl GroupCore {
             self.tell_not_member_at(addr);
             return;
         }
-        if let Some(e) = self.log.get(&view_seq).cloned() {
-            let flags = if view_seq > self.commit {
+        if let Some(e) = self.stream.log.get(&view_seq).cloned() {
+            let flags = if view_seq > self.stream.commit {
                 ORDER_TENTATIVE | ORDER_RETRANSMIT
             } else {
                 ORDER_RETRANSMIT
@@ -452,7 +461,7 @@ impl GroupCore {
                 view_seq,
                 &e,
                 flags,
-                (self.inc, self.sequencer),
+                (self.view.inc, self.view.sequencer),
             );
         }
     }
@@ -476,7 +485,11 @@ impl GroupCore {
     /// Orders the next queued join or leave, once everything before is
     /// committed.
     pub(crate) fn try_change(&mut self, now: Time) {
-        if self.seq.is_none() || self.ordering || self.change_pending() || self.left_at.is_some() {
+        if self.seq.is_none()
+            || self.ordering
+            || self.change_pending()
+            || self.lifecycle.left_at.is_some()
+        {
             return;
         }
         loop {
@@ -519,7 +532,7 @@ impl GroupCore {
                 }
             };
             let entry = Entry {
-                inc: self.inc,
+                inc: self.view.inc,
                 sender: self.me.id,
                 msg_id: 0,
                 kind,
@@ -538,10 +551,10 @@ impl GroupCore {
         if self.seq.is_none() {
             return;
         }
-        if let Some(since) = self.leaving
+        if let Some(since) = self.lifecycle.leaving
             && now.saturating_since(since) >= self.cfg.retransmit
         {
-            self.leaving = Some(now);
+            self.lifecycle.leaving = Some(now);
             self.queue_change(now, Change::Leave(self.me.id));
         }
         self.try_change(now);
@@ -554,14 +567,14 @@ impl GroupCore {
             let mut unacked = Vec::new();
             let mut dead = Vec::new();
             let mut blocker: Option<(u64, MemberId)> = None;
-            for m in &self.members {
+            for m in &self.view.members {
                 if m.id == self.me.id {
                     continue;
                 }
                 let Some(h) = s.members.get(&m.id) else {
                     continue;
                 };
-                if h.held < self.held {
+                if h.held < self.stream.held {
                     lagging = true;
                 }
                 if now.saturating_since(h.heard) >= 2 * hb {
@@ -592,7 +605,8 @@ impl GroupCore {
         // acknowledgements; at most once per heartbeat.
         let asked_long_ago =
             now.saturating_since(self.seq.as_ref().expect("sequencer").last_status) >= hb;
-        let want_status = (unheard || (lagging && self.commit < self.held)) && asked_long_ago;
+        let want_status =
+            (unheard || (lagging && self.stream.commit < self.stream.held)) && asked_long_ago;
         if quiet || want_status {
             let sync = self.sync_body(want_status || lagging);
             self.broadcast(sync);
@@ -635,7 +649,7 @@ impl GroupCore {
         let Some(s) = self.seq.as_ref() else {
             return false;
         };
-        self.members.iter().any(|m| {
+        self.view.members.iter().any(|m| {
             m.id != self.me.id
                 && s.members
                     .get(&m.id)
@@ -653,18 +667,18 @@ impl GroupCore {
         members: Vec<MemberEntry>,
         continues: (u64, MemberId),
     ) {
-        self.inc = inc;
-        self.last_normal = (inc, self.me.id);
-        self.sequencer = self.me.id;
+        self.view.inc = inc;
+        self.view.last_normal = (inc, self.me.id);
+        self.view.sequencer = self.me.id;
         self.status = Status::Normal;
-        self.coord = None;
-        self.voted_at = None;
-        self.recovery_failed_at = None;
+        self.recovery.coord = None;
+        self.recovery.voted_at = None;
+        self.recovery.recovery_failed_at = None;
         // Entries beyond our hold (buffered out of order) are not part of
         // the new incarnation's log.
-        self.truncate_to(self.held);
-        let view_seq = self.held + 1;
-        self.members = members.clone();
+        self.truncate_to(self.stream.held);
+        let view_seq = self.stream.held + 1;
+        self.view.members = members.clone();
         self.seq = Some(Sequencer::new(now, view_seq, view_seq, &members));
         let mut body = Vec::new();
         let view = shoal_wire::group::View {
@@ -683,12 +697,12 @@ impl GroupCore {
         // The view entry replaces the membership: every later quorum is
         // counted against it.
         self.stats.resets += 1;
-        self.heard_seq = now;
+        self.pacing.heard_seq = now;
         self.seq_order(now, entry, false);
         // Unordered messages of ours go again, in the new incarnation.
         self.retransmit_due(now, true);
-        if self.members.len() <= 1 {
-            self.commit = self.held;
+        if self.view.members.len() <= 1 {
+            self.stream.commit = self.stream.held;
             self.deliver();
         }
     }

@@ -31,29 +31,30 @@ impl GroupCore {
     pub(crate) fn store_bb(&mut self, sender: MemberId, d: &Data<'_>) -> Option<Bytes> {
         let key = (sender, d.msg_id);
         if self
+            .stream
             .senders
             .get(&sender)
             .is_some_and(|&last| d.msg_id <= last)
         {
             return None;
         }
-        if let Some(done) = self.bb_done.get(&key) {
+        if let Some(done) = self.stream.bb_done.get(&key) {
             return Some(done.clone());
         }
-        let bb_bytes: usize = self.bb.values().map(|a| a.total()).sum::<usize>()
-            + self.bb_done.values().map(|b| b.len()).sum::<usize>();
-        if !self.bb.contains_key(&key)
+        let bb_bytes: usize = self.stream.bb.values().map(|a| a.total()).sum::<usize>()
+            + self.stream.bb_done.values().map(|b| b.len()).sum::<usize>();
+        if !self.stream.bb.contains_key(&key)
             && bb_bytes.saturating_add(d.total_len as usize) > self.cfg.history_bytes
         {
             // Bodies whose accept never came (their sender's message was
             // lost in a reset) make room; the sequencer has the others.
-            self.bb.clear();
-            self.bb_done.clear();
+            self.stream.bb.clear();
+            self.stream.bb_done.clear();
             if d.total_len as usize > self.cfg.history_bytes {
                 return None;
             }
         }
-        let asm = match self.bb.entry(key) {
+        let asm = match self.stream.bb.entry(key) {
             std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
             std::collections::hash_map::Entry::Vacant(v) => v.insert(Assembly::new(
                 d.total_len,
@@ -65,18 +66,19 @@ impl GroupCore {
             return None;
         }
         if asm.is_complete() {
-            let body = self.bb.remove(&key).expect("present").finish();
-            self.bb_done.insert(key, body.clone());
+            let body = self.stream.bb.remove(&key).expect("present").finish();
+            self.stream.bb_done.insert(key, body.clone());
             // A body whose accept came first completes that entry now.
             let waiting = self
+                .stream
                 .accepted
                 .iter()
                 .find(|(_, e)| e.sender == sender && e.msg_id == d.msg_id)
                 .map(|(s, _)| *s);
             if let Some(seq) = waiting {
-                let mut e = self.accepted.remove(&seq).expect("present");
+                let mut e = self.stream.accepted.remove(&seq).expect("present");
                 e.body = body.clone();
-                self.bb_done.remove(&key);
+                self.stream.bb_done.remove(&key);
                 self.place(seq, e);
                 self.after_hold(self.now);
             }
@@ -92,17 +94,20 @@ impl GroupCore {
         }
         if o.kind == EntryKind::View
             && o.entry_inc == hdr.inc
-            && (hdr.inc, hdr.from) > (self.inc, self.sequencer)
+            && (hdr.inc, hdr.from) > (self.view.inc, self.view.sequencer)
         {
             self.on_install(now, hdr, o);
             return;
         }
-        if hdr.inc != self.inc || hdr.from != self.sequencer || self.status != Status::Normal {
+        if hdr.inc != self.view.inc
+            || hdr.from != self.view.sequencer
+            || self.status != Status::Normal
+        {
             return;
         }
         self.learn(o.commit, o.stable, o.seq);
         self.heard_held(hdr, o.seq);
-        if o.seq > self.held {
+        if o.seq > self.stream.held {
             let entry = Entry {
                 inc: o.entry_inc,
                 sender: o.sender,
@@ -112,12 +117,12 @@ impl GroupCore {
             };
             if o.flags & ORDER_ACCEPT != 0 {
                 let key = (o.sender, o.msg_id);
-                if let Some(body) = self.bb_done.remove(&key) {
+                if let Some(body) = self.stream.bb_done.remove(&key) {
                     if body.len() as u64 == o.total_len {
                         self.place(o.seq, Entry { body, ..entry });
                     }
-                } else if !self.log.contains_key(&o.seq) {
-                    self.accepted.insert(o.seq, entry);
+                } else if !self.stream.log.contains_key(&o.seq) {
+                    self.stream.accepted.insert(o.seq, entry);
                 }
             } else {
                 self.take_entry(o);
@@ -137,7 +142,7 @@ impl GroupCore {
 
     /// Takes in an entry carried whole (one fragment) or one fragment of it.
     pub(crate) fn take_entry(&mut self, o: &Order<'_>) {
-        if o.seq <= self.held || self.log.contains_key(&o.seq) {
+        if o.seq <= self.stream.held || self.stream.log.contains_key(&o.seq) {
             return;
         }
         if o.frag.count > 1 {
@@ -149,12 +154,12 @@ impl GroupCore {
     }
 
     fn add_fragment(&mut self, o: &Order<'_>) {
-        if self.log_bytes.saturating_add(o.total_len as usize) > 2 * self.cfg.history_bytes
-            && o.seq > self.held + 1
+        if self.stream.log_bytes.saturating_add(o.total_len as usize) > 2 * self.cfg.history_bytes
+            && o.seq > self.stream.held + 1
         {
             return;
         }
-        let slot = match self.partial.entry(o.seq) {
+        let slot = match self.stream.partial.entry(o.seq) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(v) => {
                 let Some(asm) = Assembly::new(o.total_len, o.frag.count, self.cfg.history_bytes)
@@ -171,7 +176,7 @@ impl GroupCore {
         slot.1
             .add(o.total_len, o.frag.count, o.frag.index, o.payload);
         if slot.1.is_complete() {
-            let (head, asm) = self.partial.remove(&o.seq).expect("present");
+            let (head, asm) = self.stream.partial.remove(&o.seq).expect("present");
             let entry = Entry {
                 inc: head.entry_inc,
                 sender: head.sender,
@@ -185,53 +190,55 @@ impl GroupCore {
 
     /// Stores a complete entry.
     pub(crate) fn place(&mut self, seq: u64, entry: Entry) {
-        if seq <= self.held || self.log.contains_key(&seq) {
+        if seq <= self.stream.held || self.stream.log.contains_key(&seq) {
             return;
         }
-        if self.log_bytes + entry.body.len() > 2 * self.cfg.history_bytes && seq > self.held + 1 {
+        if self.stream.log_bytes + entry.body.len() > 2 * self.cfg.history_bytes
+            && seq > self.stream.held + 1
+        {
             return;
         }
-        self.accepted.remove(&seq);
-        self.partial.remove(&seq);
-        self.log_bytes += entry.body.len();
-        self.log.insert(seq, entry);
+        self.stream.accepted.remove(&seq);
+        self.stream.partial.remove(&seq);
+        self.stream.log_bytes += entry.body.len();
+        self.stream.log.insert(seq, entry);
     }
 
     /// Advances `held` over contiguous entries, applying membership changes
     /// and sender numbers as it goes.
     pub(crate) fn after_hold(&mut self, now: Time) {
-        let before = self.held;
-        while let Some(e) = self.log.get(&(self.held + 1)) {
-            let seq = self.held + 1;
+        let before = self.stream.held;
+        while let Some(e) = self.stream.log.get(&(self.stream.held + 1)) {
+            let seq = self.stream.held + 1;
             let (sender, msg_id, kind) = (e.sender, e.msg_id, e.kind);
             let body = e.body.clone();
-            self.held = seq;
-            self.bytes_since_ack += body.len();
+            self.stream.held = seq;
+            self.pacing.bytes_since_ack += body.len();
             if kind == EntryKind::App {
-                let last = self.senders.entry(sender).or_insert(0);
+                let last = self.stream.senders.entry(sender).or_insert(0);
                 *last = (*last).max(msg_id);
-                self.bb_done.remove(&(sender, msg_id));
-                self.bb.remove(&(sender, msg_id));
+                self.stream.bb_done.remove(&(sender, msg_id));
+                self.stream.bb.remove(&(sender, msg_id));
                 if let Some(s) = self.seq.as_mut() {
                     s.bb.remove(&(sender, msg_id));
                 }
             }
-            if seq > self.members_seq {
+            if seq > self.view.members_seq {
                 self.apply_membership(seq, kind, &body);
             }
         }
-        if self.held > before {
+        if self.stream.held > before {
             // Many bytes held since we last said so: say it now, so the
             // sequencer's history does not fill up waiting for us.
             if self.seq.is_none()
                 && self.status == Status::Normal
-                && self.bytes_since_ack >= self.cfg.history_bytes / 8
+                && self.pacing.bytes_since_ack >= self.cfg.history_bytes / 8
             {
                 self.send_ack(now);
             }
-            self.last_known = self.last_known.max(self.held);
+            self.stream.last_known = self.stream.last_known.max(self.stream.held);
             if let Some(s) = self.seq.as_mut() {
-                s.next = s.next.max(self.held + 1);
+                s.next = s.next.max(self.stream.held + 1);
             }
             self.seq_after_hold(now);
         }
@@ -245,8 +252,8 @@ impl GroupCore {
                 if self.is_member(m.id) {
                     return;
                 }
-                self.prev_members = self.members.clone();
-                self.members.push(m);
+                self.view.prev_members = self.view.members.clone();
+                self.view.members.push(m);
             }
             EntryKind::Leave => {
                 let Ok(bytes) = <[u8; 8]>::try_from(body) else {
@@ -256,62 +263,65 @@ impl GroupCore {
                 if !self.is_member(id) {
                     return;
                 }
-                self.prev_members = self.members.clone();
-                self.members.retain(|m| m.id != id);
+                self.view.prev_members = self.view.members.clone();
+                self.view.members.retain(|m| m.id != id);
             }
             EntryKind::View => {
                 let Ok(view) = decode_view(body) else {
                     return;
                 };
                 let list = view.members;
-                self.prev_members = list.clone();
-                self.members = list;
+                self.view.prev_members = list.clone();
+                self.view.members = list;
             }
         }
-        self.members_seq = seq;
-        let members = &self.members;
-        self.peer_held
+        self.view.members_seq = seq;
+        let members = &self.view.members;
+        self.stream
+            .peer_held
             .retain(|id, _| members.iter().any(|m| m.id == *id));
-        self.snapshots.push((seq, self.members.clone()));
+        self.view.snapshots.push((seq, self.view.members.clone()));
         // Keep the changes a truncation could undo, and two before them.
         let keep_from = self
+            .view
             .snapshots
             .iter()
-            .rposition(|(s, _)| *s <= self.commit.min(self.delivered))
+            .rposition(|(s, _)| *s <= self.stream.commit.min(self.stream.delivered))
             .unwrap_or(0)
             .saturating_sub(1);
-        self.snapshots.drain(..keep_from);
+        self.view.snapshots.drain(..keep_from);
     }
 
     /// Membership as of entry `keep`, after a truncation.
     pub(crate) fn restore_membership(&mut self, keep: u64) {
-        if self.members_seq <= keep {
+        if self.view.members_seq <= keep {
             return;
         }
-        while self.snapshots.last().is_some_and(|(s, _)| *s > keep) {
-            self.snapshots.pop();
+        while self.view.snapshots.last().is_some_and(|(s, _)| *s > keep) {
+            self.view.snapshots.pop();
         }
-        let n = self.snapshots.len();
+        let n = self.view.snapshots.len();
         if n == 0 {
             return;
         }
-        self.members = self.snapshots[n - 1].1.clone();
-        self.members_seq = self.snapshots[n - 1].0;
-        self.prev_members = if n >= 2 {
-            self.snapshots[n - 2].1.clone()
+        self.view.members = self.view.snapshots[n - 1].1.clone();
+        self.view.members_seq = self.view.snapshots[n - 1].0;
+        self.view.prev_members = if n >= 2 {
+            self.view.snapshots[n - 2].1.clone()
         } else {
-            self.members.clone()
+            self.view.members.clone()
         };
     }
 
     /// Membership as of entry `seq` (for a state transfer).
     pub(crate) fn members_at(&self, seq: u64) -> Vec<MemberEntry> {
-        self.snapshots
+        self.view
+            .snapshots
             .iter()
             .rev()
             .find(|(s, _)| *s <= seq)
             .map(|(_, m)| m.clone())
-            .unwrap_or_else(|| self.members.clone())
+            .unwrap_or_else(|| self.view.members.clone())
     }
 
     /// Takes in the sequencer's commit and stable points and the highest
@@ -320,24 +330,29 @@ impl GroupCore {
         if self.seq.is_some() {
             return;
         }
-        self.commit = self.commit.max(commit);
-        self.stable = self.stable.max(stable);
-        self.last_known = self.last_known.max(last).max(commit);
+        self.stream.commit = self.stream.commit.max(commit);
+        self.stream.stable = self.stream.stable.max(stable);
+        self.stream.last_known = self.stream.last_known.max(last).max(commit);
     }
 
     /// Is this member one of the r members that acknowledge tentative
     /// entries at once?  They are the r members after the sequencer in
     /// membership order.
     pub(crate) fn is_acker(&self) -> bool {
-        let need = self.cfg.acks_needed(self.members.len());
+        let need = self.cfg.acks_needed(self.view.members.len());
         if need == 0 {
             return false;
         }
-        let n = self.members.len();
-        let Some(s) = self.members.iter().position(|m| m.id == self.sequencer) else {
+        let n = self.view.members.len();
+        let Some(s) = self
+            .view
+            .members
+            .iter()
+            .position(|m| m.id == self.view.sequencer)
+        else {
             return true;
         };
-        (1..=need).any(|k| self.members[(s + k) % n].id == self.me.id)
+        (1..=need).any(|k| self.view.members[(s + k) % n].id == self.me.id)
     }
 
     /// Tells the sequencer how far this member holds the stream.
@@ -351,14 +366,16 @@ impl GroupCore {
         if self.seq.is_some() {
             return;
         }
-        self.last_ack = now;
-        self.acked_held = self.held;
-        self.bytes_since_ack = 0;
-        let body = GroupBody::Ack(GAck { held: self.held });
+        self.pacing.last_ack = now;
+        self.pacing.acked_held = self.stream.held;
+        self.pacing.bytes_since_ack = 0;
+        let body = GroupBody::Ack(GAck {
+            held: self.stream.held,
+        });
         if everyone {
             self.broadcast(body);
         } else {
-            self.send_to(self.sequencer, body);
+            self.send_to(self.view.sequencer, body);
         }
     }
 
@@ -369,16 +386,17 @@ impl GroupCore {
     /// sequencer's accept.  The sequencer's own messages need no more than
     /// the sequencer hearing the ack.
     fn ack_tentative(&mut self, now: Time, sender: MemberId) {
-        self.ack(now, sender != self.sequencer && sender != self.me.id);
+        self.ack(now, sender != self.view.sequencer && sender != self.me.id);
     }
 
     /// Records that `hdr.from` holds the stream up to `held`, if it said
     /// so as a member of this member's incarnation.
     pub(crate) fn heard_held(&mut self, hdr: GroupHeader, held: u64) {
-        if hdr.inc != self.inc || hdr.seqr != self.sequencer {
+        if hdr.inc != self.view.inc || hdr.seqr != self.view.sequencer {
             return;
         }
         let slot = self
+            .stream
             .peer_held
             .entry(hdr.from)
             .or_insert((hdr.inc, hdr.seqr, 0));
@@ -390,7 +408,9 @@ impl GroupCore {
 
     /// Another member's ack, multicast by an acknowledger.
     pub(crate) fn member_on_held(&mut self, hdr: GroupHeader, held: u64) {
-        if self.status != Status::Normal || hdr.from == self.sequencer || !self.is_member(hdr.from)
+        if self.status != Status::Normal
+            || hdr.from == self.view.sequencer
+            || !self.is_member(hdr.from)
         {
             return;
         }
@@ -406,28 +426,32 @@ impl GroupCore {
     /// waits for its commit: then the sequencer counts the members before
     /// and after it, and its accept says the outcome.
     pub(crate) fn member_commit(&mut self) {
-        if self.seq.is_some() || self.status != Status::Normal || self.members_seq > self.commit {
+        if self.seq.is_some()
+            || self.status != Status::Normal
+            || self.view.members_seq > self.stream.commit
+        {
             return;
         }
-        let need = self.cfg.acks_needed(self.members.len());
+        let need = self.cfg.acks_needed(self.view.members.len());
         if need == 0 {
             return;
         }
-        let incarnation = (self.inc, self.sequencer);
+        let incarnation = (self.view.inc, self.view.sequencer);
         let helds: Vec<u64> = self
+            .view
             .members
             .iter()
             .filter(|m| m.id != self.me.id)
-            .map(|m| match self.peer_held.get(&m.id) {
+            .map(|m| match self.stream.peer_held.get(&m.id) {
                 Some(&(inc, seqr, held)) if (inc, seqr) == incarnation => held,
                 _ => 0,
             })
             .collect();
-        if let Some(commit) = held_by(helds, need, self.held)
-            && commit > self.commit
+        if let Some(commit) = held_by(helds, need, self.stream.held)
+            && commit > self.stream.commit
         {
-            self.commit = commit;
-            self.last_known = self.last_known.max(commit);
+            self.stream.commit = commit;
+            self.stream.last_known = self.stream.last_known.max(commit);
         }
     }
 
@@ -436,7 +460,7 @@ impl GroupCore {
         if self.seq.is_some() || self.status != Status::Normal {
             return;
         }
-        let missing = self.last_known > self.held || !self.accepted.is_empty();
+        let missing = self.stream.last_known > self.stream.held || !self.stream.accepted.is_empty();
         if !missing {
             return;
         }
@@ -447,19 +471,20 @@ impl GroupCore {
             self.cfg.retransmit / 4
         };
         let due = self
+            .pacing
             .last_nack
             .is_none_or(|t| now.saturating_since(t) >= interval);
         if !due {
             return;
         }
-        self.last_nack = Some(now);
+        self.pacing.last_nack = Some(now);
         self.stats.nacks_sent += 1;
         let body = GroupBody::Nack(Nack {
-            held: self.held,
-            from: self.held + 1,
-            to: self.last_known.max(self.held + 1),
+            held: self.stream.held,
+            from: self.stream.held + 1,
+            to: self.stream.last_known.max(self.stream.held + 1),
         });
-        self.send_to(self.sequencer, body);
+        self.send_to(self.view.sequencer, body);
     }
 
     pub(crate) fn on_nack(&mut self, now: Time, hdr: GroupHeader, n: &Nack) {
@@ -473,7 +498,7 @@ impl GroupCore {
             self.tell_not_member();
             return;
         }
-        if hdr.inc != self.inc || hdr.seqr != self.me.id {
+        if hdr.inc != self.view.inc || hdr.seqr != self.me.id {
             // A member that missed the new incarnation: send its start.
             self.seq_resend_view(hdr.from);
             return;
@@ -494,15 +519,15 @@ impl GroupCore {
             GroupDest::Addr(addr),
             hdr,
             GroupBody::NotMember(shoal_wire::group::NotMember {
-                sequencer: self.sequencer,
+                sequencer: self.view.sequencer,
             }),
         );
     }
 
     pub(crate) fn on_not_member(&mut self, _now: Time, hdr: GroupHeader) {
         // Only a later incarnation can expel us.
-        if (hdr.inc, hdr.seqr) > (self.inc, self.sequencer)
-            || (hdr.inc == self.inc && hdr.from == self.sequencer)
+        if (hdr.inc, hdr.seqr) > (self.view.inc, self.view.sequencer)
+            || (hdr.inc == self.view.inc && hdr.from == self.view.sequencer)
         {
             self.expelled();
         }
@@ -516,19 +541,19 @@ impl GroupCore {
         }
         self.status = Status::Out;
         self.seq = None;
-        self.coord = None;
-        self.outgoing.clear();
-        self.outgoing_bytes = 0;
-        self.events.push_back(Event::Expelled);
+        self.recovery.coord = None;
+        self.outbox.outgoing.clear();
+        self.outbox.outgoing_bytes = 0;
+        self.out.events.push_back(Event::Expelled);
     }
 
     /// Turns committed, held entries into events.
     pub(crate) fn deliver(&mut self) {
-        let upto = self.commit.min(self.held);
-        while self.delivered < upto {
-            let seq = self.delivered + 1;
-            self.delivered = seq;
-            let Some(e) = self.log.get(&seq) else {
+        let upto = self.stream.commit.min(self.stream.held);
+        while self.stream.delivered < upto {
+            let seq = self.stream.delivered + 1;
+            self.stream.delivered = seq;
+            let Some(e) = self.stream.log.get(&seq) else {
                 // Covered by a state transfer.
                 continue;
             };
@@ -539,7 +564,7 @@ impl GroupCore {
                     if e.sender == self.me.id {
                         self.complete_own(e.msg_id, seq);
                     }
-                    self.events.push_back(Event::Message {
+                    self.out.events.push_back(Event::Message {
                         seq,
                         sender: e.sender,
                         msg_id: e.msg_id,
@@ -548,18 +573,20 @@ impl GroupCore {
                 }
                 EntryKind::Join => {
                     if let Ok(m) = decode_member(&e.body) {
-                        self.events.push_back(Event::Joined { seq, member: m });
+                        self.out.events.push_back(Event::Joined { seq, member: m });
                         if self.seq.is_some() {
-                            self.events.push_back(Event::StateWanted { joiner: m.id });
+                            self.out
+                                .events
+                                .push_back(Event::StateWanted { joiner: m.id });
                         }
                     }
                 }
                 EntryKind::Leave => {
                     if let Ok(bytes) = <[u8; 8]>::try_from(&e.body[..]) {
                         let id = MemberId(u64::from_le_bytes(bytes));
-                        self.events.push_back(Event::Left { seq, member: id });
+                        self.out.events.push_back(Event::Left { seq, member: id });
                         if id == self.me.id {
-                            if self.leaving.is_none() {
+                            if self.lifecycle.leaving.is_none() {
                                 // Expelled (silent, or holding the
                                 // history back).
                                 self.expelled();
@@ -568,12 +595,12 @@ impl GroupCore {
                             // A leaver stays until every member holds its
                             // leave (or a while): a reset may need its vote
                             // to learn that the leave is committed.
-                            self.left_at = Some((seq, self.now));
+                            self.lifecycle.left_at = Some((seq, self.now));
                         }
-                        if id == self.sequencer {
+                        if id == self.view.sequencer {
                             // The sequencer left: the first remaining
                             // member takes over at once.
-                            if self.members.first().map(|m| m.id) == Some(self.me.id) {
+                            if self.view.members.first().map(|m| m.id) == Some(self.me.id) {
                                 self.start_recovery(self.now, FxHashSet::default(), None);
                             }
                         }
@@ -581,7 +608,7 @@ impl GroupCore {
                 }
                 EntryKind::View => {
                     if let Ok(view) = decode_view(&e.body) {
-                        self.events.push_back(Event::View {
+                        self.out.events.push_back(Event::View {
                             seq,
                             inc: e.inc,
                             members: view.members,
@@ -598,41 +625,46 @@ impl GroupCore {
         }
         self.status = Status::Left;
         self.seq = None;
-        self.coord = None;
-        self.events.push_back(Event::LeftGroup);
+        self.recovery.coord = None;
+        self.out.events.push_back(Event::LeftGroup);
     }
 
     /// This member's message `msg_id` was delivered: it and every earlier
     /// one of ours are ordered.
     pub(crate) fn complete_own(&mut self, msg_id: u64, seq: u64) {
-        while let Some(p) = self.outgoing.front() {
+        while let Some(p) = self.outbox.outgoing.front() {
             if p.msg_id > msg_id {
                 break;
             }
-            let p = self.outgoing.pop_front().expect("present");
-            self.outgoing_bytes -= p.body.len();
-            self.sent.push_back((p.msg_id, seq));
+            let p = self.outbox.outgoing.pop_front().expect("present");
+            self.outbox.outgoing_bytes -= p.body.len();
+            self.outbox.sent.push_back((p.msg_id, seq));
         }
     }
 
     /// Forgets entries every member holds and the application has seen.
     pub(crate) fn purge(&mut self) {
-        let upto = self.stable.min(self.app_seq).min(self.delivered);
-        while let Some((&seq, _)) = self.log.first_key_value() {
+        let upto = self
+            .stream
+            .stable
+            .min(self.stream.app_seq)
+            .min(self.stream.delivered);
+        while let Some((&seq, _)) = self.stream.log.first_key_value() {
             if seq > upto {
                 break;
             }
-            let e = self.log.remove(&seq).expect("present");
-            self.log_bytes -= e.body.len();
+            let e = self.stream.log.remove(&seq).expect("present");
+            self.stream.log_bytes -= e.body.len();
         }
     }
 
     /// Oldest sequence number still in the log (entries before it are gone).
     pub(crate) fn log_start(&self) -> u64 {
-        self.log
+        self.stream
+            .log
             .first_key_value()
             .map(|(s, _)| *s)
-            .unwrap_or(self.held + 1)
+            .unwrap_or(self.stream.held + 1)
     }
 }
 
