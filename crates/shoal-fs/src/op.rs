@@ -409,14 +409,14 @@ fn count(r: &mut Reader, max: usize, min: usize) -> Result<usize, DecodeError> {
 fn opens(w: &mut Writer, list: &[(OpenId, bool)]) {
     w.u32(list.len() as u32);
     for (id, write) in list {
-        w.u64(*id);
+        w.u64(id.0);
         w.u8(u8::from(*write));
     }
 }
 
 fn read_opens(r: &mut Reader) -> Result<Vec<(OpenId, bool)>, DecodeError> {
     let n = count(r, LIST_MAX, 9)?;
-    (0..n).map(|_| Ok((r.u64()?, flag(r)?))).collect()
+    (0..n).map(|_| Ok((OpenId(r.u64()?), flag(r)?))).collect()
 }
 
 fn data(r: &mut Reader) -> Result<Vec<u8>, DecodeError> {
@@ -509,13 +509,13 @@ impl Request {
                 w.u64(*ino);
                 want(w, *x);
                 opens(w, have);
-                w.u64(*id);
+                w.u64(id.0);
                 opt(w, *cached, |w, v| w.u64(v));
             }
             Op::Close { ino, id } => {
                 w.u8(8);
                 w.u64(*ino);
-                w.u64(*id);
+                w.u64(id.0);
             }
             Op::Read { ino, offset, len } => {
                 w.u8(9);
@@ -536,7 +536,7 @@ impl Request {
             Op::CreateOpen { op, id, want: x } => {
                 w.u8(22);
                 op.encode(w);
-                w.u64(*id);
+                w.u64(id.0);
                 want(w, *x);
             }
             Op::Return {
@@ -656,12 +656,12 @@ impl Request {
                 ino: r.u64()?,
                 want: read_want(r)?,
                 have: read_opens(r)?,
-                id: r.u64()?,
+                id: OpenId(r.u64()?),
                 cached: read_opt(r, |r| r.u64())?,
             },
             8 => Op::Close {
                 ino: r.u64()?,
-                id: r.u64()?,
+                id: OpenId(r.u64()?),
             },
             9 => {
                 let (ino, offset, len) = (r.u64()?, r.u64()?, r.u32()?);
@@ -681,7 +681,7 @@ impl Request {
             },
             22 => Op::CreateOpen {
                 op: UpdateOp::decode(r, false)?,
-                id: r.u64()?,
+                id: OpenId(r.u64()?),
                 want: read_want(r)?,
             },
             12 => Op::Return {

@@ -83,7 +83,8 @@ impl Opens {
 /// One open of a client, numbered by the client (never reused within its
 /// session).  The primary tracks opens one by one, as NFSv4 does, so that
 /// a close and a report of the opens can arrive in either order.
-pub type OpenId = u64;
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct OpenId(pub u64);
 
 /// A call from the primary to a client, carried by its event request.
 #[derive(Debug, Clone, PartialEq, Eq)]

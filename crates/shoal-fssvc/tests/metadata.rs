@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use shoal_bulletsvc::{FileClient, FileServer, ServerConfig};
 use shoal_fs::model::{Identity, Ino, Kind, ROOT};
 use shoal_fs::op::{Failure, Op, Reply};
-use shoal_fs::tokens::{Callback, Level, Want};
+use shoal_fs::tokens::{Callback, Level, OpenId, Want};
 use shoal_fs::update::{Answer, UpdateOp};
 use shoal_fssvc::{FsClient, FsConfig, MetaReplica};
 use shoal_replicasvc::Durability;
@@ -67,7 +67,7 @@ fn primary(replicas: &[Option<MetaReplica>]) -> usize {
 struct Mount {
     client: Arc<Mutex<FsClient>>,
     callbacks: Arc<Mutex<Vec<Callback>>>,
-    opens: Arc<Mutex<Vec<(u64, bool)>>>,
+    opens: Arc<Mutex<Vec<(OpenId, bool)>>>,
     stop: Arc<AtomicBool>,
     events: Option<JoinHandle<()>>,
 }
@@ -197,12 +197,12 @@ fn clients_share_a_file_through_the_primary_and_its_successor() {
     assert!(matches!(created, Answer::Entry { existed: false, .. }));
 
     // A opens it to write: it may cache it (Write).
-    a.opens.lock().push((1, true));
+    a.opens.lock().push((OpenId(1), true));
     let Ok(Reply::Opened { grant, .. }) = a.call(Op::Open {
         ino,
         want: Want::OpenWrite,
         have: vec![],
-        id: 1,
+        id: OpenId(1),
         cached: None,
     }) else {
         panic!("open");
@@ -230,7 +230,7 @@ fn clients_share_a_file_through_the_primary_and_its_successor() {
         ino,
         want: Want::OpenRead,
         have: vec![],
-        id: 1,
+        id: OpenId(1),
         cached: None,
     }) else {
         panic!("open");
@@ -268,7 +268,7 @@ fn clients_share_a_file_through_the_primary_and_its_successor() {
     a.opens.lock().clear();
     // B reports this open when its token is recalled (a cached open is
     // known to the primary only so).
-    b.opens.lock().push((2, false));
+    b.opens.lock().push((OpenId(2), false));
     let Ok(Reply::Opened {
         grant,
         content,
@@ -277,7 +277,7 @@ fn clients_share_a_file_through_the_primary_and_its_successor() {
         ino,
         want: Want::OpenRead,
         have: vec![],
-        id: 2,
+        id: OpenId(2),
         cached: None,
     })
     else {

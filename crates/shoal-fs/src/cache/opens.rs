@@ -25,7 +25,7 @@ pub struct OpenTable {
 impl OpenTable {
     /// Numbers a new open (not yet recorded).
     pub fn number(&mut self) -> OpenId {
-        self.last += 1;
+        self.last.0 += 1;
         self.last
     }
 

@@ -4,7 +4,7 @@
 
 use crate::model::{FsError, Ino, Kind};
 use crate::op::{self, Failure, Reply};
-use crate::tokens::{ClientId, Decision, Level, Tokens, Want};
+use crate::tokens::{ClientId, Decision, Level, OpenId, Tokens, Want};
 use crate::update::{Answer, Update, UpdateOp};
 use crate::xattr;
 
@@ -25,7 +25,7 @@ impl<H> Soft<H> {
         shell: &mut impl Shell,
         req: &op::Request,
         mut op: UpdateOp,
-        open: Option<(u64, Want)>,
+        open: Option<(OpenId, Want)>,
     ) -> Outcome {
         let mut p = Prepared::default();
         if let Err(e) = prepare(shell, &self.tokens, req.session, &mut op, &mut p) {

@@ -307,7 +307,7 @@ impl<H> Soft<H> {
                 "create-and-open makes a new regular file",
             ))));
         }
-        self.change(shell, req, op.clone(), Some((id, want)))
+        self.change(shell, req, op.clone(), Some((OpenId(id.0), want)))
     }
 
     /// A client's reclaim of a token (and its opens) from an earlier
@@ -366,8 +366,8 @@ impl<H> Soft<H> {
         req: &op::Request,
         ino: Ino,
         want: Want,
-        have: &[(u64, bool)],
-        id: u64,
+        have: &[(OpenId, bool)],
+        id: OpenId,
     ) -> Outcome {
         let checked = shell.read(|t| {
             let i = t.get(ino).ok_or(FsError::NotFound)?;

@@ -6,7 +6,7 @@ use shoal_cap::{Capability, PutPort};
 use super::{Config, Flush, GRACE_US, Shell, Soft};
 use crate::model::{FsError, Identity, Ino, Kind, ROOT, Time};
 use crate::op::{Failure, Op, Reply, Request};
-use crate::tokens::{Callback, LEASE_US, Level, Want};
+use crate::tokens::{Callback, LEASE_US, Level, OpenId, Want};
 use crate::tree::Tree;
 use crate::update::{Answer, Update, UpdateOp};
 use crate::{Applied, tree};
@@ -117,7 +117,7 @@ fn open(ino: Ino, want: Want, id: u64) -> Op {
         ino,
         want,
         have: Vec::new(),
-        id,
+        id: OpenId(id),
         cached: None,
     }
 }
@@ -174,7 +174,7 @@ fn a_conflicting_open_waits_for_the_recall_and_its_answer() {
         ino,
         grant: g,
         kept: Level::None,
-        opens: vec![(1, true)],
+        opens: vec![(OpenId(1), true)],
     };
     soft.request(&mut w, now, 4, req(A, ret));
     let answers = soft.answers();
@@ -306,7 +306,7 @@ fn a_write_shared_files_overlay_is_stored_before_it_is_cached_again() {
         ino,
         grant: g,
         kept: Level::None,
-        opens: vec![(1, true)],
+        opens: vec![(OpenId(1), true)],
     };
     soft.request(&mut w, now, 5, req(A, ret));
     soft.answers();
@@ -326,8 +326,8 @@ fn a_write_shared_files_overlay_is_stored_before_it_is_cached_again() {
     };
     assert_eq!(overlay(&w), 1);
     // Both close; the next open caches it again, from a stored version.
-    soft.request(&mut w, now, 7, req(A, Op::Close { ino, id: 1 }));
-    soft.request(&mut w, now, 8, req(B, Op::Close { ino, id: 2 }));
+    soft.request(&mut w, now, 7, req(A, Op::Close { ino, id: OpenId(1) }));
+    soft.request(&mut w, now, 8, req(B, Op::Close { ino, id: OpenId(2) }));
     soft.request(&mut w, now, 9, req(A, open(ino, Want::OpenRead, 3)));
     let answers = soft.answers();
     assert!(

@@ -60,7 +60,7 @@ fn callbacks(t: &mut Tokens) -> Vec<(ClientId, Callback)> {
 fn unknown_clients_say_hello_first() {
     let mut t = Tokens::new();
     assert_eq!(
-        t.request(A, F, Want::Look, &[], Some(90)),
+        t.request(A, F, Want::Look, &[], Some(OpenId(90))),
         Decision::NoSession
     );
     assert!(!t.renew(0, A));
@@ -71,15 +71,15 @@ fn unknown_clients_say_hello_first() {
 fn readers_share() {
     let mut t = with_clients(&[A, B]);
     assert_eq!(
-        plain(t.request(A, F, Want::OpenRead, &[], Some(90))),
+        plain(t.request(A, F, Want::OpenRead, &[], Some(OpenId(90)))),
         grant(Level::Read)
     );
     assert_eq!(
-        plain(t.request(B, F, Want::OpenRead, &[], Some(90))),
+        plain(t.request(B, F, Want::OpenRead, &[], Some(OpenId(90)))),
         grant(Level::Read)
     );
     assert_eq!(
-        t.request(C, F, Want::Look, &[], Some(90)),
+        t.request(C, F, Want::Look, &[], Some(OpenId(90))),
         Decision::NoSession
     );
     assert!(callbacks(&mut t).is_empty());
@@ -89,12 +89,12 @@ fn readers_share() {
 fn sequential_write_sharing_recalls_the_writer() {
     let mut t = with_clients(&[A, B]);
     assert_eq!(
-        plain(t.request(A, F, Want::OpenWrite, &[], Some(90))),
+        plain(t.request(A, F, Want::OpenWrite, &[], Some(OpenId(90)))),
         grant(Level::Write)
     );
     // A closed its file (no message); B opens it.
     assert_eq!(
-        t.request(B, F, Want::OpenRead, &[], Some(90)),
+        t.request(B, F, Want::OpenRead, &[], Some(OpenId(90))),
         Decision::Wait { recalled: vec![A] }
     );
     assert_eq!(
@@ -113,14 +113,14 @@ fn sequential_write_sharing_recalls_the_writer() {
     );
     // Asking again while the recall is out sends no second recall.
     assert_eq!(
-        t.request(B, F, Want::OpenRead, &[], Some(90)),
+        t.request(B, F, Want::OpenRead, &[], Some(OpenId(90))),
         Decision::Wait { recalled: vec![A] }
     );
     assert!(callbacks(&mut t).is_empty());
     // A wrote back and keeps Read; B gets Read.
     t.returned(A, F, t.grant_of(A, F), Level::Read, &[]);
     assert_eq!(
-        plain(t.request(B, F, Want::OpenRead, &[], Some(90))),
+        plain(t.request(B, F, Want::OpenRead, &[], Some(OpenId(90)))),
         grant(Level::Read)
     );
     assert_eq!(t.level(A, F), Level::Read);
@@ -132,18 +132,18 @@ fn sequential_write_sharing_recalls_the_writer() {
 fn concurrent_write_sharing_stops_caching_until_it_ends() {
     let mut t = with_clients(&[A, B]);
     assert_eq!(
-        plain(t.request(A, F, Want::OpenWrite, &[], Some(90))),
+        plain(t.request(A, F, Want::OpenWrite, &[], Some(OpenId(90)))),
         grant(Level::Write)
     );
     assert!(matches!(
-        t.request(B, F, Want::OpenRead, &[], Some(90)),
+        t.request(B, F, Want::OpenRead, &[], Some(OpenId(90))),
         Decision::Wait { .. }
     ));
     callbacks(&mut t);
     // A still has the file open for writing.
-    t.returned(A, F, t.grant_of(A, F), Level::Read, &[(1, true)]);
+    t.returned(A, F, t.grant_of(A, F), Level::Read, &[(OpenId(1), true)]);
     assert_eq!(
-        t.request(B, F, Want::OpenRead, &[], Some(90)),
+        t.request(B, F, Want::OpenRead, &[], Some(OpenId(90))),
         Decision::Wait { recalled: vec![A] }
     );
     assert_eq!(
@@ -160,9 +160,9 @@ fn concurrent_write_sharing_stops_caching_until_it_ends() {
             }
         )]
     );
-    t.returned(A, F, t.grant_of(A, F), Level::None, &[(1, true)]);
+    t.returned(A, F, t.grant_of(A, F), Level::None, &[(OpenId(1), true)]);
     assert_eq!(
-        plain(t.request(B, F, Want::OpenRead, &[], Some(90))),
+        plain(t.request(B, F, Want::OpenRead, &[], Some(OpenId(90)))),
         Decision::Grant {
             level: Level::None,
             uncached: true,
@@ -181,7 +181,7 @@ fn concurrent_write_sharing_stops_caching_until_it_ends() {
     // A third client looking at it gets nothing to cache either.
     t.hello(0, C);
     assert_eq!(
-        plain(t.request(C, F, Want::Look, &[], Some(90))),
+        plain(t.request(C, F, Want::Look, &[], Some(OpenId(90)))),
         Decision::Grant {
             level: Level::None,
             uncached: true,
@@ -189,10 +189,10 @@ fn concurrent_write_sharing_stops_caching_until_it_ends() {
         }
     );
     // The writer closes: only B has it open, the sharing ends.
-    assert!(t.close(A, F, 1));
+    assert!(t.close(A, F, OpenId(1)));
     assert!(!t.is_shared(F));
     assert_eq!(
-        plain(t.request(C, F, Want::OpenRead, &[], Some(90))),
+        plain(t.request(C, F, Want::OpenRead, &[], Some(OpenId(90)))),
         grant(Level::Read)
     );
     t.check();
@@ -202,25 +202,25 @@ fn concurrent_write_sharing_stops_caching_until_it_ends() {
 fn a_writer_recalls_readers_and_learns_their_opens() {
     let mut t = with_clients(&[A, B, C]);
     assert_eq!(
-        plain(t.request(A, F, Want::OpenRead, &[], Some(90))),
+        plain(t.request(A, F, Want::OpenRead, &[], Some(OpenId(90)))),
         grant(Level::Read)
     );
     assert_eq!(
-        plain(t.request(B, F, Want::Look, &[], Some(90))),
+        plain(t.request(B, F, Want::Look, &[], Some(OpenId(90)))),
         grant(Level::Read)
     );
-    let Decision::Wait { recalled } = t.request(C, F, Want::OpenWrite, &[], Some(90)) else {
+    let Decision::Wait { recalled } = t.request(C, F, Want::OpenWrite, &[], Some(OpenId(90))) else {
         panic!()
     };
     assert_eq!(recalled, vec![A, B]);
-    t.returned(A, F, t.grant_of(A, F), Level::None, &[(1, false)]);
+    t.returned(A, F, t.grant_of(A, F), Level::None, &[(OpenId(1), false)]);
     assert!(matches!(
-        t.request(C, F, Want::OpenWrite, &[], Some(90)),
+        t.request(C, F, Want::OpenWrite, &[], Some(OpenId(90))),
         Decision::Wait { .. }
     ));
     t.returned(B, F, t.grant_of(B, F), Level::None, &[]);
     assert_eq!(
-        plain(t.request(C, F, Want::OpenWrite, &[], Some(90))),
+        plain(t.request(C, F, Want::OpenWrite, &[], Some(OpenId(90)))),
         Decision::Grant {
             level: Level::None,
             uncached: true,
@@ -229,7 +229,7 @@ fn a_writer_recalls_readers_and_learns_their_opens() {
     );
     assert!(t.is_shared(F));
     // The reader closes: the sharing ends, C's next open may cache.
-    assert!(t.close(A, F, 1));
+    assert!(t.close(A, F, OpenId(1)));
     t.check();
 }
 
@@ -238,23 +238,23 @@ fn directories_are_owned_alone_or_changed_at_the_primary() {
     let mut t = with_clients(&[A, B, C]);
     let d = 20;
     assert_eq!(
-        plain(t.request(A, d, Want::Change, &[], Some(90))),
+        plain(t.request(A, d, Want::Change, &[], Some(OpenId(90)))),
         grant(Level::Write)
     );
     assert!(matches!(
-        t.request(B, d, Want::Look, &[], Some(90)),
+        t.request(B, d, Want::Look, &[], Some(OpenId(90))),
         Decision::Wait { .. }
     ));
     t.returned(A, d, t.grant_of(A, d), Level::Read, &[]);
     assert_eq!(
-        plain(t.request(B, d, Want::Look, &[], Some(90))),
+        plain(t.request(B, d, Want::Look, &[], Some(OpenId(90)))),
         grant(Level::Read)
     );
     callbacks(&mut t);
     // C wants to change a name in it: others hold it, so no recall; the
     // change is the primary's, and A and B are told.
     assert_eq!(
-        plain(t.request(C, d, Want::Change, &[], Some(90))),
+        plain(t.request(C, d, Want::Change, &[], Some(OpenId(90)))),
         grant(Level::Read)
     );
     assert!(callbacks(&mut t).is_empty());
@@ -313,17 +313,17 @@ fn directories_are_owned_alone_or_changed_at_the_primary() {
 fn leases_release_everything() {
     let mut t = with_clients(&[A, B]);
     assert_eq!(
-        plain(t.request(A, F, Want::OpenWrite, &[], Some(90))),
+        plain(t.request(A, F, Want::OpenWrite, &[], Some(OpenId(90)))),
         grant(Level::Write)
     );
     assert!(matches!(
-        t.request(B, F, Want::OpenRead, &[], Some(90)),
+        t.request(B, F, Want::OpenRead, &[], Some(OpenId(90))),
         Decision::Wait { .. }
     ));
     callbacks(&mut t);
-    t.returned(A, F, t.grant_of(A, F), Level::None, &[(1, true)]);
+    t.returned(A, F, t.grant_of(A, F), Level::None, &[(OpenId(1), true)]);
     assert!(matches!(
-        t.request(B, F, Want::OpenRead, &[], Some(90)),
+        t.request(B, F, Want::OpenRead, &[], Some(OpenId(90))),
         Decision::Grant { uncached: true, .. }
     ));
     callbacks(&mut t);
@@ -334,7 +334,7 @@ fn leases_release_everything() {
     assert_eq!(closed, Vec::<Ino>::new(), "B still has it open");
     assert!(!t.is_shared(F));
     assert_eq!(
-        t.request(A, F, Want::Look, &[], Some(90)),
+        t.request(A, F, Want::Look, &[], Some(OpenId(90))),
         Decision::NoSession
     );
     let (gone, closed) = t.expire(LEASE_US / 2 + LEASE_US, None);
@@ -411,7 +411,7 @@ proptest! {
                 0..=2 => {
                     let want = [Want::Look, Want::OpenRead, Want::OpenWrite][action as usize];
                     let m = models.get_mut(&c).unwrap();
-                    m.next += 1;
+                    m.next.0 += 1;
                     let id = m.next;
                     let have: Vec<(OpenId, bool)> = m.opens.get(&ino)
                         .map(|o| o.iter().map(|(i, w)| (*i, *w)).collect())
@@ -499,13 +499,13 @@ fn a_new_primary_takes_reclaims_in_its_grace_period() {
     assert!(t.in_grace());
     // A writer's Write, a reader's Read of another file.
     let g = t
-        .reclaim(0, A, F, Level::Write, true, &[(1, true)])
+        .reclaim(0, A, F, Level::Write, true, &[(OpenId(1), true)])
         .unwrap();
     assert!(g > 3 << 40, "grants numbered above the earlier primaries'");
     assert_eq!(t.reclaim(0, B, 11, Level::Read, true, &[]), Ok(g + 1));
     // Conflicting and stale reclaims are refused; their opens are learned.
     assert_eq!(
-        t.reclaim(0, C, F, Level::Read, true, &[(5, false)]),
+        t.reclaim(0, C, F, Level::Read, true, &[(OpenId(5), false)]),
         Err(Refused::Conflict)
     );
     assert_eq!(
@@ -540,9 +540,9 @@ fn a_new_primary_takes_reclaims_in_its_grace_period() {
             }
         )]
     );
-    t.returned(A, F, g, Level::None, &[(1, true)]);
+    t.returned(A, F, g, Level::None, &[(OpenId(1), true)]);
     assert_eq!(
-        plain(t.request(C, F, Want::OpenRead, &[(5, false)], Some(6))),
+        plain(t.request(C, F, Want::OpenRead, &[(OpenId(5), false)], Some(OpenId(6)))),
         Decision::Grant {
             level: Level::None,
             uncached: true,
@@ -584,10 +584,10 @@ fn an_inode_without_names_has_every_token_recalled() {
     assert_eq!(got, vec![orphan(A), recall(A), orphan(B), recall(B)]);
     // Their answers: B has it open; then nobody holds it.
     t.returned(A, F, t.grant_of(A, F), Level::None, &[]);
-    t.returned(B, F, t.grant_of(B, F), Level::None, &[(7, false)]);
+    t.returned(B, F, t.grant_of(B, F), Level::None, &[(OpenId(7), false)]);
     assert!(!t.is_held(F));
     assert!(t.is_open(F));
-    t.close(B, F, 7);
+    t.close(B, F, OpenId(7));
     assert!(!t.is_open(F));
     // Nothing to recall on an inode nobody holds.
     t.recall_all(F);
@@ -600,7 +600,7 @@ fn a_read_by_capability_waits_for_the_writers_write_back() {
     let mut t = with_clients(&[A, B]);
     assert!(t.writers_flushed(F), "nobody holds anything");
     assert_eq!(
-        plain(t.request(A, F, Want::OpenWrite, &[], Some(90))),
+        plain(t.request(A, F, Want::OpenWrite, &[], Some(OpenId(90)))),
         grant(Level::Write)
     );
     assert!(!t.writers_flushed(F));
@@ -636,7 +636,7 @@ fn only_the_sole_holder_without_known_opens_may_take_an_inode_with_its_name() {
     let mut t = with_clients(&[A, B]);
     assert!(!t.only(A, F), "nobody holds it");
     assert_eq!(
-        plain(t.request(A, F, Want::OpenWrite, &[], Some(1))),
+        plain(t.request(A, F, Want::OpenWrite, &[], Some(OpenId(1)))),
         grant(Level::Write)
     );
     assert!(t.only(A, F));
