@@ -33,12 +33,12 @@ fn run(name: &str, cfg: KeysSimConfig) {
 }
 
 #[test]
-fn an_owned_group_s_keys_under_churn_loss_and_a_stranger() {
+fn group_keys_of_an_owned_group_under_churn_loss_and_a_stranger() {
     run("group_keys", KeysSimConfig::default());
 }
 
 #[test]
-fn an_open_group_s_keys_in_a_flakier_network() {
+fn group_keys_of_an_open_group_in_a_flakier_network() {
     run(
         "group_keys_open",
         KeysSimConfig {
