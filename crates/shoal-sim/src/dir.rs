@@ -394,46 +394,46 @@ impl DirSim {
 
     fn setup(&mut self) {
         for r in 0..self.reps.len() {
-            self.at(Time(1_000 + r as u64 * 7_000), Ev::Form { r });
+            self.timeline
+                .at(Time(1_000 + r as u64 * 7_000), Ev::Form { r });
             if self.cfg.durability == Durability::Replicated {
-                self.at(Time(self.cfg.flush_us), Ev::Flush { r });
+                self.timeline.at(Time(self.cfg.flush_us), Ev::Flush { r });
             }
         }
         // Clients start once the group has formed.
         for c in 0..self.clis.len() {
-            self.at(Time(400_000 + c as u64 * 1_000), Ev::ClientTick { c });
+            self.timeline
+                .at(Time(400_000 + c as u64 * 1_000), Ev::ClientTick { c });
         }
         let start = 500_000;
         let end = start + self.cfg.fault_phase_us;
         for _ in 0..self.cfg.crashes {
             let t = self.rng.random_range(start..end);
-            self.at(Time(t), Ev::Crash { r: None });
+            self.timeline.at(Time(t), Ev::Crash { r: None });
         }
         for _ in 0..self.cfg.total_crashes {
             let t = self.rng.random_range(start..end);
             for r in 0..self.reps.len() {
-                self.at(Time(t), Ev::Crash { r: Some(r) });
+                self.timeline.at(Time(t), Ev::Crash { r: Some(r) });
             }
         }
         if self.cfg.partition {
             let r = self.rng.random_range(0..self.reps.len());
             let t = self.rng.random_range(start..end);
             let len = self.rng.random_range(100_000..1_500_000);
-            self.at(Time(t), Ev::Partition { r, on: true });
-            self.at(Time((t + len).min(end)), Ev::Partition { r, on: false });
+            self.timeline.at(Time(t), Ev::Partition { r, on: true });
+            self.timeline
+                .at(Time((t + len).min(end)), Ev::Partition { r, on: false });
         }
         if self.cfg.pause {
             let r = self.rng.random_range(0..self.reps.len());
             let t = self.rng.random_range(start..end);
             let len = self.rng.random_range(100_000..1_500_000);
-            self.at(Time(t), Ev::Pause { r, on: true });
-            self.at(Time((t + len).min(end)), Ev::Pause { r, on: false });
+            self.timeline.at(Time(t), Ev::Pause { r, on: true });
+            self.timeline
+                .at(Time((t + len).min(end)), Ev::Pause { r, on: false });
         }
-        self.at(Time(end), Ev::Heal);
-    }
-
-    fn at(&mut self, t: Time, ev: Ev) {
-        self.timeline.at(t, ev);
+        self.timeline.at(Time(end), Ev::Heal);
     }
 
     fn log(&mut self, line: impl FnOnce() -> String) {
@@ -525,13 +525,14 @@ impl DirSim {
                 if self.reps[r].alive {
                     self.form(r);
                     self.after(r);
-                    self.at(Time(self.now.0 + 100_000), Ev::Form { r });
+                    self.timeline.at(Time(self.now.0 + 100_000), Ev::Form { r });
                 }
             }
             Ev::Flush { r } => {
                 if self.reps[r].alive {
                     self.flush(r);
-                    self.at(Time(self.now.0 + self.cfg.flush_us), Ev::Flush { r });
+                    self.timeline
+                        .at(Time(self.now.0 + self.cfg.flush_us), Ev::Flush { r });
                 }
             }
             Ev::Synced {
@@ -586,7 +587,8 @@ impl DirSim {
                 {
                     self.crash(v);
                     let back = self.rng.random_range(50_000..800_000);
-                    self.at(Time(self.now.0 + back), Ev::Restart { r: v });
+                    self.timeline
+                        .at(Time(self.now.0 + back), Ev::Restart { r: v });
                 }
             }
             Ev::Restart { r } => self.restart(r),

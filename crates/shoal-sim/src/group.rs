@@ -269,30 +269,31 @@ impl GroupSim {
         let end = fault_start + self.cfg.fault_phase_us;
         for _ in 0..self.cfg.crashes {
             let t = self.rng.random_range(fault_start..end);
-            self.at(Time(t), Ev::Crash);
+            self.timeline.at(Time(t), Ev::Crash);
         }
         if self.cfg.partition {
             let p = self.rng.random_range(0..self.cfg.members);
             let t = self.rng.random_range(fault_start..end);
-            self.at(Time(t), Ev::Partition { p, on: true });
+            self.timeline.at(Time(t), Ev::Partition { p, on: true });
             let len = self.rng.random_range(100_000..1_500_000);
-            self.at(Time((t + len).min(end)), Ev::Partition { p, on: false });
+            self.timeline
+                .at(Time((t + len).min(end)), Ev::Partition { p, on: false });
         }
         for _ in 0..self.cfg.joins {
             let t = self.rng.random_range(fault_start..end);
-            self.at(Time(t), Ev::Join);
+            self.timeline.at(Time(t), Ev::Join);
         }
         for _ in 0..self.cfg.leaves {
             let t = self.rng.random_range(fault_start..end);
-            self.at(Time(t), Ev::Leave);
+            self.timeline.at(Time(t), Ev::Leave);
         }
         if self.cfg.stall {
             let t = self.rng.random_range(fault_start..end);
-            self.at(Time(t), Ev::Stall { on: true });
+            self.timeline.at(Time(t), Ev::Stall { on: true });
             let len = self.rng.random_range(100_000..2_000_000);
-            self.at(Time(t + len), Ev::Stall { on: false });
+            self.timeline.at(Time(t + len), Ev::Stall { on: false });
         }
-        self.at(Time(end), Ev::Heal);
+        self.timeline.at(Time(end), Ev::Heal);
     }
 
     fn start_join(&mut self, p: usize) {
@@ -321,10 +322,6 @@ impl GroupSim {
         proc.pending.clear();
         proc.rejoin_at = None;
         self.after(p);
-    }
-
-    fn at(&mut self, t: Time, ev: Ev) {
-        self.timeline.at(t, ev);
     }
 
     fn log(&mut self, line: impl FnOnce() -> String) {
@@ -404,7 +401,7 @@ impl GroupSim {
                 });
                 if full != Some(true) {
                     if self.faults_on {
-                        self.at(Time(self.now.0 + 100_000), Ev::Crash);
+                        self.timeline.at(Time(self.now.0 + 100_000), Ev::Crash);
                     }
                     return;
                 }
@@ -530,7 +527,7 @@ impl GroupSim {
                 .is_none_or(|s| s > t || s < self.now)
             {
                 self.procs[p].scheduled = Some(t);
-                self.at(t, Ev::Tick { p });
+                self.timeline.at(t, Ev::Tick { p });
             }
         }
     }
@@ -553,7 +550,7 @@ impl GroupSim {
             Faults::none()
         };
         for d in faults.verdict(&mut self.rng) {
-            self.at(
+            self.timeline.at(
                 Time(self.now.0 + d),
                 Ev::Deliver {
                     to: dst,

@@ -13,27 +13,17 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{TestCluster, shoal};
+use common::{TestCluster, ok_with};
 use shoal_cluster::{Cluster, Mode, SystemOptions};
 
 /// `shoal ARGS` as the administrator on `node`: its output.
 fn admin(c: &Cluster, node: &str, script: &str) -> String {
-    let out = c
-        .command(node, "sh")
-        .unwrap()
-        .args(["-c", script])
-        .env("SHOAL", shoal())
-        .env("SHOAL_CONFIG_DIR", c.admin_config())
-        .env("SHOAL_FILE_CACHE", "off")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{script} on {node}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let config = c.admin_config();
+    let env = [
+        ("SHOAL_CONFIG_DIR", config.as_os_str()),
+        ("SHOAL_FILE_CACHE", "off".as_ref()),
+    ];
+    ok_with(c, node, script, &env)
 }
 
 /// The sum of `name=N` over the lines of a pass's report.

@@ -54,26 +54,9 @@ impl Files {
     }
 
     fn server(&self, c: &Cluster, i: usize) -> Daemon {
-        let data = self.tmp.path().join(format!("fs{i}"));
         let config = self.tmp.path().join("config");
-        Daemon::start(
-            c,
-            &format!("n{i}"),
-            &[
-                "file",
-                "serve",
-                "--name",
-                &format!("fs{i}"),
-                "--data",
-                data.to_str().unwrap(),
-                "--ttl",
-                "2",
-                "--age-secs",
-                "0",
-            ],
-            self.tmp.path().join(format!("fs{i}.log")),
-            &[("SHOAL_CONFIG_DIR", &config)],
-        )
+        let extra = ["--ttl", "2", "--age-secs", "0"];
+        common::file_server(c, i, self.tmp.path(), &config, &extra)
     }
 
     fn cli(&self, c: &Cluster, node: &str, args: &[&str]) -> Output {

@@ -128,21 +128,8 @@ fn site(c: &Cluster) -> Site<'_> {
     s.services = common::dir_replicas(c, &data);
     common::until_ok("shoal init", || s.admin("n1", &["init"]), || s.logs());
     for i in 1..=2 {
-        let d = data.join(format!("fs{i}"));
-        s.services.push(Daemon::start(
-            c,
-            &format!("n{i}"),
-            &[
-                "file",
-                "serve",
-                "--name",
-                &format!("fs{i}"),
-                "--data",
-                d.to_str().unwrap(),
-            ],
-            data.join(format!("fs{i}.log")),
-            &[("SHOAL_CONFIG_DIR", s.admin.path())],
-        ));
+        let server = common::file_server(c, i, &data, s.admin.path(), &[]);
+        s.services.push(server);
     }
     let until = Instant::now() + Duration::from_secs(40);
     loop {

@@ -56,7 +56,10 @@ fn sample_ops() -> Vec<Op> {
             id: OpenId(0),
             cached: None,
         },
-        Op::Close { ino: 7, id: OpenId(3) },
+        Op::Close {
+            ino: 7,
+            id: OpenId(3),
+        },
         Op::Read {
             ino: 7,
             offset: 1 << 33,

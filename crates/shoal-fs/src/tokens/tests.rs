@@ -209,7 +209,8 @@ fn a_writer_recalls_readers_and_learns_their_opens() {
         plain(t.request(B, F, Want::Look, &[], Some(OpenId(90)))),
         grant(Level::Read)
     );
-    let Decision::Wait { recalled } = t.request(C, F, Want::OpenWrite, &[], Some(OpenId(90))) else {
+    let Decision::Wait { recalled } = t.request(C, F, Want::OpenWrite, &[], Some(OpenId(90)))
+    else {
         panic!()
     };
     assert_eq!(recalled, vec![A, B]);

@@ -48,7 +48,8 @@ impl DirSim {
             DirInput::Lookup(self.clis[c].finals as u8 - 1)
         } else {
             if c == 0 && self.clis[c].finals < self.cfg.names {
-                self.at(Time(self.now.0 + 100_000), Ev::ClientTick { c });
+                self.timeline
+                    .at(Time(self.now.0 + 100_000), Ev::ClientTick { c });
             }
             return;
         };
@@ -87,10 +88,11 @@ impl DirSim {
         }
         let to = self.clis[c].target;
         self.clis[c].retry_at = Some(Time(self.now.0 + CLIENT_TIMEOUT_US));
-        self.at(Time(self.now.0 + CLIENT_TIMEOUT_US), Ev::ClientTick { c });
+        self.timeline
+            .at(Time(self.now.0 + CLIENT_TIMEOUT_US), Ev::ClientTick { c });
         if !self.reps[to].cut {
             for d in self.net().verdict(&mut self.rng) {
-                self.at(
+                self.timeline.at(
                     Time(self.now.0 + d),
                     Ev::Request {
                         to,
@@ -116,7 +118,8 @@ impl DirSim {
         let Some(out) = output_of(&resp.result) else {
             // Try another replica soon.
             self.clis[c].retry_at = Some(Time(self.now.0 + 20_000));
-            self.at(Time(self.now.0 + 20_000), Ev::ClientTick { c });
+            self.timeline
+                .at(Time(self.now.0 + 20_000), Ev::ClientTick { c });
             return;
         };
         self.log(|| format!("c{c} {input:?} -> {out:?} at {}", resp.index));
@@ -131,7 +134,8 @@ impl DirSim {
         self.history[h].ret = Some(self.now.0);
         self.report.ops_ok += 1;
         let think = self.rng.random_range(0..3_000);
-        self.at(Time(self.now.0 + think), Ev::ClientTick { c });
+        self.timeline
+            .at(Time(self.now.0 + think), Ev::ClientTick { c });
     }
 
     // ---- the end ------------------------------------------------------------

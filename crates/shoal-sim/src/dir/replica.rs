@@ -88,9 +88,10 @@ impl DirSim {
         p.phase = Phase::Forming;
         p.syncing = false;
         p.origin = self.rng.random::<u64>() | 1;
-        self.at(Time(self.now.0 + 1_000), Ev::Form { r });
+        self.timeline.at(Time(self.now.0 + 1_000), Ev::Form { r });
         if self.cfg.durability == Durability::Replicated {
-            self.at(Time(self.now.0 + self.cfg.flush_us), Ev::Flush { r });
+            self.timeline
+                .at(Time(self.now.0 + self.cfg.flush_us), Ev::Flush { r });
         }
     }
 
@@ -275,7 +276,7 @@ impl DirSim {
         let body = resp.encode();
         let faults = self.net();
         for d in faults.verdict(&mut self.rng) {
-            self.at(
+            self.timeline.at(
                 Time(self.now.0 + d),
                 Ev::Reply {
                     client: p.client,
@@ -433,7 +434,7 @@ impl DirSim {
         p.syncing = true;
         let boot = p.boot;
         let d = self.rng.random_range(300..8_000);
-        self.at(
+        self.timeline.at(
             Time(self.now.0 + d),
             Ev::Synced {
                 r,
@@ -602,7 +603,7 @@ impl DirSim {
             let t = t.max(Time(self.now.0 + 1));
             if self.reps[r].scheduled.is_none_or(|s| s > t || s < self.now) {
                 self.reps[r].scheduled = Some(t);
-                self.at(t, Ev::Tick { r });
+                self.timeline.at(t, Ev::Tick { r });
             }
         }
     }
@@ -616,7 +617,7 @@ impl DirSim {
         }
         let from = self.reps[from_r].addr;
         for d in self.net().verdict(&mut self.rng) {
-            self.at(
+            self.timeline.at(
                 Time(self.now.0 + d),
                 Ev::Datagram {
                     to: dst,

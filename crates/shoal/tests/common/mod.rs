@@ -354,6 +354,25 @@ pub fn local_group(name: &str) -> u32 {
     gid().unwrap()
 }
 
+/// File server `fs{i}` on node `n{i}`, its store and log in `dir`, run as
+/// the administrator whose configuration is `config`; `extra` flags after
+/// the usual ones.
+pub fn file_server(
+    c: &Cluster,
+    i: usize,
+    dir: &std::path::Path,
+    config: &std::path::Path,
+    extra: &[&str],
+) -> Daemon {
+    let (name, node) = (format!("fs{i}"), format!("n{i}"));
+    let data = dir.join(&name);
+    let mut args = vec!["file", "serve", "--name", &name, "--data"];
+    args.push(data.to_str().unwrap());
+    args.extend_from_slice(extra);
+    let log = dir.join(format!("{name}.log"));
+    Daemon::start(c, &node, &args, log, &[("SHOAL_CONFIG_DIR", config)])
+}
+
 /// A directory service of three replicas on n1, n2 and n3, each keeping
 /// its data in `dir/dI` and logging to `dir/dI.log`.
 pub fn dir_replicas(c: &Cluster, dir: &std::path::Path) -> Vec<Daemon> {
@@ -421,7 +440,19 @@ pub fn shoal_ok(c: &Cluster, node: &str, args: &[&str]) -> std::process::Output 
 
 /// [`sh`], which must succeed: its standard output.
 pub fn ok(c: &Cluster, node: &str, script: &str) -> String {
-    let out = sh(c, node, script);
+    ok_with(c, node, script, &[])
+}
+
+/// [`ok`] with more of the environment set.
+pub fn ok_with(c: &Cluster, node: &str, script: &str, env: &[(&str, &std::ffi::OsStr)]) -> String {
+    let out = c
+        .command(node, "sh")
+        .unwrap()
+        .args(["-c", script])
+        .env("SHOAL", shoal())
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "{script} on {node}: {}{}",
