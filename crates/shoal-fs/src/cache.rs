@@ -119,15 +119,9 @@ pub struct Content {
 /// A file's changes not yet written back, over its content version.
 #[derive(Debug)]
 pub struct Dirty {
-    /// The version the changes were made over, and its content.
-    pub version: u64,
-    pub content: Vec<Capability>,
-    pub changes: Vec<OverlayEntry>,
-    /// The content version's size, and the bytes of data it holds.
-    pub base_size: u64,
-    pub base_held: u64,
-    pub size: u64,
-    pub mtime: Time,
+    /// The changes, and what they were made over: what a write-back
+    /// takes ([`Cache::flush_job`]).
+    pub work: FlushJob,
     /// When the oldest change was made, on the shell's clock (µs).
     pub since: u64,
     pub bytes: u64,
@@ -136,10 +130,11 @@ pub struct Dirty {
     pub frozen: usize,
 }
 
-/// A write-back to make: the changes so far over
-/// `content`, version `version`.
-#[derive(Debug)]
+/// A file's changes over `content`, version `version`: a dirty file's,
+/// and a write-back's (a copy of them as they were when it began).
+#[derive(Debug, Clone)]
 pub struct FlushJob {
+    /// The version the changes were made over, and its content.
     pub version: u64,
     pub content: Vec<Capability>,
     pub changes: Vec<OverlayEntry>,
@@ -415,9 +410,9 @@ impl Cache {
     pub fn layout(&self, ino: Ino) -> Option<(Vec<Capability>, Layout)> {
         let c = self.content(ino)?;
         Some(match self.dirty.get(&ino) {
-            Some(d) if d.version == c.version => (
-                d.content.clone(),
-                Layout::of(d.base_size, &d.changes, d.size),
+            Some(d) if d.work.version == c.version => (
+                d.work.content.clone(),
+                Layout::of(d.work.base_size, &d.work.changes, d.work.size),
             ),
             _ => (c.content, Layout::of(c.size, &[], c.size)),
         })
@@ -439,8 +434,8 @@ impl Cache {
             return None;
         }
         Some(match self.dirty.get(&ino) {
-            Some(d) if d.version == version => {
-                overlaid_window(base, offset, len, &d.changes, d.size)
+            Some(d) if d.work.version == version => {
+                overlaid_window(base, offset, len, &d.work.changes, d.work.size)
             }
             Some(_) => return None,
             None => overlaid_window(base, offset, len, &[], self.attrs.get(&ino)?.size),
@@ -517,7 +512,7 @@ impl Cache {
     /// which changes no byte), whose write-back sets it; the attributes
     /// then, or `None` if the file is not dirty here.
     pub fn touch(&mut self, ino: Ino, when: (Time, u64)) -> Option<Attr> {
-        let size = self.dirty.get(&ino)?.size;
+        let size = self.dirty.get(&ino)?.work.size;
         self.truncate(ino, size, when)
     }
 
@@ -552,23 +547,25 @@ impl Cache {
         let base = self.attrs.get(&ino)?;
         let (base, base_held) = (base.size, base.held);
         let d = self.dirty.entry(ino).or_insert_with(|| Dirty {
-            version,
-            content,
-            changes: Vec::new(),
-            base_size: base,
-            base_held,
-            size: base,
-            mtime: now,
+            work: FlushJob {
+                version,
+                content,
+                changes: Vec::new(),
+                base_size: base,
+                base_held,
+                size: base,
+                mtime: now,
+            },
             since: at,
             bytes: 0,
             frozen: 0,
         });
-        if d.version != version {
+        if d.work.version != version {
             return None;
         }
-        let (change, size, at) = make(d.size);
-        let open = d.changes.len() > d.frozen;
-        let merged = match (&change, d.changes.last_mut()) {
+        let (change, size, at) = make(d.work.size);
+        let open = d.work.changes.len() > d.frozen;
+        let merged = match (&change, d.work.changes.last_mut()) {
             (OverlayChange::Write { offset, data }, Some(last)) if open => {
                 self.written += data.len() as u64;
                 merge_write(&mut last.change, *offset, data)
@@ -587,12 +584,12 @@ impl Cache {
             (None, OverlayChange::Write { data, .. }) => {
                 d.bytes += data.len() as u64;
                 self.dirty_bytes += data.len() as u64;
-                d.changes.push(OverlayEntry { version, change });
+                d.work.changes.push(OverlayEntry { version, change });
             }
-            (None, _) => d.changes.push(OverlayEntry { version, change }),
+            (None, _) => d.work.changes.push(OverlayEntry { version, change }),
         }
-        d.size = size;
-        d.mtime = now;
+        d.work.size = size;
+        d.work.mtime = now;
         Some(at)
     }
 
@@ -641,7 +638,10 @@ impl Cache {
 
     /// Every file with dirty changes, and the version they were made over.
     pub fn dirty_versions(&self) -> Vec<(Ino, u64)> {
-        self.dirty.iter().map(|(i, d)| (*i, d.version)).collect()
+        self.dirty
+            .iter()
+            .map(|(i, d)| (*i, d.work.version))
+            .collect()
     }
 
     /// A token reclaimed at a new primary, installed as granted.  A file
@@ -652,9 +652,9 @@ impl Cache {
         self.install(attr, grant);
         if let (Some(h), Some(d)) = (self.held.get_mut(&attr.ino), self.dirty.get(&attr.ino))
             && h.level() == Level::Write
-            && d.version == attr.version
+            && d.work.version == attr.version
         {
-            h.content = Some(d.content.clone());
+            h.content = Some(d.work.content.clone());
         }
     }
 
@@ -662,16 +662,8 @@ impl Cache {
     /// changes are not changed in place until it is [`Cache::flushed`].
     pub fn flush_job(&mut self, ino: Ino) -> Option<FlushJob> {
         let d = self.dirty.get_mut(&ino)?;
-        d.frozen = d.changes.len();
-        Some(FlushJob {
-            version: d.version,
-            content: d.content.clone(),
-            changes: d.changes.clone(),
-            base_size: d.base_size,
-            base_held: d.base_held,
-            size: d.size,
-            mtime: d.mtime,
-        })
+        d.frozen = d.work.changes.len();
+        Some(d.work.clone())
     }
 
     /// A write-back committed: the file is version `attr.version`, stored
@@ -679,17 +671,18 @@ impl Cache {
     /// wait from `at` (the shell's clock).
     pub fn flushed(&mut self, job: &FlushJob, attr: &Attr, content: Vec<Capability>, at: u64) {
         if let Some(d) = self.dirty.get_mut(&attr.ino) {
-            let done = job.changes.len().min(d.changes.len());
-            d.changes.drain(..done);
+            let done = job.changes.len().min(d.work.changes.len());
+            d.work.changes.drain(..done);
             d.frozen = d.frozen.saturating_sub(done);
-            d.version = attr.version;
-            d.content = content.clone();
-            d.base_size = job.size;
-            d.base_held = attr.held;
-            for c in &mut d.changes {
+            d.work.version = attr.version;
+            d.work.content = content.clone();
+            d.work.base_size = job.size;
+            d.work.base_held = attr.held;
+            for c in &mut d.work.changes {
                 c.version = attr.version;
             }
             let left = d
+                .work
                 .changes
                 .iter()
                 .map(|c| match &c.change {
@@ -700,7 +693,7 @@ impl Cache {
             self.dirty_bytes -= d.bytes - left;
             d.bytes = left;
             d.since = at;
-            if d.changes.is_empty() {
+            if d.work.changes.is_empty() {
                 self.dirty.remove(&attr.ino);
             }
         }
@@ -958,13 +951,13 @@ fn merge_write(last: &mut OverlayChange, offset: u64, data: &[u8]) -> Option<u64
 /// `attr` with the dirty changes made over its version.
 fn patch_dirty(dirty: &HashMap<Ino, Dirty>, attr: &mut Attr) {
     if let Some(d) = dirty.get(&attr.ino)
-        && d.version == attr.version
+        && d.work.version == attr.version
     {
-        attr.size = d.size;
+        attr.size = d.work.size;
         // At most: a write over data the file holds counts again.
-        attr.held = (attr.held + d.bytes).min(d.size);
-        attr.mtime = d.mtime;
-        attr.ctime = attr.ctime.max(d.mtime);
+        attr.held = (attr.held + d.bytes).min(d.work.size);
+        attr.mtime = d.work.mtime;
+        attr.ctime = attr.ctime.max(d.work.mtime);
     }
 }
 

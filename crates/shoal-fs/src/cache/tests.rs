@@ -256,7 +256,7 @@ fn a_write_over_the_last_one_is_kept_in_it() {
     assert_eq!(c.finish_read(7, 1, 0, 13, b"").unwrap(), b"abCDeFGHij\0\0z");
     // A write-back under way keeps its changes as it took them.
     c.write(7, Some(12), b"!", (t, 0)).unwrap();
-    assert_eq!(c.dirty[&7].changes.len(), 4);
+    assert_eq!(c.dirty[&7].work.changes.len(), 4);
     let mut committed = attr(7, Kind::File, 2);
     committed.size = 13;
     c.flushed(&job, &committed, Vec::new(), 0);
@@ -330,7 +330,7 @@ proptest::proptest! {
             commit(&mut c, j, &mut base, &mut version);
         }
         let held: u64 = c.dirty.get(&7).map_or(0, |d| {
-            d.changes.iter().map(|e| match &e.change {
+            d.work.changes.iter().map(|e| match &e.change {
                 OverlayChange::Write { data, .. } => data.len() as u64,
                 OverlayChange::Truncate { .. } => 0,
             }).sum()
