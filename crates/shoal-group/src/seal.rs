@@ -36,13 +36,13 @@ const MAX_SENDERS: usize = 1024;
 
 /// How long a member still opens an epoch after it has a newer one:
 /// datagrams sealed just before the switch, and retransmissions of them.
-pub const OLD_EPOCH_GRACE: Duration = Duration::from_secs(2);
+const OLD_EPOCH_GRACE: Duration = Duration::from_secs(2);
 
 /// Most epochs a member holds: the current one and two before it.
 const MAX_EPOCHS: usize = 3;
 
 /// How long a member opens an epoch it holds for opening only.
-pub const EXTRA_FOR: Duration = Duration::from_secs(10);
+const EXTRA_FOR: Duration = Duration::from_secs(10);
 
 /// One epoch's key, and when a member stops opening it.
 struct Epoch {

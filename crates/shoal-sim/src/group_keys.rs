@@ -117,8 +117,6 @@ struct Proc {
     seal: Option<GroupSeal>,
     /// Its node was revoked: no call reaches it or leaves it.
     revoked: bool,
-    /// When it left or was expelled.
-    gone_at: Option<Time>,
     /// Epochs whose keys it obtained, and those it moved on from.
     obtained: BTreeSet<u32>,
     left_behind: BTreeSet<u32>,
@@ -219,7 +217,6 @@ impl KeysSim {
                 core: None,
                 seal: None,
                 revoked: false,
-                gone_at: None,
                 obtained: BTreeSet::new(),
                 left_behind: BTreeSet::new(),
                 pending: None,
@@ -520,7 +517,6 @@ impl KeysSim {
         proc.role = Role::Member;
         proc.core = Some(KeyCore::new(keys));
         proc.seal = Some(seal);
-        proc.gone_at = None;
         proc.obtained.clear();
         proc.left_behind.clear();
         self.obtain(p, epoch);
@@ -843,7 +839,6 @@ impl KeysSim {
         self.changed();
         let proc = &mut self.procs[p];
         proc.role = Role::Gone;
-        proc.gone_at = Some(self.now);
         proc.pending = None;
         if self.sequencer == Some(p) {
             self.sequencer = None;
