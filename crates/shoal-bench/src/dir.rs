@@ -57,6 +57,7 @@ use shoal_rpc::Context;
 
 use crate::agent::{Agent, ClusterGuard};
 use crate::etcd::{Etcd, Http, Kv, base64, find_etcd};
+use crate::report::{self, at_least, at_most, target};
 use crate::stats::percentile_us;
 
 /// Flags of `shoal bench dir`.
@@ -565,42 +566,34 @@ fn table(m: &BTreeMap<String, f64>) -> String {
         g("dir_tmp_name_cancelled_pairs"),
         g("dir_tmp_name_disk_writes")
     ));
-    t.push_str("\n## Targets\n\n| target | measured | goal | |\n|---|---:|---:|---|\n");
-    let verdict = |ok: bool| if ok { "PASS" } else { "FAIL" };
-    let r1 = fsync / rpc;
-    let r2 = etcd / repl;
     let tmp = g("dir_tmp_name_disk_writes");
     let lps = g("dir_lookups_per_s");
-    for (name, value, goal, ok) in [
-        (
-            "group/fsync append-delete ÷ rpc2pc append-delete",
-            format!("{r1:.2}"),
-            "≤ 0.6",
-            r1 <= 0.6,
-        ),
-        (
-            "etcd put-delete ÷ group/replicated append-delete",
-            format!("{r2:.2}"),
-            "≥ 10",
-            r2 >= 10.0,
-        ),
-        (
-            "disk writes for temporary names",
-            format!("{tmp}"),
-            "0",
-            tmp == 0.0,
-        ),
-        (
-            "lookups/s on one replica",
-            format!("{lps:.0}"),
-            "≥ 50,000",
-            lps >= 50_000.0,
-        ),
-    ] {
-        t.push_str(&format!(
-            "| {name} | {value} | {goal} | {} |\n",
-            verdict(ok)
-        ));
-    }
+    report::targets(
+        &mut t,
+        &[
+            at_most(
+                "group/fsync append-delete ÷ rpc2pc append-delete",
+                fsync / rpc,
+                0.6,
+            ),
+            at_least(
+                "etcd put-delete ÷ group/replicated append-delete",
+                etcd / repl,
+                10.0,
+            ),
+            target(
+                "disk writes for temporary names",
+                format!("{tmp}"),
+                "0",
+                tmp == 0.0,
+            ),
+            target(
+                "lookups/s on one replica",
+                format!("{lps:.0}"),
+                "≥ 50,000",
+                lps >= 50_000.0,
+            ),
+        ],
+    );
     t
 }

@@ -60,6 +60,7 @@ use crate::agent::{Agent, ClusterGuard};
 use crate::dir::agent::replica_status;
 use crate::dir::{DataDir, ReplicaProc};
 use crate::etcd::{Etcd, Kv, find_etcd};
+use crate::report::{self, at_least, at_most, target};
 use crate::stats::percentile_us;
 
 /// Flags of `shoal bench file`.
@@ -453,62 +454,57 @@ fn table(m: &BTreeMap<String, f64>) -> String {
         g("file_read_uncached_mib_s"),
     ));
     t.push_str("\n| other figures | p50 | p99 |\n|---|---:|---:|\n");
-    t.push_str(&format!(
-        "| append 4 KiB to a committed 100 MiB file (a new file; commit + safety) (µs) | {:.1} | {:.1} |\n",
-        g("file_append_4kib_to_100mib_us"),
-        g("file_append_4kib_to_100mib_us_p99")
-    ));
-    t.push_str(&format!(
-        "| tmp file, shoal: create 4 B (safety), enter, look up, read, delete, destroy (µs) | {:.1} | {:.1} |\n",
-        g("tmpfile_us"),
-        g("tmpfile_us_p99")
-    ));
-    t.push_str(&format!(
-        "| tmp file, local + etcd: write 4 B + fsync, put, get, read, delete, unlink (µs) | {:.1} | {:.1} |\n",
-        g("tmpfile_local_etcd_us"),
-        g("tmpfile_local_etcd_us_p99")
-    ));
+    report::p50_p99(
+        &mut t,
+        g,
+        "append 4 KiB to a committed 100 MiB file (a new file; commit + safety) (µs)",
+        "file_append_4kib_to_100mib_us",
+    );
+    report::p50_p99(
+        &mut t,
+        g,
+        "tmp file, shoal: create 4 B (safety), enter, look up, read, delete, destroy (µs)",
+        "tmpfile_us",
+    );
+    report::p50_p99(
+        &mut t,
+        g,
+        "tmp file, local + etcd: write 4 B + fsync, put, get, read, delete, unlink (µs)",
+        "tmpfile_local_etcd_us",
+    );
     t.push_str(&format!(
         "\ntmp file, shoal ÷ local + etcd: {:.2} (Amoeba 1991, create-delete of an empty\nfile with its directory entry, BULLET/DIR: 288.0 ms; Sprite: 50.9 ms).\n",
         g("tmpfile_us") / g("tmpfile_local_etcd_us")
     ));
 
-    t.push_str("\n## Targets\n\n| target | measured | goal | |\n|---|---:|---:|---|\n");
-    let verdict = |ok: bool| if ok { "PASS" } else { "FAIL" };
-    let read = g("file_read_cached_mib_s") / g("local_read_cached_mib_s");
-    let cycle = g("file_cycle_ms_100mib") / g("local_cycle_ms_100mib");
     let append = g("file_append_4kib_to_100mib_us");
     let bad = g("file_mismatches");
-    for (name, value, goal, ok) in [
-        (
-            "cached read ÷ local page-cache read (100 MiB)",
-            format!("{read:.2}"),
-            "≥ 0.5",
-            read >= 0.5,
-        ),
-        (
-            "100 MiB create-read-destroy ÷ local write-fsync-read-unlink",
-            format!("{cycle:.2}"),
-            "≤ 1.5",
-            cycle <= 1.5,
-        ),
-        (
-            "append 4 KiB to a 100 MiB file",
-            format!("{:.0} µs", append),
-            "≤ 1000 µs",
-            append <= 1000.0,
-        ),
-        (
-            "bytes read that differ from those written (reads)",
-            format!("{bad}"),
-            "0",
-            bad == 0.0,
-        ),
-    ] {
-        t.push_str(&format!(
-            "| {name} | {value} | {goal} | {} |\n",
-            verdict(ok)
-        ));
-    }
+    report::targets(
+        &mut t,
+        &[
+            at_least(
+                "cached read ÷ local page-cache read (100 MiB)",
+                g("file_read_cached_mib_s") / g("local_read_cached_mib_s"),
+                0.5,
+            ),
+            at_most(
+                "100 MiB create-read-destroy ÷ local write-fsync-read-unlink",
+                g("file_cycle_ms_100mib") / g("local_cycle_ms_100mib"),
+                1.5,
+            ),
+            target(
+                "append 4 KiB to a 100 MiB file",
+                format!("{append:.0} µs"),
+                "≤ 1000 µs",
+                append <= 1000.0,
+            ),
+            target(
+                "bytes read that differ from those written (reads)",
+                format!("{bad}"),
+                "0",
+                bad == 0.0,
+            ),
+        ],
+    );
     t
 }

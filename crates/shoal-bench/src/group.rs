@@ -52,6 +52,7 @@ use shoal_rpc::{Context, GetPort, PutPort, Server};
 
 use crate::agent::{Agent, ClusterGuard, say};
 use crate::etcd::{Etcd, Kv, find_etcd};
+use crate::report::{self, target};
 use crate::stats::{median, percentile_us};
 
 /// Flags of `shoal bench group`.
@@ -887,38 +888,49 @@ fn table(m: &BTreeMap<String, f64>) -> String {
         g("group_failover_ms"),
         g("group_failover_ms_max")
     ));
-    t.push_str("\n## Targets\n\n| target | measured | goal | |\n|---|---:|---:|---|\n");
-    let verdict = |ok: bool| if ok { "met" } else { "not met" };
     let r0 = g("group_r0_us_p50") / rpc;
     let r0_pinned = g("group_r0_us_p50_pinned") / g("null_rpc_rtt_us_p50_pinned");
     let r0_split = g("group_r0_us_p50_split") / g("null_rpc_rtt_us_p50_split");
     let r2 = g("group_r2_us_p50") / g("etcd_put_us_p50");
     let pk = g("group_packets_per_msg_r0");
     let fo = g("group_failover_ms");
-    for (name, value, goal, ok) in [
-        (
-            "group r0 p50 / null RPC p50, pinned",
-            r0_pinned,
-            "≤ 2",
-            r0_pinned <= 2.0,
-        ),
-        ("same, split", r0_split, "≤ 2", r0_split <= 2.0),
-        ("group r2 p50 / etcd put p50", r2, "< 1", r2 < 1.0),
-        // The paper counts the messages of the protocol proper; status
-        // traffic (heartbeats, status requests) may add a little.
-        (
-            "datagrams per message, r = 0",
-            pk,
-            "≤ 2 + 0.5 %",
-            pk <= 2.01,
-        ),
-        ("fail-over, r = 1 (ms)", fo, "≤ 500", fo <= 500.0),
-    ] {
-        t.push_str(&format!(
-            "| {name} | {value:.3} | {goal} | {} |\n",
-            verdict(ok)
-        ));
-    }
+    report::targets(
+        &mut t,
+        &[
+            target(
+                "group r0 p50 / null RPC p50, pinned",
+                format!("{r0_pinned:.3}"),
+                "≤ 2",
+                r0_pinned <= 2.0,
+            ),
+            target(
+                "same, split",
+                format!("{r0_split:.3}"),
+                "≤ 2",
+                r0_split <= 2.0,
+            ),
+            target(
+                "group r2 p50 / etcd put p50",
+                format!("{r2:.3}"),
+                "< 1",
+                r2 < 1.0,
+            ),
+            // The paper counts the messages of the protocol proper; status
+            // traffic (heartbeats, status requests) may add a little.
+            target(
+                "datagrams per message, r = 0",
+                format!("{pk:.3}"),
+                "≤ 2 + 0.5 %",
+                pk <= 2.01,
+            ),
+            target(
+                "fail-over, r = 1 (ms)",
+                format!("{fo:.3}"),
+                "≤ 500",
+                fo <= 500.0,
+            ),
+        ],
+    );
     t.push_str(&format!(
         "\nFor information: unpinned, group r0 p50 / null RPC p50 is {r0:.3}. Left to the scheduler,\n\
          the group's threads and the RPC's are placed independently, and the ratio may compare a\n\

@@ -48,6 +48,7 @@ mod fusenull;
 pub mod group;
 pub mod grpc;
 mod peers;
+mod report;
 pub mod rpc;
 mod sshd;
 mod stats;

@@ -25,6 +25,7 @@ use shoal_cluster::Cluster;
 use crate::agent::ClusterGuard;
 use shoal_rpc::{Context, GetPort};
 
+use crate::report::{self, at_least, at_most};
 use crate::stats::{median, percentile_us};
 use crate::{grpc, tls};
 
@@ -507,70 +508,56 @@ fn table(m: &BTreeMap<String, f64>) -> String {
         t.push('\n');
     }
     t.push_str("| Amoeba 1991 kernel RPC | 0.79 | | |\n| Sprite 1991 kernel RPC | 0.80 | | |\n");
-    t.push_str("\n## Targets\n\n| target | measured | goal | |\n|---|---:|---:|---|\n");
-    let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
-    let rows = [
-        (
-            "null RPC p50 / raw UDP p50",
-            g("null_rpc_rtt_us_p50") / g("raw_udp_rtt_us_p50"),
-            "≤ 1.30",
-            g("null_rpc_rtt_us_p50") / g("raw_udp_rtt_us_p50") <= 1.3,
-        ),
-        (
-            "same, pinned",
-            g("null_rpc_rtt_us_p50_pinned") / g("raw_udp_rtt_us_p50_pinned"),
-            "≤ 1.30",
-            g("null_rpc_rtt_us_p50_pinned") / g("raw_udp_rtt_us_p50_pinned") <= 1.3,
-        ),
-        (
-            "gRPC p50 / null RPC p50",
-            g("grpc_null_rtt_us_p50") / g("null_rpc_rtt_us_p50"),
-            "≥ 3.0",
-            g("grpc_null_rtt_us_p50") / g("null_rpc_rtt_us_p50") >= 3.0,
-        ),
-        (
-            "same, pinned",
-            g("grpc_null_rtt_us_p50_pinned") / g("null_rpc_rtt_us_p50_pinned"),
-            "≥ 3.0",
-            g("grpc_null_rtt_us_p50_pinned") / g("null_rpc_rtt_us_p50_pinned") >= 3.0,
-        ),
-        (
-            "gRPC over TLS p50 / null RPC p50",
-            g("grpc_tls_null_rtt_us_p50") / g("null_rpc_rtt_us_p50"),
-            "≥ 5.0",
-            g("grpc_tls_null_rtt_us_p50") / g("null_rpc_rtt_us_p50") >= 5.0,
-        ),
-        (
-            "same, pinned",
-            g("grpc_tls_null_rtt_us_p50_pinned") / g("null_rpc_rtt_us_p50_pinned"),
-            "≥ 5.0",
-            g("grpc_tls_null_rtt_us_p50_pinned") / g("null_rpc_rtt_us_p50_pinned") >= 5.0,
-        ),
-        (
-            "64 MiB RPC / TLS stream",
-            g("bulk_64mib_mib_s") / g("tls_stream_mib_s"),
-            "≥ 1.10",
-            g("bulk_64mib_mib_s") / g("tls_stream_mib_s") >= 1.1,
-        ),
-        (
-            "node session handshake (µs)",
-            g("session_handshake_us"),
-            "≤ 1000",
-            g("session_handshake_us") <= 1000.0,
-        ),
-        (
-            "capability verify (ns)",
-            g("cap_verify_ns"),
-            "≤ 1000",
-            g("cap_verify_ns") <= 1000.0,
-        ),
-    ];
-    for (name, value, goal, ok) in rows {
-        t.push_str(&format!(
-            "| {name} | {value:.2} | {goal} | {} |\n",
-            verdict(ok)
-        ));
-    }
+    let ratio = |a: &str, b: &str| g(a) / g(b);
+    report::targets(
+        &mut t,
+        &[
+            at_most(
+                "null RPC p50 / raw UDP p50",
+                ratio("null_rpc_rtt_us_p50", "raw_udp_rtt_us_p50"),
+                1.3,
+            ),
+            at_most(
+                "same, pinned",
+                ratio("null_rpc_rtt_us_p50_pinned", "raw_udp_rtt_us_p50_pinned"),
+                1.3,
+            ),
+            at_least(
+                "gRPC p50 / null RPC p50",
+                ratio("grpc_null_rtt_us_p50", "null_rpc_rtt_us_p50"),
+                3.0,
+            ),
+            at_least(
+                "same, pinned",
+                ratio("grpc_null_rtt_us_p50_pinned", "null_rpc_rtt_us_p50_pinned"),
+                3.0,
+            ),
+            at_least(
+                "gRPC over TLS p50 / null RPC p50",
+                ratio("grpc_tls_null_rtt_us_p50", "null_rpc_rtt_us_p50"),
+                5.0,
+            ),
+            at_least(
+                "same, pinned",
+                ratio(
+                    "grpc_tls_null_rtt_us_p50_pinned",
+                    "null_rpc_rtt_us_p50_pinned",
+                ),
+                5.0,
+            ),
+            at_least(
+                "64 MiB RPC / TLS stream",
+                ratio("bulk_64mib_mib_s", "tls_stream_mib_s"),
+                1.1,
+            ),
+            at_most(
+                "node session handshake (µs)",
+                g("session_handshake_us"),
+                1000.0,
+            ),
+            at_most("capability verify (ns)", g("cap_verify_ns"), 1000.0),
+        ],
+    );
     t.push_str(&format!(
         "\nThe AEAD's in-memory seal-and-open rate, the ceiling of any encrypted transfer \
          on this CPU: {:.0} MiB/s.\n",

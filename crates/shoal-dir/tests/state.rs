@@ -34,16 +34,38 @@ impl T {
             seq: 0,
         }
     }
-    fn w(&mut self, op: Op) -> Result<Answer, DirError> {
+    /// The client's next request.
+    fn next(&mut self, op: Op) -> Request {
         self.seq += 1;
-        let req = Request {
+        Request {
             client: 1,
             seq: self.seq,
             min_index: 0,
             flags: 0,
             op,
-        };
+        }
+    }
+    fn w(&mut self, op: Op) -> Result<Answer, DirError> {
+        let req = self.next(op);
         self.s.apply(&req).response().result.clone()
+    }
+    /// Appends `name` to `dir` and deletes it again, logging both in `buf`.
+    fn append_delete(&mut self, dir: Capability, name: &[u8], buf: &mut LogBuffer) {
+        let append = Op::Append {
+            dir,
+            name: name.to_vec(),
+            caps: vec![obj(1)],
+            masks: vec![Rights::ALL; 3],
+        };
+        let delete = Op::Delete {
+            dir,
+            name: name.to_vec(),
+        };
+        for op in [append, delete] {
+            let req = self.next(op);
+            let r = self.s.apply(&req);
+            buf.push(r.response().index, &req, &req.encode());
+        }
     }
     fn mkdir(&mut self) -> Capability {
         match self.w(Op::CreateDir {
@@ -527,57 +549,11 @@ fn temporary_names_cancel_out_in_the_log() {
     let d = t.mkdir();
     let mut buf = LogBuffer::new();
     for i in 0..100 {
-        let name = format!("tmp{i}");
-        for op in [
-            Op::Append {
-                dir: d,
-                name: name.clone().into(),
-                caps: vec![obj(1)],
-                masks: vec![Rights::ALL; 3],
-            },
-            Op::Delete {
-                dir: d,
-                name: name.into(),
-            },
-        ] {
-            t.seq += 1;
-            let req = Request {
-                client: 1,
-                seq: t.seq,
-                min_index: 0,
-                flags: 0,
-                op,
-            };
-            let r = t.s.apply(&req);
-            buf.push(r.response().index, &req, &req.encode());
-        }
+        t.append_delete(d, format!("tmp{i}").as_bytes(), &mut buf);
     }
     assert_eq!(buf.cancelled_pairs, 100);
     assert_eq!(buf.take(false), None, "nothing reaches the disk");
-    // With marks (fsync mode) only the index is written.
-    for op in [
-        Op::Append {
-            dir: d,
-            name: b"x".to_vec(),
-            caps: vec![obj(1)],
-            masks: vec![Rights::ALL; 3],
-        },
-        Op::Delete {
-            dir: d,
-            name: b"x".to_vec(),
-        },
-    ] {
-        t.seq += 1;
-        let req = Request {
-            client: 1,
-            seq: t.seq,
-            min_index: 0,
-            flags: 0,
-            op,
-        };
-        let r = t.s.apply(&req);
-        buf.push(r.response().index, &req, &req.encode());
-    }
+    t.append_delete(d, b"x", &mut buf);
     // With marks (the fsync mode) the sessions of the two writes and the
     // index are written, so a retry after recovery is answered, not
     // applied again.

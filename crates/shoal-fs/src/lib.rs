@@ -53,6 +53,9 @@ pub mod tree;
 pub mod update;
 pub mod xattr;
 
+#[cfg(test)]
+mod testing;
+
 pub use model::{Attr, FsError, Identity, Ino, Kind};
 pub use tree::{Applied, Tree};
 pub use update::{Update, UpdateOp};

@@ -580,36 +580,29 @@ mod tests {
         }
     }
 
+    /// Offers `inc` each fragment of `steps` in turn, `(index, count,
+    /// total length, fill byte, length)`, and checks what it answers.
+    fn offer(inc: &mut Incoming, steps: &[(u32, u32, u64, u8, usize, Added)]) {
+        for (i, &(index, count, total, fill, len, want)) in steps.iter().enumerate() {
+            let got = inc.add(Frag { index, count }, total, &vec![fill; len]);
+            assert_eq!(got, want, "step {i}: fragment {index} of {count}");
+        }
+    }
+
     #[test]
     fn inconsistent_fragments_are_rejected() {
         let mut inc = Incoming::new(250, 3, u64::MAX).unwrap();
-        assert_eq!(
-            inc.add(Frag { index: 0, count: 3 }, 250, &[0; 100]),
-            Added::New
-        );
-        assert_eq!(
-            inc.add(Frag { index: 1, count: 3 }, 250, &[0; 99]),
-            Added::Invalid
-        );
-        assert_eq!(
-            inc.add(Frag { index: 2, count: 3 }, 250, &[0; 60]),
-            Added::Invalid
-        );
-        assert_eq!(
-            inc.add(Frag { index: 2, count: 4 }, 250, &[0; 50]),
-            Added::Invalid
-        );
-        assert_eq!(
-            inc.add(Frag { index: 2, count: 3 }, 251, &[0; 50]),
-            Added::Invalid
-        );
-        assert_eq!(
-            inc.add(Frag { index: 2, count: 3 }, 250, &[0; 50]),
-            Added::New
-        );
-        assert_eq!(
-            inc.add(Frag { index: 0, count: 3 }, 250, &[0; 100]),
-            Added::Duplicate
+        offer(
+            &mut inc,
+            &[
+                (0, 3, 250, 0, 100, Added::New),
+                (1, 3, 250, 0, 99, Added::Invalid),
+                (2, 3, 250, 0, 60, Added::Invalid),
+                (2, 4, 250, 0, 50, Added::Invalid),
+                (2, 3, 251, 0, 50, Added::Invalid),
+                (2, 3, 250, 0, 50, Added::New),
+                (0, 3, 250, 0, 100, Added::Duplicate),
+            ],
         );
         assert!(!inc.is_complete());
     }
@@ -617,17 +610,13 @@ mod tests {
     #[test]
     fn last_fragment_first_fixes_the_fragment_size() {
         let mut inc = Incoming::new(250, 3, u64::MAX).unwrap();
-        assert_eq!(
-            inc.add(Frag { index: 2, count: 3 }, 250, &[2; 50]),
-            Added::New
-        );
-        assert_eq!(
-            inc.add(Frag { index: 0, count: 3 }, 250, &[0; 100]),
-            Added::Refill
-        );
-        assert_eq!(
-            inc.add(Frag { index: 1, count: 3 }, 250, &[1; 100]),
-            Added::Refill
+        offer(
+            &mut inc,
+            &[
+                (2, 3, 250, 2, 50, Added::New),
+                (0, 3, 250, 0, 100, Added::Refill),
+                (1, 3, 250, 1, 100, Added::Refill),
+            ],
         );
         let body = inc.into_body();
         assert_eq!(&body[200..], &[2; 50]);

@@ -27,7 +27,7 @@ use shoal_node::gossip::{ANNOUNCE_EVERY, Announcer, Answer, answer, newer};
 use shoal_session::{AdminKey, ClusterId, RevocationList, ServiceEntry, ServiceMap};
 use shoal_wire::NodeMsg;
 
-use crate::timeline::{Timeline, tick};
+use crate::timeline::{Timeline, Trace, tick};
 
 /// A scenario's shape.
 #[derive(Debug, Clone)]
@@ -70,6 +70,8 @@ pub struct GossipReport {
     pub crashes: u64,
     pub records_sent: u64,
     pub violations: Vec<String>,
+    /// The run's trace (with `SHOAL_SIM_TRACE` set): its violations.
+    pub trace: Vec<String>,
 }
 
 /// The two records, by the tags that carry their versions and bytes.
@@ -117,6 +119,7 @@ pub struct GossipSim {
     calm: bool,
     /// Records sent since the last check.
     sent_records: u64,
+    trace: Trace,
     report: GossipReport,
 }
 
@@ -147,6 +150,7 @@ impl GossipSim {
             history: [Vec::new(), Vec::new()],
             calm: false,
             sent_records: 0,
+            trace: Trace::from_env(),
             report: GossipReport::default(),
         }
     }
@@ -169,16 +173,20 @@ impl GossipSim {
         }
         let settled = run + 2 * ANNOUNCE_EVERY + Duration::from_secs(1);
         self.until(settled);
+        let mut healed = Vec::new();
         for (i, n) in self.nodes.iter().enumerate() {
             for (k, held) in n.held.iter().enumerate() {
                 let version = held.as_ref().map_or(0, |h| h.0);
                 if version != self.issued[k] {
                     let issued = self.issued[k];
-                    self.report.violations.push(format!(
+                    healed.push(format!(
                         "after the heal node {i} holds version {version} of record {k}, not {issued}"
                     ));
                 }
             }
+        }
+        for v in healed {
+            self.violation(v);
         }
         self.sent_records = 0;
         let quiet = settled + 3 * ANNOUNCE_EVERY;
@@ -187,13 +195,14 @@ impl GossipSim {
             let n = self.sent_records;
             self.violation(format!("{n} records sent after every node agreed"));
         }
+        self.report.trace = self.trace.lines().to_vec();
         self.report
     }
 
     fn violation(&mut self, what: String) {
-        self.report
-            .violations
-            .push(format!("t={:?}: {what}", self.now));
+        let what = format!("t={:?}: {what}", self.now);
+        self.trace
+            .violation(tick(self.now).0, &mut self.report.violations, what);
     }
 
     fn schedule(&mut self, at: Duration, e: Event) {

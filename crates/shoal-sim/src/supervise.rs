@@ -31,7 +31,7 @@ use shoal_node::supervise::{
     Supervisor,
 };
 
-use crate::timeline::{Timeline, tick};
+use crate::timeline::{Timeline, Trace, tick};
 
 /// A scenario's shape.
 #[derive(Debug, Clone)]
@@ -70,6 +70,8 @@ pub struct SuperviseReport {
     pub kills: u64,
     pub commands: u64,
     pub violations: Vec<String>,
+    /// The run's trace (with `SHOAL_SIM_TRACE` set).
+    pub trace: Vec<String>,
 }
 
 /// Longest a spawn takes at the edge.
@@ -127,8 +129,8 @@ pub struct SuperviseSim {
     next_pid: u64,
     /// Faults and commands stop after `cfg.run`.
     calm: bool,
-    /// Every step, printed as it happens when `SHOAL_SIM_TRACE` is set.
-    trace: bool,
+    /// Every step (with `SHOAL_SIM_TRACE` set).
+    trace: Trace,
     report: SuperviseReport,
 }
 
@@ -143,7 +145,7 @@ impl SuperviseSim {
             events: Timeline::new(),
             next_pid: 1,
             calm: false,
-            trace: std::env::var_os("SHOAL_SIM_TRACE").is_some(),
+            trace: Trace::from_env(),
             report: SuperviseReport::default(),
         }
     }
@@ -184,6 +186,7 @@ impl SuperviseSim {
         if !self.sup.all_ended() || self.models.values().any(|m| m.child.is_some()) {
             self.violation("after shutdown, children still run".to_string());
         }
+        self.report.trace = self.trace.lines().to_vec();
         self.report
     }
 
@@ -199,16 +202,14 @@ impl SuperviseSim {
         }
     }
 
-    fn log(&self, what: impl FnOnce() -> String) {
-        if self.trace {
-            eprintln!("t={:?}: {}", self.now, what());
-        }
+    fn log(&mut self, what: impl FnOnce() -> String) {
+        self.trace.line(tick(self.now).0, what);
     }
 
     fn violation(&mut self, what: String) {
-        self.report
-            .violations
-            .push(format!("t={:?}: {what}", self.now));
+        let what = format!("t={:?}: {what}", self.now);
+        self.trace
+            .violation(tick(self.now).0, &mut self.report.violations, what);
     }
 
     fn schedule(&mut self, at: Duration, e: Event) {

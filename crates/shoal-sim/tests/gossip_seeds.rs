@@ -19,6 +19,7 @@ fn run(name: &str, cfg: GossipSimConfig) {
                 ("crashes", r.crashes),
             ],
             violations: r.violations,
+            trace: r.trace,
             ..SeedRun::default()
         }
     });

@@ -20,6 +20,7 @@ fn run(name: &str, cfg: SuperviseSimConfig) {
                 ("commands", r.commands),
             ],
             violations: r.violations,
+            trace: r.trace,
             ..SeedRun::default()
         }
     });

@@ -89,6 +89,13 @@ struct Service {
 }
 
 impl Service {
+    /// Started and its root directory made (from n4).
+    fn ready(c: &Cluster, durability: &str) -> Service {
+        let s = Service::start(c, durability);
+        s.ok(c, "n4", &["init"]);
+        s
+    }
+
     fn start(c: &Cluster, durability: &str) -> Service {
         let dir = tempfile::tempdir().unwrap();
         let replicas = (0..3)
@@ -170,20 +177,12 @@ impl Service {
     /// Waits until every replica is a member of the group (a replica
     /// holds the directory only from then on).
     fn all_members(&self, c: &Cluster) {
-        let deadline = Instant::now() + Duration::from_secs(40);
-        loop {
-            let out = self.cli(c, "n4", &["dir", "status", "--all"]);
-            let text = String::from_utf8_lossy(&out.stdout).to_string();
-            if out.status.success() && text.lines().skip(1).all(|l| l.contains(" member ")) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "replicas did not all join: {text}\n{}",
-                self.logs()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        common::until_output(
+            "replicas all joining",
+            || self.cli(c, "n4", &["dir", "status", "--all"]),
+            |text| text.lines().skip(1).all(|l| l.contains(" member ")),
+            || self.logs(),
+        );
     }
 
     fn logs(&self) -> String {
@@ -396,8 +395,7 @@ fn check_linearizable(records: &[Record], s: &Service) {
 fn linearizable_through_sigkill_sigstop_and_partitions() {
     let tc = TestCluster::up("db", 28, 5, Mode::Netns);
     let c = tc.get();
-    let mut s = Service::start(c, "fsync");
-    s.ok(c, "n4", &["init"]);
+    let mut s = Service::ready(c, "fsync");
     s.all_members(c);
     // The fault thread owns the replicas meanwhile.
     let mut replicas = std::mem::take(&mut s.replicas);
@@ -428,8 +426,7 @@ fn acknowledged_updates_survive_losing_replicas() {
     let tc = TestCluster::up("dc", 29, 4, Mode::Netns);
     let c = tc.get();
     // fsync: every replica SIGKILLed at once loses nothing acknowledged.
-    let mut s = Service::start(c, "fsync");
-    s.ok(c, "n4", &["init"]);
+    let mut s = Service::ready(c, "fsync");
     s.ok(c, "n4", &["dir", "mkdir", "d"]);
     let d = s.ok(c, "n4", &["dir", "lookup", "d"]);
     for i in 0..20 {
@@ -454,8 +451,7 @@ fn acknowledged_updates_survive_losing_replicas() {
     drop(s);
 
     // replicated: r = 2 of 3 SIGKILLed at once loses nothing acknowledged.
-    let mut s = Service::start(c, "replicated");
-    s.ok(c, "n4", &["init"]);
+    let mut s = Service::ready(c, "replicated");
     s.ok(c, "n4", &["dir", "mkdir", "d"]);
     s.all_members(c);
     for i in 0..20 {
@@ -534,8 +530,7 @@ fn workload(s: &Service, c: &Cluster, seed: &str) -> String {
 fn clients_write_at_the_sequencers_replica_and_follow_it_when_it_dies() {
     let tc = TestCluster::up("dd", 54, 4, Mode::Netns);
     let c = tc.get();
-    let mut s = Service::start(c, "replicated");
-    s.ok(c, "n4", &["init"]);
+    let mut s = Service::ready(c, "replicated");
     s.all_members(c);
     // Every replica agrees where writes go, and a client that writes more
     // than once sends them there: the other replicas take at most its

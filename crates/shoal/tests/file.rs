@@ -35,21 +35,12 @@ impl Files {
             let s = f.server(c, i);
             f.servers.push(s);
         }
-        // Every server registered.
-        let deadline = Instant::now() + Duration::from_secs(40);
-        loop {
-            let out = f.cli(c, "n4", &["file", "servers"]);
-            let text = String::from_utf8_lossy(&out.stdout).to_string();
-            if out.status.success() && text.lines().filter(|l| l.contains("files=")).count() == 3 {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "servers did not register: {text}\n{}",
-                f.logs()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        common::until_output(
+            "servers registering",
+            || f.cli(c, "n4", &["file", "servers"]),
+            |text| text.lines().filter(|l| l.contains("files=")).count() == 3,
+            || f.logs(),
+        );
         f
     }
 

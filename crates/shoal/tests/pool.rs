@@ -35,6 +35,12 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// Checks that `stderr` says `what`, printing all it said if not.
+fn assert_says(stderr: &[u8], what: &str) {
+    let said = text(stderr);
+    assert!(said.contains(what), "{said}");
+}
+
 /// Whether a process whose command line matches `pattern` runs.
 fn running(pattern: &str) -> bool {
     !Command::new("pgrep")
@@ -107,11 +113,7 @@ fn a_program_runs_elsewhere_as_if_it_ran_here() {
     // A node the cluster does not have: refused at once.
     let out = run_from(c, "n1", "n9", d, &["true"], b"");
     assert_eq!(out.status.code(), Some(125));
-    assert!(
-        text(&out.stderr).contains("no node named n9"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_says(&out.stderr, "no node named n9");
 
     // Input, at volume, byte for byte.
     let data: Vec<u8> = (0..24u32 << 20)
@@ -129,11 +131,7 @@ fn a_program_runs_elsewhere_as_if_it_ran_here() {
     // and one line saying why.
     let out = run_from(c, "n1", "n2", d, &["no-such-program-here"], b"");
     assert_eq!(out.status.code(), Some(125));
-    assert!(
-        text(&out.stderr).contains("cannot start no-such-program-here"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_says(&out.stderr, "cannot start no-such-program-here");
     // A home whose own working directory is gone says so.
     let gone = dir.path().join("gone");
     std::fs::create_dir(&gone).unwrap();
@@ -147,11 +145,7 @@ fn a_program_runs_elsewhere_as_if_it_ran_here() {
     std::fs::remove_dir(&gone).unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(!out.status.success());
-    assert!(
-        text(&out.stderr).contains("no working directory"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_says(&out.stderr, "no working directory");
 }
 
 #[test]
@@ -220,11 +214,7 @@ fn signals_reach_the_program_and_its_end_comes_back() {
     c.kill("n3").unwrap();
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(255));
-    assert!(
-        text(&out.stderr).contains("node n3 is unreachable"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_says(&out.stderr, "node n3 is unreachable");
     // The program died with its node's daemon.
     await_process(
         &format!("sleep {other}"),
@@ -325,11 +315,7 @@ fn placement_avoids_owner_active_nodes_and_spreads_a_burst() {
     };
     let out = run_any(&[]);
     assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("every node's owner is active"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_says(&out.stderr, "every node's owner is active");
     let out = run_any(&["--allow-owner-active"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "ran\n");
@@ -437,18 +423,10 @@ fn the_home_answers_for_its_processes() {
     let out = shoal_on(c, "n3", &["kill", &id]);
     assert_eq!(out.status.code(), Some(1));
     // The home's error names the process as ps does.
-    assert!(
-        text(&out.stderr).contains(&format!("process {id} has ended")),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_says(&out.stderr, &format!("process {id} has ended"));
     let out = shoal_on(c, "n3", &["wait", "n1.999999"]);
     assert_eq!(out.status.code(), Some(127), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("n1.999999"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_says(&out.stderr, "n1.999999");
     let out = shoal_on(c, "n3", &["kill", "-NOSUCH", &id]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
 
@@ -546,11 +524,7 @@ fn the_home_answers_for_its_processes() {
     let out = queued.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "queued\n");
-    assert!(
-        text(&out.stderr).contains("waiting for a node"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_says(&out.stderr, "waiting for a node");
 }
 
 /// A `shoal run -t` under a terminal of its own (made by script(1)), with
@@ -769,11 +743,7 @@ fn shoal_make_spreads_recipes_and_keeps_make_s_semantics() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     // The default: every node's cores.
     let cores = std::thread::available_parallelism().unwrap().get() * 3;
-    assert!(
-        text(&out.stderr).contains(&format!("{cores} jobs at once")),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_says(&out.stderr, &format!("{cores} jobs at once"));
     // Each job's lines together.
     let stdout = text(&out.stdout);
     for i in 1..=9 {
@@ -809,11 +779,7 @@ fn shoal_make_spreads_recipes_and_keeps_make_s_semantics() {
     // starts nothing more; -k goes on with what does not depend on it.
     let out = make(&["fail", "other"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("fail] Error 3"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_says(&out.stderr, "fail] Error 3");
     assert!(!text(&out.stdout).contains("other ran"));
     let out = make(&["-k", "fail", "other"]);
     assert_eq!(out.status.code(), Some(2));

@@ -384,39 +384,24 @@ impl ClientAgent {
         );
         let start = Instant::now();
         let until = start + Duration::from_millis(ms);
-        let results: Vec<Result<Vec<Duration>, String>> = std::thread::scope(|sc| {
-            let handles: Vec<_> = clients
-                .into_iter()
-                .map(|mut c| {
-                    let body = body.clone();
-                    sc.spawn(move || -> Result<Vec<Duration>, String> {
-                        let mut lat = Vec::with_capacity(1 << 16);
-                        while Instant::now() < until {
-                            let t = Instant::now();
-                            let reply = c.trans(&port, body.clone()).map_err(|e| e.to_string())?;
-                            lat.push(t.elapsed());
-                            match Response::decode(&reply) {
-                                Ok(Response {
-                                    result: Ok(Answer::Caps(_)),
-                                    ..
-                                }) => {}
-                                other => return Err(format!("lookup: {other:?}")),
-                            }
-                        }
-                        Ok(lat)
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err("a thread panicked".into())))
-                .collect()
-        });
+        let results = on_threads(clients, |mut c| {
+            let mut lat = Vec::with_capacity(1 << 16);
+            while Instant::now() < until {
+                let t = Instant::now();
+                let reply = c.trans(&port, body.clone()).map_err(|e| e.to_string())?;
+                lat.push(t.elapsed());
+                match Response::decode(&reply) {
+                    Ok(Response {
+                        result: Ok(Answer::Caps(_)),
+                        ..
+                    }) => {}
+                    other => return Err(format!("lookup: {other:?}")),
+                }
+            }
+            Ok(lat)
+        })?;
         let secs = start.elapsed().as_secs_f64();
-        let mut all = Vec::new();
-        for r in results {
-            all.extend(r?);
-        }
+        let mut all: Vec<Duration> = results.into_iter().flatten().collect();
         let count = all.len();
         Ok(json!({
             "per_s": count as f64 / secs,
@@ -440,35 +425,41 @@ impl ClientAgent {
         let start = Instant::now();
         let until = start + Duration::from_millis(ms);
         let ctx = &self.ctx;
-        let results: Vec<Result<u64, String>> = std::thread::scope(|sc| {
-            let handles: Vec<_> = (0..threads.max(1))
-                .map(|t| {
-                    sc.spawn(move || -> Result<u64, String> {
-                        let mut c = DirClient::with_port(ctx, port).map_err(|e| e.to_string())?;
-                        let mut writes = 0u64;
-                        while Instant::now() < until {
-                            let name = format!("u{t}-{writes}");
-                            c.append(&dir, &name, &[dir], Some(&masks()))
-                                .and_then(|()| c.delete(&dir, &name))
-                                .map_err(|e| format!("update: {e}"))?;
-                            writes += 2;
-                        }
-                        Ok(writes)
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err("a thread panicked".into())))
-                .collect()
-        });
+        let results = on_threads((0..threads.max(1)).collect(), |t| {
+            let mut c = DirClient::with_port(ctx, port).map_err(|e| e.to_string())?;
+            let mut writes = 0u64;
+            while Instant::now() < until {
+                let name = format!("u{t}-{writes}");
+                c.append(&dir, &name, &[dir], Some(&masks()))
+                    .and_then(|()| c.delete(&dir, &name))
+                    .map_err(|e| format!("update: {e}"))?;
+                writes += 2;
+            }
+            Ok(writes)
+        })?;
         let secs = start.elapsed().as_secs_f64();
-        let mut writes = 0;
-        for r in results {
-            writes += r?;
-        }
+        let writes: u64 = results.into_iter().sum();
         Ok(json!({ "per_s": writes as f64 / secs, "writes": writes, "secs": secs }))
     }
+}
+
+/// Runs `work` on each of `items`, every one on a thread of its own, and
+/// returns what they made, or the first error in the order of `items`.
+fn on_threads<I: Send, T: Send>(
+    items: Vec<I>,
+    work: impl Fn(I) -> Result<T, String> + Sync,
+) -> Result<Vec<T>, String> {
+    std::thread::scope(|sc| {
+        let work = &work;
+        let handles: Vec<_> = items
+            .into_iter()
+            .map(|item| sc.spawn(move || work(item)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a thread panicked".into())))
+            .collect()
+    })
 }
 
 /// An RPC client located at one replica of `service` (whose port is

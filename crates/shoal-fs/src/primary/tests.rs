@@ -112,6 +112,17 @@ fn req(session: u64, op: Op) -> Request {
     }
 }
 
+/// Session `session`'s events request, confirming nothing (it renews the
+/// lease).
+fn events(session: u64) -> Request {
+    req(
+        session,
+        Op::Events {
+            confirm: Vec::new(),
+        },
+    )
+}
+
 fn open(ino: Ino, want: Want, id: u64) -> Op {
     Op::Open {
         ino,
@@ -147,17 +158,7 @@ fn a_conflicting_open_waits_for_the_recall_and_its_answer() {
     };
     assert_eq!(grant.level, Level::Write);
     // A's events request is parked; B's open recalls A's token.
-    soft.request(
-        &mut w,
-        now,
-        2,
-        req(
-            A,
-            Op::Events {
-                confirm: Vec::new(),
-            },
-        ),
-    );
+    soft.request(&mut w, now, 2, events(A));
     assert!(soft.answers().is_empty());
     soft.request(&mut w, now, 3, req(B, open(ino, Want::OpenRead, 2)));
     let answers = soft.answers();
@@ -225,17 +226,7 @@ fn a_lease_that_runs_out_frees_what_its_client_held() {
     assert!(soft.answers().is_empty());
     // B renews (its events request); A never answers and its lease ends.
     let later = now + LEASE_US / 2;
-    soft.request(
-        &mut w,
-        later,
-        3,
-        req(
-            B,
-            Op::Events {
-                confirm: Vec::new(),
-            },
-        ),
-    );
+    soft.request(&mut w, later, 3, events(B));
     soft.tick(&mut w, now + LEASE_US);
     let answers = soft.answers();
     assert!(
@@ -266,30 +257,10 @@ fn a_write_shared_files_overlay_is_stored_before_it_is_cached_again() {
     let (mut w, mut soft, ino) = set_up(true);
     let now = GRACE_US + 1;
     soft.request(&mut w, now, 1, req(A, open(ino, Want::OpenWrite, 1)));
-    soft.request(
-        &mut w,
-        now,
-        2,
-        req(
-            B,
-            Op::Events {
-                confirm: Vec::new(),
-            },
-        ),
-    );
+    soft.request(&mut w, now, 2, events(B));
     soft.answers();
     // A keeps its open through B's recall: the file is write-shared.
-    soft.request(
-        &mut w,
-        now,
-        3,
-        req(
-            A,
-            Op::Events {
-                confirm: Vec::new(),
-            },
-        ),
-    );
+    soft.request(&mut w, now, 3, events(A));
     soft.request(&mut w, now, 4, req(B, open(ino, Want::OpenWrite, 2)));
     let g = soft
         .answers()

@@ -9,16 +9,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::model::ROOT;
-use crate::tree::Applied;
-use crate::update::Update;
-
-fn alice() -> Identity {
-    Identity::user(1000, 1000)
-}
-
-fn bob() -> Identity {
-    Identity::user(1001, 1001)
-}
+use crate::testing::{alice, bob, create, first, update};
 
 /// A primary's tree with a world-writable `/tmp`, a private directory
 /// `/tmp/d` of alice's adopted by a client, and that client's copy.
@@ -68,32 +59,14 @@ impl World {
     /// An update the primary orders.
     fn apply(&mut self, who: &Identity, op: UpdateOp) -> Result<Answer, FsError> {
         self.seq += 1;
-        let u = Update {
-            session: 5,
-            seq: self.seq,
-            who: who.clone(),
-            now: self.now(),
-            op,
-        };
-        match self.primary.apply(&u) {
-            Applied::New(r) => r,
-            Applied::Duplicate(r) => panic!("duplicate {r:?}"),
-        }
+        let u = update(5, self.seq, who, self.now(), op);
+        first(self.primary.apply(&u))
     }
 
     fn create_op(&mut self, parent: Ino, name: &[u8], kind: Kind, perm: u16) -> UpdateOp {
         self.next += 1;
-        UpdateOp::Create {
-            parent,
-            name: name.to_vec(),
-            kind,
-            perm,
-            rdev: 0,
-            ino: self.next - 1,
-            secret: [self.next as u8; 16],
-            target: Vec::new(),
-            excl: true,
-        }
+        let secret = [self.next as u8; 16];
+        create((parent, name), kind, perm, self.next - 1, secret, b"")
     }
 
     /// Made at the primary.
@@ -109,6 +82,26 @@ impl World {
     fn local(&mut self, who: &Identity, op: UpdateOp) -> Result<Answer, FsError> {
         let now = self.now();
         self.client.change(who, now, op, self.clock as u64)
+    }
+
+    /// Made by alice in the client's copy: its attributes.
+    fn made_here(&mut self, parent: Ino, name: &[u8], kind: Kind, perm: u16) -> Attr {
+        let op = self.create_op(parent, name, kind, perm);
+        match self.local(&alice(), op) {
+            Ok(Answer::Entry { attr, .. }) => attr,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Unlinked by alice in the client's copy.
+    fn unlink_here(&mut self, parent: Ino, name: &[u8], dir: bool, open: bool) {
+        let op = UpdateOp::Unlink {
+            parent,
+            name: name.to_vec(),
+            dir,
+            open,
+        };
+        self.local(&alice(), op).unwrap();
     }
 
     fn push(&mut self) {
@@ -352,19 +345,10 @@ fn a_temporary_file_leaves_one_setting_of_its_directorys_times() {
     let mut w = World::new();
     let mut unlinked = Time::default();
     for round in 0..100 {
-        let op = w.create_op(w.d, b"tmp", Kind::File, 0o600);
-        let Ok(Answer::Entry { attr, .. }) = w.local(&alice(), op) else {
-            panic!()
-        };
+        let attr = w.made_here(w.d, b"tmp", Kind::File, 0o600);
         // Open while it is unlinked: it goes at the close.
         *w.opens.entry(attr.ino).or_default() += 1;
-        let op = UpdateOp::Unlink {
-            parent: w.d,
-            name: b"tmp".to_vec(),
-            dir: false,
-            open: true,
-        };
-        w.local(&alice(), op).unwrap();
+        w.unlink_here(w.d, b"tmp", false, true);
         unlinked = Time::new(w.clock, 7);
         // The create and the unlink, after the times set last round.
         assert_eq!(w.client.pending_len(), if round == 0 { 2 } else { 3 });
@@ -399,13 +383,7 @@ fn a_change_that_decides_another_inodes_fate_is_pushed() {
         open_victim: false,
     };
     w.local(&alice(), op).unwrap();
-    let op = UpdateOp::Unlink {
-        parent: w.d,
-        name: b"keep".to_vec(),
-        dir: false,
-        open: false,
-    };
-    w.local(&alice(), op).unwrap();
+    w.unlink_here(w.d, b"keep", false, false);
     assert_eq!(w.client.pending_len(), 3);
     w.push();
     w.agree();
@@ -423,18 +401,9 @@ fn only_changes_of_names_and_attributes_are_made_here() {
 #[test]
 fn an_inode_removed_in_the_copy_is_still_mentioned_until_the_push() {
     let mut w = World::new();
-    let op = w.create_op(w.d, b"sub", Kind::Dir, 0o755);
-    let Ok(Answer::Entry { attr, .. }) = w.local(&alice(), op) else {
-        panic!()
-    };
+    let attr = w.made_here(w.d, b"sub", Kind::Dir, 0o755);
     w.push();
-    let op = UpdateOp::Unlink {
-        parent: w.d,
-        name: b"sub".to_vec(),
-        dir: true,
-        open: false,
-    };
-    w.local(&alice(), op).unwrap();
+    w.unlink_here(w.d, b"sub", true, false);
     // Gone from the copy, still at the primary: a recall of it must wait
     // for the push that removes it there.
     assert!(!w.client.holds(attr.ino));
@@ -447,24 +416,12 @@ fn an_inode_removed_in_the_copy_is_still_mentioned_until_the_push() {
 #[test]
 fn a_new_primary_is_asked_for_every_inode_a_push_may_name() {
     let mut w = World::new();
-    let op = w.create_op(w.d, b"sub", Kind::Dir, 0o755);
-    let Ok(Answer::Entry { attr: sub, .. }) = w.local(&alice(), op) else {
-        panic!()
-    };
+    let sub = w.made_here(w.d, b"sub", Kind::Dir, 0o755);
     w.push();
     // Removed from the copy, not yet at the primary; and one made since
     // the last push (a push whose answer was lost may have made it).
-    let op = UpdateOp::Unlink {
-        parent: w.d,
-        name: b"sub".to_vec(),
-        dir: true,
-        open: false,
-    };
-    w.local(&alice(), op).unwrap();
-    let op = w.create_op(w.d, b"new", Kind::File, 0o644);
-    let Ok(Answer::Entry { attr: new, .. }) = w.local(&alice(), op) else {
-        panic!()
-    };
+    w.unlink_here(w.d, b"sub", true, false);
+    let new = w.made_here(w.d, b"new", Kind::File, 0o644);
     let known: Vec<Ino> = w.client.known().into_iter().map(|(i, _)| i).collect();
     assert!(known.contains(&w.d), "the directory itself");
     assert!(known.contains(&sub.ino), "removed here, named by the push");
@@ -482,10 +439,7 @@ fn a_new_primary_is_asked_for_every_inode_a_push_may_name() {
 #[test]
 fn a_push_carries_the_commit_of_a_file_it_makes() {
     let mut w = World::new();
-    let op = w.create_op(w.d, b"f", Kind::File, 0o644);
-    let Ok(Answer::Entry { attr, .. }) = w.local(&alice(), op) else {
-        panic!()
-    };
+    let attr = w.made_here(w.d, b"f", Kind::File, 0o644);
     let commit = UpdateOp::Commit {
         ino: attr.ino,
         base: attr.version,

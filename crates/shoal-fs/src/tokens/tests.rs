@@ -56,13 +56,22 @@ fn callbacks(t: &mut Tokens) -> Vec<(ClientId, Callback)> {
     std::iter::from_fn(|| t.poll_callback()).collect()
 }
 
+/// Client `c` asks for `want` on the file `F`, opening it (`OpenId(90)`).
+fn ask(t: &mut Tokens, c: ClientId, want: Want) -> Decision {
+    t.request(c, F, want, &[], Some(OpenId(90)))
+}
+
+/// Client `c` gives back its token on `F` for its current grant, keeping
+/// `kept`, with its opens as `opens`.
+fn give_back(t: &mut Tokens, c: ClientId, kept: Level, opens: &[(OpenId, bool)]) {
+    let grant = t.grant_of(c, F);
+    t.returned(c, F, grant, kept, opens);
+}
+
 #[test]
 fn unknown_clients_say_hello_first() {
     let mut t = Tokens::new();
-    assert_eq!(
-        t.request(A, F, Want::Look, &[], Some(OpenId(90))),
-        Decision::NoSession
-    );
+    assert_eq!(ask(&mut t, A, Want::Look), Decision::NoSession);
     assert!(!t.renew(0, A));
     assert!(t.renew(1, A));
 }
@@ -70,31 +79,19 @@ fn unknown_clients_say_hello_first() {
 #[test]
 fn readers_share() {
     let mut t = with_clients(&[A, B]);
-    assert_eq!(
-        plain(t.request(A, F, Want::OpenRead, &[], Some(OpenId(90)))),
-        grant(Level::Read)
-    );
-    assert_eq!(
-        plain(t.request(B, F, Want::OpenRead, &[], Some(OpenId(90)))),
-        grant(Level::Read)
-    );
-    assert_eq!(
-        t.request(C, F, Want::Look, &[], Some(OpenId(90))),
-        Decision::NoSession
-    );
+    assert_eq!(plain(ask(&mut t, A, Want::OpenRead)), grant(Level::Read));
+    assert_eq!(plain(ask(&mut t, B, Want::OpenRead)), grant(Level::Read));
+    assert_eq!(ask(&mut t, C, Want::Look), Decision::NoSession);
     assert!(callbacks(&mut t).is_empty());
 }
 
 #[test]
 fn sequential_write_sharing_recalls_the_writer() {
     let mut t = with_clients(&[A, B]);
-    assert_eq!(
-        plain(t.request(A, F, Want::OpenWrite, &[], Some(OpenId(90)))),
-        grant(Level::Write)
-    );
+    assert_eq!(plain(ask(&mut t, A, Want::OpenWrite)), grant(Level::Write));
     // A closed its file (no message); B opens it.
     assert_eq!(
-        t.request(B, F, Want::OpenRead, &[], Some(OpenId(90))),
+        ask(&mut t, B, Want::OpenRead),
         Decision::Wait { recalled: vec![A] }
     );
     assert_eq!(
@@ -113,16 +110,13 @@ fn sequential_write_sharing_recalls_the_writer() {
     );
     // Asking again while the recall is out sends no second recall.
     assert_eq!(
-        t.request(B, F, Want::OpenRead, &[], Some(OpenId(90))),
+        ask(&mut t, B, Want::OpenRead),
         Decision::Wait { recalled: vec![A] }
     );
     assert!(callbacks(&mut t).is_empty());
     // A wrote back and keeps Read; B gets Read.
-    t.returned(A, F, t.grant_of(A, F), Level::Read, &[]);
-    assert_eq!(
-        plain(t.request(B, F, Want::OpenRead, &[], Some(OpenId(90)))),
-        grant(Level::Read)
-    );
+    give_back(&mut t, A, Level::Read, &[]);
+    assert_eq!(plain(ask(&mut t, B, Want::OpenRead)), grant(Level::Read));
     assert_eq!(t.level(A, F), Level::Read);
     assert!(!t.is_shared(F));
     t.check();
@@ -131,19 +125,16 @@ fn sequential_write_sharing_recalls_the_writer() {
 #[test]
 fn concurrent_write_sharing_stops_caching_until_it_ends() {
     let mut t = with_clients(&[A, B]);
-    assert_eq!(
-        plain(t.request(A, F, Want::OpenWrite, &[], Some(OpenId(90)))),
-        grant(Level::Write)
-    );
+    assert_eq!(plain(ask(&mut t, A, Want::OpenWrite)), grant(Level::Write));
     assert!(matches!(
-        t.request(B, F, Want::OpenRead, &[], Some(OpenId(90))),
+        ask(&mut t, B, Want::OpenRead),
         Decision::Wait { .. }
     ));
     callbacks(&mut t);
     // A still has the file open for writing.
-    t.returned(A, F, t.grant_of(A, F), Level::Read, &[(OpenId(1), true)]);
+    give_back(&mut t, A, Level::Read, &[(OpenId(1), true)]);
     assert_eq!(
-        t.request(B, F, Want::OpenRead, &[], Some(OpenId(90))),
+        ask(&mut t, B, Want::OpenRead),
         Decision::Wait { recalled: vec![A] }
     );
     assert_eq!(
@@ -160,9 +151,9 @@ fn concurrent_write_sharing_stops_caching_until_it_ends() {
             }
         )]
     );
-    t.returned(A, F, t.grant_of(A, F), Level::None, &[(OpenId(1), true)]);
+    give_back(&mut t, A, Level::None, &[(OpenId(1), true)]);
     assert_eq!(
-        plain(t.request(B, F, Want::OpenRead, &[], Some(OpenId(90)))),
+        plain(ask(&mut t, B, Want::OpenRead)),
         Decision::Grant {
             level: Level::None,
             uncached: true,
@@ -181,7 +172,7 @@ fn concurrent_write_sharing_stops_caching_until_it_ends() {
     // A third client looking at it gets nothing to cache either.
     t.hello(0, C);
     assert_eq!(
-        plain(t.request(C, F, Want::Look, &[], Some(OpenId(90)))),
+        plain(ask(&mut t, C, Want::Look)),
         Decision::Grant {
             level: Level::None,
             uncached: true,
@@ -191,37 +182,27 @@ fn concurrent_write_sharing_stops_caching_until_it_ends() {
     // The writer closes: only B has it open, the sharing ends.
     assert!(t.close(A, F, OpenId(1)));
     assert!(!t.is_shared(F));
-    assert_eq!(
-        plain(t.request(C, F, Want::OpenRead, &[], Some(OpenId(90)))),
-        grant(Level::Read)
-    );
+    assert_eq!(plain(ask(&mut t, C, Want::OpenRead)), grant(Level::Read));
     t.check();
 }
 
 #[test]
 fn a_writer_recalls_readers_and_learns_their_opens() {
     let mut t = with_clients(&[A, B, C]);
-    assert_eq!(
-        plain(t.request(A, F, Want::OpenRead, &[], Some(OpenId(90)))),
-        grant(Level::Read)
-    );
-    assert_eq!(
-        plain(t.request(B, F, Want::Look, &[], Some(OpenId(90)))),
-        grant(Level::Read)
-    );
-    let Decision::Wait { recalled } = t.request(C, F, Want::OpenWrite, &[], Some(OpenId(90)))
-    else {
+    assert_eq!(plain(ask(&mut t, A, Want::OpenRead)), grant(Level::Read));
+    assert_eq!(plain(ask(&mut t, B, Want::Look)), grant(Level::Read));
+    let Decision::Wait { recalled } = ask(&mut t, C, Want::OpenWrite) else {
         panic!()
     };
     assert_eq!(recalled, vec![A, B]);
-    t.returned(A, F, t.grant_of(A, F), Level::None, &[(OpenId(1), false)]);
+    give_back(&mut t, A, Level::None, &[(OpenId(1), false)]);
     assert!(matches!(
-        t.request(C, F, Want::OpenWrite, &[], Some(OpenId(90))),
+        ask(&mut t, C, Want::OpenWrite),
         Decision::Wait { .. }
     ));
-    t.returned(B, F, t.grant_of(B, F), Level::None, &[]);
+    give_back(&mut t, B, Level::None, &[]);
     assert_eq!(
-        plain(t.request(C, F, Want::OpenWrite, &[], Some(OpenId(90)))),
+        plain(ask(&mut t, C, Want::OpenWrite)),
         Decision::Grant {
             level: Level::None,
             uncached: true,
@@ -313,18 +294,15 @@ fn directories_are_owned_alone_or_changed_at_the_primary() {
 #[test]
 fn leases_release_everything() {
     let mut t = with_clients(&[A, B]);
-    assert_eq!(
-        plain(t.request(A, F, Want::OpenWrite, &[], Some(OpenId(90)))),
-        grant(Level::Write)
-    );
+    assert_eq!(plain(ask(&mut t, A, Want::OpenWrite)), grant(Level::Write));
     assert!(matches!(
-        t.request(B, F, Want::OpenRead, &[], Some(OpenId(90))),
+        ask(&mut t, B, Want::OpenRead),
         Decision::Wait { .. }
     ));
     callbacks(&mut t);
-    t.returned(A, F, t.grant_of(A, F), Level::None, &[(OpenId(1), true)]);
+    give_back(&mut t, A, Level::None, &[(OpenId(1), true)]);
     assert!(matches!(
-        t.request(B, F, Want::OpenRead, &[], Some(OpenId(90))),
+        ask(&mut t, B, Want::OpenRead),
         Decision::Grant { uncached: true, .. }
     ));
     callbacks(&mut t);
@@ -334,10 +312,7 @@ fn leases_release_everything() {
     assert_eq!(gone, vec![A]);
     assert_eq!(closed, Vec::<Ino>::new(), "B still has it open");
     assert!(!t.is_shared(F));
-    assert_eq!(
-        t.request(A, F, Want::Look, &[], Some(OpenId(90))),
-        Decision::NoSession
-    );
+    assert_eq!(ask(&mut t, A, Want::Look), Decision::NoSession);
     let (gone, closed) = t.expire(LEASE_US / 2 + LEASE_US, None);
     assert_eq!((gone, closed), (vec![B], vec![F]));
     assert!(t.inodes.is_empty());
@@ -584,8 +559,8 @@ fn an_inode_without_names_has_every_token_recalled() {
     let got: Vec<_> = callbacks(&mut t).into_iter().map(plain_cb).collect();
     assert_eq!(got, vec![orphan(A), recall(A), orphan(B), recall(B)]);
     // Their answers: B has it open; then nobody holds it.
-    t.returned(A, F, t.grant_of(A, F), Level::None, &[]);
-    t.returned(B, F, t.grant_of(B, F), Level::None, &[(OpenId(7), false)]);
+    give_back(&mut t, A, Level::None, &[]);
+    give_back(&mut t, B, Level::None, &[(OpenId(7), false)]);
     assert!(!t.is_held(F));
     assert!(t.is_open(F));
     t.close(B, F, OpenId(7));
@@ -600,10 +575,7 @@ fn an_inode_without_names_has_every_token_recalled() {
 fn a_read_by_capability_waits_for_the_writers_write_back() {
     let mut t = with_clients(&[A, B]);
     assert!(t.writers_flushed(F), "nobody holds anything");
-    assert_eq!(
-        plain(t.request(A, F, Want::OpenWrite, &[], Some(OpenId(90)))),
-        grant(Level::Write)
-    );
+    assert_eq!(plain(ask(&mut t, A, Want::OpenWrite)), grant(Level::Write));
     assert!(!t.writers_flushed(F));
     assert_eq!(
         callbacks(&mut t)
@@ -623,7 +595,7 @@ fn a_read_by_capability_waits_for_the_writers_write_back() {
     assert!(!t.writers_flushed(F));
     assert!(callbacks(&mut t).is_empty());
     // A wrote back and keeps Read, as a reader B may also hold.
-    t.returned(A, F, t.grant_of(A, F), Level::Read, &[]);
+    give_back(&mut t, A, Level::Read, &[]);
     assert!(t.writers_flushed(F));
     assert_eq!(t.level(A, F), Level::Read);
     t.check();

@@ -7,6 +7,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::testing::{alice, bob, create, first, update};
 use crate::update::Pushed;
 
 /// A tree with a session and a supply of inode numbers.
@@ -19,14 +20,6 @@ struct T {
 
 fn root() -> Identity {
     Identity::root()
-}
-
-fn alice() -> Identity {
-    Identity::user(1000, 1000)
-}
-
-fn bob() -> Identity {
-    Identity::user(1001, 1001)
 }
 
 impl T {
@@ -50,36 +43,18 @@ impl T {
     fn run(&mut self, who: &Identity, op: UpdateOp) -> Result<Answer, FsError> {
         self.seq += 1;
         self.clock += 1;
-        let u = Update {
-            session: 7,
-            seq: self.seq,
-            who: who.clone(),
-            now: Time::new(self.clock, 0),
-            op,
-        };
-        match self.tree.apply(&u) {
-            Applied::New(r) => r,
-            Applied::Duplicate(r) => panic!("duplicate: {r:?}"),
-        }
+        let u = update(7, self.seq, who, Time::new(self.clock, 0), op);
+        first(self.tree.apply(&u))
     }
 
     fn create_op(&mut self, parent: Ino, name: &[u8], kind: Kind, perm: u16) -> UpdateOp {
         self.next += 1;
-        UpdateOp::Create {
-            parent,
-            name: name.to_vec(),
-            kind,
-            perm,
-            rdev: 0,
-            ino: self.next - 1,
-            secret: [9; 16],
-            target: if kind == Kind::Symlink {
-                b"target".to_vec()
-            } else {
-                Vec::new()
-            },
-            excl: true,
-        }
+        let target: &[u8] = if kind == Kind::Symlink {
+            b"target"
+        } else {
+            b""
+        };
+        create((parent, name), kind, perm, self.next - 1, [9; 16], target)
     }
 
     fn mk(
@@ -679,70 +654,17 @@ fn extended_attributes() {
         XattrMode,
         Result<Answer, FsError>,
     );
+    #[rustfmt::skip]
     let cases: [Case; 9] = [
-        (
-            &alice(),
-            b"user.a",
-            b"1",
-            XattrMode::Replace,
-            Err(FsError::NoData),
-        ),
-        (
-            &alice(),
-            b"user.a",
-            b"1",
-            XattrMode::Create,
-            Ok(Answer::Done),
-        ),
-        (
-            &alice(),
-            b"user.a",
-            b"2",
-            XattrMode::Create,
-            Err(FsError::Exists),
-        ),
-        (
-            &bob(),
-            b"user.a",
-            b"2",
-            XattrMode::Any,
-            Err(FsError::Access),
-        ),
-        (
-            &alice(),
-            b"security.x",
-            b"2",
-            XattrMode::Any,
-            Err(FsError::NotSupported),
-        ),
-        (
-            &alice(),
-            b"trusted.x",
-            b"2",
-            XattrMode::Any,
-            Err(FsError::Perm),
-        ),
-        (
-            &alice(),
-            b"user.shoal.cap",
-            b"2",
-            XattrMode::Any,
-            Err(FsError::Perm),
-        ),
-        (
-            &alice(),
-            b"user.",
-            b"2",
-            XattrMode::Any,
-            Err(FsError::Range),
-        ),
-        (
-            &alice(),
-            b"user.big",
-            &big,
-            XattrMode::Any,
-            Err(FsError::TooBig),
-        ),
+        (&alice(), b"user.a", b"1", XattrMode::Replace, Err(FsError::NoData)),
+        (&alice(), b"user.a", b"1", XattrMode::Create, Ok(Answer::Done)),
+        (&alice(), b"user.a", b"2", XattrMode::Create, Err(FsError::Exists)),
+        (&bob(), b"user.a", b"2", XattrMode::Any, Err(FsError::Access)),
+        (&alice(), b"security.x", b"2", XattrMode::Any, Err(FsError::NotSupported)),
+        (&alice(), b"trusted.x", b"2", XattrMode::Any, Err(FsError::Perm)),
+        (&alice(), b"user.shoal.cap", b"2", XattrMode::Any, Err(FsError::Perm)),
+        (&alice(), b"user.", b"2", XattrMode::Any, Err(FsError::Range)),
+        (&alice(), b"user.big", &big, XattrMode::Any, Err(FsError::TooBig)),
     ];
     for (who, name, value, mode, want) in cases {
         assert_eq!(

@@ -142,22 +142,36 @@ impl Drop for Daemon {
 /// the last error and `logs()`.
 pub fn until_ok(
     what: &str,
+    run: impl FnMut() -> std::process::Output,
+    logs: impl Fn() -> String,
+) -> Vec<u8> {
+    until_output(what, run, |_| true, logs)
+}
+
+/// Runs `run` until its command succeeds and its output satisfies `done`
+/// (read as text: every replica joined, every server registered), and
+/// returns that output; after 40 s, fails with the last output and
+/// `logs()`.
+pub fn until_output(
+    what: &str,
     mut run: impl FnMut() -> std::process::Output,
+    done: impl Fn(&str) -> bool,
     logs: impl Fn() -> String,
 ) -> Vec<u8> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(40);
     loop {
         let out = run();
-        if out.status.success() {
+        let text = String::from_utf8_lossy(&out.stdout);
+        if out.status.success() && done(&text) {
             return out.stdout;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "{what} kept failing: {}\n{}",
+            "{what}: not yet after 40 s: {text}{}\n{}",
             String::from_utf8_lossy(&out.stderr),
             logs()
         );
-        std::thread::sleep(std::time::Duration::from_millis(300));
+        std::thread::sleep(std::time::Duration::from_millis(200));
     }
 }
 
