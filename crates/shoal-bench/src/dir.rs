@@ -159,6 +159,20 @@ impl Drop for ReplicaProc {
 /// replicas, which are dropped first).
 pub(crate) struct DataDir(pub(crate) PathBuf);
 
+impl DataDir {
+    /// An empty `/var/tmp/shoal-bench-WHAT-PID` (on the local disk, as
+    /// the services' data would be).
+    pub(crate) fn fresh(what: &str) -> Result<DataDir, String> {
+        let data = DataDir(PathBuf::from(format!(
+            "/var/tmp/shoal-bench-{what}-{}",
+            std::process::id()
+        )));
+        let _ = std::fs::remove_dir_all(&data.0);
+        std::fs::create_dir_all(&data.0).map_err(|e| format!("{}: {e}", data.0.display()))?;
+        Ok(data)
+    }
+}
+
 impl Drop for DataDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
@@ -325,12 +339,7 @@ fn measure(
     let phase_ms: u64 = if quick { 500 } else { 3000 };
     let mut metrics = BTreeMap::new();
 
-    let data = DataDir(PathBuf::from(format!(
-        "/var/tmp/shoal-bench-dir-{}",
-        std::process::id()
-    )));
-    let _ = std::fs::remove_dir_all(&data.0);
-    std::fs::create_dir_all(&data.0).map_err(|e| format!("{}: {e}", data.0.display()))?;
+    let data = DataDir::fresh("dir")?;
     eprintln!(
         "bench: starting replicas (data in {}): group bdf (fsync) and bdr (replicated, flush every {FLUSH_MS} ms) on n1-n3, rpc2pc bd2 on n1-n2",
         data.0.display()

@@ -303,12 +303,7 @@ fn measure(
 ) -> Result<BTreeMap<String, f64>, String> {
     let (rounds, per_round, streams, builds) = if quick { (2, 5, 1, 1) } else { (10, 20, 3, 5) };
     let mut metrics = BTreeMap::new();
-    let work = DataDir(PathBuf::from(format!(
-        "/var/tmp/shoal-bench-exec-{}",
-        std::process::id()
-    )));
-    let _ = std::fs::remove_dir_all(&work.0);
-    std::fs::create_dir_all(&work.0).map_err(|e| format!("{}: {e}", work.0.display()))?;
+    let work = DataDir::fresh("exec")?;
     let w = &work.0;
     let shoal_s = shoal.to_str().ok_or("the shoal path is not UTF-8")?;
     let nodes: Vec<String> = cluster

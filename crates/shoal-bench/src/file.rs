@@ -202,12 +202,7 @@ fn measure(
     };
     let mut metrics = BTreeMap::new();
 
-    let data = DataDir(PathBuf::from(format!(
-        "/var/tmp/shoal-bench-file-{}",
-        std::process::id()
-    )));
-    let _ = std::fs::remove_dir_all(&data.0);
-    std::fs::create_dir_all(&data.0).map_err(|e| format!("{}: {e}", data.0.display()))?;
+    let data = DataDir::fresh("file")?;
     if on_tmpfs(&data.0) {
         eprintln!(
             "bench: warning: {} is on tmpfs: the fsyncs cost nothing",

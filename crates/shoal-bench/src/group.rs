@@ -867,22 +867,30 @@ fn table(m: &BTreeMap<String, f64>) -> String {
     }
     t.push_str("\nThe passive member n3 is left to the scheduler in every placement.\n\n");
     t.push_str("| r = 0 | shoal | Amoeba |\n|---|---:|---:|\n");
-    t.push_str(&format!(
-        "| 16-byte messages/s (2 sender threads on n1, 2 on n3) | {:.0} | |\n",
-        g("group_msgs_per_s")
-    ));
-    t.push_str(&format!(
-        "| 1 MiB messages, MiB/s (BB, 1 sender thread on n1, 1 on n3) | {:.0} | |\n",
-        g("group_1mib_mib_s")
-    ));
-    t.push_str(&format!(
-        "| datagrams per message (n1 and n3 sending) | {:.3} | 2 |\n",
-        g("group_packets_per_msg_r0")
-    ));
-    t.push_str(&format!(
-        "| datagrams per message (n1 alone sending, in bursts) | {:.3} | 2 |\n",
-        g("group_packets_per_msg_r0_one_sender")
-    ));
+    for (what, shoal, amoeba) in [
+        (
+            "16-byte messages/s (2 sender threads on n1, 2 on n3)",
+            format!("{:.0}", g("group_msgs_per_s")),
+            "",
+        ),
+        (
+            "1 MiB messages, MiB/s (BB, 1 sender thread on n1, 1 on n3)",
+            format!("{:.0}", g("group_1mib_mib_s")),
+            "",
+        ),
+        (
+            "datagrams per message (n1 and n3 sending)",
+            format!("{:.3}", g("group_packets_per_msg_r0")),
+            "2",
+        ),
+        (
+            "datagrams per message (n1 alone sending, in bursts)",
+            format!("{:.3}", g("group_packets_per_msg_r0_one_sender")),
+            "2",
+        ),
+    ] {
+        t.push_str(&format!("| {what} | {shoal} | {amoeba} |\n"));
+    }
     t.push_str(&format!(
         "\nFail-over at r = 1 (sequencer SIGKILLed mid-stream): {:.0} ms to the next ordered message (median; max {:.0} ms).\n",
         g("group_failover_ms"),

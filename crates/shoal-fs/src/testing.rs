@@ -1,7 +1,7 @@
 //! What the crate's tests share: the users they act as, the creates they
 //! ask for and the updates they apply.
 
-use crate::model::{FsError, Identity, Ino, Kind, Time};
+use crate::model::{Attr, FsError, Identity, Ino, Kind, Time};
 use crate::tree::Applied;
 use crate::update::{Answer, Update, UpdateOp};
 
@@ -53,5 +53,25 @@ pub(crate) fn first(applied: Applied) -> Result<Answer, FsError> {
     match applied {
         Applied::New(r) => r,
         Applied::Duplicate(r) => panic!("duplicate: {r:?}"),
+    }
+}
+
+/// A file's attributes with a different number in every field, for
+/// encodings to round-trip.
+pub(crate) fn sample_attr() -> Attr {
+    Attr {
+        ino: 5,
+        kind: Kind::File,
+        perm: 0o644,
+        nlink: 1,
+        uid: 1,
+        gid: 2,
+        rdev: 0,
+        size: 99,
+        held: 0,
+        atime: Time::new(1, 1),
+        mtime: Time::new(2, 2),
+        ctime: Time::new(3, 3),
+        version: 4,
     }
 }

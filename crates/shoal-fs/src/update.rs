@@ -928,21 +928,7 @@ mod tests {
 
     #[test]
     fn results_round_trip() {
-        let attr = Attr {
-            ino: 5,
-            kind: Kind::File,
-            perm: 0o644,
-            nlink: 1,
-            uid: 1,
-            gid: 2,
-            rdev: 0,
-            size: 99,
-            held: 0,
-            atime: Time::new(1, 1),
-            mtime: Time::new(2, 2),
-            ctime: Time::new(3, 3),
-            version: 4,
-        };
+        let attr = crate::testing::sample_attr();
         let results = vec![
             Ok(Answer::Entry {
                 attr,

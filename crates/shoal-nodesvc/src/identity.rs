@@ -364,13 +364,20 @@ fn parse_hex32(text: &str) -> Option<[u8; 32]> {
 mod tests {
     use super::*;
 
+    /// A new administrator's key (in a directory removed when dropped) that
+    /// admitted n1 with the key `[1; 32]`.
+    fn admin_with_n1() -> (tempfile::TempDir, Admin) {
+        let tmp = tempfile::tempdir().unwrap();
+        let admin = Admin::create(&tmp.path().join("admin")).unwrap();
+        admin.admit("n1", [1; 32], 1).unwrap();
+        (tmp, admin)
+    }
+
     /// Review 3, L12: a name is one node's: admitted again with its own key
     /// (a renewal), refused with another until the first is revoked.
     #[test]
     fn a_name_is_admitted_with_one_key_until_revoked() {
-        let tmp = tempfile::tempdir().unwrap();
-        let admin = Admin::create(&tmp.path().join("admin")).unwrap();
-        admin.admit("n1", [1; 32], 1).unwrap();
+        let (_tmp, admin) = admin_with_n1();
         admin.admit("n1", [1; 32], 1).unwrap();
         let refused = admin.admit("n1", [2; 32], 1).unwrap_err();
         assert!(refused.contains("revoke it first"), "{refused}");
@@ -384,9 +391,7 @@ mod tests {
     /// above the last; a name not admitted, or revoked, is refused.
     #[test]
     fn a_service_map_names_admitted_nodes_by_their_keys() {
-        let tmp = tempfile::tempdir().unwrap();
-        let admin = Admin::create(&tmp.path().join("admin")).unwrap();
-        admin.admit("n1", [1; 32], 1).unwrap();
+        let (_tmp, admin) = admin_with_n1();
         admin.admit("n2", [2; 32], 1).unwrap();
         let service = |nodes: &[&str]| {
             vec![(

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{TestCluster, shoal};
+use common::{TestCluster, fails_with, shoal};
 use shoal_cluster::{Cluster, Mode};
 use shoal_dirsvc::workload::Record;
 use shoal_sim::dir::DirModel;
@@ -203,16 +203,6 @@ impl Service {
     fn data(&self) -> &Path {
         self.dir.path()
     }
-}
-
-fn fails_with(out: &Output, needle: &str) {
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "expected a failure, got success");
-    assert!(
-        err.contains(needle),
-        "expected {needle:?} in the error, got {err:?}"
-    );
-    assert_eq!(err.trim().lines().count(), 1, "one-line error: {err:?}");
 }
 
 #[test]

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{Daemon, TestCluster};
+use common::{Daemon, TestCluster, fails_with};
 use shoal_cluster::{Cluster, Mode};
 
 /// The directory service on n1–n3 and file servers fs1–fs3 on n1–n3.
@@ -108,16 +108,6 @@ fn data(n: usize, seed: u64) -> Vec<u8> {
             x as u8
         })
         .collect()
-}
-
-fn fails_with(out: &Output, needle: &str) {
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "expected a failure, got success");
-    assert!(
-        err.contains(needle),
-        "expected {needle:?} in the error, got {err:?}"
-    );
-    assert_eq!(err.trim().lines().count(), 1, "one-line error: {err:?}");
 }
 
 fn write(path: &Path, bytes: &[u8]) -> String {

@@ -35,6 +35,15 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// `shoal run --on n2 -- sleep MARK`, started from `from`.
+fn sleep_on_n2(c: &Cluster, from: &str, mark: &str) -> std::process::Child {
+    c.command(from, shoal())
+        .unwrap()
+        .args(["run", "--on", "n2", "--", "sleep", mark])
+        .spawn()
+        .unwrap()
+}
+
 /// Checks that `stderr` says `what`, printing all it said if not.
 fn assert_says(stderr: &[u8], what: &str) {
     let said = text(stderr);
@@ -155,12 +164,7 @@ fn signals_reach_the_program_and_its_end_comes_back() {
     // A sleep nothing else on the machine runs, to look for it.
     let mark = format!("61.{}", std::process::id());
     // The program counts in its node's load report while it runs.
-    let mut child = c
-        .command("n1", shoal())
-        .unwrap()
-        .args(["run", "--on", "n2", "--", "sleep", &mark])
-        .spawn()
-        .unwrap();
+    let mut child = sleep_on_n2(c, "n1", &mark);
     let ctx = c.context();
     let until = Instant::now() + Duration::from_secs(10);
     loop {
@@ -187,12 +191,7 @@ fn signals_reach_the_program_and_its_end_comes_back() {
 
     // The home dies under a running program: the program dies too.
     let third = format!("63.{}", std::process::id());
-    let child = c
-        .command("n3", shoal())
-        .unwrap()
-        .args(["run", "--on", "n2", "--", "sleep", &third])
-        .spawn()
-        .unwrap();
+    let child = sleep_on_n2(c, "n3", &third);
     let pattern = format!("^sleep {third}$");
     await_process(&pattern, true, 10, "the program never started");
     c.kill("n3").unwrap();
@@ -390,12 +389,7 @@ fn the_home_answers_for_its_processes() {
     // ps from a third node: home n1, running on n2, with its memory.
     let mark = format!("71.{}", std::process::id());
     let command = format!("sleep {mark}");
-    let run = c
-        .command("n1", shoal())
-        .unwrap()
-        .args(["run", "--on", "n2", "--", "sleep", &mark])
-        .spawn()
-        .unwrap();
+    let run = sleep_on_n2(c, "n1", &mark);
     let row = await_started(c, "n3", &command);
     assert_eq!((&row["home"], &row["node"]), (&"n1".into(), &"n2".into()));
     assert!(row["rss_kib"].as_u64().unwrap() > 0, "{row}");
@@ -434,12 +428,7 @@ fn the_home_answers_for_its_processes() {
     // its fate is unknown to wait.
     let mark = format!("72.{}", std::process::id());
     let command = format!("sleep {mark}");
-    let mut run = c
-        .command("n1", shoal())
-        .unwrap()
-        .args(["run", "--on", "n2", "--", "sleep", &mark])
-        .spawn()
-        .unwrap();
+    let mut run = sleep_on_n2(c, "n1", &mark);
     let row = await_started(c, "n3", &command);
     run.kill().unwrap();
     run.wait().unwrap();

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{Daemon, TestCluster, open_path_to, shoal};
+use common::{Daemon, TestCluster, fails_with, open_path_to, shoal};
 use shoal_cluster::{Cluster, Mode};
 
 const USER: &str = "shoal-user";
@@ -86,13 +86,6 @@ impl Site<'_> {
             .spawn()
             .unwrap()
     }
-}
-
-fn fails_with(out: &Output, needle: &str) {
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "worked: {needle}");
-    assert!(err.contains(needle), "expected {needle:?} in: {err}");
-    assert_eq!(err.trim().lines().count(), 1, "not one line: {err}");
 }
 
 fn wait_for(log: &Path, what: &str, needle: &str) -> String {

@@ -5,25 +5,7 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::model::Time;
-
-fn attr() -> Attr {
-    Attr {
-        ino: 5,
-        kind: Kind::File,
-        perm: 0o644,
-        nlink: 1,
-        uid: 1,
-        gid: 2,
-        rdev: 0,
-        size: 99,
-        held: 0,
-        atime: Time::new(1, 1),
-        mtime: Time::new(2, 2),
-        ctime: Time::new(3, 3),
-        version: 4,
-    }
-}
+use crate::testing::sample_attr as attr;
 
 fn sample_ops() -> Vec<Op> {
     vec![

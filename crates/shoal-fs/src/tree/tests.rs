@@ -380,35 +380,21 @@ fn rename_rules() {
 fn attributes_and_their_permissions() {
     let mut t = T::new();
     let f = t.mk(&alice(), 2, b"f", Kind::File, 0o6755).unwrap();
-    let set = |s: SetAttr| UpdateOp::SetAttr { ino: f, set: s };
+    let set = |change: &dyn Fn(&mut SetAttr)| {
+        let mut set = SetAttr::default();
+        change(&mut set);
+        UpdateOp::SetAttr { ino: f, set }
+    };
     assert_eq!(
-        t.run(
-            &bob(),
-            set(SetAttr {
-                perm: Some(0o777),
-                ..Default::default()
-            })
-        ),
+        t.run(&bob(), set(&|s| s.perm = Some(0o777))),
         Err(FsError::Perm)
     );
     assert_eq!(
-        t.run(
-            &alice(),
-            set(SetAttr {
-                uid: Some(1001),
-                ..Default::default()
-            })
-        ),
+        t.run(&alice(), set(&|s| s.uid = Some(1001))),
         Err(FsError::Perm)
     );
     assert_eq!(
-        t.run(
-            &alice(),
-            set(SetAttr {
-                gid: Some(5),
-                ..Default::default()
-            })
-        ),
+        t.run(&alice(), set(&|s| s.gid = Some(5))),
         Err(FsError::Perm)
     );
     let staff = Identity {
@@ -417,69 +403,32 @@ fn attributes_and_their_permissions() {
         groups: vec![5],
     };
     // A change of group by its owner, to one of theirs: set-id bits go.
-    assert!(
-        t.run(
-            &staff,
-            set(SetAttr {
-                gid: Some(5),
-                ..Default::default()
-            })
-        )
-        .is_ok()
-    );
+    assert!(t.run(&staff, set(&|s| s.gid = Some(5))).is_ok());
     assert_eq!((t.attr(f).gid, t.attr(f).perm), (5, 0o755));
     // Explicit times: the owner; "now": anyone who may write.
     let at = TimeSet::At(Time::new(100, 5));
     assert_eq!(
-        t.run(
-            &bob(),
-            set(SetAttr {
-                mtime: Some(at),
-                ..Default::default()
-            })
-        ),
+        t.run(&bob(), set(&|s| s.mtime = Some(at))),
         Err(FsError::Perm)
     );
     assert_eq!(
-        t.run(
-            &bob(),
-            set(SetAttr {
-                mtime: Some(TimeSet::Now),
-                ..Default::default()
-            })
-        ),
+        t.run(&bob(), set(&|s| s.mtime = Some(TimeSet::Now))),
         Err(FsError::Access)
     );
-    assert!(
-        t.run(
-            &alice(),
-            set(SetAttr {
-                mtime: Some(at),
-                ..Default::default()
-            })
-        )
-        .is_ok()
-    );
+    assert!(t.run(&alice(), set(&|s| s.mtime = Some(at))).is_ok());
     assert_eq!(t.attr(f).mtime, Time::new(100, 5));
     // Truncate needs write permission, unless through an open file.
     assert_eq!(
-        t.run(
-            &bob(),
-            set(SetAttr {
-                size: Some(3),
-                ..Default::default()
-            })
-        ),
+        t.run(&bob(), set(&|s| s.size = Some(3))),
         Err(FsError::Access)
     );
     let v = t.attr(f).version;
     assert!(
         t.run(
             &bob(),
-            set(SetAttr {
-                size: Some(3),
-                by_handle: true,
-                ..Default::default()
+            set(&|s| {
+                s.size = Some(3);
+                s.by_handle = true;
             })
         )
         .is_ok()
@@ -487,11 +436,10 @@ fn attributes_and_their_permissions() {
     assert_eq!((t.attr(f).size, t.attr(f).version), (3, v + 1));
     // A growth (fallocate) never cuts: only a larger size is set.
     let grow = |size| {
-        set(SetAttr {
-            size: Some(size),
-            by_handle: true,
-            grow: true,
-            ..Default::default()
+        set(&|s| {
+            s.size = Some(size);
+            s.by_handle = true;
+            s.grow = true;
         })
     };
     assert!(t.run(&bob(), grow(2)).is_ok());
@@ -499,16 +447,7 @@ fn attributes_and_their_permissions() {
     assert!(t.run(&bob(), grow(1 << 40)).is_ok());
     assert_eq!((t.attr(f).size, t.attr(f).version), (1 << 40, v + 2));
     assert!(t.attr(f).held <= 3, "a growth holds nothing more");
-    assert!(
-        t.run(
-            &root(),
-            set(SetAttr {
-                uid: Some(1001),
-                ..Default::default()
-            })
-        )
-        .is_ok()
-    );
+    assert!(t.run(&root(), set(&|s| s.uid = Some(1001))).is_ok());
     assert_eq!(t.attr(f).uid, 1001);
 }
 

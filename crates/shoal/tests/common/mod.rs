@@ -519,3 +519,14 @@ pub fn kill_and_wait(c: &Cluster, node: &str, name: &str) {
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
 }
+
+/// Checks that a command failed with one line of error that says `needle`.
+pub fn fails_with(out: &std::process::Output, needle: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "expected a failure, got success");
+    assert!(
+        err.contains(needle),
+        "expected {needle:?} in the error, got {err:?}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "one-line error: {err:?}");
+}
