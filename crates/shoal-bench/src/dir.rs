@@ -55,9 +55,9 @@ use shoal_dir::{Answer, Op, Request, Response};
 use shoal_dirsvc::DirClient;
 use shoal_rpc::Context;
 
-use crate::agent::{Agent, ClusterGuard};
+use crate::agent::Agent;
 use crate::etcd::{Etcd, Http, Kv, base64, find_etcd};
-use crate::report::{self, at_least, at_most, target};
+use crate::report::{self, at_least, at_most, none, target};
 use crate::stats::percentile_us;
 
 /// Flags of `shoal bench dir`.
@@ -316,17 +316,19 @@ fn delta(before: &Value, after: &Value, path: &[&str]) -> f64 {
 
 /// Runs the benchmark.
 pub fn run(args: BenchArgs) -> Result<(), String> {
-    crate::announce_cpu();
     let etcd = find_etcd()?;
-    let shoal = crate::shoal_exe()?;
-    let guard = ClusterGuard::open_or_start(None, "dir", (4, "bd", 253), &shoal)?;
-    let cluster = guard.cluster();
-    let metrics = measure(cluster, &shoal, &etcd, args.quick);
-    drop(guard);
-    let metrics = metrics?;
-    println!("{}", table(&metrics));
-    crate::write_json(args.json.as_deref(), &metrics, args.quick)?;
-    Ok(())
+    // Always a cluster of its own: it starts the replicas it measures.
+    let run = crate::RunArgs {
+        json: args.json,
+        quick: args.quick,
+        dir: None,
+    };
+    crate::on_cluster(
+        &run,
+        ("dir", (4, "bd", 253)),
+        |guard, shoal| measure(guard.cluster(), shoal, &etcd, run.quick),
+        table,
+    )
 }
 
 fn measure(
@@ -351,15 +353,7 @@ fn measure(
         client.call(&format!("open {label} {service}"))?;
     }
 
-    eprintln!("bench: starting etcd (members on n1-n3, data on tmpfs)");
-    let mut etcd = Etcd::start(cluster, etcd_bin, &["n1", "n2", "n3"])?;
-    etcd.wait_ready()?;
-    let leader = etcd.move_leader(0)?;
-    eprintln!("bench: etcd leader on {leader}");
-    metrics.insert(
-        "etcd_leader_on_n1".into(),
-        if leader == "n1" { 1.0 } else { 0.0 },
-    );
+    let etcd = Etcd::start_led_from(cluster, etcd_bin, (&["n1", "n2", "n3"], 0), &mut metrics)?;
 
     // Phase 1: latency, with the disk counters around it.
     let statuses = |client: &mut Agent| -> Result<Vec<Value>, String> {
@@ -575,7 +569,6 @@ fn table(m: &BTreeMap<String, f64>) -> String {
         g("dir_tmp_name_cancelled_pairs"),
         g("dir_tmp_name_disk_writes")
     ));
-    let tmp = g("dir_tmp_name_disk_writes");
     let lps = g("dir_lookups_per_s");
     report::targets(
         &mut t,
@@ -590,11 +583,9 @@ fn table(m: &BTreeMap<String, f64>) -> String {
                 etcd / repl,
                 10.0,
             ),
-            target(
+            none(
                 "disk writes for temporary names",
-                format!("{tmp}"),
-                "0",
-                tmp == 0.0,
+                g("dir_tmp_name_disk_writes"),
             ),
             target(
                 "lookups/s on one replica",

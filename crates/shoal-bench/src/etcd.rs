@@ -193,6 +193,30 @@ pub fn find_etcd() -> Result<PathBuf, String> {
 }
 
 impl Etcd {
+    /// A member on each of `nodes`, ready and led from `nodes[leader]`
+    /// (where the benchmark's shoal service has its sequencer);
+    /// `etcd_leader_on_NODE` in `metrics` says whether the leadership
+    /// moved there.
+    pub(crate) fn start_led_from(
+        cluster: &Cluster,
+        etcd: &Path,
+        (nodes, leader): (&[&str], usize),
+        metrics: &mut std::collections::BTreeMap<String, f64>,
+    ) -> Result<Etcd, String> {
+        eprintln!(
+            "bench: starting etcd (members on {}, data on tmpfs)",
+            nodes.join(", ")
+        );
+        let mut etcd = Etcd::start(cluster, etcd, nodes)?;
+        etcd.wait_ready()?;
+        let led = etcd.move_leader(leader)?;
+        eprintln!("bench: etcd leader on {led}");
+        let wanted = nodes[leader];
+        let moved = if led == wanted { 1.0 } else { 0.0 };
+        metrics.insert(format!("etcd_leader_on_{wanted}"), moved);
+        Ok(etcd)
+    }
+
     /// Starts one member on each of `nodes` (data on tmpfs when there is
     /// one); see [`Etcd::wait_ready`].
     pub fn start(cluster: &Cluster, etcd: &Path, nodes: &[&str]) -> Result<Etcd, String> {

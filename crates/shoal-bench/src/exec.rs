@@ -32,7 +32,7 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 use shoal_cluster::Cluster;
 
-use crate::agent::{Agent, ClusterGuard, arg, num, serve_commands};
+use crate::agent::{Agent, arg, num, serve_commands};
 use crate::dir::DataDir;
 use crate::sshd::{Daemon, SSH_PORT, Sshd, ip_of};
 
@@ -175,15 +175,12 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         return Ok(());
     }
     let tools = Tools::find()?;
-    let shoal = crate::shoal_exe()?;
-    let guard =
-        ClusterGuard::open_or_start(args.run.dir.as_deref(), "exec", (4, "bx", 249), &shoal)?;
-    let metrics = measure(guard.cluster(), &shoal, &tools, &sources, args.run.quick);
-    drop(guard);
-    let metrics = metrics?;
-    println!("{}", table(&metrics));
-    crate::write_json(args.run.json.as_deref(), &metrics, args.run.quick)?;
-    Ok(())
+    crate::on_cluster(
+        &args.run,
+        ("exec", (4, "bx", 249)),
+        |guard, shoal| measure(guard.cluster(), shoal, &tools, &sources, args.run.quick),
+        table,
+    )
 }
 
 /// The programs the baselines need, from Debian's packages.

@@ -54,7 +54,7 @@ use clap::Subcommand;
 use serde_json::{Map, Value, json};
 use shoal_cluster::Cluster;
 
-use crate::agent::{Agent, ClusterGuard, arg, num, serve_commands};
+use crate::agent::{Agent, arg, num, serve_commands};
 use crate::dir::DataDir;
 use crate::sshd::{Sshd, SshfsMount};
 use crate::stats::percentile_us;
@@ -321,18 +321,17 @@ struct Target {
 
 /// Runs the benchmark.
 pub fn run(args: BenchArgs) -> Result<(), String> {
-    crate::announce_cpu();
-    let shoal = crate::shoal_exe()?;
-    let guard = ClusterGuard::open_or_start(args.dir.as_deref(), "fs", (3, "bs", 248), &shoal)?;
-    if guard.temporary {
-        guard.cluster().start_system(&mut |l| eprintln!("  {l}"))?;
-    }
-    let metrics = measure(guard.cluster(), args.quick);
-    drop(guard);
-    let metrics = metrics?;
-    println!("{}", table(&metrics));
-    crate::write_json(args.json.as_deref(), &metrics, args.quick)?;
-    Ok(())
+    crate::on_cluster(
+        &args,
+        ("fs", (3, "bs", 248)),
+        |guard, _| {
+            if guard.temporary {
+                guard.cluster().start_system(&mut |l| eprintln!("  {l}"))?;
+            }
+            measure(guard.cluster(), args.quick)
+        },
+        table,
+    )
 }
 
 /// What `shoal fs status` on n1 says (n1's metadata replica).

@@ -50,7 +50,7 @@ use shoal_cluster::{Cluster, Mode};
 use shoal_groupsvc::{Group, GroupOptions};
 use shoal_rpc::{Context, GetPort, PutPort, Server};
 
-use crate::agent::{Agent, ClusterGuard, say};
+use crate::agent::{Agent, say};
 use crate::etcd::{Etcd, Kv, find_etcd};
 use crate::report::{self, target};
 use crate::stats::{median, percentile_us};
@@ -559,16 +559,13 @@ const MEMBER: &[&str] = &["group", "member"];
 
 /// Runs the benchmark.
 pub fn run(args: BenchArgs) -> Result<(), String> {
-    crate::announce_cpu();
     let etcd = find_etcd()?;
-    let shoal = crate::shoal_exe()?;
-    let guard = ClusterGuard::open_or_start(args.dir.as_deref(), "group", (3, "bg", 252), &shoal)?;
-    let cluster = guard.cluster();
-    let metrics = measure(cluster, &etcd, args.quick)?;
-    drop(guard);
-    println!("{}", table(&metrics));
-    crate::write_json(args.json.as_deref(), &metrics, args.quick)?;
-    Ok(())
+    crate::on_cluster(
+        &args,
+        ("group", (3, "bg", 252)),
+        |guard, _| measure(guard.cluster(), &etcd, args.quick),
+        table,
+    )
 }
 
 fn num(v: &Value, key: &str) -> Result<f64, String> {
@@ -638,15 +635,7 @@ fn measure(
     let stream_ms = if quick { 500 } else { 3000 };
     let failovers = if quick { 1 } else { 5 };
 
-    eprintln!("bench: starting etcd (one member per node, data on tmpfs)");
-    let mut etcd = Etcd::start(cluster, etcd_bin, &NODES)?;
-    etcd.wait_ready()?;
-    let leader = etcd.move_leader(1)?;
-    eprintln!("bench: etcd leader on {leader}");
-    metrics.insert(
-        "etcd_leader_on_n2".into(),
-        if leader == "n2" { 1.0 } else { 0.0 },
-    );
+    let etcd = Etcd::start_led_from(cluster, etcd_bin, (&NODES, 1), &mut metrics)?;
 
     eprintln!("bench: starting agents; groups r = 0, 1, 2 created on n2 (the sequencer)");
     let mut a2 = Agent::start(cluster, "n2", MEMBER)?;
@@ -867,28 +856,14 @@ fn table(m: &BTreeMap<String, f64>) -> String {
     }
     t.push_str("\nThe passive member n3 is left to the scheduler in every placement.\n\n");
     t.push_str("| r = 0 | shoal | Amoeba |\n|---|---:|---:|\n");
-    for (what, shoal, amoeba) in [
-        (
-            "16-byte messages/s (2 sender threads on n1, 2 on n3)",
-            format!("{:.0}", g("group_msgs_per_s")),
-            "",
-        ),
-        (
-            "1 MiB messages, MiB/s (BB, 1 sender thread on n1, 1 on n3)",
-            format!("{:.0}", g("group_1mib_mib_s")),
-            "",
-        ),
-        (
-            "datagrams per message (n1 and n3 sending)",
-            format!("{:.3}", g("group_packets_per_msg_r0")),
-            "2",
-        ),
-        (
-            "datagrams per message (n1 alone sending, in bursts)",
-            format!("{:.3}", g("group_packets_per_msg_r0_one_sender")),
-            "2",
-        ),
-    ] {
+    #[rustfmt::skip]
+    let rows = [
+        ("16-byte messages/s (2 sender threads on n1, 2 on n3)", format!("{:.0}", g("group_msgs_per_s")), ""),
+        ("1 MiB messages, MiB/s (BB, 1 sender thread on n1, 1 on n3)", format!("{:.0}", g("group_1mib_mib_s")), ""),
+        ("datagrams per message (n1 and n3 sending)", format!("{:.3}", g("group_packets_per_msg_r0")), "2"),
+        ("datagrams per message (n1 alone sending, in bursts)", format!("{:.3}", g("group_packets_per_msg_r0_one_sender")), "2"),
+    ];
+    for (what, shoal, amoeba) in rows {
         t.push_str(&format!("| {what} | {shoal} | {amoeba} |\n"));
     }
     t.push_str(&format!(

@@ -109,6 +109,26 @@ pub struct RunArgs {
     pub dir: Option<std::path::PathBuf>,
 }
 
+/// A benchmark's whole run: on the cluster in `args.dir`, or a temporary
+/// one of `shape` (nodes, their name, subnet) for `bench`, `measure` runs
+/// (given the cluster and the `shoal` program); with the cluster gone,
+/// the report `table` makes is printed and the metrics written as JSON.
+pub(crate) fn on_cluster<M: serde::Serialize>(
+    args: &RunArgs,
+    (bench, shape): (&str, (usize, &str, u8)),
+    measure: impl FnOnce(&agent::ClusterGuard, &std::path::Path) -> Result<M, String>,
+    table: impl FnOnce(&M) -> String,
+) -> Result<(), String> {
+    announce_cpu();
+    let shoal = shoal_exe()?;
+    let guard = agent::ClusterGuard::open_or_start(args.dir.as_deref(), bench, shape, &shoal)?;
+    let metrics = measure(&guard, &shoal);
+    drop(guard);
+    let metrics = metrics?;
+    println!("{}", table(&metrics));
+    write_json(args.json.as_deref(), &metrics, args.quick)
+}
+
 /// Writes a benchmark's metrics as `{"metrics": ..., "quick": ...}` to
 /// `path`, if one was given, with the CPU model among the metrics.
 pub(crate) fn write_json(

@@ -41,6 +41,11 @@ pub(crate) fn at_least(name: &str, value: f64, limit: f64) -> Target<'_> {
     )
 }
 
+/// The target that `value` be zero (a count of what must never happen).
+pub(crate) fn none(name: &str, value: f64) -> Target<'_> {
+    target(name, format!("{value}"), "0", value == 0.0)
+}
+
 /// Appends the "Targets" section: a row per target with its verdict.
 pub(crate) fn targets(t: &mut String, rows: &[Target<'_>]) {
     t.push_str("\n## Targets\n\n| target | measured | goal | |\n|---|---:|---:|---|\n");

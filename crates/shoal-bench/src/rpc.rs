@@ -22,7 +22,6 @@ use serde::{Deserialize, Serialize};
 use shoal_cap::{Capability, ObjectId, ObjectSecret, PutPort, Rights};
 use shoal_cluster::Cluster;
 
-use crate::agent::ClusterGuard;
 use shoal_rpc::{Context, GetPort};
 
 use crate::report::{self, at_least, at_most};
@@ -397,16 +396,12 @@ fn run_client(
 
 /// Runs the benchmark.
 pub fn run(args: BenchArgs) -> Result<(), String> {
-    crate::announce_cpu();
-    let shoal = crate::shoal_exe()?;
-    let guard = ClusterGuard::open_or_start(args.dir.as_deref(), "rpc", (2, "bn", 251), &shoal)?;
-    let result = measure(guard.cluster(), &args);
-    drop(guard);
-    let metrics = result?;
-    let table = table(&metrics);
-    println!("{table}");
-    crate::write_json(args.json.as_deref(), &metrics, args.quick)?;
-    Ok(())
+    crate::on_cluster(
+        &args,
+        ("rpc", (2, "bn", 251)),
+        |guard, _| measure(guard.cluster(), &args),
+        table,
+    )
 }
 
 fn measure(cluster: &Cluster, args: &BenchArgs) -> Result<BTreeMap<String, f64>, String> {

@@ -437,26 +437,14 @@ mod tests {
         assert_eq!(node_id(&public), node_id(&public));
         assert_ne!(node_id(&public), node_id(&[0; 32]));
         let cert_file = state.join(NODE_CERT);
-        let missing = load(
-            "n1",
-            &state,
-            &cert_file,
-            admin.cluster(),
-            admin.public(),
-            wall(),
-        );
-        assert!(missing.unwrap_err().contains("shoal cluster admit n1"));
+        let load_n1 = || {
+            let (cluster, public) = (admin.cluster(), admin.public());
+            load("n1", &state, &cert_file, cluster, public, wall())
+        };
+        assert!(load_n1().unwrap_err().contains("shoal cluster admit n1"));
         let cert = admin.admit("n1", public, CERT_DAYS).unwrap();
         std::fs::write(&cert_file, hex::encode(&cert)).unwrap();
-        let id = load(
-            "n1",
-            &state,
-            &cert_file,
-            admin.cluster(),
-            admin.public(),
-            wall(),
-        )
-        .unwrap();
+        let id = load_n1().unwrap();
         assert_eq!(id.me.cert().name, "n1");
         let wrong_name = load(
             "n2",

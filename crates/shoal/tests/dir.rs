@@ -96,6 +96,25 @@ impl Service {
         s
     }
 
+    /// Checks that `d` lists `f0` to `f19`.
+    fn holds_twenty(&self, c: &Cluster) {
+        let ls = self.ok(c, "n4", &["dir", "ls", "d"]);
+        for i in 0..20 {
+            assert!(
+                ls.contains(&format!("  f{i}\n")),
+                "f{i} lost: {ls}\n{}",
+                self.logs()
+            );
+        }
+    }
+
+    /// Ready, and every replica a member of the group.
+    fn joined(c: &Cluster, durability: &str) -> Service {
+        let s = Service::ready(c, durability);
+        s.all_members(c);
+        s
+    }
+
     fn start(c: &Cluster, durability: &str) -> Service {
         let dir = tempfile::tempdir().unwrap();
         let replicas = (0..3)
@@ -385,8 +404,7 @@ fn check_linearizable(records: &[Record], s: &Service) {
 fn linearizable_through_sigkill_sigstop_and_partitions() {
     let tc = TestCluster::up("db", 28, 5, Mode::Netns);
     let c = tc.get();
-    let mut s = Service::ready(c, "fsync");
-    s.all_members(c);
+    let mut s = Service::joined(c, "fsync");
     // The fault thread owns the replicas meanwhile.
     let mut replicas = std::mem::take(&mut s.replicas);
     let faults = || {
@@ -429,14 +447,7 @@ fn acknowledged_updates_survive_losing_replicas() {
     for r in &mut s.replicas {
         r.spawn(c);
     }
-    let ls = s.ok(c, "n4", &["dir", "ls", "d"]);
-    for i in 0..20 {
-        assert!(
-            ls.contains(&format!("  f{i}\n")),
-            "f{i} lost: {ls}\n{}",
-            s.logs()
-        );
-    }
+    s.holds_twenty(c);
     let _ = s.data();
     drop(s);
 
@@ -452,14 +463,7 @@ fn acknowledged_updates_survive_losing_replicas() {
     std::thread::sleep(Duration::from_millis(500));
     s.replicas[0].spawn(c);
     s.replicas[1].spawn(c);
-    let ls = s.ok(c, "n4", &["dir", "ls", "d"]);
-    for i in 0..20 {
-        assert!(
-            ls.contains(&format!("  f{i}\n")),
-            "f{i} lost: {ls}\n{}",
-            s.logs()
-        );
-    }
+    s.holds_twenty(c);
     // And the restarted replicas serve it too (the survivor is killed now).
     s.ok(c, "n4", &["dir", "put", "d/after", d.trim()]);
     s.all_members(c);
@@ -520,8 +524,7 @@ fn workload(s: &Service, c: &Cluster, seed: &str) -> String {
 fn clients_write_at_the_sequencers_replica_and_follow_it_when_it_dies() {
     let tc = TestCluster::up("dd", 54, 4, Mode::Netns);
     let c = tc.get();
-    let mut s = Service::ready(c, "replicated");
-    s.all_members(c);
+    let mut s = Service::joined(c, "replicated");
     // Every replica agrees where writes go, and a client that writes more
     // than once sends them there: the other replicas take at most its
     // first write and the question.
