@@ -121,7 +121,7 @@ impl Net {
     fn advance(&mut self, by: Duration) {
         let end = self.now + by;
         while self.now < end {
-            self.now = self.now + Duration::from_millis(5);
+            self.now += Duration::from_millis(5);
             for c in self.cores.iter_mut() {
                 c.handle_timeout(self.now);
             }

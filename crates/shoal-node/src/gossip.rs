@@ -15,6 +15,8 @@
 
 use std::time::Duration;
 
+use shoal_time::Time;
+
 /// How often a node tells its peers the versions it holds.
 pub const ANNOUNCE_EVERY: Duration = Duration::from_secs(5);
 
@@ -49,7 +51,7 @@ pub fn newer(held: Option<u64>, offered: u64) -> bool {
 /// [`ANNOUNCE_EVERY`] in between.
 #[derive(Debug, Clone)]
 pub struct Announcer {
-    last: Option<Duration>,
+    last: Option<Time>,
     soon: bool,
 }
 
@@ -75,11 +77,11 @@ impl Announcer {
 
     /// Whether to announce now; if so, the next is due [`ANNOUNCE_EVERY`]
     /// later.
-    pub fn poll(&mut self, now: Duration) -> bool {
+    pub fn poll(&mut self, now: Time) -> bool {
         let due = self.soon
             || self
                 .last
-                .is_none_or(|t| now.saturating_sub(t) >= ANNOUNCE_EVERY);
+                .is_none_or(|t| now.saturating_since(t) >= ANNOUNCE_EVERY);
         if due {
             self.soon = false;
             self.last = Some(now);
@@ -89,10 +91,10 @@ impl Announcer {
 
     /// When [`Announcer::poll`] next says yes, unless [`Announcer::soon`]
     /// makes it sooner.
-    pub fn next(&self) -> Duration {
+    pub fn next(&self) -> Time {
         match (self.soon, self.last) {
             (false, Some(t)) => t + ANNOUNCE_EVERY,
-            _ => Duration::ZERO,
+            _ => Time::ZERO,
         }
     }
 }
@@ -124,15 +126,15 @@ mod tests {
     #[test]
     fn announcements_come_at_start_on_news_and_on_the_interval() {
         let mut a = Announcer::new();
-        let s = Duration::from_secs;
-        assert_eq!(a.next(), Duration::ZERO);
+        let s = Time::from_secs;
+        assert_eq!(a.next(), Time::ZERO);
         assert!(a.poll(s(1)));
         assert!(!a.poll(s(2)));
         assert_eq!(a.next(), s(6));
         assert!(!a.poll(s(5)));
         assert!(a.poll(s(6)));
         a.soon();
-        assert_eq!(a.next(), Duration::ZERO);
+        assert_eq!(a.next(), Time::ZERO);
         assert!(a.poll(s(7)));
         assert!(!a.poll(s(8)));
     }

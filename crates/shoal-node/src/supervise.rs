@@ -9,6 +9,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use shoal_time::Time;
+
 /// A service that ran at least this long restarts at once; one that ended
 /// sooner waits (the back-off doubles from [`FIRST_DELAY`] to [`MAX_DELAY`]).
 pub const STABLE_AFTER: Duration = Duration::from_secs(10);
@@ -70,15 +72,15 @@ pub enum State {
     /// Asked to start ([`Action::Spawn`] given), not confirmed yet.
     Spawning,
     Running {
-        since: Duration,
+        since: Time,
     },
     /// Waiting to be started again.
     Backoff {
-        until: Duration,
+        until: Time,
     },
     /// Sent SIGTERM; SIGKILL at `kill_at` unless it ends first.
     Stopping {
-        kill_at: Duration,
+        kill_at: Time,
         killed: bool,
     },
 }
@@ -134,7 +136,7 @@ impl Supervisor {
 
     /// Adds a service to keep running (started at once); one of the same
     /// name gets the new policy and is restarted if it runs.
-    pub fn add(&mut self, name: &str, policy: Policy, now: Duration) -> Vec<Action> {
+    pub fn add(&mut self, name: &str, policy: Policy, now: Time) -> Vec<Action> {
         if let Some(s) = self.services.get_mut(name) {
             s.policy = policy;
             s.removing = false;
@@ -159,7 +161,7 @@ impl Supervisor {
     }
 
     /// Stops a service and forgets it once it has ended.
-    pub fn remove(&mut self, name: &str, now: Duration) -> Vec<Action> {
+    pub fn remove(&mut self, name: &str, now: Time) -> Vec<Action> {
         let Some(s) = self.services.get_mut(name) else {
             return Vec::new();
         };
@@ -170,7 +172,7 @@ impl Supervisor {
     }
 
     /// Stops every service (the daemon is shutting down).
-    pub fn shutdown(&mut self, now: Duration) -> Vec<Action> {
+    pub fn shutdown(&mut self, now: Time) -> Vec<Action> {
         let names: Vec<String> = self.services.keys().cloned().collect();
         names.iter().flat_map(|n| self.stop(n, now)).collect()
     }
@@ -184,7 +186,7 @@ impl Supervisor {
         &mut self,
         name: &str,
         command: Command,
-        now: Duration,
+        now: Time,
     ) -> Result<Vec<Action>, SuperviseError> {
         let Some(s) = self.services.get_mut(name) else {
             return Err(SuperviseError::Unknown(name.to_string()));
@@ -210,7 +212,7 @@ impl Supervisor {
     }
 
     /// The edge started the service's child.
-    pub fn spawned(&mut self, name: &str, now: Duration) -> Vec<Action> {
+    pub fn spawned(&mut self, name: &str, now: Time) -> Vec<Action> {
         let Some(s) = self.services.get_mut(name) else {
             return Vec::new();
         };
@@ -228,7 +230,7 @@ impl Supervisor {
 
     /// The edge could not start the child (a missing program, say): it
     /// backs off as a crash at start would.
-    pub fn spawn_failed(&mut self, name: &str, error: String, now: Duration) -> Vec<Action> {
+    pub fn spawn_failed(&mut self, name: &str, error: String, now: Time) -> Vec<Action> {
         let Some(s) = self.services.get_mut(name) else {
             return Vec::new();
         };
@@ -241,12 +243,12 @@ impl Supervisor {
     }
 
     /// The service's child ended.
-    pub fn exited(&mut self, name: &str, exit: Exit, now: Duration) -> Vec<Action> {
+    pub fn exited(&mut self, name: &str, exit: Exit, now: Time) -> Vec<Action> {
         let Some(s) = self.services.get_mut(name) else {
             return Vec::new();
         };
         let (ran, restarting) = match s.state {
-            State::Running { since } => (now.saturating_sub(since), false),
+            State::Running { since } => (now.saturating_since(since), false),
             // Still wanted while stopping: an operator's restart.
             State::Stopping { .. } => (STABLE_AFTER, true),
             State::Stopped | State::Spawning | State::Backoff { .. } => return Vec::new(),
@@ -280,7 +282,7 @@ impl Supervisor {
     }
 
     /// Time passes: back-offs end, stop timeouts expire.
-    pub fn tick(&mut self, now: Duration) -> Vec<Action> {
+    pub fn tick(&mut self, now: Time) -> Vec<Action> {
         let mut actions = Vec::new();
         for (name, s) in &mut self.services {
             match s.state {
@@ -301,7 +303,7 @@ impl Supervisor {
     }
 
     /// The earliest time [`Supervisor::tick`] has something to do.
-    pub fn next_deadline(&self) -> Option<Duration> {
+    pub fn next_deadline(&self) -> Option<Time> {
         self.services
             .values()
             .filter_map(|s| match s.state {
@@ -319,7 +321,7 @@ impl Supervisor {
         vec![self.services.get_mut(name).expect("present").start(name)]
     }
 
-    fn stop(&mut self, name: &str, now: Duration) -> Vec<Action> {
+    fn stop(&mut self, name: &str, now: Time) -> Vec<Action> {
         let s = self.services.get_mut(name).expect("present");
         s.wanted = false;
         match s.state {

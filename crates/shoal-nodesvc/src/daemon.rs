@@ -568,7 +568,7 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
             if shared.announce.swap(false, Ordering::AcqRel) {
                 announcer.soon();
             }
-            if announcer.poll(Duration::from_micros(now.as_micros())) {
+            if announcer.poll(now) {
                 let news = [revocation_version(shared), service_map_version(shared)];
                 for member in state.membership.view(now).iter().skip(1) {
                     for m in &news {

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 use shoal_pool::exec::StartSpec;
+use shoal_proto::Time;
 
 use crate::config::ServiceConfig;
 use crate::service::ServiceStatus;
@@ -97,8 +98,8 @@ impl Services {
         self.wake.notify_all();
     }
 
-    fn now(&self) -> Duration {
-        self.epoch.elapsed()
+    fn now(&self) -> Time {
+        Time::ZERO + self.epoch.elapsed()
     }
 
     /// Takes a new set of services: new ones start, removed ones stop,
@@ -171,7 +172,7 @@ impl Services {
             let wait = inner
                 .core
                 .next_deadline()
-                .map_or(POLL, |d| d.saturating_sub(self.now()).min(POLL));
+                .map_or(POLL, |d| d.saturating_since(self.now()).min(POLL));
             self.wake.wait_for(&mut inner, wait);
         }
     }
@@ -219,8 +220,8 @@ impl Services {
                 let (state, for_s) = match s.state {
                     State::Stopped => ("stopped", None),
                     State::Spawning => ("starting", None),
-                    State::Running { since } => ("running", Some(now.saturating_sub(since))),
-                    State::Backoff { until } => ("backoff", Some(until.saturating_sub(now))),
+                    State::Running { since } => ("running", Some(now.saturating_since(since))),
+                    State::Backoff { until } => ("backoff", Some(until.saturating_since(now))),
                     State::Stopping { .. } => ("stopping", None),
                 };
                 Some(ServiceStatus {
@@ -359,7 +360,7 @@ impl Services {
         if let (Some(s), Some(child)) = (inner.core.services().get(name), inner.children.get(name))
             && let State::Backoff { until } = s.state
         {
-            let wait = until.saturating_sub(self.now());
+            let wait = until.saturating_since(self.now());
             child
                 .log
                 .lock()

@@ -41,7 +41,7 @@ fn main() {
     let mut now = Time(0);
     let start = Instant::now();
     for _ in 0..n {
-        now = now + Duration::from_micros(1);
+        now += Duration::from_micros(1);
         client.start(now, port, Bytes::new(), now + Duration::from_secs(1));
         loop {
             while let Some(t) = client.poll_transmit() {

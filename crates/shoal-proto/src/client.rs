@@ -65,8 +65,8 @@ use shoal_wire::{
 use crate::body::{Added, Incoming, Outgoing, is_whole};
 use crate::error::TransError;
 use crate::stats::Stats;
-use crate::time::Time;
 use crate::transmit::{Dest, Transmit, Via};
+use shoal_time::Time;
 
 /// Tuning of a client endpoint.
 #[derive(Debug, Clone)]

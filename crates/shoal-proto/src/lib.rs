@@ -35,7 +35,6 @@ pub mod pool;
 mod registry;
 mod server;
 mod stats;
-mod time;
 mod transmit;
 
 pub use body::{Incoming, Outgoing, Rope};
@@ -44,6 +43,6 @@ pub use error::TransError;
 pub use membership::{MemberView, Membership, MembershipConfig};
 pub use registry::{MAX_ENDPOINTS_PER_UID, Refusal, Registry};
 pub use server::{Delivered, Replied, ServerConfig, ServerCore};
+pub use shoal_time::Time;
 pub use stats::Stats;
-pub use time::Time;
 pub use transmit::{Caller, Dest, Transmit, Via};

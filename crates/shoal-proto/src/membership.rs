@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use shoal_wire::{Heartbeat, Load, MAX_MEMBERS, Member, NodeId, Packet, encode_plain};
 
-use crate::time::Time;
 use crate::transmit::{Dest, Transmit, Via};
+use shoal_time::Time;
 
 /// A member silent for this many `dead_after` periods is forgotten.
 const FORGET_FACTOR: u32 = 40;
@@ -288,7 +288,7 @@ mod tests {
         let mut now = Time(0);
         for _ in 0..4 {
             exchange(&mut nodes, now);
-            now = now + Duration::from_millis(250);
+            now += Duration::from_millis(250);
         }
         for n in &nodes {
             let view = n.view(now);
@@ -299,7 +299,7 @@ mod tests {
         let mut two = nodes.drain(..2).collect::<Vec<_>>();
         for _ in 0..8 {
             exchange(&mut two, now);
-            now = now + Duration::from_millis(250);
+            now += Duration::from_millis(250);
         }
         let view = two[0].view(now);
         let n3 = view.iter().find(|m| m.node == NodeId(3)).unwrap();

@@ -47,8 +47,8 @@ use shoal_wire::{
 
 use crate::body::{Added, Incoming, Outgoing, Rope, is_whole};
 use crate::stats::Stats;
-use crate::time::Time;
 use crate::transmit::{Caller, Dest, Transmit, Via};
+use shoal_time::Time;
 
 /// Refusals remembered without a record (when the table is full).
 const MAX_REFUSED: usize = 4096;

@@ -24,10 +24,11 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use shoal_node::gossip::{ANNOUNCE_EVERY, Announcer, Answer, answer, newer};
+use shoal_proto::Time;
 use shoal_session::{AdminKey, ClusterId, RevocationList, ServiceEntry, ServiceMap};
 use shoal_wire::NodeMsg;
 
-use crate::timeline::{Timeline, Trace, tick};
+use crate::timeline::{Timeline, Trace};
 
 /// A scenario's shape.
 #[derive(Debug, Clone)]
@@ -83,7 +84,7 @@ const KINDS: [(NodeMsg, NodeMsg); 2] = [
 struct Node {
     up: bool,
     /// When its pending tick is (one at a time).
-    tick_at: Option<Duration>,
+    tick_at: Option<Time>,
     /// The highest version it ever held of each kind.
     high: [u64; 2],
     /// Each kind's record: version and signed bytes (on the node's disk).
@@ -106,10 +107,10 @@ enum Event {
 pub struct GossipSim {
     cfg: GossipSimConfig,
     rng: ChaCha8Rng,
-    now: Duration,
+    now: Time,
     nodes: Vec<Node>,
     /// Cut links (a, b) with a < b, until when.
-    cuts: BTreeMap<(usize, usize), Duration>,
+    cuts: BTreeMap<(usize, usize), Time>,
     events: Timeline<Event>,
     cluster: ClusterId,
     admin: AdminKey,
@@ -140,7 +141,7 @@ impl GossipSim {
         GossipSim {
             cfg,
             rng,
-            now: Duration::ZERO,
+            now: Time::ZERO,
             nodes,
             cuts: BTreeMap::new(),
             events: Timeline::new(),
@@ -157,11 +158,11 @@ impl GossipSim {
 
     pub fn run(mut self) -> GossipReport {
         for i in 0..self.nodes.len() {
-            self.wake(i, Duration::ZERO);
+            self.wake(i, Time::ZERO);
         }
-        self.schedule(Duration::from_secs(1), Event::Second);
+        self.events.at(Time::from_secs(1), Event::Second);
         self.issue();
-        let run = self.cfg.run;
+        let run = Time::ZERO + self.cfg.run;
         self.until(run);
         // Heal: every node up, no cut, no loss, no forger, no new record.
         self.calm = true;
@@ -200,18 +201,14 @@ impl GossipSim {
     }
 
     fn violation(&mut self, what: String) {
-        let what = format!("t={:?}: {what}", self.now);
+        let what = format!("t={}: {what}", self.now.0);
         self.trace
-            .violation(tick(self.now).0, &mut self.report.violations, what);
+            .violation(self.now.0, &mut self.report.violations, what);
     }
 
-    fn schedule(&mut self, at: Duration, e: Event) {
-        self.events.at(tick(at), e);
-    }
-
-    fn until(&mut self, end: Duration) {
-        while let Some((at, e)) = self.events.next(tick(end)) {
-            self.now = Duration::from_micros(at.0);
+    fn until(&mut self, end: Time) {
+        while let Some((at, e)) = self.events.next(end) {
+            self.now = at;
             self.handle(e);
         }
         self.now = end;
@@ -229,7 +226,7 @@ impl GossipSim {
     /// Once a second: faults, the administrator, forgers.
     fn second(&mut self) {
         let now = self.now;
-        self.schedule(now + Duration::from_secs(1), Event::Second);
+        self.events.at(now + Duration::from_secs(1), Event::Second);
         self.cuts.retain(|_, until| *until > now);
         if self.calm {
             return;
@@ -240,7 +237,7 @@ impl GossipSim {
                 self.nodes[i].up = false;
                 self.report.crashes += 1;
                 let back = Duration::from_millis(self.rng.random_range(100..30_000));
-                self.schedule(now + back, Event::Restart(i));
+                self.events.at(now + back, Event::Restart(i));
             }
         }
         if self.rng.random_bool(self.cfg.cut_chance) {
@@ -272,7 +269,13 @@ impl GossipSim {
         let k = self.rng.random_range(0..2);
         self.issued[k] += 1;
         let version = self.issued[k];
-        let bytes = Self::sign(k, version, self.now.as_secs(), &self.admin, self.cluster);
+        let bytes = Self::sign(
+            k,
+            version,
+            self.now.0 / 1_000_000,
+            &self.admin,
+            self.cluster,
+        );
         self.history[k].push(bytes.clone());
         self.report.issued += 1;
         self.take(i, k, &bytes);
@@ -309,14 +312,20 @@ impl GossipSim {
         let bytes = match self.rng.random_range(0..4) {
             0 => {
                 let stranger = AdminKey::from_seed(self.rng.random());
-                Self::sign(k, version, self.now.as_secs(), &stranger, self.cluster)
+                Self::sign(k, version, self.now.0 / 1_000_000, &stranger, self.cluster)
             }
             1 => {
                 let elsewhere = ClusterId(self.rng.random());
-                Self::sign(k, version, self.now.as_secs(), &self.admin, elsewhere)
+                Self::sign(k, version, self.now.0 / 1_000_000, &self.admin, elsewhere)
             }
             2 => {
-                let mut b = Self::sign(k, version, self.now.as_secs(), &self.admin, self.cluster);
+                let mut b = Self::sign(
+                    k,
+                    version,
+                    self.now.0 / 1_000_000,
+                    &self.admin,
+                    self.cluster,
+                );
                 let at = self.rng.random_range(0..b.len());
                 b[at] ^= 1 << self.rng.random_range(0..8);
                 b
@@ -329,7 +338,7 @@ impl GossipSim {
         let i = self.rng.random_range(0..self.nodes.len());
         let from = (i + 1) % self.nodes.len();
         let tag = KINDS[k].1;
-        self.schedule(
+        self.events.at(
             self.now,
             Event::Deliver {
                 to: i,
@@ -362,14 +371,15 @@ impl GossipSim {
             return;
         }
         let delay = Duration::from_micros(self.rng.random_range(100..50_000));
-        self.schedule(self.now + delay, Event::Deliver { to, from, bytes });
+        self.events
+            .at(self.now + delay, Event::Deliver { to, from, bytes });
     }
 
     /// Makes node `i`'s pending tick come at `at` if that is sooner.
-    fn wake(&mut self, i: usize, at: Duration) {
+    fn wake(&mut self, i: usize, at: Time) {
         if self.nodes[i].tick_at.is_none_or(|t| at < t) {
             self.nodes[i].tick_at = Some(at);
-            self.schedule(at, Event::Tick(i));
+            self.events.at(at, Event::Tick(i));
         }
     }
 

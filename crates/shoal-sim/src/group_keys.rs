@@ -286,7 +286,7 @@ impl KeysSim {
             if !busy && !recent {
                 break;
             }
-            end = end + Duration::from_millis(100);
+            end += Duration::from_millis(100);
             self.until(end);
         }
         self.final_checks();

@@ -30,8 +30,9 @@ use shoal_node::supervise::{
     Action, Command, Exit, FIRST_DELAY, MAX_DELAY, Policy, Restart, STABLE_AFTER, Sig, State,
     Supervisor,
 };
+use shoal_proto::Time;
 
-use crate::timeline::{Timeline, Trace, tick};
+use crate::timeline::{Timeline, Trace};
 
 /// A scenario's shape.
 #[derive(Debug, Clone)]
@@ -83,10 +84,10 @@ const DIE_MAX: Duration = Duration::from_millis(300);
 #[derive(Debug, Clone, Copy)]
 struct Child {
     pid: u64,
-    started: Duration,
+    started: Time,
     ignores_term: bool,
     /// When it ends, and how (one pending end at a time).
-    end: Option<(Duration, Exit)>,
+    end: Option<(Time, Exit)>,
 }
 
 /// The model's record of one service: what the rules promise.
@@ -105,11 +106,11 @@ struct Model {
     /// for).
     stopping: bool,
     /// The child must be gone by then.
-    gone_by: Option<Duration>,
+    gone_by: Option<Time>,
     /// The back-off delay the core should be using, and when the next
     /// spawn is due (exactly).
     delay: Duration,
-    due: Option<Duration>,
+    due: Option<Time>,
 }
 
 enum Event {
@@ -123,7 +124,7 @@ pub struct SuperviseSim {
     cfg: SuperviseSimConfig,
     rng: ChaCha8Rng,
     sup: Supervisor,
-    now: Duration,
+    now: Time,
     models: BTreeMap<String, Model>,
     events: Timeline<Event>,
     next_pid: u64,
@@ -140,7 +141,7 @@ impl SuperviseSim {
             cfg,
             rng: ChaCha8Rng::seed_from_u64(seed),
             sup: Supervisor::new(),
-            now: Duration::ZERO,
+            now: Time::ZERO,
             models: BTreeMap::new(),
             events: Timeline::new(),
             next_pid: 1,
@@ -157,7 +158,7 @@ impl SuperviseSim {
             self.add(&name, policy);
         }
         self.schedule_operator();
-        let run = self.cfg.run;
+        let run = Time::ZERO + self.cfg.run;
         self.until(run);
         // Calm: no more crashes, failed spawns or commands; every child
         // that is to run comes up and stays.
@@ -203,29 +204,25 @@ impl SuperviseSim {
     }
 
     fn log(&mut self, what: impl FnOnce() -> String) {
-        self.trace.line(tick(self.now).0, what);
+        self.trace.line(self.now.0, what);
     }
 
     fn violation(&mut self, what: String) {
-        let what = format!("t={:?}: {what}", self.now);
+        let what = format!("t={}: {what}", self.now.0);
         self.trace
-            .violation(tick(self.now).0, &mut self.report.violations, what);
-    }
-
-    fn schedule(&mut self, at: Duration, e: Event) {
-        self.events.at(tick(at), e);
+            .violation(self.now.0, &mut self.report.violations, what);
     }
 
     fn schedule_operator(&mut self) {
         let mean = self.cfg.command_every.as_millis() as u64;
         let gap = Duration::from_millis(self.rng.random_range(1..=2 * mean));
-        self.schedule(self.now + gap, Event::Operator);
+        self.events.at(self.now + gap, Event::Operator);
     }
 
     /// Runs events and the core's deadlines up to `end`.
-    fn until(&mut self, end: Duration) {
+    fn until(&mut self, end: Time) {
         loop {
-            let event = self.events.peek().map(|t| Duration::from_micros(t.0));
+            let event = self.events.peek();
             let deadline = self.sup.next_deadline();
             let at = [event, deadline]
                 .into_iter()
@@ -240,7 +237,7 @@ impl SuperviseSim {
             self.check_due(at);
             self.now = at;
             if event == Some(at) {
-                let (_, e) = self.events.next(tick(at)).expect("an event");
+                let (_, e) = self.events.next(at).expect("an event");
                 self.handle(e);
             } else {
                 let actions = self.sup.tick(at);
@@ -303,7 +300,8 @@ impl SuperviseSim {
             self.violation(w);
         }
         let after = Duration::from_micros(self.rng.random_range(0..=SPAWN_MAX.as_micros() as u64));
-        self.schedule(now + after, Event::SpawnDone(name.to_string()));
+        self.events
+            .at(now + after, Event::SpawnDone(name.to_string()));
     }
 
     fn spawn_done(&mut self, name: &str) {
@@ -356,7 +354,7 @@ impl SuperviseSim {
             m.gone_by = Some(now + m.policy.stop_timeout + DIE_MAX);
         }
         if let Some((at, _)) = end {
-            self.schedule(at, Event::End(name.to_string(), pid));
+            self.events.at(at, Event::End(name.to_string(), pid));
         }
         let actions = self.sup.spawned(name, now);
         self.perform(actions);
@@ -384,7 +382,7 @@ impl SuperviseSim {
         }
         c.end = Some((at, exit));
         let pid = c.pid;
-        self.schedule(at, Event::End(name.to_string(), pid));
+        self.events.at(at, Event::End(name.to_string(), pid));
     }
 
     /// A child's end, if it is still that child's and still due now.
@@ -410,7 +408,7 @@ impl SuperviseSim {
         if !m.stopping {
             self.report.crashes += 1;
         }
-        let ran = now - c.started;
+        let ran = now.saturating_since(c.started);
         let actions = self.sup.exited(name, exit, now);
         self.ended(name, exit, ran);
         self.perform(actions);
@@ -573,7 +571,7 @@ impl SuperviseSim {
     }
 
     /// Nothing due before `at` was left undone.
-    fn check_due(&mut self, at: Duration) {
+    fn check_due(&mut self, at: Time) {
         let mut late = Vec::new();
         for (name, m) in &self.models {
             if let Some(due) = m.due

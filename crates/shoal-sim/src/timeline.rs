@@ -6,7 +6,6 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::time::Duration;
 
 use shoal_proto::Time;
 
@@ -113,10 +112,4 @@ impl Trace {
     pub(crate) fn lines(&self) -> &[String] {
         &self.lines
     }
-}
-
-/// The queue's time for a point on a scenario's clock kept as a
-/// `Duration` since its start (the supervisor's and the gossip's).
-pub(crate) fn tick(at: Duration) -> Time {
-    Time(at.as_micros() as u64)
 }

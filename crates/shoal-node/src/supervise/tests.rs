@@ -14,8 +14,8 @@ const POLICY: Policy = Policy {
     stop_timeout: Duration::from_secs(10),
 };
 
-fn secs(s: u64) -> Duration {
-    Duration::from_secs(s)
+fn secs(s: u64) -> Time {
+    Time::from_secs(s)
 }
 
 fn spawn(name: &str) -> Vec<Action> {
@@ -184,7 +184,7 @@ proptest! {
     ) {
         const NAMES: [&str; 3] = ["a", "b", "c"];
         let mut s = Supervisor::new();
-        let mut now = Duration::ZERO;
+        let mut now = Time::ZERO;
         let mut spawning = BTreeSet::new();
         let mut running = BTreeSet::new();
         let mut held = BTreeSet::new(); // stopped or removed by the operator

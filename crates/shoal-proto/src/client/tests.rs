@@ -43,7 +43,7 @@ fn aim_moves_calls_to_the_advised_endpoint_as_its_node_confirms() {
         client.start(now, port, Bytes::new(), now + Duration::from_secs(60));
         let mut asked = Vec::new();
         loop {
-            now = now + Duration::from_millis(1);
+            now += Duration::from_millis(1);
             while let Some(t) = client.poll_transmit() {
                 let dest = t.dest;
                 let bytes = t.into_plain();
@@ -234,7 +234,7 @@ fn exchange(reply: &[u8], frag: usize, order: &[usize]) -> Vec<u8> {
     );
     let mut turn = 0;
     loop {
-        now = now + Duration::from_millis(1);
+        now += Duration::from_millis(1);
         while let Some(t) = client.poll_transmit() {
             let dest = t.dest;
             let bytes = t.into_plain();
