@@ -33,19 +33,16 @@ impl Time {
     }
 }
 
+/// `d` in whole microseconds, at most `u64::MAX`.
+fn micros(d: Duration) -> u64 {
+    d.as_micros().min(u64::MAX as u128) as u64
+}
+
+/// `d` later, or the end of time if that is past it.
 impl Add<Duration> for Time {
     type Output = Time;
     fn add(self, d: Duration) -> Time {
-        Time(
-            self.0
-                .saturating_add(d.as_micros().min(u64::MAX as u128) as u64),
-        )
-    }
-}
-
-impl AddAssign<Duration> for Time {
-    fn add_assign(&mut self, d: Duration) {
-        *self = *self + d;
+        Time(self.0.saturating_add(micros(d)))
     }
 }
 
@@ -53,10 +50,13 @@ impl AddAssign<Duration> for Time {
 impl Sub<Duration> for Time {
     type Output = Time;
     fn sub(self, d: Duration) -> Time {
-        Time(
-            self.0
-                .saturating_sub(d.as_micros().min(u64::MAX as u128) as u64),
-        )
+        Time(self.0.saturating_sub(micros(d)))
+    }
+}
+
+impl AddAssign<Duration> for Time {
+    fn add_assign(&mut self, d: Duration) {
+        *self = *self + d;
     }
 }
 
