@@ -104,11 +104,11 @@ fn without_setid(perm: u16) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Time;
+    use crate::model::{Ino, Time};
 
     fn attr(kind: Kind, perm: u16, uid: u32, gid: u32) -> Attr {
         Attr {
-            ino: 2,
+            ino: Ino(2),
             kind,
             perm,
             nlink: 1,

@@ -2,11 +2,44 @@
 
 /// An inode number.  Numbers are never reused: a removed inode's number
 /// stays retired, so a kernel or client holding it gets "not found", never
-/// another file.
-pub type Ino = u64;
+/// another file.  It travels as a `u64` (the kernel's node id too).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Ino(pub u64);
+
+impl Ino {
+    /// The largest number (a tree that may not make inodes has it next).
+    pub const MAX: Ino = Ino(u64::MAX);
+
+    /// The number `n` past this one.
+    pub fn plus(self, n: u64) -> Ino {
+        Ino(self.0 + n)
+    }
+
+    /// This number, leaving the next in its place (a supply of numbers
+    /// handed out in order).
+    pub fn take(&mut self) -> Ino {
+        let n = *self;
+        *self = self.plus(1);
+        n
+    }
+}
+
+/// Printed as its number, as the kernel and `stat` print it.
+impl std::fmt::Display for Ino {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The same as its `Display`: traces and test failures read as before.
+impl std::fmt::Debug for Ino {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 /// The root directory's inode number (FUSE's root node id).
-pub const ROOT: Ino = 1;
+pub const ROOT: Ino = Ino(1);
 
 /// Longest name in a directory, in bytes.
 pub const NAME_MAX: usize = 255;

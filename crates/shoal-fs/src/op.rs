@@ -483,20 +483,20 @@ impl Request {
             }
             Op::Lookup { parent, name } => {
                 w.u8(3);
-                w.u64(*parent);
+                w.u64(parent.0);
                 w.str16(name);
             }
             Op::GetAttr { ino } => {
                 w.u8(4);
-                w.u64(*ino);
+                w.u64(ino.0);
             }
             Op::ReadDir { ino } => {
                 w.u8(5);
-                w.u64(*ino);
+                w.u64(ino.0);
             }
             Op::ReadLink { ino } => {
                 w.u8(6);
-                w.u64(*ino);
+                w.u64(ino.0);
             }
             Op::Open {
                 ino,
@@ -506,7 +506,7 @@ impl Request {
                 cached,
             } => {
                 w.u8(7);
-                w.u64(*ino);
+                w.u64(ino.0);
                 want(w, *x);
                 opens(w, have);
                 w.u64(id.0);
@@ -514,18 +514,18 @@ impl Request {
             }
             Op::Close { ino, id } => {
                 w.u8(8);
-                w.u64(*ino);
+                w.u64(ino.0);
                 w.u64(id.0);
             }
             Op::Read { ino, offset, len } => {
                 w.u8(9);
-                w.u64(*ino);
+                w.u64(ino.0);
                 w.u64(*offset);
                 w.u32(*len);
             }
             Op::Write { ino, offset, data } => {
                 w.u8(10);
-                w.u64(*ino);
+                w.u64(ino.0);
                 opt(w, *offset, |w, v| w.u64(v));
                 w.bytes32(data);
             }
@@ -546,7 +546,7 @@ impl Request {
                 opens: list,
             } => {
                 w.u8(12);
-                w.u64(*ino);
+                w.u64(ino.0);
                 w.u64(*grant);
                 level(w, *kept);
                 opens(w, list);
@@ -568,19 +568,19 @@ impl Request {
                 opens: list,
             } => {
                 w.u8(15);
-                w.u64(*ino);
+                w.u64(ino.0);
                 level(w, *l);
                 opt(w, *version, |w, v| w.u64(v));
                 opens(w, list);
             }
             Op::GetXattr { ino, name } => {
                 w.u8(17);
-                w.u64(*ino);
+                w.u64(ino.0);
                 w.str16(name);
             }
             Op::ListXattr { ino } => {
                 w.u8(18);
-                w.u64(*ino);
+                w.u64(ino.0);
             }
             Op::CapStat { cap } => {
                 w.u8(19);
@@ -603,7 +603,7 @@ impl Request {
                 how,
             } => {
                 w.u8(21);
-                w.u64(*ino);
+                w.u64(ino.0);
                 w.u64(*owner);
                 w.u8(match style {
                     Style::Posix => 0,
@@ -622,7 +622,7 @@ impl Request {
             }
             Op::TouchContents { after } => {
                 w.u8(23);
-                w.u64(*after);
+                w.u64(after.0);
             }
         }
         out
@@ -646,21 +646,21 @@ impl Request {
                 }
             }
             3 => Op::Lookup {
-                parent: r.u64()?,
+                parent: Ino(r.u64()?),
                 name: r.str16()?.to_vec(),
             },
-            4 => Op::GetAttr { ino: r.u64()? },
-            5 => Op::ReadDir { ino: r.u64()? },
-            6 => Op::ReadLink { ino: r.u64()? },
+            4 => Op::GetAttr { ino: Ino(r.u64()?) },
+            5 => Op::ReadDir { ino: Ino(r.u64()?) },
+            6 => Op::ReadLink { ino: Ino(r.u64()?) },
             7 => Op::Open {
-                ino: r.u64()?,
+                ino: Ino(r.u64()?),
                 want: read_want(r)?,
                 have: read_opens(r)?,
                 id: OpenId(r.u64()?),
                 cached: read_opt(r, |r| r.u64())?,
             },
             8 => Op::Close {
-                ino: r.u64()?,
+                ino: Ino(r.u64()?),
                 id: OpenId(r.u64()?),
             },
             9 => {
@@ -668,10 +668,14 @@ impl Request {
                 if len as usize > IO_MAX {
                     return Err(bad("fs request", "a read of more than 1 MiB"));
                 }
-                Op::Read { ino, offset, len }
+                Op::Read {
+                    ino: Ino(ino),
+                    offset,
+                    len,
+                }
             }
             10 => Op::Write {
-                ino: r.u64()?,
+                ino: Ino(r.u64()?),
                 offset: read_opt(r, |r| r.u64())?,
                 data: data(r)?,
             },
@@ -685,7 +689,7 @@ impl Request {
                 want: read_want(r)?,
             },
             12 => Op::Return {
-                ino: r.u64()?,
+                ino: Ino(r.u64()?),
                 grant: r.u64()?,
                 kept: read_level(r)?,
                 opens: read_opens(r)?,
@@ -700,10 +704,10 @@ impl Request {
             14 => Op::Status,
             24 => Op::Sync,
             17 => Op::GetXattr {
-                ino: r.u64()?,
+                ino: Ino(r.u64()?),
                 name: r.str16()?.to_vec(),
             },
-            18 => Op::ListXattr { ino: r.u64()? },
+            18 => Op::ListXattr { ino: Ino(r.u64()?) },
             19 => Op::CapStat { cap: r.cap()? },
             20 => {
                 let (cap, offset, len) = (r.cap()?, r.u64()?, r.u32()?);
@@ -712,9 +716,11 @@ impl Request {
                 }
                 Op::CapRead { cap, offset, len }
             }
-            23 => Op::TouchContents { after: r.u64()? },
+            23 => Op::TouchContents {
+                after: Ino(r.u64()?),
+            },
             21 => Op::Lock {
-                ino: r.u64()?,
+                ino: Ino(r.u64()?),
                 owner: r.u64()?,
                 style: match r.u8()? {
                     0 => Style::Posix,
@@ -734,7 +740,7 @@ impl Request {
                 },
             },
             15 => Op::Reclaim {
-                ino: r.u64()?,
+                ino: Ino(r.u64()?),
                 level: read_level(r)?,
                 version: read_opt(r, |r| r.u64())?,
                 opens: read_opens(r)?,

@@ -52,7 +52,7 @@ pub struct Numbered {
 impl Numbered {
     fn one(ino: Ino) -> Numbered {
         Numbered {
-            inos: [ino, 0],
+            inos: [ino, Ino(0)],
             len: 1,
         }
     }

@@ -151,7 +151,7 @@ impl Machine for FsReplica {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Identity, Kind, ROOT};
+    use crate::model::{Identity, Ino, Kind, ROOT};
     use crate::update::UpdateOp;
 
     fn update(seq: u64, op: UpdateOp) -> Vec<u8> {
@@ -184,7 +184,7 @@ mod tests {
                 kind: Kind::File,
                 perm: 0o644,
                 rdev: 0,
-                ino,
+                ino: Ino(ino),
                 secret: [ino as u8; 16],
                 target: Vec::new(),
                 excl: true,

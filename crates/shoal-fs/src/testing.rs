@@ -60,7 +60,7 @@ pub(crate) fn first(applied: Applied) -> Result<Answer, FsError> {
 /// encodings to round-trip.
 pub(crate) fn sample_attr() -> Attr {
     Attr {
-        ino: 5,
+        ino: Ino(5),
         kind: Kind::File,
         perm: 0o644,
         nlink: 1,

@@ -126,7 +126,7 @@ impl Tree {
         };
         Tree {
             index: 0,
-            next_ino: ROOT + 1,
+            next_ino: ROOT.plus(1),
             inodes: BTreeMap::from([(ROOT, Box::new(root))]),
             sessions: HashMap::new(),
             lru: BTreeSet::new(),
@@ -352,7 +352,7 @@ impl Tree {
                     return Err(FsError::Invalid("an inode range is 1 to 2^20 numbers"));
                 }
                 let first = self.next_ino;
-                self.next_ino += u64::from(*count);
+                self.next_ino = self.next_ino.plus(u64::from(*count));
                 Ok(Answer::Range {
                     first,
                     count: *count,

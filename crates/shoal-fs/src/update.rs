@@ -338,20 +338,20 @@ impl UpdateOp {
                 excl,
             } => {
                 w.u8(1);
-                w.u64(*parent);
+                w.u64(parent.0);
                 w.str16(name);
                 w.u8(*kind as u8);
                 w.u16(*perm);
                 w.u32(*rdev);
-                w.u64(*ino);
+                w.u64(ino.0);
                 w.raw(secret);
                 w.str16(target);
                 w.u8(u8::from(*excl));
             }
             UpdateOp::Link { ino, parent, name } => {
                 w.u8(2);
-                w.u64(*ino);
-                w.u64(*parent);
+                w.u64(ino.0);
+                w.u64(parent.0);
                 w.str16(name);
             }
             UpdateOp::Unlink {
@@ -361,7 +361,7 @@ impl UpdateOp {
                 open,
             } => {
                 w.u8(3);
-                w.u64(*parent);
+                w.u64(parent.0);
                 w.str16(name);
                 w.u8(u8::from(*dir));
                 w.u8(u8::from(*open));
@@ -375,16 +375,16 @@ impl UpdateOp {
                 open_victim,
             } => {
                 w.u8(4);
-                w.u64(*from);
+                w.u64(from.0);
                 w.str16(from_name);
-                w.u64(*to);
+                w.u64(to.0);
                 w.str16(to_name);
                 w.u8(u8::from(*noreplace));
                 w.u8(u8::from(*open_victim));
             }
             UpdateOp::SetAttr { ino, set } => {
                 w.u8(5);
-                w.u64(*ino);
+                w.u64(ino.0);
                 write_set_attr(w, set);
             }
             UpdateOp::Commit {
@@ -397,7 +397,7 @@ impl UpdateOp {
                 flush,
             } => {
                 w.u8(6);
-                w.u64(*ino);
+                w.u64(ino.0);
                 w.u64(*base);
                 caps32(w, content);
                 w.u64(*size);
@@ -407,7 +407,7 @@ impl UpdateOp {
             }
             UpdateOp::Overlay { ino, offset, data } => {
                 w.u8(7);
-                w.u64(*ino);
+                w.u64(ino.0);
                 opt(w, *offset, |w, v| w.u64(v));
                 w.bytes32(data);
             }
@@ -418,19 +418,19 @@ impl UpdateOp {
                 mode,
             } => {
                 w.u8(8);
-                w.u64(*ino);
+                w.u64(ino.0);
                 w.str16(name);
                 w.bytes32(value);
                 w.u8(*mode as u8);
             }
             UpdateOp::RemoveXattr { ino, name } => {
                 w.u8(9);
-                w.u64(*ino);
+                w.u64(ino.0);
                 w.str16(name);
             }
             UpdateOp::Forget { ino } => {
                 w.u8(10);
-                w.u64(*ino);
+                w.u64(ino.0);
             }
             UpdateOp::Range { count } => {
                 w.u8(11);
@@ -438,7 +438,7 @@ impl UpdateOp {
             }
             UpdateOp::Revoke { ino, secret, set } => {
                 w.u8(13);
-                w.u64(*ino);
+                w.u64(ino.0);
                 w.raw(secret);
                 match set {
                     None => w.u8(0),
@@ -463,41 +463,41 @@ impl UpdateOp {
     pub(crate) fn decode(r: &mut Reader, nested: bool) -> Result<UpdateOp, DecodeError> {
         Ok(match r.u8()? {
             1 => UpdateOp::Create {
-                parent: r.u64()?,
+                parent: Ino(r.u64()?),
                 name: r.str16()?.to_vec(),
                 kind: Kind::from_u8(r.u8()?).ok_or_else(|| bad("fs update", "kind"))?,
                 perm: r.u16()?,
                 rdev: r.u32()?,
-                ino: r.u64()?,
+                ino: Ino(r.u64()?),
                 secret: r.array()?,
                 target: r.str16()?.to_vec(),
                 excl: flag(r)?,
             },
             2 => UpdateOp::Link {
-                ino: r.u64()?,
-                parent: r.u64()?,
+                ino: Ino(r.u64()?),
+                parent: Ino(r.u64()?),
                 name: r.str16()?.to_vec(),
             },
             3 => UpdateOp::Unlink {
-                parent: r.u64()?,
+                parent: Ino(r.u64()?),
                 name: r.str16()?.to_vec(),
                 dir: flag(r)?,
                 open: flag(r)?,
             },
             4 => UpdateOp::Rename {
-                from: r.u64()?,
+                from: Ino(r.u64()?),
                 from_name: r.str16()?.to_vec(),
-                to: r.u64()?,
+                to: Ino(r.u64()?),
                 to_name: r.str16()?.to_vec(),
                 noreplace: flag(r)?,
                 open_victim: flag(r)?,
             },
             5 => UpdateOp::SetAttr {
-                ino: r.u64()?,
+                ino: Ino(r.u64()?),
                 set: read_set_attr(r)?,
             },
             6 => UpdateOp::Commit {
-                ino: r.u64()?,
+                ino: Ino(r.u64()?),
                 base: r.u64()?,
                 content: read_caps32(r)?,
                 size: r.u64()?,
@@ -506,12 +506,12 @@ impl UpdateOp {
                 flush: flag(r)?,
             },
             7 => UpdateOp::Overlay {
-                ino: r.u64()?,
+                ino: Ino(r.u64()?),
                 offset: read_opt(r, |r| r.u64())?,
                 data: r.bytes32()?.to_vec(),
             },
             8 => UpdateOp::SetXattr {
-                ino: r.u64()?,
+                ino: Ino(r.u64()?),
                 name: r.str16()?.to_vec(),
                 value: r.bytes32()?.to_vec(),
                 mode: match r.u8()? {
@@ -522,10 +522,10 @@ impl UpdateOp {
                 },
             },
             9 => UpdateOp::RemoveXattr {
-                ino: r.u64()?,
+                ino: Ino(r.u64()?),
                 name: r.str16()?.to_vec(),
             },
-            10 => UpdateOp::Forget { ino: r.u64()? },
+            10 => UpdateOp::Forget { ino: Ino(r.u64()?) },
             11 => UpdateOp::Range { count: r.u32()? },
             12 if !nested => {
                 let n = r.u32()? as usize;
@@ -546,7 +546,7 @@ impl UpdateOp {
                 }
             }
             13 => UpdateOp::Revoke {
-                ino: r.u64()?,
+                ino: Ino(r.u64()?),
                 secret: r.array()?,
                 set: match r.u8()? {
                     0 => None,
@@ -644,7 +644,7 @@ impl Update {
 }
 
 pub(crate) fn write_attr(w: &mut Writer, a: &Attr) {
-    w.u64(a.ino);
+    w.u64(a.ino.0);
     w.u8(a.kind as u8);
     w.u16(a.perm);
     w.u32(a.nlink);
@@ -661,7 +661,7 @@ pub(crate) fn write_attr(w: &mut Writer, a: &Attr) {
 
 pub(crate) fn read_attr(r: &mut Reader) -> Result<Attr, DecodeError> {
     Ok(Attr {
-        ino: r.u64()?,
+        ino: Ino(r.u64()?),
         kind: Kind::from_u8(r.u8()?).ok_or_else(|| bad("fs attributes", "kind"))?,
         perm: r.u16()?,
         nlink: r.u32()?,
@@ -702,7 +702,7 @@ pub fn write_result(w: &mut Writer, res: &Result<Answer, FsError>) {
         }
         Answer::Removed { gone, content } => {
             w.u8(3);
-            opt(w, *gone, |w, v| w.u64(v));
+            opt(w, *gone, |w, v| w.u64(v.0));
             caps32(w, content);
         }
         Answer::Written { offset, attr } => {
@@ -712,7 +712,7 @@ pub fn write_result(w: &mut Writer, res: &Result<Answer, FsError>) {
         }
         Answer::Range { first, count } => {
             w.u8(5);
-            w.u64(*first);
+            w.u64(first.0);
             w.u32(*count);
         }
         Answer::Done => w.u8(6),
@@ -744,7 +744,7 @@ pub fn read_result(r: &mut Reader, nested: bool) -> Result<Result<Answer, FsErro
         },
         2 => Answer::Attr(read_attr(r)?),
         3 => Answer::Removed {
-            gone: read_opt(r, |r| r.u64())?,
+            gone: read_opt(r, |r| r.u64().map(Ino))?,
             content: read_caps32(r)?,
         },
         4 => Answer::Written {
@@ -752,7 +752,7 @@ pub fn read_result(r: &mut Reader, nested: bool) -> Result<Result<Answer, FsErro
             attr: read_attr(r)?,
         },
         5 => Answer::Range {
-            first: r.u64()?,
+            first: Ino(r.u64()?),
             count: r.u32()?,
         },
         6 => Answer::Done,
@@ -783,37 +783,37 @@ mod tests {
     fn sample_ops() -> Vec<UpdateOp> {
         vec![
             UpdateOp::Create {
-                parent: 1,
+                parent: Ino(1),
                 name: vec![0xff, b'a'],
                 kind: Kind::Symlink,
                 perm: 0o777,
                 rdev: 0,
-                ino: 9,
+                ino: Ino(9),
                 secret: [7; 16],
                 target: b"/x".to_vec(),
                 excl: true,
             },
             UpdateOp::Link {
-                ino: 9,
-                parent: 1,
+                ino: Ino(9),
+                parent: Ino(1),
                 name: b"b".to_vec(),
             },
             UpdateOp::Unlink {
-                parent: 1,
+                parent: Ino(1),
                 name: b"b".to_vec(),
                 dir: false,
                 open: true,
             },
             UpdateOp::Rename {
-                from: 1,
+                from: Ino(1),
                 from_name: b"a".to_vec(),
-                to: 2,
+                to: Ino(2),
                 to_name: b"c".to_vec(),
                 noreplace: true,
                 open_victim: false,
             },
             UpdateOp::SetAttr {
-                ino: 3,
+                ino: Ino(3),
                 set: SetAttr {
                     perm: Some(0o4755),
                     uid: None,
@@ -826,7 +826,7 @@ mod tests {
                 },
             },
             UpdateOp::Commit {
-                ino: 3,
+                ino: Ino(3),
                 base: 4,
                 content: vec![],
                 size: 10,
@@ -835,29 +835,29 @@ mod tests {
                 flush: false,
             },
             UpdateOp::Overlay {
-                ino: 3,
+                ino: Ino(3),
                 offset: None,
                 data: b"log line\n".to_vec(),
             },
             UpdateOp::SetXattr {
-                ino: 3,
+                ino: Ino(3),
                 name: b"user.x".to_vec(),
                 value: vec![0; 3],
                 mode: XattrMode::Replace,
             },
             UpdateOp::RemoveXattr {
-                ino: 3,
+                ino: Ino(3),
                 name: b"user.x".to_vec(),
             },
-            UpdateOp::Forget { ino: 3 },
+            UpdateOp::Forget { ino: Ino(3) },
             UpdateOp::Range { count: 1000 },
             UpdateOp::Revoke {
-                ino: 3,
+                ino: Ino(3),
                 secret: [5; 16],
                 set: None,
             },
             UpdateOp::Revoke {
-                ino: 4,
+                ino: Ino(4),
                 secret: [6; 16],
                 set: Some(SetAttr {
                     perm: Some(0o600),
@@ -936,12 +936,12 @@ mod tests {
             }),
             Ok(Answer::Attr(attr)),
             Ok(Answer::Removed {
-                gone: Some(5),
+                gone: Some(Ino(5)),
                 content: vec![],
             }),
             Ok(Answer::Written { offset: 7, attr }),
             Ok(Answer::Range {
-                first: 100,
+                first: Ino(100),
                 count: 10,
             }),
             Ok(Answer::Done),

@@ -107,7 +107,7 @@ pub fn mint(port: PutPort, inode: &Inode, who: &Identity) -> Result<Capability, 
     }
     Ok(Capability::mint(
         port,
-        ObjectId::new(inode.attr.ino),
+        ObjectId::new(inode.attr.ino.0),
         rights,
         &object_secret(&inode.secret),
     ))
@@ -117,7 +117,7 @@ pub fn mint(port: PutPort, inode: &Inode, who: &Identity) -> Result<Capability, 
 /// holds `need`: `EACCES` for a forged or revoked capability or one
 /// without the rights.
 pub fn verify(cap: &Capability, inode: &Inode, need: Rights) -> Result<(), FsError> {
-    if cap.object().get() != inode.attr.ino {
+    if cap.object().get() != inode.attr.ino.0 {
         return Err(FsError::Access);
     }
     cap.require(&object_secret(&inode.secret), need)
@@ -130,7 +130,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::model::{Attr, Time};
+    use crate::model::{Attr, Ino, Time};
     use crate::tree::Body;
 
     fn port() -> PutPort {
@@ -142,7 +142,7 @@ mod tests {
         let t = Time::new(1, 0);
         Inode {
             attr: Attr {
-                ino: 5,
+                ino: Ino(5),
                 kind: Kind::File,
                 perm: 0o640,
                 nlink: 1,
@@ -214,7 +214,7 @@ mod tests {
         assert_eq!(verify(&weaker, &f, Rights::WRITE), Err(FsError::Access));
         // Another object number, or a changed secret, refuses it.
         let mut moved = f.clone();
-        moved.attr.ino = 6;
+        moved.attr.ino = Ino(6);
         assert_eq!(verify(&cap, &moved, Rights::READ), Err(FsError::Access));
         let mut revoked = f.clone();
         revoked.secret = [8; 16];

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use shoal_cap::{Capability, PutPort};
-use shoal_fs::model::{Attr, Identity};
+use shoal_fs::model::{Attr, Identity, Ino};
 use shoal_fs::op::{self, Failure, Op, Reply};
 use shoal_replicasvc::client::{self, Tries, Verdict};
 use shoal_replicasvc::writes_at::Endpoint;
@@ -194,7 +194,7 @@ impl FsClient {
     /// the file servers; a node's root only): how many the file servers
     /// had and had not.
     pub fn touch_contents(&mut self) -> Result<(u64, u64), Failure> {
-        let (mut after, mut touched, mut missing) = (0, 0, 0);
+        let (mut after, mut touched, mut missing) = (Ino(0), 0, 0);
         loop {
             match self.call(&Identity::root(), Op::TouchContents { after })? {
                 Reply::Touched {

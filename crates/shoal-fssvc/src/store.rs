@@ -99,7 +99,7 @@ pub fn store(
     // replicas edited, then the servers in turn.
     let n = servers.len();
     let mut ways: Vec<Way> = base.base.iter().map(|r| Way::Edit(*r)).collect();
-    ways.extend((0..n).map(|k| Way::On(servers[(ino as usize + k) % n])));
+    ways.extend((0..n).map(|k| Way::On(servers[(ino.0 as usize + k) % n])));
     let mut ways = ways.into_iter();
     let mut made: Vec<Capability> = Vec::new();
     let mut errors = Vec::new();

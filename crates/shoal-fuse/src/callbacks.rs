@@ -70,10 +70,10 @@ impl Kernel {
                 // An inode or name the kernel does not hold is an error
                 // (ENOENT) that means there was nothing to do.
                 for (ino, off, len) in inodes {
-                    let _ = n.inval_inode(INodeNo(ino), off, len);
+                    let _ = n.inval_inode(INodeNo(ino.0), off, len);
                 }
                 for (dir, name) in names {
-                    let _ = n.inval_entry(INodeNo(dir), std::ffi::OsStr::from_bytes(&name));
+                    let _ = n.inval_entry(INodeNo(dir.0), std::ffi::OsStr::from_bytes(&name));
                 }
                 let _ = tx.send(());
             });

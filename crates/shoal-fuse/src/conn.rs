@@ -142,7 +142,7 @@ impl Conn {
             files: Mutex::new(Vec::new()),
             write_backs: Default::default(),
             servers: Mutex::new((hello.servers, hello.copies)),
-            range: Mutex::new((0, 0)),
+            range: Mutex::new((Ino(0), Ino(0))),
             opens: Mutex::new(OpenTable::default()),
             gone: Mutex::new(FxHashSet::default()),
             locks: MountLocks::default(),
@@ -464,7 +464,7 @@ impl Conn {
         let mut r = self.range.lock();
         if r.0 >= r.1 {
             match self.change(&Identity::root(), UpdateOp::Range { count: RANGE })? {
-                Answer::Range { first, count } => *r = (first, first + u64::from(count)),
+                Answer::Range { first, count } => *r = (first, first.plus(u64::from(count))),
                 other => {
                     return Err(Failure::Unavailable(format!(
                         "unexpected answer to a range: {other:?}"
@@ -472,8 +472,7 @@ impl Conn {
                 }
             }
         }
-        r.0 += 1;
-        Ok(r.0 - 1)
+        Ok(r.0.take())
     }
 
     /// Numbers a new open of `ino` (not yet recorded).

@@ -44,12 +44,13 @@ use shoal_fs::cache::{Content, FOREVER, Open as CacheUse};
 
 pub(crate) mod attr;
 mod lock;
+mod names;
 mod open;
 mod sparse;
 mod who;
 mod xattr;
 
-use attr::{absent, file_attr, file_type, kind_of_mode, time_of, time_set};
+use attr::{absent, file_attr, file_type, kind_of_mode, node, time_of, time_set};
 
 fn open_flags(open: CacheUse) -> FopenFlags {
     match open {
@@ -157,7 +158,11 @@ impl ShoalFs {
     ) {
         match r {
             Ok(attr) => {
-                let entry = self.conn.cache.lock().entry_ttl(parent.0, name.as_bytes());
+                let entry = self
+                    .conn
+                    .cache
+                    .lock()
+                    .entry_ttl(node(parent), name.as_bytes());
                 let (attr, ttl) = match self.conn.private_attr(attr.ino) {
                     Some(attr) => (attr, FOREVER),
                     None => (attr, NONE),
@@ -201,55 +206,6 @@ impl ShoalFs {
             .lock()
             .finish_read(ino, c.version, offset, size as usize, &base))
     }
-
-    /// Makes a new inode named `name` in `parent`.
-    fn make(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        kind: (Kind, u32, u32),
-        target: &[u8],
-    ) -> Result<Attr, Failure> {
-        self.conn
-            .make(&self.who(req), parent.0, name.as_bytes(), kind, target)
-    }
-
-    /// Removes a name (a directory's with `dir`).
-    fn remove(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        dir: bool,
-    ) -> Result<Answer, Failure> {
-        let op = UpdateOp::Unlink {
-            parent: parent.0,
-            name: name.as_bytes().to_vec(),
-            dir,
-            open: false,
-        };
-        let mut op = match self.conn.private_change(&self.who(req), op)? {
-            Routed::Local(answer) => return answer.map_err(Failure::Fs),
-            Routed::Shared(op) => op,
-        };
-        if let UpdateOp::Unlink { open, .. } = &mut op {
-            *open = self.conn.opens_unknown();
-        }
-        let before = self.conn.cache.lock().stamp(parent.0);
-        let answer = self.conn.change(&self.who(req), op)?;
-        self.conn
-            .cache
-            .lock()
-            .removed(parent.0, name.as_bytes(), before);
-        if let Answer::Removed {
-            gone: Some(ino), ..
-        } = &answer
-        {
-            self.conn.gone(*ino);
-        }
-        Ok(answer)
-    }
 }
 
 impl Filesystem for ShoalFs {
@@ -260,8 +216,12 @@ impl Filesystem for ShoalFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        if let Some(found) = self.conn.private_lookup(parent.0, name.as_bytes()) {
-            let entry = self.conn.cache.lock().entry_ttl(parent.0, name.as_bytes());
+        if let Some(found) = self.conn.private_lookup(node(parent), name.as_bytes()) {
+            let entry = self
+                .conn
+                .cache
+                .lock()
+                .entry_ttl(node(parent), name.as_bytes());
             return match found {
                 Ok(attr) => {
                     reply.entry_with_ttls(&FOREVER, &entry, &file_attr(&attr), Generation(0))
@@ -276,20 +236,23 @@ impl Filesystem for ShoalFs {
             .conn
             .cache
             .lock()
-            .known_absent(parent.0, name.as_bytes())
+            .known_absent(node(parent), name.as_bytes())
         {
             return reply.error(Errno::ENOENT);
         }
         let op = Op::Lookup {
-            parent: parent.0,
+            parent: node(parent),
             name: name.as_bytes().to_vec(),
         };
         // A notice of the name that crossed the answer (the count moved)
         // would leave the kernel a stale entry: none is given then.
-        let stamp = self.conn.cache.lock().stamp(parent.0);
+        let stamp = self.conn.cache.lock().stamp(node(parent));
         let entry_ttl = |this: &Self| {
-            if this.conn.cache.lock().stamp(parent.0) == stamp {
-                this.conn.cache.lock().entry_ttl(parent.0, name.as_bytes())
+            if this.conn.cache.lock().stamp(node(parent)) == stamp {
+                this.conn
+                    .cache
+                    .lock()
+                    .entry_ttl(node(parent), name.as_bytes())
             } else {
                 NONE
             }
@@ -317,7 +280,7 @@ impl Filesystem for ShoalFs {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.attr_of(req, ino.0) {
+        match self.attr_of(req, node(ino)) {
             Ok((attr, ttl)) => reply.attr(&ttl, &file_attr(&attr)),
             Err(e) => reply.error(errno(e)),
         }
@@ -349,12 +312,12 @@ impl Filesystem for ShoalFs {
         let truncated = match (size, mode, uid, gid, atime) {
             (Some(size), None, None, None, None) => {
                 let when = (now(mtime), self.conn.lease.now());
-                self.conn.cache.lock().truncate(ino.0, size, when)
+                self.conn.cache.lock().truncate(node(ino), size, when)
             }
             _ => None,
         };
         if let Some(attr) = truncated {
-            return match self.conn.private_attr(ino.0) {
+            return match self.conn.private_attr(node(ino)) {
                 Some(attr) => reply.attr(&FOREVER, &file_attr(&attr)),
                 None => reply.attr(&NONE, &file_attr(&attr)),
             };
@@ -364,11 +327,11 @@ impl Filesystem for ShoalFs {
         let mut mtime = mtime;
         if size.is_none() && mtime.is_some() {
             let when = (now(mtime), self.conn.lease.now());
-            let touched = self.conn.cache.lock().touch(ino.0, when);
+            let touched = self.conn.cache.lock().touch(node(ino), when);
             if let Some(attr) = touched {
                 mtime = None;
                 if mode.is_none() && uid.is_none() && gid.is_none() && atime.is_none() {
-                    return match self.conn.private_attr(ino.0) {
+                    return match self.conn.private_attr(node(ino)) {
                         Some(attr) => reply.attr(&FOREVER, &file_attr(&attr)),
                         None => reply.attr(&NONE, &file_attr(&attr)),
                     };
@@ -388,20 +351,23 @@ impl Filesystem for ShoalFs {
         // A private inode's mode, owner or times (not a dirty file's
         // mtime, which its write-back sets) change in the private copy.
         let private =
-            size.is_none() && (mtime.is_none() || !self.conn.cache.lock().is_dirty(ino.0));
-        match self.change_attrs(&self.who(req), ino.0, set, private) {
+            size.is_none() && (mtime.is_none() || !self.conn.cache.lock().is_dirty(node(ino)));
+        match self.change_attrs(&self.who(req), node(ino), set, private) {
             Ok((attr, ttl)) => reply.attr(&ttl, &file_attr(&attr)),
             Err(e) => reply.error(errno(e)),
         }
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.conn.private_target(ino.0) {
+        match self.conn.private_target(node(ino)) {
             Some(Ok(t)) => return reply.data(&t),
             Some(Err(e)) => return reply.error(errno(Failure::Fs(e))),
             None => {}
         }
-        match self.conn.call(&self.who(req), Op::ReadLink { ino: ino.0 }) {
+        match self
+            .conn
+            .call(&self.who(req), Op::ReadLink { ino: node(ino) })
+        {
             Ok(Reply::Target(t)) => reply.data(&t),
             Ok(other) => reply.error(errno(shoal_fssvc::client::unexpected(&other))),
             Err(e) => reply.error(errno(e)),
@@ -473,9 +439,9 @@ impl Filesystem for ShoalFs {
             return reply.error(Errno::EINVAL);
         }
         let op = UpdateOp::Rename {
-            from: parent.0,
+            from: node(parent),
             from_name: name.as_bytes().to_vec(),
-            to: newparent.0,
+            to: node(newparent),
             to_name: newname.as_bytes().to_vec(),
             noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
             open_victim: false,
@@ -484,7 +450,7 @@ impl Filesystem for ShoalFs {
         // listing of it (`opendir`) names its old parent as `..`, and the
         // kernel drops it only for changes of the directory's own names.
         let moved_dir = (parent != newparent)
-            .then(|| self.conn.private_lookup(parent.0, name.as_bytes()))
+            .then(|| self.conn.private_lookup(node(parent), name.as_bytes()))
             .flatten()
             .and_then(Result::ok)
             .filter(|a| a.kind == Kind::Dir)
@@ -495,7 +461,7 @@ impl Filesystem for ShoalFs {
             self.conn
                 .cache
                 .lock()
-                .kernel_has(newparent.0, newname.as_bytes());
+                .kernel_has(node(newparent), newname.as_bytes());
             if let Some(dir) = moved_dir {
                 self.conn.kernel.inval(vec![(dir, 0, 0)], Vec::new());
             }
@@ -512,14 +478,14 @@ impl Filesystem for ShoalFs {
         reply: ReplyEntry,
     ) {
         let op = UpdateOp::Link {
-            ino: ino.0,
-            parent: newparent.0,
+            ino: node(ino),
+            parent: node(newparent),
             name: newname.as_bytes().to_vec(),
         };
         match self.conn.route(&self.who(req), op) {
             Ok((Answer::Entry { attr, .. }, private)) => {
                 if !private {
-                    self.conn.cache.lock().drop_token(ino.0);
+                    self.conn.cache.lock().drop_token(node(ino));
                 }
                 self.answer_entry(reply, newparent, newname, Ok(attr))
             }
@@ -529,7 +495,7 @@ impl Filesystem for ShoalFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.open_file(&self.who(req), ino.0, flags.0) {
+        match self.open_file(&self.who(req), node(ino), flags.0) {
             Ok((fh, how)) => reply.opened(FileHandle(fh), self.kernel_flags(how, flags.0)),
             Err(e) => reply.error(errno(e)),
         }
@@ -556,7 +522,7 @@ impl Filesystem for ShoalFs {
         let made = self
             .conn
             .create_op(
-                parent.0,
+                node(parent),
                 name.as_bytes(),
                 (Kind::File, mode & !umask, 0),
                 &[],
@@ -576,7 +542,11 @@ impl Filesystem for ShoalFs {
                     .open_cached(attr.ino)
                     .unwrap_or(CacheUse::Direct);
                 let fh = self.handle(attr.ino, id, append);
-                let entry = self.conn.cache.lock().entry_ttl(parent.0, name.as_bytes());
+                let entry = self
+                    .conn
+                    .cache
+                    .lock()
+                    .entry_ttl(node(parent), name.as_bytes());
                 return reply.created(
                     &entry.min(FOREVER),
                     &file_attr(&attr),
@@ -609,7 +579,7 @@ impl Filesystem for ShoalFs {
         // Made by another node meanwhile: without `O_EXCL`, opened.
         let made = match made {
             Err(Failure::Fs(FsError::Exists)) if flags & libc::O_EXCL == 0 => {
-                self.open_existing(&self.who(req), parent.0, name.as_bytes(), flags)
+                self.open_existing(&self.who(req), node(parent), name.as_bytes(), flags)
             }
             made => made,
         };
@@ -628,7 +598,10 @@ impl Filesystem for ShoalFs {
                 let entry_ttl = if attr_ttl.is_zero() {
                     NONE
                 } else {
-                    self.conn.cache.lock().entry_ttl(parent.0, name.as_bytes())
+                    self.conn
+                        .cache
+                        .lock()
+                        .entry_ttl(node(parent), name.as_bytes())
                 };
                 let ttl = attr_ttl.min(entry_ttl);
                 let how = self.kernel_flags(how, flags);
@@ -653,15 +626,17 @@ impl Filesystem for ShoalFs {
         // Under a token: from a file server (again if a write-back moved
         // the version on meanwhile).
         for _ in 0..3 {
-            let Some(c) = self.conn.cache.lock().content(ino.0) else {
+            let Some(c) = self.conn.cache.lock().content(node(ino)) else {
                 break;
             };
-            match self.read_cached(ino.0, &c, offset, size) {
+            match self.read_cached(node(ino), &c, offset, size) {
                 Ok(Some(d)) => return reply.data(&d),
                 Ok(None) => {}
                 // Dirty changes are only here: the primary's bytes would
                 // be stale.
-                Err(e) if self.conn.cache.lock().is_dirty(ino.0) => return reply.error(errno(e)),
+                Err(e) if self.conn.cache.lock().is_dirty(node(ino)) => {
+                    return reply.error(errno(e));
+                }
                 Err(e) => {
                     tracing::debug!("reading {} from a file server: {e}", ino.0);
                     break;
@@ -669,7 +644,7 @@ impl Filesystem for ShoalFs {
             }
         }
         let op = Op::Read {
-            ino: ino.0,
+            ino: node(ino),
             offset,
             len: size,
         };
@@ -699,8 +674,8 @@ impl Filesystem for ShoalFs {
         // A direct write by a caller without `CAP_FSETID`: the set-id
         // bits go first (through the primary the write drops them itself).
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
-            && self.conn.cache.lock().holds_write(ino.0);
-        if kill && let Err(e) = self.drop_setid(req, ino.0) {
+            && self.conn.cache.lock().holds_write(node(ino));
+        if kill && let Err(e) = self.drop_setid(req, node(ino)) {
             return reply.error(errno(e));
         }
         let append = self.handles.lock().get(&fh.0).is_some_and(|h| h.append);
@@ -710,17 +685,17 @@ impl Filesystem for ShoalFs {
         // Under `Write`, the bytes stay here until written back.
         let when = (now(None), self.conn.lease.now());
         let cached = (self.conn.cache.lock())
-            .write(ino.0, (!append).then_some(offset), data, when)
+            .write(node(ino), (!append).then_some(offset), data, when)
             .is_some();
         if cached {
             let over = self.conn.cache.lock().dirty_bytes() > self.conn.tuning.dirty_max;
-            if over && let Err(e) = self.conn.flush(Some(ino.0), false) {
+            if over && let Err(e) = self.conn.flush(Some(node(ino)), false) {
                 tracing::warn!("writing file {} back: {e}", ino.0);
             }
             return reply.written(data.len() as u32);
         }
         let op = Op::Write {
-            ino: ino.0,
+            ino: node(ino),
             offset: (!append).then_some(offset),
             data: data.to_vec(),
         };
@@ -730,7 +705,7 @@ impl Filesystem for ShoalFs {
                 // too.  The kernel drops the file's attributes after a
                 // write; pages another open of it keeps are checked at its
                 // next read against the new ones (`FUSE_AUTO_INVAL_DATA`).
-                self.conn.cache.lock().drop_token(ino.0);
+                self.conn.cache.lock().drop_token(node(ino));
                 reply.written(data.len() as u32);
             }
             Ok(Reply::Updated(Err(e))) => reply.error(Errno::from_i32(e.errno())),
@@ -748,7 +723,7 @@ impl Filesystem for ShoalFs {
         whence: i32,
         reply: ReplyLseek,
     ) {
-        match self.seek(req, ino.0, offset, whence) {
+        match self.seek(req, node(ino), offset, whence) {
             Ok(at) => reply.offset(at),
             Err(e) => reply.error(e),
         }
@@ -764,7 +739,7 @@ impl Filesystem for ShoalFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        match self.allocate(req, ino.0, offset, length, mode) {
+        match self.allocate(req, node(ino), offset, length, mode) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
@@ -780,7 +755,7 @@ impl Filesystem for ShoalFs {
     ) {
         // Every write reached the primary or the mount's cache before it
         // returned; a close drops the process's locks on the file.
-        self.closed_by(ino.0, lock_owner.0);
+        self.closed_by(node(ino), lock_owner.0);
         reply.ok();
     }
 
@@ -816,8 +791,8 @@ impl Filesystem for ShoalFs {
         let before = crate::writeback::durable_answers();
         let synced = self
             .conn
-            .flush(Some(ino.0), true)
-            .and_then(|()| self.conn.publish_durable(&[ino.0]))
+            .flush(Some(node(ino)), true)
+            .and_then(|()| self.conn.publish_durable(&[node(ino)]))
             .and_then(|()| crate::writeback::sync_unless_durable(&self.conn, before));
         answer_empty(reply, synced);
     }
@@ -833,7 +808,7 @@ impl Filesystem for ShoalFs {
         // A private directory's names are pushed; then what the primary
         // answered goes to its disk (with the push, if one went).
         let before = crate::writeback::durable_answers();
-        let pushed = if self.conn.is_private(ino.0) {
+        let pushed = if self.conn.is_private(node(ino)) {
             self.conn.push_durable()
         } else {
             Ok(())
@@ -849,7 +824,7 @@ impl Filesystem for ShoalFs {
         // which then drops the listing itself, and the privacy's end
         // leaves a token whose recall, or a lost session, invalidates it
         // as it does the names.  Any other listing is asked for anew.
-        let keep = if self.conn.is_private(ino.0) {
+        let keep = if self.conn.is_private(node(ino)) {
             FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
         } else {
             FopenFlags::empty()
@@ -865,7 +840,7 @@ impl Filesystem for ShoalFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let (up, entries) = match self.conn.private_entries(ino.0) {
+        let (up, entries) = match self.conn.private_entries(node(ino)) {
             Some(Ok((up, list))) => (
                 up,
                 list.into_iter()
@@ -873,19 +848,22 @@ impl Filesystem for ShoalFs {
                     .collect(),
             ),
             Some(Err(e)) => return reply.error(errno(Failure::Fs(e))),
-            None => match self.conn.call(&self.who(req), Op::ReadDir { ino: ino.0 }) {
+            None => match self
+                .conn
+                .call(&self.who(req), Op::ReadDir { ino: node(ino) })
+            {
                 Ok(Reply::Entries { entries, grant }) => {
                     // The grant must be known as seen, or a recall of it
                     // would wait for it for ever.
-                    self.conn.saw(ino.0, &grant);
-                    (ino.0, entries)
+                    self.conn.saw(node(ino), &grant);
+                    (node(ino), entries)
                 }
                 Ok(other) => return reply.error(errno(shoal_fssvc::client::unexpected(&other))),
                 Err(e) => return reply.error(errno(e)),
             },
         };
         let dots = [
-            (ino.0, FileType::Directory, &b"."[..]),
+            (node(ino), FileType::Directory, &b"."[..]),
             (up, FileType::Directory, &b".."[..]),
         ];
         let all = dots.into_iter().chain(
@@ -894,7 +872,7 @@ impl Filesystem for ShoalFs {
                 .map(|e| (e.ino, file_type(e.kind), e.name.as_slice())),
         );
         for (i, (ino, kind, name)) in all.enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(ino), i as u64 + 1, kind, OsStr::from_bytes(name)) {
+            if reply.add(INodeNo(ino.0), i as u64 + 1, kind, OsStr::from_bytes(name)) {
                 break;
             }
         }
@@ -902,14 +880,14 @@ impl Filesystem for ShoalFs {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        xattr::answer(reply, size, self.get_xattr(req, ino.0, name.as_bytes()));
+        xattr::answer(reply, size, self.get_xattr(req, node(ino), name.as_bytes()));
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let listed = self
-            .conn
-            .publish(&[ino.0])
-            .and_then(|()| self.conn.call(&self.who(req), Op::ListXattr { ino: ino.0 }));
+        let listed = self.conn.publish(&[node(ino)]).and_then(|()| {
+            self.conn
+                .call(&self.who(req), Op::ListXattr { ino: node(ino) })
+        });
         xattr::answer(reply, size, listed);
     }
 
@@ -923,12 +901,12 @@ impl Filesystem for ShoalFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let set = self.set_xattr(req, ino.0, name.as_bytes(), Some((value, flags)));
+        let set = self.set_xattr(req, node(ino), name.as_bytes(), Some((value, flags)));
         answer_empty(reply, set);
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        answer_empty(reply, self.set_xattr(req, ino.0, name.as_bytes(), None));
+        answer_empty(reply, self.set_xattr(req, node(ino), name.as_bytes(), None));
     }
 
     fn getlk(

@@ -208,7 +208,7 @@ impl FsSim {
             unreachable!("a fresh tree hands out numbers")
         };
         for i in 0..sim.cfg.files + sim.cfg.logs {
-            let ino = first + i as u64;
+            let ino = first.plus(i as u64);
             sim.world
                 .set_up(UpdateOp::Create {
                     parent: ROOT,

@@ -408,8 +408,7 @@ impl PrivateSim {
                 let c = &mut self.clients[slot];
                 c.made_dirs += 1;
                 let name = format!("c{}-{}", c.id, c.made_dirs).into_bytes();
-                let ino = c.next_ino;
-                c.next_ino += 1;
+                let ino = c.next_ino.take();
                 let seq = c.made_dirs;
                 c.making.push((seq, name.clone(), ino));
                 self.mkdir(slot, seq, name, ino);
@@ -441,20 +440,17 @@ impl PrivateSim {
                 let (now, clock) = (self.clock(), self.now);
                 let c = &mut self.clients[slot];
                 let op = match pick {
-                    2..=4 => {
-                        c.next_ino += 1;
-                        UpdateOp::Create {
-                            parent: dir,
-                            name,
-                            kind: if pick == 4 { Kind::Dir } else { Kind::File },
-                            perm: 0o755,
-                            rdev: 0,
-                            ino: c.next_ino - 1,
-                            secret: [7; 16],
-                            target: Vec::new(),
-                            excl: true,
-                        }
-                    }
+                    2..=4 => UpdateOp::Create {
+                        parent: dir,
+                        name,
+                        kind: if pick == 4 { Kind::Dir } else { Kind::File },
+                        perm: 0o755,
+                        rdev: 0,
+                        ino: c.next_ino.take(),
+                        secret: [7; 16],
+                        target: Vec::new(),
+                        excl: true,
+                    },
                     5 | 6 => UpdateOp::Unlink {
                         parent: dir,
                         dir: c.core.lookup(dir, &name).is_ok_and(|a| a.kind == Kind::Dir),

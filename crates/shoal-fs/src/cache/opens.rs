@@ -108,18 +108,18 @@ mod tests {
     fn only_the_closes_of_opens_the_primary_knows_are_sent() {
         let mut t = OpenTable::default();
         let (a, b) = (t.number(), t.number());
-        t.record(7, a, false);
-        t.record(7, b, true);
-        assert_eq!(t.unknown(), vec![7]);
+        t.record(Ino(7), a, false);
+        t.record(Ino(7), b, true);
+        assert_eq!(t.unknown(), vec![Ino(7)]);
         // An uncached open listed both; `a` closed meanwhile.
-        assert!(!t.forget(7, a), "unknown: no close sent");
-        assert_eq!(t.learned(7, &[(a, false), (b, true)]), vec![a]);
+        assert!(!t.forget(Ino(7), a), "unknown: no close sent");
+        assert_eq!(t.learned(Ino(7), &[(a, false), (b, true)]), vec![a]);
         assert!(t.unknown().is_empty());
         let c = t.number();
-        t.record(7, c, false);
-        assert_eq!(t.report(7), vec![(b, true), (c, false)]);
-        assert!(t.forget(7, c));
-        assert!(t.forget(7, b));
-        assert!(!t.is_open(7));
+        t.record(Ino(7), c, false);
+        assert_eq!(t.report(Ino(7)), vec![(b, true), (c, false)]);
+        assert!(t.forget(Ino(7), c));
+        assert!(t.forget(Ino(7), b));
+        assert!(!t.is_open(Ino(7)));
     }
 }

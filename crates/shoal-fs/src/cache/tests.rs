@@ -42,23 +42,23 @@ fn grant(level: Level, n: u64) -> Grant {
 fn a_token_lets_the_kernel_keep_attributes_and_names() {
     let mut c = Cache::default();
     assert_eq!(
-        c.entry_ttl(1, b"a"),
+        c.entry_ttl(Ino(1), b"a"),
         Duration::ZERO,
         "no token on the directory"
     );
     assert_eq!(
-        c.install(&attr(1, Kind::Dir, 0), &grant(Level::Read, 1)),
+        c.install(&attr(Ino(1), Kind::Dir, 0), &grant(Level::Read, 1)),
         FOREVER
     );
-    assert_eq!(c.entry_ttl(1, b"a"), FOREVER);
-    assert!(c.notice(1, b"a"), "the kernel holds the name");
-    assert!(!c.notice(1, b"a"), "and no longer once invalidated");
+    assert_eq!(c.entry_ttl(Ino(1), b"a"), FOREVER);
+    assert!(c.notice(Ino(1), b"a"), "the kernel holds the name");
+    assert!(!c.notice(Ino(1), b"a"), "and no longer once invalidated");
     let uncached = Grant {
         uncached: true,
         ..grant(Level::Read, 2)
     };
     assert_eq!(
-        c.install(&attr(2, Kind::File, 0), &uncached),
+        c.install(&attr(Ino(2), Kind::File, 0), &uncached),
         Duration::ZERO
     );
 }
@@ -66,27 +66,27 @@ fn a_token_lets_the_kernel_keep_attributes_and_names() {
 #[test]
 fn a_recall_waits_for_its_grant_and_takes_what_it_names() {
     let mut c = Cache::default();
-    c.install(&attr(1, Kind::Dir, 0), &grant(Level::Read, 1));
-    c.entry_ttl(1, b"x");
+    c.install(&attr(Ino(1), Kind::Dir, 0), &grant(Level::Read, 1));
+    c.entry_ttl(Ino(1), b"x");
     // A recall of grant 3, not seen yet, waits.
-    assert!(c.recall(1, Level::None, 3).is_none());
+    assert!(c.recall(Ino(1), Level::None, 3).is_none());
     assert!(c.ready().is_empty());
-    c.install(&attr(1, Kind::Dir, 0), &grant(Level::Read, 3));
+    c.install(&attr(Ino(1), Kind::Dir, 0), &grant(Level::Read, 3));
     let ready = c.ready();
-    assert_eq!(ready, vec![(1, Level::None, 3)]);
-    let r = answered(c.recall_step(1, Level::None, 3, 0));
+    assert_eq!(ready, vec![(Ino(1), Level::None, 3)]);
+    let r = answered(c.recall_step(Ino(1), Level::None, 3, 0));
     assert!(r.inval);
     assert_eq!(r.names, vec![b"x".to_vec()]);
-    assert_eq!(c.entry_ttl(1, b"y"), Duration::ZERO, "the token went");
+    assert_eq!(c.entry_ttl(Ino(1), b"y"), Duration::ZERO, "the token went");
     // An answer carrying a grant older than the recall does not bring
     // the token back.
     assert_eq!(
-        c.install(&attr(1, Kind::Dir, 0), &grant(Level::Read, 2)),
+        c.install(&attr(Ino(1), Kind::Dir, 0), &grant(Level::Read, 2)),
         Duration::ZERO
     );
     // A later grant does.
     assert_eq!(
-        c.install(&attr(1, Kind::Dir, 0), &grant(Level::Read, 4)),
+        c.install(&attr(Ino(1), Kind::Dir, 0), &grant(Level::Read, 4)),
         FOREVER
     );
 }
@@ -94,31 +94,39 @@ fn a_recall_waits_for_its_grant_and_takes_what_it_names() {
 #[test]
 fn pages_are_kept_only_for_the_version_they_belong_to() {
     let mut c = Cache::default();
-    let open = c.opened(&attr(5, Kind::File, 1), &grant(Level::Read, 1), Vec::new());
+    let open = c.opened(
+        &attr(Ino(5), Kind::File, 1),
+        &grant(Level::Read, 1),
+        Vec::new(),
+    );
     assert_eq!(open, Open::Cached { keep: false }, "nothing cached yet");
-    assert_eq!(c.open_cached(5), Some(Open::Cached { keep: true }));
-    assert!(c.content(5).is_some());
+    assert_eq!(c.open_cached(Ino(5)), Some(Open::Cached { keep: true }));
+    assert!(c.content(Ino(5)).is_some());
     // A new version (granted after a recall) drops the pages.
-    let (ino, to, g) = c.recall(5, Level::None, 1).expect("grant seen");
+    let (ino, to, g) = c.recall(Ino(5), Level::None, 1).expect("grant seen");
     assert!(answered(c.recall_step(ino, to, g, 0)).inval);
-    assert_eq!(c.open_cached(5), None, "no token");
-    let open = c.opened(&attr(5, Kind::File, 2), &grant(Level::Read, 2), Vec::new());
+    assert_eq!(c.open_cached(Ino(5)), None, "no token");
+    let open = c.opened(
+        &attr(Ino(5), Kind::File, 2),
+        &grant(Level::Read, 2),
+        Vec::new(),
+    );
     assert_eq!(open, Open::Cached { keep: false });
     // A stale "stop caching" is ignored; a current one takes the token.
-    assert!(!c.stop_caching(5, 1));
-    assert!(c.stop_caching(5, 2));
-    assert!(c.content(5).is_none());
+    assert!(!c.stop_caching(Ino(5), 1));
+    assert!(c.stop_caching(Ino(5), 2));
+    assert!(c.content(Ino(5)).is_none());
 }
 
 #[test]
 fn a_lost_session_drops_everything() {
     let mut c = Cache::default();
-    c.install(&attr(1, Kind::Dir, 0), &grant(Level::Read, 1));
-    c.entry_ttl(1, b"n");
+    c.install(&attr(Ino(1), Kind::Dir, 0), &grant(Level::Read, 1));
+    c.entry_ttl(Ino(1), b"n");
     let (inodes, names) = c.drop_all();
-    assert_eq!(inodes, vec![1]);
-    assert_eq!(names, vec![(1, vec![b"n".to_vec()])]);
-    assert_eq!(c.entry_ttl(1, b"n"), Duration::ZERO);
+    assert_eq!(inodes, vec![Ino(1)]);
+    assert_eq!(names, vec![(Ino(1), vec![b"n".to_vec()])]);
+    assert_eq!(c.entry_ttl(Ino(1), b"n"), Duration::ZERO);
 }
 
 #[test]
@@ -126,27 +134,35 @@ fn writes_under_write_stay_dirty_until_written_back() {
     let mut c = Cache::default();
     let t = Time::new(5, 0);
     // Without Write, a write goes through the primary.
-    c.opened(&attr(7, Kind::File, 1), &grant(Level::Read, 1), Vec::new());
-    assert_eq!(c.write(7, Some(0), b"x", (t, 0)), None);
-    c.opened(&attr(7, Kind::File, 1), &grant(Level::Write, 2), Vec::new());
-    assert_eq!(c.write(7, Some(2), b"abc", (t, 0)), Some(2));
+    c.opened(
+        &attr(Ino(7), Kind::File, 1),
+        &grant(Level::Read, 1),
+        Vec::new(),
+    );
+    assert_eq!(c.write(Ino(7), Some(0), b"x", (t, 0)), None);
+    c.opened(
+        &attr(Ino(7), Kind::File, 1),
+        &grant(Level::Write, 2),
+        Vec::new(),
+    );
+    assert_eq!(c.write(Ino(7), Some(2), b"abc", (t, 0)), Some(2));
     assert_eq!(
-        c.write(7, None, b"de", (t, 0)),
+        c.write(Ino(7), None, b"de", (t, 0)),
         Some(10),
         "appends at the size"
     );
-    let mut a = attr(7, Kind::File, 1);
+    let mut a = attr(Ino(7), Kind::File, 1);
     c.patch(&mut a);
     assert_eq!(a.size, 12);
     assert_eq!(c.dirty_bytes(), 5);
     // A read finishes the base window with the changes.
-    let got = c.finish_read(7, 1, 0, 6, b"0123456789").unwrap();
+    let got = c.finish_read(Ino(7), 1, 0, 6, b"0123456789").unwrap();
     assert_eq!(got, b"01abc5");
     // A write-back when due: a write made meanwhile stays dirty.
-    let job = c.flush_job(7).unwrap();
+    let job = c.flush_job(Ino(7)).unwrap();
     assert_eq!(job.changes.len(), 2);
-    assert_eq!(c.write(7, Some(0), b"Z", (t, 0)), Some(0));
-    let mut committed = attr(7, Kind::File, 2);
+    assert_eq!(c.write(Ino(7), Some(0), b"Z", (t, 0)), Some(0));
+    let mut committed = attr(Ino(7), Kind::File, 2);
     committed.size = 12;
     c.flushed(&job, &committed, Vec::new(), 0);
     assert_eq!(c.dirty_bytes(), 1);
@@ -154,90 +170,106 @@ fn writes_under_write_stay_dirty_until_written_back() {
     // no new one from then on: a program writing all the while goes
     // through the primary, so the write-back catches up.
     assert!(matches!(
-        c.recall_step(7, Level::Read, 2, 0),
+        c.recall_step(Ino(7), Level::Read, 2, 0),
         RecallStep::WriteBack
     ));
-    let job = c.flush_job(7).unwrap();
+    let job = c.flush_job(Ino(7)).unwrap();
     assert_eq!(job.version, 2);
-    assert_eq!(c.write(7, None, b"more", (t, 0)), None);
-    let mut next = attr(7, Kind::File, 3);
+    assert_eq!(c.write(Ino(7), None, b"more", (t, 0)), None);
+    let mut next = attr(Ino(7), Kind::File, 3);
     next.size = 12;
     c.flushed(&job, &next, Vec::new(), 0);
-    assert!(c.flush_job(7).is_none());
-    let r = answered(c.recall_step(7, Level::Read, 2, 1));
+    assert!(c.flush_job(Ino(7)).is_none());
+    let r = answered(c.recall_step(Ino(7), Level::Read, 2, 1));
     assert!(!r.inval, "a recall to Read keeps the kernel's copy");
-    assert_eq!(c.write(7, Some(0), b"x", (t, 0)), None, "Read only now");
+    assert_eq!(
+        c.write(Ino(7), Some(0), b"x", (t, 0)),
+        None,
+        "Read only now"
+    );
 }
 
 #[test]
 fn a_recall_of_a_token_dropped_with_the_lease_is_carried_out_at_once() {
     let mut c = Cache::default();
-    c.install(&attr(1, Kind::File, 0), &grant(Level::Write, 5));
-    c.install(&attr(2, Kind::File, 0), &grant(Level::Read, 7));
+    c.install(&attr(Ino(1), Kind::File, 0), &grant(Level::Write, 5));
+    c.install(&attr(Ino(2), Kind::File, 0), &grant(Level::Read, 7));
     // The mount's view of its lease ended; the primary's did not yet.
     c.drop_all();
     // The primary recalls the tokens it still thinks the mount holds:
     // waiting for their grants, seen before the drop, would be forever.
     assert_eq!(
-        c.recall(1, Level::None, 5),
-        Some((1, Level::None, 5)),
+        c.recall(Ino(1), Level::None, 5),
+        Some((Ino(1), Level::None, 5)),
         "carried out at once"
     );
     // A recall of a grant not seen before the drop still waits for it.
-    assert!(c.recall(2, Level::None, 8).is_none());
+    assert!(c.recall(Ino(2), Level::None, 8).is_none());
     assert!(c.ready().is_empty());
-    c.install(&attr(2, Kind::File, 0), &grant(Level::Read, 8));
-    assert_eq!(c.ready(), vec![(2, Level::None, 8)]);
+    c.install(&attr(Ino(2), Kind::File, 0), &grant(Level::Read, 8));
+    assert_eq!(c.ready(), vec![(Ino(2), Level::None, 8)]);
 }
 
 #[test]
 fn lost_changes_are_reported_once() {
     let mut c = Cache::default();
-    assert!(!c.take_lost(3));
-    c.lose(3);
-    assert!(c.take_lost(3), "the next fsync hears of it");
-    assert!(!c.take_lost(3), "and only that one");
+    assert!(!c.take_lost(Ino(3)));
+    c.lose(Ino(3));
+    assert!(c.take_lost(Ino(3)), "the next fsync hears of it");
+    assert!(!c.take_lost(Ino(3)), "and only that one");
 }
 
 #[test]
 fn a_recall_of_a_grant_seen_only_in_a_listing_is_carried_out() {
     let mut c = Cache::default();
-    c.install(&attr(1, Kind::Dir, 0), &grant(Level::Write, 1));
-    c.entry_ttl(1, b"x");
+    c.install(&attr(Ino(1), Kind::Dir, 0), &grant(Level::Write, 1));
+    c.entry_ttl(Ino(1), b"x");
     // A listing's answer renewed the grant (number 2) without attributes;
     // the recall of grant 2 that follows must not wait for ever.
-    assert!(c.recall(1, Level::Read, 2).is_none());
-    c.saw(1, 2);
-    assert_eq!(c.ready(), vec![(1, Level::Read, 2)]);
-    let r = answered(c.recall_step(1, Level::Read, 2, 0));
+    assert!(c.recall(Ino(1), Level::Read, 2).is_none());
+    c.saw(Ino(1), 2);
+    assert_eq!(c.ready(), vec![(Ino(1), Level::Read, 2)]);
+    let r = answered(c.recall_step(Ino(1), Level::Read, 2, 0));
     assert!(!r.inval, "a recall to Read keeps the names");
-    assert!(!c.holds_write(1));
-    assert_eq!(c.entry_ttl(1, b"y"), FOREVER, "Read is kept");
+    assert!(!c.holds_write(Ino(1)));
+    assert_eq!(c.entry_ttl(Ino(1), b"y"), FOREVER, "Read is kept");
 }
 
 #[test]
 fn an_answer_older_than_the_version_seen_keeps_the_newer_content() {
     let mut c = Cache::default();
     let t = Time::new(5, 0);
-    c.opened(&attr(7, Kind::File, 4), &grant(Level::Write, 1), Vec::new());
-    assert_eq!(c.write(7, Some(0), b"new", (t, 0)), Some(0));
-    let job = c.flush_job(7).unwrap();
+    c.opened(
+        &attr(Ino(7), Kind::File, 4),
+        &grant(Level::Write, 1),
+        Vec::new(),
+    );
+    assert_eq!(c.write(Ino(7), Some(0), b"new", (t, 0)), Some(0));
+    let job = c.flush_job(Ino(7)).unwrap();
     // The commit's answer (version 5) comes before that of an open the
     // primary answered before the commit (version 4, a later grant).
-    c.flushed(&job, &attr(7, Kind::File, 5), Vec::new(), 0);
-    let open = c.opened(&attr(7, Kind::File, 4), &grant(Level::Write, 2), Vec::new());
+    c.flushed(&job, &attr(Ino(7), Kind::File, 5), Vec::new(), 0);
+    let open = c.opened(
+        &attr(Ino(7), Kind::File, 4),
+        &grant(Level::Write, 2),
+        Vec::new(),
+    );
     assert_eq!(open, Open::Direct);
-    let content = c.content(7).expect("held");
+    let content = c.content(Ino(7)).expect("held");
     assert_eq!(content.version, 5, "the version written back stays");
-    assert!(c.holds_write(7), "the later grant holds");
-    assert_eq!(c.attr(7).unwrap().version, 5);
+    assert!(c.holds_write(Ino(7)), "the later grant holds");
+    assert_eq!(c.attr(Ino(7)).unwrap().version, 5);
 }
 
 #[test]
 fn a_write_over_the_last_one_is_kept_in_it() {
     let mut c = Cache::default();
     let t = Time::new(5, 0);
-    c.opened(&attr(7, Kind::File, 1), &grant(Level::Write, 1), Vec::new());
+    c.opened(
+        &attr(Ino(7), Kind::File, 1),
+        &grant(Level::Write, 1),
+        Vec::new(),
+    );
     // Over the last write, inside it, across its start and past its end:
     // one change; right after it, or apart: one more.
     for (at, bytes) in [
@@ -248,21 +280,24 @@ fn a_write_over_the_last_one_is_kept_in_it() {
         (8, b"ij"),
         (12, b"z"),
     ] {
-        c.write(7, Some(at), bytes, (t, 0)).unwrap();
+        c.write(Ino(7), Some(at), bytes, (t, 0)).unwrap();
     }
     assert_eq!(c.dirty_bytes(), 11, "each byte of the first four held once");
-    let job = c.flush_job(7).unwrap();
+    let job = c.flush_job(Ino(7)).unwrap();
     assert_eq!(job.changes.len(), 3);
-    assert_eq!(c.finish_read(7, 1, 0, 13, b"").unwrap(), b"abCDeFGHij\0\0z");
+    assert_eq!(
+        c.finish_read(Ino(7), 1, 0, 13, b"").unwrap(),
+        b"abCDeFGHij\0\0z"
+    );
     // A write-back under way keeps its changes as it took them.
-    c.write(7, Some(12), b"!", (t, 0)).unwrap();
-    assert_eq!(c.dirty[&7].work.changes.len(), 4);
-    let mut committed = attr(7, Kind::File, 2);
+    c.write(Ino(7), Some(12), b"!", (t, 0)).unwrap();
+    assert_eq!(c.dirty[&Ino(7)].work.changes.len(), 4);
+    let mut committed = attr(Ino(7), Kind::File, 2);
     committed.size = 13;
     c.flushed(&job, &committed, Vec::new(), 0);
     assert_eq!(c.dirty_bytes(), 1);
     // What is left after it takes writes over it again.
-    c.write(7, Some(12), b"?", (t, 0)).unwrap();
+    c.write(Ino(7), Some(12), b"?", (t, 0)).unwrap();
     assert_eq!(c.dirty_bytes(), 1);
 }
 
@@ -270,7 +305,7 @@ fn a_write_over_the_last_one_is_kept_in_it() {
 /// base of what is left.
 fn commit(c: &mut Cache, (j, bytes): (FlushJob, Vec<u8>), base: &mut Vec<u8>, version: &mut u64) {
     *version += 1;
-    let mut committed = attr(7, Kind::File, *version);
+    let mut committed = attr(Ino(7), Kind::File, *version);
     committed.size = j.size;
     c.flushed(&j, &committed, Vec::new(), 0);
     *base = bytes;
@@ -291,7 +326,7 @@ proptest::proptest! {
     ) {
         let mut c = Cache::default();
         let t = Time::new(5, 0);
-        let mut a = attr(7, Kind::File, 1);
+        let mut a = attr(Ino(7), Kind::File, 1);
         a.size = 0;
         c.opened(&a, &grant(Level::Write, 1), Vec::new());
         let mut model: Vec<u8> = Vec::new();
@@ -303,7 +338,7 @@ proptest::proptest! {
         for (what, at, bytes) in steps {
             match what {
                 0..=2 => {
-                    c.write(7, Some(at), &bytes, (t, 0)).unwrap();
+                    c.write(Ino(7), Some(at), &bytes, (t, 0)).unwrap();
                     let end = at as usize + bytes.len();
                     if model.len() < end {
                         model.resize(end, 0);
@@ -311,25 +346,25 @@ proptest::proptest! {
                     model[at as usize..end].copy_from_slice(&bytes);
                 }
                 3 => {
-                    c.truncate(7, at, (t, 0)).unwrap();
+                    c.truncate(Ino(7), at, (t, 0)).unwrap();
                     model.resize(at as usize, 0);
                 }
-                4 if job.is_none() => job = c.flush_job(7).map(|j| (j, model.clone())),
+                4 if job.is_none() => job = c.flush_job(Ino(7)).map(|j| (j, model.clone())),
                 _ => {
                     if let Some(j) = job.take() {
                         commit(&mut c, j, &mut base, &mut version);
                     }
                 }
             }
-            if c.is_dirty(7) {
-                let got = c.finish_read(7, version, 0, 64, &base).unwrap();
+            if c.is_dirty(Ino(7)) {
+                let got = c.finish_read(Ino(7), version, 0, 64, &base).unwrap();
                 proptest::prop_assert_eq!(&got, &model);
             }
         }
         if let Some(j) = job.take() {
             commit(&mut c, j, &mut base, &mut version);
         }
-        let held: u64 = c.dirty.get(&7).map_or(0, |d| {
+        let held: u64 = c.dirty.get(&Ino(7)).map_or(0, |d| {
             d.work.changes.iter().map(|e| match &e.change {
                 OverlayChange::Write { data, .. } => data.len() as u64,
                 OverlayChange::Truncate { .. } => 0,

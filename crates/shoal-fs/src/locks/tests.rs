@@ -8,7 +8,7 @@ use proptest::prelude::*;
 
 use super::*;
 
-const F: Ino = 10;
+const F: Ino = Ino(10);
 
 fn owner(client: ClientId, owner: u64) -> Owner {
     Owner { client, owner }
@@ -118,13 +118,13 @@ fn a_clients_lease_end_releases_its_locks_and_wakes_the_waiters() {
     let (a1, a2, b, c) = (owner(1, 1), owner(1, 2), owner(2, 1), owner(3, 1));
     let mut l = Locks::new();
     l.lock(F, posix(a1, Mode::Write, 0, 9), false).unwrap();
-    l.lock(F + 1, flock(a2, Mode::Write), false).unwrap();
+    l.lock(F.plus(1), flock(a2, Mode::Write), false).unwrap();
     assert!(l.lock(F, posix(b, Mode::Read, 0, 0), true).is_err());
-    assert!(l.lock(F + 1, flock(c, Mode::Read), true).is_err());
+    assert!(l.lock(F.plus(1), flock(c, Mode::Read), true).is_err());
     assert_eq!(l.held_by(1).len(), 2);
     let mut woken = l.release_client(1);
     woken.sort();
-    assert_eq!(woken, vec![(F, 2), (F + 1, 3)]);
+    assert_eq!(woken, vec![(F, 2), (F.plus(1), 3)]);
     assert_eq!(l.count(), 0);
     assert!(l.held_by(1).is_empty());
     // A client that goes while waiting is forgotten as a waiter.

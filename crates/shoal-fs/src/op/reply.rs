@@ -6,28 +6,28 @@ fn callback(w: &mut Writer, c: &Callback) {
     match c {
         Callback::Recall { ino, to, grant } => {
             w.u8(1);
-            w.u64(*ino);
+            w.u64(ino.0);
             level(w, *to);
             w.u64(*grant);
         }
         Callback::StopCaching { ino, grant } => {
             w.u8(2);
-            w.u64(*ino);
+            w.u64(ino.0);
             w.u64(*grant);
         }
         Callback::Orphan { ino } => {
             w.u8(4);
-            w.u64(*ino);
+            w.u64(ino.0);
         }
         Callback::Notice { id, dir, name } => {
             w.u8(3);
             w.u64(*id);
-            w.u64(*dir);
+            w.u64(dir.0);
             w.str16(name);
         }
         Callback::Unlocked { ino } => {
             w.u8(5);
-            w.u64(*ino);
+            w.u64(ino.0);
         }
     }
 }
@@ -35,19 +35,19 @@ fn callback(w: &mut Writer, c: &Callback) {
 fn read_callback(r: &mut Reader) -> Result<Callback, DecodeError> {
     Ok(match r.u8()? {
         1 => Callback::Recall {
-            ino: r.u64()?,
+            ino: Ino(r.u64()?),
             to: read_level(r)?,
             grant: r.u64()?,
         },
         2 => Callback::StopCaching {
-            ino: r.u64()?,
+            ino: Ino(r.u64()?),
             grant: r.u64()?,
         },
-        4 => Callback::Orphan { ino: r.u64()? },
-        5 => Callback::Unlocked { ino: r.u64()? },
+        4 => Callback::Orphan { ino: Ino(r.u64()?) },
+        5 => Callback::Unlocked { ino: Ino(r.u64()?) },
         3 => Callback::Notice {
             id: r.u64()?,
-            dir: r.u64()?,
+            dir: Ino(r.u64()?),
             name: r.str16()?.to_vec(),
         },
         _ => return Err(bad("fs reply", "unknown callback")),
@@ -115,7 +115,7 @@ pub fn encode_reply(reply: &Result<Reply, Failure>) -> Vec<u8> {
             w.u32(entries.len() as u32);
             for e in entries {
                 w.str16(&e.name);
-                w.u64(e.ino);
+                w.u64(e.ino.0);
                 w.u8(e.kind as u8);
             }
             grant(w, g);
@@ -200,7 +200,7 @@ pub fn encode_reply(reply: &Result<Reply, Failure>) -> Vec<u8> {
             missing,
         } => {
             w.u8(15);
-            opt(w, *next, |w, n| w.u64(n));
+            opt(w, *next, |w, n| w.u64(n.0));
             w.u64(*touched);
             w.u64(*missing);
         }
@@ -236,7 +236,7 @@ pub fn decode_reply(bytes: &[u8]) -> Result<Result<Reply, Failure>, DecodeError>
                     .map(|_| {
                         Ok(DirEntry {
                             name: r.str16()?.to_vec(),
-                            ino: r.u64()?,
+                            ino: Ino(r.u64()?),
                             kind: Kind::from_u8(r.u8()?)
                                 .ok_or_else(|| bad("fs reply", "entry kind"))?,
                         })
@@ -294,7 +294,7 @@ pub fn decode_reply(bytes: &[u8]) -> Result<Result<Reply, Failure>, DecodeError>
                 },
             },
             15 => Reply::Touched {
-                next: read_opt(r, |r| r.u64())?,
+                next: read_opt(r, |r| r.u64().map(Ino))?,
                 touched: r.u64()?,
                 missing: r.u64()?,
             },

@@ -18,43 +18,43 @@ fn sample_ops() -> Vec<Op> {
         },
         Op::Confirm { ids: vec![4, 5] },
         Op::Lookup {
-            parent: 1,
+            parent: Ino(1),
             name: vec![0xff, 0xfe],
         },
-        Op::GetAttr { ino: 7 },
-        Op::ReadDir { ino: 1 },
-        Op::ReadLink { ino: 9 },
+        Op::GetAttr { ino: Ino(7) },
+        Op::ReadDir { ino: Ino(1) },
+        Op::ReadLink { ino: Ino(9) },
         Op::Open {
-            ino: 7,
+            ino: Ino(7),
             want: Want::OpenWrite,
             have: vec![(OpenId(1), true), (OpenId(2), false)],
             id: OpenId(3),
             cached: Some(4),
         },
         Op::Open {
-            ino: 7,
+            ino: Ino(7),
             want: Want::Look,
             have: vec![],
             id: OpenId(0),
             cached: None,
         },
         Op::Close {
-            ino: 7,
+            ino: Ino(7),
             id: OpenId(3),
         },
         Op::Read {
-            ino: 7,
+            ino: Ino(7),
             offset: 1 << 33,
             len: 4096,
         },
         Op::Write {
-            ino: 7,
+            ino: Ino(7),
             offset: None,
             data: b"appended\n".to_vec(),
         },
         Op::Change {
             op: UpdateOp::Unlink {
-                parent: 1,
+                parent: Ino(1),
                 name: b"x".to_vec(),
                 dir: false,
                 open: false,
@@ -67,12 +67,12 @@ fn sample_ops() -> Vec<Op> {
         },
         Op::CreateOpen {
             op: UpdateOp::Create {
-                parent: 1,
+                parent: Ino(1),
                 name: b"new".to_vec(),
                 kind: crate::model::Kind::File,
                 perm: 0o644,
                 rdev: 0,
-                ino: 9,
+                ino: Ino(9),
                 secret: [3; 16],
                 target: Vec::new(),
                 excl: true,
@@ -81,7 +81,7 @@ fn sample_ops() -> Vec<Op> {
             want: Want::OpenWrite,
         },
         Op::Return {
-            ino: 7,
+            ino: Ino(7),
             grant: 9,
             kept: Level::Read,
             opens: vec![(OpenId(5), true)],
@@ -90,16 +90,16 @@ fn sample_ops() -> Vec<Op> {
         Op::Status,
         Op::Sync,
         Op::Reclaim {
-            ino: 7,
+            ino: Ino(7),
             level: Level::Read,
             version: Some(3),
             opens: vec![(OpenId(4), false)],
         },
         Op::GetXattr {
-            ino: 7,
+            ino: Ino(7),
             name: b"user.shoal.cap".to_vec(),
         },
-        Op::ListXattr { ino: 7 },
+        Op::ListXattr { ino: Ino(7) },
         Op::CapStat { cap: sample_cap() },
         Op::CapRead {
             cap: sample_cap(),
@@ -107,7 +107,7 @@ fn sample_ops() -> Vec<Op> {
             len: 512,
         },
         Op::Lock {
-            ino: 7,
+            ino: Ino(7),
             owner: u64::MAX - 3,
             style: Style::Posix,
             mode: Some(Mode::Write),
@@ -117,7 +117,7 @@ fn sample_ops() -> Vec<Op> {
             how: LockHow::Wait,
         },
         Op::Lock {
-            ino: 7,
+            ino: Ino(7),
             owner: 1,
             style: Style::Flock,
             mode: None,
@@ -126,7 +126,7 @@ fn sample_ops() -> Vec<Op> {
             pid: 1,
             how: LockHow::Reclaim,
         },
-        Op::TouchContents { after: 77 },
+        Op::TouchContents { after: Ino(77) },
     ]
 }
 
@@ -154,16 +154,19 @@ fn sample_replies() -> Vec<Result<Reply, Failure>> {
         }),
         Ok(Reply::Events(vec![
             Callback::Recall {
-                ino: 5,
+                ino: Ino(5),
                 to: Level::None,
                 grant: 3,
             },
-            Callback::StopCaching { ino: 5, grant: 4 },
-            Callback::Orphan { ino: 4 },
-            Callback::Unlocked { ino: 6 },
+            Callback::StopCaching {
+                ino: Ino(5),
+                grant: 4,
+            },
+            Callback::Orphan { ino: Ino(4) },
+            Callback::Unlocked { ino: Ino(6) },
             Callback::Notice {
                 id: 9,
-                dir: 1,
+                dir: Ino(1),
                 name: b"n\xff".to_vec(),
             },
         ])),
@@ -174,7 +177,7 @@ fn sample_replies() -> Vec<Result<Reply, Failure>> {
         Ok(Reply::Entries {
             entries: vec![DirEntry {
                 name: b"a".to_vec(),
-                ino: 5,
+                ino: Ino(5),
                 kind: Kind::Dir,
             }],
             grant,
@@ -221,7 +224,7 @@ fn sample_replies() -> Vec<Result<Reply, Failure>> {
         Ok(Reply::Done),
         Ok(Reply::Locked(None)),
         Ok(Reply::Touched {
-            next: Some(4097),
+            next: Some(Ino(4097)),
             touched: 4000,
             missing: 96,
         }),
@@ -282,7 +285,7 @@ fn oversized_io_is_refused() {
         seq: 1,
         who: Identity::root(),
         op: Op::Read {
-            ino: 2,
+            ino: Ino(2),
             offset: 0,
             len: IO_MAX as u32 + 1,
         },
@@ -290,7 +293,7 @@ fn oversized_io_is_refused() {
     assert!(Request::decode(&req.encode()).is_err());
     let req = Request {
         op: Op::Write {
-            ino: 2,
+            ino: Ino(2),
             offset: Some(0),
             data: vec![0; IO_MAX + 1],
         },

@@ -96,7 +96,7 @@ impl<H> Soft<H> {
             return Err(FsError::Access);
         }
         shell.read(|t| {
-            let inode = t.get(cap.object().get()).ok_or(FsError::Access)?;
+            let inode = t.get(Ino(cap.object().get())).ok_or(FsError::Access)?;
             xattr::verify(cap, inode, need)?;
             Ok(inode.attr)
         })

@@ -34,10 +34,10 @@ impl World {
             client: Private::new(),
             seq: 0,
             clock: 1,
-            next: 0,
+            next: Ino(0),
             opens: HashMap::new(),
-            tmp: 0,
-            d: 0,
+            tmp: Ino(0),
+            d: Ino(0),
             flying: None,
         };
         match w.apply(&Identity::root(), UpdateOp::Range { count: 100_000 }) {
@@ -64,9 +64,9 @@ impl World {
     }
 
     fn create_op(&mut self, parent: Ino, name: &[u8], kind: Kind, perm: u16) -> UpdateOp {
-        self.next += 1;
-        let secret = [self.next as u8; 16];
-        create((parent, name), kind, perm, self.next - 1, secret, b"")
+        let ino = self.next.take();
+        let secret = [self.next.0 as u8; 16];
+        create((parent, name), kind, perm, ino, secret, b"")
     }
 
     /// Made at the primary.
@@ -492,13 +492,13 @@ fn a_push_commits_only_what_its_client_holds() {
             flush,
         },
     };
-    assert!(check_push(&[commit(7, false)], |i| i == 7).is_ok());
+    assert!(check_push(&[commit(Ino(7), false)], |i| i == Ino(7)).is_ok());
     assert!(matches!(
-        check_push(&[commit(7, false)], |i| i == 8),
+        check_push(&[commit(Ino(7), false)], |i| i == Ino(8)),
         Err(FsError::Stale(_))
     ));
     assert!(matches!(
-        check_push(&[commit(7, true)], |_| true),
+        check_push(&[commit(Ino(7), true)], |_| true),
         Err(FsError::Invalid(_))
     ));
 }

@@ -11,7 +11,7 @@ use super::*;
 const A: ClientId = 1;
 const B: ClientId = 2;
 const C: ClientId = 3;
-const F: Ino = 10;
+const F: Ino = Ino(10);
 
 fn with_clients(clients: &[ClientId]) -> Tokens {
     let mut t = Tokens::new();
@@ -218,7 +218,7 @@ fn a_writer_recalls_readers_and_learns_their_opens() {
 #[test]
 fn directories_are_owned_alone_or_changed_at_the_primary() {
     let mut t = with_clients(&[A, B, C]);
-    let d = 20;
+    let d = Ino(20);
     assert_eq!(
         plain(t.request(A, d, Want::Change, &[], Some(OpenId(90)))),
         grant(Level::Write)
@@ -379,6 +379,7 @@ proptest! {
         let mut epoch = 1;
         let mut models: HashMap<ClientId, Model> = HashMap::new();
         for (action, c, ino) in actions {
+            let ino = Ino(ino);
             if !t.knows(c) {
                 t.hello(0, c);
                 models.insert(c, Model::default());
@@ -393,13 +394,13 @@ proptest! {
                         .map(|o| o.iter().map(|(i, w)| (*i, *w)).collect())
                         .unwrap_or_default();
                     let new = (want != Want::Look).then_some(id);
-                    let answer = settle(&mut t, &mut models, |t| t.request(c, ino, want, &have, new));
+                    let answer = settle(&mut t, &mut models, |t| t.request(c, Ino(ino.0), want, &have, new));
                     let Decision::Grant { uncached, .. } = answer else {
                         panic!("no answer after the recalls: {answer:?}");
                     };
                     let m = models.get_mut(&c).unwrap();
                     if want != Want::Look {
-                        m.opens.entry(ino).or_default().insert(id, want == Want::OpenWrite);
+                        m.opens.entry(Ino(ino.0)).or_default().insert(id, want == Want::OpenWrite);
                     }
                     if uncached {
                         m.known.extend(have.iter().map(|(i, _)| *i));
@@ -413,7 +414,7 @@ proptest! {
                     {
                         o.remove(&id);
                         if m.known.remove(&id) {
-                            t.close(c, ino, id);
+                            t.close(c, Ino(ino.0), id);
                         }
                     }
                 }
@@ -428,7 +429,7 @@ proptest! {
                     epoch += 1;
                     for (c, m) in models.iter_mut() {
                         t.hello(0, *c);
-                        for ino in (10..13).chain(20..23) {
+                        for ino in (10..13).chain(20..23).map(Ino) {
                             let level = old.level(*c, ino);
                             let list: Vec<(OpenId, bool)> = m.opens.get(&ino)
                                 .map(|o| o.iter().map(|(i, w)| (*i, *w)).collect())
@@ -445,14 +446,14 @@ proptest! {
                 }
                 _ => {
                     // A name change in a directory (inodes 20..23).
-                    let dir = ino + 10;
+                    let dir = ino.plus(10);
                     let answer = settle(&mut t, &mut models, |t| t.request(c, dir, Want::Change, &[], None));
                     prop_assert!(matches!(answer, Decision::Grant { uncached: false, .. }), "{:?}", answer);
                 }
             }
             deliver(&mut t, &mut models);
             t.check();
-            for ino in 10..13 {
+            for ino in (10..13).map(Ino) {
                 let open: Vec<(ClientId, Opens)> = models.iter()
                     .filter_map(|(c, m)| m.opens.get(&ino).filter(|o| !o.is_empty()).map(|o| {
                         let list: Vec<(OpenId, bool)> = o.iter().map(|(i, w)| (*i, *w)).collect();
@@ -478,26 +479,26 @@ fn a_new_primary_takes_reclaims_in_its_grace_period() {
         .reclaim(0, A, F, Level::Write, true, &[(OpenId(1), true)])
         .unwrap();
     assert!(g > 3 << 40, "grants numbered above the earlier primaries'");
-    assert_eq!(t.reclaim(0, B, 11, Level::Read, true, &[]), Ok(g + 1));
+    assert_eq!(t.reclaim(0, B, Ino(11), Level::Read, true, &[]), Ok(g + 1));
     // Conflicting and stale reclaims are refused; their opens are learned.
     assert_eq!(
         t.reclaim(0, C, F, Level::Read, true, &[(OpenId(5), false)]),
         Err(Refused::Conflict)
     );
     assert_eq!(
-        t.reclaim(0, C, 11, Level::Read, false, &[]),
+        t.reclaim(0, C, Ino(11), Level::Read, false, &[]),
         Err(Refused::Stale)
     );
     assert!(t.is_open(F));
     // Nothing new is granted until the grace period ends.
     assert!(matches!(
-        t.request(B, 12, Want::Look, &[], None),
+        t.request(B, Ino(12), Want::Look, &[], None),
         Decision::Wait { .. }
     ));
     t.end_grace();
     assert!(!t.in_grace());
     assert_eq!(
-        t.reclaim(0, B, 12, Level::Read, true, &[]),
+        t.reclaim(0, B, Ino(12), Level::Read, true, &[]),
         Err(Refused::Late)
     );
     // A and C both have F open, A writing: A's reclaimed token is
@@ -526,7 +527,7 @@ fn a_new_primary_takes_reclaims_in_its_grace_period() {
         }
     );
     assert_eq!(
-        plain(t.request(B, 12, Want::Look, &[], None)),
+        plain(t.request(B, Ino(12), Want::Look, &[], None)),
         grant(Level::Read)
     );
     t.check();

@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use shoal_cap::codec::{DecodeError, Reader, Writer, bad};
 
 use super::{Body, Inode, OverlayChange, OverlayEntry, Session, Tree};
-use crate::model::{Kind, ROOT};
+use crate::model::{Ino, Kind, ROOT};
 use crate::update::{read_attr, read_result, write_attr, write_result};
 
 const MAGIC: &[u8; 8] = b"SHOALFS1";
@@ -37,7 +37,7 @@ impl Tree {
         let w = &mut Writer(&mut out);
         w.raw(MAGIC);
         w.u64(self.index);
-        w.u64(self.next_ino);
+        w.u64(self.next_ino.0);
         w.u32(self.inodes.len() as u32);
         for i in self.inodes.values() {
             write_attr(w, &i.attr);
@@ -72,11 +72,11 @@ impl Tree {
                 }
                 Body::Dir { entries, parent } => {
                     w.u8(2);
-                    w.u64(*parent);
+                    w.u64(parent.0);
                     w.u32(entries.len() as u32);
                     for (n, ino) in entries {
                         w.str16(n);
-                        w.u64(*ino);
+                        w.u64(ino.0);
                     }
                 }
                 Body::Symlink { target } => {
@@ -137,11 +137,11 @@ impl Tree {
                     Body::File { content, overlay }
                 }
                 2 => {
-                    let parent = r.u64()?;
+                    let parent = Ino(r.u64()?);
                     let ne = counted(r, 10)?;
                     let mut entries = BTreeMap::new();
                     for _ in 0..ne {
-                        entries.insert(r.str16()?.to_vec(), r.u64()?);
+                        entries.insert(r.str16()?.to_vec(), Ino(r.u64()?));
                     }
                     Body::Dir { entries, parent }
                 }
@@ -157,7 +157,7 @@ impl Tree {
                 Body::Symlink { .. } => attr.kind == Kind::Symlink,
                 Body::Special => attr.kind.is_special(),
             };
-            if !expected || attr.ino >= next_ino {
+            if !expected || attr.ino >= Ino(next_ino) {
                 return Err(bad(WHAT, "an inode does not match its body or number"));
             }
             if inodes
@@ -196,7 +196,7 @@ impl Tree {
         r.end()?;
         let tree = Tree {
             index,
-            next_ino,
+            next_ino: Ino(next_ino),
             inodes,
             sessions,
             lru,

@@ -28,7 +28,7 @@ impl T {
             tree: Tree::new([1; 16], Time::new(1, 0)),
             seq: 0,
             clock: 1,
-            next: 0,
+            next: Ino(0),
         };
         match t.run(&root(), UpdateOp::Range { count: 1000 }) {
             Ok(Answer::Range { first, .. }) => t.next = first,
@@ -36,7 +36,7 @@ impl T {
         }
         // A world-writable place for the users.
         let tmp = t.mk(&root(), ROOT, b"tmp", Kind::Dir, 0o777).unwrap();
-        assert_eq!(tmp, 2);
+        assert_eq!(tmp, Ino(2));
         t
     }
 
@@ -48,13 +48,19 @@ impl T {
     }
 
     fn create_op(&mut self, parent: Ino, name: &[u8], kind: Kind, perm: u16) -> UpdateOp {
-        self.next += 1;
         let target: &[u8] = if kind == Kind::Symlink {
             b"target"
         } else {
             b""
         };
-        create((parent, name), kind, perm, self.next - 1, [9; 16], target)
+        create(
+            (parent, name),
+            kind,
+            perm,
+            self.next.take(),
+            [9; 16],
+            target,
+        )
     }
 
     fn mk(
@@ -118,16 +124,16 @@ impl T {
 #[test]
 fn create_lookup_and_exclusive() {
     let mut t = T::new();
-    let f = t.mk(&alice(), 2, b"f", Kind::File, 0o644).unwrap();
+    let f = t.mk(&alice(), Ino(2), b"f", Kind::File, 0o644).unwrap();
     let a = t.attr(f);
     assert_eq!((a.uid, a.gid, a.nlink, a.perm), (1000, 1000, 1, 0o644));
-    assert_eq!(t.tree.lookup(2, b"f").unwrap().attr.ino, f);
+    assert_eq!(t.tree.lookup(Ino(2), b"f").unwrap().attr.ino, f);
     assert_eq!(
-        t.mk(&alice(), 2, b"f", Kind::File, 0o644),
+        t.mk(&alice(), Ino(2), b"f", Kind::File, 0o644),
         Err(FsError::Exists)
     );
     // Without O_EXCL an existing file is answered as it is.
-    let mut op = t.create_op(2, b"f", Kind::File, 0o600);
+    let mut op = t.create_op(Ino(2), b"f", Kind::File, 0o600);
     if let UpdateOp::Create { excl, .. } = &mut op {
         *excl = false;
     }
@@ -139,7 +145,7 @@ fn create_lookup_and_exclusive() {
         })
     );
     assert_eq!(
-        t.mk(&alice(), 2, b"f", Kind::Dir, 0o755),
+        t.mk(&alice(), Ino(2), b"f", Kind::Dir, 0o755),
         Err(FsError::Exists)
     );
     assert_eq!(
@@ -151,16 +157,16 @@ fn create_lookup_and_exclusive() {
         Err(FsError::NotDir)
     );
     assert_eq!(
-        t.mk(&alice(), 2, &[b'n'; 256], Kind::File, 0o644),
+        t.mk(&alice(), Ino(2), &[b'n'; 256], Kind::File, 0o644),
         Err(FsError::NameTooLong)
     );
     // A lookup of a name no name can be says so, not "no such file".
     assert_eq!(
-        t.tree.lookup(2, &[b'n'; 256]).map(|_| ()),
+        t.tree.lookup(Ino(2), &[b'n'; 256]).map(|_| ()),
         Err(FsError::NameTooLong)
     );
     assert_eq!(
-        t.mk(&alice(), 2, &[0xc3, 0x28], Kind::File, 0o644)
+        t.mk(&alice(), Ino(2), &[0xc3, 0x28], Kind::File, 0o644)
             .map(|_| ()),
         Ok(())
     );
@@ -177,7 +183,7 @@ fn inode_numbers_come_from_ranges_once() {
     assert!(matches!(t.run(&root(), op), Err(FsError::Stale(_))));
     let mut op = t.create_op(ROOT, b"c", Kind::File, 0o644);
     if let UpdateOp::Create { ino, .. } = &mut op {
-        *ino = 1 << 40;
+        *ino = Ino(1 << 40);
     }
     assert!(matches!(t.run(&root(), op), Err(FsError::Stale(_))));
 }
@@ -185,12 +191,12 @@ fn inode_numbers_come_from_ranges_once() {
 #[test]
 fn directories_count_links() {
     let mut t = T::new();
-    let d = t.mk(&alice(), 2, b"d", Kind::Dir, 0o755).unwrap();
-    assert_eq!(t.attr(2).nlink, 3);
+    let d = t.mk(&alice(), Ino(2), b"d", Kind::Dir, 0o755).unwrap();
+    assert_eq!(t.attr(Ino(2)).nlink, 3);
     let e = t.mk(&alice(), d, b"e", Kind::Dir, 0o755).unwrap();
     assert_eq!(t.attr(d).nlink, 3);
     assert_eq!(
-        t.unlink(&alice(), 2, b"d", true, false),
+        t.unlink(&alice(), Ino(2), b"d", true, false),
         Err(FsError::NotEmpty)
     );
     assert_eq!(
@@ -207,8 +213,8 @@ fn directories_count_links() {
     );
     assert!(t.unlink(&alice(), d, b"f", false, false).is_ok());
     assert!(t.tree.get(f).is_none());
-    assert!(t.unlink(&alice(), 2, b"d", true, false).is_ok());
-    assert_eq!(t.attr(2).nlink, 2);
+    assert!(t.unlink(&alice(), Ino(2), b"d", true, false).is_ok());
+    assert_eq!(t.attr(Ino(2)).nlink, 2);
     // Nothing can be made in a removed directory.
     assert_eq!(
         t.mk(&root(), d, b"g", Kind::File, 0o644),
@@ -219,36 +225,36 @@ fn directories_count_links() {
 #[test]
 fn hard_links_and_open_unlinked_files() {
     let mut t = T::new();
-    let f = t.mk(&alice(), 2, b"f", Kind::File, 0o644).unwrap();
+    let f = t.mk(&alice(), Ino(2), b"f", Kind::File, 0o644).unwrap();
     assert!(
         t.run(
             &alice(),
             UpdateOp::Link {
                 ino: f,
-                parent: 2,
+                parent: Ino(2),
                 name: b"g".to_vec()
             }
         )
         .is_ok()
     );
     assert_eq!(t.attr(f).nlink, 2);
-    let d = t.mk(&alice(), 2, b"d", Kind::Dir, 0o755).unwrap();
+    let d = t.mk(&alice(), Ino(2), b"d", Kind::Dir, 0o755).unwrap();
     assert_eq!(
         t.run(
             &alice(),
             UpdateOp::Link {
                 ino: d,
-                parent: 2,
+                parent: Ino(2),
                 name: b"h".to_vec()
             }
         ),
         Err(FsError::Perm)
     );
-    assert!(t.unlink(&alice(), 2, b"f", false, false).is_ok());
+    assert!(t.unlink(&alice(), Ino(2), b"f", false, false).is_ok());
     assert_eq!(t.attr(f).nlink, 1);
     // The last name goes while a client has the file open: it stays.
     assert_eq!(
-        t.unlink(&alice(), 2, b"g", false, true),
+        t.unlink(&alice(), Ino(2), b"g", false, true),
         Ok(Answer::Removed {
             gone: None,
             content: vec![]
@@ -260,7 +266,7 @@ fn hard_links_and_open_unlinked_files() {
             &alice(),
             UpdateOp::Link {
                 ino: f,
-                parent: 2,
+                parent: Ino(2),
                 name: b"back".to_vec()
             }
         ),
@@ -289,70 +295,70 @@ fn sticky_directories() {
 #[test]
 fn rename_rules() {
     let mut t = T::new();
-    let a = t.mk(&alice(), 2, b"a", Kind::Dir, 0o755).unwrap();
+    let a = t.mk(&alice(), Ino(2), b"a", Kind::Dir, 0o755).unwrap();
     let b = t.mk(&alice(), a, b"b", Kind::Dir, 0o755).unwrap();
-    let f = t.mk(&alice(), 2, b"f", Kind::File, 0o644).unwrap();
+    let f = t.mk(&alice(), Ino(2), b"f", Kind::File, 0o644).unwrap();
     // Into itself, or below itself.
     assert!(matches!(
-        t.rename(&alice(), (2, b"a"), (b, b"x")),
+        t.rename(&alice(), (Ino(2), b"a"), (b, b"x")),
         Err(FsError::Invalid(_))
     ));
     assert!(matches!(
-        t.rename(&alice(), (2, b"a"), (a, b"x")),
+        t.rename(&alice(), (Ino(2), b"a"), (a, b"x")),
         Err(FsError::Invalid(_))
     ));
     // A file over a directory, a directory over a file.
     assert_eq!(
-        t.rename(&alice(), (2, b"f"), (a, b"b")),
+        t.rename(&alice(), (Ino(2), b"f"), (a, b"b")),
         Err(FsError::IsDir)
     );
     assert_eq!(
-        t.rename(&alice(), (a, b"b"), (2, b"f")),
+        t.rename(&alice(), (a, b"b"), (Ino(2), b"f")),
         Err(FsError::NotDir)
     );
     // Over a non-empty directory.
     t.mk(&alice(), b, b"inner", Kind::File, 0o644).unwrap();
-    let c = t.mk(&alice(), 2, b"c", Kind::Dir, 0o755).unwrap();
+    let c = t.mk(&alice(), Ino(2), b"c", Kind::Dir, 0o755).unwrap();
     assert_eq!(
-        t.rename(&alice(), (2, b"c"), (a, b"b")),
+        t.rename(&alice(), (Ino(2), b"c"), (a, b"b")),
         Err(FsError::NotEmpty)
     );
     // A directory moves: link counts follow, its parent changes.
-    assert!(t.rename(&alice(), (2, b"c"), (a, b"c2")).is_ok());
+    assert!(t.rename(&alice(), (Ino(2), b"c"), (a, b"c2")).is_ok());
     assert_eq!(t.attr(a).nlink, 4);
-    assert_eq!(t.attr(2).nlink, 3);
+    assert_eq!(t.attr(Ino(2)).nlink, 3);
     assert!(matches!(&t.tree.get(c).unwrap().body, Body::Dir { parent, .. } if *parent == a));
     // A file over a file: the victim goes, its content to destroy.
-    let g = t.mk(&alice(), 2, b"g", Kind::File, 0o644).unwrap();
+    let g = t.mk(&alice(), Ino(2), b"g", Kind::File, 0o644).unwrap();
     assert_eq!(
-        t.rename(&alice(), (2, b"f"), (2, b"g")),
+        t.rename(&alice(), (Ino(2), b"f"), (Ino(2), b"g")),
         Ok(Answer::Removed {
             gone: Some(g),
             content: vec![]
         })
     );
-    assert_eq!(t.tree.lookup(2, b"g").unwrap().attr.ino, f);
-    assert_eq!(t.tree.lookup(2, b"f"), Err(FsError::NotFound));
+    assert_eq!(t.tree.lookup(Ino(2), b"g").unwrap().attr.ino, f);
+    assert_eq!(t.tree.lookup(Ino(2), b"f"), Err(FsError::NotFound));
     // Two names of one inode: nothing happens.
     t.run(
         &alice(),
         UpdateOp::Link {
             ino: f,
-            parent: 2,
+            parent: Ino(2),
             name: b"h".to_vec(),
         },
     )
     .unwrap();
-    assert!(t.rename(&alice(), (2, b"g"), (2, b"h")).is_ok());
+    assert!(t.rename(&alice(), (Ino(2), b"g"), (Ino(2), b"h")).is_ok());
     assert_eq!(t.attr(f).nlink, 2);
-    assert!(t.tree.lookup(2, b"g").is_ok());
+    assert!(t.tree.lookup(Ino(2), b"g").is_ok());
     // noreplace.
     let r = t.run(
         &alice(),
         UpdateOp::Rename {
-            from: 2,
+            from: Ino(2),
             from_name: b"g".to_vec(),
-            to: 2,
+            to: Ino(2),
             to_name: b"a".to_vec(),
             noreplace: true,
             open_victim: false,
@@ -361,12 +367,12 @@ fn rename_rules() {
     assert_eq!(r, Err(FsError::Exists));
     // Someone else's directory cannot move to another parent: its ".."
     // would change.
-    let pub_dir = t.mk(&root(), 2, b"pub", Kind::Dir, 0o777).unwrap();
+    let pub_dir = t.mk(&root(), Ino(2), b"pub", Kind::Dir, 0o777).unwrap();
     let rd = t
         .mk(&root(), pub_dir, b"rootdir", Kind::Dir, 0o755)
         .unwrap();
     assert_eq!(
-        t.rename(&alice(), (pub_dir, b"rootdir"), (2, b"mine")),
+        t.rename(&alice(), (pub_dir, b"rootdir"), (Ino(2), b"mine")),
         Err(FsError::Access)
     );
     assert!(
@@ -379,7 +385,7 @@ fn rename_rules() {
 #[test]
 fn attributes_and_their_permissions() {
     let mut t = T::new();
-    let f = t.mk(&alice(), 2, b"f", Kind::File, 0o6755).unwrap();
+    let f = t.mk(&alice(), Ino(2), b"f", Kind::File, 0o6755).unwrap();
     let set = |change: &dyn Fn(&mut SetAttr)| {
         let mut set = SetAttr::default();
         change(&mut set);
@@ -476,7 +482,7 @@ fn setgid_directories_pass_their_group_on() {
 #[test]
 fn commits_and_overlays_make_versions() {
     let mut t = T::new();
-    let f = t.mk(&alice(), 2, b"f", Kind::File, 0o644).unwrap();
+    let f = t.mk(&alice(), Ino(2), b"f", Kind::File, 0o644).unwrap();
     let commit = |base, flush| UpdateOp::Commit {
         ino: f,
         base,
@@ -536,7 +542,7 @@ fn commits_and_overlays_make_versions() {
 #[test]
 fn a_write_drops_the_set_id_bits() {
     let mut t = T::new();
-    let f = t.mk(&alice(), 2, b"f", Kind::File, 0o6777).unwrap();
+    let f = t.mk(&alice(), Ino(2), b"f", Kind::File, 0o6777).unwrap();
     let perm = |t: &T| t.tree.get(f).unwrap().attr.perm;
     let set = |perm: u16| UpdateOp::SetAttr {
         ino: f,
@@ -564,7 +570,7 @@ fn a_write_drops_the_set_id_bits() {
     assert!(t.run(&bob(), write).is_ok());
     assert_eq!(perm(&t), 0o777);
     // Without write permission, not even that.
-    let g = t.mk(&alice(), 2, b"g", Kind::File, 0o4755).unwrap();
+    let g = t.mk(&alice(), Ino(2), b"g", Kind::File, 0o4755).unwrap();
     let drop = UpdateOp::SetAttr {
         ino: g,
         set: SetAttr {
@@ -578,7 +584,7 @@ fn a_write_drops_the_set_id_bits() {
 #[test]
 fn extended_attributes() {
     let mut t = T::new();
-    let f = t.mk(&alice(), 2, b"f", Kind::File, 0o644).unwrap();
+    let f = t.mk(&alice(), Ino(2), b"f", Kind::File, 0o644).unwrap();
     let set = |name: &[u8], value: &[u8], mode| UpdateOp::SetXattr {
         ino: f,
         name: name.to_vec(),
@@ -628,13 +634,13 @@ fn extended_attributes() {
 #[test]
 fn symlinks() {
     let mut t = T::new();
-    let l = t.mk(&alice(), 2, b"l", Kind::Symlink, 0o600).unwrap();
+    let l = t.mk(&alice(), Ino(2), b"l", Kind::Symlink, 0o600).unwrap();
     let a = t.attr(l);
     assert_eq!((a.perm, a.size), (0o777, 6));
     assert!(
         matches!(&t.tree.get(l).unwrap().body, Body::Symlink { target } if target == b"target")
     );
-    let mut op = t.create_op(2, b"m", Kind::Symlink, 0o777);
+    let mut op = t.create_op(Ino(2), b"m", Kind::Symlink, 0o777);
     if let UpdateOp::Create { target, .. } = &mut op {
         *target = vec![b'x'; SYMLINK_MAX + 1];
     }
@@ -644,7 +650,7 @@ fn symlinks() {
 #[test]
 fn retried_updates_are_answered_not_applied() {
     let mut t = T::new();
-    let op = t.create_op(2, b"once", Kind::File, 0o644);
+    let op = t.create_op(Ino(2), b"once", Kind::File, 0o644);
     let u = Update {
         session: 99,
         seq: 1,
@@ -671,7 +677,7 @@ fn retried_updates_are_answered_not_applied() {
 #[test]
 fn pushes_apply_in_order_each_answered() {
     let mut t = T::new();
-    let d = t.create_op(2, b"d", Kind::Dir, 0o755);
+    let d = t.create_op(Ino(2), b"d", Kind::Dir, 0o755);
     let UpdateOp::Create { ino: dino, .. } = d else {
         unreachable!()
     };
@@ -707,9 +713,9 @@ fn pushes_apply_in_order_each_answered() {
 #[test]
 fn snapshots_round_trip_and_refuse_nonsense() {
     let mut t = T::new();
-    let f = t.mk(&alice(), 2, b"f", Kind::File, 0o644).unwrap();
-    t.mk(&alice(), 2, b"l", Kind::Symlink, 0o644).unwrap();
-    t.mk(&alice(), 2, b"fifo", Kind::Fifo, 0o644).unwrap();
+    let f = t.mk(&alice(), Ino(2), b"f", Kind::File, 0o644).unwrap();
+    t.mk(&alice(), Ino(2), b"l", Kind::Symlink, 0o644).unwrap();
+    t.mk(&alice(), Ino(2), b"fifo", Kind::Fifo, 0o644).unwrap();
     t.run(
         &alice(),
         UpdateOp::Overlay {
@@ -831,8 +837,11 @@ proptest! {
 fn only_root_makes_device_nodes() {
     let mut t = T::new();
     for kind in [Kind::CharDev, Kind::BlockDev] {
-        assert_eq!(t.mk(&alice(), 2, b"dev", kind, 0o666), Err(FsError::Perm));
+        assert_eq!(
+            t.mk(&alice(), Ino(2), b"dev", kind, 0o666),
+            Err(FsError::Perm)
+        );
     }
-    t.mk(&alice(), 2, b"fifo", Kind::Fifo, 0o666).unwrap();
-    t.mk(&root(), 2, b"dev", Kind::CharDev, 0o666).unwrap();
+    t.mk(&alice(), Ino(2), b"fifo", Kind::Fifo, 0o666).unwrap();
+    t.mk(&root(), Ino(2), b"dev", Kind::CharDev, 0o666).unwrap();
 }

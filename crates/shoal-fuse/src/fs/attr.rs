@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{FileAttr, FileType, INodeNo, TimeOrNow};
-use shoal_fs::model::{Attr, Kind, Time};
+use shoal_fs::model::{Attr, Ino, Kind, Time};
 use shoal_fs::update::TimeSet;
 
 pub(super) fn system_time(t: Time) -> SystemTime {
@@ -53,7 +53,7 @@ pub(super) fn kind_of_mode(mode: u32) -> Option<Kind> {
 /// The kernel's view of an inode's attributes.
 pub(super) fn file_attr(a: &Attr) -> FileAttr {
     FileAttr {
-        ino: INodeNo(a.ino),
+        ino: INodeNo(a.ino.0),
         size: a.size,
         // What it holds: a sparse file's holes take no blocks.
         blocks: if a.kind == Kind::File { a.held } else { a.size }.div_ceil(512),
@@ -72,11 +72,16 @@ pub(super) fn file_attr(a: &Attr) -> FileAttr {
     }
 }
 
+/// The inode the kernel's node id names (the same number).
+pub(super) fn node(n: INodeNo) -> Ino {
+    Ino(n.0)
+}
+
 /// The attributes of a negative entry (node 0: the name is absent).
 pub(super) fn absent() -> Attr {
     let zero = Time { secs: 0, nanos: 0 };
     Attr {
-        ino: 0,
+        ino: Ino(0),
         kind: Kind::File,
         perm: 0,
         nlink: 0,

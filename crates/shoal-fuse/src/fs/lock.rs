@@ -20,7 +20,7 @@ use shoal_fs::locks::{EOF, Mode, Style};
 use shoal_fs::model::{Identity, Ino};
 use shoal_fs::op::{Conflict, Failure, LockHow, Op, Reply};
 
-use super::{ShoalFs, errno};
+use super::{ShoalFs, errno, node};
 use crate::conn::Conn;
 
 /// The largest offset the kernel's locks name (`OFFSET_MAX`): its "to
@@ -52,7 +52,7 @@ impl Asked {
         pid: u32,
     ) -> Asked {
         Asked {
-            ino: ino.0,
+            ino: node(ino),
             fh: fh.0,
             owner: owner.0,
             start,
