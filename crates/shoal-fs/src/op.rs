@@ -15,7 +15,7 @@ use shoal_cap::codec::{DecodeError, Reader, Writer, bad};
 
 use crate::locks::{Mode, Style};
 use crate::model::{Attr, FsError, Identity, Ino, Kind};
-use crate::tokens::{Callback, Level, OpenId, Want};
+use crate::tokens::{Callback, ClientId, Level, OpenId, Want};
 use crate::update::{
     Answer, UpdateOp, flag, opt, read_attr, read_identity, read_opt, read_result, write_attr,
     write_identity, write_result,
@@ -33,7 +33,7 @@ pub const ENTRIES_MAX: usize = 1 << 20;
 pub struct Request {
     /// The client's session (`ClientId`), 0 for a caller that is not a
     /// mount (`Status`).
-    pub session: u64,
+    pub session: ClientId,
     pub seq: u64,
     pub who: Identity,
     pub op: Op,
@@ -465,7 +465,7 @@ impl Request {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         let w = &mut Writer(&mut out);
-        w.u64(self.session);
+        w.u64(self.session.0);
         w.u64(self.seq);
         write_identity(w, &self.who);
         match &self.op {
@@ -749,7 +749,7 @@ impl Request {
         };
         r.end()?;
         Ok(Request {
-            session,
+            session: ClientId(session),
             seq,
             who,
             op,

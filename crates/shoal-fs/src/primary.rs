@@ -394,7 +394,7 @@ impl<H> Soft<H> {
     fn order_own(&mut self, shell: &mut impl Shell, op: UpdateOp) -> Result<Answer, Failure> {
         self.own_seq += 1;
         let update = Update {
-            session: 0,
+            session: ClientId(0),
             seq: self.own_seq,
             who: Identity::root(),
             now: shell.wall(),

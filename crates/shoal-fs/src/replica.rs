@@ -152,11 +152,12 @@ impl Machine for FsReplica {
 mod tests {
     use super::*;
     use crate::model::{Identity, Ino, Kind, ROOT};
+    use crate::tokens::ClientId;
     use crate::update::UpdateOp;
 
     fn update(seq: u64, op: UpdateOp) -> Vec<u8> {
         Update {
-            session: 7,
+            session: ClientId(7),
             seq,
             who: Identity::root(),
             now: Time { secs: 1, nanos: 0 },

@@ -2,6 +2,7 @@
 //! ask for and the updates they apply.
 
 use crate::model::{Attr, FsError, Identity, Ino, Kind, Time};
+use crate::tokens::ClientId;
 use crate::tree::Applied;
 use crate::update::{Answer, Update, UpdateOp};
 
@@ -39,7 +40,7 @@ pub(crate) fn create(
 /// Update `seq` of `session`, by `who` at `now`.
 pub(crate) fn update(session: u64, seq: u64, who: &Identity, now: Time, op: UpdateOp) -> Update {
     Update {
-        session,
+        session: ClientId(session),
         seq,
         who: who.clone(),
         now,

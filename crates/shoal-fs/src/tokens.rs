@@ -14,8 +14,41 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use crate::model::Ino;
 
-/// A client session at the primary (one mount process).
-pub type ClientId = u64;
+/// A client session at the primary (one mount process): a number the
+/// mount draws at random, always odd, so that the even number beside it
+/// is free to name its pushes (`ClientId::pushes`).  Updates carry it for
+/// exactly-once; 0 is a caller that is not a mount.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct ClientId(pub u64);
+
+impl ClientId {
+    /// The session a client's pushes are recorded under for
+    /// exactly-once: its number with the low bit clear, apart from the
+    /// updates it asks for one at a time.
+    pub fn pushes(self) -> ClientId {
+        ClientId(self.0 & !1)
+    }
+}
+
+/// Printed as its number, as the traces and `shoal fs status` show it.
+impl std::fmt::Debug for ClientId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// In hexadecimal, as the primary's traces print sessions.
+impl std::fmt::LowerHex for ClientId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::fmt::Display for ClientId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 /// How long a lease lasts after its last renewal (µs).
 pub const LEASE_US: u64 = 10_000_000;

@@ -14,6 +14,7 @@ use shoal_cap::Capability;
 
 use crate::access::{self, W, X};
 use crate::model::*;
+use crate::tokens::ClientId;
 use crate::update::{Answer, SetAttr, TimeSet, Update, UpdateOp, XattrMode};
 
 mod overlay;
@@ -93,8 +94,8 @@ pub struct Tree {
     /// Boxed: a node of the map moves its values when it changes, and an
     /// inode is a few hundred bytes.
     inodes: BTreeMap<Ino, Box<Inode>>,
-    sessions: HashMap<u64, Session>,
-    lru: BTreeSet<(u64, u64)>,
+    sessions: HashMap<ClientId, Session>,
+    lru: BTreeSet<(u64, ClientId)>,
 }
 
 impl Tree {
@@ -227,19 +228,19 @@ impl Tree {
         }
     }
 
-    /// Applies one update.
     /// The answer to request `seq` of exactly-once session `session`, if it
     /// is the last one the session had applied: sent again, it is answered
     /// so and changes nothing.
-    pub fn recorded(&self, session: u64, seq: u64) -> Option<&Result<Answer, FsError>> {
+    pub fn recorded(&self, session: ClientId, seq: u64) -> Option<&Result<Answer, FsError>> {
         self.sessions
             .get(&session)
-            .filter(|s| session != 0 && s.seq == seq)
+            .filter(|s| session != ClientId(0) && s.seq == seq)
             .map(|s| &s.result)
     }
 
+    /// Applies one update.
     pub fn apply(&mut self, u: &Update) -> Applied {
-        if u.session != 0
+        if u.session != ClientId(0)
             && let Some(s) = self.sessions.get(&u.session)
         {
             if u.seq == s.seq {
@@ -253,13 +254,13 @@ impl Tree {
         }
         self.index += 1;
         let result = self.apply_op(&u.who, u.now, &u.op, false);
-        if u.session != 0 {
+        if u.session != ClientId(0) {
             self.remember(u.session, u.seq, result.clone());
         }
         Applied::New(result)
     }
 
-    fn remember(&mut self, session: u64, seq: u64, result: Result<Answer, FsError>) {
+    fn remember(&mut self, session: ClientId, seq: u64, result: Result<Answer, FsError>) {
         let index = self.index;
         if let Some(old) = self
             .sessions

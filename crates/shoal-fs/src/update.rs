@@ -8,6 +8,7 @@ use shoal_cap::Capability;
 use shoal_cap::codec::{DecodeError, Reader, Writer, bad};
 
 use crate::model::{Attr, FsError, GROUPS_MAX, Identity, Ino, Kind, Time};
+use crate::tokens::ClientId;
 
 /// A time to set: the applying update's time, or a given one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,7 +180,7 @@ pub struct Pushed {
 /// exactly-once: a retried request number is answered, not applied).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Update {
-    pub session: u64,
+    pub session: ClientId,
     pub seq: u64,
     pub who: Identity,
     pub now: Time,
@@ -620,7 +621,7 @@ impl Update {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         let w = &mut Writer(&mut out);
-        w.u64(self.session);
+        w.u64(self.session.0);
         w.u64(self.seq);
         write_identity(w, &self.who);
         time(w, self.now);
@@ -632,7 +633,7 @@ impl Update {
     pub fn decode(bytes: &[u8]) -> Result<Update, DecodeError> {
         let r = &mut Reader::new(bytes, "fs update");
         let u = Update {
-            session: r.u64()?,
+            session: ClientId(r.u64()?),
             seq: r.u64()?,
             who: read_identity(r)?,
             now: read_time(r)?,
@@ -888,7 +889,7 @@ mod tests {
         });
         for op in ops {
             let u = Update {
-                session: 1,
+                session: ClientId(1),
                 seq: 2,
                 who: Identity {
                     uid: 3,
@@ -911,7 +912,7 @@ mod tests {
     fn pushes_do_not_nest() {
         let inner = UpdateOp::Push { ops: vec![] };
         let u = Update {
-            session: 1,
+            session: ClientId(1),
             seq: 1,
             who: Identity::root(),
             now: Time::default(),

@@ -131,6 +131,7 @@ mod tests {
 
     use super::*;
     use crate::model::{Attr, Ino, Time};
+    use crate::tokens::ClientId;
     use crate::tree::Body;
 
     fn port() -> PutPort {
@@ -234,7 +235,7 @@ mod tests {
         let mut run = |tree: &mut Tree, who: &Identity, op: UpdateOp| {
             seq += 1;
             let u = Update {
-                session: 7,
+                session: ClientId(7),
                 seq,
                 who: who.clone(),
                 now: Time::new(seq as i64 + 1, 0),

@@ -8,6 +8,7 @@ use std::time::Duration;
 use shoal_cap::{Capability, PutPort};
 use shoal_fs::model::{Attr, Identity, Ino};
 use shoal_fs::op::{self, Failure, Op, Reply};
+use shoal_fs::tokens::ClientId;
 use shoal_replicasvc::client::{self, Tries, Verdict};
 use shoal_replicasvc::writes_at::Endpoint;
 use shoal_rpc::{Client, Context};
@@ -143,7 +144,7 @@ impl FsClient {
         self.seq += 1;
         let events = matches!(op, Op::Events { .. });
         let bytes = op::Request {
-            session: self.session,
+            session: ClientId(self.session),
             seq: self.seq,
             who: who.clone(),
             op,
@@ -239,7 +240,7 @@ pub fn unexpected(reply: &Reply) -> Failure {
 /// service's status request).
 fn follow(rpc: &mut Client, port: &PutPort) -> Option<Endpoint> {
     let req = op::Request {
-        session: 0,
+        session: ClientId(0),
         seq: 0,
         who: Identity::root(),
         op: Op::Status,

@@ -16,6 +16,7 @@ use parking_lot::{Condvar, Mutex};
 use shoal_fs::locks::{Lock, Locks, Mode, Owner, Refused, Style};
 use shoal_fs::model::Ino;
 use shoal_fs::op::{LockHow, Op};
+use shoal_fs::tokens::ClientId;
 
 /// The request that asks the primary for `lock`, held here, on `ino`
 /// (`how`: a reclaim at a new primary, or a try when a private inode's
@@ -36,7 +37,10 @@ pub(crate) fn asking(ino: Ino, lock: &Lock, how: LockHow) -> Op {
 /// A `fcntl` lock of this mount's lock owner `owner`.
 fn posix(owner: u64, mode: Mode, (start, end, pid): (u64, u64, u32)) -> Lock {
     Lock {
-        owner: Owner { client: 0, owner },
+        owner: Owner {
+            client: ClientId(0),
+            owner,
+        },
         style: Style::Posix,
         mode,
         start,
@@ -81,7 +85,10 @@ impl MountLocks {
         mode: Option<Mode>,
         (start, end, pid): (u64, u64, u32),
     ) {
-        let who = Owner { client: 0, owner };
+        let who = Owner {
+            client: ClientId(0),
+            owner,
+        };
         let mut held = self.held.lock();
         match mode {
             None => {
@@ -112,7 +119,10 @@ impl MountLocks {
         mode: Option<Mode>,
         (start, end, pid): (u64, u64, u32),
     ) -> Result<bool, Refused> {
-        let who = Owner { client: 0, owner };
+        let who = Owner {
+            client: ClientId(0),
+            owner,
+        };
         let Some(mode) = mode else {
             self.held.lock().unlock(ino, who, Style::Posix, start, end);
             self.wake(ino);
@@ -167,7 +177,7 @@ impl MountLocks {
         let held = self.held.lock();
         let holding = |o: &u64| {
             let who = Owner {
-                client: 0,
+                client: ClientId(0),
                 owner: *o,
             };
             held.on(ino).iter().any(|l| l.owner == who)
@@ -177,13 +187,16 @@ impl MountLocks {
 
     /// Whether lock owner `owner` holds a lock on `ino`.
     pub(crate) fn holds(&self, ino: Ino, owner: u64) -> bool {
-        let who = Owner { client: 0, owner };
+        let who = Owner {
+            client: ClientId(0),
+            owner,
+        };
         self.held.lock().on(ino).iter().any(|l| l.owner == who)
     }
 
     /// Every lock held, to reclaim at a new primary.
     pub(crate) fn held(&self) -> Vec<(Ino, Lock)> {
-        self.held.lock().held_by(0)
+        self.held.lock().held_by(ClientId(0))
     }
 
     /// A lock the new primary would not give back.

@@ -195,7 +195,7 @@ impl FsSim {
             files: Vec::new(),
             logs: BTreeSet::new(),
             mounts: Vec::new(),
-            next_id: 1,
+            next_id: ClientId(1),
             crashed: BTreeMap::new(),
             model: BTreeMap::new(),
             synced: BTreeMap::new(),
@@ -243,7 +243,7 @@ impl FsSim {
 
     /// A new session number (odd, as the metadata service's are).
     fn fresh_id(&mut self) -> ClientId {
-        self.next_id += 2;
+        self.next_id = ClientId(self.next_id.0 + 2);
         self.next_id
     }
 
@@ -420,7 +420,7 @@ impl FsSim {
                 let parsed = rec
                     .strip_prefix('<')
                     .and_then(|r| r.split_once(':'))
-                    .and_then(|(s, n)| Some((s.parse().ok()?, n.parse().ok()?)));
+                    .and_then(|(s, n)| Some((ClientId(s.parse().ok()?), n.parse().ok()?)));
                 match parsed {
                     Some((s, n)) => seen.entry(s).or_default().entry(ino).or_default().push(n),
                     None => self.violation(format!("log {ino} holds a torn record {rec:?}")),

@@ -204,7 +204,7 @@ impl PrivateSim {
                 grace_us: 0,
             }),
             clients: Vec::new(),
-            next_id: 1,
+            next_id: ClientId(1),
             epoch: 1,
             report: PrivateReport::default(),
             trace: Trace::from_env(),
@@ -222,7 +222,7 @@ impl PrivateSim {
 
     fn new_client(&mut self) -> Client {
         // Odd session numbers, as a mount's are.
-        self.next_id += 2;
+        self.next_id = ClientId(self.next_id.0 + 2);
         let id = self.next_id;
         let first = match self.world.set_up(UpdateOp::Range { count: RANGE }) {
             Ok(Answer::Range { first, .. }) => first,

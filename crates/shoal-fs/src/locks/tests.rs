@@ -46,7 +46,7 @@ fn of(l: &Locks, o: Owner) -> Vec<(Mode, u64, u64)> {
 
 #[test]
 fn readers_share_and_a_writer_waits() {
-    let (a, b) = (owner(1, 1), owner(2, 1));
+    let (a, b) = (owner(ClientId(1), 1), owner(ClientId(2), 1));
     let mut l = Locks::new();
     l.lock(F, posix(a, Mode::Read, 0, 99), false).unwrap();
     l.lock(F, posix(b, Mode::Read, 50, 149), false).unwrap();
@@ -61,7 +61,7 @@ fn readers_share_and_a_writer_waits() {
         vec![(Mode::Read, 50, 99), (Mode::Write, 100, 149)]
     );
     // a's unlock wakes b (once).
-    assert_eq!(l.unlock(F, a, Style::Posix, 0, EOF), vec![2]);
+    assert_eq!(l.unlock(F, a, Style::Posix, 0, EOF), vec![ClientId(2)]);
     assert_eq!(l.unlock(F, a, Style::Posix, 0, EOF), Vec::<ClientId>::new());
     l.lock(F, posix(b, Mode::Write, 0, 149), false).unwrap();
     assert_eq!(of(&l, b), vec![(Mode::Write, 0, 149)]);
@@ -69,7 +69,7 @@ fn readers_share_and_a_writer_waits() {
 
 #[test]
 fn one_owner_splits_merges_upgrades_and_downgrades() {
-    let a = owner(1, 7);
+    let a = owner(ClientId(1), 7);
     let mut l = Locks::new();
     l.lock(F, posix(a, Mode::Write, 0, EOF), false).unwrap();
     // A read lock in the middle splits the write lock in three.
@@ -98,7 +98,7 @@ fn one_owner_splits_merges_upgrades_and_downgrades() {
 
 #[test]
 fn flock_and_posix_locks_are_independent() {
-    let (a, b) = (owner(1, 1), owner(2, 2));
+    let (a, b) = (owner(ClientId(1), 1), owner(ClientId(2), 2));
     let mut l = Locks::new();
     l.lock(F, flock(a, Mode::Write), false).unwrap();
     // A POSIX lock on the same file does not see the flock.
@@ -115,22 +115,27 @@ fn flock_and_posix_locks_are_independent() {
 
 #[test]
 fn a_clients_lease_end_releases_its_locks_and_wakes_the_waiters() {
-    let (a1, a2, b, c) = (owner(1, 1), owner(1, 2), owner(2, 1), owner(3, 1));
+    let (a1, a2, b, c) = (
+        owner(ClientId(1), 1),
+        owner(ClientId(1), 2),
+        owner(ClientId(2), 1),
+        owner(ClientId(3), 1),
+    );
     let mut l = Locks::new();
     l.lock(F, posix(a1, Mode::Write, 0, 9), false).unwrap();
     l.lock(F.plus(1), flock(a2, Mode::Write), false).unwrap();
     assert!(l.lock(F, posix(b, Mode::Read, 0, 0), true).is_err());
     assert!(l.lock(F.plus(1), flock(c, Mode::Read), true).is_err());
-    assert_eq!(l.held_by(1).len(), 2);
-    let mut woken = l.release_client(1);
+    assert_eq!(l.held_by(ClientId(1)).len(), 2);
+    let mut woken = l.release_client(ClientId(1));
     woken.sort();
-    assert_eq!(woken, vec![(F, 2), (F.plus(1), 3)]);
+    assert_eq!(woken, vec![(F, ClientId(2)), (F.plus(1), ClientId(3))]);
     assert_eq!(l.count(), 0);
-    assert!(l.held_by(1).is_empty());
+    assert!(l.held_by(ClientId(1)).is_empty());
     // A client that goes while waiting is forgotten as a waiter.
     l.lock(F, posix(b, Mode::Write, 0, 0), false).unwrap();
     assert!(l.lock(F, posix(c, Mode::Write, 0, 0), true).is_err());
-    assert!(l.release_client(3).is_empty());
+    assert!(l.release_client(ClientId(3)).is_empty());
     assert_eq!(l.unlock(F, b, Style::Posix, 0, EOF), Vec::<ClientId>::new());
 }
 
@@ -164,7 +169,7 @@ proptest! {
         let mut l = Locks::new();
         let mut m = Model::new();
         for (who, what, a, b, flock_style) in ops {
-            let o = owner(1 + u64::from(who / 2), u64::from(who % 2));
+            let o = owner(ClientId(1 + u64::from(who / 2)), u64::from(who % 2));
             let style = if flock_style { Style::Flock } else { Style::Posix };
             let (start, end) = if flock_style { (0, BYTES - 1) } else { (a.min(b), a.max(b)) };
             if what == 2 {

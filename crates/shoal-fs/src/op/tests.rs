@@ -250,7 +250,7 @@ fn sample_replies() -> Vec<Result<Reply, Failure>> {
 fn requests_round_trip_and_every_cut_is_refused() {
     for op in sample_ops() {
         let req = Request {
-            session: 1,
+            session: ClientId(1),
             seq: 2,
             who: Identity {
                 uid: 1000,
@@ -281,7 +281,7 @@ fn replies_round_trip_and_every_cut_is_refused() {
 #[test]
 fn oversized_io_is_refused() {
     let req = Request {
-        session: 1,
+        session: ClientId(1),
         seq: 1,
         who: Identity::root(),
         op: Op::Read {

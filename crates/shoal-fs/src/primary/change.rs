@@ -55,7 +55,7 @@ impl<H> Soft<H> {
         // and may come from any of the session's threads (whose request
         // numbers are their own).
         let session = if matches!(op, UpdateOp::Commit { .. }) {
-            0
+            ClientId(0)
         } else {
             req.session
         };
@@ -107,7 +107,7 @@ impl<H> Soft<H> {
                         existed: false,
                     }),
                     None,
-                ) if attr.kind == Kind::Dir && req.session != 0 => {
+                ) if attr.kind == Kind::Dir && req.session != ClientId(0) => {
                     Some((attr.ino, Want::Change, None))
                 }
                 _ => None,

@@ -36,7 +36,7 @@ impl<H> Soft<H> {
         // A push applied already (its answer lost, with the primary that
         // gave it) is answered again as it was, whatever its pusher holds
         // now: a directory it removed could not be reclaimed.
-        let applied = shell.read(|t| t.recorded(client & !1, req.seq).is_some());
+        let applied = shell.read(|t| t.recorded(client.pushes(), req.seq).is_some());
         let holds = |ino| applied || self.tokens.level(client, ino) == Level::Write;
         // Each change is made as its maker, squashed as a request's caller
         // is: a push is no way round root squash.
@@ -56,7 +56,7 @@ impl<H> Soft<H> {
         // own request numbers): sessions are odd, so the even number next
         // to it is nobody else's.
         let update = Update {
-            session: client & !1,
+            session: client.pushes(),
             seq: req.seq,
             who: req.who.clone(),
             now: shell.wall(),

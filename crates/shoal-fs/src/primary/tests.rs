@@ -6,7 +6,7 @@ use shoal_cap::{Capability, PutPort};
 use super::{Config, Flush, GRACE_US, Shell, Soft};
 use crate::model::{FsError, Identity, Ino, Kind, ROOT, Time};
 use crate::op::{Failure, Op, Reply, Request};
-use crate::tokens::{Callback, LEASE_US, Level, OpenId, Want};
+use crate::tokens::{Callback, ClientId, LEASE_US, Level, OpenId, Want};
 use crate::tree::Tree;
 use crate::update::{Answer, Update, UpdateOp};
 use crate::{Applied, tree};
@@ -55,7 +55,7 @@ fn set_up(allow_root: bool) -> (One, Soft<u32>, Ino) {
     };
     let up = |w: &mut One, seq, op| {
         let u = Update {
-            session: 1,
+            session: ClientId(1),
             seq,
             who: Identity::root(),
             now: Time::new(0, 0),
@@ -105,7 +105,7 @@ fn set_up(allow_root: bool) -> (One, Soft<u32>, Ino) {
 
 fn req(session: u64, op: Op) -> Request {
     Request {
-        session,
+        session: ClientId(session),
         seq: 0,
         who: Identity::root(),
         op,

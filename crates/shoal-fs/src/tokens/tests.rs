@@ -8,9 +8,9 @@ use proptest::prelude::*;
 
 use super::*;
 
-const A: ClientId = 1;
-const B: ClientId = 2;
-const C: ClientId = 3;
+const A: ClientId = ClientId(1);
+const B: ClientId = ClientId(2);
+const C: ClientId = ClientId(3);
 const F: Ino = Ino(10);
 
 fn with_clients(clients: &[ClientId]) -> Tokens {
@@ -379,10 +379,10 @@ proptest! {
         let mut epoch = 1;
         let mut models: HashMap<ClientId, Model> = HashMap::new();
         for (action, c, ino) in actions {
-            let ino = Ino(ino);
-            if !t.knows(c) {
-                t.hello(0, c);
-                models.insert(c, Model::default());
+            let (c, ino) = (ClientId(c), Ino(ino));
+            if !t.knows(ClientId(c.0)) {
+                t.hello(0, ClientId(c.0));
+                models.insert(ClientId(c.0), Model::default());
             }
             match action {
                 0..=2 => {
@@ -394,7 +394,7 @@ proptest! {
                         .map(|o| o.iter().map(|(i, w)| (*i, *w)).collect())
                         .unwrap_or_default();
                     let new = (want != Want::Look).then_some(id);
-                    let answer = settle(&mut t, &mut models, |t| t.request(c, Ino(ino.0), want, &have, new));
+                    let answer = settle(&mut t, &mut models, |t| t.request(ClientId(c.0), Ino(ino.0), want, &have, new));
                     let Decision::Grant { uncached, .. } = answer else {
                         panic!("no answer after the recalls: {answer:?}");
                     };
@@ -414,12 +414,12 @@ proptest! {
                     {
                         o.remove(&id);
                         if m.known.remove(&id) {
-                            t.close(c, Ino(ino.0), id);
+                            t.close(ClientId(c.0), Ino(ino.0), id);
                         }
                     }
                 }
                 4 => {
-                    t.expire(0, Some(c));
+                    t.expire(0, Some(ClientId(c.0)));
                     models.remove(&c);
                 }
                 6 => {
@@ -447,7 +447,7 @@ proptest! {
                 _ => {
                     // A name change in a directory (inodes 20..23).
                     let dir = ino.plus(10);
-                    let answer = settle(&mut t, &mut models, |t| t.request(c, dir, Want::Change, &[], None));
+                    let answer = settle(&mut t, &mut models, |t| t.request(ClientId(c.0), dir, Want::Change, &[], None));
                     prop_assert!(matches!(answer, Decision::Grant { uncached: false, .. }), "{:?}", answer);
                 }
             }

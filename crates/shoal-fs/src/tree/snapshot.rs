@@ -25,6 +25,7 @@ use shoal_cap::codec::{DecodeError, Reader, Writer, bad};
 
 use super::{Body, Inode, OverlayChange, OverlayEntry, Session, Tree};
 use crate::model::{Ino, Kind, ROOT};
+use crate::tokens::ClientId;
 use crate::update::{read_attr, read_result, write_attr, write_result};
 
 const MAGIC: &[u8; 8] = b"SHOALFS1";
@@ -90,7 +91,7 @@ impl Tree {
         sessions.sort_by_key(|(id, _)| **id);
         w.u32(sessions.len() as u32);
         for (id, s) in sessions {
-            w.u64(*id);
+            w.u64(id.0);
             w.u64(s.seq);
             w.u64(s.index);
             write_result(w, &s.result);
@@ -179,7 +180,7 @@ impl Tree {
         let mut sessions = HashMap::new();
         let mut lru = BTreeSet::new();
         for _ in 0..ns {
-            let id = r.u64()?;
+            let id = ClientId(r.u64()?);
             let seq = r.u64()?;
             let sindex = r.u64()?;
             let result = read_result(r, false)?;

@@ -652,7 +652,7 @@ fn retried_updates_are_answered_not_applied() {
     let mut t = T::new();
     let op = t.create_op(Ino(2), b"once", Kind::File, 0o644);
     let u = Update {
-        session: 99,
+        session: ClientId(99),
         seq: 1,
         who: alice(),
         now: Time::new(500, 0),
@@ -664,9 +664,9 @@ fn retried_updates_are_answered_not_applied() {
     assert_eq!(t.tree.apply(&u), Applied::Duplicate(first.result().clone()));
     assert_eq!(t.tree.index(), index);
     // Asked before it is sent again (a push's check is skipped for it).
-    assert_eq!(t.tree.recorded(99, 1), Some(first.result()));
-    assert_eq!(t.tree.recorded(99, 2), None);
-    assert_eq!(t.tree.recorded(0, 1), None);
+    assert_eq!(t.tree.recorded(ClientId(99), 1), Some(first.result()));
+    assert_eq!(t.tree.recorded(ClientId(99), 2), None);
+    assert_eq!(t.tree.recorded(ClientId(0), 1), None);
     let older = Update { seq: 0, ..u };
     assert!(matches!(
         t.tree.apply(&older),

@@ -10,6 +10,7 @@ use shoal_cap::{Capability, GetPort, ObjectId, ObjectSecret, Rights};
 use shoal_fs::model::{FsError, Identity, Ino, Time};
 use shoal_fs::op::{Failure, Reply};
 use shoal_fs::primary::{Flush, Shell};
+use shoal_fs::tokens::ClientId;
 use shoal_fs::tree::{Body, overlaid};
 use shoal_fs::update::{Answer, Update, UpdateOp};
 use shoal_fs::{Applied, Tree};
@@ -69,7 +70,7 @@ impl World {
     pub(crate) fn set_up(&mut self, op: UpdateOp) -> Result<Answer, FsError> {
         self.clock += 1;
         let u = Update {
-            session: 1,
+            session: ClientId(1),
             seq: self.clock,
             who: Identity::root(),
             now: Time::new(self.clock as i64, 0),
