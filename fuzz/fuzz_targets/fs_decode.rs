@@ -20,7 +20,7 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(Update::decode(&u.encode()).expect("re-encoded update"), u);
         let mut tree = Tree::new([1; 16], Time::new(1, 0));
         let range = Update {
-            session: 0,
+            session: shoal_fs::tokens::ClientId(0),
             seq: 0,
             who: Identity::root(),
             now: Time::new(2, 0),
