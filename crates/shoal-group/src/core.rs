@@ -30,7 +30,7 @@ use shoal_proto::Time;
 use shoal_wire::group::{
     Data, EntryKind, GroupBody, GroupHeader, GroupPacket, MemberEntry, ORDER_ACCEPT, Order,
 };
-use shoal_wire::{Frag, MemberId, Packet, plain};
+use shoal_wire::{Frag, Incarnation, MemberId, MsgId, Packet, plain};
 
 use crate::assembly::{frag_count, frag_range};
 use crate::config::GroupConfig;
@@ -73,9 +73,9 @@ pub enum Status {
 /// A sequenced entry as a member keeps it.
 #[derive(Debug, Clone)]
 pub(crate) struct Entry {
-    pub inc: u64,
+    pub inc: Incarnation,
     pub sender: MemberId,
-    pub msg_id: u64,
+    pub msg_id: MsgId,
     pub kind: EntryKind,
     pub body: Bytes,
 }
@@ -83,7 +83,7 @@ pub(crate) struct Entry {
 /// A message this member sent that is not yet ordered.
 #[derive(Debug)]
 pub(crate) struct Pending {
-    pub msg_id: u64,
+    pub msg_id: MsgId,
     pub body: Bytes,
     pub last_sent: Time,
     pub tries: u32,
@@ -166,14 +166,14 @@ impl GroupCore {
             me,
             status: Status::Joining,
             view: View {
-                inc: 0,
-                last_normal: (0, MemberId(0)),
+                inc: Incarnation(0),
+                last_normal: (Incarnation(0), MemberId(0)),
                 sequencer: MemberId(0),
                 members: Vec::new(),
                 members_seq: 0,
                 prev_members: Vec::new(),
                 snapshots: Vec::new(),
-                promised: (0, MemberId(0)),
+                promised: (Incarnation(0), MemberId(0)),
             },
             stream: Stream {
                 log: BTreeMap::new(),
@@ -192,7 +192,7 @@ impl GroupCore {
                 peer_held: FxHashMap::default(),
             },
             outbox: Outbox {
-                next_msg: 1,
+                next_msg: MsgId(1),
                 outgoing: VecDeque::new(),
                 outgoing_bytes: 0,
                 sent: VecDeque::new(),
@@ -233,8 +233,8 @@ impl GroupCore {
     /// sequencer.  The first event is the group's first [`Event::View`].
     pub fn create(now: Time, group: PutPort, me: MemberEntry, cfg: GroupConfig) -> Self {
         let mut core = Self::blank(now, group, me, cfg);
-        core.view.promised = (1, me.id);
-        core.install(now, 1, vec![me], (0, MemberId(0)));
+        core.view.promised = (Incarnation(1), me.id);
+        core.install(now, Incarnation(1), vec![me], (Incarnation(0), MemberId(0)));
         core
     }
 
@@ -249,7 +249,7 @@ impl GroupCore {
     pub fn status(&self) -> Status {
         self.status
     }
-    pub fn incarnation(&self) -> u64 {
+    pub fn incarnation(&self) -> Incarnation {
         self.view.inc
     }
     /// Which membership this member holds: its incarnation and the entry
@@ -321,7 +321,7 @@ impl GroupCore {
         GroupInfo {
             member: self.me.id.to_string(),
             status: self.status,
-            incarnation: self.view.inc,
+            incarnation: self.view.inc.0,
             sequencer: self.view.sequencer.to_string(),
             is_sequencer: self.is_sequencer(),
             members: self
@@ -355,7 +355,7 @@ impl GroupCore {
     /// The next of this member's messages known to be ordered and
     /// committed: (message number, sequence number).  It will be delivered
     /// everywhere, even if r members crash.
-    pub fn poll_sent(&mut self) -> Option<(u64, u64)> {
+    pub fn poll_sent(&mut self) -> Option<(MsgId, u64)> {
         self.outbox.sent.pop_front()
     }
 
@@ -390,7 +390,7 @@ impl GroupCore {
 
     /// Sends `body` to the group; returns its message number.  The message
     /// is ordered when [`Event::Sent`] names it.
-    pub fn send(&mut self, now: Time, body: Bytes) -> Result<u64, SendError> {
+    pub fn send(&mut self, now: Time, body: Bytes) -> Result<MsgId, SendError> {
         self.now = now;
         if self.status == Status::Out
             || self.status == Status::Left
@@ -411,7 +411,7 @@ impl GroupCore {
             return Err(SendError::WindowFull);
         }
         let msg_id = self.outbox.next_msg;
-        self.outbox.next_msg += 1;
+        self.outbox.next_msg = msg_id.next();
         self.outbox.outgoing_bytes += body.len();
         self.outbox.outgoing.push_back(Pending {
             msg_id,
@@ -502,7 +502,7 @@ impl GroupCore {
         seq: u64,
         entry: &Entry,
         flags: u8,
-        hdr_inc: (u64, MemberId),
+        hdr_inc: (Incarnation, MemberId),
     ) {
         let body = if flags & ORDER_ACCEPT != 0 {
             Bytes::new()
@@ -718,7 +718,7 @@ impl GroupCore {
     /// Sends again this member's unordered messages that are due (or all
     /// of them); true if one has run out of retries.
     pub(crate) fn retransmit_due(&mut self, now: Time, all: bool) -> bool {
-        let due: Vec<u64> = self
+        let due: Vec<MsgId> = self
             .outbox
             .outgoing
             .iter()

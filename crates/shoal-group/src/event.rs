@@ -1,8 +1,8 @@
 //! What a member's core reports to its application, and its errors.
 
 use bytes::Bytes;
-use shoal_wire::MemberId;
 use shoal_wire::group::MemberEntry;
+use shoal_wire::{Incarnation, MemberId, MsgId};
 
 /// Something the application must see, in stream order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -11,7 +11,7 @@ pub enum Event {
     Message {
         seq: u64,
         sender: MemberId,
-        msg_id: u64,
+        msg_id: MsgId,
         body: Bytes,
     },
     /// A member joined at this point of the stream.
@@ -22,7 +22,7 @@ pub enum Event {
     /// of the stream (also the first event of a new group).
     View {
         seq: u64,
-        inc: u64,
+        inc: Incarnation,
         members: Vec<MemberEntry>,
     },
     /// This member joined: its application starts from `state`, the state

@@ -21,7 +21,7 @@ use shoal_wire::group::{
     EntryKind, GroupBody, GroupHeader, GroupPacket, Join, MemberEntry, State, StateMeta, StateReq,
     decode_member, decode_state, encode_state,
 };
-use shoal_wire::{Frag, MemberId};
+use shoal_wire::{Frag, Incarnation, MemberId};
 
 use crate::assembly::{Assembly, frag_count, frag_range};
 use crate::config::GroupConfig;
@@ -114,7 +114,7 @@ impl GroupCore {
             let vote = shoal_wire::group::Vote {
                 ballot: i.ballot,
                 coord: p.hdr.from,
-                last_normal: 0,
+                last_normal: Incarnation(0),
                 last_normal_seqr: MemberId(0),
                 held: 0,
                 commit: 0,
@@ -311,7 +311,7 @@ impl GroupCore {
             return;
         }
         let meta = StateMeta {
-            inc: self.view.inc,
+            inc: Incarnation(self.view.inc.0),
             sequencer: self.view.sequencer,
             resilience: self.cfg.resilience as u32,
             large_bytes: self.cfg.large_bytes as u64,

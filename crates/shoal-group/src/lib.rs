@@ -53,5 +53,5 @@ pub use crate::config::GroupConfig;
 pub use crate::core::{GroupCore, GroupDest, GroupInfo, GroupStats, GroupTransmit, Status};
 pub use crate::event::{Event, SendError};
 pub use assembly::{frag_count, frag_range};
-pub use shoal_wire::MemberId;
 pub use shoal_wire::group::MemberEntry;
+pub use shoal_wire::{Incarnation, MemberId, MsgId};

@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, VecDeque};
 use bytes::Bytes;
 use rustc_hash::FxHashMap;
 use shoal_proto::Time;
-use shoal_wire::MemberId;
 use shoal_wire::group::{MemberEntry, Order};
+use shoal_wire::{Incarnation, MemberId, MsgId};
 
 use crate::assembly::Assembly;
 use crate::core::{Entry, GroupTransmit, Pending};
@@ -20,9 +20,9 @@ use crate::recovery::Coordinator;
 /// and their recent changes, and the ballot promised.
 pub(crate) struct View {
     /// Current incarnation (changes at each reset).
-    pub(crate) inc: u64,
+    pub(crate) inc: Incarnation,
     /// Last incarnation in which this member was a normal member.
-    pub(crate) last_normal: (u64, MemberId),
+    pub(crate) last_normal: (Incarnation, MemberId),
     pub(crate) sequencer: MemberId,
     /// Membership after entry `members_seq`.
     pub(crate) members: Vec<MemberEntry>,
@@ -33,7 +33,7 @@ pub(crate) struct View {
     /// Membership after each recent change: (seq, members), oldest first.
     pub(crate) snapshots: Vec<(u64, Vec<MemberEntry>)>,
     /// Highest ballot promised: (incarnation, coordinator).
-    pub(crate) promised: (u64, MemberId),
+    pub(crate) promised: (Incarnation, MemberId),
 }
 
 /// The stream of entries: what is held, committed, stable and delivered,
@@ -55,31 +55,31 @@ pub(crate) struct Stream {
     /// Highest sequence number known to exist.
     pub(crate) last_known: u64,
     /// Last message number sequenced per sender, as of `held`.
-    pub(crate) senders: FxHashMap<MemberId, u64>,
+    pub(crate) senders: FxHashMap<MemberId, MsgId>,
     /// Entry fragments being reassembled, by sequence number.
     pub(crate) partial: FxHashMap<u64, (Order<'static>, Assembly)>,
     /// Accepted BB entries whose body has not arrived: seq → header.
     pub(crate) accepted: BTreeMap<u64, Entry>,
     /// BB bodies received from their senders, by (sender, msg_id).
-    pub(crate) bb: FxHashMap<(MemberId, u64), Assembly>,
-    pub(crate) bb_done: FxHashMap<(MemberId, u64), Bytes>,
+    pub(crate) bb: FxHashMap<(MemberId, MsgId), Assembly>,
+    pub(crate) bb_done: FxHashMap<(MemberId, MsgId), Bytes>,
     /// How far the sequencer and the other members hold the stream, as
     /// heard from them, each with the incarnation `(inc, sequencer)` it
     /// was heard in: a member works out the commit point itself from the
     /// sequencer's broadcasts and the acks multicast to it
     /// (`member_commit`).
-    pub(crate) peer_held: FxHashMap<MemberId, (u64, MemberId, u64)>,
+    pub(crate) peer_held: FxHashMap<MemberId, (Incarnation, MemberId, u64)>,
 }
 
 /// This member's own messages: numbered, waiting to be ordered, and ordered
 /// (for the sender).
 pub(crate) struct Outbox {
-    pub(crate) next_msg: u64,
+    pub(crate) next_msg: MsgId,
     pub(crate) outgoing: VecDeque<Pending>,
     pub(crate) outgoing_bytes: usize,
     /// Own messages ordered: (msg_id, seq), apart from the event stream so
     /// a sender learns of them without reading every delivery first.
-    pub(crate) sent: VecDeque<(u64, u64)>,
+    pub(crate) sent: VecDeque<(MsgId, u64)>,
 }
 
 /// A reset this member coordinates, or voted in, or that failed.

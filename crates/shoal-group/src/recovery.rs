@@ -33,10 +33,10 @@ use std::net::SocketAddr;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 use shoal_proto::Time;
-use shoal_wire::MemberId;
 use shoal_wire::group::{
     Fetch, GroupBody, GroupHeader, Invite, Nack, Order, Reject, Vote, decode_view,
 };
+use shoal_wire::{Incarnation, MemberId, MsgId};
 
 use crate::core::{GroupCore, Status};
 use crate::event::Event;
@@ -44,7 +44,7 @@ use crate::event::Event;
 /// The coordinator's state during a reset.
 #[derive(Debug)]
 pub(crate) struct Coordinator {
-    pub ballot: u64,
+    pub ballot: Incarnation,
     pub started: Time,
     pub last_invite: Time,
     pub votes: FxHashMap<MemberId, Vote>,
@@ -54,7 +54,7 @@ pub(crate) struct Coordinator {
     /// Entries must be fetched up to here from this voter.
     pub fetch: Option<(MemberId, u64, Time)>,
     /// The best log's incarnation.
-    pub best_inc: (u64, MemberId),
+    pub best_inc: (Incarnation, MemberId),
     /// Members that answered holding nothing (joiners still waiting for
     /// their state): they cannot hold a delivered entry, so they neither
     /// count towards nor against the quorum, and are left out of the view.
@@ -85,7 +85,7 @@ impl GroupCore {
             }
             return;
         }
-        let ballot = self.view.inc.max(self.view.promised.0) + 1;
+        let ballot = self.view.inc.max(self.view.promised.0).next();
         self.view.promised = (ballot, self.me.id);
         self.status = Status::Recovering;
         self.seq = None;
@@ -192,7 +192,13 @@ impl GroupCore {
         self.view.prev_members.iter().filter(move |_| undecided)
     }
 
-    pub(crate) fn on_invite(&mut self, now: Time, hdr: GroupHeader, ballot: u64, from: SocketAddr) {
+    pub(crate) fn on_invite(
+        &mut self,
+        now: Time,
+        hdr: GroupHeader,
+        ballot: Incarnation,
+        from: SocketAddr,
+    ) {
         let b = (ballot, hdr.from);
         if !self.is_member(hdr.from) && !self.undecided_members().any(|m| m.id == hdr.from) {
             // Someone the group left behind: tell it (it ignores this if it
@@ -260,7 +266,7 @@ impl GroupCore {
             return;
         }
         c.addrs.insert(hdr.from, from);
-        if v.last_normal == 0 {
+        if v.last_normal == Incarnation(0) {
             c.empty.insert(hdr.from);
         } else {
             c.votes.insert(hdr.from, *v);
@@ -540,8 +546,8 @@ impl GroupCore {
             let e = self.stream.log.remove(&seq).expect("present");
             self.stream.log_bytes -= e.body.len();
             if e.kind == shoal_wire::group::EntryKind::App {
-                let last = self.stream.senders.entry(e.sender).or_insert(0);
-                *last = (*last).min(e.msg_id.saturating_sub(1));
+                let last = self.stream.senders.entry(e.sender).or_insert(MsgId(0));
+                *last = (*last).min(e.msg_id.prev());
             }
         }
         self.stream.partial.clear();

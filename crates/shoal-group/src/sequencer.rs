@@ -9,11 +9,11 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 use rustc_hash::FxHashMap;
 use shoal_proto::Time;
-use shoal_wire::MemberId;
 use shoal_wire::group::{
     Data, EntryKind, GroupBody, GroupHeader, MemberEntry, ORDER_ACCEPT, ORDER_RETRANSMIT,
     ORDER_TENTATIVE, Sync, encode_member,
 };
+use shoal_wire::{Incarnation, MemberId, MsgId};
 
 use crate::assembly::Assembly;
 use crate::core::{Entry, GroupCore, GroupDest, Status};
@@ -42,7 +42,7 @@ pub(crate) struct Sequencer {
     /// Joins and leaves waiting for the previous membership change to commit.
     pub changes: VecDeque<Change>,
     /// BB bodies being received from their senders.
-    pub bb: FxHashMap<(MemberId, u64), Assembly>,
+    pub bb: FxHashMap<(MemberId, MsgId), Assembly>,
     pub last_broadcast: Time,
     /// Last status request.
     pub last_status: Time,
@@ -146,11 +146,16 @@ impl GroupCore {
         &mut self,
         now: Time,
         sender: MemberId,
-        msg_id: u64,
+        msg_id: MsgId,
         body: Bytes,
         bb: bool,
     ) {
-        let last = self.stream.senders.get(&sender).copied().unwrap_or(0);
+        let last = self
+            .stream
+            .senders
+            .get(&sender)
+            .copied()
+            .unwrap_or(MsgId(0));
         if msg_id <= last {
             // Already ordered: tell the sender how far the stream goes, so
             // it asks for what it missed.
@@ -160,7 +165,7 @@ impl GroupCore {
             }
             return;
         }
-        if msg_id != last + 1 || self.lifecycle.left_at.is_some() {
+        if msg_id != last.next() || self.lifecycle.left_at.is_some() {
             return;
         }
         if self.stream.log_bytes + body.len() > self.cfg.history_bytes {
@@ -534,7 +539,7 @@ impl GroupCore {
             let entry = Entry {
                 inc: self.view.inc,
                 sender: self.me.id,
-                msg_id: 0,
+                msg_id: MsgId(0),
                 kind,
                 body: Bytes::from(body),
             };
@@ -663,9 +668,9 @@ impl GroupCore {
     pub(crate) fn install(
         &mut self,
         now: Time,
-        inc: u64,
+        inc: Incarnation,
         members: Vec<MemberEntry>,
-        continues: (u64, MemberId),
+        continues: (Incarnation, MemberId),
     ) {
         self.view.inc = inc;
         self.view.last_normal = (inc, self.me.id);
@@ -682,7 +687,7 @@ impl GroupCore {
         self.seq = Some(Sequencer::new(now, view_seq, view_seq, &members));
         let mut body = Vec::new();
         let view = shoal_wire::group::View {
-            continues: continues.0,
+            continues: Incarnation(continues.0.0),
             continues_seqr: continues.1,
             members: members.clone(),
         };
@@ -690,7 +695,7 @@ impl GroupCore {
         let entry = Entry {
             inc,
             sender: self.me.id,
-            msg_id: 0,
+            msg_id: MsgId(0),
             kind: EntryKind::View,
             body: Bytes::from(body),
         };

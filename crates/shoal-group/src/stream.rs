@@ -8,11 +8,11 @@ use std::net::SocketAddr;
 use bytes::Bytes;
 use rustc_hash::FxHashSet;
 use shoal_proto::Time;
-use shoal_wire::MemberId;
 use shoal_wire::group::{
     Data, EntryKind, GAck, GroupBody, GroupHeader, MemberEntry, Nack, ORDER_ACCEPT, ORDER_FETCHED,
     ORDER_RETRANSMIT, ORDER_TENTATIVE, Order, decode_member, decode_view,
 };
+use shoal_wire::{MemberId, MsgId};
 
 use crate::assembly::Assembly;
 use crate::core::{Entry, GroupCore, GroupDest, Status};
@@ -215,7 +215,7 @@ impl GroupCore {
             self.stream.held = seq;
             self.pacing.bytes_since_ack += body.len();
             if kind == EntryKind::App {
-                let last = self.stream.senders.entry(sender).or_insert(0);
+                let last = self.stream.senders.entry(sender).or_insert(MsgId(0));
                 *last = (*last).max(msg_id);
                 self.stream.bb_done.remove(&(sender, msg_id));
                 self.stream.bb.remove(&(sender, msg_id));
@@ -631,7 +631,7 @@ impl GroupCore {
 
     /// This member's message `msg_id` was delivered: it and every earlier
     /// one of ours are ordered.
-    pub(crate) fn complete_own(&mut self, msg_id: u64, seq: u64) {
+    pub(crate) fn complete_own(&mut self, msg_id: MsgId, seq: u64) {
         while let Some(p) = self.outbox.outgoing.front() {
             if p.msg_id > msg_id {
                 break;

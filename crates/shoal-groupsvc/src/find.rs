@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use shoal_cap::PutPort;
 use shoal_group::{MemberEntry, MemberId};
-use shoal_wire::{Instance, MAX_DATAGRAM, Nonce, Packet};
+use shoal_wire::{Incarnation, Instance, MAX_DATAGRAM, Nonce, Packet};
 
 use crate::{GroupError, locate_port};
 use shoal_group::keys::Keys;
@@ -134,7 +134,7 @@ pub fn inspect(ctx: &Context, group: &PutPort) -> Result<Vec<serde_json::Value>,
     let plain = shoal_wire::plain(&Packet::Group(shoal_wire::group::GroupPacket {
         hdr: shoal_wire::group::GroupHeader {
             group: *group,
-            inc: 0,
+            inc: Incarnation(0),
             seqr: MemberId(0),
             from: me,
         },

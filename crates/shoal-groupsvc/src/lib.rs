@@ -258,7 +258,7 @@ struct Shared {
 struct Inner {
     core: GroupCore,
     /// Own messages ordered: msg_id → seq.
-    sent: HashMap<u64, u64>,
+    sent: HashMap<shoal_group::MsgId, u64>,
     state_fn: Option<StateFn>,
     /// Deliveries polled from the core and not yet returned (a state
     /// transfer answered in between).
@@ -589,7 +589,7 @@ impl Group {
                     Event::View { seq, inc, members } => {
                         return Ok(Some(Delivery::View {
                             seq,
-                            incarnation: inc,
+                            incarnation: inc.0,
                             members: members.iter().map(|m| m.id).collect(),
                         }));
                     }
@@ -659,7 +659,7 @@ impl Group {
     /// ([`GroupInfo::incarnation`] and [`GroupInfo::sequencer`]).
     pub fn sequencer(&self) -> (u64, MemberId) {
         let inner = self.shared.core.lock();
-        (inner.core.incarnation(), inner.core.sequencer())
+        (inner.core.incarnation().0, inner.core.sequencer())
     }
 
     /// Whether the group names this member its sequencer (`member ==

@@ -247,7 +247,7 @@ struct Rep {
     disk: Disk,
     durable: u64,
     syncing: bool,
-    by_msg: BTreeMap<u64, Pending>,
+    by_msg: BTreeMap<shoal_group::MsgId, Pending>,
     by_seq: BTreeMap<u64, Pending>,
     results: BTreeMap<u64, Response>,
     for_disk: Vec<(u64, Pending, Response)>,

@@ -28,7 +28,7 @@ use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use shoal_cap::GetPort;
-use shoal_group::{Event, GroupConfig, GroupCore, GroupDest, MemberEntry, MemberId, Status};
+use shoal_group::{Event, GroupConfig, GroupCore, GroupDest, MemberEntry, MemberId, MsgId, Status};
 use shoal_proto::Time;
 
 use crate::net::Faults;
@@ -138,13 +138,13 @@ struct Proc {
     /// Delivery position within the current membership (None: joining).
     last: Option<u64>,
     chain: u64,
-    seen: HashSet<(MemberId, u64)>,
+    seen: HashSet<(MemberId, MsgId)>,
     members: Vec<MemberEntry>,
     /// Messages still to send.
     quota: usize,
     next_body: u64,
     /// Sent, not yet confirmed: msg_id → body hash.
-    pending: BTreeMap<u64, u64>,
+    pending: BTreeMap<MsgId, u64>,
     scheduled: Option<Time>,
     /// Retry joining at this time.
     rejoin_at: Option<Time>,
@@ -162,7 +162,7 @@ pub struct GroupSim {
     /// seq → (signature, chain after it).
     agreed: BTreeMap<u64, (u64, u64)>,
     /// Completed sends: (member, msg_id) → body hash.
-    sent_ok: BTreeMap<(MemberId, u64), u64>,
+    sent_ok: BTreeMap<(MemberId, MsgId), u64>,
     report: GroupReport,
     trace: Trace,
 }
@@ -663,7 +663,7 @@ impl GroupSim {
                         "total_order_agreement: message {sender}/{msg_id} body changed"
                     ));
                 }
-                self.deliver_entry(p, seq, mix(mix(sender.0, msg_id), h), "message");
+                self.deliver_entry(p, seq, mix(mix(sender.0, msg_id.0), h), "message");
             }
             Event::Joined { seq, member } => {
                 let sig = mix(
@@ -680,7 +680,7 @@ impl GroupSim {
                 self.check_members(p, seq);
             }
             Event::View { seq, inc, members } => {
-                let sig = members.iter().fold(mix(3, inc), |h, m| mix(h, m.id.0));
+                let sig = members.iter().fold(mix(3, inc.0), |h, m| mix(h, m.id.0));
                 if self.procs[p].last.is_none() {
                     // A new group's first entry.
                     self.procs[p].last = Some(seq - 1);
@@ -863,7 +863,7 @@ impl GroupSim {
         let missing: Vec<_> = self
             .sent_ok
             .iter()
-            .filter(|((id, msg), h)| !delivered.contains(&mix(mix(id.0, *msg), **h)))
+            .filter(|((id, msg), h)| !delivered.contains(&mix(mix(id.0, msg.0), **h)))
             .map(|(k, _)| *k)
             .collect();
         if let Some((id, msg)) = missing.first() {

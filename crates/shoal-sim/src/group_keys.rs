@@ -44,7 +44,7 @@ use shoal_group::keys::{
 };
 use shoal_group::seal::GroupSeal;
 use shoal_proto::Time;
-use shoal_wire::MemberId;
+use shoal_wire::{Incarnation, MemberId};
 
 use crate::timeline::{Timeline, Trace};
 
@@ -231,7 +231,7 @@ impl KeysSim {
             procs,
             members: BTreeSet::new(),
             membership: Membership {
-                incarnation: 1,
+                incarnation: Incarnation(1),
                 entry: 0,
             },
             sequencer: None,
@@ -859,7 +859,7 @@ impl KeysSim {
     /// incarnation.
     fn recover(&mut self) {
         if self.sequencer.is_none() {
-            self.membership.incarnation += 1;
+            self.membership.incarnation = self.membership.incarnation.next();
             self.changed_at.get_or_insert(self.now);
             self.sequencer = self
                 .members

@@ -24,7 +24,7 @@ use shoal_cap::PutPort;
 
 use crate::codec::{Fields, Reader, Writer};
 use crate::packet::Frag;
-use crate::{MemberId, WireError};
+use crate::{Incarnation, MemberId, MsgId, WireError};
 
 /// Most members a list in a group datagram carries.
 pub const MAX_GROUP_MEMBERS: usize = 1024;
@@ -36,7 +36,7 @@ pub struct GroupHeader {
     /// The sender's incarnation of the group (0 for a joiner or outsider):
     /// a number and the member that installed it (its sequencer), so two
     /// resets that chose the same number are never confused.
-    pub inc: u64,
+    pub inc: Incarnation,
     pub seqr: MemberId,
     pub from: MemberId,
 }
@@ -45,7 +45,7 @@ pub struct GroupHeader {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Data<'a> {
     /// Per-sender message number, 1, 2, 3, ...
-    pub msg_id: u64,
+    pub msg_id: MsgId,
     /// Highest sequence number the sender holds without a gap (piggybacked ack).
     pub held: u64,
     /// Sent by broadcast (BB) rather than to the sequencer (PB).
@@ -98,9 +98,9 @@ pub const ORDER_FETCHED: u8 = 8;
 pub struct Order<'a> {
     pub seq: u64,
     /// Incarnation in which the entry was sequenced.
-    pub entry_inc: u64,
+    pub entry_inc: Incarnation,
     pub sender: MemberId,
-    pub msg_id: u64,
+    pub msg_id: MsgId,
     pub kind: EntryKind,
     pub flags: u8,
     /// Every entry up to here is committed (may be delivered).
@@ -170,17 +170,17 @@ pub struct State<'a> {
 /// (`ballot`, header `from`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Invite {
-    pub ballot: u64,
+    pub ballot: Incarnation,
 }
 
 /// Recovery: a member's vote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Vote {
-    pub ballot: u64,
+    pub ballot: Incarnation,
     pub coord: MemberId,
     /// Last incarnation in which the voter was a normal member (number and
     /// sequencer; 0 if it holds nothing yet).
-    pub last_normal: u64,
+    pub last_normal: Incarnation,
     pub last_normal_seqr: MemberId,
     pub held: u64,
     pub commit: u64,
@@ -189,7 +189,7 @@ pub struct Vote {
 /// Recovery: the coordinator asks a voter for entries `from..=to`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fetch {
-    pub ballot: u64,
+    pub ballot: Incarnation,
     pub from: u64,
     pub to: u64,
 }
@@ -197,7 +197,7 @@ pub struct Fetch {
 /// Recovery: "I promised a higher ballot", or "I am in a later incarnation".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reject {
-    pub ballot: u64,
+    pub ballot: Incarnation,
     pub coord: MemberId,
     pub sequencer: MemberId,
 }
@@ -292,12 +292,12 @@ impl GroupBody<'_> {
 #[inline(never)]
 pub(crate) fn encode_group(p: &GroupPacket<'_>, w: &mut Writer<'_>) {
     w.bytes(p.hdr.group.as_bytes());
-    w.u64(p.hdr.inc);
+    w.u64(p.hdr.inc.0);
     w.u64(p.hdr.seqr.0);
     w.u64(p.hdr.from.0);
     match &p.body {
         GroupBody::Data(d) => {
-            w.u64(d.msg_id);
+            w.u64(d.msg_id.0);
             w.u64(d.held);
             w.u8(d.bb as u8);
             w.frag(d.frag);
@@ -306,9 +306,9 @@ pub(crate) fn encode_group(p: &GroupPacket<'_>, w: &mut Writer<'_>) {
         }
         GroupBody::Order(o) => {
             w.u64(o.seq);
-            w.u64(o.entry_inc);
+            w.u64(o.entry_inc.0);
             w.u64(o.sender.0);
-            w.u64(o.msg_id);
+            w.u64(o.msg_id.0);
             w.u8(o.kind as u8);
             w.u8(o.flags);
             w.u64(o.commit);
@@ -344,22 +344,22 @@ pub(crate) fn encode_group(p: &GroupPacket<'_>, w: &mut Writer<'_>) {
             w.u64(s.total_len);
             w.bytes(s.payload);
         }
-        GroupBody::Invite(i) => w.u64(i.ballot),
+        GroupBody::Invite(i) => w.u64(i.ballot.0),
         GroupBody::Vote(v) => {
-            w.u64(v.ballot);
+            w.u64(v.ballot.0);
             w.u64(v.coord.0);
-            w.u64(v.last_normal);
+            w.u64(v.last_normal.0);
             w.u64(v.last_normal_seqr.0);
             w.u64(v.held);
             w.u64(v.commit);
         }
         GroupBody::Fetch(f) => {
-            w.u64(f.ballot);
+            w.u64(f.ballot.0);
             w.u64(f.from);
             w.u64(f.to);
         }
         GroupBody::Reject(r) => {
-            w.u64(r.ballot);
+            w.u64(r.ballot.0);
             w.u64(r.coord.0);
             w.u64(r.sequencer.0);
         }
@@ -378,13 +378,13 @@ pub(crate) fn encode_group(p: &GroupPacket<'_>, w: &mut Writer<'_>) {
 pub(crate) fn decode_group<'a>(kind: u8, r: &mut Reader<'a>) -> Result<GroupPacket<'a>, WireError> {
     let hdr = GroupHeader {
         group: r.port()?,
-        inc: r.u64()?,
+        inc: Incarnation(r.u64()?),
         seqr: MemberId(r.u64()?),
         from: MemberId(r.u64()?),
     };
     let body = match kind - GROUP_KIND_BASE {
         0 => GroupBody::Data(Data {
-            msg_id: r.u64()?,
+            msg_id: MsgId(r.u64()?),
             held: r.u64()?,
             bb: r.flag()?,
             frag: r.frag()?,
@@ -393,9 +393,9 @@ pub(crate) fn decode_group<'a>(kind: u8, r: &mut Reader<'a>) -> Result<GroupPack
         }),
         1 => GroupBody::Order(Order {
             seq: r.u64()?,
-            entry_inc: r.u64()?,
+            entry_inc: Incarnation(r.u64()?),
             sender: MemberId(r.u64()?),
-            msg_id: r.u64()?,
+            msg_id: MsgId(r.u64()?),
             kind: EntryKind::from_u8(r.u8()?).ok_or(WireError::Malformed("entry kind"))?,
             flags: r.u8()?,
             commit: r.u64()?,
@@ -431,22 +431,24 @@ pub(crate) fn decode_group<'a>(kind: u8, r: &mut Reader<'a>) -> Result<GroupPack
             total_len: r.u64()?,
             payload: r.rest(),
         }),
-        8 => GroupBody::Invite(Invite { ballot: r.u64()? }),
+        8 => GroupBody::Invite(Invite {
+            ballot: Incarnation(r.u64()?),
+        }),
         9 => GroupBody::Vote(Vote {
-            ballot: r.u64()?,
+            ballot: Incarnation(r.u64()?),
             coord: MemberId(r.u64()?),
-            last_normal: r.u64()?,
+            last_normal: Incarnation(r.u64()?),
             last_normal_seqr: MemberId(r.u64()?),
             held: r.u64()?,
             commit: r.u64()?,
         }),
         10 => GroupBody::Fetch(Fetch {
-            ballot: r.u64()?,
+            ballot: Incarnation(r.u64()?),
             from: r.u64()?,
             to: r.u64()?,
         }),
         11 => GroupBody::Reject(Reject {
-            ballot: r.u64()?,
+            ballot: Incarnation(r.u64()?),
             coord: MemberId(r.u64()?),
             sequencer: MemberId(r.u64()?),
         }),
@@ -516,7 +518,7 @@ pub fn decode_members(bytes: &[u8]) -> Result<Vec<MemberEntry>, WireError> {
 /// new membership.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct View {
-    pub continues: u64,
+    pub continues: Incarnation,
     pub continues_seqr: MemberId,
     pub members: Vec<MemberEntry>,
 }
@@ -524,7 +526,7 @@ pub struct View {
 /// Encodes a view entry's payload.
 pub fn encode_view(view: &View, out: &mut Vec<u8>) {
     let mut w = Writer(out);
-    w.u64(view.continues);
+    w.u64(view.continues.0);
     w.u64(view.continues_seqr.0);
     encode_members(&view.members, out);
 }
@@ -532,7 +534,7 @@ pub fn encode_view(view: &View, out: &mut Vec<u8>) {
 /// Decodes a view entry's payload; the whole input must be used.
 pub fn decode_view(bytes: &[u8]) -> Result<View, WireError> {
     let mut r = crate::codec::reader(bytes);
-    let continues = r.u64()?;
+    let continues = Incarnation(r.u64()?);
     let continues_seqr = MemberId(r.u64()?);
     let members = r.members()?;
     r.end()?;
@@ -546,7 +548,7 @@ pub fn decode_view(bytes: &[u8]) -> Result<View, WireError> {
 /// What a joiner learns besides the application's state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateMeta {
-    pub inc: u64,
+    pub inc: Incarnation,
     pub sequencer: MemberId,
     /// The group's parameters, fixed at creation: resilience degree,
     /// PB/BB threshold, reset minimum (0: the default rule).
@@ -556,7 +558,7 @@ pub struct StateMeta {
     /// Membership after entry `at_seq`.
     pub members: Vec<MemberEntry>,
     /// Last message number sequenced for each sender.
-    pub senders: Vec<(MemberId, u64)>,
+    pub senders: Vec<(MemberId, MsgId)>,
 }
 
 /// Encodes `meta` followed by `app` (a state transfer's whole body).
@@ -564,7 +566,7 @@ pub fn encode_state(meta: &StateMeta, app: &[u8], out: &mut Vec<u8>) {
     assert!(meta.senders.len() <= MAX_GROUP_MEMBERS);
     encode_members(&meta.members, out);
     let mut w = Writer(out);
-    w.u64(meta.inc);
+    w.u64(meta.inc.0);
     w.u64(meta.sequencer.0);
     w.u32(meta.resilience);
     w.u64(meta.large_bytes);
@@ -572,7 +574,7 @@ pub fn encode_state(meta: &StateMeta, app: &[u8], out: &mut Vec<u8>) {
     w.u16(meta.senders.len() as u16);
     for (id, last) in &meta.senders {
         w.u64(id.0);
-        w.u64(*last);
+        w.u64(last.0);
     }
     w.bytes(app);
 }
@@ -592,12 +594,12 @@ pub fn decode_state(bytes: &[u8]) -> Result<(StateMeta, &[u8]), WireError> {
     }
     let mut senders = Vec::with_capacity(n.min(r.remaining() / 16));
     for _ in 0..n {
-        senders.push((MemberId(r.u64()?), r.u64()?));
+        senders.push((MemberId(r.u64()?), MsgId(r.u64()?)));
     }
     let app = r.rest();
     Ok((
         StateMeta {
-            inc,
+            inc: Incarnation(inc),
             sequencer,
             resilience,
             large_bytes,

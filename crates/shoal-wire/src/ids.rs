@@ -53,6 +53,51 @@ id_type!(
     Nonce
 );
 
+/// Declares a number that only counts up, printed as the number.
+macro_rules! counter_type {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+        pub struct $name(pub u64);
+
+        impl $name {
+            /// The one after this.
+            pub fn next(self) -> Self {
+                Self(self.0 + 1)
+            }
+
+            /// The one before this (none before zero: zero).
+            pub fn prev(self) -> Self {
+                Self(self.0.saturating_sub(1))
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+    };
+}
+
+counter_type!(
+    /// A group's incarnation: the number a reset's coordinator chose, one
+    /// above any it had seen (0 for a joiner or an outsider).  With the
+    /// member that installed it (its sequencer) it orders resets' ballots.
+    Incarnation
+);
+counter_type!(
+    /// A member's message number in its group, 1, 2, 3, ...: the
+    /// sequencer orders each member's messages once, in this order.
+    MsgId
+);
+
 /// A transaction's sequence number within its client; strictly increasing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct Seq(pub u64);
