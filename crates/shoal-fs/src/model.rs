@@ -24,19 +24,32 @@ impl Ino {
     }
 }
 
-/// Printed as its number, as the kernel and `stat` print it.
-impl std::fmt::Display for Ino {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
+/// Gives a number's newtype `Display`, `Debug` and `LowerHex` that print
+/// the bare number, as the kernel, `stat` and the traces show it.
+macro_rules! printed_as_number {
+    ($name:ident) => {
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.0.fmt(f)
+            }
+        }
 
-/// The same as its `Display`: traces and test failures read as before.
-impl std::fmt::Debug for Ino {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
+        impl std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+
+        impl std::fmt::LowerHex for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+    };
 }
+pub(crate) use printed_as_number;
+
+printed_as_number!(Ino);
 
 /// The root directory's inode number (FUSE's root node id).
 pub const ROOT: Ino = Ino(1);

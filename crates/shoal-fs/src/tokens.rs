@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
-use crate::model::Ino;
+use crate::model::{Ino, printed_as_number};
 
 /// A client session at the primary (one mount process): a number the
 /// mount draws at random, always odd, so that the even number beside it
@@ -30,25 +30,7 @@ impl ClientId {
     }
 }
 
-/// Printed as its number, as the traces and `shoal fs status` show it.
-impl std::fmt::Debug for ClientId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-/// In hexadecimal, as the primary's traces print sessions.
-impl std::fmt::LowerHex for ClientId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl std::fmt::Display for ClientId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
+printed_as_number!(ClientId);
 
 /// How long a lease lasts after its last renewal (µs).
 pub const LEASE_US: u64 = 10_000_000;
