@@ -518,7 +518,7 @@ fn failover(
                     return Ok(json!({
                         "failover_ms": (end - at).as_secs_f64() * 1e3,
                         "sent_before": sent - 1,
-                        "seq": seq,
+                        "seq": seq.0,
                         "incarnation": info.incarnation,
                         "sequencer": info.sequencer,
                         "members": info.members.len(),

@@ -30,7 +30,7 @@ use shoal_proto::Time;
 use shoal_wire::group::{
     Data, EntryKind, GroupBody, GroupHeader, GroupPacket, MemberEntry, ORDER_ACCEPT, Order,
 };
-use shoal_wire::{Frag, Incarnation, MemberId, MsgId, Packet, plain};
+use shoal_wire::{Frag, GroupSeq, Incarnation, MemberId, MsgId, Packet, plain};
 
 use crate::assembly::{frag_count, frag_range};
 use crate::config::GroupConfig;
@@ -170,7 +170,7 @@ impl GroupCore {
                 last_normal: (Incarnation(0), MemberId(0)),
                 sequencer: MemberId(0),
                 members: Vec::new(),
-                members_seq: 0,
+                members_seq: GroupSeq(0),
                 prev_members: Vec::new(),
                 snapshots: Vec::new(),
                 promised: (Incarnation(0), MemberId(0)),
@@ -178,12 +178,12 @@ impl GroupCore {
             stream: Stream {
                 log: BTreeMap::new(),
                 log_bytes: 0,
-                held: 0,
-                commit: 0,
-                stable: 0,
-                delivered: 0,
-                app_seq: 0,
-                last_known: 0,
+                held: GroupSeq(0),
+                commit: GroupSeq(0),
+                stable: GroupSeq(0),
+                delivered: GroupSeq(0),
+                app_seq: GroupSeq(0),
+                last_known: GroupSeq(0),
                 senders: FxHashMap::default(),
                 partial: FxHashMap::default(),
                 accepted: BTreeMap::new(),
@@ -214,7 +214,7 @@ impl GroupCore {
                 heard_seq: now,
                 last_nack: None,
                 last_ack: Time(0),
-                acked_held: 0,
+                acked_held: GroupSeq(0),
                 bytes_since_ack: 0,
                 next_tick: now,
             },
@@ -295,15 +295,15 @@ impl GroupCore {
         self.outbox.outgoing.len()
     }
     /// Highest sequence number delivered.
-    pub fn delivered(&self) -> u64 {
+    pub fn delivered(&self) -> GroupSeq {
         self.stream.delivered
     }
     /// Highest sequence number held, with everything before it.
-    pub fn held(&self) -> u64 {
+    pub fn held(&self) -> GroupSeq {
         self.stream.held
     }
     /// Highest sequence number known committed.
-    pub fn committed(&self) -> u64 {
+    pub fn committed(&self) -> GroupSeq {
         self.stream.commit
     }
 
@@ -332,11 +332,11 @@ impl GroupCore {
                 .collect(),
             resilience: self.cfg.resilience,
             large_bytes: self.cfg.large_bytes,
-            held: self.stream.held,
-            committed: self.stream.commit,
-            stable: self.stream.stable,
-            delivered: self.stream.delivered,
-            last_known: self.stream.last_known,
+            held: self.stream.held.0,
+            committed: self.stream.commit.0,
+            stable: self.stream.stable.0,
+            delivered: self.stream.delivered.0,
+            last_known: self.stream.last_known.0,
             history_entries: self.stream.log.len(),
             history_bytes: self.stream.log_bytes,
             history_limit_bytes: self.cfg.history_bytes,
@@ -355,7 +355,7 @@ impl GroupCore {
     /// The next of this member's messages known to be ordered and
     /// committed: (message number, sequence number).  It will be delivered
     /// everywhere, even if r members crash.
-    pub fn poll_sent(&mut self) -> Option<(MsgId, u64)> {
+    pub fn poll_sent(&mut self) -> Option<(MsgId, GroupSeq)> {
         self.outbox.sent.pop_front()
     }
 
@@ -499,7 +499,7 @@ impl GroupCore {
     pub(crate) fn emit_entry(
         &mut self,
         dest: GroupDest,
-        seq: u64,
+        seq: GroupSeq,
         entry: &Entry,
         flags: u8,
         hdr_inc: (Incarnation, MemberId),

@@ -2,33 +2,33 @@
 
 use bytes::Bytes;
 use shoal_wire::group::MemberEntry;
-use shoal_wire::{Incarnation, MemberId, MsgId};
+use shoal_wire::{GroupSeq, Incarnation, MemberId, MsgId};
 
 /// Something the application must see, in stream order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     /// An application message, delivered in the group's total order.
     Message {
-        seq: u64,
+        seq: GroupSeq,
         sender: MemberId,
         msg_id: MsgId,
         body: Bytes,
     },
     /// A member joined at this point of the stream.
-    Joined { seq: u64, member: MemberEntry },
+    Joined { seq: GroupSeq, member: MemberEntry },
     /// A member left, or was expelled, at this point of the stream.
-    Left { seq: u64, member: MemberId },
+    Left { seq: GroupSeq, member: MemberId },
     /// A reset installed a new incarnation with these members, at this point
     /// of the stream (also the first event of a new group).
     View {
-        seq: u64,
+        seq: GroupSeq,
         inc: Incarnation,
         members: Vec<MemberEntry>,
     },
     /// This member joined: its application starts from `state`, the state
     /// after every entry up to `seq`; deliveries continue at `seq + 1`.
     State {
-        seq: u64,
+        seq: GroupSeq,
         state: Bytes,
         members: Vec<MemberEntry>,
     },

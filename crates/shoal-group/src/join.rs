@@ -21,7 +21,7 @@ use shoal_wire::group::{
     EntryKind, GroupBody, GroupHeader, GroupPacket, Join, MemberEntry, State, StateMeta, StateReq,
     decode_member, decode_state, encode_state,
 };
-use shoal_wire::{Frag, Incarnation, MemberId};
+use shoal_wire::{Frag, GroupSeq, Incarnation, MemberId};
 
 use crate::assembly::{Assembly, frag_count, frag_range};
 use crate::config::GroupConfig;
@@ -38,11 +38,11 @@ pub(crate) struct Joining {
     pub started: Time,
     pub last_try: Time,
     /// State being received: (at_seq, sender address, fragments).
-    pub state: Option<(u64, SocketAddr, Assembly)>,
+    pub state: Option<(GroupSeq, SocketAddr, Assembly)>,
 }
 
 /// State transfers this member is serving, by joiner.
-pub(crate) type StateOut = FxHashMap<MemberId, (u64, Bytes, Time)>;
+pub(crate) type StateOut = FxHashMap<MemberId, (GroupSeq, Bytes, Time)>;
 
 /// Fragments of a state transfer sent per request.
 const STATE_BURST: u32 = 64;
@@ -116,8 +116,8 @@ impl GroupCore {
                 coord: p.hdr.from,
                 last_normal: Incarnation(0),
                 last_normal_seqr: MemberId(0),
-                held: 0,
-                commit: 0,
+                held: GroupSeq(0),
+                commit: GroupSeq(0),
             };
             let hdr = self.hdr();
             self.emit(GroupDest::Addr(from), hdr, GroupBody::Vote(vote));
@@ -219,7 +219,7 @@ impl GroupCore {
             }
             Some((at, addr, asm)) => {
                 let req = StateReq {
-                    min_seq: 0,
+                    min_seq: GroupSeq(0),
                     at_seq: *at,
                     from_frag: asm.first_missing(),
                 };
@@ -302,11 +302,15 @@ impl GroupCore {
         // deliver its own expulsion and leave while the group counts it
         // a member.  Entries after `at` are still in the log (purging
         // stops at what the application has seen).
-        let changed_later = self.stream.log.range(at + 1..).any(|(_, e)| match e.kind {
-            EntryKind::Join => decode_member(&e.body).is_ok_and(|m| m.id == joiner),
-            EntryKind::Leave => e.body[..] == joiner.0.to_le_bytes(),
-            _ => false,
-        });
+        let changed_later = self
+            .stream
+            .log
+            .range(at.next()..)
+            .any(|(_, e)| match e.kind {
+                EntryKind::Join => decode_member(&e.body).is_ok_and(|m| m.id == joiner),
+                EntryKind::Leave => e.body[..] == joiner.0.to_le_bytes(),
+                _ => false,
+            });
         if changed_later {
             return;
         }

@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use shoal_cap::PutPort;
 use shoal_proto::Time;
-use shoal_wire::Incarnation;
+use shoal_wire::{GroupSeq, Incarnation};
 
 /// How often a sequencer draws a new key when the membership is steady:
 /// the longest a member on a revoked node, or one that can no longer be
@@ -147,7 +147,7 @@ pub fn rekey_mac(master: &[u8; 32], epoch: u32, key: &[u8; 32], members: &[u64])
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Membership {
     pub incarnation: Incarnation,
-    pub entry: u64,
+    pub entry: GroupSeq,
 }
 
 /// What a member does with keys another member gave it when it asked for

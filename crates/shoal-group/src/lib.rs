@@ -54,4 +54,4 @@ pub use crate::core::{GroupCore, GroupDest, GroupInfo, GroupStats, GroupTransmit
 pub use crate::event::{Event, SendError};
 pub use assembly::{frag_count, frag_range};
 pub use shoal_wire::group::MemberEntry;
-pub use shoal_wire::{Incarnation, MemberId, MsgId};
+pub use shoal_wire::{GroupSeq, Incarnation, MemberId, MsgId};

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use rustc_hash::FxHashMap;
 use shoal_proto::Time;
 use shoal_wire::group::{MemberEntry, Order};
-use shoal_wire::{Incarnation, MemberId, MsgId};
+use shoal_wire::{GroupSeq, Incarnation, MemberId, MsgId};
 
 use crate::assembly::Assembly;
 use crate::core::{Entry, GroupTransmit, Pending};
@@ -26,12 +26,12 @@ pub(crate) struct View {
     pub(crate) sequencer: MemberId,
     /// Membership after entry `members_seq`.
     pub(crate) members: Vec<MemberEntry>,
-    pub(crate) members_seq: u64,
+    pub(crate) members_seq: GroupSeq,
     /// Membership before the last membership change (a reset needs a
     /// quorum of both, since that change may not be committed).
     pub(crate) prev_members: Vec<MemberEntry>,
     /// Membership after each recent change: (seq, members), oldest first.
-    pub(crate) snapshots: Vec<(u64, Vec<MemberEntry>)>,
+    pub(crate) snapshots: Vec<(GroupSeq, Vec<MemberEntry>)>,
     /// Highest ballot promised: (incarnation, coordinator).
     pub(crate) promised: (Incarnation, MemberId),
 }
@@ -40,26 +40,26 @@ pub(crate) struct View {
 /// what is being reassembled, and how far the others hold it.
 pub(crate) struct Stream {
     /// Entries held, by sequence number (beyond `held` too, out of order).
-    pub(crate) log: BTreeMap<u64, Entry>,
+    pub(crate) log: BTreeMap<GroupSeq, Entry>,
     pub(crate) log_bytes: usize,
     /// Every entry up to here is held (or covered by the joined state).
-    pub(crate) held: u64,
+    pub(crate) held: GroupSeq,
     /// Every entry up to here is committed.
-    pub(crate) commit: u64,
+    pub(crate) commit: GroupSeq,
     /// Every entry up to here is held by every member.
-    pub(crate) stable: u64,
+    pub(crate) stable: GroupSeq,
     /// Every entry up to here was turned into an event.
-    pub(crate) delivered: u64,
+    pub(crate) delivered: GroupSeq,
     /// Sequence number of the last event the application polled.
-    pub(crate) app_seq: u64,
+    pub(crate) app_seq: GroupSeq,
     /// Highest sequence number known to exist.
-    pub(crate) last_known: u64,
+    pub(crate) last_known: GroupSeq,
     /// Last message number sequenced per sender, as of `held`.
     pub(crate) senders: FxHashMap<MemberId, MsgId>,
     /// Entry fragments being reassembled, by sequence number.
-    pub(crate) partial: FxHashMap<u64, (Order<'static>, Assembly)>,
+    pub(crate) partial: FxHashMap<GroupSeq, (Order<'static>, Assembly)>,
     /// Accepted BB entries whose body has not arrived: seq → header.
-    pub(crate) accepted: BTreeMap<u64, Entry>,
+    pub(crate) accepted: BTreeMap<GroupSeq, Entry>,
     /// BB bodies received from their senders, by (sender, msg_id).
     pub(crate) bb: FxHashMap<(MemberId, MsgId), Assembly>,
     pub(crate) bb_done: FxHashMap<(MemberId, MsgId), Bytes>,
@@ -68,7 +68,7 @@ pub(crate) struct Stream {
     /// was heard in: a member works out the commit point itself from the
     /// sequencer's broadcasts and the acks multicast to it
     /// (`member_commit`).
-    pub(crate) peer_held: FxHashMap<MemberId, (Incarnation, MemberId, u64)>,
+    pub(crate) peer_held: FxHashMap<MemberId, (Incarnation, MemberId, GroupSeq)>,
 }
 
 /// This member's own messages: numbered, waiting to be ordered, and ordered
@@ -79,7 +79,7 @@ pub(crate) struct Outbox {
     pub(crate) outgoing_bytes: usize,
     /// Own messages ordered: (msg_id, seq), apart from the event stream so
     /// a sender learns of them without reading every delivery first.
-    pub(crate) sent: VecDeque<(MsgId, u64)>,
+    pub(crate) sent: VecDeque<(MsgId, GroupSeq)>,
 }
 
 /// A reset this member coordinates, or voted in, or that failed.
@@ -97,7 +97,7 @@ pub(crate) struct Lifecycle {
     pub(crate) state_out: crate::join::StateOut,
     pub(crate) leaving: Option<Time>,
     /// Our own leave was delivered here (a sequencer lingers after it).
-    pub(crate) left_at: Option<(u64, Time)>,
+    pub(crate) left_at: Option<(GroupSeq, Time)>,
 }
 
 /// When the sequencer was last heard, when this member last asked for gaps
@@ -109,7 +109,7 @@ pub(crate) struct Pacing {
     pub(crate) last_ack: Time,
     /// `held` as of the last datagram that told the sequencer, and the
     /// bytes held since.
-    pub(crate) acked_held: u64,
+    pub(crate) acked_held: GroupSeq,
     pub(crate) bytes_since_ack: usize,
     pub(crate) next_tick: Time,
 }

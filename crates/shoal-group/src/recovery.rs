@@ -36,7 +36,7 @@ use shoal_proto::Time;
 use shoal_wire::group::{
     Fetch, GroupBody, GroupHeader, Invite, Nack, Order, Reject, Vote, decode_view,
 };
-use shoal_wire::{Incarnation, MemberId, MsgId};
+use shoal_wire::{GroupSeq, Incarnation, MemberId, MsgId};
 
 use crate::core::{GroupCore, Status};
 use crate::event::Event;
@@ -52,7 +52,7 @@ pub(crate) struct Coordinator {
     pub exclude: FxHashSet<MemberId>,
     pub min_override: Option<usize>,
     /// Entries must be fetched up to here from this voter.
-    pub fetch: Option<(MemberId, u64, Time)>,
+    pub fetch: Option<(MemberId, GroupSeq, Time)>,
     /// The best log's incarnation.
     pub best_inc: (Incarnation, MemberId),
     /// Members that answered holding nothing (joiners still waiting for
@@ -293,8 +293,8 @@ impl GroupCore {
                 hdr,
                 GroupBody::Nack(Nack {
                     held: self.stream.held,
-                    from: self.stream.held + 1,
-                    to: self.stream.held + 1,
+                    from: self.stream.held.next(),
+                    to: self.stream.held.next(),
                 }),
             );
         }
@@ -320,7 +320,7 @@ impl GroupCore {
             return;
         }
         let mut budget = 4 * self.cfg.frag_bytes.max(64 * 1024);
-        for seq in f.from..=f.to.min(self.stream.held) {
+        for seq in f.from.through(f.to.min(self.stream.held)) {
             let Some(e) = self.stream.log.get(&seq).cloned() else {
                 continue;
             };
@@ -351,7 +351,7 @@ impl GroupCore {
     }
 
     /// Asks voter `from` for the entries after ours up to `upto`.
-    fn send_fetch(&mut self, from: MemberId, upto: u64) {
+    fn send_fetch(&mut self, from: MemberId, upto: GroupSeq) {
         let Some(c) = self.recovery.coord.as_ref() else {
             return;
         };
@@ -365,7 +365,7 @@ impl GroupCore {
             hdr,
             GroupBody::Fetch(Fetch {
                 ballot,
-                from: self.stream.held + 1,
+                from: self.stream.held.next(),
                 to: upto,
             }),
         );
@@ -461,7 +461,7 @@ impl GroupCore {
             .values()
             .map(|v| v.commit)
             .max()
-            .unwrap_or(0)
+            .unwrap_or(GroupSeq(0))
             .max(self.stream.commit);
         let lists = if self.view.members_seq <= known_commit {
             vec![self.view.members.clone()]
@@ -539,9 +539,14 @@ impl GroupCore {
 
     /// Drops log entries after `keep` (they may be tentative entries of an
     /// abandoned incarnation) and the membership changes they made.
-    pub(crate) fn truncate_to(&mut self, keep: u64) {
+    pub(crate) fn truncate_to(&mut self, keep: GroupSeq) {
         let keep = keep.max(self.stream.delivered);
-        let tail: Vec<u64> = self.stream.log.range(keep + 1..).map(|(s, _)| *s).collect();
+        let tail: Vec<GroupSeq> = self
+            .stream
+            .log
+            .range(keep.next()..)
+            .map(|(s, _)| *s)
+            .collect();
         for seq in tail {
             let e = self.stream.log.remove(&seq).expect("present");
             self.stream.log_bytes -= e.body.len();
@@ -571,7 +576,7 @@ impl GroupCore {
             self.expelled();
             return;
         }
-        let end = o.seq - 1;
+        let end = o.seq.prev();
         let keep = if self.view.last_normal == (view.continues, view.continues_seqr) {
             self.stream.held.min(end)
         } else {
@@ -579,7 +584,12 @@ impl GroupCore {
         };
         self.truncate_to(keep);
         // Entries beyond the new log's end are not part of it.
-        let beyond: Vec<u64> = self.stream.log.range(end + 1..).map(|(s, _)| *s).collect();
+        let beyond: Vec<GroupSeq> = self
+            .stream
+            .log
+            .range(end.next()..)
+            .map(|(s, _)| *s)
+            .collect();
         for seq in beyond {
             let e = self.stream.log.remove(&seq).expect("present");
             self.stream.log_bytes -= e.body.len();

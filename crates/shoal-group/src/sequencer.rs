@@ -13,7 +13,7 @@ use shoal_wire::group::{
     Data, EntryKind, GroupBody, GroupHeader, MemberEntry, ORDER_ACCEPT, ORDER_RETRANSMIT,
     ORDER_TENTATIVE, Sync, encode_member,
 };
-use shoal_wire::{Incarnation, MemberId, MsgId};
+use shoal_wire::{GroupSeq, Incarnation, MemberId, MsgId};
 
 use crate::assembly::Assembly;
 use crate::core::{Entry, GroupCore, GroupDest, Status};
@@ -23,7 +23,7 @@ use crate::stream::held_by;
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct MemberHeld {
     /// Highest entry the member holds without a gap, in this incarnation.
-    pub held: u64,
+    pub held: GroupSeq,
     /// Last datagram from it.
     pub heard: Time,
     /// It acknowledged in this incarnation (a joiner that has not yet
@@ -35,9 +35,9 @@ pub(crate) struct MemberHeld {
 #[derive(Debug)]
 pub(crate) struct Sequencer {
     /// Next sequence number to assign.
-    pub next: u64,
+    pub next: GroupSeq,
     /// Sequence number of this incarnation's view entry.
-    pub view_seq: u64,
+    pub view_seq: GroupSeq,
     pub members: FxHashMap<MemberId, MemberHeld>,
     /// Joins and leaves waiting for the previous membership change to commit.
     pub changes: VecDeque<Change>,
@@ -62,7 +62,12 @@ pub(crate) enum Change {
 }
 
 impl Sequencer {
-    pub(crate) fn new(now: Time, next: u64, view_seq: u64, members: &[MemberEntry]) -> Self {
+    pub(crate) fn new(
+        now: Time,
+        next: GroupSeq,
+        view_seq: GroupSeq,
+        members: &[MemberEntry],
+    ) -> Self {
         Self {
             next,
             view_seq,
@@ -72,7 +77,7 @@ impl Sequencer {
                     (
                         m.id,
                         MemberHeld {
-                            held: 0,
+                            held: GroupSeq(0),
                             heard: now,
                             acked: false,
                         },
@@ -192,7 +197,7 @@ impl GroupCore {
     /// Stamps `entry` with the next sequence number and broadcasts it.
     pub(crate) fn seq_order(&mut self, now: Time, entry: Entry, bb: bool) {
         let seq = self.seq.as_ref().expect("sequencer").next;
-        debug_assert_eq!(seq, self.stream.held + 1);
+        debug_assert_eq!(seq, self.stream.held.next());
         let need = self.cfg.acks_needed(self.view.members.len());
         let kind = entry.kind;
         // Holding the entry may commit others and deliver them; nothing is
@@ -252,7 +257,7 @@ impl GroupCore {
     }
 
     /// A member reported how far it holds the stream.
-    pub(crate) fn seq_on_held(&mut self, now: Time, hdr: GroupHeader, held: u64) {
+    pub(crate) fn seq_on_held(&mut self, now: Time, hdr: GroupHeader, held: GroupSeq) {
         let inc = self.view.inc;
         let Some(s) = self.seq.as_mut() else { return };
         let Some(m) = s.members.get_mut(&hdr.from) else {
@@ -303,7 +308,7 @@ impl GroupCore {
         };
         let need = self.cfg.acks_needed(voters.len());
         let Some(s) = self.seq.as_ref() else { return };
-        let helds: Vec<u64> = voters
+        let helds: Vec<GroupSeq> = voters
             .iter()
             .filter(|m| m.id != self.me.id)
             .filter_map(|m| s.members.get(&m.id))
@@ -316,7 +321,7 @@ impl GroupCore {
             .members
             .iter()
             .filter(|m| m.id != self.me.id)
-            .map(|m| s.members.get(&m.id).map(|h| h.held).unwrap_or(0))
+            .map(|m| s.members.get(&m.id).map(|h| h.held).unwrap_or(GroupSeq(0)))
             .min()
             .unwrap_or(self.stream.held)
             .min(self.stream.held);
@@ -331,7 +336,7 @@ impl GroupCore {
         // goes at once: members do not count acks across one.
         let held_back = moved
             && !self.cfg.accept_delay.is_zero()
-            && (self.stream.commit + 1..=commit).all(|q| {
+            && self.stream.commit.next().through(commit).all(|q| {
                 self.stream
                     .log
                     .get(&q)
@@ -396,7 +401,7 @@ impl GroupCore {
     }
 
     /// Retransmits entries `from..=to` to `member`.
-    pub(crate) fn seq_retransmit(&mut self, member: MemberId, from: u64, to: u64) {
+    pub(crate) fn seq_retransmit(&mut self, member: MemberId, from: GroupSeq, to: GroupSeq) {
         let Some(addr) = self.addr_of(member) else {
             return;
         };
@@ -407,9 +412,9 @@ impl GroupCore {
             .as_ref()
             .and_then(|s| s.members.get(&member))
             .filter(|h| h.acked)
-            .map_or(0, |h| h.held);
+            .map_or(GroupSeq(0), |h| h.held);
         let start = self.log_start();
-        let from = if from < start && known + 1 >= start {
+        let from = if from < start && known.next() >= start {
             start
         } else {
             from
@@ -420,7 +425,7 @@ impl GroupCore {
             return;
         }
         let mut budget = 4 * self.cfg.frag_bytes.max(64 * 1024);
-        for seq in from..=to.min(self.stream.held) {
+        for seq in from.through(to.min(self.stream.held)) {
             let Some(e) = self.stream.log.get(&seq).cloned() else {
                 continue;
             };
@@ -571,7 +576,7 @@ impl GroupCore {
             let mut unheard = false;
             let mut unacked = Vec::new();
             let mut dead = Vec::new();
-            let mut blocker: Option<(u64, MemberId)> = None;
+            let mut blocker: Option<(GroupSeq, MemberId)> = None;
             for m in &self.view.members {
                 if m.id == self.me.id {
                     continue;
@@ -682,7 +687,7 @@ impl GroupCore {
         // Entries beyond our hold (buffered out of order) are not part of
         // the new incarnation's log.
         self.truncate_to(self.stream.held);
-        let view_seq = self.stream.held + 1;
+        let view_seq = self.stream.held.next();
         self.view.members = members.clone();
         self.seq = Some(Sequencer::new(now, view_seq, view_seq, &members));
         let mut body = Vec::new();

@@ -12,7 +12,7 @@ use shoal_wire::group::{
     Data, EntryKind, GAck, GroupBody, GroupHeader, MemberEntry, Nack, ORDER_ACCEPT, ORDER_FETCHED,
     ORDER_RETRANSMIT, ORDER_TENTATIVE, Order, decode_member, decode_view,
 };
-use shoal_wire::{MemberId, MsgId};
+use shoal_wire::{GroupSeq, MemberId, MsgId};
 
 use crate::assembly::Assembly;
 use crate::core::{Entry, GroupCore, GroupDest, Status};
@@ -155,7 +155,7 @@ impl GroupCore {
 
     fn add_fragment(&mut self, o: &Order<'_>) {
         if self.stream.log_bytes.saturating_add(o.total_len as usize) > 2 * self.cfg.history_bytes
-            && o.seq > self.stream.held + 1
+            && o.seq > self.stream.held.next()
         {
             return;
         }
@@ -189,12 +189,12 @@ impl GroupCore {
     }
 
     /// Stores a complete entry.
-    pub(crate) fn place(&mut self, seq: u64, entry: Entry) {
+    pub(crate) fn place(&mut self, seq: GroupSeq, entry: Entry) {
         if seq <= self.stream.held || self.stream.log.contains_key(&seq) {
             return;
         }
         if self.stream.log_bytes + entry.body.len() > 2 * self.cfg.history_bytes
-            && seq > self.stream.held + 1
+            && seq > self.stream.held.next()
         {
             return;
         }
@@ -208,8 +208,8 @@ impl GroupCore {
     /// and sender numbers as it goes.
     pub(crate) fn after_hold(&mut self, now: Time) {
         let before = self.stream.held;
-        while let Some(e) = self.stream.log.get(&(self.stream.held + 1)) {
-            let seq = self.stream.held + 1;
+        while let Some(e) = self.stream.log.get(&(self.stream.held.next())) {
+            let seq = self.stream.held.next();
             let (sender, msg_id, kind) = (e.sender, e.msg_id, e.kind);
             let body = e.body.clone();
             self.stream.held = seq;
@@ -238,13 +238,13 @@ impl GroupCore {
             }
             self.stream.last_known = self.stream.last_known.max(self.stream.held);
             if let Some(s) = self.seq.as_mut() {
-                s.next = s.next.max(self.stream.held + 1);
+                s.next = s.next.max(self.stream.held.next());
             }
             self.seq_after_hold(now);
         }
     }
 
-    pub(crate) fn apply_membership(&mut self, seq: u64, kind: EntryKind, body: &[u8]) {
+    pub(crate) fn apply_membership(&mut self, seq: GroupSeq, kind: EntryKind, body: &[u8]) {
         match kind {
             EntryKind::App => return,
             EntryKind::Join => {
@@ -293,7 +293,7 @@ impl GroupCore {
     }
 
     /// Membership as of entry `keep`, after a truncation.
-    pub(crate) fn restore_membership(&mut self, keep: u64) {
+    pub(crate) fn restore_membership(&mut self, keep: GroupSeq) {
         if self.view.members_seq <= keep {
             return;
         }
@@ -314,7 +314,7 @@ impl GroupCore {
     }
 
     /// Membership as of entry `seq` (for a state transfer).
-    pub(crate) fn members_at(&self, seq: u64) -> Vec<MemberEntry> {
+    pub(crate) fn members_at(&self, seq: GroupSeq) -> Vec<MemberEntry> {
         self.view
             .snapshots
             .iter()
@@ -326,7 +326,7 @@ impl GroupCore {
 
     /// Takes in the sequencer's commit and stable points and the highest
     /// sequence number it has assigned.
-    pub(crate) fn learn(&mut self, commit: u64, stable: u64, last: u64) {
+    pub(crate) fn learn(&mut self, commit: GroupSeq, stable: GroupSeq, last: GroupSeq) {
         if self.seq.is_some() {
             return;
         }
@@ -391,23 +391,23 @@ impl GroupCore {
 
     /// Records that `hdr.from` holds the stream up to `held`, if it said
     /// so as a member of this member's incarnation.
-    pub(crate) fn heard_held(&mut self, hdr: GroupHeader, held: u64) {
+    pub(crate) fn heard_held(&mut self, hdr: GroupHeader, held: GroupSeq) {
         if hdr.inc != self.view.inc || hdr.seqr != self.view.sequencer {
             return;
         }
-        let slot = self
-            .stream
-            .peer_held
-            .entry(hdr.from)
-            .or_insert((hdr.inc, hdr.seqr, 0));
+        let slot =
+            self.stream
+                .peer_held
+                .entry(hdr.from)
+                .or_insert((hdr.inc, hdr.seqr, GroupSeq(0)));
         if (slot.0, slot.1) != (hdr.inc, hdr.seqr) {
-            *slot = (hdr.inc, hdr.seqr, 0);
+            *slot = (hdr.inc, hdr.seqr, GroupSeq(0));
         }
         slot.2 = slot.2.max(held);
     }
 
     /// Another member's ack, multicast by an acknowledger.
-    pub(crate) fn member_on_held(&mut self, hdr: GroupHeader, held: u64) {
+    pub(crate) fn member_on_held(&mut self, hdr: GroupHeader, held: GroupSeq) {
         if self.status != Status::Normal
             || hdr.from == self.view.sequencer
             || !self.is_member(hdr.from)
@@ -437,14 +437,14 @@ impl GroupCore {
             return;
         }
         let incarnation = (self.view.inc, self.view.sequencer);
-        let helds: Vec<u64> = self
+        let helds: Vec<GroupSeq> = self
             .view
             .members
             .iter()
             .filter(|m| m.id != self.me.id)
             .map(|m| match self.stream.peer_held.get(&m.id) {
                 Some(&(inc, seqr, held)) if (inc, seqr) == incarnation => held,
-                _ => 0,
+                _ => GroupSeq(0),
             })
             .collect();
         if let Some(commit) = held_by(helds, need, self.stream.held)
@@ -481,8 +481,8 @@ impl GroupCore {
         self.stats.nacks_sent += 1;
         let body = GroupBody::Nack(Nack {
             held: self.stream.held,
-            from: self.stream.held + 1,
-            to: self.stream.last_known.max(self.stream.held + 1),
+            from: self.stream.held.next(),
+            to: self.stream.last_known.max(self.stream.held.next()),
         });
         self.send_to(self.view.sequencer, body);
     }
@@ -551,7 +551,7 @@ impl GroupCore {
     pub(crate) fn deliver(&mut self) {
         let upto = self.stream.commit.min(self.stream.held);
         while self.stream.delivered < upto {
-            let seq = self.stream.delivered + 1;
+            let seq = self.stream.delivered.next();
             self.stream.delivered = seq;
             let Some(e) = self.stream.log.get(&seq) else {
                 // Covered by a state transfer.
@@ -631,7 +631,7 @@ impl GroupCore {
 
     /// This member's message `msg_id` was delivered: it and every earlier
     /// one of ours are ordered.
-    pub(crate) fn complete_own(&mut self, msg_id: MsgId, seq: u64) {
+    pub(crate) fn complete_own(&mut self, msg_id: MsgId, seq: GroupSeq) {
         while let Some(p) = self.outbox.outgoing.front() {
             if p.msg_id > msg_id {
                 break;
@@ -659,19 +659,19 @@ impl GroupCore {
     }
 
     /// Oldest sequence number still in the log (entries before it are gone).
-    pub(crate) fn log_start(&self) -> u64 {
+    pub(crate) fn log_start(&self) -> GroupSeq {
         self.stream
             .log
             .first_key_value()
             .map(|(s, _)| *s)
-            .unwrap_or(self.stream.held + 1)
+            .unwrap_or(self.stream.held.next())
     }
 }
 
 /// How far the stream is held by this member (which holds up to `own`)
 /// and `need` of the others, whose holds are `helds`; `None` if fewer
 /// than `need` others are known.
-pub(crate) fn held_by(mut helds: Vec<u64>, need: usize, own: u64) -> Option<u64> {
+pub(crate) fn held_by(mut helds: Vec<GroupSeq>, need: usize, own: GroupSeq) -> Option<GroupSeq> {
     if need == 0 {
         return Some(own);
     }

@@ -9,7 +9,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use proptest::prelude::*;
 use shoal_cap::PutPort;
-use shoal_group::{Event, GroupConfig, GroupCore, GroupDest, MemberEntry, MemberId, Status};
+use shoal_group::{
+    Event, GroupConfig, GroupCore, GroupDest, GroupSeq, MemberEntry, MemberId, Status,
+};
 use shoal_proto::Time;
 use shoal_wire::group::GroupBody;
 use shoal_wire::{Packet, decode_plain};
@@ -143,7 +145,7 @@ impl Net {
         }
     }
 
-    fn messages(&self, i: usize) -> Vec<(u64, Vec<u8>)> {
+    fn messages(&self, i: usize) -> Vec<(GroupSeq, Vec<u8>)> {
         self.events[i]
             .iter()
             .filter_map(|e| match e {
@@ -255,7 +257,10 @@ fn the_commit_point_waits_for_the_next_entry_and_senders_count_the_acks() {
         .send(net.now, Bytes::from_static(b"a"))
         .unwrap();
     net.settle();
-    assert_eq!(net.cores[0].poll_sent().map(|(_, seq)| seq > 0), Some(true));
+    assert_eq!(
+        net.cores[0].poll_sent().map(|(_, seq)| seq > GroupSeq(0)),
+        Some(true)
+    );
     assert_eq!(net.sent, 3, "tentative order, two acks: {:?}", net.kinds);
     assert!(net.messages(1).is_empty() && net.messages(2).is_empty());
 

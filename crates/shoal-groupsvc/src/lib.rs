@@ -56,7 +56,7 @@ use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 use shoal_cap::{GetPort, PutPort};
 use shoal_group::{Event, GroupConfig, GroupCore, MemberEntry, MemberId};
-pub use shoal_group::{GroupInfo, SendError, Status};
+pub use shoal_group::{GroupInfo, GroupSeq, Incarnation, SendError, Status};
 use shoal_wire::{MAX_DATAGRAM, Nonce};
 
 pub use crate::find::{Found, inspect, locate};
@@ -105,29 +105,29 @@ pub enum GroupError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Delivery {
     Message {
-        seq: u64,
+        seq: GroupSeq,
         sender: MemberId,
         body: Bytes,
     },
     Joined {
-        seq: u64,
+        seq: GroupSeq,
         member: MemberId,
         addr: SocketAddr,
     },
     Left {
-        seq: u64,
+        seq: GroupSeq,
         member: MemberId,
     },
     /// A reset installed a new incarnation with these members.
     View {
-        seq: u64,
-        incarnation: u64,
+        seq: GroupSeq,
+        incarnation: Incarnation,
         members: Vec<MemberId>,
     },
     /// This member joined: the group's state (from the state callback of
     /// the member that admitted it) as of `seq`.
     State {
-        seq: u64,
+        seq: GroupSeq,
         state: Bytes,
     },
     /// A reset could not gather enough members; the group retries.  Call
@@ -258,7 +258,7 @@ struct Shared {
 struct Inner {
     core: GroupCore,
     /// Own messages ordered: msg_id → seq.
-    sent: HashMap<shoal_group::MsgId, u64>,
+    sent: HashMap<shoal_group::MsgId, GroupSeq>,
     state_fn: Option<StateFn>,
     /// Deliveries polled from the core and not yet returned (a state
     /// transfer answered in between).
@@ -497,7 +497,7 @@ impl Group {
 
     /// Sends `body` to every member; returns its sequence number once the
     /// message is ordered (and, with resilience r, held by r + 1 members).
-    pub fn send(&self, body: &[u8]) -> Result<u64, GroupError> {
+    pub fn send(&self, body: &[u8]) -> Result<GroupSeq, GroupError> {
         let deadline = Instant::now() + self.send_timeout;
         let body = Bytes::copy_from_slice(body);
         let _active = Active::new(&self.shared);
@@ -589,7 +589,7 @@ impl Group {
                     Event::View { seq, inc, members } => {
                         return Ok(Some(Delivery::View {
                             seq,
-                            incarnation: inc.0,
+                            incarnation: inc,
                             members: members.iter().map(|m| m.id).collect(),
                         }));
                     }
@@ -657,9 +657,9 @@ impl Group {
 
     /// The group's incarnation and the member it names its sequencer
     /// ([`GroupInfo::incarnation`] and [`GroupInfo::sequencer`]).
-    pub fn sequencer(&self) -> (u64, MemberId) {
+    pub fn sequencer(&self) -> (Incarnation, MemberId) {
         let inner = self.shared.core.lock();
-        (inner.core.incarnation().0, inner.core.sequencer())
+        (inner.core.incarnation(), inner.core.sequencer())
     }
 
     /// Whether the group names this member its sequencer (`member ==

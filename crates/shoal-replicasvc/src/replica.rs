@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, RwLock};
 use shoal_cap::PutPort;
-use shoal_groupsvc::{Delivery, Group, GroupError};
+use shoal_groupsvc::{Delivery, Group, GroupError, GroupSeq};
 use shoal_replica::{Durability, Machine, Phase, STUCK_AFTER_US, group_tag};
 use shoal_rpc::{Context, Server, Service};
 
@@ -128,7 +128,7 @@ fn unavailable(e: impl std::fmt::Display) -> Unavailable {
 
 struct Applying {
     /// Group sequence number applied up to (in the current group).
-    seq: u64,
+    seq: GroupSeq,
     /// Group instance counter, bumped when the group changes.
     epoch: u64,
 }
@@ -151,7 +151,7 @@ pub struct Replicated<M: Machine> {
     rs: RwLock<M>,
     applying: Mutex<Applying>,
     applied_cv: Condvar,
-    results: Mutex<HashMap<u64, M::Output>>,
+    results: Mutex<HashMap<GroupSeq, M::Output>>,
     /// Held by the one thread reading the group's deliveries (a request
     /// thread waiting for its own write, or the background applier); only
     /// ever `try_lock`ed, so it waits for nothing and adds no lock order.
@@ -233,7 +233,10 @@ impl<M: Machine> Replica<M> {
             origin: rand::random::<u64>() | 1,
             port,
             rs: RwLock::new(rec.state),
-            applying: Mutex::new(Applying { seq: 0, epoch: 0 }),
+            applying: Mutex::new(Applying {
+                seq: GroupSeq(0),
+                epoch: 0,
+            }),
             applied_cv: Condvar::new(),
             results: Mutex::new(HashMap::new()),
             recv: Mutex::new(()),
@@ -390,7 +393,7 @@ impl<M: Machine> Replicated<M> {
     fn group_tag(&self) -> u64 {
         self.group.read().as_ref().map_or(0, |g| {
             let (incarnation, sequencer) = g.sequencer();
-            group_tag(incarnation, &sequencer.to_string())
+            group_tag(incarnation.0, &sequencer.to_string())
         })
     }
 
@@ -446,7 +449,7 @@ impl<M: Machine> Replicated<M> {
         self.applied_cv.notify_all();
     }
 
-    fn apply(&self, seq: u64, body: &[u8]) {
+    fn apply(&self, seq: GroupSeq, body: &[u8]) {
         let delivered = shoal_replica::split_entry(body)
             .and_then(|(origin, message)| Some((origin, self.rs.write().deliver(message)?)));
         let Some((origin, response)) = delivered else {
@@ -458,7 +461,7 @@ impl<M: Machine> Replicated<M> {
         if origin == self.origin {
             let mut results = self.results.lock();
             if results.len() > 4096 {
-                results.retain(|s, _| *s + 4096 > seq);
+                results.retain(|s, _| s.plus(4096) > seq);
             }
             results.insert(seq, response);
         }
@@ -593,7 +596,7 @@ impl<M: Machine> Replicated<M> {
     fn new_epoch(&self) {
         let mut a = self.applying.lock();
         a.epoch += 1;
-        a.seq = 0;
+        a.seq = GroupSeq(0);
         drop(a);
         self.results.lock().clear();
         // A new group has its own sequencer.
@@ -695,7 +698,7 @@ impl<M: Machine> Replicated<M> {
             return 0;
         };
         let held = g.info().held;
-        held.saturating_sub(self.applying.lock().seq)
+        held.saturating_sub(self.applying.lock().seq.0)
     }
 
     /// Reads the state.

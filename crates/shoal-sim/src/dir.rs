@@ -32,7 +32,9 @@ use shoal_dir::log;
 use shoal_dir::op::FLAG_LINEARIZABLE;
 use shoal_dir::replica::{ReplicaState, encode_entry};
 use shoal_dir::{Answer, DirError, DirState, Op, Request, Response};
-use shoal_group::{Event, GroupConfig, GroupCore, GroupDest, MemberEntry, MemberId, Status};
+use shoal_group::{
+    Event, GroupConfig, GroupCore, GroupDest, GroupSeq, MemberEntry, MemberId, Status,
+};
 use shoal_proto::Time;
 use shoal_replica::{
     Control, Durability, Formation, PeerStatus, Phase, STUCK_AFTER_US, Standing, Why, control,
@@ -248,8 +250,8 @@ struct Rep {
     durable: u64,
     syncing: bool,
     by_msg: BTreeMap<shoal_group::MsgId, Pending>,
-    by_seq: BTreeMap<u64, Pending>,
-    results: BTreeMap<u64, Response>,
+    by_seq: BTreeMap<GroupSeq, Pending>,
+    results: BTreeMap<GroupSeq, Response>,
     for_disk: Vec<(u64, Pending, Response)>,
     for_index: Vec<(Time, Pending)>,
     scheduled: Option<Time>,
@@ -625,7 +627,7 @@ impl DirSim {
             .filter(|&j| self.reps[j].alive && self.tag(j) == tag)
             .filter_map(|j| self.reps[j].core.as_ref().map(|c| c.committed()))
             .max()
-            .unwrap_or(0);
+            .unwrap_or_default();
         core.held() >= committed
     }
 

@@ -28,7 +28,9 @@ use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use shoal_cap::GetPort;
-use shoal_group::{Event, GroupConfig, GroupCore, GroupDest, MemberEntry, MemberId, MsgId, Status};
+use shoal_group::{
+    Event, GroupConfig, GroupCore, GroupDest, GroupSeq, MemberEntry, MemberId, MsgId, Status,
+};
 use shoal_proto::Time;
 
 use crate::net::Faults;
@@ -136,7 +138,7 @@ struct Proc {
     cut: bool,
     stalled: bool,
     /// Delivery position within the current membership (None: joining).
-    last: Option<u64>,
+    last: Option<GroupSeq>,
     chain: u64,
     seen: HashSet<(MemberId, MsgId)>,
     members: Vec<MemberEntry>,
@@ -160,7 +162,7 @@ pub struct GroupSim {
     procs: Vec<Proc>,
     faults_on: bool,
     /// seq → (signature, chain after it).
-    agreed: BTreeMap<u64, (u64, u64)>,
+    agreed: BTreeMap<GroupSeq, (u64, u64)>,
     /// Completed sends: (member, msg_id) → body hash.
     sent_ok: BTreeMap<(MemberId, MsgId), u64>,
     report: GroupReport,
@@ -607,22 +609,22 @@ impl GroupSim {
         }
     }
 
-    fn deliver_entry(&mut self, p: usize, seq: u64, sig: u64, what: &str) {
+    fn deliver_entry(&mut self, p: usize, seq: GroupSeq, sig: u64, what: &str) {
         let Some(last) = self.procs[p].last else {
             self.violation(format!(
                 "no_gaps: p{p} delivered {what} at {seq} before joining"
             ));
             return;
         };
-        if seq != last + 1 {
+        if seq != last.next() {
             self.violation(format!(
                 "no_gaps: p{p} delivered {what} at {seq} after {last}"
             ));
         }
-        let chain = mix(self.procs[p].chain, mix(seq, sig));
+        let chain = mix(self.procs[p].chain, mix(seq.0, sig));
         self.procs[p].chain = chain;
         self.procs[p].last = Some(seq);
-        self.report.last_seq = self.report.last_seq.max(seq);
+        self.report.last_seq = self.report.last_seq.max(seq.0);
         match self.agreed.get(&seq) {
             Some(&(s, c)) => {
                 if s != sig {
@@ -683,7 +685,7 @@ impl GroupSim {
                 let sig = members.iter().fold(mix(3, inc.0), |h, m| mix(h, m.id.0));
                 if self.procs[p].last.is_none() {
                     // A new group's first entry.
-                    self.procs[p].last = Some(seq - 1);
+                    self.procs[p].last = Some(seq.prev());
                 }
                 self.procs[p].members = members;
                 self.deliver_entry(p, seq, sig, "view");
@@ -698,7 +700,7 @@ impl GroupSim {
                     self.violation(format!("total_order_agreement: p{p} got a malformed state"));
                     return;
                 };
-                let at = u64::from_le_bytes(bytes[..8].try_into().expect("8"));
+                let at = GroupSeq(u64::from_le_bytes(bytes[..8].try_into().expect("8")));
                 let chain = u64::from_le_bytes(bytes[8..].try_into().expect("8"));
                 if at != seq {
                     self.violation(format!(
@@ -721,7 +723,7 @@ impl GroupSim {
             Event::StateWanted { joiner } => {
                 let proc = &self.procs[p];
                 let mut state = Vec::with_capacity(16);
-                state.extend_from_slice(&proc.last.unwrap_or(0).to_le_bytes());
+                state.extend_from_slice(&proc.last.unwrap_or_default().0.to_le_bytes());
                 state.extend_from_slice(&proc.chain.to_le_bytes());
                 let now = self.now;
                 if let Some(core) = self.procs[p].core.as_mut() {
@@ -748,7 +750,7 @@ impl GroupSim {
         }
     }
 
-    fn check_members(&mut self, p: usize, seq: u64) {
+    fn check_members(&mut self, p: usize, seq: GroupSeq) {
         let Some(core) = self.procs[p].core.as_ref() else {
             return;
         };
@@ -761,7 +763,7 @@ impl GroupSim {
         let mut b: Vec<MemberId> = core.members().iter().map(|m| m.id).collect();
         a.sort();
         b.sort();
-        if a != b && core.info().held == seq {
+        if a != b && core.held() == seq {
             self.violation(format!(
                 "membership_agreement: p{p}'s events say {a:?} at {seq}, its core {b:?}"
             ));

@@ -44,7 +44,7 @@ use shoal_group::keys::{
 };
 use shoal_group::seal::GroupSeal;
 use shoal_proto::Time;
-use shoal_wire::{Incarnation, MemberId};
+use shoal_wire::{GroupSeq, Incarnation, MemberId};
 
 use crate::timeline::{Timeline, Trace};
 
@@ -232,7 +232,7 @@ impl KeysSim {
             members: BTreeSet::new(),
             membership: Membership {
                 incarnation: Incarnation(1),
-                entry: 0,
+                entry: GroupSeq(0),
             },
             sequencer: None,
             events: Timeline::new(),
@@ -851,7 +851,7 @@ impl KeysSim {
     fn changed(&mut self) {
         let members = self.members.clone();
         self.note(|| format!("members now {members:?}"));
-        self.membership.entry += 1;
+        self.membership.entry = self.membership.entry.next();
         self.changed_at.get_or_insert(self.now);
     }
 

@@ -24,7 +24,7 @@ use shoal_cap::PutPort;
 
 use crate::codec::{Fields, Reader, Writer};
 use crate::packet::Frag;
-use crate::{Incarnation, MemberId, MsgId, WireError};
+use crate::{GroupSeq, Incarnation, MemberId, MsgId, WireError};
 
 /// Most members a list in a group datagram carries.
 pub const MAX_GROUP_MEMBERS: usize = 1024;
@@ -47,7 +47,7 @@ pub struct Data<'a> {
     /// Per-sender message number, 1, 2, 3, ...
     pub msg_id: MsgId,
     /// Highest sequence number the sender holds without a gap (piggybacked ack).
-    pub held: u64,
+    pub held: GroupSeq,
     /// Sent by broadcast (BB) rather than to the sequencer (PB).
     pub bb: bool,
     pub frag: Frag,
@@ -96,7 +96,7 @@ pub const ORDER_FETCHED: u8 = 8;
 /// One fragment of a sequenced entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Order<'a> {
-    pub seq: u64,
+    pub seq: GroupSeq,
     /// Incarnation in which the entry was sequenced.
     pub entry_inc: Incarnation,
     pub sender: MemberId,
@@ -104,9 +104,9 @@ pub struct Order<'a> {
     pub kind: EntryKind,
     pub flags: u8,
     /// Every entry up to here is committed (may be delivered).
-    pub commit: u64,
+    pub commit: GroupSeq,
     /// Every member holds every entry up to here.
-    pub stable: u64,
+    pub stable: GroupSeq,
     pub frag: Frag,
     pub total_len: u64,
     pub payload: &'a [u8],
@@ -115,24 +115,24 @@ pub struct Order<'a> {
 /// A member's state: how far it holds the stream without a gap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GAck {
-    pub held: u64,
+    pub held: GroupSeq,
 }
 
 /// Request to retransmit entries `from..=to`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Nack {
-    pub held: u64,
-    pub from: u64,
-    pub to: u64,
+    pub held: GroupSeq,
+    pub from: GroupSeq,
+    pub to: GroupSeq,
 }
 
 /// The sequencer's heartbeat.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sync {
     /// Highest sequence number assigned so far.
-    pub last: u64,
-    pub commit: u64,
-    pub stable: u64,
+    pub last: GroupSeq,
+    pub commit: GroupSeq,
+    pub stable: GroupSeq,
     /// Every member answers with a [`GAck`].
     pub want_status: bool,
 }
@@ -149,9 +149,9 @@ pub struct Join {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StateReq {
     /// The state must be at least this recent (the joiner's join entry).
-    pub min_seq: u64,
+    pub min_seq: GroupSeq,
     /// Fragments of the state at `at_seq` the joiner already has before this one.
-    pub at_seq: u64,
+    pub at_seq: GroupSeq,
     pub from_frag: u32,
 }
 
@@ -160,7 +160,7 @@ pub struct StateReq {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct State<'a> {
     /// The state is that after applying every entry up to here.
-    pub at_seq: u64,
+    pub at_seq: GroupSeq,
     pub frag: Frag,
     pub total_len: u64,
     pub payload: &'a [u8],
@@ -182,16 +182,16 @@ pub struct Vote {
     /// sequencer; 0 if it holds nothing yet).
     pub last_normal: Incarnation,
     pub last_normal_seqr: MemberId,
-    pub held: u64,
-    pub commit: u64,
+    pub held: GroupSeq,
+    pub commit: GroupSeq,
 }
 
 /// Recovery: the coordinator asks a voter for entries `from..=to`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fetch {
     pub ballot: Incarnation,
-    pub from: u64,
-    pub to: u64,
+    pub from: GroupSeq,
+    pub to: GroupSeq,
 }
 
 /// Recovery: "I promised a higher ballot", or "I am in a later incarnation".
@@ -298,35 +298,35 @@ pub(crate) fn encode_group(p: &GroupPacket<'_>, w: &mut Writer<'_>) {
     match &p.body {
         GroupBody::Data(d) => {
             w.u64(d.msg_id.0);
-            w.u64(d.held);
+            w.u64(d.held.0);
             w.u8(d.bb as u8);
             w.frag(d.frag);
             w.u64(d.total_len);
             w.bytes(d.payload);
         }
         GroupBody::Order(o) => {
-            w.u64(o.seq);
+            w.u64(o.seq.0);
             w.u64(o.entry_inc.0);
             w.u64(o.sender.0);
             w.u64(o.msg_id.0);
             w.u8(o.kind as u8);
             w.u8(o.flags);
-            w.u64(o.commit);
-            w.u64(o.stable);
+            w.u64(o.commit.0);
+            w.u64(o.stable.0);
             w.frag(o.frag);
             w.u64(o.total_len);
             w.bytes(o.payload);
         }
-        GroupBody::Ack(a) => w.u64(a.held),
+        GroupBody::Ack(a) => w.u64(a.held.0),
         GroupBody::Nack(n) => {
-            w.u64(n.held);
-            w.u64(n.from);
-            w.u64(n.to);
+            w.u64(n.held.0);
+            w.u64(n.from.0);
+            w.u64(n.to.0);
         }
         GroupBody::Sync(s) => {
-            w.u64(s.last);
-            w.u64(s.commit);
-            w.u64(s.stable);
+            w.u64(s.last.0);
+            w.u64(s.commit.0);
+            w.u64(s.stable.0);
             w.u8(s.want_status as u8);
         }
         GroupBody::Join(j) => {
@@ -334,12 +334,12 @@ pub(crate) fn encode_group(p: &GroupPacket<'_>, w: &mut Writer<'_>) {
             w.addr(j.addr);
         }
         GroupBody::StateReq(s) => {
-            w.u64(s.min_seq);
-            w.u64(s.at_seq);
+            w.u64(s.min_seq.0);
+            w.u64(s.at_seq.0);
             w.u32(s.from_frag);
         }
         GroupBody::State(s) => {
-            w.u64(s.at_seq);
+            w.u64(s.at_seq.0);
             w.frag(s.frag);
             w.u64(s.total_len);
             w.bytes(s.payload);
@@ -350,13 +350,13 @@ pub(crate) fn encode_group(p: &GroupPacket<'_>, w: &mut Writer<'_>) {
             w.u64(v.coord.0);
             w.u64(v.last_normal.0);
             w.u64(v.last_normal_seqr.0);
-            w.u64(v.held);
-            w.u64(v.commit);
+            w.u64(v.held.0);
+            w.u64(v.commit.0);
         }
         GroupBody::Fetch(f) => {
             w.u64(f.ballot.0);
-            w.u64(f.from);
-            w.u64(f.to);
+            w.u64(f.from.0);
+            w.u64(f.to.0);
         }
         GroupBody::Reject(r) => {
             w.u64(r.ballot.0);
@@ -385,35 +385,37 @@ pub(crate) fn decode_group<'a>(kind: u8, r: &mut Reader<'a>) -> Result<GroupPack
     let body = match kind - GROUP_KIND_BASE {
         0 => GroupBody::Data(Data {
             msg_id: MsgId(r.u64()?),
-            held: r.u64()?,
+            held: GroupSeq(r.u64()?),
             bb: r.flag()?,
             frag: r.frag()?,
             total_len: r.u64()?,
             payload: r.rest(),
         }),
         1 => GroupBody::Order(Order {
-            seq: r.u64()?,
+            seq: GroupSeq(r.u64()?),
             entry_inc: Incarnation(r.u64()?),
             sender: MemberId(r.u64()?),
             msg_id: MsgId(r.u64()?),
             kind: EntryKind::from_u8(r.u8()?).ok_or(WireError::Malformed("entry kind"))?,
             flags: r.u8()?,
-            commit: r.u64()?,
-            stable: r.u64()?,
+            commit: GroupSeq(r.u64()?),
+            stable: GroupSeq(r.u64()?),
             frag: r.frag()?,
             total_len: r.u64()?,
             payload: r.rest(),
         }),
-        2 => GroupBody::Ack(GAck { held: r.u64()? }),
+        2 => GroupBody::Ack(GAck {
+            held: GroupSeq(r.u64()?),
+        }),
         3 => GroupBody::Nack(Nack {
-            held: r.u64()?,
-            from: r.u64()?,
-            to: r.u64()?,
+            held: GroupSeq(r.u64()?),
+            from: GroupSeq(r.u64()?),
+            to: GroupSeq(r.u64()?),
         }),
         4 => GroupBody::Sync(Sync {
-            last: r.u64()?,
-            commit: r.u64()?,
-            stable: r.u64()?,
+            last: GroupSeq(r.u64()?),
+            commit: GroupSeq(r.u64()?),
+            stable: GroupSeq(r.u64()?),
             want_status: r.flag()?,
         }),
         5 => GroupBody::Join(Join {
@@ -421,12 +423,12 @@ pub(crate) fn decode_group<'a>(kind: u8, r: &mut Reader<'a>) -> Result<GroupPack
             addr: r.addr()?,
         }),
         6 => GroupBody::StateReq(StateReq {
-            min_seq: r.u64()?,
-            at_seq: r.u64()?,
+            min_seq: GroupSeq(r.u64()?),
+            at_seq: GroupSeq(r.u64()?),
             from_frag: r.u32()?,
         }),
         7 => GroupBody::State(State {
-            at_seq: r.u64()?,
+            at_seq: GroupSeq(r.u64()?),
             frag: r.frag()?,
             total_len: r.u64()?,
             payload: r.rest(),
@@ -439,13 +441,13 @@ pub(crate) fn decode_group<'a>(kind: u8, r: &mut Reader<'a>) -> Result<GroupPack
             coord: MemberId(r.u64()?),
             last_normal: Incarnation(r.u64()?),
             last_normal_seqr: MemberId(r.u64()?),
-            held: r.u64()?,
-            commit: r.u64()?,
+            held: GroupSeq(r.u64()?),
+            commit: GroupSeq(r.u64()?),
         }),
         10 => GroupBody::Fetch(Fetch {
             ballot: Incarnation(r.u64()?),
-            from: r.u64()?,
-            to: r.u64()?,
+            from: GroupSeq(r.u64()?),
+            to: GroupSeq(r.u64()?),
         }),
         11 => GroupBody::Reject(Reject {
             ballot: Incarnation(r.u64()?),

@@ -98,6 +98,31 @@ counter_type!(
     MsgId
 );
 
+counter_type!(
+    /// A position in a group's stream: the number the sequencer gave an
+    /// entry, 1, 2, 3, ... (0: before the first).  How far a member holds,
+    /// has committed or has delivered the stream is one of these.
+    GroupSeq
+);
+
+impl GroupSeq {
+    /// The `n`th entry after this.
+    pub fn plus(self, n: u64) -> Self {
+        Self(self.0 + n)
+    }
+
+    /// How many entries lie after `earlier` up to this one (none if
+    /// `earlier` is not before it).
+    pub fn since(self, earlier: GroupSeq) -> u64 {
+        self.0.saturating_sub(earlier.0)
+    }
+
+    /// The entries `self..=last`, in order.
+    pub fn through(self, last: GroupSeq) -> impl DoubleEndedIterator<Item = GroupSeq> {
+        (self.0..=last.0).map(GroupSeq)
+    }
+}
+
 /// A transaction's sequence number within its client; strictly increasing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct Seq(pub u64);

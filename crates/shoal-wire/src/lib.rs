@@ -37,7 +37,9 @@ mod node;
 mod packet;
 
 pub use codec::{decode, decode_plain, encode, encode_plain, plain, plain_head_len};
-pub use ids::{ClientId, Incarnation, Instance, MemberId, MsgId, NodeId, Nonce, Seq, TxnId};
+pub use ids::{
+    ClientId, GroupSeq, Incarnation, Instance, MemberId, MsgId, NodeId, Nonce, Seq, TxnId,
+};
 pub use key::ClusterKey;
 pub use load::{DecodeLoadError, LOAD_LEN, Load, Owner};
 pub use node::NodeMsg;

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use parking_lot::Mutex;
-use shoal_groupsvc::{Delivery, Group, GroupError, GroupOptions};
+use shoal_groupsvc::{Delivery, Group, GroupError, GroupOptions, GroupSeq};
 use shoal_rpc::{Context, PutPort};
 
 use crate::Failure;
@@ -255,7 +255,7 @@ fn take_part(ctx: &Context, group: Group, member: MemberArgs) -> Result<(), Fail
         signal_hook::flag::register(signal, stop.clone()).map_err(|e| e.to_string())?;
     }
     // The application state handed to joiners: SEQ and DIGEST.
-    let state = Arc::new(Mutex::new((0u64, 0u64)));
+    let state = Arc::new(Mutex::new((GroupSeq(0), 0u64)));
     let provide = |group: &Group| {
         let state = state.clone();
         group.on_state_wanted(move || {

@@ -122,25 +122,25 @@ fn the_sequencer_rekeys_on_a_change_of_members_and_on_the_timer() {
     let t0 = Time(1_000_000);
     let view = |incarnation, entry| Membership { incarnation, entry };
     assert!(
-        core.rekey_due(t0, view(Incarnation(1), 4)),
+        core.rekey_due(t0, view(Incarnation(1), GroupSeq(4))),
         "never drew one"
     );
     let mut draws = [7u32, 0, 8].into_iter();
     let next = core.next(vec![1], || draws.next().unwrap(), [8; 32]);
     assert_eq!(next.epoch, 8, "neither the current epoch nor 0");
-    core.drawn(t0, view(Incarnation(1), 4), next);
+    core.drawn(t0, view(Incarnation(1), GroupSeq(4)), next);
     let half = t0 + REKEY_EVERY / 2;
-    assert!(!core.rekey_due(half, view(Incarnation(1), 4)));
+    assert!(!core.rekey_due(half, view(Incarnation(1), GroupSeq(4))));
     assert!(
-        core.rekey_due(half, view(Incarnation(1), 6)),
+        core.rekey_due(half, view(Incarnation(1), GroupSeq(6))),
         "a joiner, or one that came and went"
     );
     assert!(
-        core.rekey_due(half, view(Incarnation(2), 4)),
+        core.rekey_due(half, view(Incarnation(2), GroupSeq(4))),
         "a new incarnation"
     );
     assert!(
-        core.rekey_due(t0 + REKEY_EVERY, view(Incarnation(1), 4)),
+        core.rekey_due(t0 + REKEY_EVERY, view(Incarnation(1), GroupSeq(4))),
         "the timer"
     );
 }

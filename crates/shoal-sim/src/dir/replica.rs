@@ -235,7 +235,7 @@ impl DirSim {
         self.reps[r]
             .core
             .as_ref()
-            .map_or(0, |c| c.held().saturating_sub(c.delivered()))
+            .map_or(0, |c| c.held().since(c.delivered()))
     }
 
     pub(super) fn lose_group(&mut self, r: usize, why: &str) {
