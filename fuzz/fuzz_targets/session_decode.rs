@@ -36,7 +36,7 @@ fuzz_target!(|data: &[u8]| {
         index: 3,
         secret: [9; 32],
         algorithm: Algorithm::Aes256Gcm,
-        expires: u64::MAX,
+        expires: shoal_proto::Time(u64::MAX),
     };
     let _ = shoal_session::grant::index(data);
     assert!(shoal_session::grant::open(&root, data).is_err() || data.len() >= shoal_session::grant::OVERHEAD);
@@ -75,9 +75,9 @@ fuzz_target!(|data: &[u8]| {
     );
     let from = std::net::SocketAddr::from(([10, 0, 0, 1], 7700));
     let mut outputs = Vec::new();
-    table.send(0, from, b"x", &mut outputs);
-    let _ = table.handle(1, NOW, from, &mut data.to_vec(), &mut outputs);
-    table.poll(20_000_000, &mut outputs);
+    table.send(shoal_proto::Time(0), from, b"x", &mut outputs);
+    let _ = table.handle(shoal_proto::Time(1), NOW, from, &mut data.to_vec(), &mut outputs);
+    table.poll(shoal_proto::Time(20_000_000), &mut outputs);
 
     // Sealing round-trips; any change fails.
     for alg in [Algorithm::Aes256Gcm, Algorithm::ChaCha20Poly1305] {

@@ -490,7 +490,7 @@ fn net_loop(shared: &Shared, socket: &UdpSocket) {
                 let mut sessions = shared.sessions.lock();
                 let mut outputs = Vec::new();
                 let wall = crate::identity::wall();
-                match sessions.handle(now.0, wall, from, &mut buf[..n], &mut outputs) {
+                match sessions.handle(now, wall, from, &mut buf[..n], &mut outputs) {
                     Ok(Some(o)) => {
                         let (index, plaintext) = (o.index, o.plaintext.to_vec());
                         if let Some((peer, addr, _)) = sessions.session(index) {
@@ -738,10 +738,10 @@ fn seal(
     let mut sessions = shared.sessions.lock();
     let mut outputs = Vec::new();
     for (addr, m) in messages {
-        sessions.send(now.0, *addr, m, &mut outputs);
+        sessions.send(now, *addr, m, &mut outputs);
     }
     if poll {
-        sessions.poll(now.0, &mut outputs);
+        sessions.poll(now, &mut outputs);
     }
     route(&sessions, outputs, out, opened);
 }
@@ -780,7 +780,7 @@ fn open_grant(shared: &Shared, sealed: &[u8]) -> Result<(NodeId, Vec<u8>), Strin
     let index = shoal_session::grant::index(sealed).map_err(|e| e.to_string())?;
     let sessions = shared.sessions.lock();
     let (peer, root) = sessions
-        .root_at(now().0, index)
+        .root_at(now(), index)
         .ok_or_else(|| format!("no session {index:08x} on this node"))?;
     let from = peer.map_or(shared.node, |cert| {
         crate::identity::node_id(&cert.static_key)

@@ -120,7 +120,7 @@ pub(crate) fn locate(
             tracing::warn!(%node, port = %locate.port, "a node answered for a service it may not serve");
             continue;
         }
-        let root = shared.sessions.lock().root_to(now().0, addr);
+        let root = shared.sessions.lock().root_to(now(), addr);
         let Some(root) = root else { continue };
         let endpoints = here
             .endpoints
@@ -191,7 +191,7 @@ pub(crate) fn root_for(shared: &Shared, node: NodeId) -> Result<Root, String> {
             None => return Err(format!("no node {node} in this node's view")),
         }
     };
-    let root = shared.sessions.lock().root_to(now().0, addr);
+    let root = shared.sessions.lock().root_to(now(), addr);
     match root {
         Some(root) => Ok(root),
         None => {
@@ -212,7 +212,7 @@ pub(crate) fn server_key(
     instance: Instance,
     index: u32,
 ) -> LinkResponse {
-    let now = now().0;
+    let now = now();
     let sessions = shared.sessions.lock();
     let Some((peer, root)) = sessions.root_at(now, index) else {
         return LinkResponse::Error {
@@ -228,7 +228,7 @@ pub(crate) fn server_key(
         node: node.to_string(),
         aes: root.algorithm == shoal_session::Algorithm::Aes256Gcm,
         // Rounded up: the server's end never expires before this node's.
-        valid_ms: root.expires.saturating_sub(now).div_ceil(1000),
+        valid_ms: (root.expires.saturating_since(now).as_micros() as u64).div_ceil(1000),
     }
 }
 
@@ -245,7 +245,7 @@ fn grant(
 ) -> Grant {
     let t = server_secret(&root.secret, node.0, port.as_bytes(), instance.0);
     let key = channel_key(&t, me.0, uid, client.0);
-    let left = Duration::from_micros(root.expires.saturating_sub(now().0));
+    let left = root.expires.saturating_since(now());
     let valid = left
         .saturating_sub(MARGIN)
         .max(Duration::from_secs(1))
@@ -265,7 +265,7 @@ fn send(shared: &Shared, to: &[SocketAddr], message: &[u8]) {
     {
         let mut sessions = shared.sessions.lock();
         for addr in to {
-            sessions.send(now().0, *addr, message, &mut outputs);
+            sessions.send(now(), *addr, message, &mut outputs);
         }
     }
     for o in outputs {

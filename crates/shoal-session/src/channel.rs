@@ -13,6 +13,8 @@
 //! The keys come from [`crate::kdf`]: `T(i)` for server endpoint `i`
 //! through one session, and `K` for one (node, uid, client) below it.
 
+use shoal_time::Time;
+
 use crate::SessionError;
 use crate::aead::{Algorithm, Key};
 use crate::datagram::{Header, open_peeked, seal};
@@ -28,8 +30,8 @@ pub struct Root {
     pub secret: [u8; 32],
     /// The AEAD the two nodes agreed on.
     pub algorithm: Algorithm,
-    /// When the session stops opening anything (the caller's clock, µs).
-    pub expires: u64,
+    /// When the session stops opening anything (the caller's clock).
+    pub expires: Time,
 }
 
 impl std::fmt::Debug for Root {

@@ -77,7 +77,7 @@ mod tests {
             index,
             secret: [secret; 32],
             algorithm,
-            expires: u64::MAX,
+            expires: shoal_time::Time(u64::MAX),
         }
     }
 

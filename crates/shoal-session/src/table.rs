@@ -29,14 +29,16 @@
 //! - **Crossed handshakes** (both sides start at once) make two sessions;
 //!   both open, and each side seals with the newer.
 //!
-//! Time is microseconds on the caller's clock (`now`) for timers, and
-//! Unix seconds (`wall`) for certificate validity.
+//! Time is the caller's clock (`now`, a [`Time`]) for timers, and Unix
+//! seconds (`wall`) for certificate validity.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
+use shoal_time::Time;
 
 use crate::SessionError;
 use crate::aead::Algorithm;
@@ -49,14 +51,14 @@ use crate::window::{COUNTER_LIMIT, ReplayWindow};
 /// Timers and bounds.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// The initiator rekeys on its first send after this (µs).
-    pub rekey_after: u64,
-    /// A session opens nothing after this from its making (µs).
-    pub reject_after: u64,
-    /// Handshake messages are resent at this interval (µs).
-    pub retry: u64,
-    /// An unanswered handshake is given up after this (µs).
-    pub give_up: u64,
+    /// The initiator rekeys on its first send after this.
+    pub rekey_after: Duration,
+    /// A session opens nothing after this from its making.
+    pub reject_after: Duration,
+    /// Handshake messages are resent at this interval.
+    pub retry: Duration,
+    /// An unanswered handshake is given up after this.
+    pub give_up: Duration,
     /// Plaintexts held per peer while its session is being made.
     pub max_queued: usize,
     /// Handshakes answered and not finished, over all peers.
@@ -65,11 +67,11 @@ pub struct Config {
     /// one from an address at this bound takes the place of its oldest.
     pub max_responding_per_addr: usize,
     /// A sender that has heard nothing in its newest session for this long
-    /// (µs) starts another: the peer may have lost it (restarted).
-    pub stale_after: u64,
+    /// starts another: the peer may have lost it (restarted).
+    pub stale_after: Duration,
     /// A node that heard from a peer and sent nothing back for this long
-    /// (µs) sends an empty datagram, so the peer knows the session works.
-    pub keepalive: u64,
+    /// sends an empty datagram, so the peer knows the session works.
+    pub keepalive: Duration,
     /// Handshakes this node started and not finished, over all peers.
     pub max_initiating: usize,
     /// Sessions started, over all addresses, for datagrams naming an
@@ -80,15 +82,15 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            rekey_after: 120_000_000,
-            reject_after: 180_000_000,
-            retry: 500_000,
-            give_up: 10_000_000,
+            rekey_after: Duration::from_secs(120),
+            reject_after: Duration::from_secs(180),
+            retry: Duration::from_millis(500),
+            give_up: Duration::from_secs(10),
             max_queued: 64,
             max_responding: 256,
             max_responding_per_addr: 4,
-            stale_after: 15_000_000,
-            keepalive: 10_000_000,
+            stale_after: Duration::from_secs(15),
+            keepalive: Duration::from_secs(10),
             max_initiating: 64,
             max_reconnects: 16,
         }
@@ -150,26 +152,26 @@ pub struct Opened<'a> {
 struct Live {
     est: Established,
     addr: SocketAddr,
-    made: u64,
+    made: Time,
     counter: u64,
     window: ReplayWindow,
     /// The initiator's message 3, resent until something opens.
     finish: Option<Vec<u8>>,
-    last_retry: u64,
-    last_recv: u64,
-    last_send: u64,
+    last_retry: Time,
+    last_recv: Time,
+    last_send: Time,
 }
 
 enum Pending {
     Initiating {
         init: Initiator,
         message: Vec<u8>,
-        started: u64,
-        last_sent: u64,
+        started: Time,
+        last_sent: Time,
     },
     Responding {
         resp: Responder,
-        started: u64,
+        started: Time,
         /// Node datagrams that arrived (reordered) before message 3.
         early: Vec<Vec<u8>>,
     },
@@ -185,7 +187,7 @@ struct Peer {
     initiating: Option<u32>,
     queue: VecDeque<Vec<u8>>,
     /// When an unknown session from this address last started one.
-    reconnected: Option<u64>,
+    reconnected: Option<Time>,
 }
 
 /// See the module documentation.
@@ -200,12 +202,12 @@ pub struct Sessions {
     peers: HashMap<SocketAddr, Peer>,
     stats: Stats,
     /// When the reconnects of the last second started.
-    reconnects: VecDeque<u64>,
+    reconnects: VecDeque<Time>,
     /// Bytes held as early datagrams.
     early_bytes: usize,
     /// This node's sessions with itself, for endpoint channels between its
     /// own programs, oldest first: (index, endpoint root, made).
-    local: Vec<(u32, [u8; 32], u64)>,
+    local: Vec<(u32, [u8; 32], Time)>,
 }
 
 /// Indexes with this bit set name a node's sessions with itself; those
@@ -242,12 +244,12 @@ impl Sessions {
 
     /// Seals `plaintext` for the node at `to`, starting a session first if
     /// there is none.
-    pub fn send(&mut self, now: u64, to: SocketAddr, plaintext: &[u8], out: &mut Vec<Output>) {
+    pub fn send(&mut self, now: Time, to: SocketAddr, plaintext: &[u8], out: &mut Vec<Output>) {
         let peer = self.peers.entry(to).or_default();
         let initiating = peer.initiating.is_some();
         let usable = peer.sessions.last().copied().and_then(|i| {
             let l = &self.live[&i];
-            let young = now.saturating_sub(l.made) < self.cfg.reject_after;
+            let young = now.saturating_since(l.made) < self.cfg.reject_after;
             (young && l.counter < COUNTER_LIMIT).then_some(i)
         });
         let Some(index) = usable else {
@@ -262,13 +264,13 @@ impl Sessions {
             return;
         };
         let live = self.live.get_mut(&index).expect("current is live");
-        let age = now.saturating_sub(live.made);
+        let age = now.saturating_since(live.made);
         let due = if live.est.initiator {
             self.cfg.rekey_after
         } else {
-            self.cfg.rekey_after + 30_000_000
+            self.cfg.rekey_after + Duration::from_secs(30)
         };
-        let stale = now.saturating_sub(live.last_recv) >= self.cfg.stale_after;
+        let stale = now.saturating_since(live.last_recv) >= self.cfg.stale_after;
         let datagram = seal_live(live, plaintext);
         live.last_send = now;
         self.stats.sealed += 1;
@@ -283,7 +285,7 @@ impl Sessions {
     /// nothing to deliver (a handshake, a keepalive).
     pub fn handle<'a>(
         &mut self,
-        now: u64,
+        now: Time,
         wall: u64,
         from: SocketAddr,
         datagram: &'a mut [u8],
@@ -311,7 +313,7 @@ impl Sessions {
 
     /// Resends handshake messages, gives up on silent handshakes, and
     /// erases sessions past `reject_after`.
-    pub fn poll(&mut self, now: u64, out: &mut Vec<Output>) {
+    pub fn poll(&mut self, now: Time, out: &mut Vec<Output>) {
         let mut given_up = Vec::new();
         for (&index, (addr, p)) in &mut self.pending {
             match p {
@@ -321,9 +323,9 @@ impl Sessions {
                     last_sent,
                     ..
                 } => {
-                    if now.saturating_sub(*started) >= self.cfg.give_up {
+                    if now.saturating_since(*started) >= self.cfg.give_up {
                         given_up.push((index, *addr, true));
-                    } else if now.saturating_sub(*last_sent) >= self.cfg.retry {
+                    } else if now.saturating_since(*last_sent) >= self.cfg.retry {
                         *last_sent = now;
                         out.push(Output::Send {
                             to: *addr,
@@ -332,7 +334,7 @@ impl Sessions {
                     }
                 }
                 Pending::Responding { started, .. } => {
-                    if now.saturating_sub(*started) >= self.cfg.give_up {
+                    if now.saturating_since(*started) >= self.cfg.give_up {
                         given_up.push((index, *addr, false));
                     }
                 }
@@ -355,10 +357,10 @@ impl Sessions {
         }
         let mut expired = Vec::new();
         for (&index, live) in &mut self.live {
-            if now.saturating_sub(live.made) >= self.cfg.reject_after {
+            if now.saturating_since(live.made) >= self.cfg.reject_after {
                 expired.push(index);
             } else if let Some(finish) = &live.finish
-                && now.saturating_sub(live.last_retry) >= self.cfg.retry
+                && now.saturating_since(live.last_retry) >= self.cfg.retry
             {
                 live.last_retry = now;
                 out.push(Output::Send {
@@ -372,7 +374,7 @@ impl Sessions {
                 continue;
             };
             if live.last_recv > live.last_send
-                && now.saturating_sub(live.last_recv) >= self.cfg.keepalive
+                && now.saturating_since(live.last_recv) >= self.cfg.keepalive
             {
                 live.last_send = now;
                 let datagram = seal_live(live, &[]);
@@ -393,17 +395,17 @@ impl Sessions {
                 || p.initiating.is_some()
                 || !p.queue.is_empty()
                 || p.reconnected
-                    .is_some_and(|t| now.saturating_sub(t) < give_up)
+                    .is_some_and(|t| now.saturating_since(t) < give_up)
         });
     }
 
     /// When [`Sessions::poll`] next has work, if ever.
-    pub fn next_timer(&self) -> Option<u64> {
+    pub fn next_timer(&self) -> Option<Time> {
         let pending = self.pending.values().map(|(_, p)| match p {
             Pending::Initiating {
                 started, last_sent, ..
-            } => (last_sent + self.cfg.retry).min(started + self.cfg.give_up),
-            Pending::Responding { started, .. } => started + self.cfg.give_up,
+            } => (*last_sent + self.cfg.retry).min(*started + self.cfg.give_up),
+            Pending::Responding { started, .. } => *started + self.cfg.give_up,
         });
         let live = self.live.values().map(|l| {
             let mut at = l.made + self.cfg.reject_after;
@@ -455,14 +457,14 @@ impl Sessions {
     /// The root for endpoint channels to server endpoints on the node at
     /// `to` (`None`: on this node), through the newest session with it:
     /// `None` if there is none.
-    pub fn root_to(&mut self, now: u64, to: Option<SocketAddr>) -> Option<Root> {
+    pub fn root_to(&mut self, now: Time, to: Option<SocketAddr>) -> Option<Root> {
         let Some(addr) = to else {
             self.local
-                .retain(|l| now.saturating_sub(l.2) < self.cfg.reject_after);
+                .retain(|l| now.saturating_since(l.2) < self.cfg.reject_after);
             if self
                 .local
                 .last()
-                .is_none_or(|l| now.saturating_sub(l.2) >= self.cfg.rekey_after)
+                .is_none_or(|l| now.saturating_since(l.2) >= self.cfg.rekey_after)
             {
                 let index = LOCAL_INDEX | (self.rng.random::<u32>() & !LOCAL_INDEX);
                 let secret: [u8; 32] = self.rng.random();
@@ -489,7 +491,7 @@ impl Sessions {
 
     /// The root of the session this node knows as `index`, and the peer
     /// at its other end (`None`: this node itself), while it opens.
-    pub fn root_at(&self, now: u64, index: u32) -> Option<(Option<&NodeCert>, Root)> {
+    pub fn root_at(&self, now: Time, index: u32) -> Option<(Option<&NodeCert>, Root)> {
         if index & LOCAL_INDEX != 0 {
             let &(index, secret, made) = self.local.iter().find(|l| l.0 == index)?;
             let expires = made + self.cfg.reject_after;
@@ -532,11 +534,11 @@ impl Sessions {
     /// peer to find its session silent, brings the peer back within a
     /// round trip.  At most once per `retry` per address, so forged
     /// datagrams buy an attacker no more than that.
-    fn reconnect(&mut self, now: u64, from: SocketAddr, out: &mut Vec<Output>) {
+    fn reconnect(&mut self, now: Time, from: SocketAddr, out: &mut Vec<Output>) {
         while self
             .reconnects
             .front()
-            .is_some_and(|&t| now.saturating_sub(t) >= 1_000_000)
+            .is_some_and(|&t| now.saturating_since(t) >= Duration::from_secs(1))
         {
             self.reconnects.pop_front();
         }
@@ -547,7 +549,7 @@ impl Sessions {
         if peer.initiating.is_some()
             || peer
                 .reconnected
-                .is_some_and(|t| now.saturating_sub(t) < self.cfg.retry)
+                .is_some_and(|t| now.saturating_since(t) < self.cfg.retry)
         {
             return;
         }
@@ -556,7 +558,7 @@ impl Sessions {
         self.initiate(now, from, out);
     }
 
-    fn initiate(&mut self, now: u64, to: SocketAddr, out: &mut Vec<Output>) {
+    fn initiate(&mut self, now: Time, to: SocketAddr, out: &mut Vec<Output>) {
         let initiating = self
             .pending
             .values()
@@ -612,10 +614,10 @@ impl Sessions {
     /// many addresses must send a whole table's worth in every round trip,
     /// and the peers this node has sessions with (a peer that restarted,
     /// or rekeys) are never pushed out by it.
-    fn answer(&mut self, now: u64, from: SocketAddr, datagram: &[u8], out: &mut Vec<Output>) {
+    fn answer(&mut self, now: Time, from: SocketAddr, datagram: &[u8], out: &mut Vec<Output>) {
         // Handshakes answered: index, address and start; and those of
         // `from`.
-        let all: Vec<(u32, SocketAddr, u64)> = self
+        let all: Vec<(u32, SocketAddr, Time)> = self
             .pending
             .iter()
             .filter_map(|(&i, (a, p))| match p {
@@ -685,7 +687,7 @@ impl Sessions {
     /// (for one it answered).
     fn finish(
         &mut self,
-        now: u64,
+        now: Time,
         wall: u64,
         from: SocketAddr,
         datagram: &[u8],
@@ -755,7 +757,7 @@ impl Sessions {
 
     fn install(
         &mut self,
-        now: u64,
+        now: Time,
         addr: SocketAddr,
         est: Established,
         finish: Option<Vec<u8>>,
@@ -801,7 +803,7 @@ impl Sessions {
     /// address checked then).
     fn open_node<'a>(
         &mut self,
-        now: u64,
+        now: Time,
         from: Option<SocketAddr>,
         datagram: &'a mut [u8],
     ) -> Result<Option<Opened<'a>>, SessionError> {
@@ -825,7 +827,7 @@ impl Sessions {
             self.stats.unknown_index += 1;
             return Err(SessionError::UnknownIndex);
         };
-        if now.saturating_sub(live.made) >= self.cfg.reject_after {
+        if now.saturating_since(live.made) >= self.cfg.reject_after {
             self.stats.unknown_index += 1;
             return Err(SessionError::UnknownIndex);
         }

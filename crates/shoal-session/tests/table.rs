@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -13,11 +14,17 @@ use shoal_session::table::{Config, Output};
 use shoal_session::{
     AdminKey, ClusterId, NodeCert, NodeIdentity, RevocationList, SessionError, Sessions, Trust,
 };
+use shoal_time::Time;
 
 const WALL: u64 = 1_800_000_000;
 const CLUSTER: ClusterId = ClusterId([3; 16]);
-const MS: u64 = 1_000;
-const SEC: u64 = 1_000_000;
+const MS: Duration = Duration::from_millis(1);
+const SEC: Duration = Duration::from_secs(1);
+
+/// `d` after the start.
+fn at(d: Duration) -> Time {
+    Time::ZERO + d
+}
 
 fn addr(i: usize) -> SocketAddr {
     SocketAddr::from(([10, 0, 0, i as u8 + 1], 7700))
@@ -28,9 +35,9 @@ struct Net {
     nodes: Vec<Sessions>,
     rng: ChaCha8Rng,
     /// (arrival time, sequence, from, to, bytes)
-    flight: BTreeMap<(u64, u64), (usize, usize, Vec<u8>)>,
+    flight: BTreeMap<(Time, u64), (usize, usize, Vec<u8>)>,
     seq: u64,
-    now: u64,
+    now: Time,
     loss: f64,
     /// Everything ever sent, for the attacker.
     captured: Vec<(usize, usize, Vec<u8>)>,
@@ -75,7 +82,7 @@ impl Net {
             rng: ChaCha8Rng::seed_from_u64(seed),
             flight: BTreeMap::new(),
             seq: 0,
-            now: 0,
+            now: Time::ZERO,
             loss,
             captured: Vec::new(),
             sent: BTreeSet::new(),
@@ -111,7 +118,7 @@ impl Net {
             1
         };
         for _ in 0..copies {
-            let delay = self.rng.random_range(100..5 * MS);
+            let delay = Duration::from_micros(self.rng.random_range(100..5_000u64));
             self.seq += 1;
             self.flight
                 .insert((self.now + delay, self.seq), (from, to, datagram.clone()));
@@ -126,10 +133,15 @@ impl Net {
     }
 
     /// Delivers what arrives until `until`, polling each node every 100 ms.
-    fn run(&mut self, until: u64) {
+    fn run(&mut self, until: Time) {
         let mut next_poll = self.now;
         while self.now < until {
-            let next_arrival = self.flight.keys().next().map(|k| k.0).unwrap_or(u64::MAX);
+            let next_arrival = self
+                .flight
+                .keys()
+                .next()
+                .map(|k| k.0)
+                .unwrap_or(Time(u64::MAX));
             if next_poll <= next_arrival {
                 self.now = next_poll.min(until);
                 for i in 0..self.nodes.len() {
@@ -180,7 +192,7 @@ fn sessions_come_up_over_a_bad_network_and_nothing_is_delivered_twice() {
         let mut net = Net::new(3, seed, 0.2);
         let mut n = 0;
         // Every node sends to every other, every 50 ms, for 30 s.
-        while net.now < 30 * SEC {
+        while net.now < at(30 * SEC) {
             for from in 0..3 {
                 for to in 0..3 {
                     if from != to {
@@ -222,7 +234,7 @@ fn sessions_rekey_and_erased_keys_open_nothing() {
     let mut net = Net::new(2, 7, 0.0);
     let mut n = 0;
     let mut first_index = None;
-    while net.now < 400 * SEC {
+    while net.now < at(400 * SEC) {
         n += 1;
         net.send(0, 1, &text(n));
         n += 1;
@@ -311,7 +323,7 @@ fn the_same_seeds_replay_exactly() {
 fn forged_and_altered_datagrams_are_counted_and_dropped() {
     let mut net = Net::new(2, 3, 0.0);
     net.send(0, 1, b"hello");
-    net.run(SEC);
+    net.run(at(SEC));
     assert_eq!(net.delivered.len(), 1);
     let (_, _, good) = net
         .captured
@@ -379,7 +391,7 @@ fn forged_unknown_sessions_buy_an_attacker_little() {
         forged.extend_from_slice(&(i + 1).to_le_bytes());
         forged.extend_from_slice(&[0; 8 + 16]);
         let from = SocketAddr::from(([192, 0, 2, (i % 250) as u8], 1000 + i as u16));
-        let _ = net.nodes[0].handle(0, WALL, from, &mut forged, &mut out);
+        let _ = net.nodes[0].handle(Time::ZERO, WALL, from, &mut forged, &mut out);
     }
     let starts = out
         .iter()
@@ -388,9 +400,9 @@ fn forged_unknown_sessions_buy_an_attacker_little() {
     assert_eq!(starts, Config::default().max_reconnects);
     // Given up and forgotten after `give_up`: nothing more is sent.
     out.clear();
-    net.nodes[0].poll(11 * SEC, &mut out);
+    net.nodes[0].poll(at(11 * SEC), &mut out);
     out.clear();
-    net.nodes[0].poll(12 * SEC, &mut out);
+    net.nodes[0].poll(at(12 * SEC), &mut out);
     assert!(out.is_empty(), "{out:?}");
 }
 
@@ -403,7 +415,7 @@ fn both_ends_of_an_endpoint_channel_derive_one_key() {
     use shoal_session::kdf::{channel_key, server_secret};
     let mut net = Net::new(2, 7, 0.0);
     net.send(0, 1, &text(1));
-    net.run(SEC);
+    net.run(at(SEC));
     let client_root = net.nodes[0].root_to(net.now, Some(addr(1))).unwrap();
     let (peer, server_root) = net.nodes[1].root_at(net.now, client_root.index).unwrap();
     assert_eq!(peer.unwrap().name, "n1");
@@ -440,7 +452,7 @@ fn a_flood_of_initiations_locks_no_node_out() {
         let mut net = Net::new(3, 11, 0.0);
         // Node 1 and node 0 have a session; node 2 has none yet.
         net.send(1, 0, &text(1));
-        net.run(SEC);
+        net.run(at(SEC));
         let genuine = net
             .captured
             .iter()
