@@ -8,7 +8,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use shoal_cap::codec::{Reader, Writer};
-use shoal_fs::model::{Identity, Time};
+use shoal_fs::model::{Identity, Timestamp};
 use shoal_fs::op::{Request, decode_reply, encode_reply};
 use shoal_fs::replica::FsReplica;
 use shoal_replica::Machine;
@@ -18,12 +18,12 @@ use shoal_fs::{Tree, Update, UpdateOp};
 fuzz_target!(|data: &[u8]| {
     if let Ok(u) = Update::decode(data) {
         assert_eq!(Update::decode(&u.encode()).expect("re-encoded update"), u);
-        let mut tree = Tree::new([1; 16], Time::new(1, 0));
+        let mut tree = Tree::new([1; 16], Timestamp::new(1, 0));
         let range = Update {
             session: shoal_fs::tokens::ClientId(0),
             seq: 0,
             who: Identity::root(),
-            now: Time::new(2, 0),
+            now: Timestamp::new(2, 0),
             op: UpdateOp::Range { count: 64 },
         };
         tree.apply(&range);

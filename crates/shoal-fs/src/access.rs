@@ -104,7 +104,7 @@ fn without_setid(perm: u16) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Ino, Time};
+    use crate::model::{Ino, Timestamp};
 
     fn attr(kind: Kind, perm: u16, uid: u32, gid: u32) -> Attr {
         Attr {
@@ -117,9 +117,9 @@ mod tests {
             rdev: 0,
             size: 0,
             held: 0,
-            atime: Time::default(),
-            mtime: Time::default(),
-            ctime: Time::default(),
+            atime: Timestamp::default(),
+            mtime: Timestamp::default(),
+            ctime: Timestamp::default(),
             version: 0,
         }
     }

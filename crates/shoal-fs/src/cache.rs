@@ -29,7 +29,7 @@ use std::time::Duration;
 pub mod opens;
 
 use crate::edits::Layout;
-use crate::model::{Attr, Ino, Kind, Time};
+use crate::model::{Attr, Ino, Kind, Timestamp};
 use crate::op::Grant;
 use crate::tokens::Level;
 use crate::tree::{OverlayChange, OverlayEntry, overlaid_window};
@@ -142,7 +142,7 @@ pub struct FlushJob {
     pub base_size: u64,
     pub base_held: u64,
     pub size: u64,
-    pub mtime: Time,
+    pub mtime: Timestamp,
 }
 
 /// A mount's cache state.
@@ -481,7 +481,7 @@ impl Cache {
         ino: Ino,
         offset: Option<u64>,
         data: &[u8],
-        (now, at): (Time, u64),
+        (now, at): (Timestamp, u64),
     ) -> Option<u64> {
         self.change(ino, (now, at), |size| {
             let at = offset.unwrap_or(size);
@@ -498,7 +498,7 @@ impl Cache {
 
     /// A truncation under `Write`: kept dirty; the new attributes, or
     /// `None` without the token.
-    pub fn truncate(&mut self, ino: Ino, size: u64, when: (Time, u64)) -> Option<Attr> {
+    pub fn truncate(&mut self, ino: Ino, size: u64, when: (Timestamp, u64)) -> Option<Attr> {
         self.change(ino, when, |_| {
             (OverlayChange::Truncate { size }, size, size)
         })?;
@@ -511,7 +511,7 @@ impl Cache {
     /// (`utimensat`): one more dirty change (a truncation to its size,
     /// which changes no byte), whose write-back sets it; the attributes
     /// then, or `None` if the file is not dirty here.
-    pub fn touch(&mut self, ino: Ino, when: (Time, u64)) -> Option<Attr> {
+    pub fn touch(&mut self, ino: Ino, when: (Timestamp, u64)) -> Option<Attr> {
         let size = self.dirty.get(&ino)?.work.size;
         self.truncate(ino, size, when)
     }
@@ -519,7 +519,7 @@ impl Cache {
     /// A growth to `size` under `Write` (`fallocate`): a truncation
     /// upwards if the file is shorter, nothing if not; the attributes
     /// then, or `None` without the token.
-    pub fn grow(&mut self, ino: Ino, size: u64, when: (Time, u64)) -> Option<Attr> {
+    pub fn grow(&mut self, ino: Ino, size: u64, when: (Timestamp, u64)) -> Option<Attr> {
         let h = self.held.get(&ino)?;
         if !h.takes_changes() || h.content.is_none() {
             return None;
@@ -535,7 +535,7 @@ impl Cache {
     fn change(
         &mut self,
         ino: Ino,
-        (now, at): (Time, u64),
+        (now, at): (Timestamp, u64),
         make: impl FnOnce(u64) -> (OverlayChange, u64, u64),
     ) -> Option<u64> {
         let h = self.held.get(&ino)?;

@@ -127,18 +127,20 @@ impl Kind {
     }
 }
 
-/// A time: seconds and nanoseconds since the epoch.
+/// A file's time (`stat`'s atime, mtime and ctime): seconds and nanoseconds
+/// since the Unix epoch, on the wall clock (the cores' monotonic clock is
+/// `shoal_time::Time`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct Time {
+pub struct Timestamp {
     pub secs: i64,
     pub nanos: u32,
 }
 
-impl Time {
+impl Timestamp {
     /// A time from seconds and nanoseconds (nanoseconds above a second are
     /// cut to 999,999,999).
-    pub fn new(secs: i64, nanos: u32) -> Time {
-        Time {
+    pub fn new(secs: i64, nanos: u32) -> Timestamp {
+        Timestamp {
             secs,
             nanos: nanos.min(999_999_999),
         }
@@ -161,9 +163,9 @@ pub struct Attr {
     /// The bytes of data a regular file holds, its holes not counted
     /// (at most its size; what `st_blocks` reports): 0 for other kinds.
     pub held: u64,
-    pub atime: Time,
-    pub mtime: Time,
-    pub ctime: Time,
+    pub atime: Timestamp,
+    pub mtime: Timestamp,
+    pub ctime: Timestamp,
     /// Grows by one at every change of a regular file's contents.
     pub version: u64,
 }

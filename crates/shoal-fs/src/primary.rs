@@ -32,7 +32,7 @@ use std::collections::BTreeMap;
 use shoal_cap::{Capability, PutPort};
 
 use crate::locks::Locks;
-use crate::model::{FsError, Identity, Ino, Time};
+use crate::model::{FsError, Identity, Ino, Timestamp};
 use crate::op::{self, Failure, Reply};
 use crate::tokens::{Callback, ClientId, LEASE_US, Tokens};
 use crate::tree::{OverlayEntry, Tree};
@@ -62,7 +62,7 @@ pub trait Shell {
     fn order(&mut self, update: &Update) -> Result<Result<Answer, FsError>, Failure>;
 
     /// The time of an update made now.
-    fn wall(&mut self) -> Time;
+    fn wall(&mut self) -> Timestamp;
 
     /// A new inode capability secret.
     fn secret(&mut self) -> [u8; 16];

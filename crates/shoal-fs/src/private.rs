@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use rustc_hash::FxHashMap;
 
-use crate::model::{Attr, FsError, Identity, Ino, Kind, Time};
+use crate::model::{Attr, FsError, Identity, Ino, Kind, Timestamp};
 use crate::tree::{Body, Inode, Tree};
 use crate::update::{Answer, Pushed, SetAttr, TimeSet, UpdateOp};
 
@@ -267,7 +267,7 @@ impl Private {
     pub fn change(
         &mut self,
         who: &Identity,
-        now: Time,
+        now: Timestamp,
         op: UpdateOp,
         clock: u64,
     ) -> Result<Answer, FsError> {
@@ -356,7 +356,7 @@ impl Private {
     /// copy applies it too, so that it shows the file as the replicas
     /// hold it (size, version, content, times).  Not a pending change:
     /// the primary has it already.
-    pub fn committed(&mut self, now: Time, op: &UpdateOp) {
+    pub fn committed(&mut self, now: Timestamp, op: &UpdateOp) {
         let UpdateOp::Commit { ino, .. } = op else {
             return;
         };
@@ -392,7 +392,7 @@ impl Private {
         }
         let _ = self.tree.change(
             &Identity::root(),
-            Time::default(),
+            Timestamp::default(),
             &UpdateOp::Forget { ino },
         );
         self.cancel(ino);
@@ -445,7 +445,7 @@ impl Private {
         // Where each directory's times were last set by a change taken
         // out: a setting of them takes that change's place.  (A file's
         // changes touch one directory or two: lists, not maps.)
-        let mut last: Vec<(Ino, u64, Time, u64)> = Vec::new();
+        let mut last: Vec<(Ino, u64, Timestamp, u64)> = Vec::new();
         for at in touching {
             let p = self.remove(at).expect("pending");
             for d in p.dirs {
@@ -475,7 +475,7 @@ impl Private {
     /// them) at position `at`, in place of such a setting just before
     /// (unless that one is on its way); `clock`: when the change it takes
     /// the place of was made.
-    fn fix_times(&mut self, dir: Ino, at: u64, (now, clock): (Time, u64)) {
+    fn fix_times(&mut self, dir: Ino, at: u64, (now, clock): (Timestamp, u64)) {
         let before = self
             .pending
             .range(..at)

@@ -14,7 +14,7 @@
 use shoal_cap::PutPort;
 use shoal_replica::{Machine, Recovery, frame};
 
-use crate::model::{FsError, Time};
+use crate::model::{FsError, Timestamp};
 use crate::tree::{Applied, Tree};
 use crate::update::{Answer, Update};
 
@@ -49,7 +49,7 @@ impl FsReplica {
     /// capability secret yet (zero: no capability verifies against it;
     /// the first primary gives it one) and times at the epoch.
     pub fn empty() -> FsReplica {
-        FsReplica::new(Tree::new([0; 16], Time { secs: 0, nanos: 0 }))
+        FsReplica::new(Tree::new([0; 16], Timestamp { secs: 0, nanos: 0 }))
     }
 }
 
@@ -160,7 +160,7 @@ mod tests {
             session: ClientId(7),
             seq,
             who: Identity::root(),
-            now: Time { secs: 1, nanos: 0 },
+            now: Timestamp { secs: 1, nanos: 0 },
             op,
         }
         .encode()

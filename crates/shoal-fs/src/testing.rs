@@ -1,7 +1,7 @@
 //! What the crate's tests share: the users they act as, the creates they
 //! ask for and the updates they apply.
 
-use crate::model::{Attr, FsError, Identity, Ino, Kind, Time};
+use crate::model::{Attr, FsError, Identity, Ino, Kind, Timestamp};
 use crate::tokens::ClientId;
 use crate::tree::Applied;
 use crate::update::{Answer, Update, UpdateOp};
@@ -38,7 +38,13 @@ pub(crate) fn create(
 }
 
 /// Update `seq` of `session`, by `who` at `now`.
-pub(crate) fn update(session: u64, seq: u64, who: &Identity, now: Time, op: UpdateOp) -> Update {
+pub(crate) fn update(
+    session: u64,
+    seq: u64,
+    who: &Identity,
+    now: Timestamp,
+    op: UpdateOp,
+) -> Update {
     Update {
         session: ClientId(session),
         seq,
@@ -70,9 +76,9 @@ pub(crate) fn sample_attr() -> Attr {
         rdev: 0,
         size: 99,
         held: 0,
-        atime: Time::new(1, 1),
-        mtime: Time::new(2, 2),
-        ctime: Time::new(3, 3),
+        atime: Timestamp::new(1, 1),
+        mtime: Timestamp::new(2, 2),
+        ctime: Timestamp::new(3, 3),
         version: 4,
     }
 }

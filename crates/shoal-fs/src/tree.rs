@@ -101,7 +101,7 @@ pub struct Tree {
 impl Tree {
     /// A tree holding only the root directory (mode 0755, owned by root),
     /// made at `now` with capability secret `secret`.
-    pub fn new(secret: [u8; 16], now: Time) -> Tree {
+    pub fn new(secret: [u8; 16], now: Timestamp) -> Tree {
         let root = Inode {
             attr: Attr {
                 ino: ROOT,
@@ -168,7 +168,12 @@ impl Tree {
 
     /// Makes one change as `who` at `now`, outside any session: the same
     /// checks and results as when the replicas apply it.
-    pub fn change(&mut self, who: &Identity, now: Time, op: &UpdateOp) -> Result<Answer, FsError> {
+    pub fn change(
+        &mut self,
+        who: &Identity,
+        now: Timestamp,
+        op: &UpdateOp,
+    ) -> Result<Answer, FsError> {
         self.apply_op(who, now, op, false)
     }
 
@@ -280,7 +285,7 @@ impl Tree {
     fn apply_op(
         &mut self,
         who: &Identity,
-        now: Time,
+        now: Timestamp,
         op: &UpdateOp,
         in_push: bool,
     ) -> Result<Answer, FsError> {
@@ -405,7 +410,7 @@ impl Tree {
     }
 
     /// Changes a directory's entry (`None`: removes it) and sets its times.
-    fn set_entry(&mut self, dir: Ino, name: &[u8], to: Option<Ino>, now: Time) {
+    fn set_entry(&mut self, dir: Ino, name: &[u8], to: Option<Ino>, now: Timestamp) {
         let d = self.inodes.get_mut(&dir).expect("checked directory");
         if let Body::Dir { entries, .. } = &mut d.body {
             match to {
@@ -426,7 +431,7 @@ impl Tree {
     fn create(
         &mut self,
         who: &Identity,
-        now: Time,
+        now: Timestamp,
         parent: Ino,
         name: &[u8],
         (kind, perm, rdev): (Kind, u16, u32),
@@ -543,7 +548,7 @@ impl Tree {
     fn link(
         &mut self,
         who: &Identity,
-        now: Time,
+        now: Timestamp,
         ino: Ino,
         parent: Ino,
         name: &[u8],
@@ -599,7 +604,7 @@ impl Tree {
 
     /// Takes one link from `ino` (a directory loses its last); an inode
     /// left without links goes unless it is `open`.
-    fn drop_link(&mut self, ino: Ino, open: bool, now: Time) -> Answer {
+    fn drop_link(&mut self, ino: Ino, open: bool, now: Timestamp) -> Answer {
         let i = self.inodes.get_mut(&ino).expect("checked inode");
         i.attr.nlink = if i.attr.kind == Kind::Dir {
             0
@@ -630,7 +635,7 @@ impl Tree {
     fn unlink(
         &mut self,
         who: &Identity,
-        now: Time,
+        now: Timestamp,
         parent: Ino,
         name: &[u8],
         dir: bool,
@@ -671,7 +676,7 @@ impl Tree {
     fn rename(
         &mut self,
         who: &Identity,
-        now: Time,
+        now: Timestamp,
         (from, from_name): (Ino, &[u8]),
         (to, to_name): (Ino, &[u8]),
         noreplace: bool,
@@ -741,7 +746,7 @@ impl Tree {
     fn set_attr(
         &mut self,
         who: &Identity,
-        now: Time,
+        now: Timestamp,
         ino: Ino,
         set: &SetAttr,
     ) -> Result<Answer, FsError> {
@@ -828,12 +833,12 @@ impl Tree {
     #[allow(clippy::too_many_arguments)]
     fn commit(
         &mut self,
-        now: Time,
+        now: Timestamp,
         ino: Ino,
         base: u64,
         new: &[Capability],
         (size, held): (u64, u64),
-        mtime: Time,
+        mtime: Timestamp,
         flush: bool,
     ) -> Result<Answer, FsError> {
         let i = self.inode_mut(ino)?;
@@ -871,7 +876,7 @@ impl Tree {
     fn set_xattr(
         &mut self,
         who: &Identity,
-        now: Time,
+        now: Timestamp,
         ino: Ino,
         name: &[u8],
         value: Option<(&Vec<u8>, XattrMode)>,
@@ -932,7 +937,7 @@ impl Tree {
     fn revoke(
         &mut self,
         who: &Identity,
-        now: Time,
+        now: Timestamp,
         ino: Ino,
         secret: &[u8; 16],
         set: &Option<SetAttr>,

@@ -7,14 +7,14 @@
 use shoal_cap::Capability;
 use shoal_cap::codec::{DecodeError, Reader, Writer, bad};
 
-use crate::model::{Attr, FsError, GROUPS_MAX, Identity, Ino, Kind, Time};
+use crate::model::{Attr, FsError, GROUPS_MAX, Identity, Ino, Kind, Timestamp};
 use crate::tokens::ClientId;
 
 /// A time to set: the applying update's time, or a given one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TimeSet {
     Now,
-    At(Time),
+    At(Timestamp),
 }
 
 /// How `setxattr` treats an existing attribute.
@@ -118,7 +118,7 @@ pub enum UpdateOp {
         size: u64,
         /// The bytes of data the version holds (`Attr::held`).
         held: u64,
-        mtime: Time,
+        mtime: Timestamp,
         flush: bool,
     },
     /// Bytes written while the file is write-shared, at `offset`, or at
@@ -172,7 +172,7 @@ pub enum UpdateOp {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pushed {
     pub who: Identity,
-    pub now: Time,
+    pub now: Timestamp,
     pub op: UpdateOp,
 }
 
@@ -183,7 +183,7 @@ pub struct Update {
     pub session: ClientId,
     pub seq: u64,
     pub who: Identity,
-    pub now: Time,
+    pub now: Timestamp,
     pub op: UpdateOp,
 }
 
@@ -228,18 +228,18 @@ pub enum Answer {
 /// Most changes in one push.
 pub const PUSH_MAX: usize = 65_536;
 
-pub(crate) fn time(w: &mut Writer, t: Time) {
+pub(crate) fn time(w: &mut Writer, t: Timestamp) {
     w.u64(t.secs as u64);
     w.u32(t.nanos);
 }
 
-pub(crate) fn read_time(r: &mut Reader) -> Result<Time, DecodeError> {
+pub(crate) fn read_time(r: &mut Reader) -> Result<Timestamp, DecodeError> {
     let secs = r.u64()? as i64;
     let nanos = r.u32()?;
     if nanos > 999_999_999 {
         return Err(bad("fs update", "nanoseconds beyond a second"));
     }
-    Ok(Time { secs, nanos })
+    Ok(Timestamp { secs, nanos })
 }
 
 fn time_set(w: &mut Writer, t: Option<TimeSet>) {
@@ -821,7 +821,7 @@ mod tests {
                     gid: Some(5),
                     size: Some(1 << 40),
                     atime: Some(TimeSet::Now),
-                    mtime: Some(TimeSet::At(Time::new(-5, 3))),
+                    mtime: Some(TimeSet::At(Timestamp::new(-5, 3))),
                     by_handle: true,
                     grow: true,
                 },
@@ -832,7 +832,7 @@ mod tests {
                 content: vec![],
                 size: 10,
                 held: 7,
-                mtime: Time::new(1, 2),
+                mtime: Timestamp::new(1, 2),
                 flush: false,
             },
             UpdateOp::Overlay {
@@ -882,7 +882,7 @@ mod tests {
                         gid: 9,
                         groups: vec![i as u32],
                     },
-                    now: Time::new(i as i64, 1),
+                    now: Timestamp::new(i as i64, 1),
                     op,
                 })
                 .collect(),
@@ -896,7 +896,7 @@ mod tests {
                     gid: 4,
                     groups: vec![5, 6],
                 },
-                now: Time::new(7, 8),
+                now: Timestamp::new(7, 8),
                 op,
             };
             let bytes = u.encode();
@@ -915,11 +915,11 @@ mod tests {
             session: ClientId(1),
             seq: 1,
             who: Identity::root(),
-            now: Time::default(),
+            now: Timestamp::default(),
             op: UpdateOp::Push {
                 ops: vec![Pushed {
                     who: Identity::root(),
-                    now: Time::default(),
+                    now: Timestamp::default(),
                     op: inner,
                 }],
             },

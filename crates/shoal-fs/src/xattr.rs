@@ -130,7 +130,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::model::{Attr, Ino, Time};
+    use crate::model::{Attr, Ino, Timestamp};
     use crate::tokens::ClientId;
     use crate::tree::Body;
 
@@ -140,7 +140,7 @@ mod tests {
 
     /// File 5 (0640, uid 1000, gid 100) holding `user.a` and `trusted.t`.
     fn file() -> Inode {
-        let t = Time::new(1, 0);
+        let t = Timestamp::new(1, 0);
         Inode {
             attr: Attr {
                 ino: Ino(5),
@@ -230,7 +230,7 @@ mod tests {
     fn a_revoked_inode_verifies_no_earlier_capability() {
         use crate::tree::{Applied, Tree};
         use crate::update::{Answer, SetAttr, Update, UpdateOp};
-        let mut tree = Tree::new([1; 16], Time::new(1, 0));
+        let mut tree = Tree::new([1; 16], Timestamp::new(1, 0));
         let mut seq = 0;
         let mut run = |tree: &mut Tree, who: &Identity, op: UpdateOp| {
             seq += 1;
@@ -238,7 +238,7 @@ mod tests {
                 session: ClientId(7),
                 seq,
                 who: who.clone(),
-                now: Time::new(seq as i64 + 1, 0),
+                now: Timestamp::new(seq as i64 + 1, 0),
                 op,
             };
             match tree.apply(&u) {

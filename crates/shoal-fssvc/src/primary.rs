@@ -24,7 +24,7 @@ use std::time::{Duration, Instant, SystemTime};
 use parking_lot::Mutex;
 use shoal_bulletsvc::FileClient;
 use shoal_cap::{Capability, PutPort};
-use shoal_fs::model::{FsError, Ino, Time};
+use shoal_fs::model::{FsError, Ino, Timestamp};
 use shoal_fs::op::{self, Failure, Op, Reply};
 use shoal_fs::primary::{Config, EVENTS_HOLD_US, Flush, GRACE_US, Shell, Soft};
 use shoal_fs::replica::FsReplica;
@@ -110,11 +110,11 @@ impl Shell for World<'_> {
             .map_err(|e| Failure::Unavailable(e.0))
     }
 
-    fn wall(&mut self) -> Time {
+    fn wall(&mut self) -> Timestamp {
         let d = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or_default();
-        Time::new(d.as_secs() as i64, d.subsec_nanos())
+        Timestamp::new(d.as_secs() as i64, d.subsec_nanos())
     }
 
     fn secret(&mut self) -> [u8; 16] {

@@ -33,7 +33,7 @@ use fuser::{
     Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
-use shoal_fs::model::{Attr, FILE_SIZE_MAX, FsError, Identity, Ino, Kind, Time};
+use shoal_fs::model::{Attr, FILE_SIZE_MAX, FsError, Identity, Ino, Kind, Timestamp};
 use shoal_fs::op::{Failure, Op, Reply};
 use shoal_fs::tokens::{OpenId, Want};
 use shoal_fs::update::{Answer, SetAttr, UpdateOp};
@@ -64,7 +64,7 @@ fn open_flags(open: CacheUse) -> FopenFlags {
 const NONE: Duration = Duration::ZERO;
 
 /// The time of a change: the one asked for, or now.
-fn now(t: Option<TimeOrNow>) -> Time {
+fn now(t: Option<TimeOrNow>) -> Timestamp {
     match t {
         Some(TimeOrNow::SpecificTime(s)) => time_of(s),
         _ => time_of(SystemTime::now()),

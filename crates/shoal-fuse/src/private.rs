@@ -433,7 +433,7 @@ impl Conn {
 
     /// The primary committed `op`, a write-back of a private file, at
     /// `at`: the copy shows what it made (`Private::committed`).
-    pub(crate) fn private_committed(&self, op: &UpdateOp, at: shoal_fs::model::Time) {
+    pub(crate) fn private_committed(&self, op: &UpdateOp, at: shoal_fs::model::Timestamp) {
         self.privates.state.lock().core.committed(at, op);
     }
 

@@ -19,7 +19,7 @@ use parking_lot::{Condvar, Mutex};
 use rustc_hash::FxHashSet;
 
 use shoal_cap::Capability;
-use shoal_fs::model::{Attr, FsError, Identity, Ino, Kind, ROOT, Time};
+use shoal_fs::model::{Attr, FsError, Identity, Ino, Kind, ROOT, Timestamp};
 use shoal_fs::op::{Failure, Op, Reply};
 use shoal_fs::update::{Answer, UpdateOp};
 use shoal_fssvc::FsClient;
@@ -394,7 +394,7 @@ fn keep_lost(
     ino: Ino,
     version: &Version,
     size: u64,
-    mtime: Time,
+    mtime: Timestamp,
 ) -> Result<String, Failure> {
     let root = Identity::root();
     let lookup = || match conn.call(

@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use shoal_cap::PutPort;
-use shoal_fs::model::{Attr, FsError, Identity, Ino, Kind, ROOT, Time};
+use shoal_fs::model::{Attr, FsError, Identity, Ino, Kind, ROOT, Timestamp};
 use shoal_fs::op::{self, Failure, Op, Reply};
 use shoal_fs::primary::{Config, GRACE_US, Soft};
 use shoal_fs::private::Private;
@@ -260,8 +260,8 @@ impl PrivateSim {
         self.trace.violation(now, &mut self.report.violations, v);
     }
 
-    fn clock(&self) -> Time {
-        Time::new(self.now as i64, 0)
+    fn clock(&self) -> Timestamp {
+        Timestamp::new(self.now as i64, 0)
     }
 
     fn send(&mut self, slot: usize, id: ClientId, body: Msg) {

@@ -3,7 +3,7 @@
 //! write-back, and what a lost session or lease drops.
 
 use super::*;
-use crate::model::Time;
+use crate::model::Timestamp;
 
 fn attr(ino: Ino, kind: Kind, version: u64) -> Attr {
     Attr {
@@ -16,9 +16,9 @@ fn attr(ino: Ino, kind: Kind, version: u64) -> Attr {
         rdev: 0,
         size: 10,
         held: 0,
-        atime: Time::new(0, 0),
-        mtime: Time::new(0, 0),
-        ctime: Time::new(0, 0),
+        atime: Timestamp::new(0, 0),
+        mtime: Timestamp::new(0, 0),
+        ctime: Timestamp::new(0, 0),
         version,
     }
 }
@@ -132,7 +132,7 @@ fn a_lost_session_drops_everything() {
 #[test]
 fn writes_under_write_stay_dirty_until_written_back() {
     let mut c = Cache::default();
-    let t = Time::new(5, 0);
+    let t = Timestamp::new(5, 0);
     // Without Write, a write goes through the primary.
     c.opened(
         &attr(Ino(7), Kind::File, 1),
@@ -238,7 +238,7 @@ fn a_recall_of_a_grant_seen_only_in_a_listing_is_carried_out() {
 #[test]
 fn an_answer_older_than_the_version_seen_keeps_the_newer_content() {
     let mut c = Cache::default();
-    let t = Time::new(5, 0);
+    let t = Timestamp::new(5, 0);
     c.opened(
         &attr(Ino(7), Kind::File, 4),
         &grant(Level::Write, 1),
@@ -264,7 +264,7 @@ fn an_answer_older_than_the_version_seen_keeps_the_newer_content() {
 #[test]
 fn a_write_over_the_last_one_is_kept_in_it() {
     let mut c = Cache::default();
-    let t = Time::new(5, 0);
+    let t = Timestamp::new(5, 0);
     c.opened(
         &attr(Ino(7), Kind::File, 1),
         &grant(Level::Write, 1),
@@ -325,7 +325,7 @@ proptest::proptest! {
         )
     ) {
         let mut c = Cache::default();
-        let t = Time::new(5, 0);
+        let t = Timestamp::new(5, 0);
         let mut a = attr(Ino(7), Kind::File, 1);
         a.size = 0;
         c.opened(&a, &grant(Level::Write, 1), Vec::new());

@@ -4,7 +4,7 @@
 use shoal_cap::{Capability, PutPort};
 
 use super::{Config, Flush, GRACE_US, Shell, Soft};
-use crate::model::{FsError, Identity, Ino, Kind, ROOT, Time};
+use crate::model::{FsError, Identity, Ino, Kind, ROOT, Timestamp};
 use crate::op::{Failure, Op, Reply, Request};
 use crate::tokens::{Callback, ClientId, LEASE_US, Level, OpenId, Want};
 use crate::tree::Tree;
@@ -26,9 +26,9 @@ impl Shell for One {
             Applied::New(r) | Applied::Duplicate(r) => r,
         })
     }
-    fn wall(&mut self) -> Time {
+    fn wall(&mut self) -> Timestamp {
         self.clock += 1;
-        Time::new(self.clock as i64, 0)
+        Timestamp::new(self.clock as i64, 0)
     }
     fn secret(&mut self) -> [u8; 16] {
         [9; 16]
@@ -49,7 +49,7 @@ const B: u64 = 5;
 /// grace period has ended, and clients `A` and `B` said hello.
 fn set_up(allow_root: bool) -> (One, Soft<u32>, Ino) {
     let mut w = One {
-        tree: Tree::new([0; 16], Time::new(0, 0)),
+        tree: Tree::new([0; 16], Timestamp::new(0, 0)),
         clock: 0,
         stored: 0,
     };
@@ -58,7 +58,7 @@ fn set_up(allow_root: bool) -> (One, Soft<u32>, Ino) {
             session: ClientId(1),
             seq,
             who: Identity::root(),
-            now: Time::new(0, 0),
+            now: Timestamp::new(0, 0),
             op,
         };
         match w.tree.apply(&u) {

@@ -30,7 +30,7 @@ struct World {
 impl World {
     fn new() -> World {
         let mut w = World {
-            primary: Tree::new([1; 16], Time::new(1, 0)),
+            primary: Tree::new([1; 16], Timestamp::new(1, 0)),
             client: Private::new(),
             seq: 0,
             clock: 1,
@@ -51,9 +51,9 @@ impl World {
         w
     }
 
-    fn now(&mut self) -> Time {
+    fn now(&mut self) -> Timestamp {
         self.clock += 1;
-        Time::new(self.clock, 7)
+        Timestamp::new(self.clock, 7)
     }
 
     /// An update the primary orders.
@@ -343,13 +343,13 @@ proptest! {
 #[test]
 fn a_temporary_file_leaves_one_setting_of_its_directorys_times() {
     let mut w = World::new();
-    let mut unlinked = Time::default();
+    let mut unlinked = Timestamp::default();
     for round in 0..100 {
         let attr = w.made_here(w.d, b"tmp", Kind::File, 0o600);
         // Open while it is unlinked: it goes at the close.
         *w.opens.entry(attr.ino).or_default() += 1;
         w.unlink_here(w.d, b"tmp", false, true);
-        unlinked = Time::new(w.clock, 7);
+        unlinked = Timestamp::new(w.clock, 7);
         // The create and the unlink, after the times set last round.
         assert_eq!(w.client.pending_len(), if round == 0 { 2 } else { 3 });
         w.opens.clear();
@@ -446,7 +446,7 @@ fn a_push_carries_the_commit_of_a_file_it_makes() {
         content: Vec::new(),
         size: 10,
         held: 10,
-        mtime: Time::new(w.clock, 9),
+        mtime: Timestamp::new(w.clock, 9),
         flush: false,
     };
     let mut ops = w.client.to_push();
@@ -481,14 +481,14 @@ fn a_push_carries_the_commit_of_a_file_it_makes() {
 fn a_push_commits_only_what_its_client_holds() {
     let commit = |ino, flush| Pushed {
         who: Identity::root(),
-        now: Time::new(1, 0),
+        now: Timestamp::new(1, 0),
         op: UpdateOp::Commit {
             ino,
             base: 0,
             content: Vec::new(),
             size: 0,
             held: 0,
-            mtime: Time::new(1, 0),
+            mtime: Timestamp::new(1, 0),
             flush,
         },
     };

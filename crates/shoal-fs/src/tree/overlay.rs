@@ -145,7 +145,7 @@ impl Tree {
     pub(super) fn overlay(
         &mut self,
         who: &Identity,
-        now: Time,
+        now: Timestamp,
         ino: Ino,
         offset: Option<u64>,
         data: &[u8],

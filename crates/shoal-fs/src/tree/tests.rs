@@ -25,7 +25,7 @@ fn root() -> Identity {
 impl T {
     fn new() -> T {
         let mut t = T {
-            tree: Tree::new([1; 16], Time::new(1, 0)),
+            tree: Tree::new([1; 16], Timestamp::new(1, 0)),
             seq: 0,
             clock: 1,
             next: Ino(0),
@@ -43,7 +43,7 @@ impl T {
     fn run(&mut self, who: &Identity, op: UpdateOp) -> Result<Answer, FsError> {
         self.seq += 1;
         self.clock += 1;
-        let u = update(7, self.seq, who, Time::new(self.clock, 0), op);
+        let u = update(7, self.seq, who, Timestamp::new(self.clock, 0), op);
         first(self.tree.apply(&u))
     }
 
@@ -412,7 +412,7 @@ fn attributes_and_their_permissions() {
     assert!(t.run(&staff, set(&|s| s.gid = Some(5))).is_ok());
     assert_eq!((t.attr(f).gid, t.attr(f).perm), (5, 0o755));
     // Explicit times: the owner; "now": anyone who may write.
-    let at = TimeSet::At(Time::new(100, 5));
+    let at = TimeSet::At(Timestamp::new(100, 5));
     assert_eq!(
         t.run(&bob(), set(&|s| s.mtime = Some(at))),
         Err(FsError::Perm)
@@ -422,7 +422,7 @@ fn attributes_and_their_permissions() {
         Err(FsError::Access)
     );
     assert!(t.run(&alice(), set(&|s| s.mtime = Some(at))).is_ok());
-    assert_eq!(t.attr(f).mtime, Time::new(100, 5));
+    assert_eq!(t.attr(f).mtime, Timestamp::new(100, 5));
     // Truncate needs write permission, unless through an open file.
     assert_eq!(
         t.run(&bob(), set(&|s| s.size = Some(3))),
@@ -489,7 +489,7 @@ fn commits_and_overlays_make_versions() {
         content: vec![],
         size: 10,
         held: 20,
-        mtime: Time::new(50, 0),
+        mtime: Timestamp::new(50, 0),
         flush,
     };
     assert!(
@@ -655,7 +655,7 @@ fn retried_updates_are_answered_not_applied() {
         session: ClientId(99),
         seq: 1,
         who: alice(),
-        now: Time::new(500, 0),
+        now: Timestamp::new(500, 0),
         op,
     };
     let first = t.tree.apply(&u);
@@ -696,7 +696,7 @@ fn pushes_apply_in_order_each_answered() {
         .enumerate()
         .map(|(i, op)| Pushed {
             who: alice(),
-            now: Time::new(100 + i as i64, 0),
+            now: Timestamp::new(100 + i as i64, 0),
             op,
         })
         .collect();
@@ -707,7 +707,10 @@ fn pushes_apply_in_order_each_answered() {
     assert!(t.tree.entries(dino).unwrap().is_empty());
     let d = t.tree.get(dino).unwrap().attr;
     assert_eq!(d.uid, alice().uid);
-    assert_eq!((d.mtime, d.ctime), (Time::new(103, 0), Time::new(103, 0)));
+    assert_eq!(
+        (d.mtime, d.ctime),
+        (Timestamp::new(103, 0), Timestamp::new(103, 0))
+    );
 }
 
 #[test]

@@ -3,10 +3,10 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{FileAttr, FileType, INodeNo, TimeOrNow};
-use shoal_fs::model::{Attr, Ino, Kind, Time};
+use shoal_fs::model::{Attr, Ino, Kind, Timestamp};
 use shoal_fs::update::TimeSet;
 
-pub(super) fn system_time(t: Time) -> SystemTime {
+pub(super) fn system_time(t: Timestamp) -> SystemTime {
     if t.secs >= 0 {
         UNIX_EPOCH + Duration::new(t.secs as u64, t.nanos)
     } else {
@@ -15,12 +15,12 @@ pub(super) fn system_time(t: Time) -> SystemTime {
     }
 }
 
-pub(crate) fn time_of(t: SystemTime) -> Time {
+pub(crate) fn time_of(t: SystemTime) -> Timestamp {
     match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => Time::new(d.as_secs() as i64, d.subsec_nanos()),
+        Ok(d) => Timestamp::new(d.as_secs() as i64, d.subsec_nanos()),
         Err(e) => {
             let d = e.duration();
-            Time::new(-(d.as_secs() as i64), 0)
+            Timestamp::new(-(d.as_secs() as i64), 0)
         }
     }
 }
@@ -79,7 +79,7 @@ pub(super) fn node(n: INodeNo) -> Ino {
 
 /// The attributes of a negative entry (node 0: the name is absent).
 pub(super) fn absent() -> Attr {
-    let zero = Time { secs: 0, nanos: 0 };
+    let zero = Timestamp { secs: 0, nanos: 0 };
     Attr {
         ino: Ino(0),
         kind: Kind::File,

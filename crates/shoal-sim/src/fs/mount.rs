@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use shoal_cap::Capability;
 use shoal_fs::cache::opens::OpenTable;
 use shoal_fs::cache::{Cache, FlushJob, RecallStep};
-use shoal_fs::model::{Attr, Ino, Time};
+use shoal_fs::model::{Attr, Ino, Timestamp};
 use shoal_fs::op::Grant;
 use shoal_fs::tokens::{Callback, ClientId, Level, OpenId, Want};
 use shoal_fs::tree::overlaid;
@@ -130,8 +130,8 @@ impl Mount {
 pub(super) const READ_MAX: usize = 1 << 20;
 
 impl FsSim {
-    fn when(&self) -> (Time, u64) {
-        (Time::new(self.now as i64, 0), self.now)
+    fn when(&self) -> (Timestamp, u64) {
+        (Timestamp::new(self.now as i64, 0), self.now)
     }
 
     /// A program's next operation on mount `slot`.

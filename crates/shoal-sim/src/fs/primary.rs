@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use shoal_cap::{Capability, GetPort, ObjectId, ObjectSecret, Rights};
-use shoal_fs::model::{FsError, Identity, Ino, Time};
+use shoal_fs::model::{FsError, Identity, Ino, Timestamp};
 use shoal_fs::op::{Failure, Reply};
 use shoal_fs::primary::{Flush, Shell};
 use shoal_fs::tokens::ClientId;
@@ -60,7 +60,7 @@ pub(crate) struct World {
 impl World {
     pub(crate) fn new() -> World {
         World {
-            tree: Tree::new([0; 16], Time::new(0, 0)),
+            tree: Tree::new([0; 16], Timestamp::new(0, 0)),
             store: Store::default(),
             clock: 0,
         }
@@ -73,7 +73,7 @@ impl World {
             session: ClientId(1),
             seq: self.clock,
             who: Identity::root(),
-            now: Time::new(self.clock as i64, 0),
+            now: Timestamp::new(self.clock as i64, 0),
             op,
         };
         match self.tree.apply(&u) {
@@ -104,9 +104,9 @@ impl Shell for World {
         })
     }
 
-    fn wall(&mut self) -> Time {
+    fn wall(&mut self) -> Timestamp {
         self.clock += 1;
-        Time::new(self.clock as i64, 0)
+        Timestamp::new(self.clock as i64, 0)
     }
 
     fn secret(&mut self) -> [u8; 16] {
