@@ -35,6 +35,7 @@ use crate::tokens::Level;
 use crate::tree::{OverlayChange, OverlayEntry, overlaid_window};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use shoal_cap::Capability;
+use shoal_time::Time;
 
 /// How long the kernel may keep what a token covers: until the mount
 /// invalidates it.
@@ -122,8 +123,8 @@ pub struct Dirty {
     /// The changes, and what they were made over: what a write-back
     /// takes ([`Cache::flush_job`]).
     pub work: FlushJob,
-    /// When the oldest change was made, on the shell's clock (µs).
-    pub since: u64,
+    /// When the oldest change was made, on the shell's clock.
+    pub since: Time,
     pub bytes: u64,
     /// The leading changes a write-back under way took
     /// ([`Cache::flush_job`]): none of them is changed in place.
@@ -481,7 +482,7 @@ impl Cache {
         ino: Ino,
         offset: Option<u64>,
         data: &[u8],
-        (now, at): (Timestamp, u64),
+        (now, at): (Timestamp, Time),
     ) -> Option<u64> {
         self.change(ino, (now, at), |size| {
             let at = offset.unwrap_or(size);
@@ -498,7 +499,7 @@ impl Cache {
 
     /// A truncation under `Write`: kept dirty; the new attributes, or
     /// `None` without the token.
-    pub fn truncate(&mut self, ino: Ino, size: u64, when: (Timestamp, u64)) -> Option<Attr> {
+    pub fn truncate(&mut self, ino: Ino, size: u64, when: (Timestamp, Time)) -> Option<Attr> {
         self.change(ino, when, |_| {
             (OverlayChange::Truncate { size }, size, size)
         })?;
@@ -511,7 +512,7 @@ impl Cache {
     /// (`utimensat`): one more dirty change (a truncation to its size,
     /// which changes no byte), whose write-back sets it; the attributes
     /// then, or `None` if the file is not dirty here.
-    pub fn touch(&mut self, ino: Ino, when: (Timestamp, u64)) -> Option<Attr> {
+    pub fn touch(&mut self, ino: Ino, when: (Timestamp, Time)) -> Option<Attr> {
         let size = self.dirty.get(&ino)?.work.size;
         self.truncate(ino, size, when)
     }
@@ -519,7 +520,7 @@ impl Cache {
     /// A growth to `size` under `Write` (`fallocate`): a truncation
     /// upwards if the file is shorter, nothing if not; the attributes
     /// then, or `None` without the token.
-    pub fn grow(&mut self, ino: Ino, size: u64, when: (Timestamp, u64)) -> Option<Attr> {
+    pub fn grow(&mut self, ino: Ino, size: u64, when: (Timestamp, Time)) -> Option<Attr> {
         let h = self.held.get(&ino)?;
         if !h.takes_changes() || h.content.is_none() {
             return None;
@@ -535,7 +536,7 @@ impl Cache {
     fn change(
         &mut self,
         ino: Ino,
-        (now, at): (Timestamp, u64),
+        (now, at): (Timestamp, Time),
         make: impl FnOnce(u64) -> (OverlayChange, u64, u64),
     ) -> Option<u64> {
         let h = self.held.get(&ino)?;
@@ -622,11 +623,11 @@ impl Cache {
     }
 
     /// Files whose oldest dirty change is `age` old or older at `now`
-    /// (on the shell's clock, µs).
-    pub fn due(&self, now: u64, age: u64) -> Vec<Ino> {
+    /// (on the shell's clock).
+    pub fn due(&self, now: Time, age: Duration) -> Vec<Ino> {
         self.dirty
             .iter()
-            .filter(|(_, d)| now.saturating_sub(d.since) >= age)
+            .filter(|(_, d)| now.saturating_since(d.since) >= age)
             .map(|(i, _)| *i)
             .collect()
     }
@@ -669,7 +670,7 @@ impl Cache {
     /// A write-back committed: the file is version `attr.version`, stored
     /// as `content`; the job's changes are in it.  Changes made since
     /// wait from `at` (the shell's clock).
-    pub fn flushed(&mut self, job: &FlushJob, attr: &Attr, content: Vec<Capability>, at: u64) {
+    pub fn flushed(&mut self, job: &FlushJob, attr: &Attr, content: Vec<Capability>, at: Time) {
         if let Some(d) = self.dirty.get_mut(&attr.ino) {
             let done = job.changes.len().min(d.work.changes.len());
             d.work.changes.drain(..done);

@@ -19,7 +19,7 @@
 //! wait on changes (a recall answered, an open closed, a lease ended):
 //! `Tokens::request`'s contract.
 //!
-//! Time is the shell's: a lease clock in µs, passed to every step.
+//! Time is the shell's: a lease clock ([`Time`]), passed to every step.
 
 mod caps;
 mod change;
@@ -28,24 +28,26 @@ mod locks;
 mod push;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use shoal_cap::{Capability, PutPort};
+use shoal_time::Time;
 
 use crate::locks::Locks;
 use crate::model::{FsError, Identity, Ino, Timestamp};
 use crate::op::{self, Failure, Reply};
-use crate::tokens::{Callback, ClientId, LEASE_US, Tokens};
+use crate::tokens::{Callback, ClientId, LEASE, Tokens};
 use crate::tree::{OverlayEntry, Tree};
 use crate::update::{Answer, Update, UpdateOp};
 
 /// How long a parked `Events` request is held before it is answered
-/// empty (the client sends the next at once, renewing its lease), µs.
-pub const EVENTS_HOLD_US: u64 = 2_000_000;
+/// empty (the client sends the next at once, renewing its lease).
+pub const EVENTS_HOLD: Duration = Duration::from_secs(2);
 
 /// How long a new primary's grace period lasts: a lease, so every client
 /// that held tokens from the old primary either reclaims them or has lost
-/// them by its lease's end, µs.
-pub const GRACE_US: u64 = LEASE_US;
+/// them by its lease's end.
+pub const GRACE: Duration = LEASE;
 
 /// The uid and gid root is squashed to.
 pub const NOBODY: u32 = 65_534;
@@ -103,8 +105,8 @@ pub struct Config {
     pub copies: usize,
     /// Whether root stays root (else it is squashed to `nobody`).
     pub allow_root: bool,
-    /// How long a new primary's grace period lasts, µs ([`GRACE_US`]).
-    pub grace_us: u64,
+    /// How long a new primary's grace period lasts ([`GRACE`]).
+    pub grace: Duration,
 }
 
 /// The primary's figures, for the service's status.
@@ -141,14 +143,14 @@ pub struct Soft<H> {
     /// The group instance the state belongs to (0: not the primary).
     instance: u64,
     /// The lease clock at the step under way.
-    now: u64,
+    now: Time,
     tokens: Tokens,
     /// The advisory locks the clients' programs hold, and who waits.
     locks: Locks,
     /// Callbacks for each client, until its `Events` request takes them.
     queued: BTreeMap<ClientId, Vec<Callback>>,
     /// Each client's parked `Events` request, and when it came.
-    events: BTreeMap<ClientId, (H, u64)>,
+    events: BTreeMap<ClientId, (H, Time)>,
     /// Requests waiting for recalls.
     waiting: Vec<(H, op::Request)>,
     /// Changes made, waiting for their notices' confirmations.
@@ -157,7 +159,7 @@ pub struct Soft<H> {
     own_seq: u64,
     /// When a new primary's grace period ends (clients reclaim until
     /// then).
-    grace_until: Option<u64>,
+    grace_until: Option<Time>,
     requests: u64,
     requests_by_kind: BTreeMap<&'static str, u64>,
     /// Answers made, for the shell to send.
@@ -170,7 +172,7 @@ impl<H> Soft<H> {
         Soft {
             cfg,
             instance: 0,
-            now: 0,
+            now: Time::ZERO,
             tokens: Tokens::new(),
             locks: Locks::new(),
             queued: BTreeMap::new(),
@@ -228,13 +230,13 @@ impl<H> Soft<H> {
     /// says hello again and reclaims its tokens, opens and locks, and no
     /// new token is granted until the period ends.  The same instance
     /// again changes nothing.
-    pub fn start(&mut self, instance: u64, epoch: u32, now: u64) {
+    pub fn start(&mut self, instance: u64, epoch: u32, now: Time) {
         self.now = now;
         if self.instance != instance {
             self.drop_held(&Err(Failure::NoSession));
             self.tokens = Tokens::after_change(epoch);
             self.locks = Locks::new();
-            self.grace_until = Some(now + self.cfg.grace_us);
+            self.grace_until = Some(now + self.cfg.grace);
             self.instance = instance;
         }
     }
@@ -275,7 +277,7 @@ impl<H> Soft<H> {
     /// which `held` answers: at once, or once what it waits on is done.
     /// The caller's right to claim the request's identity is the shell's
     /// to check first.
-    pub fn request(&mut self, shell: &mut impl Shell, now: u64, held: H, req: op::Request) {
+    pub fn request(&mut self, shell: &mut impl Shell, now: Time, held: H, req: op::Request) {
         self.now = now;
         if self.instance == 0 {
             self.out.push((held, Err(Failure::NotPrimary)));
@@ -308,9 +310,9 @@ impl<H> Soft<H> {
     /// Every little while: the grace period ends when its time is up,
     /// leases that ran out end (their opens close, their locks go, and an
     /// unlinked file whose last open went is forgotten), parked `Events`
-    /// older than [`EVENTS_HOLD_US`] are answered empty, and requests
+    /// older than [`EVENTS_HOLD`] are answered empty, and requests
     /// waiting on a client that went are decided again.
-    pub fn tick(&mut self, shell: &mut impl Shell, now: u64) {
+    pub fn tick(&mut self, shell: &mut impl Shell, now: Time) {
         self.now = now;
         if self.instance == 0 {
             return;
@@ -340,7 +342,7 @@ impl<H> Soft<H> {
         let old: Vec<ClientId> = self
             .events
             .iter()
-            .filter(|(_, (_, at))| now.saturating_sub(*at) >= EVENTS_HOLD_US)
+            .filter(|(_, (_, at))| now.saturating_since(*at) >= EVENTS_HOLD)
             .map(|(c, _)| *c)
             .collect();
         for c in old {

@@ -16,8 +16,10 @@
 //! Times and identities are arguments; nothing here does I/O.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use rustc_hash::FxHashMap;
+use shoal_time::Time;
 
 use crate::model::{Attr, FsError, Identity, Ino, Kind, Timestamp};
 use crate::tree::{Body, Inode, Tree};
@@ -114,7 +116,7 @@ const SPACING: u64 = 1 << 16;
 struct Pending {
     change: Pushed,
     /// When it was made (the caller's clock).
-    clock: u64,
+    clock: Time,
     /// The versions of the inodes it names that the copy had before it.
     versions: Vec<(Ino, u64)>,
     /// The inodes it needs to exist: made, named, moved, removed or
@@ -148,7 +150,7 @@ pub struct Private {
     /// must be held at a new primary as much as one it keeps.
     named: FxHashMap<Ino, u64>,
     /// When the oldest pending change was made (the caller's clock).
-    since: Option<u64>,
+    since: Option<Time>,
     /// The changes at positions below this are in a push on its way
     /// ([`Private::start_push`]): nothing takes them out.
     sent: Option<u64>,
@@ -269,7 +271,7 @@ impl Private {
         who: &Identity,
         now: Timestamp,
         op: UpdateOp,
-        clock: u64,
+        clock: Time,
     ) -> Result<Answer, FsError> {
         let (inos, dirs) = self.involves(&op)?;
         // Before the change, which may remove them from the copy.
@@ -445,7 +447,7 @@ impl Private {
         // Where each directory's times were last set by a change taken
         // out: a setting of them takes that change's place.  (A file's
         // changes touch one directory or two: lists, not maps.)
-        let mut last: Vec<(Ino, u64, Timestamp, u64)> = Vec::new();
+        let mut last: Vec<(Ino, u64, Timestamp, Time)> = Vec::new();
         for at in touching {
             let p = self.remove(at).expect("pending");
             for d in p.dirs {
@@ -475,7 +477,7 @@ impl Private {
     /// them) at position `at`, in place of such a setting just before
     /// (unless that one is on its way); `clock`: when the change it takes
     /// the place of was made.
-    fn fix_times(&mut self, dir: Ino, at: u64, (now, clock): (Timestamp, u64)) {
+    fn fix_times(&mut self, dir: Ino, at: u64, (now, clock): (Timestamp, Time)) {
         let before = self
             .pending
             .range(..at)
@@ -510,8 +512,8 @@ impl Private {
 
     /// Whether the oldest pending change was made `age` or more before
     /// `clock`.
-    pub fn due(&self, clock: u64, age: u64) -> bool {
-        self.since.is_some_and(|s| clock.saturating_sub(s) >= age)
+    pub fn due(&self, clock: Time, age: Duration) -> bool {
+        self.since.is_some_and(|s| clock.saturating_since(s) >= age)
     }
 
     /// The pending changes, for a push (they stay until

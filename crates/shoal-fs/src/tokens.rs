@@ -8,9 +8,12 @@
 //! answer at once or must [wait](Decision::Wait): the tokens it conflicts
 //! with have been recalled (the callbacks are in [`Tokens::poll_callback`]),
 //! and the shell asks again when a recall is answered or a lease ends.
-//! Time is an argument (microseconds on the shell's clock).
+//! Time is an argument: a [`Time`] on the shell's clock.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::time::Duration;
+
+use shoal_time::Time;
 
 use crate::model::{Ino, printed_as_number};
 
@@ -32,8 +35,8 @@ impl ClientId {
 
 printed_as_number!(ClientId);
 
-/// How long a lease lasts after its last renewal (µs).
-pub const LEASE_US: u64 = 10_000_000;
+/// How long a lease lasts after its last renewal.
+pub const LEASE: Duration = Duration::from_secs(10);
 
 /// What a client may cache of an inode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -211,7 +214,7 @@ impl InodeState {
 }
 
 struct Client {
-    lease_until: u64,
+    lease_until: Time,
 }
 
 struct Notice {
@@ -273,7 +276,7 @@ impl Tokens {
     /// is refused.
     pub fn reclaim(
         &mut self,
-        now: u64,
+        now: Time,
         client: ClientId,
         ino: Ino,
         level: Level,
@@ -327,13 +330,13 @@ impl Tokens {
     }
 
     /// A client's session begins (or is renewed) at `now`.
-    pub fn hello(&mut self, now: u64, client: ClientId) {
+    pub fn hello(&mut self, now: Time, client: ClientId) {
         self.renew(now, client);
     }
 
     /// Renews a client's lease; false if it has none (it must say hello).
-    pub fn renew(&mut self, now: u64, client: ClientId) -> bool {
-        let until = now + LEASE_US;
+    pub fn renew(&mut self, now: Time, client: ClientId) -> bool {
+        let until = now + LEASE;
         match self.clients.get_mut(&client) {
             Some(c) => {
                 c.lease_until = until;
@@ -771,7 +774,7 @@ impl Tokens {
     /// purpose (`end`), releasing their tokens, opens, recalls and
     /// notices.  Returns the clients whose sessions ended and the inodes
     /// whose last known open went with them (an unlinked one may go now).
-    pub fn expire(&mut self, now: u64, end: Option<ClientId>) -> (Vec<ClientId>, Vec<Ino>) {
+    pub fn expire(&mut self, now: Time, end: Option<ClientId>) -> (Vec<ClientId>, Vec<Ino>) {
         let mut gone: Vec<ClientId> = self
             .clients
             .iter()
@@ -815,7 +818,7 @@ impl Tokens {
     }
 
     /// The earliest lease end, to set a timer by.
-    pub fn next_expiry(&self) -> Option<u64> {
+    pub fn next_expiry(&self) -> Option<Time> {
         self.clients.values().map(|c| c.lease_until).min()
     }
 

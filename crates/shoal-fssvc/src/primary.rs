@@ -19,19 +19,21 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 use parking_lot::Mutex;
 use shoal_bulletsvc::FileClient;
 use shoal_cap::{Capability, PutPort};
 use shoal_fs::model::{FsError, Ino, Timestamp};
 use shoal_fs::op::{self, Failure, Op, Reply};
-use shoal_fs::primary::{Config, EVENTS_HOLD_US, Flush, GRACE_US, Shell, Soft};
+use shoal_fs::primary::{Config, Flush, Shell, Soft};
+pub use shoal_fs::primary::{EVENTS_HOLD, GRACE};
 use shoal_fs::replica::FsReplica;
 use shoal_fs::tree::Tree;
 use shoal_fs::update::{Answer, Update};
 use shoal_replicasvc::{Handler, Replicated};
 use shoal_rpc::{Context, Server};
+use shoal_time::Time;
 
 use crate::FsConfig;
 use crate::store::Changes;
@@ -39,13 +41,6 @@ use crate::store::Changes;
 mod contents;
 
 type Rep = Replicated<FsReplica>;
-
-/// How long a parked `Events` request is held before it is answered
-/// empty (the client sends the next at once, renewing its lease).
-pub const EVENTS_HOLD: Duration = Duration::from_micros(EVENTS_HOLD_US);
-
-/// How long a new primary's grace period lasts.
-pub const GRACE: Duration = Duration::from_micros(GRACE_US);
 
 /// An RPC request held to be answered later.
 pub struct Held {
@@ -172,7 +167,7 @@ impl Primary {
             servers: cfg.file_servers.clone(),
             copies,
             allow_root: cfg.allow_root,
-            grace_us: GRACE_US,
+            grace: GRACE,
         });
         Primary {
             ctx: ctx.clone(),
@@ -199,9 +194,9 @@ impl Primary {
         self.stopped.load(Ordering::Relaxed)
     }
 
-    /// The lease clock, in µs.
-    fn now(&self) -> u64 {
-        self.started.elapsed().as_micros() as u64
+    /// The lease clock: time since this primary started.
+    fn now(&self) -> Time {
+        Time::ZERO + self.started.elapsed()
     }
 
     /// The replica's status, with the primary's figures.

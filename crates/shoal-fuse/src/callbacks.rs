@@ -33,7 +33,7 @@ use fuser::{INodeNo, Notifier};
 use shoal_cap::Capability;
 use shoal_fs::model::{FsError, Identity, Ino};
 use shoal_fs::op::{Failure, Op, Reply};
-use shoal_fs::tokens::{Callback, LEASE_US, Level};
+use shoal_fs::tokens::{Callback, LEASE, Level};
 use shoal_fssvc::FsClient;
 use shoal_rpc::Context;
 
@@ -252,7 +252,7 @@ fn events(mut poller: FsClient, conn: &Conn, stop: &AtomicBool) {
 fn work(mut answerer: FsClient, conn: &Arc<Conn>, rx: &Receiver<Work>, stop: &AtomicBool) {
     // A lease's end as the mount sees it comes before the primary's: it
     // counts from when the renewal was sent, and gives up 2 s early.
-    let lease = LEASE_US.saturating_sub(2_000_000);
+    let lease = LEASE.saturating_sub(Duration::from_secs(2));
     let mut expired = false;
     let mut trim = crate::memory::Trim::default();
     while !stop.load(Ordering::Relaxed) {
@@ -271,10 +271,7 @@ fn work(mut answerer: FsClient, conn: &Arc<Conn>, rx: &Receiver<Work>, stop: &At
         {
             tracing::warn!("pushing the private directories' changes: {e}");
         }
-        let due = (conn.cache.lock()).due(
-            conn.lease.now(),
-            conn.tuning.write_back_after.as_micros() as u64,
-        );
+        let due = (conn.cache.lock()).due(conn.lease.now(), conn.tuning.write_back_after);
         for ino in due {
             if let Err(e) = write_back(conn, &mut answerer, ino, false) {
                 tracing::warn!("writing file {ino} back: {e}");

@@ -23,6 +23,7 @@ use shoal_fs::update::{Answer, UpdateOp};
 use shoal_fssvc::FsClient;
 use shoal_fssvc::store::{Changes, Version};
 use shoal_rpc::Context;
+use shoal_time::Time;
 
 use crate::callbacks::{Kernel, Work};
 use crate::locks::MountLocks;
@@ -90,7 +91,7 @@ const STATFS_KEPT: Duration = Duration::from_secs(1);
 /// the primary's.
 pub(crate) struct LeaseClock {
     start: Instant,
-    /// µs since `start`; 0 before the first renewal.
+    /// µs since `start` (a [`Time`]'s); 0 before the first renewal.
     renewed_at: AtomicU64,
 }
 
@@ -102,20 +103,20 @@ impl LeaseClock {
         }
     }
 
-    /// Now, in µs since the clock started.
-    pub(crate) fn now(&self) -> u64 {
-        self.start.elapsed().as_micros() as u64
+    /// Now: the time since the clock started.
+    pub(crate) fn now(&self) -> Time {
+        Time::ZERO + self.start.elapsed()
     }
 
     /// A renewal sent at `sent` (a [`LeaseClock::now`]) was answered.
-    pub(crate) fn renewed(&self, sent: u64) {
-        self.renewed_at.fetch_max(sent.max(1), Ordering::Relaxed);
+    pub(crate) fn renewed(&self, sent: Time) {
+        self.renewed_at.fetch_max(sent.0.max(1), Ordering::Relaxed);
     }
 
-    /// Whether the last renewal was sent more than `us` ago.
-    pub(crate) fn older_than(&self, us: u64) -> bool {
+    /// Whether the last renewal was sent more than `age` ago.
+    pub(crate) fn older_than(&self, age: Duration) -> bool {
         let renewed = self.renewed_at.load(Ordering::Relaxed);
-        renewed != 0 && self.now().saturating_sub(renewed) > us
+        renewed != 0 && self.now().saturating_since(Time(renewed)) > age
     }
 }
 

@@ -45,6 +45,7 @@ use shoal_fs::private::{Private, numbered};
 use shoal_fs::tokens::OpenId;
 use shoal_fs::update::{Answer, Pushed, UpdateOp};
 use shoal_fssvc::FsClient;
+use shoal_time::Time;
 
 use crate::conn::Conn;
 
@@ -106,7 +107,7 @@ pub(crate) fn named(op: &UpdateOp) -> Vec<Ino> {
 }
 
 /// Microseconds on the mount's clock, for the push window.
-fn clock(conn: &Conn) -> u64 {
+fn clock(conn: &Conn) -> Time {
     conn.lease.now()
 }
 
@@ -364,8 +365,7 @@ impl Conn {
     /// Whether the oldest pending change is as old as the write-back
     /// window.
     pub(crate) fn push_due(&self) -> bool {
-        let window = self.tuning.write_back_after.as_micros() as u64;
-        self.privates.state.lock().core.due(clock(self), window)
+        (self.privates.state.lock().core).due(clock(self), self.tuning.write_back_after)
     }
 
     /// The private inodes to reclaim at a new primary, with their versions

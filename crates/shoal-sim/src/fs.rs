@@ -36,6 +36,7 @@ mod mount;
 mod primary;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -45,7 +46,7 @@ use shoal_fs::op::{self, Op};
 use shoal_fs::primary::{Config, Soft};
 use shoal_fs::tokens::{ClientId, Level, OpenId};
 use shoal_fs::update::{Answer, UpdateOp};
-use shoal_proto::Time as Tick;
+use shoal_proto::Time;
 
 use crate::timeline::{Timeline, Trace};
 use mount::{Mount, ToMount};
@@ -53,6 +54,17 @@ pub(crate) use primary::World;
 
 /// The lease clock's µs in a tick.
 const TICK_US: u64 = 100_000;
+
+/// The lease clock at tick `tick` (the fs scenarios count time in ticks;
+/// the cores take it as a `Time`).
+pub(crate) fn lease_clock(tick: u64) -> Time {
+    Time(tick * TICK_US)
+}
+
+/// `ticks` ticks of the lease clock.
+pub(crate) fn ticks(ticks: u64) -> Duration {
+    Duration::from_micros(ticks * TICK_US)
+}
 
 /// What a run does.
 #[derive(Debug, Clone)]
@@ -72,8 +84,8 @@ pub struct FsSimConfig {
     /// Chance per tick that a mount writing back for a recall crashes
     /// (before its commit's answer, so mid-recall).
     pub crash_mid_recall: f64,
-    /// Ticks dirty bytes wait before they are written back.
-    pub write_back_after: u64,
+    /// How long dirty bytes wait before they are written back.
+    pub write_back_after: Duration,
 }
 
 impl Default for FsSimConfig {
@@ -87,7 +99,7 @@ impl Default for FsSimConfig {
             op_chance: 0.3,
             crash_chance: 0.004,
             crash_mid_recall: 0.0,
-            write_back_after: 40,
+            write_back_after: ticks(40),
         }
     }
 }
@@ -183,7 +195,7 @@ impl FsSim {
             servers: Vec::new(),
             copies: 1,
             allow_root: true,
-            grace_us: 0,
+            grace: Duration::ZERO,
         });
         let mut sim = FsSim {
             rng: ChaCha8Rng::seed_from_u64(seed),
@@ -227,7 +239,7 @@ impl FsSim {
                 sim.logs.insert(ino);
             }
         }
-        sim.soft.start(1, 1, 0);
+        sim.soft.start(1, 1, Time::ZERO);
         for slot in 0..sim.cfg.clients {
             let id = sim.fresh_id();
             sim.mounts.push(Mount::new(id));
@@ -256,6 +268,11 @@ impl FsSim {
         self.trace.violation(now, &mut self.report.violations, v);
     }
 
+    /// The lease clock now.
+    pub(crate) fn clock(&self) -> Time {
+        lease_clock(self.now)
+    }
+
     fn send(&mut self, slot: usize, id: ClientId, body: Msg) {
         let events = matches!(
             body,
@@ -265,7 +282,8 @@ impl FsSim {
             self.in_flight += 1;
         }
         let delay = self.rng.random_range(1..=self.cfg.delay_max);
-        self.wire.at(Tick(self.now + delay), (slot, id, body));
+        self.wire
+            .at(lease_clock(self.now + delay), (slot, id, body));
     }
 
     /// A request of mount `slot` to the primary, numbered in its session.
@@ -459,7 +477,7 @@ impl FsSim {
     }
 
     fn deliver_due(&mut self) {
-        while let Some((slot, id, body)) = self.wire.due(Tick(self.now)) {
+        while let Some((slot, id, body)) = self.wire.due(self.clock()) {
             if !matches!(
                 body,
                 Msg::ToPrimary(Asked::Events, _) | Msg::ToMount(ToMount::Events(_))
@@ -473,7 +491,7 @@ impl FsSim {
             }
             match body {
                 Msg::ToPrimary(asked, req) => {
-                    let now = self.now * TICK_US;
+                    let now = self.clock();
                     self.soft
                         .request(&mut self.world, now, (slot, id, asked), req);
                     self.answer();
@@ -485,7 +503,8 @@ impl FsSim {
 
     /// The primary's timers.
     fn primary_tick(&mut self) {
-        self.soft.tick(&mut self.world, self.now * TICK_US);
+        let now = self.clock();
+        self.soft.tick(&mut self.world, now);
         self.answer();
     }
 
@@ -504,12 +523,8 @@ impl FsSim {
                 node: format!("node{slot}").into_bytes(),
             },
         };
-        self.soft.request(
-            &mut self.world,
-            self.now * TICK_US,
-            (slot, id, Asked::Hello),
-            hello,
-        );
+        let now = self.clock();
+        (self.soft).request(&mut self.world, now, (slot, id, Asked::Hello), hello);
         self.answer();
         self.send_primary(
             slot,

@@ -26,23 +26,21 @@
 //! - **liveness**: every look is answered.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use shoal_cap::PutPort;
 use shoal_fs::model::{Attr, FsError, Identity, Ino, Kind, ROOT, Timestamp};
 use shoal_fs::op::{self, Failure, Op, Reply};
-use shoal_fs::primary::{Config, GRACE_US, Soft};
+use shoal_fs::primary::{Config, GRACE, Soft};
 use shoal_fs::private::Private;
 use shoal_fs::tokens::{Callback, ClientId, Level};
 use shoal_fs::update::{Answer, Pushed, UpdateOp};
-use shoal_proto::Time as Tick;
+use shoal_proto::Time;
 
-use crate::fs::World;
+use crate::fs::{World, lease_clock, ticks};
 use crate::timeline::{Timeline, Trace};
-
-/// The lease clock's µs in a tick.
-const TICK_US: u64 = 100_000;
 
 /// What a run does.
 #[derive(Debug, Clone)]
@@ -54,8 +52,8 @@ pub struct PrivateSimConfig {
     pub crash_chance: f64,
     /// Chance, each tick, that the primary crashes.
     pub primary_crash_chance: f64,
-    /// Ticks a pending change waits before it is pushed.
-    pub push_after: u64,
+    /// How long a pending change waits before it is pushed.
+    pub push_after: Duration,
 }
 
 impl Default for PrivateSimConfig {
@@ -67,7 +65,7 @@ impl Default for PrivateSimConfig {
             op_chance: 0.4,
             crash_chance: 0.003,
             primary_crash_chance: 0.002,
-            push_after: 40,
+            push_after: ticks(40),
         }
     }
 }
@@ -201,7 +199,7 @@ impl PrivateSim {
                 copies: 1,
                 allow_root: true,
                 // The first primary has nobody to wait for.
-                grace_us: 0,
+                grace: Duration::ZERO,
             }),
             clients: Vec::new(),
             next_id: ClientId(1),
@@ -210,7 +208,7 @@ impl PrivateSim {
             trace: Trace::from_env(),
             cfg,
         };
-        sim.soft.start(1, 1, 0);
+        sim.soft.start(1, 1, Time::ZERO);
         sim.primary_tick();
         for slot in 0..sim.cfg.clients {
             let c = sim.new_client();
@@ -260,8 +258,14 @@ impl PrivateSim {
         self.trace.violation(now, &mut self.report.violations, v);
     }
 
-    fn clock(&self) -> Timestamp {
+    /// A file time now.
+    fn file_time(&self) -> Timestamp {
         Timestamp::new(self.now as i64, 0)
+    }
+
+    /// The lease clock now.
+    fn clock(&self) -> Time {
+        lease_clock(self.now)
     }
 
     fn send(&mut self, slot: usize, id: ClientId, body: Msg) {
@@ -269,7 +273,8 @@ impl PrivateSim {
             self.in_flight += 1;
         }
         let delay = self.rng.random_range(1..=self.cfg.delay_max);
-        self.wire.at(Tick(self.now + delay), (slot, id, body));
+        self.wire
+            .at(lease_clock(self.now + delay), (slot, id, body));
     }
 
     /// A request of client `slot`, numbered `seq` in its session (the
@@ -305,7 +310,7 @@ impl PrivateSim {
                 node: format!("node{slot}").into_bytes(),
             },
         };
-        let now = self.now * TICK_US;
+        let now = self.clock();
         self.soft
             .request(&mut self.world, now, (slot, id, Asked::Hello), hello);
         self.answer();
@@ -313,7 +318,8 @@ impl PrivateSim {
     }
 
     fn primary_tick(&mut self) {
-        self.soft.tick(&mut self.world, self.now * TICK_US);
+        let now = self.clock();
+        self.soft.tick(&mut self.world, now);
         self.answer();
     }
 
@@ -348,7 +354,7 @@ impl PrivateSim {
                 continue;
             }
             let c = &self.clients[slot];
-            if c.pushing.is_none() && c.core.due(self.now, self.cfg.push_after) {
+            if c.pushing.is_none() && c.core.due(self.clock(), self.cfg.push_after) {
                 self.push(slot);
             }
             if busy && self.rng.random_bool(self.cfg.op_chance) {
@@ -383,10 +389,9 @@ impl PrivateSim {
             servers: Vec::new(),
             copies: 1,
             allow_root: true,
-            grace_us: GRACE_US,
+            grace: GRACE,
         });
-        self.soft
-            .start(self.epoch as u64, self.epoch, self.now * TICK_US);
+        self.soft.start(self.epoch as u64, self.epoch, self.clock());
         for slot in 0..self.clients.len() {
             let id = self.clients[slot].id;
             self.send(slot, id, Err(ToClient::NewPrimary));
@@ -437,7 +442,7 @@ impl PrivateSim {
                 let name = format!("n{}", self.rng.random_range(0..4)).into_bytes();
                 let to = dirs[self.rng.random_range(0..dirs.len())];
                 let to_name = format!("n{}", self.rng.random_range(0..4)).into_bytes();
-                let (now, clock) = (self.clock(), self.now);
+                let (now, clock) = (self.file_time(), self.clock());
                 let c = &mut self.clients[slot];
                 let op = match pick {
                     2..=4 => UpdateOp::Create {
@@ -511,7 +516,7 @@ impl PrivateSim {
     }
 
     fn deliver_due(&mut self) {
-        while let Some((slot, id, body)) = self.wire.due(Tick(self.now)) {
+        while let Some((slot, id, body)) = self.wire.due(self.clock()) {
             if !matches!(body, Ok((Asked::Events, _)) | Err(ToClient::Events(_))) {
                 self.in_flight -= 1;
             }
@@ -522,7 +527,7 @@ impl PrivateSim {
             }
             match body {
                 Ok((asked, req)) => {
-                    let now = self.now * TICK_US;
+                    let now = self.clock();
                     self.soft
                         .request(&mut self.world, now, (slot, id, asked), req);
                     self.answer();

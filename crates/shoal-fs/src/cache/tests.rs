@@ -139,15 +139,15 @@ fn writes_under_write_stay_dirty_until_written_back() {
         &grant(Level::Read, 1),
         Vec::new(),
     );
-    assert_eq!(c.write(Ino(7), Some(0), b"x", (t, 0)), None);
+    assert_eq!(c.write(Ino(7), Some(0), b"x", (t, Time::ZERO)), None);
     c.opened(
         &attr(Ino(7), Kind::File, 1),
         &grant(Level::Write, 2),
         Vec::new(),
     );
-    assert_eq!(c.write(Ino(7), Some(2), b"abc", (t, 0)), Some(2));
+    assert_eq!(c.write(Ino(7), Some(2), b"abc", (t, Time::ZERO)), Some(2));
     assert_eq!(
-        c.write(Ino(7), None, b"de", (t, 0)),
+        c.write(Ino(7), None, b"de", (t, Time::ZERO)),
         Some(10),
         "appends at the size"
     );
@@ -161,10 +161,10 @@ fn writes_under_write_stay_dirty_until_written_back() {
     // A write-back when due: a write made meanwhile stays dirty.
     let job = c.flush_job(Ino(7)).unwrap();
     assert_eq!(job.changes.len(), 2);
-    assert_eq!(c.write(Ino(7), Some(0), b"Z", (t, 0)), Some(0));
+    assert_eq!(c.write(Ino(7), Some(0), b"Z", (t, Time::ZERO)), Some(0));
     let mut committed = attr(Ino(7), Kind::File, 2);
     committed.size = 12;
-    c.flushed(&job, &committed, Vec::new(), 0);
+    c.flushed(&job, &committed, Vec::new(), Time::ZERO);
     assert_eq!(c.dirty_bytes(), 1);
     // A recall cannot take the token while changes are left, and keeps
     // no new one from then on: a program writing all the while goes
@@ -175,15 +175,15 @@ fn writes_under_write_stay_dirty_until_written_back() {
     ));
     let job = c.flush_job(Ino(7)).unwrap();
     assert_eq!(job.version, 2);
-    assert_eq!(c.write(Ino(7), None, b"more", (t, 0)), None);
+    assert_eq!(c.write(Ino(7), None, b"more", (t, Time::ZERO)), None);
     let mut next = attr(Ino(7), Kind::File, 3);
     next.size = 12;
-    c.flushed(&job, &next, Vec::new(), 0);
+    c.flushed(&job, &next, Vec::new(), Time::ZERO);
     assert!(c.flush_job(Ino(7)).is_none());
     let r = answered(c.recall_step(Ino(7), Level::Read, 2, 1));
     assert!(!r.inval, "a recall to Read keeps the kernel's copy");
     assert_eq!(
-        c.write(Ino(7), Some(0), b"x", (t, 0)),
+        c.write(Ino(7), Some(0), b"x", (t, Time::ZERO)),
         None,
         "Read only now"
     );
@@ -244,11 +244,11 @@ fn an_answer_older_than_the_version_seen_keeps_the_newer_content() {
         &grant(Level::Write, 1),
         Vec::new(),
     );
-    assert_eq!(c.write(Ino(7), Some(0), b"new", (t, 0)), Some(0));
+    assert_eq!(c.write(Ino(7), Some(0), b"new", (t, Time::ZERO)), Some(0));
     let job = c.flush_job(Ino(7)).unwrap();
     // The commit's answer (version 5) comes before that of an open the
     // primary answered before the commit (version 4, a later grant).
-    c.flushed(&job, &attr(Ino(7), Kind::File, 5), Vec::new(), 0);
+    c.flushed(&job, &attr(Ino(7), Kind::File, 5), Vec::new(), Time::ZERO);
     let open = c.opened(
         &attr(Ino(7), Kind::File, 4),
         &grant(Level::Write, 2),
@@ -280,7 +280,7 @@ fn a_write_over_the_last_one_is_kept_in_it() {
         (8, b"ij"),
         (12, b"z"),
     ] {
-        c.write(Ino(7), Some(at), bytes, (t, 0)).unwrap();
+        c.write(Ino(7), Some(at), bytes, (t, Time::ZERO)).unwrap();
     }
     assert_eq!(c.dirty_bytes(), 11, "each byte of the first four held once");
     let job = c.flush_job(Ino(7)).unwrap();
@@ -290,14 +290,14 @@ fn a_write_over_the_last_one_is_kept_in_it() {
         b"abCDeFGHij\0\0z"
     );
     // A write-back under way keeps its changes as it took them.
-    c.write(Ino(7), Some(12), b"!", (t, 0)).unwrap();
+    c.write(Ino(7), Some(12), b"!", (t, Time::ZERO)).unwrap();
     assert_eq!(c.dirty[&Ino(7)].work.changes.len(), 4);
     let mut committed = attr(Ino(7), Kind::File, 2);
     committed.size = 13;
-    c.flushed(&job, &committed, Vec::new(), 0);
+    c.flushed(&job, &committed, Vec::new(), Time::ZERO);
     assert_eq!(c.dirty_bytes(), 1);
     // What is left after it takes writes over it again.
-    c.write(Ino(7), Some(12), b"?", (t, 0)).unwrap();
+    c.write(Ino(7), Some(12), b"?", (t, Time::ZERO)).unwrap();
     assert_eq!(c.dirty_bytes(), 1);
 }
 
@@ -307,7 +307,7 @@ fn commit(c: &mut Cache, (j, bytes): (FlushJob, Vec<u8>), base: &mut Vec<u8>, ve
     *version += 1;
     let mut committed = attr(Ino(7), Kind::File, *version);
     committed.size = j.size;
-    c.flushed(&j, &committed, Vec::new(), 0);
+    c.flushed(&j, &committed, Vec::new(), Time::ZERO);
     *base = bytes;
 }
 
@@ -338,7 +338,7 @@ proptest::proptest! {
         for (what, at, bytes) in steps {
             match what {
                 0..=2 => {
-                    c.write(Ino(7), Some(at), &bytes, (t, 0)).unwrap();
+                    c.write(Ino(7), Some(at), &bytes, (t, Time::ZERO)).unwrap();
                     let end = at as usize + bytes.len();
                     if model.len() < end {
                         model.resize(end, 0);
@@ -346,7 +346,7 @@ proptest::proptest! {
                     model[at as usize..end].copy_from_slice(&bytes);
                 }
                 3 => {
-                    c.truncate(Ino(7), at, (t, 0)).unwrap();
+                    c.truncate(Ino(7), at, (t, Time::ZERO)).unwrap();
                     model.resize(at as usize, 0);
                 }
                 4 if job.is_none() => job = c.flush_job(Ino(7)).map(|j| (j, model.clone())),

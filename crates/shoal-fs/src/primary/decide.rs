@@ -4,7 +4,7 @@
 use crate::access::{self, R, W, X};
 use crate::model::{Attr, FsError, Identity, Ino, Kind, ROOT};
 use crate::op::{self, DirEntry, Failure, Grant, Op, Reply, StatFs};
-use crate::tokens::{ClientId, Decision, LEASE_US, Level, OpenId, Want};
+use crate::tokens::{ClientId, Decision, LEASE, Level, OpenId, Want};
 use crate::tree::{Body, OverlayEntry, overlaid_window};
 use crate::update::UpdateOp;
 use shoal_cap::Capability;
@@ -239,7 +239,7 @@ impl<H> Soft<H> {
         let root = shell.read(|t| t.get(ROOT).map(|i| i.attr));
         Outcome::Reply(root.map_or(Err(fs(FsError::Io)), |root| {
             Ok(Reply::Hello {
-                lease_ms: (LEASE_US / 1000) as u32,
+                lease_ms: LEASE.as_millis() as u32,
                 root,
                 servers: self.cfg.servers.clone(),
                 copies: self.cfg.copies.max(1).min(u8::MAX as usize) as u8,

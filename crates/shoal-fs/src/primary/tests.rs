@@ -1,12 +1,15 @@
 //! The soft state's steps over a one-replica tree: answers now and
 //! later, recalls, the grace period, leases and root squash.
 
-use shoal_cap::{Capability, PutPort};
+use std::time::Duration;
 
-use super::{Config, Flush, GRACE_US, Shell, Soft};
+use shoal_cap::{Capability, PutPort};
+use shoal_time::Time;
+
+use super::{Config, Flush, GRACE, Shell, Soft};
 use crate::model::{FsError, Identity, Ino, Kind, ROOT, Timestamp};
 use crate::op::{Failure, Op, Reply, Request};
-use crate::tokens::{Callback, ClientId, LEASE_US, Level, OpenId, Want};
+use crate::tokens::{Callback, ClientId, LEASE, Level, OpenId, Want};
 use crate::tree::Tree;
 use crate::update::{Answer, Update, UpdateOp};
 use crate::{Applied, tree};
@@ -85,16 +88,16 @@ fn set_up(allow_root: bool) -> (One, Soft<u32>, Ino) {
         servers: Vec::new(),
         copies: 2,
         allow_root,
-        grace_us: GRACE_US,
+        grace: GRACE,
     });
-    soft.start(7, 1, 0);
-    soft.tick(&mut w, GRACE_US);
+    soft.start(7, 1, Time::ZERO);
+    soft.tick(&mut w, Time::ZERO + GRACE);
     for c in [A, B] {
         let hello = Op::Hello {
             instance: [0; 16],
             node: b"n".to_vec(),
         };
-        soft.request(&mut w, GRACE_US, 0, req(c, hello));
+        soft.request(&mut w, Time::ZERO + GRACE, 0, req(c, hello));
     }
     assert!(matches!(
         &soft.answers()[..],
@@ -141,16 +144,16 @@ fn a_replica_not_started_answers_not_the_primary() {
         servers: Vec::new(),
         copies: 1,
         allow_root: true,
-        grace_us: 0,
+        grace: Duration::ZERO,
     });
-    soft.request(&mut w, 0, 1, req(A, Op::GetAttr { ino }));
+    soft.request(&mut w, Time::ZERO, 1, req(A, Op::GetAttr { ino }));
     assert_eq!(soft.answers(), vec![(1, Err(Failure::NotPrimary))]);
 }
 
 #[test]
 fn a_conflicting_open_waits_for_the_recall_and_its_answer() {
     let (mut w, mut soft, ino) = set_up(true);
-    let now = GRACE_US + 1;
+    let now = Time::ZERO + GRACE + Duration::from_micros(1);
     soft.request(&mut w, now, 1, req(A, open(ino, Want::OpenWrite, 1)));
     let grant = match &soft.answers()[..] {
         [(1, Ok(Reply::Opened { grant, .. }))] => *grant,
@@ -196,20 +199,20 @@ fn a_conflicting_open_waits_for_the_recall_and_its_answer() {
 #[test]
 fn a_new_primary_grants_nothing_until_its_grace_period_ends() {
     let (mut w, mut soft, ino) = set_up(true);
-    soft.start(8, 2, 10);
-    soft.request(&mut w, 10, 1, req(A, Op::GetAttr { ino }));
+    soft.start(8, 2, Time(10));
+    soft.request(&mut w, Time(10), 1, req(A, Op::GetAttr { ino }));
     assert_eq!(soft.answers(), vec![(1, Err(Failure::NoSession))]);
     let hello = Op::Hello {
         instance: [0; 16],
         node: b"n".to_vec(),
     };
-    soft.request(&mut w, 10, 2, req(A, hello));
+    soft.request(&mut w, Time(10), 2, req(A, hello));
     soft.answers();
-    soft.request(&mut w, 10, 3, req(A, open(ino, Want::OpenRead, 1)));
+    soft.request(&mut w, Time(10), 3, req(A, open(ino, Want::OpenRead, 1)));
     assert!(soft.answers().is_empty(), "granted in the grace period");
-    soft.tick(&mut w, 10 + GRACE_US / 2);
+    soft.tick(&mut w, Time(10) + GRACE / 2);
     assert!(soft.answers().is_empty());
-    soft.tick(&mut w, 10 + GRACE_US);
+    soft.tick(&mut w, Time(10) + GRACE);
     assert!(matches!(
         &soft.answers()[..],
         [(3, Ok(Reply::Opened { .. }))]
@@ -219,22 +222,22 @@ fn a_new_primary_grants_nothing_until_its_grace_period_ends() {
 #[test]
 fn a_lease_that_runs_out_frees_what_its_client_held() {
     let (mut w, mut soft, ino) = set_up(true);
-    let now = GRACE_US + 1;
+    let now = Time::ZERO + GRACE + Duration::from_micros(1);
     soft.request(&mut w, now, 1, req(A, open(ino, Want::OpenWrite, 1)));
     soft.answers();
     soft.request(&mut w, now, 2, req(B, open(ino, Want::OpenWrite, 2)));
     assert!(soft.answers().is_empty());
     // B renews (its events request); A never answers and its lease ends.
-    let later = now + LEASE_US / 2;
+    let later = now + LEASE / 2;
     soft.request(&mut w, later, 3, events(B));
-    soft.tick(&mut w, now + LEASE_US);
+    soft.tick(&mut w, now + LEASE);
     let answers = soft.answers();
     assert!(
         answers.iter().any(|(h, r)| *h == 2
             && matches!(r, Ok(Reply::Opened { grant, .. }) if grant.level == Level::Write)),
         "{answers:?}"
     );
-    soft.request(&mut w, now + LEASE_US, 4, req(A, Op::GetAttr { ino }));
+    soft.request(&mut w, now + LEASE, 4, req(A, Op::GetAttr { ino }));
     assert_eq!(soft.answers(), vec![(4, Err(Failure::NoSession))]);
 }
 
@@ -242,10 +245,20 @@ fn a_lease_that_runs_out_frees_what_its_client_held() {
 fn root_is_squashed_unless_allowed() {
     let (mut w, mut soft, ino) = set_up(false);
     // The file is 0644 root's: nobody may not write it.
-    soft.request(&mut w, GRACE_US, 1, req(A, open(ino, Want::OpenWrite, 1)));
+    soft.request(
+        &mut w,
+        Time::ZERO + GRACE,
+        1,
+        req(A, open(ino, Want::OpenWrite, 1)),
+    );
     assert_eq!(soft.answers(), vec![(1, Err(Failure::Fs(FsError::Access)))]);
     let (mut w, mut soft, ino) = set_up(true);
-    soft.request(&mut w, GRACE_US, 1, req(A, open(ino, Want::OpenWrite, 1)));
+    soft.request(
+        &mut w,
+        Time::ZERO + GRACE,
+        1,
+        req(A, open(ino, Want::OpenWrite, 1)),
+    );
     assert!(matches!(
         &soft.answers()[..],
         [(1, Ok(Reply::Opened { .. }))]
@@ -255,7 +268,7 @@ fn root_is_squashed_unless_allowed() {
 #[test]
 fn a_write_shared_files_overlay_is_stored_before_it_is_cached_again() {
     let (mut w, mut soft, ino) = set_up(true);
-    let now = GRACE_US + 1;
+    let now = Time::ZERO + GRACE + Duration::from_micros(1);
     soft.request(&mut w, now, 1, req(A, open(ino, Want::OpenWrite, 1)));
     soft.request(&mut w, now, 2, events(B));
     soft.answers();

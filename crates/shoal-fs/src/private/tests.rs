@@ -81,7 +81,7 @@ impl World {
     /// A change in the client's copy.
     fn local(&mut self, who: &Identity, op: UpdateOp) -> Result<Answer, FsError> {
         let now = self.now();
-        self.client.change(who, now, op, self.clock as u64)
+        self.client.change(who, now, op, Time(self.clock as u64))
     }
 
     /// Made by alice in the client's copy: its attributes.

@@ -16,7 +16,7 @@ const F: Ino = Ino(10);
 fn with_clients(clients: &[ClientId]) -> Tokens {
     let mut t = Tokens::new();
     for c in clients {
-        t.hello(0, *c);
+        t.hello(Time::ZERO, *c);
     }
     t
 }
@@ -72,8 +72,8 @@ fn give_back(t: &mut Tokens, c: ClientId, kept: Level, opens: &[(OpenId, bool)])
 fn unknown_clients_say_hello_first() {
     let mut t = Tokens::new();
     assert_eq!(ask(&mut t, A, Want::Look), Decision::NoSession);
-    assert!(!t.renew(0, A));
-    assert!(t.renew(1, A));
+    assert!(!t.renew(Time::ZERO, A));
+    assert!(t.renew(Time(1), A));
 }
 
 #[test]
@@ -170,7 +170,7 @@ fn concurrent_write_sharing_stops_caching_until_it_ends() {
     assert!(t.is_shared(F));
     t.check();
     // A third client looking at it gets nothing to cache either.
-    t.hello(0, C);
+    t.hello(Time::ZERO, C);
     assert_eq!(
         plain(ask(&mut t, C, Want::Look)),
         Decision::Grant {
@@ -269,7 +269,7 @@ fn directories_are_owned_alone_or_changed_at_the_primary() {
     t.confirm(A, id);
     assert!(!t.notice_done(id));
     // B's lease ends instead of its confirmation.
-    t.expire(0, Some(B));
+    t.expire(Time::ZERO, Some(B));
     assert!(t.notice_done(id));
     // C holds Read since its change: A's next change tells C alone.
     let next = t.notify(A, d, b"y").expect("C holds it");
@@ -287,7 +287,7 @@ fn directories_are_owned_alone_or_changed_at_the_primary() {
             }
         )]
     );
-    t.expire(0, Some(C));
+    t.expire(Time::ZERO, Some(C));
     assert_eq!(t.notify(A, d, b"z"), None, "nobody else holds it now");
 }
 
@@ -306,14 +306,14 @@ fn leases_release_everything() {
         Decision::Grant { uncached: true, .. }
     ));
     callbacks(&mut t);
-    t.renew(LEASE_US / 2, B);
-    assert_eq!(t.next_expiry(), Some(LEASE_US));
-    let (gone, closed) = t.expire(LEASE_US, None);
+    t.renew(Time::ZERO + LEASE / 2, B);
+    assert_eq!(t.next_expiry(), Some(Time::ZERO + LEASE));
+    let (gone, closed) = t.expire(Time::ZERO + LEASE, None);
     assert_eq!(gone, vec![A]);
     assert_eq!(closed, Vec::<Ino>::new(), "B still has it open");
     assert!(!t.is_shared(F));
     assert_eq!(ask(&mut t, A, Want::Look), Decision::NoSession);
-    let (gone, closed) = t.expire(LEASE_US / 2 + LEASE_US, None);
+    let (gone, closed) = t.expire(Time::ZERO + LEASE / 2 + LEASE, None);
     assert_eq!((gone, closed), (vec![B], vec![F]));
     assert!(t.inodes.is_empty());
 }
@@ -381,7 +381,7 @@ proptest! {
         for (action, c, ino) in actions {
             let (c, ino) = (ClientId(c), Ino(ino));
             if !t.knows(ClientId(c.0)) {
-                t.hello(0, ClientId(c.0));
+                t.hello(Time::ZERO, ClientId(c.0));
                 models.insert(ClientId(c.0), Model::default());
             }
             match action {
@@ -419,7 +419,7 @@ proptest! {
                     }
                 }
                 4 => {
-                    t.expire(0, Some(ClientId(c.0)));
+                    t.expire(Time::ZERO, Some(ClientId(c.0)));
                     models.remove(&c);
                 }
                 6 => {
@@ -428,7 +428,7 @@ proptest! {
                     let old = std::mem::replace(&mut t, Tokens::after_change(epoch));
                     epoch += 1;
                     for (c, m) in models.iter_mut() {
-                        t.hello(0, *c);
+                        t.hello(Time::ZERO, *c);
                         for ino in (10..13).chain(20..23).map(Ino) {
                             let level = old.level(*c, ino);
                             let list: Vec<(OpenId, bool)> = m.opens.get(&ino)
@@ -438,7 +438,7 @@ proptest! {
                                 continue;
                             }
                             m.known.extend(list.iter().map(|(i, _)| *i));
-                            let r = t.reclaim(0, *c, ino, level, true, &list);
+                            let r = t.reclaim(Time::ZERO, *c, ino, level, true, &list);
                             prop_assert!(r.is_ok(), "client {} reclaiming {:?} on {}: {:?}", c, level, ino, r);
                         }
                     }
@@ -476,17 +476,20 @@ fn a_new_primary_takes_reclaims_in_its_grace_period() {
     assert!(t.in_grace());
     // A writer's Write, a reader's Read of another file.
     let g = t
-        .reclaim(0, A, F, Level::Write, true, &[(OpenId(1), true)])
+        .reclaim(Time::ZERO, A, F, Level::Write, true, &[(OpenId(1), true)])
         .unwrap();
     assert!(g > 3 << 40, "grants numbered above the earlier primaries'");
-    assert_eq!(t.reclaim(0, B, Ino(11), Level::Read, true, &[]), Ok(g + 1));
+    assert_eq!(
+        t.reclaim(Time::ZERO, B, Ino(11), Level::Read, true, &[]),
+        Ok(g + 1)
+    );
     // Conflicting and stale reclaims are refused; their opens are learned.
     assert_eq!(
-        t.reclaim(0, C, F, Level::Read, true, &[(OpenId(5), false)]),
+        t.reclaim(Time::ZERO, C, F, Level::Read, true, &[(OpenId(5), false)]),
         Err(Refused::Conflict)
     );
     assert_eq!(
-        t.reclaim(0, C, Ino(11), Level::Read, false, &[]),
+        t.reclaim(Time::ZERO, C, Ino(11), Level::Read, false, &[]),
         Err(Refused::Stale)
     );
     assert!(t.is_open(F));
@@ -498,7 +501,7 @@ fn a_new_primary_takes_reclaims_in_its_grace_period() {
     t.end_grace();
     assert!(!t.in_grace());
     assert_eq!(
-        t.reclaim(0, B, Ino(12), Level::Read, true, &[]),
+        t.reclaim(Time::ZERO, B, Ino(12), Level::Read, true, &[]),
         Err(Refused::Late)
     );
     // A and C both have F open, A writing: A's reclaimed token is

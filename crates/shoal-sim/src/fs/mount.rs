@@ -15,6 +15,7 @@ use shoal_fs::model::{Attr, Ino, Timestamp};
 use shoal_fs::op::Grant;
 use shoal_fs::tokens::{Callback, ClientId, Level, OpenId, Want};
 use shoal_fs::tree::overlaid;
+use shoal_proto::Time;
 
 use shoal_fs::op::Op;
 use shoal_fs::update::UpdateOp;
@@ -130,8 +131,8 @@ impl Mount {
 pub(super) const READ_MAX: usize = 1 << 20;
 
 impl FsSim {
-    fn when(&self) -> (Timestamp, u64) {
-        (Timestamp::new(self.now as i64, 0), self.now)
+    fn when(&self) -> (Timestamp, Time) {
+        (Timestamp::new(self.now as i64, 0), self.clock())
     }
 
     /// A program's next operation on mount `slot`.
@@ -274,7 +275,7 @@ impl FsSim {
         }
         let due = self.mounts[slot]
             .cache
-            .due(self.now, self.cfg.write_back_after);
+            .due(self.clock(), self.cfg.write_back_after);
         if let Some(ino) = due.into_iter().min() {
             self.write_back(slot, ino, Then::Due);
             return;
@@ -414,7 +415,7 @@ impl FsSim {
                 let Some(d) = self.mounts[slot].doing.take() else {
                     return;
                 };
-                let at = self.now;
+                let at = self.clock();
                 let m = &mut self.mounts[slot];
                 m.cache.flushed(&d.job, &attr, d.content, at);
                 self.written_back(slot, d.ino, d.then);
@@ -423,7 +424,7 @@ impl FsSim {
                 let Some(d) = self.mounts[slot].doing.take() else {
                     return;
                 };
-                let at = self.now;
+                let at = self.clock();
                 let m = &mut self.mounts[slot];
                 // As the mount decides: under `Write`, a version one past
                 // the job's is its own commit made already.
