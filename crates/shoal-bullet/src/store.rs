@@ -40,11 +40,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
 use rand::{RngCore, SeedableRng};
 use shoal_cap::{Capability, GetPort, ObjectId, ObjectSecret, PutPort, Rights};
+use shoal_time::Time;
 
 use crate::alloc::Allocator;
 use crate::disk::Disk;
@@ -75,13 +77,13 @@ pub struct StoreConfig {
     pub cache_bytes: u64,
     /// Time-to-live given to files by a touch, in ageing passes.
     pub ttl: u8,
-    /// Life of an uncommitted file nobody touches, in microseconds.
-    pub uncommitted_life_us: u64,
-    /// The least time between two ageing passes, in microseconds: an
+    /// Life of an uncommitted file nobody touches.
+    pub uncommitted_life: Duration,
+    /// The least time between two ageing passes: an
     /// object manager's pass asks for one after touching every file
     /// something names, and several managers, or a pass run by hand, do
     /// not age files faster than this.
-    pub age_gap_us: u64,
+    pub age_gap: Duration,
     /// The data disk grows in steps of this many bytes.
     pub grow_step: u64,
     /// A checkpoint is written when the metadata log passes this length.
@@ -95,8 +97,8 @@ impl Default for StoreConfig {
         StoreConfig {
             cache_bytes: 256 << 20,
             ttl: DEFAULT_TTL,
-            uncommitted_life_us: DEFAULT_UNCOMMITTED_SECS * 1_000_000,
-            age_gap_us: DEFAULT_AGE_GAP_SECS * 1_000_000,
+            uncommitted_life: Duration::from_secs(DEFAULT_UNCOMMITTED_SECS),
+            age_gap: Duration::from_secs(DEFAULT_AGE_GAP_SECS),
             grow_step: 64 << 20,
             checkpoint_after: 64 << 20,
             seed: None,
@@ -118,7 +120,7 @@ struct File {
     committed: bool,
     digest: [u8; 32],
     ttl: u8,
-    touched_us: u64,
+    touched: Time,
 }
 
 #[derive(Debug, Clone)]
@@ -155,7 +157,7 @@ struct Inner {
     rng: rand_chacha::ChaCha8Rng,
     destroyed_by_age: u64,
     /// When the last ageing pass a manager asked for ran.
-    aged_us: Option<u64>,
+    aged: Option<Time>,
 }
 
 #[derive(Default)]
@@ -384,7 +386,7 @@ impl Inner {
 
     /// A new uncommitted file of `pieces` (whose references the caller
     /// already counted): its object number and secret.
-    fn new_file(&mut self, size: u64, pieces: Vec<Piece>, ttl: u8, now_us: u64) -> (u64, [u8; 32]) {
+    fn new_file(&mut self, size: u64, pieces: Vec<Piece>, ttl: u8, now: Time) -> (u64, [u8; 32]) {
         let obj = self.next_object;
         self.next_object += 1;
         let secret = self.new_secret();
@@ -397,7 +399,7 @@ impl Inner {
                 committed: false,
                 digest: [0; 32],
                 ttl,
-                touched_us: now_us,
+                touched: now,
             },
         );
         (obj, secret)
@@ -709,7 +711,7 @@ impl<D: Disk> Store<D> {
                         committed: true,
                         digest: f.digest,
                         ttl,
-                        touched_us: 0,
+                        touched: Time::ZERO,
                     },
                 )
             })
@@ -741,7 +743,7 @@ impl<D: Disk> Store<D> {
                 made: log_end as u64,
                 rng,
                 destroyed_by_age: 0,
-                aged_us: None,
+                aged: None,
             }),
             cfg,
             disks,
@@ -796,24 +798,22 @@ impl<D: Disk> Store<D> {
 
     /// Runs one operation (reads too, though a server answers reads with
     /// [`Store::read_into`] to build the reply without a copy).
-    pub fn execute<B: OpData>(&self, op: Op<B>, now_us: u64) -> Result<Answer, FileError> {
+    pub fn execute<B: OpData>(&self, op: Op<B>, now: Time) -> Result<Answer, FileError> {
         match op {
             Op::Create {
                 server,
                 flags,
                 data,
             } => self
-                .create_shared(&server, flags, data.as_ref(), data.shared(), now_us)
+                .create_shared(&server, flags, data.as_ref(), data.shared(), now)
                 .map(Answer::Cap),
-            Op::Edit { file, flags, edit } => {
-                self.edit(&file, flags, edit, now_us).map(Answer::Cap)
-            }
-            Op::Commit { file, flags } => self.commit(&file, flags, now_us).map(|_| Answer::Done),
+            Op::Edit { file, flags, edit } => self.edit(&file, flags, edit, now).map(Answer::Cap),
+            Op::Commit { file, flags } => self.commit(&file, flags, now).map(|_| Answer::Done),
             Op::Concat {
                 server,
                 flags,
                 parts,
-            } => self.concat(&server, flags, &parts, now_us).map(Answer::Cap),
+            } => self.concat(&server, flags, &parts, now).map(Answer::Cap),
             Op::Read { file, offset, len } => {
                 let mut out = Vec::new();
                 self.read_into(&file, offset, len, &mut out)?;
@@ -823,7 +823,7 @@ impl<D: Disk> Store<D> {
             Op::Map { file, offset } => self.map(&file, offset).map(Answer::Map),
             Op::Destroy { file } => self.destroy(&file).map(|_| Answer::Done),
             Op::Verify { file } => self.verify(&file).map(|_| Answer::Done),
-            Op::Touch { files } => Ok(Answer::Touched(self.touch(&files, now_us))),
+            Op::Touch { files } => Ok(Answer::Touched(self.touch(&files, now))),
             Op::Admin { server, what } => {
                 // A server's figures are for everyone it serves (choosing
                 // servers needs them); the rest is the administrator's.
@@ -837,7 +837,7 @@ impl<D: Disk> Store<D> {
                     AdminOp::Fsck => Ok(self.fsck()),
                     AdminOp::Compact => self.compact(),
                     AdminOp::Age => {
-                        let n = self.age_when_due(now_us);
+                        let n = self.age_when_due(now);
                         Ok(Answer::Report {
                             figures: vec![
                                 ("aged".into(), u64::from(n.is_some())),
@@ -846,14 +846,14 @@ impl<D: Disk> Store<D> {
                             problems: vec![],
                         })
                     }
-                    AdminOp::Stats => Ok(self.stats_at(now_us)),
+                    AdminOp::Stats => Ok(self.stats_at(now)),
                 }
             }
         }
     }
 
     /// Commits an uncommitted file (needs MODIFY).
-    pub fn commit(&self, cap: &Capability, flags: u8, now_us: u64) -> Result<(), FileError> {
+    pub fn commit(&self, cap: &Capability, flags: u8, now: Time) -> Result<(), FileError> {
         let lsn = {
             let mut g = self.inner.lock();
             let (obj, _) = g.check(self.put_port, cap, MODIFY)?;
@@ -862,7 +862,7 @@ impl<D: Disk> Store<D> {
                 // Committing twice is harmless (a retried commit).
                 None
             } else {
-                f.touched_us = now_us;
+                f.touched = now;
                 Some(g.commit(obj))
             }
         };
@@ -925,7 +925,7 @@ impl<D: Disk> Store<D> {
 
     /// Resets the time-to-live of every object a capability names (any
     /// right will do); answers which exist.
-    pub fn touch(&self, caps: &[Capability], now_us: u64) -> Vec<bool> {
+    pub fn touch(&self, caps: &[Capability], now: Time) -> Vec<bool> {
         let mut g = self.inner.lock();
         caps.iter()
             .map(|c| {
@@ -936,7 +936,7 @@ impl<D: Disk> Store<D> {
                     Ok((obj, _)) => {
                         let f = g.files.get_mut(&obj).unwrap();
                         f.ttl = self.cfg.ttl;
-                        f.touched_us = now_us;
+                        f.touched = now;
                         true
                     }
                     Err(_) => false,
@@ -946,13 +946,13 @@ impl<D: Disk> Store<D> {
     }
 
     /// Destroys uncommitted files nobody touched for the configured life.
-    pub fn expire(&self, now_us: u64) -> usize {
+    pub fn expire(&self, now: Time) -> usize {
         let mut g = self.inner.lock();
-        let life = self.cfg.uncommitted_life_us;
+        let life = self.cfg.uncommitted_life;
         let old: Vec<u64> = g
             .files
             .iter()
-            .filter(|(_, f)| !f.committed && now_us.saturating_sub(f.touched_us) > life)
+            .filter(|(_, f)| !f.committed && now.saturating_since(f.touched) > life)
             .map(|(&k, _)| k)
             .collect();
         for &obj in &old {

@@ -1,12 +1,15 @@
 //! The store's operations on simulated disks: semantics, rights, sharing of
 //! extents between versions, garbage collection, compaction, recovery.
 
+use std::time::Duration;
+
 use proptest::prelude::*;
 use shoal_bullet::meta::MAGIC;
 use shoal_bullet::model::{ADMIN, CREATE, DESTROY, MAX_EXTENT, MODIFY, READ};
 use shoal_bullet::op::{FLAG_COMMIT, FLAG_SAFETY};
 use shoal_bullet::{Answer, Disk, Disks, Edit, FileError, SimDisk, Store, StoreConfig};
 use shoal_cap::{Capability, GetPort, Rights};
+use shoal_time::Time;
 
 const CS: u8 = FLAG_COMMIT | FLAG_SAFETY;
 
@@ -59,7 +62,7 @@ fn create_read_stat_destroy() {
     let (_, s) = fresh(StoreConfig::default());
     let server = s.server_cap();
     let data = bytes(3 * MAX_EXTENT as usize + 17, 1);
-    let cap = s.create(&server, CS, &data, 0).unwrap();
+    let cap = s.create(&server, CS, &data, Time::ZERO).unwrap();
     assert_eq!(read_all(&s, &cap).unwrap(), data);
     let st = s.stat(&cap).unwrap();
     assert_eq!(
@@ -78,7 +81,7 @@ fn create_read_stat_destroy() {
         s.read_into(&cap, data.len() as u64 + 1, 1, &mut out),
         Err(FileError::Range { .. })
     ));
-    let empty = s.create(&server, CS, &[], 0).unwrap();
+    let empty = s.create(&server, CS, &[], Time::ZERO).unwrap();
     assert_eq!(read_all(&s, &empty).unwrap(), Vec::<u8>::new());
     s.destroy(&cap).unwrap();
     assert_eq!(s.stat(&cap), Err(FileError::NotFound));
@@ -89,7 +92,7 @@ fn create_read_stat_destroy() {
 fn rights_are_enforced_per_operation() {
     let (_, s) = fresh(StoreConfig::default());
     let server = s.server_cap();
-    let cap = s.create(&server, CS, b"data", 0).unwrap();
+    let cap = s.create(&server, CS, b"data", Time::ZERO).unwrap();
     let read_only = cap.restrict(READ).unwrap();
     let mut out = Vec::new();
     s.read_into(&read_only, 0, 4, &mut out).unwrap();
@@ -102,7 +105,7 @@ fn rights_are_enforced_per_operation() {
             &read_only,
             CS,
             Edit::<&[u8]>::Delete { offset: 0, len: 1 },
-            0
+            Time::ZERO
         ),
         Err(FileError::Denied { .. })
     ));
@@ -113,9 +116,9 @@ fn rights_are_enforced_per_operation() {
     ));
     // The server's capability: create needs CREATE, admin needs ADMIN.
     let weak = server.restrict(CREATE).unwrap();
-    s.create(&weak, 0, b"x", 0).unwrap();
+    s.create(&weak, 0, b"x", Time::ZERO).unwrap();
     assert!(matches!(
-        s.create(&server.restrict(ADMIN).unwrap(), 0, b"x", 0),
+        s.create(&server.restrict(ADMIN).unwrap(), 0, b"x", Time::ZERO),
         Err(FileError::Denied { .. })
     ));
     assert!(matches!(
@@ -124,7 +127,7 @@ fn rights_are_enforced_per_operation() {
                 server: weak,
                 what: shoal_bullet::AdminOp::Fsck
             },
-            0
+            Time::ZERO
         ),
         Err(FileError::Denied { .. })
     ));
@@ -141,11 +144,13 @@ fn rights_are_enforced_per_operation() {
 #[test]
 fn uncommitted_files_are_invisible_then_expire() {
     let cfg = StoreConfig {
-        uncommitted_life_us: 1_000,
+        uncommitted_life: Duration::from_micros(1_000),
         ..Default::default()
     };
     let (_, s) = fresh(cfg);
-    let cap = s.create(&s.server_cap(), 0, b"part one ", 0).unwrap();
+    let cap = s
+        .create(&s.server_cap(), 0, b"part one ", Time::ZERO)
+        .unwrap();
     let mut out = Vec::new();
     assert_eq!(
         s.read_into(&cap, 0, 1, &mut out),
@@ -160,19 +165,28 @@ fn uncommitted_files_are_invisible_then_expire() {
                 offset: 9,
                 data: b"part two".to_vec(),
             },
-            500,
+            Time(500),
         )
         .unwrap();
     assert_eq!(same, cap);
-    assert_eq!(s.expire(1_000), 0, "touched at 500");
-    assert_eq!(s.expire(1_501), 1);
+    assert_eq!(s.expire(Time(1_000)), 0, "touched at 500");
+    assert_eq!(s.expire(Time(1_501)), 1);
     assert_eq!(s.stat(&cap), Err(FileError::NotFound));
-    let cap = s.create(&s.server_cap(), 0, b"abc", 2_000).unwrap();
-    s.commit(&cap, FLAG_SAFETY, 2_000).unwrap();
-    assert_eq!(s.expire(1_000_000), 0, "committed files do not expire");
+    let cap = s.create(&s.server_cap(), 0, b"abc", Time(2_000)).unwrap();
+    s.commit(&cap, FLAG_SAFETY, Time(2_000)).unwrap();
     assert_eq!(
-        s.edit(&cap, 0, Edit::<&[u8]>::Delete { offset: 0, len: 1 }, 0)
-            .map(|c| c == cap),
+        s.expire(Time(1_000_000)),
+        0,
+        "committed files do not expire"
+    );
+    assert_eq!(
+        s.edit(
+            &cap,
+            0,
+            Edit::<&[u8]>::Delete { offset: 0, len: 1 },
+            Time::ZERO
+        )
+        .map(|c| c == cap),
         Ok(false),
         "an edit of a committed file makes a new one"
     );
@@ -182,7 +196,7 @@ fn uncommitted_files_are_invisible_then_expire() {
 fn appending_to_a_big_file_writes_only_the_append() {
     let (d, s) = fresh(StoreConfig::default());
     let data = bytes(20 * MAX_EXTENT as usize, 7);
-    let big = s.create(&s.server_cap(), CS, &data, 0).unwrap();
+    let big = s.create(&s.server_cap(), CS, &data, Time::ZERO).unwrap();
     let before = s.stats();
     let (_, writes_before) = d.0.counts();
     let appended = s
@@ -193,7 +207,7 @@ fn appending_to_a_big_file_writes_only_the_append() {
                 offset: data.len() as u64,
                 data: vec![9; 4096],
             },
-            0,
+            Time::ZERO,
         )
         .unwrap();
     let (_, writes_after) = d.0.counts();
@@ -229,9 +243,12 @@ fn concat_joins_uncommitted_parts_in_order_and_consumes_them() {
     let (d, s) = fresh(StoreConfig::default());
     let server = s.server_cap();
     let parts: Vec<_> = (0..3)
-        .map(|i| s.create(&server, 0, &bytes(300_000, i), 0).unwrap())
+        .map(|i| {
+            s.create(&server, 0, &bytes(300_000, i), Time::ZERO)
+                .unwrap()
+        })
         .collect();
-    let whole = s.concat(&server, CS, &parts, 0).unwrap();
+    let whole = s.concat(&server, CS, &parts, Time::ZERO).unwrap();
     let want: Vec<u8> = (0..3).flat_map(|i| bytes(300_000, i)).collect();
     assert_eq!(read_all(&s, &whole).unwrap(), want);
     for p in &parts {
@@ -239,21 +256,21 @@ fn concat_joins_uncommitted_parts_in_order_and_consumes_them() {
     }
     // Refused: a committed part, a part named twice, a part without
     // MODIFY, a server capability without CREATE; nothing is consumed.
-    let a = s.create(&server, 0, b"a", 0).unwrap();
+    let a = s.create(&server, 0, b"a", Time::ZERO).unwrap();
     assert_eq!(
-        s.concat(&server, CS, &[a, whole], 0),
+        s.concat(&server, CS, &[a, whole], Time::ZERO),
         Err(FileError::Committed)
     );
     assert!(matches!(
-        s.concat(&server, CS, &[a, a], 0),
+        s.concat(&server, CS, &[a, a], Time::ZERO),
         Err(FileError::BadRequest(_))
     ));
     assert!(matches!(
-        s.concat(&server, CS, &[a.restrict(READ).unwrap()], 0),
+        s.concat(&server, CS, &[a.restrict(READ).unwrap()], Time::ZERO),
         Err(FileError::Denied { .. })
     ));
     assert!(matches!(
-        s.concat(&server.restrict(READ).unwrap(), CS, &[a], 0),
+        s.concat(&server.restrict(READ).unwrap(), CS, &[a], Time::ZERO),
         Err(FileError::Denied { .. })
     ));
     assert!(s.stat(&a).is_ok());
@@ -267,7 +284,7 @@ fn concat_joins_uncommitted_parts_in_order_and_consumes_them() {
 fn verify_reads_the_disk_not_the_cache() {
     let (d, s) = fresh(StoreConfig::default());
     let cap = s
-        .create(&s.server_cap(), CS, &bytes(100_000, 5), 0)
+        .create(&s.server_cap(), CS, &bytes(100_000, 5), Time::ZERO)
         .unwrap();
     s.verify(&cap).unwrap();
     d.0.corrupt(10);
@@ -284,17 +301,17 @@ fn ageing_destroys_what_nobody_touches() {
         ..Default::default()
     };
     let (_, s) = fresh(cfg);
-    let a = s.create(&s.server_cap(), CS, b"kept", 0).unwrap();
-    let b = s.create(&s.server_cap(), CS, b"lost", 0).unwrap();
+    let a = s.create(&s.server_cap(), CS, b"kept", Time::ZERO).unwrap();
+    let b = s.create(&s.server_cap(), CS, b"lost", Time::ZERO).unwrap();
     assert_eq!(s.age(), 0);
     assert_eq!(
-        s.touch(&[a, a.restrict(READ).unwrap()], 0),
+        s.touch(&[a, a.restrict(READ).unwrap()], Time::ZERO),
         vec![true, true]
     );
     assert_eq!(s.age(), 1);
     assert_eq!(s.stat(&b), Err(FileError::NotFound));
     assert_eq!(s.stat(&a).unwrap().ttl, 1);
-    assert_eq!(s.touch(&[b], 0), vec![false]);
+    assert_eq!(s.touch(&[b], Time::ZERO), vec![false]);
 }
 
 /// A manager's request ages at most once per gap, however many passes
@@ -303,16 +320,16 @@ fn ageing_destroys_what_nobody_touches() {
 fn ageing_asked_for_runs_at_most_once_per_gap() {
     let cfg = StoreConfig {
         ttl: 1,
-        age_gap_us: 1_000,
+        age_gap: Duration::from_micros(1_000),
         ..Default::default()
     };
     let (_, s) = fresh(cfg);
-    let a = s.create(&s.server_cap(), CS, b"one", 0).unwrap();
-    assert_eq!(s.age_when_due(5_000), Some(1));
-    let b = s.create(&s.server_cap(), CS, b"two", 5_000).unwrap();
-    assert_eq!(s.age_when_due(5_999), None, "too soon");
+    let a = s.create(&s.server_cap(), CS, b"one", Time::ZERO).unwrap();
+    assert_eq!(s.age_when_due(Time(5_000)), Some(1));
+    let b = s.create(&s.server_cap(), CS, b"two", Time(5_000)).unwrap();
+    assert_eq!(s.age_when_due(Time(5_999)), None, "too soon");
     assert!(s.stat(&b).is_ok());
-    assert_eq!(s.age_when_due(6_000), Some(1));
+    assert_eq!(s.age_when_due(Time(6_000)), Some(1));
     assert_eq!(s.stat(&a), Err(FileError::NotFound));
     assert_eq!(s.stat(&b), Err(FileError::NotFound));
 }
@@ -326,7 +343,10 @@ fn compaction_moves_extents_and_shrinks_the_store() {
     let (d, s) = fresh(cfg.clone());
     let server = s.server_cap();
     let caps: Vec<_> = (0..40)
-        .map(|i| s.create(&server, CS, &bytes(50_000, i), 0).unwrap())
+        .map(|i| {
+            s.create(&server, CS, &bytes(50_000, i), Time::ZERO)
+                .unwrap()
+        })
         .collect();
     for c in caps.iter().step_by(2) {
         s.destroy(c).unwrap();
@@ -354,7 +374,7 @@ fn compaction_moves_extents_and_shrinks_the_store() {
 fn corruption_is_reported_never_returned() {
     let (d, s) = fresh(StoreConfig::default());
     let cap = s
-        .create(&s.server_cap(), CS, &bytes(100_000, 3), 0)
+        .create(&s.server_cap(), CS, &bytes(100_000, 3), Time::ZERO)
         .unwrap();
     // After a checkpoint the log no longer holds the small file's bytes
     // (which recovery would write back over the rot).
@@ -373,7 +393,7 @@ fn corruption_is_reported_never_returned() {
 fn recovery_cuts_the_log_after_the_last_valid_record() {
     let (d, s) = fresh(StoreConfig::default());
     let before = (d.1.len().unwrap(), d.2.len().unwrap());
-    let cap = s.create(&s.server_cap(), CS, b"kept", 0).unwrap();
+    let cap = s.create(&s.server_cap(), CS, b"kept", Time::ZERO).unwrap();
     let valid = match s.stats() {
         Answer::Report { figures, .. } => {
             figures.iter().find(|f| f.0 == "meta_log_bytes").unwrap().1
@@ -413,20 +433,23 @@ fn a_small_safe_commit_is_one_sync_and_survives_a_power_loss() {
     for seed in 0..64u64 {
         let (d, s) = fresh(StoreConfig::default());
         let big = s
-            .create(&s.server_cap(), CS, &bytes(300_000, 1), 0)
+            .create(&s.server_cap(), CS, &bytes(300_000, 1), Time::ZERO)
             .unwrap();
         let syncs =
             |d: &(SimDisk, SimDisk, SimDisk)| (d.0.counts().0, d.1.counts().0 + d.2.counts().0);
         let before = syncs(&d);
         let small: Vec<_> = (0..4)
-            .map(|i| s.create(&s.server_cap(), CS, &bytes(5_000, i), 0).unwrap())
+            .map(|i| {
+                s.create(&s.server_cap(), CS, &bytes(5_000, i), Time::ZERO)
+                    .unwrap()
+            })
             .collect();
         let after = syncs(&d);
         assert_eq!(after.0, before.0, "no sync of the data disk");
         assert_eq!(after.1, before.1 + 4, "one sync of the metadata each");
         // Written but never synced: a power loss may keep any part of it.
         let lost = s
-            .create(&s.server_cap(), FLAG_COMMIT, &bytes(5_000, 9), 0)
+            .create(&s.server_cap(), FLAG_COMMIT, &bytes(5_000, 9), Time::ZERO)
             .unwrap();
         std::mem::forget(s);
         let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(seed);
@@ -456,7 +479,7 @@ fn checkpoints_alternate_between_the_metadata_files() {
     let (d, s) = fresh(cfg.clone());
     let caps: Vec<_> = (0..200)
         .map(|i| {
-            s.create(&s.server_cap(), CS, &bytes(10, i as u8), 0)
+            s.create(&s.server_cap(), CS, &bytes(10, i as u8), Time::ZERO)
                 .unwrap()
         })
         .collect();
@@ -471,16 +494,18 @@ fn checkpoints_alternate_between_the_metadata_files() {
 #[test]
 fn a_file_lost_at_a_crash_is_not_found_and_its_number_never_given_again() {
     let (d, s) = fresh(StoreConfig::default());
-    let kept = s.create(&s.server_cap(), CS, b"kept", 0).unwrap();
+    let kept = s.create(&s.server_cap(), CS, b"kept", Time::ZERO).unwrap();
     s.flush().unwrap();
     // Created after the last flush, then the process dies: its commit
     // record never reached the disk.
-    let lost = s.create(&s.server_cap(), FLAG_COMMIT, b"lost", 0).unwrap();
+    let lost = s
+        .create(&s.server_cap(), FLAG_COMMIT, b"lost", Time::ZERO)
+        .unwrap();
     std::mem::forget(s);
     for _ in 0..3 {
         let s = open(&d, StoreConfig::default());
         assert_eq!(read_all(&s, &kept).unwrap(), b"kept");
-        let again = s.create(&s.server_cap(), CS, b"again", 0).unwrap();
+        let again = s.create(&s.server_cap(), CS, b"again", Time::ZERO).unwrap();
         assert_ne!(
             again.object(),
             lost.object(),
@@ -521,7 +546,7 @@ proptest! {
     ) {
         let (_, s) = fresh(StoreConfig { cache_bytes: 1 << 20, ..Default::default() });
         let mut model = bytes(init, 1);
-        let mut cap = s.create(&s.server_cap(), if commit_each { CS } else { 0 }, &model, 0).unwrap();
+        let mut cap = s.create(&s.server_cap(), if commit_each { CS } else { 0 }, &model, Time::ZERO).unwrap();
         let mut versions = vec![];
         for (i, e) in edits.into_iter().enumerate() {
             let size = model.len() as u64;
@@ -547,13 +572,13 @@ proptest! {
                     Edit::Delete { offset: o, len: n }
                 }
             };
-            cap = s.edit(&cap, if commit_each { CS } else { 0 }, edit, 0).unwrap();
+            cap = s.edit(&cap, if commit_each { CS } else { 0 }, edit, Time::ZERO).unwrap();
             if commit_each {
                 versions.push((cap, model.clone()));
             }
         }
         if !commit_each {
-            s.commit(&cap, FLAG_SAFETY, 0).unwrap();
+            s.commit(&cap, FLAG_SAFETY, Time::ZERO).unwrap();
             versions.push((cap, model.clone()));
         }
         for (c, m) in versions {
@@ -574,7 +599,7 @@ fn holes_cost_nothing_and_read_as_zeros() {
     const GIB: u64 = 1 << 30;
     let (d, s) = fresh(StoreConfig::default());
     let before = s.stats();
-    let f = s.create(&s.server_cap(), 0, b"abcdef", 0).unwrap();
+    let f = s.create(&s.server_cap(), 0, b"abcdef", Time::ZERO).unwrap();
     let f = s
         .edit(
             &f,
@@ -583,7 +608,7 @@ fn holes_cost_nothing_and_read_as_zeros() {
                 offset: 6,
                 len: 5 * GIB,
             },
-            0,
+            Time::ZERO,
         )
         .unwrap();
     let f = s
@@ -594,11 +619,16 @@ fn holes_cost_nothing_and_read_as_zeros() {
                 offset: 4 * GIB,
                 data: &b"middle"[..],
             },
-            0,
+            Time::ZERO,
         )
         .unwrap();
     let f = s
-        .edit(&f, CS, Edit::<&[u8]>::Hole { offset: 1, len: 2 }, 0)
+        .edit(
+            &f,
+            CS,
+            Edit::<&[u8]>::Hole { offset: 1, len: 2 },
+            Time::ZERO,
+        )
         .unwrap();
     assert_eq!(s.stat(&f).unwrap().size, 6 + 5 * GIB);
     let fig = |a: &Answer, k: &str| match a {

@@ -2,7 +2,7 @@
 //! on the server's own port by a pool of threads, with a housekeeping
 //! thread that flushes commits made without the safety flag, expires
 //! uncommitted files (ageing passes run only when a manager asks, at most
-//! one per `age_gap_us`).
+//! one per `age_gap`).
 //!
 //! Directory layout: `data` (extents), `meta.0` and `meta.1` (metadata,
 //! see `shoal_bullet::meta`).  A new directory is formatted with a fresh
@@ -20,6 +20,7 @@ use shoal_bullet::op::{self, Op};
 use shoal_bullet::{Disk, Disks, FileError, Store, StoreConfig};
 use shoal_cap::{Capability, GetPort};
 use shoal_rpc::{Context, Rope, Server};
+use shoal_time::Time;
 
 use crate::disk::FileDisk;
 
@@ -159,7 +160,7 @@ impl Drop for Pooled {
 
 fn serve(store: &Store<FileDisk>, server: &Server, epoch: Instant) {
     while let Ok(mut req) = server.getreq() {
-        let now = epoch.elapsed().as_micros() as u64;
+        let now = Time::ZERO + epoch.elapsed();
         // The request's data is used where it lies (no copy); a large
         // request's buffer is shared, so that a create's extents stay
         // cached in it.  A large read's reply is the verified extents
@@ -226,7 +227,7 @@ fn housekeeping(store: &Store<FileDisk>, stop: &AtomicBool, cfg: &ServerConfig, 
         }
         if last_expire.elapsed() > Duration::from_secs(1) {
             last_expire = Instant::now();
-            let n = store.expire(epoch.elapsed().as_micros() as u64);
+            let n = store.expire(Time::ZERO + epoch.elapsed());
             if n > 0 {
                 tracing::info!("{n} uncommitted files expired");
             }

@@ -48,7 +48,7 @@ pub(crate) fn spawn(
     };
     let id = {
         let mut procs = shared.procs.lock();
-        let id = procs.spawn(now().0, command, &node, peer.uid);
+        let id = procs.spawn(now(), command, &node, peer.uid);
         let reserved = shared.procs_reserved.load(Ordering::Acquire);
         if id.seq + 1 >= reserved {
             let next = reserve(&shared.config.state_dir, reserved)?;
@@ -164,7 +164,7 @@ fn place(
             Some(shoal_pool::Candidate {
                 node: m.node,
                 load,
-                reported_us: at.0,
+                reported: at,
             })
         })
         .collect();
@@ -174,7 +174,7 @@ fn place(
     };
     let node = state
         .placer
-        .place(now.0, &candidates, &request)
+        .place(now, &candidates, &request)
         .map_err(|e| e.to_string())?;
     Ok(view
         .iter()
@@ -196,7 +196,7 @@ pub(crate) fn ended(shared: &Shared, id: ProcId, end: ProcEnd) {
         ProcEnd::Lost => Some(None),
     };
     if let Some(how) = how {
-        procs.end(id, now().0, how);
+        procs.end(id, now(), how);
     }
     drop(procs);
     shared.procs_changed.notify_all();
@@ -213,7 +213,7 @@ pub(crate) fn hang_up(shared: &Shared, ids: &[ProcId]) {
                 && p.state == ProcState::Running
             {
                 nodes.push((id, p.node.clone()));
-                procs.end(id, now().0, None);
+                procs.end(id, now(), None);
             }
         }
     }
@@ -252,7 +252,7 @@ fn signal(shared: &Shared, id: ProcId, node: &str, signal: i32) -> Result<(), St
 /// may see them: everyone's, but another user's with its program's name
 /// only, not its arguments (`docs/security.md`, "Local authority").
 pub(crate) fn procs(shared: &Shared, with_ended: bool, caller: shoal_rpc::Caller) -> ProcAnswer {
-    let now = now().0;
+    let now = now();
     let procs = shared.procs.lock();
     let ended = with_ended.then(|| procs.ended()).into_iter().flatten();
     let homed = procs
@@ -267,7 +267,7 @@ pub(crate) fn procs(shared: &Shared, with_ended: bool, caller: shoal_rpc::Caller
             },
             node: p.node.clone(),
             uid: p.uid,
-            age_s: now.saturating_sub(p.started_us) as f64 / 1e6,
+            age_s: now.saturating_since(p.started).as_secs_f64(),
             end: end_of(p.state),
         })
         .collect();

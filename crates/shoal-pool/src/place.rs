@@ -5,7 +5,7 @@
 //! those, the one with the least demand per core wins, where a node's
 //! demand is what it last reported ([`demand_milli`]) plus one core
 //! for every program this placer sent it that the report cannot count yet
-//! (sent less than [`Placer::HOLD_US`] before the report arrived).  That is
+//! (sent less than [`Placer::HOLD`] before the report arrived).  That is
 //! what spreads a burst: the second of two programs placed in the same
 //! millisecond sees the first.  Among nodes within a tenth of a core of
 //! the best, the choice is random, so that placers on different nodes,
@@ -13,20 +13,22 @@
 //! node either.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use shoal_wire::NodeId;
 
+use shoal_time::Time;
 use shoal_wire::{Load, Owner};
 
 /// A node the placer may choose, with its last report and when that
-/// report arrived (microseconds on the caller's clock).
+/// report arrived (on the caller's clock).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Candidate {
     pub node: NodeId,
     pub load: Load,
-    pub reported_us: u64,
+    pub reported: Time,
 }
 
 /// What a new program asks of its node.
@@ -54,8 +56,8 @@ pub enum NoNode {
 #[derive(Debug)]
 pub struct Placer {
     rng: ChaCha8Rng,
-    /// Per node, when this placer sent programs there (microseconds).
-    sent: HashMap<NodeId, Vec<u64>>,
+    /// Per node, when this placer sent programs there.
+    sent: HashMap<NodeId, Vec<Time>>,
 }
 
 /// The demand on a node, in thousandths of a core: its run queue, or the
@@ -75,7 +77,7 @@ const TIE_MILLI: u64 = 100;
 impl Placer {
     /// How long a program sent to a node counts against it before the
     /// node's reports are trusted to include it: a few heartbeats.
-    pub const HOLD_US: u64 = 1_000_000;
+    pub const HOLD: Duration = Duration::from_secs(1);
 
     /// A placer whose random choices follow `seed`.
     pub fn new(seed: u64) -> Placer {
@@ -89,11 +91,11 @@ impl Placer {
     /// counts the program against it.
     pub fn place(
         &mut self,
-        now_us: u64,
+        now: Time,
         candidates: &[Candidate],
         request: &Request,
     ) -> Result<NodeId, NoNode> {
-        self.forget(now_us, candidates);
+        self.forget(now, candidates);
         if candidates.is_empty() {
             return Err(NoNode::NoneUp);
         }
@@ -131,7 +133,7 @@ impl Placer {
             .map(|s| s.1)
             .collect();
         let node = ties[self.rng.random_range(0..ties.len())];
-        self.sent.entry(node).or_default().push(now_us);
+        self.sent.entry(node).or_default().push(now);
         Ok(node)
     }
 
@@ -147,21 +149,20 @@ impl Placer {
         self.sent.get(&c.node).map_or(0, |times| {
             times
                 .iter()
-                .filter(|&&t| c.reported_us < t.saturating_add(Self::HOLD_US))
+                .filter(|&&t| c.reported < t + Self::HOLD)
                 .count()
         })
     }
 
     /// Drops what every report now counts, and nodes no longer candidates.
-    fn forget(&mut self, now_us: u64, candidates: &[Candidate]) {
+    fn forget(&mut self, now: Time, candidates: &[Candidate]) {
         self.sent.retain(|node, times| {
             let reported = candidates
                 .iter()
                 .find(|c| c.node == *node)
-                .map(|c| c.reported_us);
+                .map(|c| c.reported);
             times.retain(|&t| {
-                reported.is_some_and(|r| r < t.saturating_add(Self::HOLD_US))
-                    && now_us < t.saturating_add(10 * Self::HOLD_US)
+                reported.is_some_and(|r| r < t + Self::HOLD) && now < t + Self::HOLD * 10
             });
             !times.is_empty()
         });
@@ -183,7 +184,7 @@ mod tests {
                 owner,
                 ..Load::default()
             },
-            reported_us: 0,
+            reported: Time::ZERO,
         }
     }
 
@@ -216,7 +217,7 @@ mod tests {
             let eligible = |c: &Candidate| {
                 (allow || c.load.owner == Owner::Idle) && c.load.mem_free_mib >= mem
             };
-            match placer.place(0, &nodes, &request) {
+            match placer.place(Time::ZERO, &nodes, &request) {
                 Ok(n) => {
                     let c = nodes.iter().find(|c| c.node == n).unwrap();
                     prop_assert!(eligible(c));
@@ -243,7 +244,7 @@ mod tests {
             let mut placer = Placer::new(seed);
             let mut got: HashMap<NodeId, usize> = HashMap::new();
             for i in 0..n {
-                let chosen = placer.place(i as u64, &nodes, &Request::default()).unwrap();
+                let chosen = placer.place(Time(i as u64), &nodes, &Request::default()).unwrap();
                 *got.entry(chosen).or_default() += 1;
             }
             let share = n.div_ceil(k as usize);
@@ -255,7 +256,7 @@ mod tests {
         fn choices_replay(nodes in arb_nodes(), seed in any::<u64>()) {
             let run = || {
                 let mut p = Placer::new(seed);
-                (0..20).map(|i| p.place(i, &nodes, &Request::default()).ok()).collect::<Vec<_>>()
+                (0..20).map(|i| p.place(Time(i), &nodes, &Request::default()).ok()).collect::<Vec<_>>()
             };
             prop_assert_eq!(run(), run());
         }
@@ -268,18 +269,24 @@ mod tests {
             node(1, 0, 1, 1024, Owner::Idle),
         ];
         let mut placer = Placer::new(7);
-        let first = placer.place(0, &nodes, &Request::default()).unwrap();
+        let first = placer
+            .place(Time::ZERO, &nodes, &Request::default())
+            .unwrap();
         // Until its node reports, the first program steers the second away.
-        let second = placer.place(10, &nodes, &Request::default()).unwrap();
+        let second = placer.place(Time(10), &nodes, &Request::default()).unwrap();
         assert_ne!(first, second);
         // Both nodes report later, each counting its program: the
         // reservations are dropped, so they do not count twice.
         for c in &mut nodes {
-            c.reported_us = Placer::HOLD_US + 20;
+            c.reported = Time::ZERO + Placer::HOLD + Duration::from_micros(20);
             c.load.shoal_procs = 1;
         }
         placer
-            .place(Placer::HOLD_US + 30, &nodes, &Request::default())
+            .place(
+                Time::ZERO + Placer::HOLD + Duration::from_micros(30),
+                &nodes,
+                &Request::default(),
+            )
             .unwrap();
         assert_eq!(placer.sent.values().map(Vec::len).sum::<usize>(), 1);
     }
@@ -304,15 +311,17 @@ mod tests {
             node(1, 700, 1, 1024, Owner::Idle),
         ];
         let mut placer = Placer::new(1);
-        let busy_idle = placer.place(0, &nodes, &Request::default()).unwrap();
+        let busy_idle = placer
+            .place(Time::ZERO, &nodes, &Request::default())
+            .unwrap();
         assert_eq!(busy_idle, NodeId(2));
         let allowed = Request {
             allow_owner_active: true,
             ..Request::default()
         };
-        assert_eq!(placer.place(1, &nodes, &allowed).unwrap(), NodeId(1));
+        assert_eq!(placer.place(Time(1), &nodes, &allowed).unwrap(), NodeId(1));
         let e = Placer::new(1)
-            .place(0, &nodes[..1], &Request::default())
+            .place(Time::ZERO, &nodes[..1], &Request::default())
             .unwrap_err();
         assert_eq!(e, NoNode::OwnersActive(1));
     }

@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use shoal_time::Time;
 use shoal_wire::NodeId;
 
 use crate::ProcId;
@@ -25,11 +26,11 @@ pub enum ProcState {
     /// Running on its node.
     Running,
     /// It ended so, at this time (µs).
-    Ended { how: Ended, at_us: u64 },
+    Ended { how: Ended, at: Time },
     /// Its home lost track of it at this time: the `shoal run` that
     /// watched it went away (the program was hung up on) or its node
     /// became unreachable.  How it ended is unknown.
-    Lost { at_us: u64 },
+    Lost { at: Time },
 }
 
 /// One process of the table.
@@ -42,7 +43,7 @@ pub struct Proc {
     pub node: String,
     /// Who started it: the uid its home's kernel reported.
     pub uid: u32,
-    pub started_us: u64,
+    pub started: Time,
     pub state: ProcState,
 }
 
@@ -70,7 +71,7 @@ impl ProcTable {
 
     /// Records a new process of user `uid` running `command` on `node`:
     /// its id.
-    pub fn spawn(&mut self, now_us: u64, command: &str, node: &str, uid: u32) -> ProcId {
+    pub fn spawn(&mut self, now: Time, command: &str, node: &str, uid: u32) -> ProcId {
         let seq = self.next;
         self.next = self.next.wrapping_add(1).max(1);
         let id = ProcId {
@@ -92,7 +93,7 @@ impl ProcTable {
                 command,
                 node: node.to_string(),
                 uid,
-                started_us: now_us,
+                started: now,
                 state: ProcState::Running,
             },
         );
@@ -120,7 +121,7 @@ impl ProcTable {
 
     /// The process ended (`Some`) or was lost track of (`None`).  False if
     /// it was not running.
-    pub fn end(&mut self, id: ProcId, now_us: u64, how: Option<Ended>) -> bool {
+    pub fn end(&mut self, id: ProcId, now: Time, how: Option<Ended>) -> bool {
         if id.home != self.home {
             return false;
         }
@@ -128,8 +129,8 @@ impl ProcTable {
             return false;
         };
         p.state = match how {
-            Some(how) => ProcState::Ended { how, at_us: now_us },
-            None => ProcState::Lost { at_us: now_us },
+            Some(how) => ProcState::Ended { how, at: now },
+            None => ProcState::Lost { at: now },
         };
         if self.ended.len() == KEEP_ENDED {
             self.ended.pop_front();
@@ -174,26 +175,26 @@ mod tests {
     #[test]
     fn a_process_is_numbered_followed_and_remembered_after_its_end() {
         let mut t = ProcTable::new(NodeId(7), 100);
-        let a = t.spawn(1, "sleep 30", "n2", 1000);
-        let b = t.spawn(2, "true", "n3", 0);
+        let a = t.spawn(Time(1), "sleep 30", "n2", 1000);
+        let b = t.spawn(Time(2), "true", "n3", 0);
         assert_eq!((a.home, a.seq, b.seq), (NodeId(7), 100, 101));
         assert!(t.moved(a, "n4"));
         assert_eq!(t.get(a).unwrap().node, "n4");
         assert_eq!((t.get(a).unwrap().uid, t.get(b).unwrap().uid), (1000, 0));
-        assert!(t.end(b, 5, Some(Ended::Exited(3))));
-        assert!(!t.end(b, 6, Some(Ended::Exited(0))), "ends once");
+        assert!(t.end(b, Time(5), Some(Ended::Exited(3))));
+        assert!(!t.end(b, Time(6), Some(Ended::Exited(0))), "ends once");
         assert_eq!(
             t.get(b).unwrap().state,
             ProcState::Ended {
                 how: Ended::Exited(3),
-                at_us: 5
+                at: Time(5)
             }
         );
-        assert!(t.end(a, 7, None));
-        assert_eq!(t.get(a).unwrap().state, ProcState::Lost { at_us: 7 });
+        assert!(t.end(a, Time(7), None));
+        assert_eq!(t.get(a).unwrap().state, ProcState::Lost { at: Time(7) });
         assert_eq!(t.running().count(), 0);
         assert_eq!(t.ended().count(), 2);
-        let c = t.spawn(8, "x", "n1", 0);
+        let c = t.spawn(Time(8), "x", "n1", 0);
         t.forget(c);
         assert!(
             t.get(c).is_none(),
@@ -207,13 +208,13 @@ mod tests {
             t.get(elsewhere).is_none(),
             "another home's ids are not ours"
         );
-        assert!(!t.end(elsewhere, 9, None));
+        assert!(!t.end(elsewhere, Time(9), None));
     }
 
     #[test]
     fn long_commands_are_cut_on_a_character_boundary() {
         let mut t = ProcTable::new(NodeId(1), 1);
-        let id = t.spawn(0, &"é".repeat(200), "n1", 0);
+        let id = t.spawn(Time::ZERO, &"é".repeat(200), "n1", 0);
         let c = &t.get(id).unwrap().command;
         assert!(
             c.len() <= MAX_COMMAND && c.len() >= MAX_COMMAND - 1,
@@ -238,14 +239,14 @@ mod tests {
             for (now, (op, pick)) in ops.into_iter().enumerate() {
                 match op {
                     0 => {
-                        let id = t.spawn(now as u64, "p", "n", 0);
+                        let id = t.spawn(Time(now as u64), "p", "n", 0);
                         prop_assert!(seen.insert(id), "id {} handed out twice", id);
                         ids.push(id);
                     }
                     _ if ids.is_empty() => {}
                     1 => {
                         let id = ids[pick as usize % ids.len()];
-                        if t.end(id, now as u64, Some(Ended::Exited(0))) {
+                        if t.end(id, Time(now as u64), Some(Ended::Exited(0))) {
                             ended_order.push(id);
                         }
                     }

@@ -13,6 +13,8 @@
 
 pub mod frame;
 
+use std::time::Duration;
+
 use shoal_cap::PutPort;
 
 /// A deterministic state machine that replicas keep identical by applying
@@ -359,7 +361,7 @@ pub fn behind(my_index: u64, unapplied: u64, peers: &[(usize, Option<PeerStatus>
 
 /// How long a joiner waits for its state transfer before it leaves the
 /// group and forms (joins) again.
-pub const JOIN_WAIT_US: u64 = 15_000_000;
+pub const JOIN_WAIT: Duration = Duration::from_secs(15);
 
 /// Where a replica stands, for [`control`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -377,7 +379,7 @@ pub struct Standing {
     pub group: u64,
     pub group_works: bool,
     /// How long it has been joining (in [`Phase::Joining`]).
-    pub joining_for_us: u64,
+    pub joining_for: Duration,
 }
 
 /// Why a replica leaves its group.
@@ -385,7 +387,7 @@ pub struct Standing {
 pub enum Why {
     /// A replica outside the group has applied more writes ([`behind`]).
     Behind,
-    /// No state transfer came within [`JOIN_WAIT_US`].
+    /// No state transfer came within [`JOIN_WAIT`].
     NoStateTransfer,
     /// Its group cannot reset and another replica goes on ([`when_stuck`]).
     AnotherGoesOn,
@@ -410,14 +412,14 @@ pub enum Control {
 /// simulator's alike: what the replica does, given where it stands and
 /// its peers' answers (which a joiner does not need).  A member leaves a
 /// group that is [`behind`]; a joiner leaves once it has waited
-/// [`JOIN_WAIT_US`] for its state; a stuck replica does what
+/// [`JOIN_WAIT`] for its state; a stuck replica does what
 /// [`when_stuck`] says; a replica outside a group does what [`decide`]
 /// says.
 pub fn control(s: &Standing, peers: &[(usize, Option<PeerStatus>)]) -> Control {
     match s.phase {
         Phase::Member if behind(s.index, s.unapplied, peers) => Control::Leave(Why::Behind),
         Phase::Member => Control::Stay,
-        Phase::Joining if s.joining_for_us > JOIN_WAIT_US => Control::Leave(Why::NoStateTransfer),
+        Phase::Joining if s.joining_for > JOIN_WAIT => Control::Leave(Why::NoStateTransfer),
         Phase::Joining => Control::Stay,
         Phase::Stuck => {
             match when_stuck(s.me, s.index, s.unapplied, s.group, s.group_works, peers) {
@@ -433,7 +435,7 @@ pub fn control(s: &Standing, peers: &[(usize, Option<PeerStatus>)]) -> Control {
 
 /// How long a member's group may be in a reset before the replica reports
 /// itself stuck (so replicas outside do not wait to join it).
-pub const STUCK_AFTER_US: u64 = 1_000_000;
+pub const STUCK_AFTER: Duration = Duration::from_secs(1);
 
 #[cfg(test)]
 mod tests {
@@ -450,7 +452,7 @@ mod tests {
 
     #[test]
     fn one_turn_of_the_control_loop_per_phase() {
-        let me = |phase, index, unapplied, joining_for_us| Standing {
+        let me = |phase, index, unapplied, joining_for| Standing {
             me: 0,
             phase,
             index,
@@ -458,27 +460,33 @@ mod tests {
             generation: 1,
             group: 1,
             group_works: true,
-            joining_for_us,
+            joining_for,
         };
         let ahead = [(1, st(Phase::Forming, 1, 9)), (2, st(Phase::Member, 1, 5))];
         // A member leaves a group a replica outside has overtaken, unless
         // what it holds unapplied would take it as far.
-        let m = me(Phase::Member, 5, 0, 0);
+        let m = me(Phase::Member, 5, 0, Duration::ZERO);
         assert_eq!(control(&m, &ahead), Control::Leave(Why::Behind));
-        assert_eq!(control(&me(Phase::Member, 5, 4, 0), &ahead), Control::Stay);
+        assert_eq!(
+            control(&me(Phase::Member, 5, 4, Duration::ZERO), &ahead),
+            Control::Stay
+        );
         // A joiner waits for its state, then leaves; it asks no one.
         assert_eq!(
-            control(&me(Phase::Joining, 0, 0, JOIN_WAIT_US), &[]),
+            control(&me(Phase::Joining, 0, 0, JOIN_WAIT), &[]),
             Control::Stay
         );
         assert_eq!(
-            control(&me(Phase::Joining, 0, 0, JOIN_WAIT_US + 1), &[]),
+            control(
+                &me(Phase::Joining, 0, 0, JOIN_WAIT + Duration::from_micros(1)),
+                &[]
+            ),
             Control::Leave(Why::NoStateTransfer)
         );
         // Stuck: the rule of `when_stuck`.
         let stuck = Standing {
             group_works: false,
-            ..me(Phase::Stuck, 5, 0, 0)
+            ..me(Phase::Stuck, 5, 0, Duration::ZERO)
         };
         assert_eq!(control(&stuck, &[(1, None)]), Control::Stay);
         assert_eq!(
@@ -500,7 +508,7 @@ mod tests {
         // Outside a group: the forming rule.
         assert_eq!(
             control(
-                &me(Phase::Forming, 2, 0, 0),
+                &me(Phase::Forming, 2, 0, Duration::ZERO),
                 &[(1, st(Phase::Member, 3, 2))]
             ),
             Control::Form(Formation::Join(3))

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex, RwLock};
 use shoal_cap::PutPort;
 use shoal_groupsvc::{Delivery, Group, GroupError, GroupSeq};
-use shoal_replica::{Durability, Machine, Phase, STUCK_AFTER_US, group_tag};
+use shoal_replica::{Durability, Machine, Phase, STUCK_AFTER, group_tag};
 use shoal_rpc::{Context, Server, Service};
 
 use crate::store::{DiskStats, Store};
@@ -159,7 +159,7 @@ pub struct Replicated<M: Machine> {
     group: RwLock<Option<Arc<Group>>>,
     phase: Mutex<Phase>,
     /// Since when the group has been in a reset (a member reports itself
-    /// stuck after `STUCK_AFTER_US`).
+    /// stuck after `STUCK_AFTER`).
     abnormal_since: Mutex<Option<Instant>>,
     generation: AtomicU64,
     /// Set when the log buffer gained records (wakes the flusher).
@@ -381,7 +381,7 @@ impl<M: Machine> Replicated<M> {
         let long = self
             .abnormal_since
             .lock()
-            .is_some_and(|t| t.elapsed() >= Duration::from_micros(STUCK_AFTER_US));
+            .is_some_and(|t| t.elapsed() >= STUCK_AFTER);
         if phase == Phase::Member && long {
             Phase::Stuck
         } else {

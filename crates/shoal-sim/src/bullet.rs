@@ -14,6 +14,7 @@
 //!   a corruption error, never returns wrong bytes.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -21,6 +22,7 @@ use shoal_bullet::model::MAX_EXTENT;
 use shoal_bullet::op::{FLAG_COMMIT, FLAG_SAFETY};
 use shoal_bullet::{Answer, Disks, Edit, FileError, SimDisk, Store, StoreConfig};
 use shoal_cap::{Capability, GetPort};
+use shoal_proto::Time;
 
 /// What a run does.
 #[derive(Debug, Clone)]
@@ -78,7 +80,7 @@ pub struct BulletSim {
     open: BTreeMap<u64, (Capability, Vec<u8>)>,
     /// Bit-rotted extents' data offsets (reads over them may fail).
     rotted: bool,
-    now: u64,
+    now: Time,
     trace: Vec<String>,
     report: BulletReport,
 }
@@ -114,7 +116,7 @@ impl BulletSim {
             files: BTreeMap::new(),
             open: BTreeMap::new(),
             rotted: false,
-            now: 0,
+            now: Time::ZERO,
             trace: Vec::new(),
             report: BulletReport::default(),
         }
@@ -194,7 +196,7 @@ impl BulletSim {
     }
 
     fn step(&mut self) {
-        self.now += 1_000;
+        self.now += Duration::from_millis(1);
         let pick = self.rng.random_range(0..100);
         if self.rng.random_bool(self.cfg.crash_chance) {
             return self.crash();

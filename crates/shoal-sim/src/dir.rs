@@ -23,6 +23,7 @@
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
 
 use bytes::Bytes;
 use rand::{Rng, SeedableRng};
@@ -37,7 +38,7 @@ use shoal_group::{
 };
 use shoal_proto::Time;
 use shoal_replica::{
-    Control, Durability, Formation, PeerStatus, Phase, STUCK_AFTER_US, Standing, Why, control,
+    Control, Durability, Formation, PeerStatus, Phase, STUCK_AFTER, Standing, Why, control,
     group_tag,
 };
 
@@ -290,9 +291,9 @@ pub struct DirSim {
     trace: Trace,
 }
 
-const CLIENT_TIMEOUT_US: u64 = 300_000;
-const GIVE_UP_US: u64 = 6_000_000;
-const CATCH_UP_US: u64 = 1_000_000;
+const CLIENT_TIMEOUT: Duration = Duration::from_millis(300);
+const GIVE_UP: Duration = Duration::from_secs(6);
+const CATCH_UP: Duration = Duration::from_secs(1);
 
 /// Each generation's group port, from the run's secret `ports`.
 fn group_port(ports: &[u8; 32], generation: u64) -> PutPort {
@@ -527,14 +528,17 @@ impl DirSim {
                 if self.reps[r].alive {
                     self.form(r);
                     self.after(r);
-                    self.timeline.at(Time(self.now.0 + 100_000), Ev::Form { r });
+                    self.timeline
+                        .at(self.now + Duration::from_millis(100), Ev::Form { r });
                 }
             }
             Ev::Flush { r } => {
                 if self.reps[r].alive {
                     self.flush(r);
-                    self.timeline
-                        .at(Time(self.now.0 + self.cfg.flush_us), Ev::Flush { r });
+                    self.timeline.at(
+                        self.now + Duration::from_micros(self.cfg.flush_us),
+                        Ev::Flush { r },
+                    );
                 }
             }
             Ev::Synced {
@@ -590,7 +594,7 @@ impl DirSim {
                     self.crash(v);
                     let back = self.rng.random_range(50_000..800_000);
                     self.timeline
-                        .at(Time(self.now.0 + back), Ev::Restart { r: v });
+                        .at(self.now + Duration::from_micros(back), Ev::Restart { r: v });
                 }
             }
             Ev::Restart { r } => self.restart(r),

@@ -23,6 +23,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
 
 use bytes::Bytes;
 use rand::{Rng, SeedableRng};
@@ -403,7 +404,8 @@ impl GroupSim {
                 });
                 if full != Some(true) {
                     if self.faults_on {
-                        self.timeline.at(Time(self.now.0 + 100_000), Ev::Crash);
+                        self.timeline
+                            .at(self.now + Duration::from_millis(100), Ev::Crash);
                     }
                     return;
                 }
@@ -523,7 +525,7 @@ impl GroupSim {
             .chain(self.procs[p].rejoin_at)
             .min();
         if let Some(t) = next {
-            let t = t.max(Time(self.now.0 + 1));
+            let t = t.max(self.now + Duration::from_micros(1));
             if self.procs[p]
                 .scheduled
                 .is_none_or(|s| s > t || s < self.now)
@@ -553,7 +555,7 @@ impl GroupSim {
         };
         for d in faults.verdict(&mut self.rng) {
             self.timeline.at(
-                Time(self.now.0 + d),
+                self.now + Duration::from_micros(d),
                 Ev::Deliver {
                     to: dst,
                     from,
@@ -740,7 +742,7 @@ impl GroupSim {
                 proc.core = None;
                 proc.last = None;
                 if !proc.left {
-                    proc.rejoin_at = Some(Time(self.now.0 + 50_000));
+                    proc.rejoin_at = Some(self.now + Duration::from_millis(50));
                 }
             }
             Event::LeftGroup => {

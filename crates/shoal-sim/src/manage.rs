@@ -17,6 +17,7 @@
 //!   only what is named.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -24,6 +25,7 @@ use shoal_bullet::manage::{Ask, Heard, Listing, Pass, PassOptions};
 use shoal_bullet::op::FLAG_COMMIT;
 use shoal_bullet::{Disks, SimDisk, Store, StoreConfig};
 use shoal_cap::{Capability, GetPort, ObjectId, ObjectSecret, Rights};
+use shoal_proto::Time;
 
 /// A scenario's shape.
 #[derive(Debug, Clone)]
@@ -105,7 +107,7 @@ pub struct ManageSim {
     lost: HashSet<Capability>,
     passes_begun: usize,
     faults: bool,
-    now_us: u64,
+    now: Time,
     next_name: u64,
     report: ManageReport,
 }
@@ -131,7 +133,7 @@ impl ManageSim {
                     GetPort::from_bytes([i as u8 + 1; 16]),
                     StoreConfig {
                         ttl: cfg.ttl,
-                        age_gap_us: 0,
+                        age_gap: Duration::ZERO,
                         cache_bytes: 1 << 20,
                         grow_step: 64 << 10,
                         seed: Some(seed ^ i as u64),
@@ -166,7 +168,7 @@ impl ManageSim {
             lost: HashSet::new(),
             passes_begun: 0,
             faults: true,
-            now_us: 0,
+            now: Time::ZERO,
             next_name: 0,
             report: ManageReport::default(),
         }
@@ -221,7 +223,7 @@ impl ManageSim {
             if self.faults {
                 self.step();
             }
-            self.now_us += 1_000;
+            self.now += Duration::from_millis(1);
             match pass.ask() {
                 Ask::Done(r) => {
                     self.report.recreated += r.replicas_recreated;
@@ -284,7 +286,7 @@ impl ManageSim {
             let s = &self.servers[up[(start + j) % up.len()]];
             let c = s
                 .store
-                .create(&s.cap, FLAG_COMMIT, &data, self.now_us)
+                .create(&s.cap, FLAG_COMMIT, &data, self.now)
                 .expect("a store takes a small file");
             caps.push(c);
         }
@@ -391,7 +393,7 @@ impl ManageSim {
             }
             Ask::Touch { files } => Heard::Touched(
                 self.up(&files[0])
-                    .map(|i| self.servers[i].store.touch(&files, self.now_us)),
+                    .map(|i| self.servers[i].store.touch(&files, self.now)),
             ),
             Ask::Verify { file } => Heard::Verified(
                 self.up(&file)
@@ -432,7 +434,7 @@ impl ManageSim {
                     if let Some(i) = self.server_of(c)
                         && self.servers[i].up
                     {
-                        if self.servers[i].store.touch(&[*c], self.now_us)[0] {
+                        if self.servers[i].store.touch(&[*c], self.now)[0] {
                             touched += 1;
                         } else {
                             missing += 1;
@@ -443,7 +445,7 @@ impl ManageSim {
             }
             Ask::Age { server } => {
                 let heard = self.up(&server).map(|i| {
-                    let n = self.servers[i].store.age_when_due(self.now_us);
+                    let n = self.servers[i].store.age_when_due(self.now);
                     (n.is_some(), n.unwrap_or(0) as u64)
                 });
                 if let Ok((_, n)) = &heard {
@@ -478,7 +480,7 @@ impl ManageSim {
             let s = &self.servers[i];
             made.push(
                 s.store
-                    .create(&s.cap, FLAG_COMMIT, &source, self.now_us)
+                    .create(&s.cap, FLAG_COMMIT, &source, self.now)
                     .map_err(|e| e.to_string())?,
             );
         }

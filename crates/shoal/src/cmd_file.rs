@@ -585,8 +585,8 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
         store: StoreConfig {
             cache_bytes: args.cache_mib << 20,
             ttl: args.ttl.max(1),
-            uncommitted_life_us: args.uncommitted_secs * 1_000_000,
-            age_gap_us: args.age_secs.saturating_mul(1_000_000),
+            uncommitted_life: Duration::from_secs(args.uncommitted_secs),
+            age_gap: Duration::from_secs(args.age_secs),
             ..StoreConfig::default()
         },
         threads: args.threads,

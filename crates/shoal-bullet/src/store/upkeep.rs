@@ -4,19 +4,19 @@
 use super::*;
 
 impl<D: Disk> Store<D> {
-    /// The ageing pass a manager asks for at `now_us`, after touching what
+    /// The ageing pass a manager asks for at `now`, after touching what
     /// it found named: run unless the last one ran less than the gap ago
     /// (then `None`).  The server never ages on its own: a file something
     /// names dies only if no pass touched it in `ttl` passes that did.
-    pub fn age_when_due(&self, now_us: u64) -> Option<usize> {
+    pub fn age_when_due(&self, now: Time) -> Option<usize> {
         {
             let mut g = self.inner.lock();
-            if g.aged_us
-                .is_some_and(|t| now_us.saturating_sub(t) < self.cfg.age_gap_us)
+            if g.aged
+                .is_some_and(|t| now.saturating_since(t) < self.cfg.age_gap)
             {
                 return None;
             }
-            g.aged_us = Some(now_us);
+            g.aged = Some(now);
         }
         Some(self.age())
     }
@@ -251,13 +251,13 @@ impl<D: Disk> Store<D> {
         }
     }
 
-    /// [`Store::stats`] at `now_us`, with how long ago the last ageing
+    /// [`Store::stats`] at `now`, with how long ago the last ageing
     /// pass a manager asked for ran (`since_aged_us`; `u64::MAX`: none
     /// since the server started), which managers look at before a pass.
-    pub fn stats_at(&self, now_us: u64) -> Answer {
+    pub fn stats_at(&self, now: Time) -> Answer {
         let g = self.inner.lock();
         let mut figures = self.figures(&g);
-        let since = g.aged_us.map_or(u64::MAX, |t| now_us.saturating_sub(t));
+        let since = (g.aged).map_or(u64::MAX, |t| now.saturating_since(t).as_micros() as u64);
         figures.push(("since_aged_us".into(), since));
         Answer::Report {
             figures,

@@ -88,9 +88,9 @@ impl<D: Disk> Store<D> {
         server: &Capability,
         flags: u8,
         data: &[u8],
-        now_us: u64,
+        now: Time,
     ) -> Result<Capability, FileError> {
-        self.create_shared(server, flags, data, None, now_us)
+        self.create_shared(server, flags, data, None, now)
     }
 
     /// [`Store::create`], where `shared` (if any) holds the same bytes as
@@ -101,13 +101,13 @@ impl<D: Disk> Store<D> {
         flags: u8,
         data: &[u8],
         shared: Option<Bytes>,
-        now_us: u64,
+        now: Time,
     ) -> Result<Capability, FileError> {
         self.check_server(server, CREATE)?;
         let pieces = self.write_extents(data, shared)?;
         let (cap, lsn) = {
             let mut g = self.inner.lock();
-            let (obj, secret) = g.new_file(data.len() as u64, pieces, self.cfg.ttl, now_us);
+            let (obj, secret) = g.new_file(data.len() as u64, pieces, self.cfg.ttl, now);
             let lsn = (flags & FLAG_COMMIT != 0).then(|| g.commit(obj));
             (self.file_cap(obj, &secret), lsn)
         };
@@ -125,7 +125,7 @@ impl<D: Disk> Store<D> {
         cap: &Capability,
         flags: u8,
         edit: Edit<B>,
-        now_us: u64,
+        now: Time,
     ) -> Result<Capability, FileError> {
         let edit = edit.as_ref();
         // What it writes at `offset`: `data`, or a hole of `added` bytes;
@@ -198,12 +198,12 @@ impl<D: Disk> Store<D> {
             // The extents just written carried the writer's reference.
             g.drop_refs(&mid, lsn);
             let target = if committed {
-                g.new_file(new_size, pieces, self.cfg.ttl, now_us).0
+                g.new_file(new_size, pieces, self.cfg.ttl, now).0
             } else {
                 let f = g.files.get_mut(&obj).unwrap();
                 let old = std::mem::replace(&mut f.pieces, pieces);
                 f.size = new_size;
-                f.touched_us = now_us;
+                f.touched = now;
                 let lsn = g.appended;
                 g.drop_refs(&old, lsn);
                 obj
@@ -239,7 +239,7 @@ impl<D: Disk> Store<D> {
         server: &Capability,
         flags: u8,
         parts: &[Capability],
-        now_us: u64,
+        now: Time,
     ) -> Result<Capability, FileError> {
         self.check_server(server, CREATE)?;
         let (cap, lsn) = {
@@ -275,7 +275,7 @@ impl<D: Disk> Store<D> {
             g.add_refs(&pieces);
             let lsn = g.appended;
             g.drop_refs(&old, lsn);
-            let (obj, secret) = g.new_file(size, pieces, self.cfg.ttl, now_us);
+            let (obj, secret) = g.new_file(size, pieces, self.cfg.ttl, now);
             let lsn = (flags & FLAG_COMMIT != 0).then(|| g.commit(obj));
             (self.file_cap(obj, &secret), lsn)
         };

@@ -152,7 +152,7 @@ impl<M: Machine> Replicated<M> {
                 .read()
                 .as_ref()
                 .is_some_and(|g| g.status() == Status::Normal),
-            joining_for_us: joined_at.elapsed().as_micros() as u64,
+            joining_for: joined_at.elapsed(),
         }
     }
 

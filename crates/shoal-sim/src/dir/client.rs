@@ -49,7 +49,7 @@ impl DirSim {
         } else {
             if c == 0 && self.clis[c].finals < self.cfg.names {
                 self.timeline
-                    .at(Time(self.now.0 + 100_000), Ev::ClientTick { c });
+                    .at(self.now + Duration::from_millis(100), Ev::ClientTick { c });
             }
             return;
         };
@@ -75,7 +75,7 @@ impl DirSim {
             ret: None,
         });
         let op = self.clis[c].next_op;
-        self.clis[c].current = Some((op, req.encode(), input, h, Time(self.now.0 + GIVE_UP_US)));
+        self.clis[c].current = Some((op, req.encode(), input, h, self.now + GIVE_UP));
         self.send_current(c, false);
     }
 
@@ -87,13 +87,13 @@ impl DirSim {
             self.clis[c].target = self.rng.random_range(0..self.reps.len());
         }
         let to = self.clis[c].target;
-        self.clis[c].retry_at = Some(Time(self.now.0 + CLIENT_TIMEOUT_US));
+        self.clis[c].retry_at = Some(self.now + CLIENT_TIMEOUT);
         self.timeline
-            .at(Time(self.now.0 + CLIENT_TIMEOUT_US), Ev::ClientTick { c });
+            .at(self.now + CLIENT_TIMEOUT, Ev::ClientTick { c });
         if !self.reps[to].cut {
             for d in self.net().verdict(&mut self.rng) {
                 self.timeline.at(
-                    Time(self.now.0 + d),
+                    self.now + Duration::from_micros(d),
                     Ev::Request {
                         to,
                         client: c,
@@ -117,9 +117,9 @@ impl DirSim {
         };
         let Some(out) = output_of(&resp.result) else {
             // Try another replica soon.
-            self.clis[c].retry_at = Some(Time(self.now.0 + 20_000));
+            self.clis[c].retry_at = Some(self.now + Duration::from_millis(20));
             self.timeline
-                .at(Time(self.now.0 + 20_000), Ev::ClientTick { c });
+                .at(self.now + Duration::from_millis(20), Ev::ClientTick { c });
             return;
         };
         self.log(|| format!("c{c} {input:?} -> {out:?} at {}", resp.index));
@@ -134,8 +134,10 @@ impl DirSim {
         self.history[h].ret = Some(self.now.0);
         self.report.ops_ok += 1;
         let think = self.rng.random_range(0..3_000);
-        self.timeline
-            .at(Time(self.now.0 + think), Ev::ClientTick { c });
+        self.timeline.at(
+            self.now + Duration::from_micros(think),
+            Ev::ClientTick { c },
+        );
     }
 
     // ---- the end ------------------------------------------------------------

@@ -88,10 +88,13 @@ impl DirSim {
         p.phase = Phase::Forming;
         p.syncing = false;
         p.origin = self.rng.random::<u64>() | 1;
-        self.timeline.at(Time(self.now.0 + 1_000), Ev::Form { r });
+        self.timeline
+            .at(self.now + Duration::from_millis(1), Ev::Form { r });
         if self.cfg.durability == Durability::Replicated {
-            self.timeline
-                .at(Time(self.now.0 + self.cfg.flush_us), Ev::Flush { r });
+            self.timeline.at(
+                self.now + Duration::from_micros(self.cfg.flush_us),
+                Ev::Flush { r },
+            );
         }
     }
 
@@ -103,7 +106,7 @@ impl DirSim {
         // stuck, so replicas outside do not wait to join it.
         let stuck = p.phase == Phase::Member
             && p.abnormal_since
-                .is_some_and(|t| self.now.0 >= t.0 + STUCK_AFTER_US);
+                .is_some_and(|t| self.now >= t + STUCK_AFTER);
         PeerStatus {
             phase: if stuck { Phase::Stuck } else { p.phase },
             generation: p.generation,
@@ -155,7 +158,7 @@ impl DirSim {
                 .core
                 .as_ref()
                 .is_some_and(|c| c.status() == Status::Normal),
-            joining_for_us: self.now.0.saturating_sub(self.reps[r].joined_at.0),
+            joining_for: self.now.saturating_since(self.reps[r].joined_at),
         };
         // The same turn of the control loop as the replica shell's.
         match control(&standing, &peers) {
@@ -277,7 +280,7 @@ impl DirSim {
         let faults = self.net();
         for d in faults.verdict(&mut self.rng) {
             self.timeline.at(
-                Time(self.now.0 + d),
+                self.now + Duration::from_micros(d),
                 Ev::Reply {
                     client: p.client,
                     op: p.op,
@@ -353,9 +356,7 @@ impl DirSim {
     pub(super) fn serve_read(&mut self, r: usize, p: Pending) {
         let resp = self.reps[r].rs.read(&p.req);
         if matches!(resp.result, Err(DirError::Behind { .. })) {
-            self.reps[r]
-                .for_index
-                .push((Time(self.now.0 + CATCH_UP_US), p));
+            self.reps[r].for_index.push((self.now + CATCH_UP, p));
             return;
         }
         self.answer_when_durable(r, p, resp);
@@ -435,7 +436,7 @@ impl DirSim {
         let boot = p.boot;
         let d = self.rng.random_range(300..8_000);
         self.timeline.at(
-            Time(self.now.0 + d),
+            self.now + Duration::from_micros(d),
             Ev::Synced {
                 r,
                 boot,
@@ -600,7 +601,7 @@ impl DirSim {
             next = Some(next.map_or(d, |n| n.min(d)));
         }
         if let Some(t) = next {
-            let t = t.max(Time(self.now.0 + 1));
+            let t = t.max(self.now + Duration::from_micros(1));
             if self.reps[r].scheduled.is_none_or(|s| s > t || s < self.now) {
                 self.reps[r].scheduled = Some(t);
                 self.timeline.at(t, Ev::Tick { r });
@@ -618,7 +619,7 @@ impl DirSim {
         let from = self.reps[from_r].addr;
         for d in self.net().verdict(&mut self.rng) {
             self.timeline.at(
-                Time(self.now.0 + d),
+                self.now + Duration::from_micros(d),
                 Ev::Datagram {
                     to: dst,
                     from,
