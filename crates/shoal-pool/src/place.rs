@@ -87,7 +87,7 @@ impl Placer {
         }
     }
 
-    /// Chooses a node for `request` among `candidates` at `now_us`, and
+    /// Chooses a node for `request` among `candidates` at `now`, and
     /// counts the program against it.
     pub fn place(
         &mut self,

@@ -25,7 +25,7 @@ pub const MAX_COMMAND: usize = 256;
 pub enum ProcState {
     /// Running on its node.
     Running,
-    /// It ended so, at this time (µs).
+    /// It ended so, at this time.
     Ended { how: Ended, at: Time },
     /// Its home lost track of it at this time: the `shoal run` that
     /// watched it went away (the program was hung up on) or its node
