@@ -541,14 +541,7 @@ impl GroupCore {
     /// abandoned incarnation) and the membership changes they made.
     pub(crate) fn truncate_to(&mut self, keep: GroupSeq) {
         let keep = keep.max(self.stream.delivered);
-        let tail: Vec<GroupSeq> = self
-            .stream
-            .log
-            .range(keep.next()..)
-            .map(|(s, _)| *s)
-            .collect();
-        for seq in tail {
-            let e = self.stream.log.remove(&seq).expect("present");
+        for e in self.stream.log.split_off(&keep.next()).into_values() {
             self.stream.log_bytes -= e.body.len();
             if e.kind == shoal_wire::group::EntryKind::App {
                 let last = self.stream.senders.entry(e.sender).or_insert(MsgId(0));
@@ -584,14 +577,7 @@ impl GroupCore {
         };
         self.truncate_to(keep);
         // Entries beyond the new log's end are not part of it.
-        let beyond: Vec<GroupSeq> = self
-            .stream
-            .log
-            .range(end.next()..)
-            .map(|(s, _)| *s)
-            .collect();
-        for seq in beyond {
-            let e = self.stream.log.remove(&seq).expect("present");
+        for e in self.stream.log.split_off(&end.next()).into_values() {
             self.stream.log_bytes -= e.body.len();
         }
         self.view.inc = hdr.inc;
